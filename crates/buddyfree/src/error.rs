@@ -1,0 +1,44 @@
+use core::fmt;
+
+/// What went wrong in an allocator operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Error {
+    /// No free block of the requested order is available.
+    OutOfMemory,
+    /// The order is above the allocator's maximum order.
+    BadOrder,
+    /// The block reaches past the end of the managed units.
+    OutOfRange,
+    /// The index is not aligned to the block size `2^order`.
+    Misaligned,
+    /// No block is allocated at this index (never allocated, or already freed).
+    NotAllocated,
+    /// A block is allocated at this index, but with another order.
+    OrderMismatch,
+    /// The configuration cannot be built (zero units, order too large, ...).
+    InvalidConfig,
+}
+
+impl Error {
+    /// A short, stable name for the error, as used in reports and the C ABI.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Error::OutOfMemory => "out of memory",
+            Error::BadOrder => "order above the maximum order",
+            Error::OutOfRange => "index out of range",
+            Error::Misaligned => "index not aligned to the block size",
+            Error::NotAllocated => "block not allocated",
+            Error::OrderMismatch => "block allocated with another order",
+            Error::InvalidConfig => "invalid configuration",
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for Error {}

@@ -1,0 +1,106 @@
+//! buddyfree: scalable and bounded-time back-end memory allocators.
+//!
+//! Every allocator here manages one contiguous region of `units` equal units (page frames,
+//! heap chunks, offsets into device memory) and hands out naturally aligned blocks of
+//! `2^order` units, named by the index of their first unit. They all implement one trait,
+//! [`BlockAlloc`], so tests, the benchmark tool and the adapters treat them alike.
+//!
+//! The crate is `#![no_std]` and needs only `alloc` for its metadata; the `std` feature
+//! (on by default) adds a thread-local [`core_hint`] and other conveniences.
+
+#![no_std]
+#![warn(missing_docs)]
+
+extern crate alloc;
+#[cfg(feature = "std")]
+extern crate std;
+
+mod config;
+mod error;
+pub mod locked;
+pub mod model;
+pub mod sync;
+
+pub use config::Config;
+pub use error::Error;
+pub use locked::Locked;
+
+/// An allocator of naturally aligned blocks of `2^order` units, safe to share between threads.
+///
+/// `core` is a hint naming the calling core (or thread). Allocators with per-core state use it
+/// to pick that state; others ignore it. Any value is accepted: allocators reduce it modulo
+/// their number of cores. In `std` builds [`core_hint`] gives a stable per-thread value.
+pub trait BlockAlloc: Sync {
+    /// Allocates a block of `2^order` units aligned to `2^order` and returns the index of its
+    /// first unit.
+    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error>;
+
+    /// Frees the block of `2^order` units starting at `index`.
+    ///
+    /// A bad request (not allocated, freed twice, wrong order, out of range, misaligned)
+    /// returns the matching [`Error`] and leaves the allocator exactly as it was.
+    fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error>;
+
+    /// Units not handed out to callers (blocks held in internal caches count as free).
+    fn free_units(&self) -> usize;
+
+    /// Units managed in all.
+    fn total_units(&self) -> usize;
+
+    /// The largest order that can be allocated.
+    fn max_order(&self) -> u32;
+
+    /// Returns blocks held in per-core or per-thread caches to the shared pool, so that
+    /// they can merge into larger blocks. Allocators without caches do nothing.
+    fn drain(&self) {}
+}
+
+/// A sequential allocator: the same operations on `&mut self`. [`Locked`] lifts one into a
+/// [`BlockAlloc`] behind a lock.
+pub trait SeqBlockAlloc: Send {
+    /// See [`BlockAlloc::alloc`].
+    fn alloc(&mut self, order: u32) -> Result<usize, Error>;
+    /// See [`BlockAlloc::free`].
+    fn free(&mut self, index: usize, order: u32) -> Result<(), Error>;
+    /// See [`BlockAlloc::free_units`].
+    fn free_units(&self) -> usize;
+    /// See [`BlockAlloc::total_units`].
+    fn total_units(&self) -> usize;
+    /// See [`BlockAlloc::max_order`].
+    fn max_order(&self) -> u32;
+}
+
+/// Checks the arguments of a `free` that every allocator rejects the same way: an order
+/// above `max_order`, a block reaching past `total_units`, or an index not aligned to
+/// `2^order`.
+pub fn check_block(
+    index: usize,
+    order: u32,
+    max_order: u32,
+    total_units: usize,
+) -> Result<(), Error> {
+    if order > max_order {
+        return Err(Error::BadOrder);
+    }
+    let size = 1usize << order;
+    if index >= total_units || total_units - index < size {
+        return Err(Error::OutOfRange);
+    }
+    if index & (size - 1) != 0 {
+        return Err(Error::Misaligned);
+    }
+    Ok(())
+}
+
+/// A stable small number for the calling thread, to pass as the `core` hint.
+///
+/// Threads are numbered in the order they first ask, so `n` threads get `0..n`.
+#[cfg(all(feature = "std", not(loom)))]
+pub fn core_hint() -> usize {
+    use core::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    std::thread_local! {
+        static CORE: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    CORE.with(|c| *c)
+}

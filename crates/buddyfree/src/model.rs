@@ -1,0 +1,144 @@
+//! The reference allocator: simple and obviously correct, slow on purpose.
+//!
+//! It keeps one flag per unit and a map of live blocks, allocates first-fit over aligned
+//! positions, and classifies every bad `free` exactly. Tests run every other allocator against
+//! it; it is also a stand-in wherever a correct allocator is needed and speed does not matter.
+
+use alloc::collections::BTreeMap;
+use alloc::vec;
+use alloc::vec::Vec;
+
+use crate::{check_block, Config, Error, SeqBlockAlloc};
+
+/// The reference allocator (first-fit over a unit map). `O(units)` per allocation.
+#[derive(Clone, Debug)]
+pub struct Model {
+    used: Vec<bool>,
+    live: BTreeMap<usize, u32>,
+    free_units: usize,
+    max_order: u32,
+}
+
+impl Model {
+    /// A model of `config.units` free units.
+    pub fn new(config: Config) -> Result<Self, Error> {
+        config.validate()?;
+        Ok(Model {
+            used: vec![false; config.units],
+            live: BTreeMap::new(),
+            free_units: config.units,
+            max_order: config.max_order,
+        })
+    }
+
+    /// Whether some aligned block of `2^order` units is entirely free.
+    pub fn can_alloc(&self, order: u32) -> bool {
+        order <= self.max_order && self.find_free(order).is_some()
+    }
+
+    /// Whether the `2^order` units at `index` are all free (`index` must be in range).
+    pub fn is_free(&self, index: usize, order: u32) -> bool {
+        self.used[index..index + (1 << order)].iter().all(|u| !u)
+    }
+
+    /// The live blocks, as (index, order), in index order.
+    pub fn live(&self) -> impl Iterator<Item = (usize, u32)> + '_ {
+        self.live.iter().map(|(&i, &o)| (i, o))
+    }
+
+    /// Records a block chosen by another allocator as allocated. Fails with
+    /// [`Error::OrderMismatch`] if any of its units is already in use: an overlap.
+    pub fn take(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        check_block(index, order, self.max_order, self.used.len())?;
+        if !self.is_free(index, order) {
+            return Err(Error::OrderMismatch);
+        }
+        self.mark(index, order, true);
+        self.live.insert(index, order);
+        Ok(())
+    }
+
+    fn find_free(&self, order: u32) -> Option<usize> {
+        let size = 1usize << order;
+        (0..=self.used.len().checked_sub(size)?)
+            .step_by(size)
+            .find(|&i| self.is_free(i, order))
+    }
+
+    fn mark(&mut self, index: usize, order: u32, used: bool) {
+        self.used[index..index + (1 << order)].fill(used);
+        let size = 1usize << order;
+        if used {
+            self.free_units -= size;
+        } else {
+            self.free_units += size;
+        }
+    }
+}
+
+impl SeqBlockAlloc for Model {
+    fn alloc(&mut self, order: u32) -> Result<usize, Error> {
+        if order > self.max_order {
+            return Err(Error::BadOrder);
+        }
+        let index = self.find_free(order).ok_or(Error::OutOfMemory)?;
+        self.mark(index, order, true);
+        self.live.insert(index, order);
+        Ok(index)
+    }
+
+    fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        check_block(index, order, self.max_order, self.used.len())?;
+        match self.live.get(&index) {
+            Some(&o) if o == order => {
+                self.live.remove(&index);
+                self.mark(index, order, false);
+                Ok(())
+            }
+            Some(_) => Err(Error::OrderMismatch),
+            None => Err(Error::NotAllocated),
+        }
+    }
+
+    fn free_units(&self) -> usize {
+        self.free_units
+    }
+
+    fn total_units(&self) -> usize {
+        self.used.len()
+    }
+
+    fn max_order(&self) -> u32 {
+        self.max_order
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_bad_frees() {
+        let mut m = Model::new(Config::new(16, 3)).unwrap();
+        let a = m.alloc(2).unwrap();
+        assert_eq!(a, 0);
+        assert_eq!(m.free(0, 1), Err(Error::OrderMismatch));
+        assert_eq!(m.free(4, 2), Err(Error::NotAllocated));
+        assert_eq!(m.free(2, 2), Err(Error::Misaligned));
+        assert_eq!(m.free(16, 0), Err(Error::OutOfRange));
+        assert_eq!(m.free(0, 4), Err(Error::BadOrder));
+        assert_eq!(m.free(0, 2), Ok(()));
+        assert_eq!(m.free(0, 2), Err(Error::NotAllocated));
+        assert_eq!(m.free_units(), 16);
+    }
+
+    #[test]
+    fn fills_exactly() {
+        let mut m = Model::new(Config::new(12, 2)).unwrap();
+        assert_eq!(
+            (0..3).map(|_| m.alloc(2).unwrap()).collect::<Vec<_>>(),
+            [0, 4, 8]
+        );
+        assert_eq!(m.alloc(0), Err(Error::OutOfMemory));
+    }
+}

@@ -1,0 +1,317 @@
+//! The test battery every allocator runs: a differential check against the reference
+//! [`Model`], and a multi-thread stress test with an ownership map that fails on any overlap
+//! or lost block.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Barrier;
+
+use buddyfree::model::Model;
+use buddyfree::{BlockAlloc, Config, Error, SeqBlockAlloc};
+use proptest::prelude::*;
+
+/// One step of a random operation sequence.
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// Allocate a block of this order.
+    Alloc(u32),
+    /// Free the live block picked by this number (modulo the number of live blocks).
+    Free(usize),
+    /// Free a block that was freed already (picked among the recently freed).
+    DoubleFree(usize),
+    /// Free the live block picked by this number with the wrong order.
+    WrongOrder(usize, u32),
+    /// Free an arbitrary (index, order), usually not a live block.
+    Arbitrary(usize, u32),
+}
+
+/// Random operation sequences over orders `0..=max_order` (some above, to test `BadOrder`)
+/// and indices up to `units` (some past it).
+pub fn ops(units: usize, max_order: u32, len: usize) -> impl Strategy<Value = Vec<Op>> {
+    let op = prop_oneof![
+        8 => (0..=max_order).prop_map(Op::Alloc),
+        1 => (max_order + 1..max_order + 3).prop_map(Op::Alloc),
+        6 => any::<usize>().prop_map(Op::Free),
+        1 => any::<usize>().prop_map(Op::DoubleFree),
+        1 => (any::<usize>(), 0..=max_order + 1).prop_map(|(p, o)| Op::WrongOrder(p, o)),
+        1 => (0..units + 4, 0..=max_order + 1).prop_map(|(i, o)| Op::Arbitrary(i, o)),
+    ];
+    proptest::collection::vec(op, 1..len)
+}
+
+/// Runs `ops` on `alloc` (freshly built over `config`) and on the model side by side, and
+/// checks after every step: the same success or error, returned blocks aligned, in range and
+/// not overlapping, out-of-memory only when the model has no free block of that order either,
+/// and the same free-unit count. Ends by freeing everything and checking the allocator is
+/// whole again.
+pub fn check_against_model(alloc: &dyn BlockAlloc, config: Config, ops: &[Op]) {
+    let mut model = Model::new(config).unwrap();
+    let mut freed: Vec<(usize, u32)> = Vec::new();
+    assert_eq!(alloc.total_units(), config.units);
+    assert_eq!(alloc.max_order(), config.max_order);
+    for (step, op) in ops.iter().enumerate() {
+        let live: Vec<(usize, u32)> = model.live().collect();
+        let pick = |p: usize| live.get(p % live.len().max(1)).copied();
+        match *op {
+            Op::Alloc(order) => {
+                let got = alloc.alloc(order, 0);
+                match got {
+                    Ok(index) => model
+                        .take(index, order)
+                        .unwrap_or_else(|e| panic!("step {step}: alloc({order}) = {index}: {e}")),
+                    Err(Error::OutOfMemory) => assert!(
+                        !model.can_alloc(order),
+                        "step {step}: alloc({order}) failed, the model has a free block"
+                    ),
+                    Err(e) => {
+                        let want = model.clone().alloc(order).unwrap_err();
+                        assert_eq!(e, want, "step {step}: alloc({order})");
+                    }
+                }
+            }
+            Op::Free(p) => {
+                if let Some((index, order)) = pick(p) {
+                    free_both(alloc, &mut model, index, order, step);
+                    freed.push((index, order));
+                }
+            }
+            Op::DoubleFree(p) => {
+                if !freed.is_empty() {
+                    let (index, order) = freed[p % freed.len()];
+                    free_both(alloc, &mut model, index, order, step);
+                }
+            }
+            Op::WrongOrder(p, order) => {
+                if let Some((index, _)) = pick(p) {
+                    free_both(alloc, &mut model, index, order, step);
+                }
+            }
+            Op::Arbitrary(index, order) => free_both(alloc, &mut model, index, order, step),
+        }
+        assert_eq!(
+            alloc.free_units(),
+            model.free_units(),
+            "step {step}: free units after {op:?}"
+        );
+    }
+    let live: Vec<(usize, u32)> = model.live().collect();
+    for (index, order) in live {
+        free_both(alloc, &mut model, index, order, usize::MAX);
+    }
+    assert_whole(alloc);
+}
+
+fn free_both(alloc: &dyn BlockAlloc, model: &mut Model, index: usize, order: u32, step: usize) {
+    let want = model.free(index, order);
+    let got = alloc.free(index, order, 0);
+    assert_eq!(got, want, "step {step}: free({index}, {order})");
+}
+
+/// Checks that an allocator with nothing allocated is whole: every unit free, every order
+/// allocatable, and the whole region coverable by blocks of the largest order (no unit lost).
+/// Leaves it empty again.
+pub fn assert_whole(alloc: &dyn BlockAlloc) {
+    alloc.drain();
+    let total = alloc.total_units();
+    assert_eq!(
+        alloc.free_units(),
+        total,
+        "units still allocated after freeing everything"
+    );
+    for order in 0..=alloc.max_order() {
+        let index = alloc
+            .alloc(order, 0)
+            .unwrap_or_else(|e| panic!("order {order} not allocatable on an empty allocator: {e}"));
+        alloc.free(index, order, 0).unwrap();
+    }
+    let top = alloc.max_order();
+    let mut blocks = Vec::new();
+    while let Ok(index) = alloc.alloc(top, 0) {
+        blocks.push(index);
+    }
+    assert_eq!(
+        blocks.len(),
+        total >> top,
+        "blocks of order {top} on an empty allocator"
+    );
+    for index in blocks {
+        alloc.free(index, top, 0).unwrap();
+    }
+    alloc.drain();
+    assert_eq!(alloc.free_units(), total);
+}
+
+/// An ownership map: one word per unit holding the stamp of the block that owns it.
+/// Claiming a unit that is owned, or releasing one owned by another block, panics.
+pub struct Owners(Vec<AtomicU64>);
+
+impl Owners {
+    pub fn new(units: usize) -> Self {
+        Owners((0..units).map(|_| AtomicU64::new(0)).collect())
+    }
+
+    pub fn claim(&self, index: usize, order: u32, stamp: u64) {
+        for unit in index..index + (1 << order) {
+            if let Err(owner) =
+                self.0[unit].compare_exchange(0, stamp, Ordering::AcqRel, Ordering::Acquire)
+            {
+                panic!("overlap: unit {unit} of block ({index}, order {order}) is owned by stamp {owner:#x}");
+            }
+        }
+    }
+
+    pub fn release(&self, index: usize, order: u32, stamp: u64) {
+        for unit in index..index + (1 << order) {
+            let owner = self.0[unit].swap(0, Ordering::AcqRel);
+            assert_eq!(
+                owner, stamp,
+                "unit {unit} of block ({index}, order {order}) changed owner"
+            );
+        }
+    }
+}
+
+/// A small fast generator (xorshift64*), so threads need no shared random state.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+const EMPTY: usize = usize::MAX;
+
+/// Multi-thread stress: `threads` threads, released together, each doing `steps` random
+/// operations over orders `0..=max_order` (smaller orders more often): allocate and claim
+/// in the ownership map, free one of its own blocks, hand a block to a shared mailbox, or
+/// free a block another thread left there (cross-thread frees). At the end everything is
+/// freed and the allocator must be whole. Returns the number of successful allocations.
+///
+/// Double frees are not mixed in here: once freed, a block may be reallocated by another
+/// thread, and then a second free is a legal free of that thread's block. See
+/// [`double_free_race`].
+pub fn stress(alloc: &dyn BlockAlloc, threads: usize, steps: usize, max_order: u32) -> usize {
+    let owners = Owners::new(alloc.total_units());
+    let mailbox: Vec<AtomicUsize> = (0..threads * 4).map(|_| AtomicUsize::new(EMPTY)).collect();
+    let allocs = AtomicUsize::new(0);
+    let barrier = Barrier::new(threads);
+    let pack = |index: usize, order: u32| index << 6 | order as usize;
+    let unpack = |packed: usize| (packed >> 6, (packed & 63) as u32);
+    let stamp_of = |index: usize, order: u32| (index as u64) << 8 | order as u64 | 1 << 63;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (owners, mailbox, allocs, barrier) = (&owners, &mailbox, &allocs, &barrier);
+            s.spawn(move || {
+                let mut rng = Rng::new(t as u64 + 1);
+                let mut mine: Vec<(usize, u32)> = Vec::new();
+                let mut ok = 0;
+                barrier.wait();
+                for _ in 0..steps {
+                    match rng.below(10) {
+                        0..=4 => {
+                            let order = (rng.below(max_order as usize + 1) as u32)
+                                .min(rng.below(max_order as usize + 1) as u32);
+                            if let Ok(index) = alloc.alloc(order, t) {
+                                owners.claim(index, order, stamp_of(index, order));
+                                mine.push((index, order));
+                                ok += 1;
+                            }
+                        }
+                        5..=7 if !mine.is_empty() => {
+                            let (index, order) = mine.swap_remove(rng.below(mine.len()));
+                            owners.release(index, order, stamp_of(index, order));
+                            alloc.free(index, order, t).unwrap();
+                        }
+                        8 if !mine.is_empty() => {
+                            let slot = &mailbox[rng.below(mailbox.len())];
+                            let (index, order) = mine[mine.len() - 1];
+                            if slot
+                                .compare_exchange(
+                                    EMPTY,
+                                    pack(index, order),
+                                    Ordering::AcqRel,
+                                    Ordering::Acquire,
+                                )
+                                .is_ok()
+                            {
+                                mine.pop();
+                            }
+                        }
+                        _ => {
+                            let slot = &mailbox[rng.below(mailbox.len())];
+                            let packed = slot.swap(EMPTY, Ordering::AcqRel);
+                            if packed != EMPTY {
+                                let (index, order) = unpack(packed);
+                                owners.release(index, order, stamp_of(index, order));
+                                alloc.free(index, order, t).unwrap();
+                            }
+                        }
+                    }
+                }
+                for (index, order) in mine {
+                    owners.release(index, order, stamp_of(index, order));
+                    alloc.free(index, order, t).unwrap();
+                }
+                allocs.fetch_add(ok, Ordering::Relaxed);
+            });
+        }
+    });
+    for slot in &mailbox {
+        let packed = slot.swap(EMPTY, Ordering::AcqRel);
+        if packed != EMPTY {
+            let (index, order) = unpack(packed);
+            owners.release(index, order, stamp_of(index, order));
+            alloc.free(index, order, 0).unwrap();
+        }
+    }
+    assert_whole(alloc);
+    allocs.into_inner()
+}
+
+/// Raced double frees: `threads` threads all free the same `blocks` blocks of `order`, in
+/// the same order, while nothing else allocates. Each block must be freed exactly once (one
+/// `Ok`, the rest `NotAllocated`), and the allocator must be whole afterwards.
+pub fn double_free_race(alloc: &dyn BlockAlloc, threads: usize, blocks: usize, order: u32) {
+    let live: Vec<usize> = (0..blocks)
+        .map_while(|_| alloc.alloc(order, 0).ok())
+        .collect();
+    assert_eq!(live.len(), blocks, "could not allocate the blocks to free");
+    let wins: Vec<AtomicUsize> = live.iter().map(|_| AtomicUsize::new(0)).collect();
+    let barrier = Barrier::new(threads);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (live, wins, barrier) = (&live, &wins, &barrier);
+            s.spawn(move || {
+                barrier.wait();
+                for (index, won) in live.iter().zip(wins) {
+                    match alloc.free(*index, order, t) {
+                        Ok(()) => {
+                            won.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => assert_eq!(e, Error::NotAllocated, "double free of {index}"),
+                    }
+                }
+            });
+        }
+    });
+    for (index, won) in live.iter().zip(&wins) {
+        assert_eq!(
+            won.load(Ordering::Relaxed),
+            1,
+            "block {index} freed {won:?} times"
+        );
+    }
+    assert_whole(alloc);
+}
