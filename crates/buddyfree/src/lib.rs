@@ -19,6 +19,7 @@ mod config;
 mod error;
 pub mod locked;
 pub mod model;
+pub mod registry;
 pub mod sync;
 
 pub use config::Config;
