@@ -4,7 +4,6 @@
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Barrier;
 
 use buddyfree::model::Model;
 use buddyfree::{BlockAlloc, Config, Error, SeqBlockAlloc};
@@ -193,6 +192,51 @@ impl Rng {
 
 const EMPTY: usize = usize::MAX;
 
+/// Releases waiting threads together. Unlike `std::sync::Barrier` it is built from atomics in
+/// this (instrumented) crate, so ThreadSanitizer sees its happens-before edges even though the
+/// standard library is not built with the sanitizer.
+pub struct StartGate {
+    waiting: AtomicUsize,
+}
+
+impl StartGate {
+    pub fn new(threads: usize) -> Self {
+        StartGate {
+            waiting: AtomicUsize::new(threads),
+        }
+    }
+
+    pub fn wait(&self) {
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        while self.waiting.load(Ordering::Acquire) != 0 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Runs `body(t)` on `threads` scoped threads released together by a [`StartGate`], joining
+/// each explicitly (ThreadSanitizer sees `pthread_join`, not the scope's own uninstrumented
+/// wait). A panic in any thread is re-raised.
+pub fn run_threads(threads: usize, body: impl Fn(usize) + Sync) {
+    let gate = StartGate::new(threads);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (gate, body) = (&gate, &body);
+                s.spawn(move || {
+                    gate.wait();
+                    body(t)
+                })
+            })
+            .collect();
+        for handle in handles {
+            if let Err(panic) = handle.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+    });
+}
+
 /// Multi-thread stress: `threads` threads, released together, each doing `steps` random
 /// operations over orders `0..=max_order` (smaller orders more often): allocate and claim
 /// in the ownership map, free one of its own blocks, hand a block to a shared mailbox, or
@@ -206,67 +250,60 @@ pub fn stress(alloc: &dyn BlockAlloc, threads: usize, steps: usize, max_order: u
     let owners = Owners::new(alloc.total_units());
     let mailbox: Vec<AtomicUsize> = (0..threads * 4).map(|_| AtomicUsize::new(EMPTY)).collect();
     let allocs = AtomicUsize::new(0);
-    let barrier = Barrier::new(threads);
     let pack = |index: usize, order: u32| index << 6 | order as usize;
     let unpack = |packed: usize| (packed >> 6, (packed & 63) as u32);
     let stamp_of = |index: usize, order: u32| (index as u64) << 8 | order as u64 | 1 << 63;
-    std::thread::scope(|s| {
-        for t in 0..threads {
-            let (owners, mailbox, allocs, barrier) = (&owners, &mailbox, &allocs, &barrier);
-            s.spawn(move || {
-                let mut rng = Rng::new(t as u64 + 1);
-                let mut mine: Vec<(usize, u32)> = Vec::new();
-                let mut ok = 0;
-                barrier.wait();
-                for _ in 0..steps {
-                    match rng.below(10) {
-                        0..=4 => {
-                            let order = (rng.below(max_order as usize + 1) as u32)
-                                .min(rng.below(max_order as usize + 1) as u32);
-                            if let Ok(index) = alloc.alloc(order, t) {
-                                owners.claim(index, order, stamp_of(index, order));
-                                mine.push((index, order));
-                                ok += 1;
-                            }
-                        }
-                        5..=7 if !mine.is_empty() => {
-                            let (index, order) = mine.swap_remove(rng.below(mine.len()));
-                            owners.release(index, order, stamp_of(index, order));
-                            alloc.free(index, order, t).unwrap();
-                        }
-                        8 if !mine.is_empty() => {
-                            let slot = &mailbox[rng.below(mailbox.len())];
-                            let (index, order) = mine[mine.len() - 1];
-                            if slot
-                                .compare_exchange(
-                                    EMPTY,
-                                    pack(index, order),
-                                    Ordering::AcqRel,
-                                    Ordering::Acquire,
-                                )
-                                .is_ok()
-                            {
-                                mine.pop();
-                            }
-                        }
-                        _ => {
-                            let slot = &mailbox[rng.below(mailbox.len())];
-                            let packed = slot.swap(EMPTY, Ordering::AcqRel);
-                            if packed != EMPTY {
-                                let (index, order) = unpack(packed);
-                                owners.release(index, order, stamp_of(index, order));
-                                alloc.free(index, order, t).unwrap();
-                            }
-                        }
+    run_threads(threads, |t| {
+        let mut rng = Rng::new(t as u64 + 1);
+        let mut mine: Vec<(usize, u32)> = Vec::new();
+        let mut ok = 0;
+        for _ in 0..steps {
+            match rng.below(10) {
+                0..=4 => {
+                    let order = (rng.below(max_order as usize + 1) as u32)
+                        .min(rng.below(max_order as usize + 1) as u32);
+                    if let Ok(index) = alloc.alloc(order, t) {
+                        owners.claim(index, order, stamp_of(index, order));
+                        mine.push((index, order));
+                        ok += 1;
                     }
                 }
-                for (index, order) in mine {
+                5..=7 if !mine.is_empty() => {
+                    let (index, order) = mine.swap_remove(rng.below(mine.len()));
                     owners.release(index, order, stamp_of(index, order));
                     alloc.free(index, order, t).unwrap();
                 }
-                allocs.fetch_add(ok, Ordering::Relaxed);
-            });
+                8 if !mine.is_empty() => {
+                    let slot = &mailbox[rng.below(mailbox.len())];
+                    let (index, order) = mine[mine.len() - 1];
+                    if slot
+                        .compare_exchange(
+                            EMPTY,
+                            pack(index, order),
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        )
+                        .is_ok()
+                    {
+                        mine.pop();
+                    }
+                }
+                _ => {
+                    let slot = &mailbox[rng.below(mailbox.len())];
+                    let packed = slot.swap(EMPTY, Ordering::AcqRel);
+                    if packed != EMPTY {
+                        let (index, order) = unpack(packed);
+                        owners.release(index, order, stamp_of(index, order));
+                        alloc.free(index, order, t).unwrap();
+                    }
+                }
+            }
         }
+        for (index, order) in mine {
+            owners.release(index, order, stamp_of(index, order));
+            alloc.free(index, order, t).unwrap();
+        }
+        allocs.fetch_add(ok, Ordering::Relaxed);
     });
     for slot in &mailbox {
         let packed = slot.swap(EMPTY, Ordering::AcqRel);
@@ -289,21 +326,14 @@ pub fn double_free_race(alloc: &dyn BlockAlloc, threads: usize, blocks: usize, o
         .collect();
     assert_eq!(live.len(), blocks, "could not allocate the blocks to free");
     let wins: Vec<AtomicUsize> = live.iter().map(|_| AtomicUsize::new(0)).collect();
-    let barrier = Barrier::new(threads);
-    std::thread::scope(|s| {
-        for t in 0..threads {
-            let (live, wins, barrier) = (&live, &wins, &barrier);
-            s.spawn(move || {
-                barrier.wait();
-                for (index, won) in live.iter().zip(wins) {
-                    match alloc.free(*index, order, t) {
-                        Ok(()) => {
-                            won.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Err(e) => assert_eq!(e, Error::NotAllocated, "double free of {index}"),
-                    }
+    run_threads(threads, |t| {
+        for (index, won) in live.iter().zip(&wins) {
+            match alloc.free(*index, order, t) {
+                Ok(()) => {
+                    won.fetch_add(1, Ordering::Relaxed);
                 }
-            });
+                Err(e) => assert_eq!(e, Error::NotAllocated, "double free of {index}"),
+            }
         }
     });
     for (index, won) in live.iter().zip(&wins) {
