@@ -1,0 +1,160 @@
+//! The battery on the baselines: the Linux-like buddy (per-core caches in front of a locked
+//! sequential buddy, here the model) and the three list allocators.
+
+mod common;
+
+use buddyfree::list::{CasList, LockedList, PerCoreLists};
+use buddyfree::locked::PerCpu;
+use buddyfree::model::Model;
+use buddyfree::{BlockAlloc, Config, Error};
+use proptest::prelude::*;
+
+/// The inner buddy of the Linux-like tests. Swap in another `SeqBlockAlloc` here.
+type Inner = Model;
+
+fn linux(config: Config) -> PerCpu<Inner> {
+    PerCpu::with_config(config, Model::new).unwrap()
+}
+
+/// Orders 0..=9 need 512 units; 1024 leaves room for two huge blocks. The model is O(units)
+/// per operation, so the heap stays small.
+const LINUX: Config = Config::new(1024, 9).with_cores(2);
+const LIST: Config = Config::new(64, 0).with_cores(3);
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn linux_like_matches_model(ops in common::ops(LINUX.units, LINUX.max_order, 300)) {
+        common::check_against_model(&linux(LINUX), LINUX, &ops);
+    }
+}
+
+proptest! {
+    #[test]
+    fn locked_list_matches_model(ops in common::ops(LIST.units, 0, 200)) {
+        common::check_against_model(&LockedList::new(LIST).unwrap(), LIST, &ops);
+    }
+
+    #[test]
+    fn cas_list_matches_model(ops in common::ops(LIST.units, 0, 200)) {
+        common::check_against_model(&CasList::new(LIST).unwrap(), LIST, &ops);
+    }
+
+    #[test]
+    fn per_core_lists_match_model(ops in common::ops(LIST.units, 0, 200)) {
+        common::check_against_model(&PerCoreLists::new(LIST).unwrap(), LIST, &ops);
+    }
+}
+
+#[test]
+fn linux_like_survives_stress_with_shared_core_hints() {
+    // Four threads on two caches: threads t and t + 2 share one.
+    assert!(common::stress(&linux(LINUX), 4, 3_000, 9) > 0);
+}
+
+#[test]
+fn linux_like_frees_each_block_once_under_racing_double_frees() {
+    for order in [0, 3, 4, 9] {
+        let blocks = (LINUX.units >> order).min(128);
+        common::double_free_race(&linux(LINUX), 4, blocks, order);
+    }
+}
+
+#[test]
+fn linux_like_detects_bad_frees_of_cached_blocks() {
+    let alloc = linux(Config::new(1024, 9));
+    let a = alloc.alloc(0, 0).unwrap();
+    let b = alloc.alloc(3, 0).unwrap();
+    alloc.free(a, 0, 0).unwrap();
+    alloc.free(b, 3, 0).unwrap();
+    // Both now sit in the cache: free to callers, allocated in the buddy.
+    assert_eq!(alloc.free_units(), 1024);
+    assert_eq!(alloc.free(a, 0, 0), Err(Error::NotAllocated));
+    assert_eq!(alloc.free(a, 1, 0), Err(Error::NotAllocated));
+    assert_eq!(alloc.free(b, 3, 0), Err(Error::NotAllocated));
+    assert_eq!(alloc.free(b, 4, 0), Err(Error::NotAllocated));
+    assert_eq!(alloc.free(b & !511, 9, 0), Err(Error::NotAllocated));
+    let c = alloc.alloc(3, 0).unwrap();
+    assert_eq!(c, b, "the cache hands out its most recent block");
+    assert_eq!(alloc.free(c, 0, 0), Err(Error::OrderMismatch));
+    alloc.free(c, 3, 0).unwrap();
+    common::assert_whole(&alloc);
+}
+
+#[test]
+fn linux_like_drains_caches_before_reporting_out_of_memory() {
+    let alloc = linux(Config::new(1024, 9).with_cores(2));
+    // Fill core 1's order-0 cache, then ask core 0 for both huge blocks.
+    let small: Vec<usize> = (0..8).map(|_| alloc.alloc(0, 1).unwrap()).collect();
+    for &i in &small {
+        alloc.free(i, 0, 1).unwrap();
+    }
+    let huge: Vec<usize> = (0..2).map(|_| alloc.alloc(9, 0).unwrap()).collect();
+    assert_eq!(alloc.alloc(0, 1), Err(Error::OutOfMemory));
+    for i in huge {
+        alloc.free(i, 9, 0).unwrap();
+    }
+    common::assert_whole(&alloc);
+}
+
+#[test]
+fn locked_list_survives_stress() {
+    assert!(common::stress(&LockedList::new(Config::new(256, 0)).unwrap(), 4, 20_000, 0) > 0);
+}
+
+#[test]
+fn cas_list_survives_stress() {
+    assert!(common::stress(&CasList::new(Config::new(256, 0)).unwrap(), 4, 20_000, 0) > 0);
+}
+
+#[test]
+fn per_core_lists_survive_stress_with_shared_core_hints() {
+    let config = Config::new(256, 0).with_cores(2);
+    assert!(common::stress(&PerCoreLists::new(config).unwrap(), 4, 20_000, 0) > 0);
+}
+
+#[test]
+fn per_core_lists_steal_before_reporting_out_of_memory() {
+    let lists = PerCoreLists::new(Config::new(10, 0).with_cores(4)).unwrap();
+    let mut got: Vec<usize> = (0..10).map(|_| lists.alloc(0, 3).unwrap()).collect();
+    assert_eq!(lists.alloc(0, 0), Err(Error::OutOfMemory));
+    got.sort_unstable();
+    assert_eq!(got, (0..10).collect::<Vec<_>>());
+    for i in got {
+        lists.free(i, 0, 1).unwrap();
+    }
+    common::assert_whole(&lists);
+}
+
+#[test]
+fn lists_free_each_unit_once_under_racing_double_frees() {
+    let config = Config::new(256, 0).with_cores(2);
+    common::double_free_race(&LockedList::new(config).unwrap(), 4, 256, 0);
+    common::double_free_race(&CasList::new(config).unwrap(), 4, 256, 0);
+    common::double_free_race(&PerCoreLists::new(config).unwrap(), 4, 256, 0);
+}
+
+#[test]
+fn lists_accept_any_max_order_and_hand_out_order_0_only() {
+    let lists: [Box<dyn BlockAlloc>; 3] = [
+        Box::new(LockedList::new(Config::new(64, 5)).unwrap()),
+        Box::new(CasList::new(Config::new(64, 5)).unwrap()),
+        Box::new(PerCoreLists::new(Config::new(64, 5)).unwrap()),
+    ];
+    for list in lists {
+        assert_eq!(list.max_order(), 0);
+        assert_eq!(list.alloc(1, 0), Err(Error::BadOrder));
+        assert_eq!(list.free(0, 1, 0), Err(Error::BadOrder));
+        assert_eq!(list.free(0, 0, 0), Err(Error::NotAllocated));
+        assert_eq!(list.free(64, 0, 0), Err(Error::OutOfRange));
+    }
+    assert_eq!(
+        CasList::new(Config::new(0, 0)).err(),
+        Some(Error::InvalidConfig)
+    );
+    assert_eq!(
+        CasList::new(Config::new(4, 0).with_cores(0)).err(),
+        Some(Error::InvalidConfig)
+    );
+}
