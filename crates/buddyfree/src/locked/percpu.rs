@@ -171,3 +171,43 @@ impl<A: SeqBlockAlloc> BlockAlloc for PerCpu<A> {
         }
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use alloc::vec::Vec;
+
+    use super::*;
+    use crate::model::Model;
+
+    fn cached_units(alloc: &PerCpu<Model>, core: usize) -> usize {
+        alloc.cache(core).lock().units()
+    }
+
+    #[test]
+    fn refills_one_batch_and_spills_above_the_watermark() {
+        let alloc = PerCpu::with_config(Config::new(1024, 9).with_cores(2), Model::new).unwrap();
+        let first = alloc.alloc(0, 1).unwrap();
+        assert_eq!(cached_units(&alloc, 1), cache::batch(0) - 1);
+        assert_eq!(cached_units(&alloc, 0), 0);
+        let mut blocks: Vec<usize> = (0..400).map(|_| alloc.alloc(0, 1).unwrap()).collect();
+        blocks.push(first);
+        for &i in &blocks {
+            alloc.free(i, 0, 1).unwrap();
+            assert!(cached_units(&alloc, 1) <= 256, "above the watermark");
+        }
+        assert!(cached_units(&alloc, 1) > 256 - cache::batch(0));
+        assert_eq!(alloc.free_units(), 1024);
+        alloc.drain();
+        assert_eq!(cached_units(&alloc, 1), 0);
+        assert_eq!(alloc.buddy.with(|b| b.free_units()), 1024);
+    }
+
+    #[test]
+    fn rejects_a_used_inner_allocator_and_zero_cores() {
+        let mut used = Model::new(Config::new(16, 2)).unwrap();
+        used.alloc(0).unwrap();
+        assert_eq!(PerCpu::new(used, 1).err(), Some(Error::InvalidConfig));
+        let fresh = Model::new(Config::new(16, 2)).unwrap();
+        assert_eq!(PerCpu::new(fresh, 0).err(), Some(Error::InvalidConfig));
+    }
+}
