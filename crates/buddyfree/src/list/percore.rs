@@ -18,8 +18,9 @@ pub struct PerCoreStacks {
 }
 
 impl PerCoreStacks {
-    fn head(&self, core: usize) -> &TaggedHead {
-        &self.heads[core % self.heads.len()]
+    /// The list of `core` (a hint, reduced modulo the number of lists).
+    fn own(&self, core: usize) -> usize {
+        core % self.heads.len()
     }
 }
 
@@ -34,11 +35,16 @@ impl FreeStack for PerCoreStacks {
     }
 
     fn push(&self, unit: Unit, core: usize) {
-        self.head(core).push(&self.links, unit);
+        self.heads[self.own(core)].push(&self.links, unit);
     }
 
     fn pop(&self, core: usize) -> Option<Unit> {
-        let own = core % self.heads.len();
-        (0..self.heads.len()).find_map(|k| self.head(own + k).pop(&self.links))
+        let own = self.own(core);
+        // The others in turn after `own`: a rotation, so cores steal from different lists.
+        let (before, after) = self.heads.split_at(own);
+        after
+            .iter()
+            .chain(before)
+            .find_map(|head| head.pop(&self.links))
     }
 }
