@@ -85,9 +85,12 @@ mod tests {
     use crate::list::{CasList, PerCoreLists};
     use crate::{BlockAlloc, Config, Error};
 
-    fn model(f: impl Fn() + Sync + Send + 'static) {
+    /// Checks `f` under loom, exhaustively or with at most `preemptions` preemptions per
+    /// execution (an unbounded run of the heaviest test takes minutes; bounded, it still
+    /// covers every interleaving with up to that many forced switches).
+    fn model(preemptions: Option<usize>, f: impl Fn() + Sync + Send + 'static) {
         let mut builder = loom::model::Builder::new();
-        builder.preemption_bound = Some(3);
+        builder.preemption_bound = preemptions;
         builder.check(f);
     }
 
@@ -106,7 +109,7 @@ mod tests {
 
     #[test]
     fn loom_cas_two_threads_alloc_and_free_never_share_a_unit() {
-        model(|| {
+        model(Some(3), || {
             let list = Arc::new(CasList::new(Config::new(2, 0)).unwrap());
             let threads: Vec<_> = (0..2)
                 .map(|t| {
@@ -133,7 +136,7 @@ mod tests {
     /// install the successor, which is allocated, as the head.
     #[test]
     fn loom_cas_aba_pop_does_not_resurrect_an_allocated_unit() {
-        model(|| {
+        model(None, || {
             let list = Arc::new(CasList::new(Config::new(3, 0)).unwrap());
             let slow = {
                 let list = list.clone();
@@ -154,7 +157,7 @@ mod tests {
 
     #[test]
     fn loom_cas_raced_double_free_frees_once() {
-        model(|| {
+        model(None, || {
             let list = Arc::new(CasList::new(Config::new(2, 0)).unwrap());
             let u = list.alloc(0, 0).unwrap();
             let other = {
@@ -174,7 +177,7 @@ mod tests {
     /// empty and steals.
     #[test]
     fn loom_percore_same_core_and_stealing_never_share_a_unit() {
-        model(|| {
+        model(None, || {
             let lists = Arc::new(PerCoreLists::new(Config::new(2, 0).with_cores(2)).unwrap());
             let threads: Vec<_> = (0..2)
                 .map(|_| {
