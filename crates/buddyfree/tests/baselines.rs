@@ -10,11 +10,12 @@ use buddyfree::{BlockAlloc, Config, Error};
 use proptest::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// The inner buddy of the Linux-like tests. Swap in another `SeqBlockAlloc` here.
+/// The inner buddy of the Linux-like tests: any `SeqBlockAlloc` with
+/// `new(Config) -> Result<Self, Error>`; switching to Knuth's buddy is this one line.
 type Inner = Model;
 
 fn linux(config: Config) -> PerCpu<Inner> {
-    PerCpu::with_config(config, Model::new).unwrap()
+    PerCpu::with_config(config, Inner::new).unwrap()
 }
 
 /// Orders 0..=9 need 512 units; 1024 leaves room for two huge blocks. The model is O(units)
