@@ -3,6 +3,7 @@
 
 use alloc::boxed::Box;
 
+use crate::list::{CasList, LockedList, PerCoreLists};
 use crate::model::Model;
 use crate::{BlockAlloc, Config, Error, Locked};
 
@@ -29,11 +30,30 @@ pub fn find(name: &str) -> Option<&'static Entry> {
     ENTRIES.iter().find(|e| e.name == name)
 }
 
-const ENTRIES: &[Entry] = &[Entry {
-    name: "model",
-    about: "the reference model (first-fit unit map) behind a spinlock; O(units) per allocation",
-    build: |c| Ok(Box::new(Locked::<Model>::new(Model::new(c)?))),
-}];
+const ENTRIES: &[Entry] = &[
+    Entry {
+        name: "model",
+        about: "the reference model (first-fit unit map) behind a spinlock; O(units) per allocation",
+        build: |c| Ok(Box::new(Locked::<Model>::new(Model::new(c)?))),
+    },
+    // The list allocators hand out order 0 only: they ignore `Config::max_order` and report
+    // a maximum order of 0.
+    Entry {
+        name: "list-locked",
+        about: "a singly linked free list behind a spinlock (LLFree paper's ListLocked); order 0 only",
+        build: |c| Ok(Box::new(LockedList::new(c)?)),
+    },
+    Entry {
+        name: "list-cas",
+        about: "a lock-free LIFO free list with an ABA-tagged head (LLFree paper's ListCAS); order 0 only",
+        build: |c| Ok(Box::new(CasList::new(c)?)),
+    },
+    Entry {
+        name: "list-percore",
+        about: "lock-free per-core free lists, stealing when empty (LLFree paper's ListLocal); order 0 only",
+        build: |c| Ok(Box::new(PerCoreLists::new(c)?)),
+    },
+];
 
 #[cfg(test)]
 mod tests {

@@ -4,6 +4,9 @@ use lock_api::{Mutex, RawMutex};
 
 use crate::{BlockAlloc, Error, SeqBlockAlloc};
 
+mod percpu;
+pub use percpu::PerCpu;
+
 /// A sequential allocator behind one global lock: the "spin-locked buddy" of the NBBS paper
 /// when `A` is Knuth's buddy and `R` the default spinlock.
 pub struct Locked<A, R = spin::Mutex<()>> {

@@ -1,0 +1,34 @@
+//! One allocated bit per unit, updated atomically so that racing frees agree on a winner.
+
+use alloc::boxed::Box;
+
+use crate::sync::atomic::{AtomicU64, Ordering};
+
+/// A fixed-size set of bits, all clear at first.
+pub(super) struct AllocBits(Box<[AtomicU64]>);
+
+impl AllocBits {
+    pub(super) fn new(bits: usize) -> Self {
+        AllocBits((0..bits.div_ceil(64)).map(|_| AtomicU64::new(0)).collect())
+    }
+
+    /// Sets bit `i`; returns whether it was set already.
+    pub(super) fn set(&self, i: usize) -> bool {
+        let mask = 1 << (i % 64);
+        self.0[i / 64].fetch_or(mask, Ordering::AcqRel) & mask != 0
+    }
+
+    /// Clears bit `i`; returns whether it was set.
+    pub(super) fn clear(&self, i: usize) -> bool {
+        let mask = 1 << (i % 64);
+        self.0[i / 64].fetch_and(!mask, Ordering::AcqRel) & mask != 0
+    }
+
+    /// The number of set bits (a sum of per-word snapshots, exact when nothing races).
+    pub(super) fn count(&self) -> usize {
+        self.0
+            .iter()
+            .map(|w| w.load(Ordering::Acquire).count_ones() as usize)
+            .sum()
+    }
+}

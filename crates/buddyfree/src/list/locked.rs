@@ -1,0 +1,34 @@
+//! A free list behind one spinlock.
+
+use super::links::Links;
+use super::{FreeStack, Unit};
+use crate::sync::CachePadded;
+
+/// One list whose head is guarded by a spinlock; the lock orders all link accesses.
+pub struct LockedStack {
+    head: CachePadded<spin::Mutex<u32>>,
+    links: Links,
+}
+
+impl FreeStack for LockedStack {
+    fn full(units: u32, _cores: usize) -> Self {
+        let links = Links::new(units);
+        let head = links.chain(0..units);
+        LockedStack {
+            head: CachePadded::new(spin::Mutex::new(head)),
+            links,
+        }
+    }
+
+    fn push(&self, unit: Unit, _core: usize) {
+        let mut head = self.head.lock();
+        *head = self.links.push(*head, unit);
+    }
+
+    fn pop(&self, _core: usize) -> Option<Unit> {
+        let mut head = self.head.lock();
+        let (unit, next) = self.links.pop(*head)?;
+        *head = next;
+        Some(unit)
+    }
+}

@@ -1,0 +1,275 @@
+//! The battery on the baselines: the Linux-like buddy (per-core caches in front of a locked
+//! sequential buddy, here the model) and the three list allocators.
+
+mod common;
+
+use buddyfree::list::{CasList, LockedList, PerCoreLists};
+use buddyfree::locked::PerCpu;
+use buddyfree::model::Model;
+use buddyfree::{BlockAlloc, Config, Error};
+use proptest::prelude::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The inner buddy of the Linux-like tests: any `SeqBlockAlloc` with
+/// `new(Config) -> Result<Self, Error>`; switching to Knuth's buddy is this one line.
+type Inner = Model;
+
+fn linux(config: Config) -> PerCpu<Inner> {
+    PerCpu::with_config(config, Inner::new).unwrap()
+}
+
+/// Orders 0..=9 need 512 units; 1024 leaves room for two huge blocks. The model is O(units)
+/// per operation, so the heap stays small.
+const LINUX: Config = Config::new(1024, 9).with_cores(2);
+const LIST: Config = Config::new(64, 0).with_cores(3);
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn linux_like_matches_model(ops in common::ops(LINUX.units, LINUX.max_order, 300)) {
+        common::check_against_model(&linux(LINUX), LINUX, &ops);
+    }
+}
+
+/// Forwards to `A`, passing a core hint that moves on by one every operation, so that the
+/// sequential differential check also sees frees land in other cores' caches or lists than
+/// the allocation came from.
+struct RotatingCore<A> {
+    inner: A,
+    next: AtomicUsize,
+}
+
+impl<A> RotatingCore<A> {
+    fn new(inner: A) -> Self {
+        RotatingCore {
+            inner,
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    fn core(&self) -> usize {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+impl<A: BlockAlloc> BlockAlloc for RotatingCore<A> {
+    fn alloc(&self, order: u32, _core: usize) -> Result<usize, Error> {
+        self.inner.alloc(order, self.core())
+    }
+    fn free(&self, index: usize, order: u32, _core: usize) -> Result<(), Error> {
+        self.inner.free(index, order, self.core())
+    }
+    fn free_units(&self) -> usize {
+        self.inner.free_units()
+    }
+    fn total_units(&self) -> usize {
+        self.inner.total_units()
+    }
+    fn max_order(&self) -> u32 {
+        self.inner.max_order()
+    }
+    fn drain(&self) {
+        self.inner.drain()
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    #[test]
+    fn linux_like_matches_model_across_cores(ops in common::ops(LINUX.units, LINUX.max_order, 300)) {
+        let config = LINUX.with_cores(3);
+        common::check_against_model(&RotatingCore::new(linux(config)), config, &ops);
+    }
+}
+
+proptest! {
+    #[test]
+    fn per_core_lists_match_model_across_cores(ops in common::ops(LIST.units, 0, 200)) {
+        common::check_against_model(&RotatingCore::new(PerCoreLists::new(LIST).unwrap()), LIST, &ops);
+    }
+
+    #[test]
+    fn locked_list_matches_model(ops in common::ops(LIST.units, 0, 200)) {
+        common::check_against_model(&LockedList::new(LIST).unwrap(), LIST, &ops);
+    }
+
+    #[test]
+    fn cas_list_matches_model(ops in common::ops(LIST.units, 0, 200)) {
+        common::check_against_model(&CasList::new(LIST).unwrap(), LIST, &ops);
+    }
+
+    #[test]
+    fn per_core_lists_match_model(ops in common::ops(LIST.units, 0, 200)) {
+        common::check_against_model(&PerCoreLists::new(LIST).unwrap(), LIST, &ops);
+    }
+}
+
+#[test]
+fn linux_like_survives_stress_with_shared_core_hints() {
+    // Four threads on two caches: threads t and t + 2 share one.
+    assert!(common::stress(&linux(LINUX), 4, 3_000, 9) > 0);
+}
+
+#[test]
+fn linux_like_frees_each_block_once_under_racing_double_frees() {
+    for order in [0, 3, 4, 9] {
+        let blocks = (LINUX.units >> order).min(128);
+        common::double_free_race(&linux(LINUX), 4, blocks, order);
+    }
+}
+
+#[test]
+fn linux_like_detects_bad_frees_of_cached_blocks() {
+    let alloc = linux(Config::new(1024, 9));
+    let a = alloc.alloc(0, 0).unwrap();
+    let b = alloc.alloc(3, 0).unwrap();
+    alloc.free(a, 0, 0).unwrap();
+    alloc.free(b, 3, 0).unwrap();
+    // Both now sit in the cache: free to callers, allocated in the buddy.
+    assert_eq!(alloc.free_units(), 1024);
+    assert_eq!(alloc.free(a, 0, 0), Err(Error::NotAllocated));
+    assert_eq!(alloc.free(a, 1, 0), Err(Error::NotAllocated));
+    assert_eq!(alloc.free(b, 3, 0), Err(Error::NotAllocated));
+    assert_eq!(alloc.free(b, 4, 0), Err(Error::NotAllocated));
+    assert_eq!(alloc.free(b & !511, 9, 0), Err(Error::NotAllocated));
+    let c = alloc.alloc(3, 0).unwrap();
+    assert_eq!(c, b, "the cache hands out its most recent block");
+    assert_eq!(alloc.free(c, 0, 0), Err(Error::OrderMismatch));
+    alloc.free(c, 3, 0).unwrap();
+    common::assert_whole(&alloc);
+}
+
+#[test]
+fn linux_like_drains_caches_before_reporting_out_of_memory() {
+    let alloc = linux(Config::new(1024, 9).with_cores(2));
+    // Fill core 1's order-0 cache, then ask core 0 for both huge blocks.
+    let small: Vec<usize> = (0..8).map(|_| alloc.alloc(0, 1).unwrap()).collect();
+    for &i in &small {
+        alloc.free(i, 0, 1).unwrap();
+    }
+    let huge: Vec<usize> = (0..2).map(|_| alloc.alloc(9, 0).unwrap()).collect();
+    assert_eq!(alloc.alloc(0, 1), Err(Error::OutOfMemory));
+    for i in huge {
+        alloc.free(i, 9, 0).unwrap();
+    }
+    common::assert_whole(&alloc);
+}
+
+#[test]
+fn locked_list_survives_stress() {
+    assert!(common::stress(&LockedList::new(Config::new(256, 0)).unwrap(), 4, 20_000, 0) > 0);
+}
+
+#[test]
+fn cas_list_survives_stress() {
+    assert!(common::stress(&CasList::new(Config::new(256, 0)).unwrap(), 4, 20_000, 0) > 0);
+}
+
+#[test]
+fn per_core_lists_survive_stress_with_shared_core_hints() {
+    let config = Config::new(256, 0).with_cores(2);
+    assert!(common::stress(&PerCoreLists::new(config).unwrap(), 4, 20_000, 0) > 0);
+}
+
+#[test]
+fn per_core_lists_steal_before_reporting_out_of_memory() {
+    let lists = PerCoreLists::new(Config::new(10, 0).with_cores(4)).unwrap();
+    let mut got: Vec<usize> = (0..10).map(|_| lists.alloc(0, 3).unwrap()).collect();
+    assert_eq!(lists.alloc(0, 0), Err(Error::OutOfMemory));
+    got.sort_unstable();
+    assert_eq!(got, (0..10).collect::<Vec<_>>());
+    for i in got {
+        lists.free(i, 0, 1).unwrap();
+    }
+    common::assert_whole(&lists);
+}
+
+#[test]
+fn lists_free_each_unit_once_under_racing_double_frees() {
+    let config = Config::new(256, 0).with_cores(2);
+    common::double_free_race(&LockedList::new(config).unwrap(), 4, 256, 0);
+    common::double_free_race(&CasList::new(config).unwrap(), 4, 256, 0);
+    common::double_free_race(&PerCoreLists::new(config).unwrap(), 4, 256, 0);
+}
+
+#[test]
+fn lists_accept_any_max_order_and_hand_out_order_0_only() {
+    let lists: [Box<dyn BlockAlloc>; 3] = [
+        Box::new(LockedList::new(Config::new(64, 5)).unwrap()),
+        Box::new(CasList::new(Config::new(64, 5)).unwrap()),
+        Box::new(PerCoreLists::new(Config::new(64, 5)).unwrap()),
+    ];
+    for list in lists {
+        assert_eq!(list.max_order(), 0);
+        assert_eq!(list.alloc(1, 0), Err(Error::BadOrder));
+        assert_eq!(list.free(0, 1, 0), Err(Error::BadOrder));
+        assert_eq!(list.free(0, 0, 0), Err(Error::NotAllocated));
+        assert_eq!(list.free(64, 0, 0), Err(Error::OutOfRange));
+    }
+    assert_eq!(
+        CasList::new(Config::new(0, 0)).err(),
+        Some(Error::InvalidConfig)
+    );
+    assert_eq!(
+        CasList::new(Config::new(4, 0).with_cores(0)).err(),
+        Some(Error::InvalidConfig)
+    );
+}
+
+/// Churn on every baseline from threads that are spawned and joined (not scoped), so that
+/// ThreadSanitizer, which sees `pthread_join` but not the uninstrumented std's scope
+/// bookkeeping, can check the allocators' own synchronisation without false reports.
+/// Each thread allocates a few blocks, writes its id into a shared per-unit owner word
+/// (relaxed; an overlap shows as a wrong owner), checks and frees them.
+#[test]
+fn baselines_churn_from_joined_threads() {
+    use std::sync::Arc;
+
+    let allocs: [(Arc<dyn BlockAlloc + Send>, u32); 4] = [
+        (Arc::new(linux(Config::new(1024, 9).with_cores(2))), 9),
+        (Arc::new(LockedList::new(Config::new(256, 0)).unwrap()), 0),
+        (Arc::new(CasList::new(Config::new(256, 0)).unwrap()), 0),
+        (
+            Arc::new(PerCoreLists::new(Config::new(256, 0).with_cores(2)).unwrap()),
+            0,
+        ),
+    ];
+    for (alloc, max_order) in allocs {
+        let owners: Arc<Vec<AtomicUsize>> = Arc::new(
+            (0..alloc.total_units())
+                .map(|_| AtomicUsize::new(0))
+                .collect(),
+        );
+        let threads: Vec<_> = (1..=4)
+            .map(|t| {
+                let (alloc, owners) = (alloc.clone(), owners.clone());
+                std::thread::spawn(move || {
+                    let mut rng = common::Rng::new(t as u64);
+                    for _ in 0..2_000 {
+                        let order = rng.below(max_order as usize + 1) as u32;
+                        let order = order.min(rng.below(max_order as usize + 1) as u32);
+                        let mine: Vec<usize> =
+                            (0..3).filter_map(|_| alloc.alloc(order, t).ok()).collect();
+                        for &i in &mine {
+                            for unit in &owners[i..i + (1 << order)] {
+                                assert_eq!(unit.swap(t, Ordering::Relaxed), 0, "overlap");
+                            }
+                        }
+                        for &i in &mine {
+                            for unit in &owners[i..i + (1 << order)] {
+                                assert_eq!(unit.swap(0, Ordering::Relaxed), t, "overlap");
+                            }
+                            alloc.free(i, order, t).unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        common::assert_whole(&*alloc);
+    }
+}
