@@ -20,6 +20,7 @@ mod error;
 pub mod locked;
 pub mod model;
 pub mod registry;
+pub mod stats;
 pub mod sync;
 
 pub use config::Config;
