@@ -28,10 +28,16 @@ impl SystemAlloc {
     /// workloads do exactly that (their tests count it with a checking wrapper).
     pub unsafe fn new(config: Config) -> Result<Self, Error> {
         config.validate()?;
-        Ok(SystemAlloc {
+        let a = SystemAlloc {
             total_units: config.units,
             max_order: config.max_order,
-        })
+        };
+        // glibc serves blocks above a dynamic threshold with mmap and raises the threshold
+        // when such a block is freed. Freeing one largest block up front makes every later
+        // block come from the heap, whichever workload happens to run first.
+        let largest = a.alloc(a.max_order, 0)?;
+        a.free(largest, a.max_order, 0)?;
+        Ok(a)
     }
 
     fn layout(order: u32) -> Result<Layout, Error> {

@@ -73,7 +73,10 @@ fn bounds(series: &[Series], log_y: bool) -> ((f64, f64), (f64, f64)) {
 
 fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &Chart) -> std::io::Result<()> {
     root.fill(&WHITE).map_err(io_err)?;
-    let ((x0, x1), (y0, y1)) = bounds(&c.series, c.log_y);
+    // A log axis only pays off (and only gets labels) when values span a wide range.
+    let ((_, _), (lo, hi)) = bounds(&c.series, true);
+    let log_y = c.log_y && hi / lo > 50.0;
+    let ((x0, x1), (y0, y1)) = bounds(&c.series, log_y);
     let mut b = ChartBuilder::on(&root);
     b.caption(&c.title, ("sans-serif", 22))
         .margin(12)
@@ -86,7 +89,7 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &Chart) -> std::io:
                 .configure_mesh()
                 .x_label_formatter(&|x| whole(*x))
                 .y_label_formatter(&|y| {
-                    if *y >= 10.0 {
+                    if y.fract() == 0.0 || *y >= 10.0 {
                         format!("{y:.0}")
                     } else {
                         format!("{y:.1}")
@@ -123,7 +126,7 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &Chart) -> std::io:
                 .map_err(io_err)?;
         }};
     }
-    if c.log_y {
+    if log_y {
         body!(b
             .build_cartesian_2d(x0..x1, (y0..y1).log_scale())
             .map_err(io_err)?);
@@ -180,7 +183,7 @@ fn charts(report: &Report) -> Vec<Chart> {
                 file,
                 title,
                 x_desc: "threads",
-                y_desc: "ns per operation (log)",
+                y_desc: "ns per operation",
                 log_y: true,
                 series,
             }
