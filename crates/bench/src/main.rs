@@ -126,6 +126,13 @@ fn main() -> ExitCode {
         plan.reps,
         plan.baseline
     );
+    let (calls, timed) = plan.estimate();
+    eprintln!(
+        "at most {:.1} M allocator calls (about {:.0} s at 100 ns each on one thread) plus {:.0} s of time-bounded runs",
+        calls as f64 / 1e6,
+        calls as f64 * 100e-9,
+        timed.as_secs_f64()
+    );
     let report = plan.run(std::env::args().collect());
     print!("{}", table::render(&report));
     match write_all(&report, &cli.out, !cli.no_plots) {

@@ -20,6 +20,8 @@ pub const DEFAULT_MAX_ORDER: u32 = 10;
 pub const LLFREE_HEAP_UNITS: usize = 1 << 18;
 /// The same for `--quick`: 32 MiB.
 pub const QUICK_LLFREE_HEAP_UNITS: usize = 1 << 13;
+/// The most threads a run may use.
+pub const MAX_THREADS: usize = 1024;
 /// The default thread counts: 1, 2, 4, ... up to the usable cores, and the core count.
 pub fn default_threads() -> Vec<usize> {
     let cores = crate::runner::usable_cpus().len().max(2);
@@ -225,6 +227,9 @@ impl Plan {
         if threads.contains(&0) {
             return err("thread count 0: every run needs at least one thread");
         }
+        if let Some(t) = threads.iter().find(|&&t| t > MAX_THREADS) {
+            return err(format!("thread count {t} is above {MAX_THREADS}"));
+        }
         let reps = req.reps.unwrap_or(if req.quick { 2 } else { 3 });
         if reps == 0 {
             return err("--reps 0: every run needs at least one repetition");
@@ -314,6 +319,25 @@ impl Plan {
             params,
             notes,
         })
+    }
+
+    /// The allocator calls of the whole plan (per allocator able to run every case: an upper
+    /// bound) and the time of its time-bounded runs, to foresee how long it takes.
+    pub fn estimate(&self) -> (u64, std::time::Duration) {
+        let mut calls = 0u64;
+        let mut time = std::time::Duration::ZERO;
+        for c in &self.cases {
+            match c.workload.calls(c.order, c.threads, c.units, &self.params) {
+                Some(n) => calls += n,
+                None => {
+                    if let workloads::Stop::Time(d) = self.params.larson_stop {
+                        time += d;
+                    }
+                }
+            }
+        }
+        let runs = (self.allocs.len() * self.reps) as u32;
+        (calls * u64::from(runs), time * runs)
     }
 
     /// Runs every case on every allocator `reps` times, each time on a freshly built

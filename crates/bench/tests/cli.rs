@@ -40,6 +40,7 @@ fn bad_names_and_impossible_parameters_are_errors() {
     rejects(&["--baseline", "no-such"], "unknown baseline");
     rejects(&["--alloc", "model", "--threads", "0"], "thread count 0");
     rejects(&["--alloc", "model", "--threads", "x"], "invalid value");
+    rejects(&["--alloc", "model", "--threads", "1,100000"], "above 1024");
     rejects(&["--alloc", "model", "--reps", "0"], "--reps 0");
     rejects(
         &["--alloc", "model", "--order", "11"],

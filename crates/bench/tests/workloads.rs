@@ -98,6 +98,8 @@ fn run(alloc: &str, w: Workload, order: u32, threads: usize, units: usize) -> (O
     assert_eq!((out.failures, failures), (0, 0), "{}", w.name());
     assert_eq!(out.bad_frees, 0, "{}", w.name());
     assert_eq!(allocs, frees, "{}: everything is freed", w.name());
+    let calls = w.calls(order, threads, units, &params());
+    assert_eq!(calls, Some(allocs + frees), "{}: the estimate", w.name());
     assert!(c.live.lock().unwrap().is_empty());
     if alloc != "system" {
         assert_eq!(c.free_units(), units);

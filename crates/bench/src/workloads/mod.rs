@@ -161,6 +161,35 @@ impl Workload {
             Workload::Frag => buddyfree::stats::HUGE_FRAME_UNITS.max(2 * threads),
         }
     }
+
+    /// Allocator calls one run makes over all threads (untimed ones included), or `None` for
+    /// a run bounded by time.
+    pub fn calls(self, order: u32, threads: usize, units: usize, params: &Params) -> Option<u64> {
+        let k = 1usize << order;
+        let t = threads;
+        let n = llfree::allocs_per_thread(units, t, order) * t;
+        let calls = match self {
+            Workload::LinuxScalability => t * 2 * k * nbbs::burst(params.ls_burst_units, k) * 2,
+            Workload::ThreadTest => {
+                t * params.tt_repeats * k * nbbs::burst(params.tt_burst_units / t, k) * 2
+            }
+            Workload::Larson => match params.larson_stop {
+                Stop::Generations(g) => {
+                    t * (2 * params.larson_chunks + 2 * g * params.larson_steps)
+                }
+                Stop::Time(_) => return None,
+            },
+            Workload::ConstantOccupancy => t * (2 * 31 + 2 * (params.co_steps / t)),
+            Workload::Cached => t * params.cached_pairs * 2,
+            Workload::Bulk | Workload::Rand => 2 * n,
+            Workload::Repeat => 4 * n,
+            Workload::Frag => {
+                let held = units * 9 / 10 / t / 2 * t;
+                2 * units * 9 / 10 + 2 * params.frag_rounds * (held / 10)
+            }
+        };
+        Some(calls as u64)
+    }
 }
 
 /// When a time-bounded workload (Larson) stops.
