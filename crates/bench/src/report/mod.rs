@@ -14,6 +14,9 @@ use crate::suite::{bytes, Case};
 use crate::system::UNIT_BYTES;
 use crate::workloads::Outcome;
 
+/// The phase names, in table order.
+const PHASES: &[&str] = &["op", "get", "put", "get+put"];
+
 /// All repetitions of one case on one allocator.
 pub struct RunSet {
     /// The allocator's name.
@@ -244,14 +247,23 @@ pub fn summarize(
             .filter(|b| r.ns_per_op.median > 0.0 && b.ns_per_op.median > 0.0)
             .map(|b| b.ns_per_op.median / r.ns_per_op.median);
     }
-    // Table order: workload, size, threads, then allocator in run order.
+    // Table order: workload, size, threads, phase, then allocator in run order (the sort is
+    // stable).
     let workload_rank = |name: &str| {
         crate::workloads::Workload::ALL
             .iter()
             .position(|w| w.name() == name)
             .unwrap_or(usize::MAX)
     };
-    records.sort_by_key(|r| (workload_rank(&r.workload), r.order, r.threads));
+    let phase_rank = |name: &str| PHASES.iter().position(|p| *p == name).unwrap_or(usize::MAX);
+    records.sort_by_key(|r| {
+        (
+            workload_rank(&r.workload),
+            r.order,
+            r.threads,
+            phase_rank(&r.phase),
+        )
+    });
     for r in records.iter().filter(|r| r.bad_frees > 0) {
         notes.push(format!(
             "{}: {} rejected {} frees of blocks it handed out: an allocator bug",
