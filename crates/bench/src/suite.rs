@@ -1,4 +1,11 @@
 //! What to run (a [`Plan`], checked into [`Case`]s) and running it.
+//!
+//! The default suite (no arguments): the registered allocators of
+//! [`DEFAULT_ALLOCS`], baseline `knuth-locked` (else `linux`,
+//! else the first); thread counts 1, 2, 4, ... up to the usable cores; 3 repetitions; the NBBS
+//! workloads at 4K, 32K and 256K blocks on a heap sized to each run's need plus a quarter
+//! (rounded up to a power of two), the LLFree workloads at 4K and 2M on a 1 GiB heap (frag:
+//! order 0); blocks up to order 10 (4 MiB); sizes from [`Params::default`].
 
 use std::fmt;
 

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Once;
+use std::sync::OnceLock;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -30,10 +30,9 @@ struct Chart {
 }
 
 fn register_font() -> std::io::Result<()> {
-    static ONCE: Once = Once::new();
-    let mut ok = true;
-    ONCE.call_once(|| {
-        ok = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT).is_ok();
+    static REGISTERED: OnceLock<bool> = OnceLock::new();
+    let ok = *REGISTERED.get_or_init(|| {
+        plotters::style::register_font("sans-serif", FontStyle::Normal, FONT).is_ok()
     });
     if ok {
         Ok(())
