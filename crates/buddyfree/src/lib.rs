@@ -21,6 +21,7 @@ pub mod list;
 pub mod locked;
 pub mod model;
 pub mod registry;
+pub mod stats;
 pub mod sync;
 
 pub use config::Config;

@@ -1,0 +1,150 @@
+//! `buddybench`: runs the NBBS and LLFree papers' workloads against the buddyfree allocators.
+//! With no arguments it runs the default suite; `--list` shows what can be selected.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use buddybench::allocs::{AllocSpec, DEFAULT_ALLOCS};
+use buddybench::report::{table, write_all};
+use buddybench::suite::{parse_bytes, size_to_order, Plan, Request};
+use buddybench::workloads::Workload;
+use clap::Parser;
+
+/// Compares back-end allocators on the workloads of the NBBS and LLFree papers.
+///
+/// With no arguments, runs the default suite: every workload, on the default allocators that
+/// are registered, at 1, 2, 4, ... threads up to the core count, printing a table and writing
+/// JSON, CSV and plots to `results/`.
+#[derive(Parser, Debug)]
+#[command(name = "buddybench", version)]
+struct Cli {
+    /// Allocators to run, comma-separated (see --list).
+    #[arg(long, value_delimiter = ',')]
+    alloc: Option<Vec<String>>,
+    /// Workloads to run, comma-separated; also the suites `nbbs`, `llfree` and `all`.
+    #[arg(long, value_delimiter = ',')]
+    workload: Option<Vec<String>>,
+    /// Thread counts, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    threads: Option<Vec<usize>>,
+    /// Block sizes, comma-separated powers of two of at least 4K (e.g. 4K,32K,256K).
+    #[arg(long, value_delimiter = ',', conflicts_with = "order")]
+    size: Option<Vec<String>>,
+    /// Block orders (size = 4 KiB << order), comma-separated; instead of --size.
+    #[arg(long, value_delimiter = ',')]
+    order: Option<Vec<u32>>,
+    /// Heap size (e.g. 1G); by default each size-based run gets what it needs plus headroom,
+    /// and the LLFree workloads 1 GiB.
+    #[arg(long)]
+    heap: Option<String>,
+    /// Repetitions of each run (the table shows the median).
+    #[arg(long)]
+    reps: Option<usize>,
+    /// The allocator the others are compared with (default: knuth-locked, else linux, else
+    /// the first one run).
+    #[arg(long)]
+    baseline: Option<String>,
+    /// The largest order the allocators are built for (default 10: 4 MiB blocks).
+    #[arg(long)]
+    max_order: Option<u32>,
+    /// Folder for the JSON, CSV and plots.
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
+    /// List the allocators and workloads, then exit.
+    #[arg(long)]
+    list: bool,
+    /// Tiny sizes, for a smoke test.
+    #[arg(long)]
+    quick: bool,
+    /// Skip the plots.
+    #[arg(long)]
+    no_plots: bool,
+}
+
+fn list() {
+    println!("allocators (* = in the default suite):");
+    let all = AllocSpec::all();
+    let width = all.iter().map(|a| a.name().len()).max().unwrap_or(0);
+    for a in &all {
+        let mark = if DEFAULT_ALLOCS.contains(&a.name()) {
+            '*'
+        } else {
+            ' '
+        };
+        println!("  {mark} {:width$}  {}", a.name(), a.about());
+    }
+    println!("\nworkloads (k = units of 4 KiB per block, P = threads):");
+    for w in Workload::ALL {
+        println!("    {:18}  {}", w.name(), w.about());
+    }
+    println!("\nsuites: nbbs, llfree, all");
+}
+
+fn request(cli: &Cli) -> Result<Request, String> {
+    let orders = match (&cli.size, &cli.order) {
+        (Some(sizes), _) => Some(
+            sizes
+                .iter()
+                .map(|s| parse_bytes(s).and_then(size_to_order))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        (None, o) => o.clone(),
+    };
+    let heap_bytes = cli.heap.as_deref().map(parse_bytes).transpose()?;
+    Ok(Request {
+        allocs: cli.alloc.clone(),
+        workloads: cli.workload.clone(),
+        threads: cli.threads.clone(),
+        orders,
+        heap_bytes,
+        reps: cli.reps,
+        baseline: cli.baseline.clone(),
+        max_order: cli.max_order,
+        quick: cli.quick,
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if cli.list {
+        list();
+        return ExitCode::SUCCESS;
+    }
+    let plan = match request(&cli).and_then(|r| Plan::new(&r).map_err(|e| e.0)) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let names: Vec<_> = plan.allocs.iter().map(|a| a.name()).collect();
+    eprintln!(
+        "buddybench: {} allocator(s) [{}] x {} case(s) x {} rep(s), baseline {}",
+        names.len(),
+        names.join(", "),
+        plan.cases.len(),
+        plan.reps,
+        plan.baseline
+    );
+    let (calls, timed) = plan.estimate();
+    eprintln!(
+        "at most {:.1} M allocator calls (about {:.0} s at 100 ns each on one thread) plus {:.0} s of time-bounded runs",
+        calls as f64 / 1e6,
+        calls as f64 * 100e-9,
+        timed.as_secs_f64()
+    );
+    let report = plan.run(std::env::args().collect());
+    print!("{}", table::render(&report));
+    match write_all(&report, &cli.out, !cli.no_plots) {
+        Ok(w) => eprintln!("wrote {} file(s) to {}", w.files.len(), cli.out.display()),
+        Err(e) => {
+            eprintln!("error: cannot write results to {}: {e}", cli.out.display());
+            return ExitCode::from(1);
+        }
+    }
+    if report.records.iter().any(|r| r.bad_frees > 0) {
+        eprintln!("error: an allocator rejected frees of blocks it handed out (see notes)");
+        return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,318 @@
+//! Results: per-repetition outcomes summarised into [`Record`]s (median, min, max over
+//! repetitions, and the speedup over the baseline measured in the same run), then written as a
+//! table ([`table`]), JSON and CSV ([`json`]) and plots ([`plot`]).
+
+pub mod json;
+pub mod plot;
+pub mod table;
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::suite::{bytes, Case};
+use crate::system::UNIT_BYTES;
+use crate::workloads::Outcome;
+
+/// The phase names, in table order.
+const PHASES: &[&str] = &["op", "get", "put", "get+put"];
+
+/// All repetitions of one case on one allocator.
+pub struct RunSet {
+    /// The allocator's name.
+    pub alloc: &'static str,
+    /// What ran.
+    pub case: Case,
+    /// One outcome per repetition.
+    pub outcomes: Vec<Outcome>,
+}
+
+/// Median, minimum and maximum over repetitions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Stat {
+    /// The median (the mean of the middle two for an even count).
+    pub median: f64,
+    /// The smallest value.
+    pub min: f64,
+    /// The largest value.
+    pub max: f64,
+}
+
+impl Stat {
+    /// The statistics of `values` (all zero when empty).
+    pub fn of(values: &[f64]) -> Stat {
+        if values.is_empty() {
+            return Stat::default();
+        }
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Stat {
+            median,
+            min: v[0],
+            max: v[n - 1],
+        }
+    }
+}
+
+/// One timed phase of one case on one allocator, over all repetitions.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Record {
+    /// Allocator name.
+    pub alloc: String,
+    /// Workload name.
+    pub workload: String,
+    /// What one operation is ("op" = an alloc or a free; "get", "put", "get+put").
+    pub phase: String,
+    /// Block order (the smallest, for workloads mixing sizes).
+    pub order: u32,
+    /// Block size, e.g. "4K".
+    pub size: String,
+    /// Worker threads.
+    pub threads: usize,
+    /// Heap size in 4 KiB units.
+    pub heap_units: usize,
+    /// Repetitions.
+    pub reps: usize,
+    /// Operations per repetition (median).
+    pub ops: u64,
+    /// Nanoseconds per operation per thread: the threads' summed time over the operations.
+    pub ns_per_op: Stat,
+    /// Throughput: operations over the slowest thread's time, in millions per second.
+    pub mops: Stat,
+    /// Failed allocations, summed over repetitions.
+    pub failures: u64,
+    /// Frees the allocator rejected, summed over repetitions (non-zero means a bug).
+    pub bad_frees: u64,
+    /// The baseline's median ns/op over this one's: above 1 is faster than the baseline.
+    pub speedup: Option<f64>,
+}
+
+impl Record {
+    /// The key of records compared with each other.
+    pub fn key(&self) -> (&str, &str, u32, usize) {
+        (&self.workload, &self.phase, self.order, self.threads)
+    }
+}
+
+/// frag's measurements after round 0 (the fragmented start) and each later round.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FragRound {
+    /// The round.
+    pub round: usize,
+    /// Huge frames with every unit free.
+    pub free_huge: usize,
+    /// Huge frames compaction could free.
+    pub possible_huge: usize,
+    /// 4 KiB moves needed to free them.
+    pub compaction_cost: usize,
+    /// Free units.
+    pub free_units: usize,
+}
+
+/// frag's rounds for one allocator and thread count (first repetition).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FragRecord {
+    /// Allocator name.
+    pub alloc: String,
+    /// Worker threads.
+    pub threads: usize,
+    /// Heap size in 4 KiB units.
+    pub heap_units: usize,
+    /// Huge frames in the heap.
+    pub huge_frames: usize,
+    /// The rounds.
+    pub rounds: Vec<FragRound>,
+}
+
+/// Everything a run of the tool produced.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Report {
+    /// The tool's version.
+    pub version: String,
+    /// Usable cores of the machine.
+    pub cores: usize,
+    /// The command line.
+    pub args: Vec<String>,
+    /// The allocator the speedups are relative to.
+    pub baseline: String,
+    /// The largest order the allocators were built for.
+    pub max_order: u32,
+    /// One record per allocator, workload phase, order and thread count.
+    pub records: Vec<Record>,
+    /// frag's rounds.
+    pub frag: Vec<FragRecord>,
+    /// Skipped allocators or cases, and other remarks.
+    pub notes: Vec<String>,
+}
+
+fn record(set: &RunSet, phase_index: usize) -> Record {
+    let mut ns = Vec::new();
+    let mut mops = Vec::new();
+    let mut ops = Vec::new();
+    for o in &set.outcomes {
+        let p = &o.phases[phase_index];
+        let sum: f64 = p.thread_times.iter().map(|t| t.as_nanos() as f64).sum();
+        let slowest = p
+            .thread_times
+            .iter()
+            .map(|t| t.as_nanos() as f64)
+            .fold(0.0, f64::max);
+        let n = p.ops.max(1) as f64;
+        ns.push(sum / n);
+        mops.push(if slowest > 0.0 {
+            p.ops as f64 / slowest * 1e3
+        } else {
+            0.0
+        });
+        ops.push(p.ops as f64);
+    }
+    let case = &set.case;
+    Record {
+        alloc: set.alloc.to_string(),
+        workload: case.workload.name().to_string(),
+        phase: set.outcomes[0].phases[phase_index].name.to_string(),
+        order: case.order,
+        size: bytes(UNIT_BYTES << case.order),
+        threads: case.threads,
+        heap_units: case.units,
+        reps: set.outcomes.len(),
+        ops: Stat::of(&ops).median as u64,
+        ns_per_op: Stat::of(&ns),
+        mops: Stat::of(&mops),
+        failures: set.outcomes.iter().map(|o| o.failures).sum(),
+        bad_frees: set.outcomes.iter().map(|o| o.bad_frees).sum(),
+        speedup: None,
+    }
+}
+
+fn frag_record(set: &RunSet) -> Option<FragRecord> {
+    let first = set.outcomes.first()?;
+    if first.frag.is_empty() {
+        return None;
+    }
+    Some(FragRecord {
+        alloc: set.alloc.to_string(),
+        threads: set.case.threads,
+        heap_units: set.case.units,
+        huge_frames: first.frag[0].frames,
+        rounds: first
+            .frag
+            .iter()
+            .enumerate()
+            .map(|(round, f)| FragRound {
+                round,
+                free_huge: f.free_frames,
+                possible_huge: f.possible_frames,
+                compaction_cost: f.compaction_cost,
+                free_units: f.free_units,
+            })
+            .collect(),
+    })
+}
+
+/// Summarises the run sets into a report, with speedups over `baseline`.
+pub fn summarize(
+    baseline: &str,
+    max_order: u32,
+    args: Vec<String>,
+    sets: Vec<RunSet>,
+    mut notes: Vec<String>,
+) -> Report {
+    let mut records = Vec::new();
+    let mut frag = Vec::new();
+    for set in &sets {
+        if set.outcomes.is_empty() {
+            continue;
+        }
+        for i in 0..set.outcomes[0].phases.len() {
+            records.push(record(set, i));
+        }
+        frag.extend(frag_record(set));
+    }
+    let base: Vec<Record> = records
+        .iter()
+        .filter(|r| r.alloc == baseline)
+        .cloned()
+        .collect();
+    for r in &mut records {
+        r.speedup = base
+            .iter()
+            .find(|b| b.key() == r.key())
+            .filter(|b| r.ns_per_op.median > 0.0 && b.ns_per_op.median > 0.0)
+            .map(|b| b.ns_per_op.median / r.ns_per_op.median);
+    }
+    // Table order: workload, size, threads, phase, then allocator in run order (the sort is
+    // stable).
+    let workload_rank = |name: &str| {
+        crate::workloads::Workload::ALL
+            .iter()
+            .position(|w| w.name() == name)
+            .unwrap_or(usize::MAX)
+    };
+    let phase_rank = |name: &str| PHASES.iter().position(|p| *p == name).unwrap_or(usize::MAX);
+    records.sort_by_key(|r| {
+        (
+            workload_rank(&r.workload),
+            r.order,
+            r.threads,
+            phase_rank(&r.phase),
+        )
+    });
+    for r in records.iter().filter(|r| r.bad_frees > 0) {
+        notes.push(format!(
+            "{}: {} rejected {} frees of blocks it handed out: an allocator bug",
+            r.alloc, r.workload, r.bad_frees
+        ));
+    }
+    Report {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        cores: crate::runner::usable_cpus().len(),
+        args,
+        baseline: baseline.to_string(),
+        max_order,
+        records,
+        frag,
+        notes,
+    }
+}
+
+/// The files written for a report.
+pub struct Written {
+    /// Every file, in the order written.
+    pub files: Vec<PathBuf>,
+}
+
+/// Writes the JSON, CSV and plots of `report` into `dir` (created if missing).
+pub fn write_all(report: &Report, dir: &Path, plots: bool) -> std::io::Result<Written> {
+    std::fs::create_dir_all(dir)?;
+    let mut files = json::write(report, dir)?;
+    if plots {
+        files.extend(plot::write(report, dir)?);
+    }
+    Ok(Written { files })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_takes_median_min_max() {
+        assert_eq!(
+            Stat::of(&[3.0, 1.0, 2.0]),
+            Stat {
+                median: 2.0,
+                min: 1.0,
+                max: 3.0
+            }
+        );
+        assert_eq!(Stat::of(&[4.0, 1.0, 2.0, 3.0]).median, 2.5);
+        assert_eq!(Stat::of(&[]), Stat::default());
+    }
+}

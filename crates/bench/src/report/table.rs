@@ -1,0 +1,136 @@
+//! The comparison table printed at the end of a run.
+
+use std::fmt::Write as _;
+
+use super::Report;
+
+/// Lays out rows of cells in columns; the first row is the header. Text columns are
+/// left-aligned, numeric ones right-aligned.
+fn columns(rows: &[Vec<String>], numeric: &[bool]) -> String {
+    let n = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..n)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for (i, row) in rows.iter().enumerate() {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            if c > 0 {
+                line.push_str("  ");
+            }
+            if numeric[c] {
+                let _ = write!(line, "{cell:>w$}", w = widths[c]);
+            } else {
+                let _ = write!(line, "{cell:<w$}", w = widths[c]);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+        if i == 0 {
+            let total = widths.iter().sum::<usize>() + 2 * n.saturating_sub(1);
+            out.push_str(&"-".repeat(total));
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn ns(x: f64) -> String {
+    if x >= 100.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.1}")
+    }
+}
+
+/// The table of all records, grouped by workload phase, size and thread count, with each
+/// allocator's speedup over the baseline, then frag's first and last rounds and the notes.
+pub fn render(report: &Report) -> String {
+    let mut rows = vec![[
+        "workload",
+        "op",
+        "size",
+        "thr",
+        "allocator",
+        "ns/op",
+        "min..max",
+        "Mops/s",
+        "failed",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([format!("vs {}", report.baseline)])
+    .collect::<Vec<_>>()];
+    let mut last_key = None;
+    for r in &report.records {
+        let key = (r.workload.as_str(), r.phase.as_str(), r.order, r.threads);
+        let first = last_key != Some(key);
+        last_key = Some(key);
+        let show = |s: &str| if first { s.to_string() } else { String::new() };
+        rows.push(vec![
+            show(&r.workload),
+            show(&r.phase),
+            show(&r.size),
+            if first {
+                r.threads.to_string()
+            } else {
+                String::new()
+            },
+            r.alloc.clone(),
+            ns(r.ns_per_op.median),
+            format!("{}..{}", ns(r.ns_per_op.min), ns(r.ns_per_op.max)),
+            format!("{:.2}", r.mops.median),
+            r.failures.to_string(),
+            r.speedup.map_or("-".into(), |x| format!("{x:.2}x")),
+        ]);
+    }
+    let numeric = [
+        false, false, false, true, false, true, true, true, true, true,
+    ];
+    let mut out = String::new();
+    if report.records.is_empty() {
+        out.push_str("no results\n");
+    } else {
+        let _ = writeln!(
+            out,
+            "ns/op: median over repetitions of the threads' time per operation; vs {b}: {b}'s ns/op over the allocator's (above 1 = faster)",
+            b = report.baseline
+        );
+        out.push_str(&columns(&rows, &numeric));
+    }
+    if !report.frag.is_empty() {
+        let mut rows = vec![[
+            "frag",
+            "thr",
+            "huge frames",
+            "free huge (start -> end)",
+            "possible",
+            "compaction cost (start -> end)",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>()];
+        for f in &report.frag {
+            let (Some(a), Some(z)) = (f.rounds.first(), f.rounds.last()) else {
+                continue;
+            };
+            rows.push(vec![
+                f.alloc.clone(),
+                f.threads.to_string(),
+                f.huge_frames.to_string(),
+                format!("{} -> {}", a.free_huge, z.free_huge),
+                format!("{} -> {}", a.possible_huge, z.possible_huge),
+                format!("{} -> {}", a.compaction_cost, z.compaction_cost),
+            ]);
+        }
+        out.push('\n');
+        out.push_str(&columns(&rows, &[false, true, true, true, true, true]));
+    }
+    if !report.notes.is_empty() {
+        out.push_str("\nnotes:\n");
+        for n in &report.notes {
+            let _ = writeln!(out, "  - {n}");
+        }
+    }
+    out
+}

@@ -1,0 +1,134 @@
+//! Threads for the workloads: started together on a barrier, pinned to a core each where the
+//! machine has enough cores, timing themselves.
+
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+/// What one worker thread knows about its run.
+pub struct Worker<'a> {
+    /// The worker's number, `0..threads`; also the `core` hint passed to the allocator.
+    pub id: usize,
+    /// The number of workers.
+    pub threads: usize,
+    cpu: Option<usize>,
+    barrier: &'a Barrier,
+}
+
+impl Worker<'_> {
+    /// Waits until every worker of this run has arrived.
+    pub fn sync(&self) {
+        self.barrier.wait();
+    }
+
+    /// Waits for every worker, then runs `f` and measures it. The barrier makes all workers
+    /// start their timed section together, so the longest of their times is the time from
+    /// release to the last one finishing.
+    pub fn timed<R>(&self, f: impl FnOnce() -> R) -> (R, Duration) {
+        self.sync();
+        let start = Instant::now();
+        let r = f();
+        (r, start.elapsed())
+    }
+
+    /// Pins the calling thread (a worker or a successor it started) to this worker's core,
+    /// if the worker was pinned.
+    pub fn pin_here(&self) {
+        if let Some(cpu) = self.cpu {
+            pin_to(cpu);
+        }
+    }
+}
+
+/// Runs `f` on `threads` scoped threads, each pinned to its own core when the machine has at
+/// least `threads` usable cores (otherwise left to the scheduler), and returns their results
+/// in worker order.
+pub fn run_workers<T: Send>(threads: usize, f: impl Fn(&Worker) -> T + Sync) -> Vec<T> {
+    let cpus = usable_cpus();
+    let pin = cpus.len() >= threads;
+    let barrier = Barrier::new(threads);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|id| {
+                let worker = Worker {
+                    id,
+                    threads,
+                    cpu: pin.then(|| cpus[id]),
+                    barrier: &barrier,
+                };
+                let f = &f;
+                s.spawn(move || {
+                    worker.pin_here();
+                    f(&worker)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
+}
+
+/// The CPUs this process may run on.
+#[cfg(target_os = "linux")]
+pub fn usable_cpus() -> Vec<usize> {
+    // SAFETY: `cpu_set_t` is plain data, valid when zeroed; `sched_getaffinity` writes at most
+    // `size_of::<cpu_set_t>()` bytes into it and `CPU_ISSET` only reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return fallback_cpus();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
+/// The CPUs this process may run on.
+#[cfg(not(target_os = "linux"))]
+pub fn usable_cpus() -> Vec<usize> {
+    fallback_cpus()
+}
+
+#[cfg_attr(target_os = "linux", allow(dead_code))]
+fn fallback_cpus() -> Vec<usize> {
+    (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
+}
+
+/// Pins the calling thread to `cpu`; quietly does nothing where that fails or is unsupported,
+/// since an unpinned run is still a valid (noisier) measurement.
+#[cfg(target_os = "linux")]
+fn pin_to(cpu: usize) {
+    // SAFETY: as in `usable_cpus`; `CPU_SET` ignores CPUs beyond the set's size, and pid 0
+    // names the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn pin_to(_cpu: usize) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_worker_runs_once_in_order() {
+        let ids = run_workers(3, |w| {
+            w.sync();
+            (w.id, w.threads)
+        });
+        assert_eq!(ids, vec![(0, 3), (1, 3), (2, 3)]);
+    }
+
+    #[test]
+    fn more_threads_than_cores_still_run() {
+        let n = usable_cpus().len() + 2;
+        let r = run_workers(n, |w| w.timed(|| w.id).0);
+        assert_eq!(r, (0..n).collect::<Vec<_>>());
+    }
+}

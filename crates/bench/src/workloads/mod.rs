@@ -1,0 +1,451 @@
+//! The workloads of the NBBS paper ([`nbbs`]) and the LLFree paper ([`llfree`]), as DESIGN.md
+//! ("The benchmark tool") defines them.
+//!
+//! A workload runs once over one freshly built allocator at one order and thread count and
+//! returns its [`Outcome`]: per timed phase the operations done and each thread's time.
+//! Allocation failures are counted, never fatal; a failing `free` is an allocator bug and is
+//! counted separately.
+
+pub mod llfree;
+pub mod nbbs;
+
+use std::time::Duration;
+
+use buddyfree::stats::Fragmentation;
+use buddyfree::BlockAlloc;
+
+/// Which paper a workload comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Suite {
+    /// NBBS (Marotta et al.): size-based, from the reference code's `TB_*` benchmarks.
+    Nbbs,
+    /// LLFree (Wrenger et al.): frame-based, from llfree-rs' `bench`.
+    Llfree,
+}
+
+/// A workload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// NBBS: bursts of allocations then frees, `2k` rounds of `burst/k` blocks (`k` = units per block).
+    LinuxScalability,
+    /// NBBS: Hoard's thread test; bursts shrink with the thread count.
+    ThreadTest,
+    /// NBBS: Larson & Krishnan; random free+alloc of held blocks, successor threads free them.
+    Larson,
+    /// NBBS: a fixed pool of mixed sizes, random free and realloc of the same size.
+    ConstantOccupancy,
+    /// NBBS: alloc immediately followed by free.
+    Cached,
+    /// LLFree: allocate half the memory, then free it.
+    Bulk,
+    /// LLFree: with half the memory held, alloc+free pairs.
+    Repeat,
+    /// LLFree: allocate half the memory, free it in random order across threads.
+    Rand,
+    /// LLFree: fragment with order 0, reallocate 10% per round, measure huge frames.
+    Frag,
+}
+
+impl Workload {
+    /// Every workload, in the order the suite runs them.
+    pub const ALL: [Workload; 9] = [
+        Workload::LinuxScalability,
+        Workload::ThreadTest,
+        Workload::Larson,
+        Workload::ConstantOccupancy,
+        Workload::Cached,
+        Workload::Bulk,
+        Workload::Repeat,
+        Workload::Rand,
+        Workload::Frag,
+    ];
+
+    /// The name users select it by.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Workload::LinuxScalability => "linux-scalability",
+            Workload::ThreadTest => "thread-test",
+            Workload::Larson => "larson",
+            Workload::ConstantOccupancy => "constant-occupancy",
+            Workload::Cached => "cached",
+            Workload::Bulk => "bulk",
+            Workload::Repeat => "repeat",
+            Workload::Rand => "rand",
+            Workload::Frag => "frag",
+        }
+    }
+
+    /// One line saying what it does.
+    pub const fn about(self) -> &'static str {
+        match self {
+            Workload::LinuxScalability => {
+                "NBBS: per thread 2k rounds of a burst of B/k allocations of k units, then free them"
+            }
+            Workload::ThreadTest => {
+                "NBBS: per thread bursts of B/P/k allocations then frees, repeated R*k times"
+            }
+            Workload::Larson => {
+                "NBBS: hold C blocks, free a random one and allocate a random size in [k, 8k]; successor threads inherit the blocks; fixed time"
+            }
+            Workload::ConstantOccupancy => {
+                "NBBS: hold 1x16k, 2x8k, 4x4k, 8x2k, 16xk units, then N/P times free a random one and reallocate its size"
+            }
+            Workload::Cached => "NBBS: per thread N alloc+free pairs of one size",
+            Workload::Bulk => {
+                "LLFree: each thread allocates units/P/2/2^order blocks, barrier, frees them (get and put)"
+            }
+            Workload::Repeat => {
+                "LLFree: each thread holds units/P/2/2^order blocks, then as many alloc+free pairs"
+            }
+            Workload::Rand => {
+                "LLFree: allocate as in bulk, shuffle all blocks across threads, each frees its share (put)"
+            }
+            Workload::Frag => {
+                "LLFree: allocate 90% as order 0, free half at random, then rounds of reallocating 10%; free huge frames and compaction cost per round"
+            }
+        }
+    }
+
+    /// The paper it comes from.
+    pub const fn suite(self) -> Suite {
+        match self {
+            Workload::LinuxScalability
+            | Workload::ThreadTest
+            | Workload::Larson
+            | Workload::ConstantOccupancy
+            | Workload::Cached => Suite::Nbbs,
+            Workload::Bulk | Workload::Repeat | Workload::Rand | Workload::Frag => Suite::Llfree,
+        }
+    }
+
+    /// The workload named `name`.
+    pub fn find(name: &str) -> Option<Workload> {
+        Workload::ALL.into_iter().find(|w| w.name() == name)
+    }
+
+    /// How many orders above the base order it allocates (Larson up to 8k, Constant
+    /// Occupancy up to 16k units).
+    pub fn order_span(self, params: &Params) -> u32 {
+        match self {
+            Workload::Larson => params.larson_span,
+            Workload::ConstantOccupancy => 4,
+            _ => 0,
+        }
+    }
+
+    /// Whether it reads block indices as positions in the region (and so cannot run on an
+    /// allocator whose indices are addresses).
+    pub const fn needs_region(self) -> bool {
+        matches!(self.suite(), Suite::Llfree)
+    }
+
+    /// Whether the heap size defines the amount of work (LLFree) rather than bounding it.
+    pub const fn work_from_heap(self) -> bool {
+        matches!(self.suite(), Suite::Llfree)
+    }
+
+    /// Units the workload may hold at once at `order` with `threads` threads; the heap must
+    /// have at least this many.
+    pub fn units_needed(self, order: u32, threads: usize, params: &Params) -> usize {
+        let k = 1usize << order;
+        match self {
+            Workload::LinuxScalability => threads * nbbs::burst(params.ls_burst_units, k) * k,
+            Workload::ThreadTest => {
+                threads * nbbs::burst(params.tt_burst_units / threads.max(1), k) * k
+            }
+            Workload::Larson => threads * params.larson_chunks * (k << params.larson_span),
+            Workload::ConstantOccupancy => threads * nbbs::POOL_UNITS * k,
+            Workload::Cached => threads * k,
+            // One block per thread at least; the work itself scales with the heap.
+            Workload::Bulk | Workload::Repeat | Workload::Rand => 2 * threads * k,
+            Workload::Frag => buddyfree::stats::HUGE_FRAME_UNITS.max(2 * threads),
+        }
+    }
+
+    /// Allocator calls one run makes over all threads (untimed ones included), or `None` for
+    /// a run bounded by time.
+    pub fn calls(self, order: u32, threads: usize, units: usize, params: &Params) -> Option<u64> {
+        let k = 1usize << order;
+        let t = threads;
+        let n = llfree::allocs_per_thread(units, t, order) * t;
+        let calls = match self {
+            Workload::LinuxScalability => t * 2 * k * nbbs::burst(params.ls_burst_units, k) * 2,
+            Workload::ThreadTest => {
+                t * params.tt_repeats * k * nbbs::burst(params.tt_burst_units / t, k) * 2
+            }
+            Workload::Larson => match params.larson_stop {
+                Stop::Generations(g) => {
+                    t * (2 * params.larson_chunks + 2 * g * params.larson_steps)
+                }
+                Stop::Time(_) => return None,
+            },
+            Workload::ConstantOccupancy => t * (2 * 31 + 2 * (params.co_steps / t)),
+            Workload::Cached => t * params.cached_pairs * 2,
+            Workload::Bulk | Workload::Rand => 2 * n,
+            Workload::Repeat => 4 * n,
+            Workload::Frag => {
+                let held = units * 9 / 10 / t / 2 * t;
+                2 * units * 9 / 10 + 2 * params.frag_rounds * (held / 10)
+            }
+        };
+        Some(calls as u64)
+    }
+}
+
+/// When a time-bounded workload (Larson) stops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// After this many generations per thread (deterministic; for tests).
+    Generations(usize),
+    /// After the first generation that ends past this time.
+    Time(Duration),
+}
+
+/// The workloads' size parameters. [`Params::default`] is the papers' definition scaled down
+/// so that the default suite stays short; the comment on each field gives the paper's value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Params {
+    /// Linux Scalability: units per burst per thread (paper: 87040, i.e. 340 MiB).
+    pub ls_burst_units: usize,
+    /// Thread Test: units per burst over all threads (paper: 50000).
+    pub tt_burst_units: usize,
+    /// Thread Test: repetitions per unit of block size (paper: 500).
+    pub tt_repeats: usize,
+    /// Larson: blocks each thread holds.
+    pub larson_chunks: usize,
+    /// Larson: sizes range over `[k, k << span]` units.
+    pub larson_span: u32,
+    /// Larson: free+alloc steps per thread generation, before a successor takes over.
+    pub larson_steps: usize,
+    /// Larson: when to stop.
+    pub larson_stop: Stop,
+    /// Constant Occupancy: free+realloc steps over all threads (paper: 50M).
+    pub co_steps: usize,
+    /// Cached Allocation: alloc+free pairs per thread (paper: 5M).
+    pub cached_pairs: usize,
+    /// frag: reallocation rounds (paper: 100).
+    pub frag_rounds: usize,
+    /// Seed of every random choice, so runs are repeatable.
+    pub seed: u64,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            ls_burst_units: 16384,
+            tt_burst_units: 50000,
+            tt_repeats: 10,
+            larson_chunks: 256,
+            larson_span: 3,
+            larson_steps: 10_000,
+            larson_stop: Stop::Time(Duration::from_millis(100)),
+            co_steps: 1_000_000,
+            cached_pairs: 250_000,
+            frag_rounds: 100,
+            seed: 0x5eed_b0dd,
+        }
+    }
+}
+
+impl Params {
+    /// Tiny sizes, for tests and smoke runs.
+    pub fn quick() -> Self {
+        Params {
+            ls_burst_units: 64,
+            tt_burst_units: 128,
+            tt_repeats: 2,
+            larson_chunks: 8,
+            larson_span: 2,
+            larson_steps: 64,
+            larson_stop: Stop::Generations(3),
+            co_steps: 256,
+            cached_pairs: 256,
+            frag_rounds: 5,
+            seed: 0x5eed_b0dd,
+        }
+    }
+}
+
+/// One timed phase of a run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Phase {
+    /// What one operation is: "op" (an alloc or a free), "get", "put", "get+put".
+    pub name: &'static str,
+    /// Operations over all threads.
+    pub ops: u64,
+    /// Each thread's time for its part.
+    pub thread_times: Vec<Duration>,
+}
+
+/// What one run of a workload did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Outcome {
+    /// The timed phases.
+    pub phases: Vec<Phase>,
+    /// Allocations attempted, including failed ones.
+    pub allocs: u64,
+    /// Frees done.
+    pub frees: u64,
+    /// Allocations that failed.
+    pub failures: u64,
+    /// Frees the allocator rejected (a bug in it).
+    pub bad_frees: u64,
+    /// frag only: the fragmentation after the initial phase (round 0) and after each round.
+    pub frag: Vec<Fragmentation>,
+}
+
+/// Operation counts of one thread.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counts {
+    /// Allocations attempted.
+    pub allocs: u64,
+    /// Frees done.
+    pub frees: u64,
+    /// Allocations that failed.
+    pub failures: u64,
+    /// Frees rejected.
+    pub bad_frees: u64,
+}
+
+impl Counts {
+    /// Allocates one block, counting it; `None` when the allocator failed.
+    #[inline(always)]
+    pub fn alloc(&mut self, a: &dyn BlockAlloc, order: u32, core: usize) -> Option<usize> {
+        self.allocs += 1;
+        match a.alloc(order, core) {
+            Ok(i) => Some(i),
+            Err(_) => {
+                self.failures += 1;
+                None
+            }
+        }
+    }
+
+    /// Frees one block, counting it.
+    #[inline(always)]
+    pub fn free(&mut self, a: &dyn BlockAlloc, index: usize, order: u32, core: usize) {
+        self.frees += 1;
+        if a.free(index, order, core).is_err() {
+            self.bad_frees += 1;
+        }
+    }
+
+    /// Operations attempted.
+    pub fn ops(&self) -> u64 {
+        self.allocs + self.frees
+    }
+
+    fn add(&mut self, o: &Counts) {
+        self.allocs += o.allocs;
+        self.frees += o.frees;
+        self.failures += o.failures;
+        self.bad_frees += o.bad_frees;
+    }
+}
+
+impl Outcome {
+    /// Adds up the counts of the threads.
+    pub fn count(&mut self, counts: &[Counts]) {
+        let mut total = Counts::default();
+        for c in counts {
+            total.add(c);
+        }
+        self.allocs += total.allocs;
+        self.frees += total.frees;
+        self.failures += total.failures;
+        self.bad_frees += total.bad_frees;
+    }
+}
+
+/// Runs `workload` once on `alloc` (built for `threads` cores over its whole region).
+pub fn run(
+    workload: Workload,
+    alloc: &dyn BlockAlloc,
+    order: u32,
+    threads: usize,
+    params: &Params,
+) -> Outcome {
+    match workload {
+        Workload::LinuxScalability => nbbs::linux_scalability(alloc, order, threads, params),
+        Workload::ThreadTest => nbbs::thread_test(alloc, order, threads, params),
+        Workload::Larson => nbbs::larson(alloc, order, threads, params),
+        Workload::ConstantOccupancy => nbbs::constant_occupancy(alloc, order, threads, params),
+        Workload::Cached => nbbs::cached(alloc, order, threads, params),
+        Workload::Bulk => llfree::bulk(alloc, order, threads, params),
+        Workload::Repeat => llfree::repeat(alloc, order, threads, params),
+        Workload::Rand => llfree::rand(alloc, order, threads, params),
+        Workload::Frag => llfree::frag(alloc, threads, params),
+    }
+}
+
+/// A small fast generator (xorshift64*), so random choices cost next to nothing in the timed
+/// loops and are the same on every run.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator for stream `stream` of seed `seed`.
+    pub fn new(seed: u64, stream: u64) -> Self {
+        // splitmix64 of the pair, so nearby streams start far apart; never zero.
+        let mut z = seed ^ stream.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        Rng((z ^ (z >> 31)) | 1)
+    }
+
+    /// The next 64 random bits.
+    #[inline(always)]
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number in `0..n` (`n > 0`), by multiply-shift (Lemire's, without the rejection step:
+    /// the bias is below `n / 2^64`).
+    #[inline(always)]
+    pub fn below(&mut self, n: usize) -> usize {
+        ((u128::from(self.next_u64()) * n as u128) >> 64) as usize
+    }
+
+    /// Shuffles `v` (Fisher–Yates).
+    pub fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            v.swap(i, self.below(i + 1));
+        }
+    }
+}
+
+/// The phase built from each thread's `(counts, time)`: the operations they attempted.
+pub(crate) fn phase(name: &'static str, parts: &[(Counts, Duration)]) -> Phase {
+    Phase {
+        name,
+        ops: parts.iter().map(|(c, _)| c.ops()).sum(),
+        thread_times: parts.iter().map(|&(_, t)| t).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_are_unique() {
+        for w in Workload::ALL {
+            assert_eq!(Workload::find(w.name()), Some(w));
+        }
+        assert_eq!(Workload::find("nope"), None);
+    }
+
+    #[test]
+    fn rng_below_stays_in_range_and_shuffle_permutes() {
+        let mut r = Rng::new(1, 2);
+        assert!((0..10_000).all(|_| r.below(7) < 7));
+        let mut v: Vec<usize> = (0..100).collect();
+        r.shuffle(&mut v);
+        assert_ne!(v, (0..100).collect::<Vec<_>>());
+        v.sort();
+        assert_eq!(v, (0..100).collect::<Vec<_>>());
+    }
+}

@@ -1,0 +1,245 @@
+//! The NBBS paper's workloads (reference code: HPDCS/NBBS `TB_*` benchmarks), on blocks of
+//! `k = 2^order` units (the paper's size S = 4 KiB * k).
+//!
+//! Each counts one operation per allocation attempt and per free. Work done before the start
+//! barrier or after the timed loop (Larson's initial pool, freeing what is left) is counted in
+//! the outcome's totals but not in the timed phase.
+
+use std::time::{Duration, Instant};
+
+use buddyfree::BlockAlloc;
+
+use super::{phase, Counts, Outcome, Params, Rng, Stop};
+use crate::runner::{run_workers, Worker};
+
+/// Constant Occupancy's pool, in units of `k`: 1·16 + 2·8 + 4·4 + 8·2 + 16·1.
+pub const POOL_UNITS: usize = 80;
+
+/// Marks an empty slot in a pool of held blocks (its allocation failed).
+const EMPTY: usize = usize::MAX;
+
+/// Blocks of `k` units in a burst of `units` units (at least one).
+pub(crate) fn burst(units: usize, k: usize) -> usize {
+    (units / k).max(1)
+}
+
+/// One thread's share of a run: counts and time of its timed part, and counts of all it did.
+struct Part {
+    timed: Counts,
+    time: Duration,
+    total: Counts,
+}
+
+fn outcome(parts: Vec<Part>) -> Outcome {
+    let timed: Vec<_> = parts.iter().map(|p| (p.timed, p.time)).collect();
+    let mut out = Outcome {
+        phases: vec![phase("op", &timed)],
+        ..Outcome::default()
+    };
+    out.count(&parts.iter().map(|p| p.total).collect::<Vec<_>>());
+    out
+}
+
+/// `rounds` times: allocate `burst` blocks, then free them all.
+fn bursts(a: &dyn BlockAlloc, order: u32, w: &Worker, rounds: usize, burst: usize) -> Part {
+    let core = w.id;
+    let mut c = Counts::default();
+    let mut held = Vec::with_capacity(burst);
+    let ((), time) = w.timed(|| {
+        for _ in 0..rounds {
+            for _ in 0..burst {
+                if let Some(i) = c.alloc(a, order, core) {
+                    held.push(i);
+                }
+            }
+            for i in held.drain(..) {
+                c.free(a, i, order, core);
+            }
+        }
+    });
+    Part {
+        timed: c,
+        time,
+        total: c,
+    }
+}
+
+/// Linux Scalability (NBBS version): per thread `2k` rounds, each a burst of
+/// `ls_burst_units / k` allocations of `k` units, then free them all.
+pub fn linux_scalability(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Outcome {
+    let k = 1usize << order;
+    let burst = burst(p.ls_burst_units, k);
+    outcome(run_workers(threads, |w| bursts(a, order, w, 2 * k, burst)))
+}
+
+/// Thread Test (NBBS version of Hoard's): bursts of `tt_burst_units / P / k` blocks, repeated
+/// `tt_repeats * k` times per thread.
+pub fn thread_test(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Outcome {
+    let k = 1usize << order;
+    let burst = burst(p.tt_burst_units / threads, k);
+    outcome(run_workers(threads, |w| {
+        bursts(a, order, w, p.tt_repeats * k, burst)
+    }))
+}
+
+/// Cached Allocation: per thread `cached_pairs` allocations each immediately freed.
+pub fn cached(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Outcome {
+    outcome(run_workers(threads, |w| {
+        let core = w.id;
+        let mut c = Counts::default();
+        let ((), time) = w.timed(|| {
+            for _ in 0..p.cached_pairs {
+                if let Some(i) = c.alloc(a, order, core) {
+                    c.free(a, i, order, core);
+                }
+            }
+        });
+        Part {
+            timed: c,
+            time,
+            total: c,
+        }
+    }))
+}
+
+/// Frees every block of a pool (after the timed part).
+fn free_pool(a: &dyn BlockAlloc, pool: &[(usize, u32)], core: usize, c: &mut Counts) {
+    for &(i, o) in pool {
+        if i != EMPTY {
+            c.free(a, i, o, core);
+        }
+    }
+}
+
+/// `steps` times: free a random block of the pool and allocate a block of `next_order` in its
+/// slot. The shared step of Larson and Constant Occupancy.
+#[inline(always)]
+fn churn(
+    a: &dyn BlockAlloc,
+    pool: &mut [(usize, u32)],
+    steps: usize,
+    core: usize,
+    rng: &mut Rng,
+    c: &mut Counts,
+    mut next_order: impl FnMut(&mut Rng, u32) -> u32,
+) {
+    for _ in 0..steps {
+        let slot = &mut pool[rng.below(pool.len())];
+        if slot.0 != EMPTY {
+            c.free(a, slot.0, slot.1, core);
+        }
+        let o = next_order(rng, slot.1);
+        *slot = (c.alloc(a, o, core).unwrap_or(EMPTY), o);
+    }
+}
+
+/// Constant Occupancy: each thread allocates 1 block of `16k`, 2 of `8k`, 4 of `4k`, 8 of `2k`
+/// and 16 of `k` units, then `co_steps / P` times frees a random one and reallocates its size.
+pub fn constant_occupancy(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Outcome {
+    let steps = p.co_steps / threads;
+    let orders: Vec<u32> = (0..=4u32)
+        .flat_map(|i| std::iter::repeat_n(order + 4 - i, 1 << i))
+        .collect();
+    outcome(run_workers(threads, |w| {
+        let core = w.id;
+        let mut rng = Rng::new(p.seed, w.id as u64);
+        let mut c = Counts::default();
+        let mut pool = vec![(EMPTY, 0); orders.len()];
+        let ((), time) = w.timed(|| {
+            for (slot, &o) in pool.iter_mut().zip(&orders) {
+                *slot = (c.alloc(a, o, core).unwrap_or(EMPTY), o);
+            }
+            churn(a, &mut pool, steps, core, &mut rng, &mut c, |_, o| o);
+        });
+        let timed = c;
+        free_pool(a, &pool, core, &mut c);
+        Part {
+            timed,
+            time,
+            total: c,
+        }
+    }))
+}
+
+/// The order of a size drawn uniformly from `[k, k << span]` units, rounded up to a power
+/// of two.
+#[inline(always)]
+fn larson_order(rng: &mut Rng, order: u32, span: u32) -> u32 {
+    let k = 1usize << order;
+    let size = k + rng.below((k << span) - k + 1);
+    usize::BITS - (size - 1).leading_zeros()
+}
+
+/// What a Larson thread hands to its successor.
+struct Lineage {
+    pool: Vec<(usize, u32)>,
+    rng: Rng,
+    counts: Counts,
+}
+
+/// Larson (Larson & Krishnan '98): each thread holds `larson_chunks` blocks of random sizes in
+/// `[k, k << span]`; each step frees a random one and allocates a new random size in its slot.
+/// After `larson_steps` steps a thread hands its blocks to a successor thread (pinned to the
+/// same core), which frees blocks its predecessor allocated: cross-thread frees. Runs until
+/// `larson_stop`; the initial pool is allocated before the start barrier.
+pub fn larson(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Outcome {
+    let span = p.larson_span;
+    outcome(run_workers(threads, |w| {
+        let core = w.id;
+        let mut rng = Rng::new(p.seed, w.id as u64);
+        let mut setup = Counts::default();
+        let pool = (0..p.larson_chunks)
+            .map(|_| {
+                let o = larson_order(&mut rng, order, span);
+                (setup.alloc(a, o, core).unwrap_or(EMPTY), o)
+            })
+            .collect();
+        let lineage = Lineage {
+            pool,
+            rng,
+            counts: Counts::default(),
+        };
+        let (lineage, time) = w.timed(move || {
+            let mut lineage = lineage;
+            let start = Instant::now();
+            let mut generations = 0;
+            loop {
+                lineage = std::thread::scope(|s| {
+                    s.spawn(move || {
+                        w.pin_here();
+                        let Lineage {
+                            mut pool,
+                            mut rng,
+                            mut counts,
+                        } = lineage;
+                        churn(
+                            a,
+                            &mut pool,
+                            p.larson_steps,
+                            core,
+                            &mut rng,
+                            &mut counts,
+                            |r, _| larson_order(r, order, span),
+                        );
+                        Lineage { pool, rng, counts }
+                    })
+                    .join()
+                    .unwrap_or_else(|e| std::panic::resume_unwind(e))
+                });
+                generations += 1;
+                let done = match p.larson_stop {
+                    Stop::Generations(n) => generations >= n,
+                    Stop::Time(d) => start.elapsed() >= d,
+                };
+                if done {
+                    break lineage;
+                }
+            }
+        });
+        let timed = lineage.counts;
+        let mut total = setup;
+        total.add(&timed);
+        free_pool(a, &lineage.pool, core, &mut total);
+        Part { timed, time, total }
+    }))
+}

@@ -1,0 +1,138 @@
+//! The command line: bad names and impossible parameters are clear errors (non-zero exit, a
+//! message, no panic), and a `--quick` run writes the table, JSON, CSV and plots.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn bench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_buddybench"))
+        .args(args)
+        .output()
+        .expect("run buddybench")
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("buddybench-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// Runs with `args` into a scratch folder and checks it fails cleanly mentioning `needle`.
+fn rejects(args: &[&str], needle: &str) {
+    let out_dir = temp_dir("rejected");
+    let mut all = vec!["--quick", "--out", out_dir.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let out = bench(&all);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?} should fail");
+    assert!(
+        stderr.contains(needle),
+        "{args:?}: expected `{needle}` in: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+    assert!(!out_dir.exists(), "{args:?} ran anyway");
+}
+
+#[test]
+fn bad_names_and_impossible_parameters_are_errors() {
+    rejects(&["--alloc", "no-such"], "unknown allocator `no-such`");
+    rejects(&["--workload", "no-such"], "unknown workload `no-such`");
+    rejects(&["--baseline", "no-such"], "unknown baseline");
+    rejects(&["--alloc", "model", "--threads", "0"], "thread count 0");
+    rejects(&["--alloc", "model", "--threads", "x"], "invalid value");
+    rejects(&["--alloc", "model", "--threads", "1,100000"], "above 1024");
+    rejects(&["--alloc", "model", "--reps", "0"], "--reps 0");
+    rejects(
+        &["--alloc", "model", "--order", "11"],
+        "above the maximum order",
+    );
+    rejects(
+        &["--alloc", "model", "--workload", "larson", "--order", "9"],
+        "above the maximum order",
+    );
+    rejects(&["--alloc", "model", "--size", "3K"], "not a power of two");
+    rejects(&["--alloc", "model", "--size", "4Q"], "unknown unit");
+    rejects(
+        &["--alloc", "model", "--heap", "1M"],
+        "smaller than one block",
+    );
+    rejects(
+        &[
+            "--alloc",
+            "model",
+            "--workload",
+            "nbbs",
+            "--heap",
+            "8M",
+            "--threads",
+            "64",
+        ],
+        "too small",
+    );
+    rejects(
+        &["--alloc", "model", "--size", "4K", "--order", "0"],
+        "cannot be used with",
+    );
+}
+
+#[test]
+fn list_names_every_allocator_and_workload() {
+    let out = bench(&["--list"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for name in [
+        "model",
+        "system",
+        "linux-scalability",
+        "larson",
+        "bulk",
+        "frag",
+    ] {
+        assert!(text.contains(name), "{name} missing from --list");
+    }
+}
+
+#[test]
+fn quick_run_writes_table_json_csv_and_plots() {
+    let dir = temp_dir("quick");
+    let out = bench(&[
+        "--quick",
+        "--alloc",
+        "model,system",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    for w in ["linux-scalability", "cached", "bulk", "frag"] {
+        assert!(stdout.contains(w), "{w} missing from the table:\n{stdout}");
+    }
+    assert!(stdout.contains("vs model"));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("buddybench.json")).unwrap())
+            .unwrap();
+    let records = json["records"].as_array().unwrap();
+    assert!(records.iter().any(|r| r["alloc"] == "system"));
+    assert!(records
+        .iter()
+        .all(|r| r["failures"] == 0 && r["bad_frees"] == 0));
+    assert!(!json["frag"].as_array().unwrap().is_empty());
+    let csv = std::fs::read_to_string(dir.join("buddybench.csv")).unwrap();
+    assert_eq!(csv.lines().count(), records.len() + 1);
+    assert!(std::fs::read_to_string(dir.join("frag.csv"))
+        .unwrap()
+        .starts_with("alloc,threads"));
+    for plot in [
+        "cached-op-4K",
+        "bulk-get-2M",
+        "frag-free-huge",
+        "frag-compaction-cost",
+    ] {
+        let svg = std::fs::read_to_string(dir.join("plots").join(format!("{plot}.svg"))).unwrap();
+        assert!(svg.starts_with("<svg"), "{plot}.svg");
+        let png = std::fs::read(dir.join("plots").join(format!("{plot}.png"))).unwrap();
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{plot}.png");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,260 @@
+//! Each workload does exactly the operations its definition says, with no failure and no
+//! rejected free when memory suffices, and leaves the allocator whole. Counted by a wrapper
+//! around the reference model (correct, slow: hence the tiny sizes).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+use buddybench::allocs::AllocSpec;
+use buddybench::workloads::{self, llfree::allocs_per_thread, Outcome, Params, Stop, Workload};
+use buddyfree::registry::DynAlloc;
+use buddyfree::{BlockAlloc, Config, Error};
+
+/// Counts every call and checks that each free names a live block of the right order.
+struct Counting {
+    inner: DynAlloc,
+    allocs: AtomicU64,
+    failures: AtomicU64,
+    frees: AtomicU64,
+    live: Mutex<HashMap<usize, u32>>,
+}
+
+impl Counting {
+    fn new(name: &str, units: usize, threads: usize) -> Counting {
+        Counting::with(name, Config::new(units, 10).with_cores(threads))
+    }
+
+    fn with(name: &str, config: Config) -> Counting {
+        Counting {
+            inner: AllocSpec::find(name).unwrap().build(config).unwrap(),
+            allocs: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            frees: AtomicU64::new(0),
+            live: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn counts(&self) -> (u64, u64, u64) {
+        (
+            self.allocs.load(Relaxed),
+            self.frees.load(Relaxed),
+            self.failures.load(Relaxed),
+        )
+    }
+}
+
+impl BlockAlloc for Counting {
+    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        self.allocs.fetch_add(1, Relaxed);
+        let r = self.inner.alloc(order, core);
+        match r {
+            Ok(i) => assert!(self.live.lock().unwrap().insert(i, order).is_none()),
+            Err(_) => {
+                self.failures.fetch_add(1, Relaxed);
+            }
+        }
+        r
+    }
+
+    fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        self.frees.fetch_add(1, Relaxed);
+        assert_eq!(
+            self.live.lock().unwrap().remove(&index),
+            Some(order),
+            "free of a block not handed out"
+        );
+        self.inner.free(index, order, core)
+    }
+
+    fn free_units(&self) -> usize {
+        self.inner.free_units()
+    }
+
+    fn total_units(&self) -> usize {
+        self.inner.total_units()
+    }
+
+    fn max_order(&self) -> u32 {
+        self.inner.max_order()
+    }
+
+    fn drain(&self) {
+        self.inner.drain()
+    }
+}
+
+fn params() -> Params {
+    Params::quick()
+}
+
+/// Runs `w` on a counted `model` (or `system`) and checks the totals against the outcome,
+/// no failures, no rejected frees, everything freed. Returns the outcome.
+fn run(alloc: &str, w: Workload, order: u32, threads: usize, units: usize) -> (Outcome, Counting) {
+    let c = Counting::new(alloc, units, threads);
+    let out = workloads::run(w, &c, order, threads, &params());
+    let (allocs, frees, failures) = c.counts();
+    assert_eq!((out.allocs, out.frees), (allocs, frees), "{}", w.name());
+    assert_eq!((out.failures, failures), (0, 0), "{}", w.name());
+    assert_eq!(out.bad_frees, 0, "{}", w.name());
+    assert_eq!(allocs, frees, "{}: everything is freed", w.name());
+    let calls = w.calls(order, threads, units, &params());
+    assert_eq!(calls, Some(allocs + frees), "{}: the estimate", w.name());
+    assert!(c.live.lock().unwrap().is_empty());
+    if alloc != "system" {
+        assert_eq!(c.free_units(), units);
+    }
+    (out, c)
+}
+
+fn ops(out: &Outcome) -> Vec<(&'static str, u64)> {
+    out.phases.iter().map(|p| (p.name, p.ops)).collect()
+}
+
+const UNITS: usize = 4096;
+
+#[test]
+fn linux_scalability_counts() {
+    let p = params();
+    for (order, threads) in [(0, 1), (1, 2), (3, 2)] {
+        let k = 1u64 << order;
+        let burst = p.ls_burst_units as u64 / k;
+        let per_thread = 2 * k * burst;
+        let (out, c) = run("model", Workload::LinuxScalability, order, threads, UNITS);
+        assert_eq!(c.counts().0, threads as u64 * per_thread);
+        assert_eq!(ops(&out), [("op", 2 * threads as u64 * per_thread)]);
+        assert_eq!(out.phases[0].thread_times.len(), threads);
+    }
+}
+
+#[test]
+fn thread_test_counts() {
+    let p = params();
+    for (order, threads) in [(0, 1), (1, 2), (2, 3)] {
+        let k = 1u64 << order;
+        let burst = (p.tt_burst_units as u64 / threads as u64 / k).max(1);
+        let per_thread = p.tt_repeats as u64 * k * burst;
+        let (out, c) = run("model", Workload::ThreadTest, order, threads, UNITS);
+        assert_eq!(c.counts().0, threads as u64 * per_thread);
+        assert_eq!(ops(&out), [("op", 2 * threads as u64 * per_thread)]);
+    }
+}
+
+#[test]
+fn larson_counts_with_successor_threads() {
+    let p = params();
+    let Stop::Generations(g) = p.larson_stop else {
+        panic!("quick Larson runs a fixed number of generations")
+    };
+    for (order, threads) in [(0, 1), (1, 2)] {
+        let (out, c) = run("model", Workload::Larson, order, threads, UNITS);
+        let t = threads as u64;
+        let steps = (g * p.larson_steps) as u64;
+        // Each step frees one block and allocates one; the pool is filled before and
+        // emptied after the timed part.
+        assert_eq!(ops(&out), [("op", 2 * t * steps)]);
+        assert_eq!(c.counts().0, t * (p.larson_chunks as u64 + steps));
+    }
+}
+
+#[test]
+fn constant_occupancy_counts() {
+    let p = params();
+    for (order, threads) in [(0, 1), (2, 2)] {
+        let (out, c) = run("model", Workload::ConstantOccupancy, order, threads, UNITS);
+        let t = threads as u64;
+        let steps = (p.co_steps / threads) as u64;
+        // 1 + 2 + 4 + 8 + 16 = 31 blocks, then one free and one alloc per step.
+        assert_eq!(ops(&out), [("op", t * (31 + 2 * steps))]);
+        assert_eq!(c.counts().0, t * (31 + steps));
+    }
+}
+
+#[test]
+fn cached_counts() {
+    let p = params();
+    for (order, threads) in [(0, 1), (4, 2)] {
+        let (out, c) = run("model", Workload::Cached, order, threads, UNITS);
+        let t = threads as u64;
+        assert_eq!(ops(&out), [("op", 2 * t * p.cached_pairs as u64)]);
+        assert_eq!(c.counts().0, t * p.cached_pairs as u64);
+    }
+}
+
+#[test]
+fn bulk_counts_half_the_heap() {
+    for (order, threads) in [(0, 1), (0, 2), (9, 2)] {
+        let n = (allocs_per_thread(UNITS, threads, order) * threads) as u64;
+        let (out, c) = run("model", Workload::Bulk, order, threads, UNITS);
+        assert_eq!(ops(&out), [("get", n), ("put", n)]);
+        assert_eq!(c.counts().0, n);
+        assert_eq!(n << order, UNITS as u64 / 2);
+    }
+}
+
+#[test]
+fn repeat_counts_pairs() {
+    for (order, threads) in [(0, 1), (3, 2)] {
+        let n = (allocs_per_thread(UNITS, threads, order) * threads) as u64;
+        let (out, c) = run("model", Workload::Repeat, order, threads, UNITS);
+        assert_eq!(ops(&out), [("get+put", n)]);
+        assert_eq!(c.counts().0, 2 * n);
+    }
+}
+
+#[test]
+fn rand_counts_puts() {
+    for (order, threads) in [(0, 1), (0, 3), (9, 2)] {
+        let n = (allocs_per_thread(UNITS, threads, order) * threads) as u64;
+        let (out, c) = run("model", Workload::Rand, order, threads, UNITS);
+        assert_eq!(ops(&out), [("put", n)]);
+        assert_eq!(c.counts().0, n);
+    }
+}
+
+#[test]
+fn frag_counts_rounds_and_measures_each() {
+    let p = params();
+    let units = 8 * 512;
+    for threads in [1, 2] {
+        let (out, c) = run("model", Workload::Frag, 0, threads, units);
+        let t = threads as u64;
+        let n = (units * 9 / 10 / threads) as u64;
+        let held = n / 2;
+        let per_round = held / 10;
+        assert_eq!(
+            ops(&out),
+            [("op", 2 * t * per_round * p.frag_rounds as u64)]
+        );
+        assert_eq!(c.counts().0, t * (n + per_round * p.frag_rounds as u64));
+        assert_eq!(out.frag.len(), p.frag_rounds + 1);
+        for f in &out.frag {
+            assert_eq!(f.frames, 8);
+            assert_eq!(f.free_units, units - (t * held) as usize);
+            assert_eq!(f.possible_frames, f.free_units / 512);
+            assert!(f.free_frames <= f.possible_frames);
+        }
+    }
+}
+
+#[test]
+fn system_runs_the_size_based_workloads() {
+    for w in Workload::ALL.into_iter().filter(|w| !w.needs_region()) {
+        run("system", w, 1, 2, UNITS);
+    }
+}
+
+#[test]
+fn failures_are_counted_not_fatal() {
+    // Bursts of 16 blocks of 4 units into a heap of 32 units: in each of the 2k = 8 rounds,
+    // 8 allocations succeed and 8 fail.
+    let c = Counting::with("model", Config::new(32, 2));
+    let mut p = params();
+    p.ls_burst_units = 64;
+    let out = workloads::run(Workload::LinuxScalability, &c, 2, 1, &p);
+    assert_eq!(c.counts(), (8 * 16, 8 * 8, 8 * 8));
+    assert_eq!((out.allocs, out.frees, out.failures), c.counts());
+    assert_eq!(out.bad_frees, 0);
+    assert_eq!(ops(&out), [("op", 8 * 16 + 8 * 8)]);
+    assert_eq!(c.free_units(), 32);
+}
