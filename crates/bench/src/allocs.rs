@@ -16,7 +16,7 @@ pub const DEFAULT_ALLOCS: &[&str] = &[
     "llfree",
     "list-locked",
     "list-cas",
-    "list-local",
+    "list-percore",
     "system",
 ];
 
