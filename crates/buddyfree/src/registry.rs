@@ -3,6 +3,7 @@
 
 use alloc::boxed::Box;
 
+use crate::buddy::Knuth;
 use crate::model::Model;
 use crate::{BlockAlloc, Config, Error, Locked};
 
@@ -29,11 +30,19 @@ pub fn find(name: &str) -> Option<&'static Entry> {
     ENTRIES.iter().find(|e| e.name == name)
 }
 
-const ENTRIES: &[Entry] = &[Entry {
-    name: "model",
-    about: "the reference model (first-fit unit map) behind a spinlock; O(units) per allocation",
-    build: |c| Ok(Box::new(Locked::<Model>::new(Model::new(c)?))),
-}];
+const ENTRIES: &[Entry] = &[
+    Entry {
+        name: "model",
+        about:
+            "the reference model (first-fit unit map) behind a spinlock; O(units) per allocation",
+        build: |c| Ok(Box::new(Locked::<Model>::new(Model::new(c)?))),
+    },
+    Entry {
+        name: "knuth-locked",
+        about: "Knuth's buddy (segregated free lists, eager merge) behind one global spinlock",
+        build: |c| Ok(Box::new(Locked::<Knuth>::new(Knuth::new(c)?))),
+    },
+];
 
 #[cfg(test)]
 mod tests {

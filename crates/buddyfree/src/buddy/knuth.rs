@@ -1,0 +1,172 @@
+//! Knuth's buddy system (`papers/realtime-buddy.txt` §2.2–2.4): segregated doubly linked
+//! free lists per order, a tag per block start, eager merging on free.
+//!
+//! Allocation finds the lowest non-empty list at or above the order in O(1) (a bit mask of
+//! non-empty lists), then bisects down, pushing each right half: O(log M) list operations.
+//! Free checks the buddy's tag and merges while it is free at the same order: O(log M).
+//! With eager merging, an allocation fails only when no aligned free block of the order
+//! exists at all.
+
+use core::cell::Cell;
+
+use alloc::vec::Vec;
+
+use super::lists::{Links, ListHead};
+use super::tags::{Tag, Tags};
+use super::{buddy_of, initial_blocks};
+use crate::{check_block, Config, Error, SeqBlockAlloc};
+
+/// Knuth's sequential buddy allocator. Wrap it in [`crate::Locked`] for the spin-locked buddy.
+pub struct Knuth {
+    links: Links<Cell<usize>>,
+    tags: Tags<Cell<u8>>,
+    heads: Vec<ListHead>,
+    /// Bit `k` set iff the list of order `k` is non-empty.
+    nonempty: u64,
+    free_units: usize,
+    total_units: usize,
+    max_order: u32,
+}
+
+impl Knuth {
+    /// An allocator of `config.units` free units (any number: the tail beyond the last block of
+    /// `max_order` is cut into smaller blocks).
+    pub fn new(config: Config) -> Result<Self, Error> {
+        config.validate()?;
+        if config.max_order >= u64::BITS {
+            return Err(Error::InvalidConfig);
+        }
+        let mut knuth = Knuth {
+            links: Links::new(config.units),
+            tags: Tags::new(config.units),
+            heads: (0..=config.max_order).map(|_| ListHead::EMPTY).collect(),
+            nonempty: 0,
+            free_units: config.units,
+            total_units: config.units,
+            max_order: config.max_order,
+        };
+        for (index, order) in initial_blocks(config.units, config.max_order) {
+            knuth.push(index, order);
+        }
+        Ok(knuth)
+    }
+
+    /// Free blocks on the list of `order`.
+    pub fn free_blocks(&self, order: u32) -> usize {
+        self.heads.get(order as usize).map_or(0, ListHead::len)
+    }
+
+    fn push(&mut self, index: usize, order: u32) {
+        self.links.push(&mut self.heads[order as usize], index);
+        self.tags.set(index, Tag::free(order));
+        self.nonempty |= 1 << order;
+    }
+
+    fn unlink(&mut self, index: usize, order: u32) {
+        let head = &mut self.heads[order as usize];
+        self.links.remove(head, index);
+        if head.is_empty() {
+            self.nonempty &= !(1 << order);
+        }
+        self.tags.set(index, Tag::NONE);
+    }
+
+    /// Hands out the free block at `index` of `from` orders, keeping its first `2^order`
+    /// units and pushing the right halves split off on the way down.
+    fn take(&mut self, index: usize, from: u32, order: u32) {
+        self.unlink(index, from);
+        for k in (order..from).rev() {
+            self.push(index + (1 << k), k);
+        }
+        self.tags.set(index, Tag::used(order));
+        self.free_units -= 1 << order;
+    }
+
+    /// Returns the block at `index` to the lists, merging it with free buddies (§2.3).
+    fn release(&mut self, mut index: usize, mut order: u32) {
+        self.tags.set(index, Tag::NONE);
+        self.free_units += 1 << order;
+        while order < self.max_order {
+            let buddy = buddy_of(index, order);
+            if !self.tags.is_free(buddy, order) {
+                break;
+            }
+            self.unlink(buddy, order);
+            index = index.min(buddy);
+            order += 1;
+        }
+        self.push(index, order);
+    }
+}
+
+impl SeqBlockAlloc for Knuth {
+    fn alloc(&mut self, order: u32) -> Result<usize, Error> {
+        if order > self.max_order {
+            return Err(Error::BadOrder);
+        }
+        let above = self.nonempty >> order;
+        if above == 0 {
+            return Err(Error::OutOfMemory);
+        }
+        let from = order + above.trailing_zeros();
+        let index = self.heads[from as usize]
+            .first()
+            .ok_or(Error::OutOfMemory)?;
+        self.take(index, from, order);
+        Ok(index)
+    }
+
+    fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        check_block(index, order, self.max_order, self.total_units)?;
+        self.tags.get(index).check_free(order)?;
+        self.release(index, order);
+        Ok(())
+    }
+
+    fn free_units(&self) -> usize {
+        self.free_units
+    }
+
+    fn total_units(&self) -> usize {
+        self.total_units
+    }
+
+    fn max_order(&self) -> u32 {
+        self.max_order
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_and_merges_back() {
+        let mut k = Knuth::new(Config::new(16, 4)).unwrap();
+        assert_eq!(k.alloc(0), Ok(0));
+        assert_eq!((0..4).map(|o| k.free_blocks(o)).sum::<usize>(), 4);
+        assert_eq!(k.alloc(2), Ok(4));
+        assert_eq!(k.free(4, 1), Err(Error::OrderMismatch));
+        assert_eq!(k.free(8, 3), Err(Error::NotAllocated));
+        assert_eq!(k.free(0, 0), Ok(()));
+        assert_eq!(k.free(0, 0), Err(Error::NotAllocated));
+        assert_eq!(k.free(4, 2), Ok(()));
+        assert_eq!(k.free_blocks(4), 1);
+        assert_eq!(k.free_units(), 16);
+    }
+
+    #[test]
+    fn tail_blocks_never_merge_past_the_end() {
+        let mut k = Knuth::new(Config::new(13, 3)).unwrap();
+        assert_eq!(k.alloc(3), Ok(0));
+        assert_eq!(k.alloc(2), Ok(8));
+        assert_eq!(k.alloc(0), Ok(12));
+        assert_eq!(k.alloc(0), Err(Error::OutOfMemory));
+        for (i, o) in [(12, 0), (8, 2), (0, 3)] {
+            k.free(i, o).unwrap();
+        }
+        assert_eq!(k.free_blocks(3), 1);
+        assert_eq!(k.free_blocks(2), 1);
+        assert_eq!(k.free_blocks(0), 1);
+    }
+}

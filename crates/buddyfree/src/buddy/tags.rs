@@ -1,0 +1,72 @@
+//! The per-unit tag byte: what, if anything, starts at a unit. It is Knuth's "busy bit"
+//! (§2.4) widened to carry the order, so that a buddy's freeness at one order is one lookup
+//! and a bad `free` is classified exactly (`OrderMismatch` vs `NotAllocated`) in O(1).
+//!
+//! Invariant: `tags[i]` is `Free(k)` iff a free block of order `k` starting at `i` is on a free
+//! list, `Used(k)` iff a block of order `k` starting at `i` is held by a caller, and none
+//! otherwise (inner units of blocks, and blocks in transit inside one operation).
+
+use alloc::vec::Vec;
+
+use super::lists::Slot;
+use crate::Error;
+
+/// One unit's tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Tag(u8);
+
+const FREE: u8 = 0x40;
+const USED: u8 = 0x80;
+const ORDER: u8 = 0x3f;
+
+impl Tag {
+    pub(crate) const NONE: Tag = Tag(0);
+
+    pub(crate) const fn free(order: u32) -> Tag {
+        Tag(FREE | order as u8)
+    }
+
+    pub(crate) const fn used(order: u32) -> Tag {
+        Tag(USED | order as u8)
+    }
+
+    pub(crate) fn used_order(self) -> Option<u32> {
+        (self.0 & USED != 0).then_some((self.0 & ORDER) as u32)
+    }
+
+    /// Whether a `free(index, order)` of the block tagged `self` is good: the model's rule,
+    /// another order at this start is `OrderMismatch`, anything else not live `NotAllocated`.
+    pub(crate) fn check_free(self, order: u32) -> Result<(), Error> {
+        match self.used_order() {
+            Some(o) if o == order => Ok(()),
+            Some(_) => Err(Error::OrderMismatch),
+            None => Err(Error::NotAllocated),
+        }
+    }
+}
+
+/// One tag per unit.
+pub(crate) struct Tags<S>(Vec<S>);
+
+impl<S: Slot<u8>> Tags<S> {
+    pub(crate) fn new(units: usize) -> Self {
+        Tags((0..units).map(|_| S::new(Tag::NONE.0)).collect())
+    }
+
+    #[inline]
+    pub(crate) fn get(&self, index: usize) -> Tag {
+        Tag(self.0[index].get())
+    }
+
+    #[inline]
+    pub(crate) fn set(&self, index: usize, tag: Tag) {
+        self.0[index].set(tag.0)
+    }
+
+    /// Whether the block of `2^order` units at `index` (in range or not) is free at exactly
+    /// that order.
+    #[inline]
+    pub(crate) fn is_free(&self, index: usize, order: u32) -> bool {
+        index < self.0.len() && self.get(index) == Tag::free(order)
+    }
+}
