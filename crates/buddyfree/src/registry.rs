@@ -4,6 +4,7 @@
 use alloc::boxed::Box;
 
 use crate::buddy::Knuth;
+use crate::locked::{PerLevelSpin, PerLevelYield};
 use crate::model::Model;
 use crate::{BlockAlloc, Config, Error, Locked};
 
@@ -41,6 +42,16 @@ const ENTRIES: &[Entry] = &[
         name: "knuth-locked",
         about: "Knuth's buddy (segregated free lists, eager merge) behind one global spinlock",
         build: |c| Ok(Box::new(Locked::<Knuth>::new(Knuth::new(c)?))),
+    },
+    Entry {
+        name: "perlevel-spin",
+        about: "parallel binary buddy (Johnson & Davis): one spinlock per level",
+        build: |c| Ok(Box::new(PerLevelSpin::new(c)?)),
+    },
+    Entry {
+        name: "perlevel-yield",
+        about: "parallel binary buddy: one spin-then-yield lock per level (the mutex variant)",
+        build: |c| Ok(Box::new(PerLevelYield::new(c)?)),
     },
 ];
 

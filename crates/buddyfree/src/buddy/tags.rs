@@ -9,6 +9,7 @@
 use alloc::vec::Vec;
 
 use super::lists::Slot;
+use crate::sync::atomic::{AtomicU8, Ordering};
 use crate::Error;
 
 /// One unit's tag.
@@ -68,5 +69,32 @@ impl<S: Slot<u8>> Tags<S> {
     #[inline]
     pub(crate) fn is_free(&self, index: usize, order: u32) -> bool {
         index < self.0.len() && self.get(index) == Tag::free(order)
+    }
+}
+
+impl Tags<AtomicU8> {
+    /// Tags a block handed to a caller. Release: a thread that later claims it for `free`
+    /// (Acquire) sees the allocator's writes before the hand-out.
+    pub(crate) fn mark_used(&self, index: usize, order: u32) {
+        self.0[index].store(Tag::used(order).0, Ordering::Release);
+    }
+
+    /// Claims the live block `(index, order)` for the one `free` that wins; racing frees of
+    /// the same block (double frees) see the tag already cleared and get `NotAllocated`.
+    pub(crate) fn claim_used(&self, index: usize, order: u32) -> Result<(), Error> {
+        self.0[index]
+            .compare_exchange(
+                Tag::used(order).0,
+                Tag::NONE.0,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .map(drop)
+            .map_err(|seen| {
+                Tag(seen)
+                    .check_free(order)
+                    .err()
+                    .unwrap_or(Error::NotAllocated)
+            })
     }
 }
