@@ -3,7 +3,7 @@
 
 use alloc::boxed::Box;
 
-use crate::buddy::Knuth;
+use crate::buddy::{Estranged, Knuth};
 use crate::locked::{PerLevelSpin, PerLevelYield};
 use crate::model::Model;
 use crate::{BlockAlloc, Config, Error, Locked};
@@ -42,6 +42,11 @@ const ENTRIES: &[Entry] = &[
         name: "knuth-locked",
         about: "Knuth's buddy (segregated free lists, eager merge) behind one global spinlock",
         build: |c| Ok(Box::new(Locked::<Knuth>::new(Knuth::new(c)?))),
+    },
+    Entry {
+        name: "estranged-locked",
+        about: "the estranged buddy (delayed recombination, 5-step heuristic) behind one spinlock",
+        build: |c| Ok(Box::new(Locked::<Estranged>::new(Estranged::new(c)?))),
     },
     Entry {
         name: "perlevel-spin",

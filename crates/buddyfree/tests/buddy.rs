@@ -1,9 +1,9 @@
-//! The battery on the buddy systems: Knuth's buddy behind a global lock and the parallel
-//! binary buddy with a lock per level (spinlock and spin-then-yield variants).
+//! The battery on the buddy systems: Knuth's and the estranged buddy behind a global lock,
+//! the parallel binary buddy with a lock per level (spinlock and spin-then-yield variants).
 
 mod common;
 
-use buddyfree::buddy::Knuth;
+use buddyfree::buddy::{Estranged, Knuth};
 use buddyfree::locked::{PerLevelSpin, PerLevelYield};
 use buddyfree::{BlockAlloc, Config, Error, Locked};
 use proptest::prelude::*;
@@ -16,6 +16,9 @@ type Build = fn(Config) -> Result<Box<dyn BlockAlloc>, Error>;
 fn knuth(c: Config) -> Result<Box<dyn BlockAlloc>, Error> {
     Ok(Box::new(Locked::<Knuth>::new(Knuth::new(c)?)))
 }
+fn estranged(c: Config) -> Result<Box<dyn BlockAlloc>, Error> {
+    Ok(Box::new(Locked::<Estranged>::new(Estranged::new(c)?)))
+}
 fn perlevel_spin(c: Config) -> Result<Box<dyn BlockAlloc>, Error> {
     Ok(Box::new(PerLevelSpin::new(c)?))
 }
@@ -26,11 +29,13 @@ fn perlevel_yield(c: Config) -> Result<Box<dyn BlockAlloc>, Error> {
 /// Every buddy of this file, by name, for the shared battery below.
 const ALLOCS: &[(&str, Build)] = &[
     ("knuth-locked", knuth),
+    ("estranged-locked", estranged),
     ("perlevel-spin", perlevel_spin),
     ("perlevel-yield", perlevel_yield),
 ];
 
 proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
     #[test]
     fn every_buddy_matches_model(
         which in 0..ALLOCS.len(),

@@ -13,7 +13,7 @@ use alloc::vec::Vec;
 
 use super::lists::{Links, ListHead};
 use super::tags::{Tag, Tags};
-use super::{buddy_of, initial_blocks};
+use super::{buddy_of, carve, initial_blocks, Entries};
 use crate::{check_block, Config, Error, SeqBlockAlloc};
 
 /// Knuth's sequential buddy allocator. Wrap it in [`crate::Locked`] for the spin-locked buddy.
@@ -71,13 +71,11 @@ impl Knuth {
         self.tags.set(index, Tag::NONE);
     }
 
-    /// Hands out the free block at `index` of `from` orders, keeping its first `2^order`
-    /// units and pushing the right halves split off on the way down.
-    fn take(&mut self, index: usize, from: u32, order: u32) {
-        self.unlink(index, from);
-        for k in (order..from).rev() {
-            self.push(index + (1 << k), k);
-        }
+    /// Hands out the block `(index, order)` inside the free block `(start, from)`, pushing
+    /// the pieces split off around it.
+    fn take(&mut self, start: usize, from: u32, index: usize, order: u32) {
+        self.unlink(start, from);
+        carve(start, from, index, order, |piece, k| self.push(piece, k));
         self.tags.set(index, Tag::used(order));
         self.free_units -= 1 << order;
     }
@@ -112,7 +110,7 @@ impl SeqBlockAlloc for Knuth {
         let index = self.heads[from as usize]
             .first()
             .ok_or(Error::OutOfMemory)?;
-        self.take(index, from, order);
+        self.take(index, from, index, order);
         Ok(index)
     }
 
@@ -133,6 +131,43 @@ impl SeqBlockAlloc for Knuth {
 
     fn max_order(&self) -> u32 {
         self.max_order
+    }
+}
+
+impl Entries for Knuth {
+    fn entry_at(&self, index: usize) -> Option<(usize, u32)> {
+        (0..=self.max_order).find_map(|k| {
+            let start = index & !((1 << k) - 1);
+            (self.tags.get(start) == Tag::free(k)).then_some((start, k))
+        })
+    }
+
+    fn unlink_entry(&mut self, start: usize, order: u32) {
+        self.unlink(start, order);
+    }
+
+    fn push_piece(&mut self, index: usize, order: u32) {
+        self.push(index, order);
+    }
+
+    fn set_used(&mut self, index: usize, order: u32) {
+        self.tags.set(index, Tag::used(order));
+        self.free_units -= 1 << order;
+    }
+}
+
+impl super::Defrag for Knuth {
+    fn live_at(&self, index: usize) -> Option<u32> {
+        self.tags.get(index).used_order()
+    }
+
+    fn free_entry(&self, index: usize) -> Option<(usize, u32)> {
+        self.entry_at(index)
+    }
+
+    fn claim(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        check_block(index, order, self.max_order, self.total_units)?;
+        super::claim(self, index, order)
     }
 }
 

@@ -7,7 +7,7 @@
 //! [`crate::locked::per_level`] and shares the free lists and tags defined here.
 //!
 //! Memory picture shared by all of them: no per-operation heap allocation; every table is
-//! indexed by unit and allocated once.
+//! indexed by unit and allocated once (defragmentation, which plans on a copy, excepted).
 //!
 //! ```text
 //! unit index   0     1     2     3     4 ...  units-1
@@ -16,11 +16,17 @@
 //! heads      [order 0][order 1]...[max_order] : first element and length of each list
 //! ```
 
+pub mod defrag;
+pub mod estranged;
 pub mod knuth;
 pub(crate) mod lists;
 pub(crate) mod tags;
 
+pub use defrag::{alloc_or_defrag, defrag, Defrag, Move};
+pub use estranged::{Estranged, EstrangedStats, Step};
 pub use knuth::Knuth;
+
+use crate::Error;
 
 /// The blocks a region of `units` units starts with: blocks of `max_order` from unit 0, then
 /// the tail beyond the last whole one cut into ever smaller aligned blocks (the binary digits
@@ -37,6 +43,56 @@ pub(crate) fn initial_blocks(units: usize, max_order: u32) -> impl Iterator<Item
         index += 1 << order;
         Some(block)
     })
+}
+
+/// Pushes, through `push`, the pieces of the free block `(start, from)` that lie outside its
+/// sub-block `(index, order)`, largest first: the bisection of §2.2, step 3–4, aimed at any
+/// sub-block. Each piece's buddy contains `index`, so it is never free when the piece is pushed.
+pub(crate) fn carve(
+    start: usize,
+    from: u32,
+    index: usize,
+    order: u32,
+    mut push: impl FnMut(usize, u32),
+) {
+    debug_assert!(start <= index && index + (1 << order) <= start + (1 << from));
+    for k in (order..from).rev() {
+        push(buddy_of(index & !((1 << k) - 1), k), k);
+    }
+}
+
+/// The free-list entries of a sequential buddy, as the shared [`claim`] sees them.
+pub(crate) trait Entries {
+    /// The free entry `(start, order)` covering unit `index`, if it is free.
+    fn entry_at(&self, index: usize) -> Option<(usize, u32)>;
+    /// Takes the entry found by `entry_at` off its list.
+    fn unlink_entry(&mut self, start: usize, order: u32);
+    /// Lists a piece split off by [`carve`]; its buddy is about to be busy.
+    fn push_piece(&mut self, index: usize, order: u32);
+    /// Tags `(index, order)` as held by a caller and counts its units as used.
+    fn set_used(&mut self, index: usize, order: u32);
+}
+
+/// Takes the free units `(index, order)` off the lists and makes them a live block, as if
+/// allocated there: removes the entries inside the block and carves it out of an entry that
+/// contains it. Fails with `NotAllocated` ("not free"), changing nothing, if a unit is in use.
+pub(crate) fn claim<A: Entries>(a: &mut A, index: usize, order: u32) -> Result<(), Error> {
+    let end = index + (1 << order);
+    let mut entries = alloc::vec::Vec::new();
+    let mut unit = index;
+    while unit < end {
+        let (start, from) = a.entry_at(unit).ok_or(Error::NotAllocated)?;
+        entries.push((start, from));
+        unit = start + (1 << from);
+    }
+    for &(start, from) in &entries {
+        a.unlink_entry(start, from);
+        if start < index || start + (1 << from) > end {
+            carve(start, from, index, order, |piece, k| a.push_piece(piece, k));
+        }
+    }
+    a.set_used(index, order);
+    Ok(())
 }
 
 /// The buddy of the block of `2^order` units at `index`.

@@ -3,8 +3,10 @@
 //! and a bad `free` is classified exactly (`OrderMismatch` vs `NotAllocated`) in O(1).
 //!
 //! Invariant: `tags[i]` is `Free(k)` iff a free block of order `k` starting at `i` is on a free
-//! list, `Used(k)` iff a block of order `k` starting at `i` is held by a caller, and none
-//! otherwise (inner units of blocks, and blocks in transit inside one operation).
+//! list, `Used(k)` iff a block of order `k` starting at `i` is held by a caller, `Pair(k)`
+//! (estranged buddy only) iff the two free buddies of order `k` at `i` and `i + 2^k` are one
+//! entry of its buddy-free list, and none otherwise (inner units of blocks, the right half of
+//! a pair, and blocks in transit inside one operation).
 
 use alloc::vec::Vec;
 
@@ -16,8 +18,11 @@ use crate::Error;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Tag(u8);
 
+// The kind in the top two bits, the order in the low six.
 const FREE: u8 = 0x40;
 const USED: u8 = 0x80;
+const PAIR: u8 = 0xc0;
+const KIND: u8 = 0xc0;
 const ORDER: u8 = 0x3f;
 
 impl Tag {
@@ -31,8 +36,12 @@ impl Tag {
         Tag(USED | order as u8)
     }
 
+    pub(crate) const fn pair(order: u32) -> Tag {
+        Tag(PAIR | order as u8)
+    }
+
     pub(crate) fn used_order(self) -> Option<u32> {
-        (self.0 & USED != 0).then_some((self.0 & ORDER) as u32)
+        (self.0 & KIND == USED).then_some((self.0 & ORDER) as u32)
     }
 
     /// Whether a `free(index, order)` of the block tagged `self` is good: the model's rule,
