@@ -114,6 +114,10 @@ mod defragmentation {
     use buddyfree::{Config, Error};
     use std::collections::BTreeMap;
 
+    /// What the allocator says about one unit: the live block starting there, the free entry
+    /// covering it.
+    type UnitView = (Option<u32>, Option<(usize, u32)>);
+
     /// An allocator with a memory of one word per unit: every live block's units hold its
     /// stamp, free units hold 0. Moves copy the words, so lost or mixed contents show.
     struct Heap<A> {
@@ -204,7 +208,7 @@ mod defragmentation {
         }
 
         /// What the allocator says about every unit, to compare states.
-        fn snapshot(&self) -> Vec<(Option<u32>, Option<(usize, u32)>)> {
+        fn snapshot(&self) -> Vec<UnitView> {
             (0..self.memory.len())
                 .map(|u| (self.alloc.live_at(u), self.alloc.free_entry(u)))
                 .collect()
@@ -224,7 +228,7 @@ mod defragmentation {
         fn defrag(&mut self, order: u32) -> Result<Vec<Move>, Error>;
         fn free_units(&self) -> usize;
         fn live(&self) -> Vec<usize>;
-        fn snapshot(&self) -> Vec<(Option<u32>, Option<(usize, u32)>)>;
+        fn snapshot(&self) -> Vec<UnitView>;
         fn alloc_or_defrag(&mut self, order: u32) -> Result<(usize, usize), Error>;
         fn check_and_empty(self: Box<Self>);
     }
@@ -248,7 +252,7 @@ mod defragmentation {
         fn live(&self) -> Vec<usize> {
             self.live.keys().copied().collect()
         }
-        fn snapshot(&self) -> Vec<(Option<u32>, Option<(usize, u32)>)> {
+        fn snapshot(&self) -> Vec<UnitView> {
             Heap::snapshot(self)
         }
         fn alloc_or_defrag(&mut self, order: u32) -> Result<(usize, usize), Error> {
