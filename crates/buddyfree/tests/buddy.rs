@@ -106,6 +106,81 @@ fn per_level_counts_lock_waits_consistently() {
         .all(|s| s.acquired == 0 && s.waits == 0));
 }
 
+/// A stress run shaped for ThreadSanitizer: plain `std::thread::spawn` and `join` (whose
+/// happens-before edge TSan sees through `pthread_join`), no `Arc`, no scoped threads (std is
+/// not built with TSan here, so their internal fences and futexes look like races). Threads
+/// allocate, stamp ownership, free their own blocks and each other's through a mailbox.
+/// Run it under TSan with `-- tsan_`.
+fn joined_stress(alloc: &'static (dyn BlockAlloc + Sync), threads: usize, steps: usize) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let max_order = alloc.max_order();
+    let owners: &'static common::Owners =
+        Box::leak(Box::new(common::Owners::new(alloc.total_units())));
+    let mailbox: &'static [AtomicUsize] = Box::leak(
+        (0..threads * 2)
+            .map(|_| AtomicUsize::new(usize::MAX))
+            .collect(),
+    );
+    let stamp = |index: usize, order: u32| (index as u64) << 8 | u64::from(order) | 1 << 63;
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut rng = common::Rng::new(t as u64 + 7);
+                let mut mine: Vec<(usize, u32)> = Vec::new();
+                let release = |(index, order): (usize, u32)| {
+                    owners.release(index, order, stamp(index, order));
+                    alloc.free(index, order, t).unwrap();
+                };
+                for _ in 0..steps {
+                    match rng.below(4) {
+                        0 | 1 => {
+                            let order = rng.below(max_order as usize + 1) as u32;
+                            if let Ok(index) = alloc.alloc(order, t) {
+                                owners.claim(index, order, stamp(index, order));
+                                mine.push((index, order));
+                            }
+                        }
+                        2 if !mine.is_empty() => release(mine.swap_remove(rng.below(mine.len()))),
+                        _ => {
+                            let slot = &mailbox[rng.below(mailbox.len())];
+                            let give = mine.pop().map_or(usize::MAX, |(i, o)| i << 6 | o as usize);
+                            let got = slot.swap(give, Ordering::AcqRel);
+                            if got != usize::MAX {
+                                release((got >> 6, (got & 63) as u32));
+                            }
+                        }
+                    }
+                }
+                mine.into_iter().for_each(release);
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.join().unwrap();
+    }
+    for slot in mailbox {
+        let got = slot.swap(usize::MAX, Ordering::AcqRel);
+        if got != usize::MAX {
+            let (index, order) = (got >> 6, (got & 63) as u32);
+            owners.release(index, order, stamp(index, order));
+            alloc.free(index, order, 0).unwrap();
+        }
+    }
+    common::assert_whole(alloc);
+}
+
+#[test]
+fn tsan_per_level_spin_joined_threads() {
+    let alloc = Box::leak(Box::new(PerLevelSpin::new(Config::new(512, 5)).unwrap()));
+    joined_stress(alloc, 4, 20_000);
+}
+
+#[test]
+fn tsan_per_level_yield_joined_threads() {
+    let alloc = Box::leak(Box::new(PerLevelYield::new(Config::new(512, 5)).unwrap()));
+    joined_stress(alloc, 4, 20_000);
+}
+
 // On-demand defragmentation (§2.8), on Knuth's and the estranged buddy.
 
 mod defragmentation {
