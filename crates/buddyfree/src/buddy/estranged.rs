@@ -213,11 +213,13 @@ impl Estranged {
 
     /// Step 4: the smallest listed block above `order`, split down.
     fn split(&mut self, order: u32) -> Option<Result<usize, Error>> {
-        let above = (self.busy_mask | self.paired_mask) >> (order + 1) << (order + 1);
+        let above = (self.busy_mask | self.paired_mask)
+            .checked_shr(order + 1)
+            .unwrap_or(0);
         if above == 0 {
             return None;
         }
-        let from = above.trailing_zeros();
+        let from = order + 1 + above.trailing_zeros();
         let index = match self.first(List::Busy, from) {
             Some(index) => {
                 self.unlink(List::Busy, index, from);

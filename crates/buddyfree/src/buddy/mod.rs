@@ -75,13 +75,14 @@ pub(crate) trait Entries {
 
 /// Takes the free units `(index, order)` off the lists and makes them a live block, as if
 /// allocated there: removes the entries inside the block and carves it out of an entry that
-/// contains it. Fails with `NotAllocated` ("not free"), changing nothing, if a unit is in use.
+/// contains it. Fails with `OrderMismatch` (an overlap, as [`crate::model::Model::take`]
+/// says), changing nothing, if a unit is in use.
 pub(crate) fn claim<A: Entries>(a: &mut A, index: usize, order: u32) -> Result<(), Error> {
     let end = index + (1 << order);
     let mut entries = alloc::vec::Vec::new();
     let mut unit = index;
     while unit < end {
-        let (start, from) = a.entry_at(unit).ok_or(Error::NotAllocated)?;
+        let (start, from) = a.entry_at(unit).ok_or(Error::OrderMismatch)?;
         entries.push((start, from));
         unit = start + (1 << from);
     }

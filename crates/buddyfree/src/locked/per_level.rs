@@ -24,8 +24,10 @@
 //!   check and push are one critical section, so the second of them sees the first.
 //!   Hence when no operation is in flight, no two free buddies below `max_order` sit on a
 //!   list (merging is as eager as Knuth's), and no block is lost or handed out twice.
-//! - A concurrent alloc may miss a block that is in transit and report `OutOfMemory`;
-//!   with no operation in flight an alloc fails only when no free aligned block exists.
+//! - A concurrent alloc may miss a block that is in transit; it rescans up to `RESCANS`
+//!   times while enough units are free, and may still report `OutOfMemory` spuriously under
+//!   contention. With no operation in flight an alloc fails only when no free aligned block
+//!   exists (the model check runs sequentially and holds it to that).
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -38,6 +40,9 @@ use crate::buddy::{buddy_of, initial_blocks};
 use crate::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use crate::sync::CachePadded;
 use crate::{check_block, BlockAlloc, Config, Error};
+
+/// Extra scans an allocation makes, while enough units are free, before `OutOfMemory`.
+const RESCANS: usize = 2;
 
 /// The parallel binary buddy with a spinlock per level.
 pub type PerLevelSpin = PerLevel<spin::Mutex<()>>;
@@ -92,7 +97,7 @@ impl<R: RawMutex> PerLevel<R> {
     /// of `max_order` is cut into smaller blocks). It keeps no per-core state.
     pub fn new(config: Config) -> Result<Self, Error> {
         config.validate()?;
-        let alloc = PerLevel {
+        let mut alloc = PerLevel {
             levels: (0..=config.max_order)
                 .map(|_| {
                     CachePadded::new(Level {
@@ -114,7 +119,10 @@ impl<R: RawMutex> PerLevel<R> {
             max_order: config.max_order,
         };
         for (index, order) in initial_blocks(config.units, config.max_order) {
-            alloc.push(&mut alloc.lock(order), index, order);
+            // Not through `lock`: building the lists is not a request to count.
+            let guarded = alloc.levels[order as usize].list.get_mut();
+            alloc.links.push(&mut guarded.head, index);
+            alloc.tags.set(index, Tag::free(order));
         }
         Ok(alloc)
     }
@@ -168,6 +176,25 @@ impl<R: RawMutex> PerLevel<R> {
         guard
     }
 
+    /// One scan upward from `order` for a block, split down to `order` and handed out.
+    fn take(&self, order: u32) -> Option<usize> {
+        for from in order..=self.max_order {
+            let mut guard = self.lock(from);
+            let Some(index) = guard.head.first() else {
+                continue;
+            };
+            self.unlink(&mut guard, index);
+            drop(guard);
+            for k in (order..from).rev() {
+                self.push(&mut self.lock(k), index + (1 << k), k);
+            }
+            self.free_units.fetch_sub(1 << order, Ordering::Relaxed);
+            self.tags.mark_used(index, order);
+            return Some(index);
+        }
+        None
+    }
+
     /// Puts a block in transit on level `order`'s list (its lock held by `guard`).
     fn push(&self, guard: &mut Guarded, index: usize, order: u32) {
         self.links.push(&mut guard.head, index);
@@ -186,19 +213,16 @@ impl<R: RawMutex + Send + Sync> BlockAlloc for PerLevel<R> {
         if order > self.max_order {
             return Err(Error::BadOrder);
         }
-        for from in order..=self.max_order {
-            let mut guard = self.lock(from);
-            let Some(index) = guard.head.first() else {
-                continue;
-            };
-            self.unlink(&mut guard, index);
-            drop(guard);
-            for k in (order..from).rev() {
-                self.push(&mut self.lock(k), index + (1 << k), k);
+        for _ in 0..=RESCANS {
+            if let Some(index) = self.take(order) {
+                return Ok(index);
             }
-            self.free_units.fetch_sub(1 << order, Ordering::Relaxed);
-            self.tags.mark_used(index, order);
-            return Ok(index);
+            // A scan misses blocks in transit between two levels; while enough units are free
+            // one may be, so look again a few times before giving up.
+            if self.free_units.load(Ordering::Relaxed) < 1 << order {
+                break;
+            }
+            crate::sync::spin_loop();
         }
         Err(Error::OutOfMemory)
     }
