@@ -16,6 +16,19 @@ use super::tags::{Tag, Tags};
 use super::{buddy_of, carve, initial_blocks, Entries};
 use crate::{check_block, Config, Error, SeqBlockAlloc};
 
+/// Counters of Knuth's buddy, to compare with [`super::EstrangedStats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KnuthStats {
+    /// Allocations served from the list of their own order, with no split.
+    pub immediate: u64,
+    /// Allocations that split a larger block.
+    pub split: u64,
+    /// Allocations that failed with `OutOfMemory`.
+    pub failed: u64,
+    /// Buddy merges made by frees.
+    pub merges: u64,
+}
+
 /// Knuth's sequential buddy allocator. Wrap it in [`crate::Locked`] for the spin-locked buddy.
 pub struct Knuth {
     links: Links<Cell<usize>>,
@@ -26,6 +39,7 @@ pub struct Knuth {
     free_units: usize,
     total_units: usize,
     max_order: u32,
+    stats: KnuthStats,
 }
 
 impl Knuth {
@@ -44,11 +58,22 @@ impl Knuth {
             free_units: config.units,
             total_units: config.units,
             max_order: config.max_order,
+            stats: KnuthStats::default(),
         };
         for (index, order) in initial_blocks(config.units, config.max_order) {
             knuth.push(index, order);
         }
         Ok(knuth)
+    }
+
+    /// The counters since creation (or the last [`Knuth::reset_stats`]).
+    pub fn stats(&self) -> KnuthStats {
+        self.stats
+    }
+
+    /// Zeroes the counters.
+    pub fn reset_stats(&mut self) {
+        self.stats = KnuthStats::default();
     }
 
     /// Free blocks on the list of `order`.
@@ -90,6 +115,7 @@ impl Knuth {
                 break;
             }
             self.unlink(buddy, order);
+            self.stats.merges += 1;
             index = index.min(buddy);
             order += 1;
         }
@@ -103,13 +129,16 @@ impl SeqBlockAlloc for Knuth {
             return Err(Error::BadOrder);
         }
         let above = self.nonempty >> order;
-        if above == 0 {
-            return Err(Error::OutOfMemory);
-        }
         let from = order + above.trailing_zeros();
-        let index = self.heads[from as usize]
-            .first()
-            .ok_or(Error::OutOfMemory)?;
+        let Some(index) = self.heads.get(from as usize).and_then(ListHead::first) else {
+            self.stats.failed += 1;
+            return Err(Error::OutOfMemory);
+        };
+        if from == order {
+            self.stats.immediate += 1;
+        } else {
+            self.stats.split += 1;
+        }
         self.take(index, from, index, order);
         Ok(index)
     }
@@ -188,6 +217,8 @@ mod tests {
         assert_eq!(k.free(4, 2), Ok(()));
         assert_eq!(k.free_blocks(4), 1);
         assert_eq!(k.free_units(), 16);
+        let s = k.stats();
+        assert_eq!((s.immediate, s.split, s.merges), (1, 1, 4));
     }
 
     #[test]

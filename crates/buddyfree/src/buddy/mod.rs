@@ -24,7 +24,7 @@ pub(crate) mod tags;
 
 pub use defrag::{alloc_or_defrag, defrag, Defrag, Move};
 pub use estranged::{Estranged, EstrangedStats, Step};
-pub use knuth::Knuth;
+pub use knuth::{Knuth, KnuthStats};
 
 use crate::Error;
 

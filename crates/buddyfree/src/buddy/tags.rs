@@ -107,3 +107,38 @@ impl Tags<AtomicU8> {
             })
     }
 }
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use alloc::vec::Vec;
+    use loom::sync::Arc;
+
+    /// The per-level buddy's free claims a block by one CAS on its tag: of racing frees of
+    /// one block (a double free), exactly one wins, the others see it gone; a free with the
+    /// wrong order never takes it.
+    #[test]
+    fn loom_racing_frees_claim_a_block_once() {
+        loom::model(|| {
+            let tags = Arc::new(Tags::<AtomicU8>::new(4));
+            tags.mark_used(0, 1);
+            let racers: Vec<_> = [1, 1, 0]
+                .into_iter()
+                .map(|order| {
+                    let tags = tags.clone();
+                    loom::thread::spawn(move || (order, tags.claim_used(0, order)))
+                })
+                .collect();
+            let mut wins = 0;
+            for racer in racers {
+                match racer.join().unwrap() {
+                    (1, Ok(())) => wins += 1,
+                    (1, Err(e)) => assert_eq!(e, Error::NotAllocated),
+                    (_, r) => assert!(matches!(r, Err(Error::OrderMismatch | Error::NotAllocated))),
+                }
+            }
+            assert_eq!(wins, 1);
+            assert_eq!(tags.get(0), Tag::NONE);
+        });
+    }
+}
