@@ -368,6 +368,25 @@ mod tests {
     }
 
     #[test]
+    fn claims_a_block_spread_over_several_entries() {
+        use crate::buddy::Defrag;
+        let mut e = Estranged::new(Config::new(8, 3)).unwrap();
+        let units: Vec<_> = (0..4).map(|_| e.alloc(0).unwrap()).collect();
+        for &u in &units {
+            e.free(u, 0).unwrap();
+        }
+        assert_eq!(e.list_lengths(0), (0, 2));
+        assert_eq!(e.free_entry(3), Some((2, 1)));
+        assert_eq!(e.claim(2, 2), Err(Error::Misaligned));
+        e.claim(0, 2).unwrap();
+        assert_eq!(e.claim(0, 0), Err(Error::OrderMismatch));
+        assert_eq!((e.list_lengths(0), e.free_units()), ((0, 0), 4));
+        assert_eq!(e.live_at(0), Some(2));
+        e.free(0, 2).unwrap();
+        assert_eq!(e.alloc(3), Ok(0));
+    }
+
+    #[test]
     fn glues_upward_when_nothing_else_serves() {
         let mut e = Estranged::new(Config::new(8, 3)).unwrap();
         let units: Vec<_> = (0..8).map(|_| e.alloc(0).unwrap()).collect();

@@ -14,7 +14,8 @@
 //!   `Free(k)` only under it. Blocks between two lists (taken from a list by an alloc that is
 //!   splitting it, or by a free that is merging it) are *in transit*: owned by that one
 //!   thread, on no list, tagged none; the lock hand-over orders their links and tags.
-//! - alloc(k): for `j = k..=max`, lock `j` alone and pop; on success push the right halves at
+//! - alloc(k): for `j = k..=max`, skip `j` if its non-empty hint (written under its lock,
+//!   read without) says empty, else lock `j` alone and pop; on success push the right halves at
 //!   `j-1, ..., k`, each under its own lock. The left half stays in transit until returned,
 //!   so no free can meet a buddy of a pushed right half: split pushes need no buddy check.
 //! - free(k): claim the block by a CAS on its tag (`Used(k)` to none; a racing double free
@@ -24,7 +25,7 @@
 //!   check and push are one critical section, so the second of them sees the first.
 //!   Hence when no operation is in flight, no two free buddies below `max_order` sit on a
 //!   list (merging is as eager as Knuth's), and no block is lost or handed out twice.
-//! - A concurrent alloc may miss a block that is in transit; it rescans up to `RESCANS`
+//! - A concurrent alloc may miss a block that is in transit (or behind a stale hint); it rescans up to `RESCANS`
 //!   times while enough units are free, and may still report `OutOfMemory` spuriously under
 //!   contention. With no operation in flight an alloc fails only when no free aligned block
 //!   exists (the model check runs sequentially and holds it to that).
@@ -37,7 +38,7 @@ use lock_api::{Mutex, MutexGuard, RawMutex};
 use crate::buddy::lists::{Links, ListHead};
 use crate::buddy::tags::{Tag, Tags};
 use crate::buddy::{buddy_of, initial_blocks};
-use crate::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use crate::sync::CachePadded;
 use crate::{check_block, BlockAlloc, Config, Error};
 
@@ -68,6 +69,9 @@ struct Level<R: RawMutex> {
     /// Requests waiting for the lock now, and the most ever at once.
     pending: AtomicUsize,
     pending_max: AtomicUsize,
+    /// Whether the list is non-empty, written under the lock, read without it: a scan skips
+    /// levels that look empty instead of taking their locks.
+    nonempty: AtomicBool,
 }
 
 /// What a level's lock guards.
@@ -109,6 +113,7 @@ impl<R: RawMutex> PerLevel<R> {
                         wait_ns: AtomicU64::new(0),
                         pending: AtomicUsize::new(0),
                         pending_max: AtomicUsize::new(0),
+                        nonempty: AtomicBool::new(false),
                     })
                 })
                 .collect(),
@@ -120,9 +125,10 @@ impl<R: RawMutex> PerLevel<R> {
         };
         for (index, order) in initial_blocks(config.units, config.max_order) {
             // Not through `lock`: building the lists is not a request to count.
-            let guarded = alloc.levels[order as usize].list.get_mut();
-            alloc.links.push(&mut guarded.head, index);
+            let level = &mut alloc.levels[order as usize];
+            alloc.links.push(&mut level.list.get_mut().head, index);
             alloc.tags.set(index, Tag::free(order));
+            level.nonempty.store(true, Ordering::Relaxed);
         }
         Ok(alloc)
     }
@@ -179,11 +185,14 @@ impl<R: RawMutex> PerLevel<R> {
     /// One scan upward from `order` for a block, split down to `order` and handed out.
     fn take(&self, order: u32) -> Option<usize> {
         for from in order..=self.max_order {
+            if !self.levels[from as usize].nonempty.load(Ordering::Relaxed) {
+                continue;
+            }
             let mut guard = self.lock(from);
             let Some(index) = guard.head.first() else {
                 continue;
             };
-            self.unlink(&mut guard, index);
+            self.unlink(&mut guard, index, from);
             drop(guard);
             for k in (order..from).rev() {
                 self.push(&mut self.lock(k), index + (1 << k), k);
@@ -199,12 +208,20 @@ impl<R: RawMutex> PerLevel<R> {
     fn push(&self, guard: &mut Guarded, index: usize, order: u32) {
         self.links.push(&mut guard.head, index);
         self.tags.set(index, Tag::free(order));
+        self.levels[order as usize]
+            .nonempty
+            .store(true, Ordering::Relaxed);
     }
 
     /// Takes the block at `index` off level `order`'s list into transit.
-    fn unlink(&self, guard: &mut Guarded, index: usize) {
+    fn unlink(&self, guard: &mut Guarded, index: usize, order: u32) {
         self.links.remove(&mut guard.head, index);
         self.tags.set(index, Tag::NONE);
+        if guard.head.is_empty() {
+            self.levels[order as usize]
+                .nonempty
+                .store(false, Ordering::Relaxed);
+        }
     }
 }
 
@@ -236,7 +253,7 @@ impl<R: RawMutex + Send + Sync> BlockAlloc for PerLevel<R> {
             let mut guard = self.lock(order);
             let buddy = buddy_of(index, order);
             if order < self.max_order && self.tags.is_free(buddy, order) {
-                self.unlink(&mut guard, buddy);
+                self.unlink(&mut guard, buddy, order);
                 drop(guard);
                 index = index.min(buddy);
                 order += 1;
