@@ -329,20 +329,7 @@ impl Entries for Estranged {
     }
 }
 
-impl super::Defrag for Estranged {
-    fn live_at(&self, index: usize) -> Option<u32> {
-        self.tags.get(index).used_order()
-    }
-
-    fn free_entry(&self, index: usize) -> Option<(usize, u32)> {
-        self.entry_at(index)
-    }
-
-    fn claim(&mut self, index: usize, order: u32) -> Result<(), Error> {
-        check_block(index, order, self.max_order, self.total_units)?;
-        super::claim(self, index, order)
-    }
-}
+defrag_via_entries!(Estranged);
 
 #[cfg(all(test, not(loom)))]
 mod tests {

@@ -185,20 +185,7 @@ impl Entries for Knuth {
     }
 }
 
-impl super::Defrag for Knuth {
-    fn live_at(&self, index: usize) -> Option<u32> {
-        self.tags.get(index).used_order()
-    }
-
-    fn free_entry(&self, index: usize) -> Option<(usize, u32)> {
-        self.entry_at(index)
-    }
-
-    fn claim(&mut self, index: usize, order: u32) -> Result<(), Error> {
-        check_block(index, order, self.max_order, self.total_units)?;
-        super::claim(self, index, order)
-    }
-}
+defrag_via_entries!(Knuth);
 
 #[cfg(all(test, not(loom)))]
 mod tests {
@@ -219,6 +206,22 @@ mod tests {
         assert_eq!(k.free_units(), 16);
         let s = k.stats();
         assert_eq!((s.immediate, s.split, s.merges), (1, 1, 4));
+    }
+
+    #[test]
+    fn defrag_view_rejects_bad_input() {
+        use crate::buddy::Defrag;
+        let mut k = Knuth::new(Config::new(12, 2)).unwrap();
+        assert_eq!((k.live_at(12), k.free_entry(99)), (None, None));
+        assert_eq!(k.free_entry(5), Some((4, 2)));
+        assert_eq!(k.claim(12, 0), Err(Error::OutOfRange));
+        assert_eq!(k.claim(5, 1), Err(Error::Misaligned));
+        assert_eq!(k.claim(4, 3), Err(Error::BadOrder));
+        k.claim(5, 0).unwrap();
+        assert_eq!(k.claim(4, 1), Err(Error::OrderMismatch));
+        assert_eq!((k.live_at(5), k.free_units()), (Some(0), 11));
+        assert_eq!(k.free(5, 0), Ok(()));
+        assert_eq!(k.free_blocks(2), 3);
     }
 
     #[test]

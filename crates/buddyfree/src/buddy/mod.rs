@@ -16,6 +16,31 @@
 //! heads      [order 0][order 1]...[max_order] : first element and length of each list
 //! ```
 
+/// Implements [`Defrag`] for a sequential buddy with `tags`, `max_order` and `total_units`
+/// fields over its [`Entries`]: one definition for Knuth's and the estranged buddy.
+macro_rules! defrag_via_entries {
+    ($buddy:ty) => {
+        impl $crate::buddy::Defrag for $buddy {
+            fn live_at(&self, index: usize) -> Option<u32> {
+                (index < self.total_units)
+                    .then(|| self.tags.get(index).used_order())
+                    .flatten()
+            }
+
+            fn free_entry(&self, index: usize) -> Option<(usize, u32)> {
+                (index < self.total_units)
+                    .then(|| $crate::buddy::Entries::entry_at(self, index))
+                    .flatten()
+            }
+
+            fn claim(&mut self, index: usize, order: u32) -> Result<(), $crate::Error> {
+                $crate::check_block(index, order, self.max_order, self.total_units)?;
+                $crate::buddy::claim(self, index, order)
+            }
+        }
+    };
+}
+
 pub mod defrag;
 pub mod estranged;
 pub mod knuth;
