@@ -84,6 +84,25 @@ pub fn defrag<A: Defrag + ?Sized>(
 
 /// Allocates a block of `order`, defragmenting first if the heap is too fragmented for it.
 /// Returns the block and the moves made.
+///
+/// ```
+/// use buddyfree::buddy::{alloc_or_defrag, Knuth};
+/// use buddyfree::{Config, Locked, SeqBlockAlloc};
+///
+/// let heap = Locked::<Knuth>::new(Knuth::new(Config::new(8, 3)).unwrap());
+/// let units: Vec<usize> = (0..8).map(|_| heap.with(|k| k.alloc(0).unwrap())).collect();
+/// for &u in units.iter().step_by(2) {
+///     heap.with(|k| k.free(u, 0).unwrap()); // every other unit free: no block of 4
+/// }
+/// let mut memory: Vec<u64> = (0..8).collect(); // stands for the objects
+/// let (index, moves) = heap
+///     .with(|k| alloc_or_defrag(k, 2, |from, to, order| {
+///         memory.copy_within(from..from + (1 << order), to);
+///     }))
+///     .unwrap();
+/// assert_eq!(moves.len(), 2);
+/// assert_eq!(index % 4, 0);
+/// ```
 pub fn alloc_or_defrag<A: Defrag + ?Sized>(
     alloc: &mut A,
     order: u32,
