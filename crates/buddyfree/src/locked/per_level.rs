@@ -298,3 +298,111 @@ impl Clock {
         return 0;
     }
 }
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use crate::sync::atomic::AtomicBool;
+    use loom::sync::Arc;
+    use std::sync::OnceLock;
+
+    /// A spinlock loom can see: its flag is a loom atomic, made on first use inside the model
+    /// (a `RawMutex` needs a `const` initialiser, which loom's atomics do not have).
+    struct LoomLock(OnceLock<AtomicBool>);
+
+    impl LoomLock {
+        fn flag(&self) -> &AtomicBool {
+            self.0.get_or_init(|| AtomicBool::new(false))
+        }
+    }
+
+    // SAFETY: the flag's acquire CAS and release store give mutual exclusion.
+    unsafe impl RawMutex for LoomLock {
+        #[allow(clippy::declare_interior_mutable_const)]
+        const INIT: Self = LoomLock(OnceLock::new());
+        type GuardMarker = lock_api::GuardSend;
+
+        fn lock(&self) {
+            while !self.try_lock() {
+                loom::thread::yield_now();
+            }
+        }
+
+        fn try_lock(&self) -> bool {
+            self.flag()
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        }
+
+        unsafe fn unlock(&self) {
+            self.flag().store(false, Ordering::Release);
+        }
+    }
+
+    /// Explores the interleavings with at most 3 preemptions (all of them take minutes).
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(f);
+    }
+
+    /// A fresh allocator whose lock flags all exist before any thread is spawned (made in one
+    /// thread, they are ordered before the others by the spawn; `OnceLock` is invisible to loom).
+    fn fresh() -> Arc<PerLevel<LoomLock>> {
+        let alloc = Arc::new(PerLevel::<LoomLock>::new(Config::new(4, 2)).unwrap());
+        alloc.level_stats();
+        alloc
+    }
+
+    fn whole(alloc: &PerLevel<LoomLock>) {
+        assert_eq!(alloc.free_units(), 4);
+        assert_eq!(alloc.alloc(2, 0), Ok(0));
+    }
+
+    /// Two buddies freed at once meet at their level under its lock and merge all the way up:
+    /// the heap is whole afterwards, whichever free runs first.
+    #[test]
+    fn loom_buddies_freed_concurrently_merge() {
+        model(|| {
+            let alloc = fresh();
+            let (x, y) = (alloc.alloc(0, 0).unwrap(), alloc.alloc(0, 0).unwrap());
+            assert_eq!(x ^ y, 1);
+            let other = {
+                let alloc = alloc.clone();
+                loom::thread::spawn(move || alloc.free(y, 0, 1).unwrap())
+            };
+            alloc.free(x, 0, 0).unwrap();
+            other.join().unwrap();
+            whole(&alloc);
+        });
+    }
+
+    /// A split racing a merge: one thread allocates and frees a unit while the other does the
+    /// same with a block of 2. Blocks never overlap, and the heap ends whole.
+    #[test]
+    fn loom_split_races_merge() {
+        model(|| {
+            let alloc = fresh();
+            let other = {
+                let alloc = alloc.clone();
+                loom::thread::spawn(move || {
+                    let block = alloc.alloc(1, 1);
+                    if let Ok(index) = block {
+                        alloc.free(index, 1, 1).unwrap();
+                    }
+                    block
+                })
+            };
+            let unit = alloc.alloc(0, 0);
+            if let Ok(index) = unit {
+                alloc.free(index, 0, 0).unwrap();
+            }
+            let block = other.join().unwrap();
+            assert!(
+                unit.is_ok() || block.is_ok(),
+                "both failed with 4 units free"
+            );
+            whole(&alloc);
+        });
+    }
+}
