@@ -87,19 +87,28 @@ impl EstrangedStats {
 /// The two lists of each order.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum List {
-    Busy,
-    Paired,
+    Busy = 0,
+    Paired = 1,
+}
+
+impl List {
+    /// The tag of a block start listed here.
+    fn tag(self, order: u32) -> Tag {
+        match self {
+            List::Busy => Tag::free(order),
+            List::Paired => Tag::pair(order),
+        }
+    }
 }
 
 /// The estranged buddy allocator (sequential; wrap it in [`crate::Locked`]).
 pub struct Estranged {
     links: Links<Cell<usize>>,
     tags: Tags<Cell<u8>>,
-    busy: Vec<ListHead>,
-    paired: Vec<ListHead>,
-    /// Bit `k` set iff `busy[k]`, resp. `paired[k]`, is non-empty.
-    busy_mask: u64,
-    paired_mask: u64,
+    /// The buddy-busy and the buddy-free list of every order, indexed by [`List`].
+    heads: [Vec<ListHead>; 2],
+    /// Bit `k` of `masks[list]` set iff that list of order `k` is non-empty.
+    masks: [u64; 2],
     free_units: usize,
     total_units: usize,
     max_order: u32,
@@ -113,14 +122,16 @@ impl Estranged {
         if config.max_order >= u64::BITS {
             return Err(Error::InvalidConfig);
         }
-        let lists = || (0..=config.max_order).map(|_| ListHead::EMPTY).collect();
+        let lists = || {
+            (0..=config.max_order)
+                .map(|_| ListHead::EMPTY)
+                .collect::<Vec<_>>()
+        };
         let mut estranged = Estranged {
             links: Links::new(config.units),
             tags: Tags::new(config.units),
-            busy: lists(),
-            paired: lists(),
-            busy_mask: 0,
-            paired_mask: 0,
+            heads: [lists(), lists()],
+            masks: [0; 2],
             free_units: config.units,
             total_units: config.units,
             max_order: config.max_order,
@@ -144,44 +155,32 @@ impl Estranged {
 
     /// Entries on the buddy-busy and buddy-free lists of `order`.
     pub fn list_lengths(&self, order: u32) -> (usize, usize) {
-        let k = order as usize;
-        (
-            self.busy.get(k).map_or(0, ListHead::len),
-            self.paired.get(k).map_or(0, ListHead::len),
-        )
+        let len = |list: List| {
+            self.heads[list as usize]
+                .get(order as usize)
+                .map_or(0, ListHead::len)
+        };
+        (len(List::Busy), len(List::Paired))
     }
 
     fn push(&mut self, list: List, index: usize, order: u32) {
-        let (head, mask) = match list {
-            List::Busy => (&mut self.busy[order as usize], &mut self.busy_mask),
-            List::Paired => (&mut self.paired[order as usize], &mut self.paired_mask),
-        };
-        self.links.push(head, index);
-        *mask |= 1 << order;
-        let tag = match list {
-            List::Busy => Tag::free(order),
-            List::Paired => Tag::pair(order),
-        };
-        self.tags.set(index, tag);
+        self.links
+            .push(&mut self.heads[list as usize][order as usize], index);
+        self.masks[list as usize] |= 1 << order;
+        self.tags.set(index, list.tag(order));
     }
 
     fn unlink(&mut self, list: List, index: usize, order: u32) {
-        let (head, mask) = match list {
-            List::Busy => (&mut self.busy[order as usize], &mut self.busy_mask),
-            List::Paired => (&mut self.paired[order as usize], &mut self.paired_mask),
-        };
+        let head = &mut self.heads[list as usize][order as usize];
         self.links.remove(head, index);
         if head.is_empty() {
-            *mask &= !(1 << order);
+            self.masks[list as usize] &= !(1 << order);
         }
         self.tags.set(index, Tag::NONE);
     }
 
     fn first(&self, list: List, order: u32) -> Option<usize> {
-        match list {
-            List::Busy => self.busy[order as usize].first(),
-            List::Paired => self.paired[order as usize].first(),
-        }
+        self.heads[list as usize][order as usize].first()
     }
 
     /// Lists a block that just became free: paired with its buddy if the buddy is free at
@@ -213,7 +212,7 @@ impl Estranged {
 
     /// Step 4: the smallest listed block above `order`, split down.
     fn split(&mut self, order: u32) -> Option<Result<usize, Error>> {
-        let above = (self.busy_mask | self.paired_mask)
+        let above = (self.masks[0] | self.masks[1])
             .checked_shr(order + 1)
             .unwrap_or(0);
         if above == 0 {
