@@ -11,7 +11,7 @@
 //!
 //! ```text
 //! unit index   0     1     2     3     4 ...  units-1
-//! tags       [F2 ][ -  ][ -  ][ -  ][U0 ] ... : per block start: Free(order) / Used(order) / none
+//! tags       [F2 ][ -  ][ -  ][ -  ][U0 ] ... : per block start: Free / Used / Pair(order) / none
 //! next, prev [ .  ][    ][    ][    ][    ] ... : links of the free list the block start is on
 //! heads      [order 0][order 1]...[max_order] : first element and length of each list
 //! ```
