@@ -15,6 +15,7 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+pub mod buddy;
 mod config;
 mod error;
 pub mod list;

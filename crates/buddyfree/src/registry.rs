@@ -3,7 +3,9 @@
 
 use alloc::boxed::Box;
 
+use crate::buddy::{Estranged, Knuth};
 use crate::list::{CasList, LockedList, PerCoreLists};
+use crate::locked::{PerCpu, PerLevelSpin, PerLevelYield};
 use crate::model::Model;
 use crate::{BlockAlloc, Config, Error, Locked};
 
@@ -35,6 +37,31 @@ const ENTRIES: &[Entry] = &[
         name: "model",
         about: "the reference model (first-fit unit map) behind a spinlock; O(units) per allocation",
         build: |c| Ok(Box::new(Locked::<Model>::new(Model::new(c)?))),
+    },
+    Entry {
+        name: "knuth-locked",
+        about: "Knuth's buddy (segregated free lists, eager merge) behind one global spinlock",
+        build: |c| Ok(Box::new(Locked::<Knuth>::new(Knuth::new(c)?))),
+    },
+    Entry {
+        name: "linux",
+        about: "Linux-like: Knuth's buddy behind a spinlock plus per-core caches (orders 0-3, 9)",
+        build: |c| Ok(Box::new(PerCpu::with_config(c, Knuth::new)?)),
+    },
+    Entry {
+        name: "estranged-locked",
+        about: "the estranged buddy (delayed recombination, 5-step heuristic) behind one spinlock",
+        build: |c| Ok(Box::new(Locked::<Estranged>::new(Estranged::new(c)?))),
+    },
+    Entry {
+        name: "perlevel-spin",
+        about: "parallel binary buddy (Johnson & Davis): one spinlock per level",
+        build: |c| Ok(Box::new(PerLevelSpin::new(c)?)),
+    },
+    Entry {
+        name: "perlevel-yield",
+        about: "parallel binary buddy: one spin-then-yield lock per level (the mutex variant)",
+        build: |c| Ok(Box::new(PerLevelYield::new(c)?)),
     },
     // The list allocators hand out order 0 only: they ignore `Config::max_order` and report
     // a maximum order of 0.

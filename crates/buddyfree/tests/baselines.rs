@@ -1,30 +1,29 @@
 //! The battery on the baselines: the Linux-like buddy (per-core caches in front of a locked
-//! sequential buddy, here the model) and the three list allocators.
+//! sequential buddy, here Knuth's) and the three list allocators.
 
 mod common;
 
+use buddyfree::buddy::Knuth;
 use buddyfree::list::{CasList, LockedList, PerCoreLists};
 use buddyfree::locked::PerCpu;
-use buddyfree::model::Model;
 use buddyfree::{BlockAlloc, Config, Error};
 use proptest::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// The inner buddy of the Linux-like tests: any `SeqBlockAlloc` with
-/// `new(Config) -> Result<Self, Error>`; switching to Knuth's buddy is this one line.
-type Inner = Model;
+/// The inner buddy of the Linux-like tests, as in the registry's `linux`.
+type Inner = Knuth;
 
 fn linux(config: Config) -> PerCpu<Inner> {
     PerCpu::with_config(config, Inner::new).unwrap()
 }
 
-/// Orders 0..=9 need 512 units; 1024 leaves room for two huge blocks. The model is O(units)
-/// per operation, so the heap stays small.
+/// Orders 0..=9 need 512 units; 1024 leaves room for two huge blocks. (The differential
+/// model is O(units) per operation, so the heap stays small.)
 const LINUX: Config = Config::new(1024, 9).with_cores(2);
 const LIST: Config = Config::new(64, 0).with_cores(3);
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    #![proptest_config(ProptestConfig::with_cases(96))]
 
     #[test]
     fn linux_like_matches_model(ops in common::ops(LINUX.units, LINUX.max_order, 300)) {

@@ -1,6 +1,12 @@
 //! Lock wrappers that lift a sequential allocator into a [`BlockAlloc`].
 
+pub mod per_level;
+pub mod yield_mutex;
+
 use lock_api::{Mutex, RawMutex};
+
+pub use per_level::{PerLevel, PerLevelSpin, PerLevelYield};
+pub use yield_mutex::YieldMutex;
 
 use crate::{BlockAlloc, Error, SeqBlockAlloc};
 

@@ -1,0 +1,241 @@
+//! Knuth's buddy system (`papers/realtime-buddy.txt` §2.2–2.4): segregated doubly linked
+//! free lists per order, a tag per block start, eager merging on free.
+//!
+//! Allocation finds the lowest non-empty list at or above the order in O(1) (a bit mask of
+//! non-empty lists), then bisects down, pushing each right half: O(log M) list operations.
+//! Free checks the buddy's tag and merges while it is free at the same order: O(log M).
+//! With eager merging, an allocation fails only when no aligned free block of the order
+//! exists at all.
+
+use core::cell::Cell;
+
+use alloc::vec::Vec;
+
+use super::lists::{Links, ListHead};
+use super::tags::{Tag, Tags};
+use super::{buddy_of, carve, initial_blocks, Entries};
+use crate::{check_block, Config, Error, SeqBlockAlloc};
+
+/// Counters of Knuth's buddy, to compare with [`super::EstrangedStats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KnuthStats {
+    /// Allocations served from the list of their own order, with no split.
+    pub immediate: u64,
+    /// Allocations that split a larger block.
+    pub split: u64,
+    /// Allocations that failed with `OutOfMemory`.
+    pub failed: u64,
+    /// Buddy merges made by frees.
+    pub merges: u64,
+}
+
+/// Knuth's sequential buddy allocator. Wrap it in [`crate::Locked`] for the spin-locked buddy.
+pub struct Knuth {
+    links: Links<Cell<usize>>,
+    tags: Tags<Cell<u8>>,
+    heads: Vec<ListHead>,
+    /// Bit `k` set iff the list of order `k` is non-empty.
+    nonempty: u64,
+    free_units: usize,
+    total_units: usize,
+    max_order: u32,
+    stats: KnuthStats,
+}
+
+impl Knuth {
+    /// An allocator of `config.units` free units (any number: the tail beyond the last block of
+    /// `max_order` is cut into smaller blocks).
+    pub fn new(config: Config) -> Result<Self, Error> {
+        config.validate()?;
+        if config.max_order >= u64::BITS {
+            return Err(Error::InvalidConfig);
+        }
+        let mut knuth = Knuth {
+            links: Links::new(config.units),
+            tags: Tags::new(config.units),
+            heads: (0..=config.max_order).map(|_| ListHead::EMPTY).collect(),
+            nonempty: 0,
+            free_units: config.units,
+            total_units: config.units,
+            max_order: config.max_order,
+            stats: KnuthStats::default(),
+        };
+        for (index, order) in initial_blocks(config.units, config.max_order) {
+            knuth.push(index, order);
+        }
+        Ok(knuth)
+    }
+
+    /// The counters since creation (or the last [`Knuth::reset_stats`]).
+    pub fn stats(&self) -> KnuthStats {
+        self.stats
+    }
+
+    /// Zeroes the counters.
+    pub fn reset_stats(&mut self) {
+        self.stats = KnuthStats::default();
+    }
+
+    /// Free blocks on the list of `order`.
+    pub fn free_blocks(&self, order: u32) -> usize {
+        self.heads.get(order as usize).map_or(0, ListHead::len)
+    }
+
+    fn push(&mut self, index: usize, order: u32) {
+        self.links.push(&mut self.heads[order as usize], index);
+        self.tags.set(index, Tag::free(order));
+        self.nonempty |= 1 << order;
+    }
+
+    fn unlink(&mut self, index: usize, order: u32) {
+        let head = &mut self.heads[order as usize];
+        self.links.remove(head, index);
+        if head.is_empty() {
+            self.nonempty &= !(1 << order);
+        }
+        self.tags.set(index, Tag::NONE);
+    }
+
+    /// Hands out the block `(index, order)` inside the free block `(start, from)`, pushing
+    /// the pieces split off around it.
+    fn take(&mut self, start: usize, from: u32, index: usize, order: u32) {
+        self.unlink(start, from);
+        carve(start, from, index, order, |piece, k| self.push(piece, k));
+        self.tags.set(index, Tag::used(order));
+        self.free_units -= 1 << order;
+    }
+
+    /// Returns the block at `index` to the lists, merging it with free buddies (§2.3).
+    fn release(&mut self, mut index: usize, mut order: u32) {
+        self.tags.set(index, Tag::NONE);
+        self.free_units += 1 << order;
+        while order < self.max_order {
+            let buddy = buddy_of(index, order);
+            if !self.tags.is_free(buddy, order) {
+                break;
+            }
+            self.unlink(buddy, order);
+            self.stats.merges += 1;
+            index = index.min(buddy);
+            order += 1;
+        }
+        self.push(index, order);
+    }
+}
+
+impl SeqBlockAlloc for Knuth {
+    fn alloc(&mut self, order: u32) -> Result<usize, Error> {
+        if order > self.max_order {
+            return Err(Error::BadOrder);
+        }
+        let above = self.nonempty >> order;
+        let from = order + above.trailing_zeros();
+        let Some(index) = self.heads.get(from as usize).and_then(ListHead::first) else {
+            self.stats.failed += 1;
+            return Err(Error::OutOfMemory);
+        };
+        if from == order {
+            self.stats.immediate += 1;
+        } else {
+            self.stats.split += 1;
+        }
+        self.take(index, from, index, order);
+        Ok(index)
+    }
+
+    fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        check_block(index, order, self.max_order, self.total_units)?;
+        self.tags.get(index).check_free(order)?;
+        self.release(index, order);
+        Ok(())
+    }
+
+    fn free_units(&self) -> usize {
+        self.free_units
+    }
+
+    fn total_units(&self) -> usize {
+        self.total_units
+    }
+
+    fn max_order(&self) -> u32 {
+        self.max_order
+    }
+}
+
+impl Entries for Knuth {
+    fn entry_at(&self, index: usize) -> Option<(usize, u32)> {
+        (0..=self.max_order).find_map(|k| {
+            let start = index & !((1 << k) - 1);
+            (self.tags.get(start) == Tag::free(k)).then_some((start, k))
+        })
+    }
+
+    fn unlink_entry(&mut self, start: usize, order: u32) {
+        self.unlink(start, order);
+    }
+
+    fn push_piece(&mut self, index: usize, order: u32) {
+        self.push(index, order);
+    }
+
+    fn set_used(&mut self, index: usize, order: u32) {
+        self.tags.set(index, Tag::used(order));
+        self.free_units -= 1 << order;
+    }
+}
+
+defrag_via_entries!(Knuth);
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_and_merges_back() {
+        let mut k = Knuth::new(Config::new(16, 4)).unwrap();
+        assert_eq!(k.alloc(0), Ok(0));
+        assert_eq!((0..4).map(|o| k.free_blocks(o)).sum::<usize>(), 4);
+        assert_eq!(k.alloc(2), Ok(4));
+        assert_eq!(k.free(4, 1), Err(Error::OrderMismatch));
+        assert_eq!(k.free(8, 3), Err(Error::NotAllocated));
+        assert_eq!(k.free(0, 0), Ok(()));
+        assert_eq!(k.free(0, 0), Err(Error::NotAllocated));
+        assert_eq!(k.free(4, 2), Ok(()));
+        assert_eq!(k.free_blocks(4), 1);
+        assert_eq!(k.free_units(), 16);
+        let s = k.stats();
+        assert_eq!((s.immediate, s.split, s.merges), (1, 1, 4));
+    }
+
+    #[test]
+    fn defrag_view_rejects_bad_input() {
+        use crate::buddy::Defrag;
+        let mut k = Knuth::new(Config::new(12, 2)).unwrap();
+        assert_eq!((k.live_at(12), k.free_entry(99)), (None, None));
+        assert_eq!(k.free_entry(5), Some((4, 2)));
+        assert_eq!(k.claim(12, 0), Err(Error::OutOfRange));
+        assert_eq!(k.claim(5, 1), Err(Error::Misaligned));
+        assert_eq!(k.claim(4, 3), Err(Error::BadOrder));
+        k.claim(5, 0).unwrap();
+        assert_eq!(k.claim(4, 1), Err(Error::OrderMismatch));
+        assert_eq!((k.live_at(5), k.free_units()), (Some(0), 11));
+        assert_eq!(k.free(5, 0), Ok(()));
+        assert_eq!(k.free_blocks(2), 3);
+    }
+
+    #[test]
+    fn tail_blocks_never_merge_past_the_end() {
+        let mut k = Knuth::new(Config::new(13, 3)).unwrap();
+        assert_eq!(k.alloc(3), Ok(0));
+        assert_eq!(k.alloc(2), Ok(8));
+        assert_eq!(k.alloc(0), Ok(12));
+        assert_eq!(k.alloc(0), Err(Error::OutOfMemory));
+        for (i, o) in [(12, 0), (8, 2), (0, 3)] {
+            k.free(i, o).unwrap();
+        }
+        assert_eq!(k.free_blocks(3), 1);
+        assert_eq!(k.free_blocks(2), 1);
+        assert_eq!(k.free_blocks(0), 1);
+    }
+}

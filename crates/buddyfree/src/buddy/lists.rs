@@ -1,0 +1,144 @@
+//! Doubly linked free lists threaded through index arrays (Knuth's segregated free lists,
+//! `papers/realtime-buddy.txt` §2.4): `next[i]`/`prev[i]` link the block starting at unit `i`
+//! into the one list it is on, so insertion, removal of a known block and pop are O(1) and
+//! no operation allocates.
+//!
+//! The link cells are generic: `Cell` for the sequential buddies, relaxed atomics for the
+//! per-level buddy, where each list is guarded by its level's lock and a block start moves
+//! between lists only through a thread that owns it (the locks order those hand-overs).
+
+use alloc::vec::Vec;
+use core::cell::Cell;
+
+use crate::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+
+/// "No element": the end of a list.
+pub(crate) const NIL: usize = usize::MAX;
+
+/// A cell read and written through `&self`: `Cell` single-threaded, a relaxed atomic where a
+/// lock orders the accesses.
+pub(crate) trait Slot<T: Copy> {
+    fn new(value: T) -> Self;
+    fn get(&self) -> T;
+    fn set(&self, value: T);
+}
+
+impl<T: Copy> Slot<T> for Cell<T> {
+    fn new(value: T) -> Self {
+        Cell::new(value)
+    }
+    #[inline]
+    fn get(&self) -> T {
+        Cell::get(self)
+    }
+    #[inline]
+    fn set(&self, value: T) {
+        Cell::set(self, value)
+    }
+}
+
+macro_rules! atomic_slot {
+    ($atomic:ty, $t:ty) => {
+        // Relaxed: every access to a cell happens under the lock of the level whose list holds
+        // the block, or by the one thread owning it; the lock's acquire/release orders them.
+        impl Slot<$t> for $atomic {
+            fn new(value: $t) -> Self {
+                <$atomic>::new(value)
+            }
+            #[inline]
+            fn get(&self) -> $t {
+                self.load(Ordering::Relaxed)
+            }
+            #[inline]
+            fn set(&self, value: $t) {
+                self.store(value, Ordering::Relaxed)
+            }
+        }
+    };
+}
+atomic_slot!(AtomicUsize, usize);
+atomic_slot!(AtomicU8, u8);
+
+/// The head of one free list: its first block and its length.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ListHead {
+    first: usize,
+    len: usize,
+}
+
+impl ListHead {
+    pub(crate) const EMPTY: ListHead = ListHead { first: NIL, len: 0 };
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn first(&self) -> Option<usize> {
+        (self.first != NIL).then_some(self.first)
+    }
+}
+
+/// The `next`/`prev` links of every unit.
+pub(crate) struct Links<S> {
+    next: Vec<S>,
+    prev: Vec<S>,
+}
+
+impl<S: Slot<usize>> Links<S> {
+    pub(crate) fn new(units: usize) -> Self {
+        Links {
+            next: (0..units).map(|_| S::new(NIL)).collect(),
+            prev: (0..units).map(|_| S::new(NIL)).collect(),
+        }
+    }
+
+    /// Puts `index` at the front of `head`'s list. It must be on no list.
+    pub(crate) fn push(&self, head: &mut ListHead, index: usize) {
+        self.prev[index].set(NIL);
+        self.next[index].set(head.first);
+        if head.first != NIL {
+            self.prev[head.first].set(index);
+        }
+        head.first = index;
+        head.len += 1;
+    }
+
+    /// Unlinks `index`, which must be on `head`'s list.
+    pub(crate) fn remove(&self, head: &mut ListHead, index: usize) {
+        let (prev, next) = (self.prev[index].get(), self.next[index].get());
+        if prev == NIL {
+            head.first = next;
+        } else {
+            self.next[prev].set(next);
+        }
+        if next != NIL {
+            self.prev[next].set(prev);
+        }
+        head.len -= 1;
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn push_remove_pop_keep_the_list_consistent() {
+        let links = Links::<Cell<usize>>::new(8);
+        let mut head = ListHead::EMPTY;
+        for i in [1, 3, 5, 7] {
+            links.push(&mut head, i);
+        }
+        links.remove(&mut head, 3);
+        links.remove(&mut head, 7);
+        assert_eq!(head.len(), 2);
+        assert_eq!(head.first(), Some(5));
+        links.remove(&mut head, 5);
+        links.remove(&mut head, 1);
+        assert!(head.is_empty());
+    }
+}

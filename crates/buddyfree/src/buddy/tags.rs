@@ -1,0 +1,144 @@
+//! The per-unit tag byte: what, if anything, starts at a unit. It is Knuth's "busy bit"
+//! (§2.4) widened to carry the order, so that a buddy's freeness at one order is one lookup
+//! and a bad `free` is classified exactly (`OrderMismatch` vs `NotAllocated`) in O(1).
+//!
+//! Invariant: `tags[i]` is `Free(k)` iff a free block of order `k` starting at `i` is on a free
+//! list, `Used(k)` iff a block of order `k` starting at `i` is held by a caller, `Pair(k)`
+//! (estranged buddy only) iff the two free buddies of order `k` at `i` and `i + 2^k` are one
+//! entry of its buddy-free list, and none otherwise (inner units of blocks, the right half of
+//! a pair, and blocks in transit inside one operation).
+
+use alloc::vec::Vec;
+
+use super::lists::Slot;
+use crate::sync::atomic::{AtomicU8, Ordering};
+use crate::Error;
+
+/// One unit's tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Tag(u8);
+
+// The kind in the top two bits, the order in the low six.
+const FREE: u8 = 0x40;
+const USED: u8 = 0x80;
+const PAIR: u8 = 0xc0;
+const KIND: u8 = 0xc0;
+const ORDER: u8 = 0x3f;
+
+impl Tag {
+    pub(crate) const NONE: Tag = Tag(0);
+
+    pub(crate) const fn free(order: u32) -> Tag {
+        Tag(FREE | order as u8)
+    }
+
+    pub(crate) const fn used(order: u32) -> Tag {
+        Tag(USED | order as u8)
+    }
+
+    pub(crate) const fn pair(order: u32) -> Tag {
+        Tag(PAIR | order as u8)
+    }
+
+    pub(crate) fn used_order(self) -> Option<u32> {
+        (self.0 & KIND == USED).then_some((self.0 & ORDER) as u32)
+    }
+
+    /// Whether a `free(index, order)` of the block tagged `self` is good: the model's rule,
+    /// another order at this start is `OrderMismatch`, anything else not live `NotAllocated`.
+    pub(crate) fn check_free(self, order: u32) -> Result<(), Error> {
+        match self.used_order() {
+            Some(o) if o == order => Ok(()),
+            Some(_) => Err(Error::OrderMismatch),
+            None => Err(Error::NotAllocated),
+        }
+    }
+}
+
+/// One tag per unit.
+pub(crate) struct Tags<S>(Vec<S>);
+
+impl<S: Slot<u8>> Tags<S> {
+    pub(crate) fn new(units: usize) -> Self {
+        Tags((0..units).map(|_| S::new(Tag::NONE.0)).collect())
+    }
+
+    #[inline]
+    pub(crate) fn get(&self, index: usize) -> Tag {
+        Tag(self.0[index].get())
+    }
+
+    #[inline]
+    pub(crate) fn set(&self, index: usize, tag: Tag) {
+        self.0[index].set(tag.0)
+    }
+
+    /// Whether the block of `2^order` units at `index` (in range or not) is free at exactly
+    /// that order.
+    #[inline]
+    pub(crate) fn is_free(&self, index: usize, order: u32) -> bool {
+        index < self.0.len() && self.get(index) == Tag::free(order)
+    }
+}
+
+impl Tags<AtomicU8> {
+    /// Tags a block handed to a caller. Release: a thread that later claims it for `free`
+    /// (Acquire) sees the allocator's writes before the hand-out.
+    pub(crate) fn mark_used(&self, index: usize, order: u32) {
+        self.0[index].store(Tag::used(order).0, Ordering::Release);
+    }
+
+    /// Claims the live block `(index, order)` for the one `free` that wins; racing frees of
+    /// the same block (double frees) see the tag already cleared and get `NotAllocated`.
+    pub(crate) fn claim_used(&self, index: usize, order: u32) -> Result<(), Error> {
+        self.0[index]
+            .compare_exchange(
+                Tag::used(order).0,
+                Tag::NONE.0,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .map(drop)
+            .map_err(|seen| {
+                Tag(seen)
+                    .check_free(order)
+                    .err()
+                    .unwrap_or(Error::NotAllocated)
+            })
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use alloc::vec::Vec;
+    use loom::sync::Arc;
+
+    /// The per-level buddy's free claims a block by one CAS on its tag: of racing frees of
+    /// one block (a double free), exactly one wins, the others see it gone; a free with the
+    /// wrong order never takes it.
+    #[test]
+    fn loom_racing_frees_claim_a_block_once() {
+        loom::model(|| {
+            let tags = Arc::new(Tags::<AtomicU8>::new(4));
+            tags.mark_used(0, 1);
+            let racers: Vec<_> = [1, 1, 0]
+                .into_iter()
+                .map(|order| {
+                    let tags = tags.clone();
+                    loom::thread::spawn(move || (order, tags.claim_used(0, order)))
+                })
+                .collect();
+            let mut wins = 0;
+            for racer in racers {
+                match racer.join().unwrap() {
+                    (1, Ok(())) => wins += 1,
+                    (1, Err(e)) => assert_eq!(e, Error::NotAllocated),
+                    (_, r) => assert!(matches!(r, Err(Error::OrderMismatch | Error::NotAllocated))),
+                }
+            }
+            assert_eq!(wins, 1);
+            assert_eq!(tags.get(0), Tag::NONE);
+        });
+    }
+}

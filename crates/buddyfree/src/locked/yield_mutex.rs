@@ -1,0 +1,86 @@
+//! A lock that spins briefly, then gives the processor away: the "mutex" side of the
+//! parallel binary buddy's spinlock-vs-mutex comparison (`papers/parallel-binary-buddy.txt`).
+//!
+//! `std::sync::Mutex` is not a `lock_api::RawMutex`, so this wraps the spinlock's raw lock and
+//! changes only how a waiter waits: test-and-test-and-set for [`SPINS`] rounds, then
+//! `std::thread::yield_now()` between attempts (plain spinning in `no_std` builds, where there
+//! is no scheduler to yield to).
+
+use lock_api::{GuardSend, RawMutex};
+
+/// Rounds a waiter spins before it starts yielding.
+pub const SPINS: u32 = 64;
+
+/// A spin-then-yield raw mutex, usable as the `R` of [`lock_api::Mutex`],
+/// [`crate::Locked`] and [`super::per_level::PerLevel`].
+pub struct YieldMutex {
+    inner: spin::Mutex<()>,
+}
+
+// SAFETY: every locking decision is delegated to the inner spinlock's `RawMutex`, which
+// provides mutual exclusion; this type only adds waiting between failed attempts.
+unsafe impl RawMutex for YieldMutex {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: Self = YieldMutex {
+        inner: <spin::Mutex<()> as RawMutex>::INIT,
+    };
+    type GuardMarker = GuardSend;
+
+    fn lock(&self) {
+        let mut round = 0;
+        loop {
+            if !self.is_locked() && self.try_lock() {
+                return;
+            }
+            if round < SPINS {
+                round += 1;
+                core::hint::spin_loop();
+            } else {
+                relax();
+            }
+        }
+    }
+
+    fn try_lock(&self) -> bool {
+        RawMutex::try_lock(&self.inner)
+    }
+
+    unsafe fn unlock(&self) {
+        // SAFETY: the caller holds the lock (this method's contract), i.e. the inner one.
+        unsafe { RawMutex::unlock(&self.inner) }
+    }
+
+    fn is_locked(&self) -> bool {
+        RawMutex::is_locked(&self.inner)
+    }
+}
+
+#[cfg(feature = "std")]
+fn relax() {
+    std::thread::yield_now();
+}
+
+#[cfg(not(feature = "std"))]
+fn relax() {
+    core::hint::spin_loop();
+}
+
+#[cfg(all(test, not(loom), feature = "std"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn excludes_across_threads() {
+        let counter = lock_api::Mutex::<YieldMutex, u64>::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..10_000 {
+                        *counter.lock() += 1;
+                    }
+                });
+            }
+        });
+        assert_eq!(counter.into_inner(), 40_000);
+    }
+}
