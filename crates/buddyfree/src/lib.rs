@@ -17,6 +17,7 @@ extern crate std;
 
 mod config;
 mod error;
+pub mod llfree;
 pub mod locked;
 pub mod model;
 pub mod registry;

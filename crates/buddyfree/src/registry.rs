@@ -3,6 +3,7 @@
 
 use alloc::boxed::Box;
 
+use crate::llfree::LLFree;
 use crate::model::Model;
 use crate::{BlockAlloc, Config, Error, Locked};
 
@@ -29,11 +30,18 @@ pub fn find(name: &str) -> Option<&'static Entry> {
     ENTRIES.iter().find(|e| e.name == name)
 }
 
-const ENTRIES: &[Entry] = &[Entry {
-    name: "model",
-    about: "the reference model (first-fit unit map) behind a spinlock; O(units) per allocation",
-    build: |c| Ok(Box::new(Locked::<Model>::new(Model::new(c)?))),
-}];
+const ENTRIES: &[Entry] = &[
+    Entry {
+        name: "model",
+        about: "the reference model (first-fit unit map) behind a spinlock; O(units) per allocation",
+        build: |c| Ok(Box::new(Locked::<Model>::new(Model::new(c)?))),
+    },
+    Entry {
+        name: "llfree",
+        about: "LLFree (ATC'23): bit fields per 2 MiB, 64 MiB trees, per-core reservations; orders 0..=10",
+        build: |c| Ok(Box::new(LLFree::new(c)?)),
+    },
+];
 
 #[cfg(test)]
 mod tests {

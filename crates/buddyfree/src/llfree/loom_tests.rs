@@ -1,0 +1,1 @@
+//! Loom model checks of LLFree's protocols.

@@ -1,0 +1,343 @@
+//! LLFree (Wrenger et al., USENIX ATC'23): the lock- and log-free page-frame allocator.
+//!
+//! A unit is a 4 KiB frame; a huge frame is 512 units (order 9); orders 0..=10 are served.
+//! The lower level ([`lower`]) keeps per huge frame a 512-bit bit field and a child entry
+//! (free counter, huge flag); the upper level groups huge frames into trees (32 by default,
+//! 64 MiB) with a free counter and a reserved flag ([`trees`]), and gives every core a
+//! reserved tree with a core-local counter ([`local`]).
+//!
+//! Allocation (Fig. 14a): take `2^order` units from the core's counter `cP` (syncing it with
+//! the tree's `cU`, or reserving a new tree, when short), then search the tree's children
+//! from the last allocated position. A failure anywhere gives the units back. When every
+//! fast path fails the allocator drains all reservations and scans every tree, so a
+//! sequential allocation fails only when no free aligned block exists.
+//!
+//! Free (Fig. 14b): clear the block in the lower level, then credit `cP` if this core holds
+//! the tree, else `cU`; after 4 frees in a row into one partial tree this core reserves it.
+//!
+//! Counters are moved, never recomputed: the free units of a tree are its `cU` plus the `cP`
+//! of the core holding it plus units in flight, so [`BlockAlloc::free_units`] is exact when
+//! no operation is running.
+
+mod atomic;
+mod bitfield;
+mod child;
+mod local;
+mod lower;
+mod trees;
+
+#[cfg(all(test, loom))]
+mod loom_tests;
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+
+use crate::sync::atomic::Ordering;
+use crate::sync::CachePadded;
+use crate::{check_block, BlockAlloc, Config, Error};
+use local::{Local, Reservation};
+use lower::Lower;
+use trees::Trees;
+
+/// Units in a huge frame.
+pub const HUGE_UNITS: usize = 512;
+/// The order of a huge frame.
+pub const HUGE_ORDER: u32 = 9;
+/// The largest order LLFree serves (two huge frames).
+pub const MAX_ORDER: u32 = 10;
+
+/// A huge frame, by number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct HugeId(pub(crate) usize);
+
+impl HugeId {
+    pub(crate) const fn first_unit(self) -> usize {
+        self.0 * HUGE_UNITS
+    }
+}
+
+/// A tree, by number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TreeId(pub(crate) usize);
+
+/// Tuning of the upper level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Huge frames per tree (the paper's N = 32: 64 MiB trees). Must be even when orders up to
+    /// 10 are served, so that an order-10 block lies within one tree.
+    pub tree_children: usize,
+    /// A tree with less than this share (in thousandths) free is "allocated" (paper: 12.5%).
+    pub allocated_below_permille: usize,
+    /// A tree with more than this share (in thousandths) free is "free" (paper: 87.5%).
+    pub free_above_permille: usize,
+    /// Consecutive frees into one tree after which a core reserves it (paper: F = 4); 0
+    /// turns reserve-on-free off.
+    pub reserve_on_free: u32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            tree_children: 32,
+            allocated_below_permille: 125,
+            free_above_permille: 875,
+            reserve_on_free: 4,
+        }
+    }
+}
+
+/// The LLFree allocator over `Config.units` units, with one reservation per `Config.cores`.
+///
+/// Any unit count is accepted: the last huge frame may be partial (it then never serves
+/// orders 9 and 10), and with an odd number of huge frames the last one has no order-10 buddy.
+pub struct LLFree {
+    lower: Lower,
+    trees: Trees,
+    locals: Box<[CachePadded<Local>]>,
+    units: usize,
+    max_order: u32,
+    tree_children: usize,
+    reserve_on_free: u32,
+}
+
+impl LLFree {
+    /// LLFree with the paper's tuning ([`Options::default`]).
+    pub fn new(config: Config) -> Result<LLFree, Error> {
+        LLFree::with_options(config, Options::default())
+    }
+
+    /// LLFree with the given tuning.
+    pub fn with_options(config: Config, options: Options) -> Result<LLFree, Error> {
+        config.validate()?;
+        let Options {
+            tree_children: children,
+            ..
+        } = options;
+        let tree_units = children
+            .checked_mul(HUGE_UNITS)
+            .ok_or(Error::InvalidConfig)?;
+        let odd_pairs = config.max_order == MAX_ORDER && children % 2 != 0;
+        if config.max_order > MAX_ORDER || children == 0 || odd_pairs || tree_units >= 1 << 31 {
+            return Err(Error::InvalidConfig);
+        }
+        let permille = |p: usize| tree_units * p / 1000;
+        let trees = Trees::new(
+            (0..config.units.div_ceil(tree_units))
+                .map(|t| (config.units - t * tree_units).min(tree_units)),
+            (
+                permille(options.allocated_below_permille),
+                permille(options.free_above_permille),
+            ),
+        );
+        Ok(LLFree {
+            lower: Lower::new(config.units),
+            trees,
+            locals: (0..config.cores)
+                .map(|_| CachePadded::new(Local::new()))
+                .collect(),
+            units: config.units,
+            max_order: config.max_order,
+            tree_children: children,
+            reserve_on_free: options.reserve_on_free,
+        })
+    }
+
+    /// Free huge frames (whole free 2 MiB frames).
+    pub fn free_huge(&self) -> usize {
+        self.free_per_huge().filter(|&f| f == HUGE_UNITS).count()
+    }
+
+    /// Free units per huge frame (512 units; the last one may be smaller), in address order.
+    pub fn free_per_huge(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.lower.huges()).map(|h| self.lower.child(HugeId(h)).free())
+    }
+
+    /// Free units per tree (its counter plus the counter of the core holding it).
+    pub fn free_per_tree(&self) -> Vec<usize> {
+        let mut free: Vec<usize> = (0..self.trees.len())
+            .map(|t| self.trees.get(TreeId(t)).free())
+            .collect();
+        for local in self.locals.iter() {
+            let r = local.get();
+            if let Some(t) = r.tree() {
+                free[t.0] += r.free();
+            }
+        }
+        free
+    }
+
+    fn tree_of(&self, index: usize) -> TreeId {
+        TreeId(index / (self.tree_children * HUGE_UNITS))
+    }
+
+    fn children(&self, t: TreeId) -> core::ops::Range<usize> {
+        let first = t.0 * self.tree_children;
+        first..(first + self.tree_children).min(self.lower.huges())
+    }
+
+    /// Searches the children of `t` for a block, starting at the child and word of `hint`.
+    fn alloc_in(&self, t: TreeId, order: u32, hint: usize) -> Option<usize> {
+        let children = self.children(t);
+        let len = children.len();
+        let step = if order == MAX_ORDER { 2 } else { 1 };
+        let near = (hint / HUGE_UNITS).clamp(children.start, children.end - 1) - children.start;
+        let word = (hint % HUGE_UNITS) / 64;
+        (0..len).step_by(step).find_map(|i| {
+            let h = HugeId(children.start + (near / step * step + i) % len);
+            let hint = if i == 0 { word } else { 0 };
+            let room = order > HUGE_ORDER || self.lower.child(h).free() >= 1 << order;
+            room.then(|| self.lower.alloc(h, order, hint))?
+        })
+    }
+
+    /// Puts `n` units of `t` back: into `cP` of `core` if it holds `t`, else into `cU`.
+    fn credit(&self, core: usize, t: TreeId, n: usize) -> bool {
+        let local = self.locals[core].add(t, n);
+        if !local {
+            self.trees.add(t, n);
+        }
+        local
+    }
+
+    /// Ends a reservation swapped out of a core.
+    fn release(&self, r: Reservation) {
+        if let Some(t) = r.tree() {
+            self.trees.unreserve(t, r.free());
+        }
+    }
+
+    /// Makes `t` (reserved by the caller, with `free` units moved out) the tree of `core`.
+    fn install(&self, core: usize, t: TreeId, free: usize) {
+        let local = &self.locals[core];
+        let first = self.children(t).start * HUGE_UNITS;
+        local.last.store(first as u64, Ordering::Relaxed);
+        self.release(local.swap(Reservation::new(t, free)));
+    }
+
+    /// Fig. 14a (1b): reserves a new tree for `core` with room for `n` units, stealing the
+    /// reservations of the other cores as a last resort (step 4 of §3.2.2).
+    fn reserve(&self, core: usize, n: usize, order: u32, near: usize) -> bool {
+        let huge = order >= HUGE_ORDER;
+        let found = self.trees.search(n, near, huge).or_else(|| {
+            for (other, local) in self.locals.iter().enumerate() {
+                if other != core {
+                    self.release(local.swap(Reservation::NONE));
+                }
+            }
+            self.trees.search(n, near, huge)
+        });
+        found.map(|(t, free)| self.install(core, t, free)).is_some()
+    }
+
+    /// The complete fallback: every reservation back, then every tree in turn.
+    fn alloc_anywhere(&self, order: u32) -> Result<usize, Error> {
+        self.drain();
+        let n = 1 << order;
+        for t in (0..self.trees.len()).map(TreeId) {
+            if self.trees.take(t, n) {
+                let first = self.children(t).start * HUGE_UNITS;
+                if let Some(index) = self.alloc_in(t, order, first) {
+                    return Ok(index);
+                }
+                self.trees.add(t, n);
+            }
+        }
+        Err(Error::OutOfMemory)
+    }
+
+    /// Reserve-on-free (§3.2.2): a core that freed F times in a row into the partial tree
+    /// `t` (held by nobody) makes it its own.
+    fn free_elsewhere(&self, core: usize, t: TreeId) {
+        let threshold = self.reserve_on_free;
+        if threshold == 0 || !self.locals[core].count_free(t, threshold) {
+            return;
+        }
+        if let Some(free) = self.trees.reserve(t, |e| self.trees.is_partial(e)) {
+            self.install(core, t, free);
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn assert_consistent(&self) {
+        self.lower.assert_consistent();
+        let per_tree = self.free_per_tree();
+        for (t, &free) in per_tree.iter().enumerate() {
+            let lower: usize = self
+                .children(TreeId(t))
+                .map(|h| self.lower.child(HugeId(h)).free())
+                .sum();
+            assert_eq!(free, lower, "tree {t}");
+        }
+    }
+}
+
+/// Tries to reserve a new tree this often before falling back to the complete scan.
+const RESERVE_ATTEMPTS: usize = 4;
+
+impl BlockAlloc for LLFree {
+    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        if order > self.max_order {
+            return Err(Error::BadOrder);
+        }
+        let core = core % self.locals.len();
+        let local = &self.locals[core];
+        let n = 1 << order;
+        for _ in 0..RESERVE_ATTEMPTS {
+            let r = local.get();
+            let near = match r.tree() {
+                Some(t) => {
+                    if local.take(t, n) {
+                        let hint = local.last.load(Ordering::Relaxed) as usize;
+                        if let Some(index) = self.alloc_in(t, order, hint) {
+                            local.last.store(index as u64, Ordering::Relaxed);
+                            return Ok(index);
+                        }
+                        // Too fragmented for this order: give the units back, move on.
+                        self.credit(core, t, n);
+                    } else {
+                        // Fig. 14a (1a): sync with frees other cores made into our tree.
+                        let synced = self.trees.take_all_reserved(t);
+                        if synced > 0 && self.credit(core, t, synced) {
+                            continue;
+                        }
+                    }
+                    t.0
+                }
+                None => core * self.trees.len() / self.locals.len(),
+            };
+            if !self.reserve(core, n, order, near) {
+                break;
+            }
+        }
+        self.alloc_anywhere(order)
+    }
+
+    fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        check_block(index, order, self.max_order, self.units)?;
+        self.lower.free(index, order)?;
+        let core = core % self.locals.len();
+        let t = self.tree_of(index);
+        if !self.credit(core, t, 1 << order) {
+            self.free_elsewhere(core, t);
+        }
+        Ok(())
+    }
+
+    fn free_units(&self) -> usize {
+        self.free_per_tree().iter().sum()
+    }
+
+    fn total_units(&self) -> usize {
+        self.units
+    }
+
+    fn max_order(&self) -> u32 {
+        self.max_order
+    }
+
+    fn drain(&self) {
+        for local in self.locals.iter() {
+            self.release(local.swap(Reservation::NONE));
+        }
+    }
+}
