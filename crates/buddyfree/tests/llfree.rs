@@ -193,7 +193,9 @@ fn hammers_orders_7_and_8_on_one_huge_frame() {
                 let mut ops = 0;
                 let stamp = |i: usize, o: u32| ((t as u64) << 32 | (i as u64) << 4 | o as u64) + 1;
                 barrier.wait();
-                while done.load(Ordering::Relaxed) < OPS {
+                // Each thread does its share, so that their runs overlap however loaded the
+                // machine is.
+                while ok * THREADS * 2 < OPS {
                     for _ in 0..256 {
                         if held.is_empty() || (held.len() < 2 && rng.below(2) == 0) {
                             let order = 7 + rng.below(2) as u32;

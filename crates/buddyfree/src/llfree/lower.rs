@@ -347,13 +347,15 @@ impl Lower {
         }
     }
 
-    /// Marks `count` units from `index` taken as order-0 blocks (test set-up).
+    /// Sets the bit field of frame `h` to `words` (taken units as order-0 blocks) and its
+    /// counter to match (test set-up).
     #[cfg(test)]
-    pub(crate) fn take_units(&self, index: usize, count: usize) {
-        for unit in index..index + count {
-            let (word, shift) = self.bit_of(unit);
-            word.fetch_or(1 << shift, Ordering::Relaxed);
-            let _ = self.update_child(HugeId(unit / HUGE_UNITS), |c| c.take(1, false));
+    pub(crate) fn set_frame(&self, h: HugeId, words: [u64; WORDS]) {
+        let mut taken = 0;
+        for (w, &v) in words.iter().enumerate() {
+            self.bits(h, w).store(v, Ordering::Relaxed);
+            taken += v.count_ones() as usize;
         }
+        let _ = self.update_child(h, |_| Some(Child::with_free(HUGE_UNITS - taken)));
     }
 }

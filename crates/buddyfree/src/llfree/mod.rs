@@ -229,20 +229,42 @@ impl LLFree {
         found.map(|(t, free)| self.install(core, t, free)).is_some()
     }
 
-    /// The complete fallback: every reservation back, then every tree in turn.
+    /// The complete fallback: every reservation back, then every tree in turn, taking its
+    /// units from whichever counter holds them. Sequentially this finds any free block. A
+    /// concurrent reservation moves a tree's count through the hands of the reserving core,
+    /// where no counter shows it, so the scan is repeated a few times before giving up.
     fn alloc_anywhere(&self, order: u32) -> Result<usize, Error> {
-        self.drain();
         let n = 1 << order;
-        for t in (0..self.trees.len()).map(TreeId) {
-            if self.trees.take(t, n) {
+        for _ in 0..FALLBACK_ROUNDS {
+            self.drain();
+            for t in (0..self.trees.len()).map(TreeId) {
+                let Some(source) = self.take_any(t, n) else {
+                    continue;
+                };
                 let first = self.children(t).start * HUGE_UNITS;
                 if let Some(index) = self.alloc_in(t, order, first) {
                     return Ok(index);
                 }
-                self.trees.add(t, n);
+                match source {
+                    Some(core) => {
+                        self.credit(core, t, n);
+                    }
+                    None => self.trees.add(t, n),
+                }
             }
         }
         Err(Error::OutOfMemory)
+    }
+
+    /// Takes `n` units of `t` from its tree counter (`Some(None)`) or from the counter of a
+    /// core holding it (`Some(Some(core))`).
+    fn take_any(&self, t: TreeId, n: usize) -> Option<Option<usize>> {
+        if self.trees.take(t, n) {
+            return Some(None);
+        }
+        (0..self.locals.len())
+            .find(|&core| self.locals[core].take(t, n))
+            .map(Some)
     }
 
     /// Reserve-on-free (§3.2.2): a core that freed F times in a row into the partial tree
@@ -273,6 +295,8 @@ impl LLFree {
 
 /// Tries to reserve a new tree this often before falling back to the complete scan.
 const RESERVE_ATTEMPTS: usize = 4;
+/// Rounds of the complete scan before an allocation fails.
+const FALLBACK_ROUNDS: usize = 3;
 
 impl BlockAlloc for LLFree {
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
