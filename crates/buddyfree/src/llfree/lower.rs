@@ -107,7 +107,7 @@ impl Lower {
                 // §4.2.1: order 10 takes two whole, aligned children in one CAS.
                 let free = ChildPair::new(Child::FREE, Child::FREE).0;
                 let taken = ChildPair::new(Child::PAIR, Child::PAIR).0;
-                (h.0 % 2 == 0 && h.0 + 1 < self.huges)
+                (h.0.is_multiple_of(2) && h.0 + 1 < self.huges)
                     .then(|| {
                         self.pair_word(h)
                             .try_change(|p| (p == free).then_some(taken))

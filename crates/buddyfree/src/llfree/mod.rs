@@ -365,3 +365,64 @@ impl BlockAlloc for LLFree {
         }
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use alloc::vec::Vec;
+
+    use super::lower::Lower;
+    use super::*;
+
+    /// xorshift, to stay free of dependencies in unit tests.
+    fn next(state: &mut u64) -> u64 {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        *state
+    }
+
+    #[test]
+    fn counters_match_the_bits_after_every_step() {
+        let options = Options {
+            tree_children: 2,
+            ..Options::default()
+        };
+        let alloc =
+            LLFree::with_options(Config::new(3 * 1024 + 300, 10).with_cores(2), options).unwrap();
+        let mut live: Vec<(usize, u32)> = Vec::new();
+        let mut rng = 0x1234_5678_9abc_def1;
+        for step in 0..4000 {
+            let r = next(&mut rng);
+            if live.is_empty() || r % 3 != 0 {
+                let order = (r >> 8) as u32 % 11;
+                if let Ok(i) = alloc.alloc(order, (r >> 16) as usize) {
+                    live.push((i, order));
+                }
+            } else {
+                let (i, o) = live.swap_remove((r >> 8) as usize % live.len());
+                alloc.free(i, o, (r >> 16) as usize).unwrap();
+            }
+            alloc.assert_consistent();
+            let taken: usize = live.iter().map(|&(_, o)| 1 << o).sum();
+            assert_eq!(
+                alloc.free_units() + taken,
+                alloc.total_units(),
+                "step {step}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_multi_word_claim_skips_groups_with_a_taken_unit() {
+        let lower = Lower::new(512);
+        let mut words = [0; 8];
+        words[1] = 1 << 5;
+        words[6] = 1;
+        lower.set_frame(HugeId(0), words);
+        assert_eq!(lower.alloc(HugeId(0), 7, 0), Some(128));
+        assert_eq!(lower.alloc(HugeId(0), 8, 0), None);
+        assert_eq!(lower.alloc(HugeId(0), 7, 0), Some(256));
+        assert_eq!(lower.alloc(HugeId(0), 7, 0), None);
+        lower.assert_consistent();
+    }
+}
