@@ -393,7 +393,7 @@ mod tests {
         let mut rng = 0x1234_5678_9abc_def1;
         for step in 0..4000 {
             let r = next(&mut rng);
-            if live.is_empty() || r % 3 != 0 {
+            if live.is_empty() || !r.is_multiple_of(3) {
                 let order = (r >> 8) as u32 % 11;
                 if let Ok(i) = alloc.alloc(order, (r >> 16) as usize) {
                     live.push((i, order));
