@@ -67,6 +67,18 @@ impl Local {
             .is_ok()
     }
 
+    /// Fig. 14a (1): takes `n` units from `cP`, whatever tree this core holds; returns the
+    /// tree, or the reservation that had too few.
+    pub(crate) fn take_any(&self, n: usize) -> Result<TreeId, Reservation> {
+        match self.reservation.try_change(|r| {
+            let r = Reservation(r);
+            (r.tree().is_some() && r.free() >= n).then(|| r.0 - n as u64)
+        }) {
+            Ok(r) => Reservation(r).tree().ok_or(Reservation(r)),
+            Err(r) => Err(Reservation(r)),
+        }
+    }
+
     /// Adds `n` units to `cP` if this core holds `t`; false if it does not (then they belong
     /// in the tree entry).
     pub(crate) fn add(&self, t: TreeId, n: usize) -> bool {

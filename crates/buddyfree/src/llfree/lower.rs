@@ -266,12 +266,19 @@ impl Lower {
 
     /// The order (0..=8) of the live block of the bit field that starts at `index`, if any.
     fn start_order(&self, index: usize, child: Child) -> Option<u32> {
-        match self.start(index) {
+        // With no block of order >= 1 in the frame (and none being freed: a free clears its
+        // entry before it decrements `multi`), the start table is all zero here.
+        let start = if child.multi() == 0 {
+            0
+        } else {
+            self.start(index)
+        };
+        match start {
             FREEING => None,
             0 => {
                 let (word, shift) = self.bit_of(index);
                 let taken = word.get() >> shift & 1 == 1;
-                (taken && !(child.multi() > 0 && self.covered(index))).then_some(0)
+                (taken && (child.multi() == 0 || !self.covered(index))).then_some(0)
             }
             s => Some(s as u32 - 1),
         }

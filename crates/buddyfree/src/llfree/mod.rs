@@ -63,8 +63,9 @@ pub(crate) struct TreeId(pub(crate) usize);
 /// Tuning of the upper level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Options {
-    /// Huge frames per tree (the paper's N = 32: 64 MiB trees). Must be even when orders up to
-    /// 10 are served, so that an order-10 block lies within one tree.
+    /// Huge frames per tree (the paper's N = 32: 64 MiB trees). A power of two (trees are
+    /// found by shifting), at least 2 when orders up to 10 are served, so that an order-10
+    /// block lies within one tree.
     pub tree_children: usize,
     /// A tree with less than this share (in thousandths) free is "allocated" (paper: 12.5%).
     pub allocated_below_permille: usize,
@@ -97,6 +98,8 @@ pub struct LLFree {
     units: usize,
     max_order: u32,
     tree_children: usize,
+    /// log2 of the units per tree.
+    tree_shift: u32,
     reserve_on_free: u32,
 }
 
@@ -116,8 +119,12 @@ impl LLFree {
         let tree_units = children
             .checked_mul(HUGE_UNITS)
             .ok_or(Error::InvalidConfig)?;
-        let odd_pairs = config.max_order == MAX_ORDER && children % 2 != 0;
-        if config.max_order > MAX_ORDER || children == 0 || odd_pairs || tree_units >= 1 << 31 {
+        let odd_pairs = config.max_order == MAX_ORDER && children < 2;
+        if config.max_order > MAX_ORDER
+            || !children.is_power_of_two()
+            || odd_pairs
+            || tree_units >= 1 << 31
+        {
             return Err(Error::InvalidConfig);
         }
         let permille = |p: usize| tree_units * p / 1000;
@@ -138,6 +145,7 @@ impl LLFree {
             units: config.units,
             max_order: config.max_order,
             tree_children: children,
+            tree_shift: tree_units.trailing_zeros(),
             reserve_on_free: options.reserve_on_free,
         })
     }
@@ -166,8 +174,18 @@ impl LLFree {
         free
     }
 
+    /// The core hint, reduced to a core (no division on the usual path).
+    fn core(&self, core: usize) -> usize {
+        let cores = self.locals.len();
+        if core < cores {
+            core
+        } else {
+            core % cores
+        }
+    }
+
     fn tree_of(&self, index: usize) -> TreeId {
-        TreeId(index / (self.tree_children * HUGE_UNITS))
+        TreeId(index >> self.tree_shift)
     }
 
     fn children(&self, t: TreeId) -> core::ops::Range<usize> {
@@ -175,19 +193,29 @@ impl LLFree {
         first..(first + self.tree_children).min(self.lower.huges())
     }
 
-    /// Searches the children of `t` for a block, starting at the child and word of `hint`.
+    /// Searches the children of `t` for a block, starting at the child and word of `hint`
+    /// (the last allocation: next fit, as the paper's start PFN) and wrapping around.
     fn alloc_in(&self, t: TreeId, order: u32, hint: usize) -> Option<usize> {
         let children = self.children(t);
-        let len = children.len();
+        // Order 10 looks at even children only.
         let step = if order == MAX_ORDER { 2 } else { 1 };
-        let near = (hint / HUGE_UNITS).clamp(children.start, children.end - 1) - children.start;
-        let word = (hint % HUGE_UNITS) / 64;
-        (0..len).step_by(step).find_map(|i| {
-            let h = HugeId(children.start + (near / step * step + i) % len);
-            let hint = if i == 0 { word } else { 0 };
-            let room = order > HUGE_ORDER || self.lower.child(h).free() >= 1 << order;
-            room.then(|| self.lower.alloc(h, order, hint))?
-        })
+        let near = (hint / HUGE_UNITS).clamp(children.start, children.end - 1);
+        let mut h = children.start + ((near - children.start) & !(step - 1));
+        let mut word = (hint % HUGE_UNITS) / 64;
+        for _ in (0..children.len()).step_by(step) {
+            let room = order > HUGE_ORDER || self.lower.child(HugeId(h)).free() >= 1 << order;
+            if room {
+                if let Some(index) = self.lower.alloc(HugeId(h), order, word) {
+                    return Some(index);
+                }
+            }
+            word = 0;
+            h += step;
+            if h >= children.end {
+                h = children.start;
+            }
+        }
+        None
     }
 
     /// Puts `n` units of `t` back: into `cP` of `core` if it holds `t`, else into `cU`.
@@ -303,31 +331,32 @@ impl BlockAlloc for LLFree {
         if order > self.max_order {
             return Err(Error::BadOrder);
         }
-        let core = core % self.locals.len();
+        let core = self.core(core);
         let local = &self.locals[core];
         let n = 1 << order;
         for _ in 0..RESERVE_ATTEMPTS {
-            let r = local.get();
-            let near = match r.tree() {
-                Some(t) => {
-                    if local.take(t, n) {
-                        let hint = local.last.load(Ordering::Relaxed) as usize;
-                        if let Some(index) = self.alloc_in(t, order, hint) {
-                            local.last.store(index as u64, Ordering::Relaxed);
-                            return Ok(index);
-                        }
-                        // Too fragmented for this order: give the units back, move on.
-                        self.credit(core, t, n);
-                    } else {
+            let near = match local.take_any(n) {
+                Ok(t) => {
+                    let hint = local.last.load(Ordering::Relaxed) as usize;
+                    if let Some(index) = self.alloc_in(t, order, hint) {
+                        local.last.store(index as u64, Ordering::Relaxed);
+                        return Ok(index);
+                    }
+                    // Too fragmented for this order: give the units back, move on.
+                    self.credit(core, t, n);
+                    t.0
+                }
+                Err(r) => match r.tree() {
+                    Some(t) => {
                         // Fig. 14a (1a): sync with frees other cores made into our tree.
                         let synced = self.trees.take_all_reserved(t);
                         if synced > 0 && self.credit(core, t, synced) {
                             continue;
                         }
+                        t.0
                     }
-                    t.0
-                }
-                None => core * self.trees.len() / self.locals.len(),
+                    None => core * self.trees.len() / self.locals.len(),
+                },
             };
             if !self.reserve(core, n, order, near) {
                 break;
@@ -339,7 +368,7 @@ impl BlockAlloc for LLFree {
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         check_block(index, order, self.max_order, self.units)?;
         self.lower.free(index, order)?;
-        let core = core % self.locals.len();
+        let core = self.core(core);
         let t = self.tree_of(index);
         if !self.credit(core, t, 1 << order) {
             self.free_elsewhere(core, t);
