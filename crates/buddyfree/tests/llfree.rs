@@ -131,15 +131,16 @@ fn reports_free_units_per_huge_frame_and_tree() {
 
 #[test]
 fn rejects_configurations_it_cannot_serve() {
-    let odd = Options {
-        tree_children: 3,
+    let children = |tree_children| Options {
+        tree_children,
         ..Options::default()
     };
-    assert_eq!(
-        LLFree::with_options(Config::new(1 << 14, 10), odd).err(),
-        Some(Error::InvalidConfig)
-    );
-    assert!(LLFree::with_options(Config::new(1 << 14, 9), odd).is_ok());
+    let build = |max_order, n| LLFree::with_options(Config::new(1 << 14, max_order), children(n));
+    // Trees are found by shifting; an order-10 block needs two children in one tree.
+    assert_eq!(build(9, 3).err(), Some(Error::InvalidConfig));
+    assert_eq!(build(10, 1).err(), Some(Error::InvalidConfig));
+    assert!(build(9, 1).is_ok());
+    assert!(build(10, 2).is_ok());
     assert_eq!(
         LLFree::new(Config::new(1 << 14, 11)).err(),
         Some(Error::InvalidConfig)
