@@ -242,3 +242,44 @@ fn hammers_orders_7_and_8_on_one_huge_frame() {
     assert!(done.into_inner() >= OPS);
     common::assert_whole(&alloc);
 }
+
+/// As above, with a third thread taking and returning single units of the same frame: its
+/// units land in words a multi-word claim has checked but not yet set, the race that makes a
+/// claim fail half-way. A claim that reported such a half-done block would overlap a unit.
+#[test]
+fn hammers_orders_7_and_8_against_order_0_on_one_huge_frame() {
+    const ROUNDS: usize = 300_000;
+    let alloc = LLFree::new(Config::new(512, 8)).unwrap();
+    let owners = common::Owners::new(512);
+    let barrier = Barrier::new(3);
+    std::thread::scope(|s| {
+        for t in 0..3 {
+            let (alloc, owners, barrier) = (&alloc, &owners, &barrier);
+            s.spawn(move || {
+                let mut rng = Rng::new(t as u64 + 11);
+                let mut held = std::collections::VecDeque::new();
+                let keep = if t == 2 { 32 } else { 1 };
+                barrier.wait();
+                for _ in 0..ROUNDS {
+                    let order = if t == 2 { 0 } else { 7 + rng.below(2) as u32 };
+                    let stamp =
+                        |i: usize, o: u32| ((t as u64) << 32 | (i as u64) << 4 | o as u64) + 1;
+                    if let Ok(i) = alloc.alloc(order, 0) {
+                        owners.claim(i, order, stamp(i, order));
+                        held.push_back((i, order));
+                    }
+                    if held.len() > keep || (held.len() == keep && rng.below(2) == 0) {
+                        let (i, o) = held.pop_front().unwrap();
+                        owners.release(i, o, stamp(i, o));
+                        alloc.free(i, o, 0).unwrap();
+                    }
+                }
+                for (i, o) in held {
+                    owners.release(i, o, ((t as u64) << 32 | (i as u64) << 4 | o as u64) + 1);
+                    alloc.free(i, o, 0).unwrap();
+                }
+            });
+        }
+    });
+    common::assert_whole(&alloc);
+}
