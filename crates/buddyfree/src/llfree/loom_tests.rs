@@ -224,3 +224,32 @@ fn loom_shared_reservation_and_sync_conserve_counters() {
         assert_eq!(alloc.free_units(), 1024);
     });
 }
+
+/// An order-0 allocation that took its count before an order-3 block was allocated at unit 0
+/// claims unit 0 while that block's free is still marking its start entry FREEING: the unit
+/// must still be freeable as an order-0 block.
+#[test]
+fn loom_order0_reuse_of_a_block_start_being_freed() {
+    check(|| {
+        let lower = Arc::new(Lower::new(512));
+        let mut words = [u64::MAX; 8];
+        words[0] = !0xFF;
+        words[1] = !1;
+        lower.set_frame(HugeId(0), words);
+        let big = {
+            let lower = lower.clone();
+            thread::spawn(move || {
+                if let Some(b) = lower.alloc(HugeId(0), 3, 0) {
+                    lower.free(b, 3).unwrap();
+                }
+            })
+        };
+        let unit = lower
+            .alloc(HugeId(0), 0, 0)
+            .expect("the counter promised a unit");
+        assert_eq!(lower.free(unit, 0), Ok(()));
+        big.join().unwrap();
+        lower.assert_consistent();
+        assert_eq!(lower.child(HugeId(0)).free(), 9);
+    });
+}

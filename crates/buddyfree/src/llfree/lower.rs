@@ -146,7 +146,7 @@ impl Lower {
     fn alloc_small(&self, h: HugeId, order: u32, hint: usize) -> Option<usize> {
         let n = 1 << order;
         let multi = order > 0;
-        let old = self.update_child(h, |c| c.take(n, multi)).ok()?;
+        self.update_child(h, |c| c.take(n, multi)).ok()?;
         let claimed = if order <= 6 {
             self.claim_in_word(h, order, hint)
         } else {
@@ -158,10 +158,11 @@ impl Lower {
         };
         if multi {
             let _ = self.update_start(index, |_| Some(order as u64 + 1));
-        } else if old.multi() > 0 && self.start(index) == FREEING {
+        } else if self.child(h).multi() > 0 && self.start(index) == FREEING {
             // A larger block starting here was freed and its free has not yet cleared the
             // entry; clear it so that our order-0 block is not mistaken for it being freed.
-            // (If `multi` was 0 when we took our unit, that free had finished entirely.)
+            // The child is read after our bit claim: if `multi` is 0 by then, that free
+            // has finished (it clears the entry before it decrements `multi`).
             let _ = self.update_start(index, |s| (s == FREEING).then_some(0));
         }
         Some(index)
