@@ -112,10 +112,7 @@ impl LLFree {
     /// LLFree with the given tuning.
     pub fn with_options(config: Config, options: Options) -> Result<LLFree, Error> {
         config.validate()?;
-        let Options {
-            tree_children: children,
-            ..
-        } = options;
+        let children = options.tree_children;
         let tree_units = children
             .checked_mul(HUGE_UNITS)
             .ok_or(Error::InvalidConfig)?;
@@ -274,25 +271,24 @@ impl LLFree {
                     return Ok(index);
                 }
                 match source {
-                    Some(core) => {
+                    Counter::Core(core) => {
                         self.credit(core, t, n);
                     }
-                    None => self.trees.add(t, n),
+                    Counter::Tree => self.trees.add(t, n),
                 }
             }
         }
         Err(Error::OutOfMemory)
     }
 
-    /// Takes `n` units of `t` from its tree counter (`Some(None)`) or from the counter of a
-    /// core holding it (`Some(Some(core))`).
-    fn take_any(&self, t: TreeId, n: usize) -> Option<Option<usize>> {
+    /// Takes `n` units of `t` from its tree counter or from the counter of a core holding it.
+    fn take_any(&self, t: TreeId, n: usize) -> Option<Counter> {
         if self.trees.take(t, n) {
-            return Some(None);
+            return Some(Counter::Tree);
         }
         (0..self.locals.len())
             .find(|&core| self.locals[core].take(t, n))
-            .map(Some)
+            .map(Counter::Core)
     }
 
     /// Reserve-on-free (§3.2.2): a core that freed F times in a row into the partial tree
@@ -319,6 +315,14 @@ impl LLFree {
             assert_eq!(free, lower, "tree {t}");
         }
     }
+}
+
+/// Where units taken for an allocation came from, to give them back there.
+enum Counter {
+    /// The tree entry's `cU`.
+    Tree,
+    /// The `cP` of this core.
+    Core(usize),
 }
 
 /// Tries to reserve a new tree this often before falling back to the complete scan.
