@@ -445,6 +445,64 @@ mod tests {
         }
     }
 
+    fn tiny(cores: usize, tree_children: usize, units: usize) -> LLFree {
+        let options = Options {
+            tree_children,
+            ..Options::default()
+        };
+        LLFree::with_options(Config::new(units, 9).with_cores(cores), options).unwrap()
+    }
+
+    #[test]
+    fn a_core_steals_the_only_tree_when_it_needs_it() {
+        let alloc = tiny(2, 2, 1024);
+        let a = alloc.alloc(0, 0).unwrap();
+        assert_eq!(alloc.locals[0].get().tree(), Some(TreeId(0)));
+        let b = alloc.alloc(9, 1).unwrap();
+        assert_eq!(b, 512);
+        assert_eq!(alloc.locals[0].get(), Reservation::NONE);
+        assert_eq!(alloc.locals[1].get().tree(), Some(TreeId(0)));
+        alloc.free(a, 0, 0).unwrap();
+        alloc.free(b, 9, 1).unwrap();
+        alloc.assert_consistent();
+        assert_eq!(alloc.free_units(), 1024);
+    }
+
+    #[test]
+    fn frees_from_another_core_are_synced_into_the_holder() {
+        let alloc = tiny(2, 1, 512);
+        let blocks: Vec<usize> = (0..512).map(|_| alloc.alloc(0, 0).unwrap()).collect();
+        assert_eq!(alloc.alloc(0, 0), Err(Error::OutOfMemory));
+        // Core 1 frees into core 0's tree: the tree entry's counter, not core 0's.
+        alloc.free(blocks[7], 0, 1).unwrap();
+        assert_eq!(alloc.trees.get(TreeId(0)).free(), 1);
+        assert_eq!(alloc.locals[0].get().free(), 0);
+        // Core 0 runs short and syncs it (Fig. 14a (1a)).
+        assert_eq!(alloc.alloc(0, 0), Ok(blocks[7]));
+        assert_eq!(alloc.locals[0].get().tree(), Some(TreeId(0)));
+        for b in blocks {
+            alloc.free(b, 0, 0).unwrap();
+        }
+        alloc.assert_consistent();
+    }
+
+    #[test]
+    fn four_frees_into_a_partial_tree_reserve_it() {
+        let alloc = tiny(2, 1, 2048);
+        // Core 0 fills tree 0 halfway and moves on to tree 1.
+        let mine: Vec<usize> = (0..256).map(|_| alloc.alloc(0, 0).unwrap()).collect();
+        alloc.drain();
+        let _ = alloc.alloc(0, 1).unwrap();
+        let core1 = alloc.locals[1].get().tree();
+        assert_ne!(core1, Some(TreeId(0)));
+        for (i, &b) in mine.iter().enumerate().take(4) {
+            alloc.free(b, 0, 1).unwrap();
+            let held = alloc.locals[1].get().tree();
+            assert_eq!(held == Some(TreeId(0)), i == 3, "after {} frees", i + 1);
+        }
+        alloc.assert_consistent();
+    }
+
     #[test]
     fn a_multi_word_claim_skips_groups_with_a_taken_unit() {
         let lower = Lower::new(512);

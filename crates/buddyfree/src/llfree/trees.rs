@@ -151,3 +151,59 @@ impl Trees {
         self.class(tree) == Class::Partial
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// Trees of 1000 units: below 125 allocated, above 875 free.
+    fn trees(free: &[usize]) -> Trees {
+        Trees::new(free.iter().copied(), (125, 875))
+    }
+
+    /// 48 trees, all full but the given ones; the search starts on the first cache line
+    /// (trees 0..16), where nothing is free, so the neighbourhood step finds nothing.
+    fn trees_beyond_first_line(given: &[(usize, usize)]) -> Trees {
+        let mut free = [0; 48];
+        for &(t, f) in given {
+            free[t] = f;
+        }
+        trees(&free)
+    }
+
+    #[test]
+    fn search_prefers_partial_then_free_then_allocated() {
+        // 16: free, 17: allocated, 32: partial, 33: partial with too little room.
+        let t = trees_beyond_first_line(&[(16, 1000), (17, 100), (32, 500), (33, 130)]);
+        assert_eq!(t.search(200, 0, false), Some((TreeId(32), 500)));
+        assert!(t.get(TreeId(32)).reserved());
+        assert_eq!(t.get(TreeId(32)).free(), 0);
+        // Partial trees are taken or too small now: a free tree next.
+        assert_eq!(t.search(200, 0, false), Some((TreeId(16), 1000)));
+        // A smaller request fits the small partial tree; then only an allocated one is left.
+        assert_eq!(t.search(50, 0, false), Some((TreeId(33), 130)));
+        assert_eq!(t.search(50, 0, false), Some((TreeId(17), 100)));
+        assert_eq!(t.search(1, 0, false), None);
+        t.unreserve(TreeId(32), 480);
+        assert_eq!(t.get(TreeId(32)), Tree(480));
+    }
+
+    #[test]
+    fn search_for_huge_orders_prefers_free_trees() {
+        let t = trees_beyond_first_line(&[(16, 600), (32, 1000)]);
+        assert_eq!(t.search(512, 0, true), Some((TreeId(32), 1000)));
+        assert_eq!(t.search(512, 0, true), Some((TreeId(16), 600)));
+    }
+
+    #[test]
+    fn search_looks_at_the_neighbourhood_first() {
+        // The partial tree 20 is on another cache line than tree 3; the free tree 4 is next
+        // to it and wins.
+        let mut free = [0; 32];
+        free[4] = 1000;
+        free[20] = 500;
+        let t = trees(&free);
+        assert_eq!(t.search(10, 3, false), Some((TreeId(4), 1000)));
+        assert_eq!(t.search(10, 3, false), Some((TreeId(20), 500)));
+    }
+}
