@@ -1,10 +1,10 @@
 //! LLFree (Wrenger et al., USENIX ATC'23): the lock- and log-free page-frame allocator.
 //!
 //! A unit is a 4 KiB frame; a huge frame is 512 units (order 9); orders 0..=10 are served.
-//! The lower level ([`lower`]) keeps per huge frame a 512-bit bit field and a child entry
+//! The lower level (`lower.rs`) keeps per huge frame a 512-bit bit field and a child entry
 //! (free counter, huge flag); the upper level groups huge frames into trees (32 by default,
-//! 64 MiB) with a free counter and a reserved flag ([`trees`]), and gives every core a
-//! reserved tree with a core-local counter ([`local`]).
+//! 64 MiB) with a free counter and a reserved flag (`trees.rs`), and gives every core a
+//! reserved tree with a core-local counter (`local.rs`).
 //!
 //! Allocation (Fig. 14a): take `2^order` units from the core's counter `cP` (syncing it with
 //! the tree's `cU`, or reserving a new tree, when short), then search the tree's children
@@ -18,6 +18,22 @@
 //! Counters are moved, never recomputed: the free units of a tree are its `cU` plus the `cP`
 //! of the core holding it plus units in flight, so [`BlockAlloc::free_units`] is exact when
 //! no operation is running.
+//!
+//! Beyond the paper:
+//! - Orders 7 and 8 claim 2 or 4 whole bit-field words one after the other; if a racing
+//!   allocation took a unit of a word not yet claimed, every claimed word is cleared again and
+//!   the group counts as taken. Success is reported only for a complete claim.
+//! - Bad frees (never allocated, freed twice, wrong order) are told apart by a per-unit 4-bit
+//!   start table and a per-frame count of blocks of orders 1..=8 in the child entry (see
+//!   `lower.rs`), which a bit field alone cannot do (eight order-0 blocks look like one
+//!   order-3 block). The classification is exact unless a bad free races an operation on the
+//!   same units; racing double frees of one block are exact (one wins, the rest get
+//!   `NotAllocated`).
+//! - Under concurrency an allocation may fail with `OutOfMemory` while another core is
+//!   between reserving a tree and installing it (its count is then in no counter), as in the
+//!   paper's design; sequential allocation is complete.
+//! - The lower level is one contiguous array of cache lines of plain atomics, with no
+//!   pointers, so that it can be placed in a file mapping (persistent LLFree, issue 7).
 
 mod atomic;
 mod bitfield;
