@@ -75,10 +75,13 @@ impl Lower {
             let word = lower.pair_word(HugeId(h));
             let pair = ChildPair(word.load(Ordering::Relaxed)).set(half, Child::with_free(real));
             word.store(pair.0, Ordering::Relaxed);
-            for unit in real..if h < huges { HUGE_UNITS } else { 0 } {
-                lower
-                    .bits(HugeId(h), unit / 64)
-                    .fetch_or(1 << (unit % 64), Ordering::Relaxed);
+            // A partial last frame: its missing units are taken for good. (A missing odd
+            // frame has only its child entry, with nothing free.)
+            if h < huges {
+                for unit in real..HUGE_UNITS {
+                    let word = lower.bits(HugeId(h), unit / 64);
+                    word.fetch_or(1 << (unit % 64), Ordering::Relaxed);
+                }
             }
         }
         lower
