@@ -19,6 +19,7 @@ pub mod buddy;
 mod config;
 mod error;
 pub mod list;
+pub mod llfree;
 pub mod locked;
 pub mod model;
 pub mod registry;

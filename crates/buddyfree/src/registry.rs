@@ -5,6 +5,7 @@ use alloc::boxed::Box;
 
 use crate::buddy::{Estranged, Knuth};
 use crate::list::{CasList, LockedList, PerCoreLists};
+use crate::llfree::LLFree;
 use crate::locked::{PerCpu, PerLevelSpin, PerLevelYield};
 use crate::model::Model;
 use crate::{BlockAlloc, Config, Error, Locked};
@@ -79,6 +80,11 @@ const ENTRIES: &[Entry] = &[
         name: "list-percore",
         about: "lock-free per-core free lists, stealing when empty (LLFree paper's ListLocal); order 0 only",
         build: |c| Ok(Box::new(PerCoreLists::new(c)?)),
+    },
+    Entry {
+        name: "llfree",
+        about: "LLFree (ATC'23): bit fields per 2 MiB, 64 MiB trees, per-core reservations; orders 0..=10",
+        build: |c| Ok(Box::new(LLFree::new(c)?)),
     },
 ];
 

@@ -1,0 +1,118 @@
+//! The child entry of one huge frame (2 MiB, 512 units), the paper's `cL` and `a`, plus what
+//! our bad-free detection needs. Two children share one 64-bit word, so the two children of an
+//! order-10 block change in one compare-and-swap (§4.2.1).
+//!
+//! ```text
+//!  31      21  20    19   18        10 9          0
+//! [ unused ][pair][huge][ multi (9 b) ][ free (10 b) ]
+//! ```
+//! - `free`: free units in the bit field (0..=512); 0 while the frame is handed out whole.
+//! - `multi`: live (or reserved) blocks of orders 1..=8 in the frame. While it is 0, every taken
+//!   bit is an order-0 block, so frees of order 0 need not read the start table.
+//! - `huge`: the frame is handed out as one order-9 block, or as half of an order-10 block if
+//!   `pair` is set too.
+
+use super::HUGE_UNITS;
+
+/// One child entry, by value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Child(u32);
+
+const FREE_MASK: u32 = 0x3FF;
+const MULTI_SHIFT: u32 = 10;
+const MULTI_MASK: u32 = 0x1FF << MULTI_SHIFT;
+const HUGE: u32 = 1 << 19;
+const PAIR: u32 = 1 << 20;
+
+impl Child {
+    /// A frame with every unit free.
+    pub(crate) const FREE: Child = Child(HUGE_UNITS as u32);
+    /// A frame handed out as one order-9 block.
+    pub(crate) const HUGE: Child = Child(HUGE);
+    /// A frame handed out as half of an order-10 block.
+    pub(crate) const PAIR: Child = Child(HUGE | PAIR);
+
+    /// A frame (not handed out whole) with `free` free units.
+    pub(crate) const fn with_free(free: usize) -> Child {
+        Child(free as u32)
+    }
+
+    pub(crate) const fn free(self) -> usize {
+        (self.0 & FREE_MASK) as usize
+    }
+
+    pub(crate) const fn multi(self) -> u32 {
+        (self.0 & MULTI_MASK) >> MULTI_SHIFT
+    }
+
+    pub(crate) const fn huge(self) -> bool {
+        self.0 & HUGE != 0
+    }
+
+    pub(crate) const fn pair(self) -> bool {
+        self.0 & PAIR != 0
+    }
+
+    /// Fig. 14a (2a): reserves `n` units of the bit field for a block of order 0 (`multi`
+    /// false) or 1..=8, before the bits are searched. `None` if too few are free.
+    pub(crate) fn take(self, n: usize, multi: bool) -> Option<Child> {
+        (!self.huge() && self.free() >= n)
+            .then(|| Child(self.0 - n as u32 + ((multi as u32) << MULTI_SHIFT)))
+    }
+
+    /// The inverse of [`Child::take`]: a block's units are back in the bit field (Fig. 14b (3)).
+    pub(crate) fn give(self, n: usize, multi: bool) -> Child {
+        debug_assert!(!self.huge() && self.free() + n <= HUGE_UNITS);
+        debug_assert!(!multi || self.multi() > 0);
+        Child(self.0 + n as u32 - ((multi as u32) << MULTI_SHIFT))
+    }
+
+    /// The raw bits, for packing two children into one word.
+    pub(crate) const fn raw(self) -> u32 {
+        self.0
+    }
+
+    pub(crate) const fn from_raw(raw: u32) -> Child {
+        Child(raw)
+    }
+}
+
+/// Two adjacent children (an even one and the next) packed into one 64-bit word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ChildPair(pub(crate) u64);
+
+impl ChildPair {
+    pub(crate) const fn new(even: Child, odd: Child) -> ChildPair {
+        ChildPair(even.raw() as u64 | (odd.raw() as u64) << 32)
+    }
+
+    /// The child `half` (0: even, 1: odd).
+    pub(crate) const fn get(self, half: usize) -> Child {
+        Child::from_raw((self.0 >> (32 * half)) as u32)
+    }
+
+    /// The pair with child `half` replaced.
+    pub(crate) const fn set(self, half: usize, child: Child) -> ChildPair {
+        let shift = 32 * half;
+        ChildPair(self.0 & !(0xFFFF_FFFFu64 << shift) | (child.raw() as u64) << shift)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn take_and_give_are_inverse_and_keep_the_flags_apart() {
+        let c = Child::FREE.take(128, true).unwrap();
+        assert_eq!((c.free(), c.multi(), c.huge()), (384, 1, false));
+        assert_eq!(c.take(385, false), None);
+        assert_eq!(c.give(128, true), Child::FREE);
+        assert_eq!(Child::HUGE.take(1, false), None);
+        let p = ChildPair::new(Child::FREE, Child::PAIR);
+        assert_eq!(p.get(0), Child::FREE);
+        assert!(p.get(1).pair() && p.get(1).huge() && p.get(1).free() == 0);
+        assert_eq!(p.set(1, Child::with_free(7)).get(1).free(), 7);
+        assert_eq!(p.set(1, Child::with_free(7)).get(0), Child::FREE);
+    }
+}

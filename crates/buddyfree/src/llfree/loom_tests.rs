@@ -1,0 +1,255 @@
+//! Loom model checks of LLFree's protocols on one or two huge frames: the multi-word claim
+//! of orders 7 and 8, the paired children of order 10, the claims that serialise racing
+//! double frees, and the reservation, sync and steal protocol of the upper level.
+
+use loom::sync::Arc;
+use loom::thread;
+
+use super::lower::Lower;
+use super::{HugeId, LLFree, Options};
+use crate::{BlockAlloc, Config, Error};
+
+fn check(f: impl Fn() + Send + Sync + 'static) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(2);
+    builder.check(f);
+}
+
+/// An order-`order` (7 or 8) allocation races an order-0 one on a frame where exactly one
+/// group of words is free for it, plus one unit elsewhere (so both pass the child counter).
+/// The order-0 search may take a unit of a word the big claim has not reached yet: then the
+/// big claim must undo its words and fail, never report the half-claimed block.
+fn multiword_against_order0(order: u32) {
+    check(move || {
+        let lower = Arc::new(Lower::new(512));
+        let span = 1 << (order - 6);
+        let mut words = [u64::MAX; 8];
+        words[..span].fill(0);
+        words[7] = !(1 << 63);
+        lower.set_frame(HugeId(0), words);
+        let big = {
+            let lower = lower.clone();
+            thread::spawn(move || lower.alloc(HugeId(0), order, 0))
+        };
+        let small = lower
+            .alloc(HugeId(0), 0, 0)
+            .expect("the counter promised a unit");
+        let big = big.join().unwrap();
+        if let Some(b) = big {
+            assert_eq!(b, 0);
+            assert!(
+                small >= 1 << order,
+                "order {order} block overlaps unit {small}"
+            );
+        }
+        lower.assert_consistent();
+        if let Some(b) = big {
+            lower.free(b, order).unwrap();
+        }
+        lower.free(small, 0).unwrap();
+        lower.assert_consistent();
+    });
+}
+
+#[test]
+fn loom_order7_never_reports_a_partial_claim() {
+    multiword_against_order0(7);
+}
+
+#[test]
+fn loom_order8_never_reports_a_partial_claim() {
+    multiword_against_order0(8);
+}
+
+/// Two order-7 allocations compete for the one free slot while an order-7 block is freed:
+/// at most two blocks live, none overlapping, counters matching the bits.
+#[test]
+fn loom_order7_claims_exclude_each_other_while_freeing() {
+    check(|| {
+        let lower = Arc::new(Lower::new(512));
+        lower.set_frame(
+            HugeId(0),
+            [
+                0,
+                0,
+                u64::MAX,
+                u64::MAX,
+                u64::MAX,
+                u64::MAX,
+                u64::MAX,
+                u64::MAX,
+            ],
+        );
+        let held = lower.alloc(HugeId(0), 7, 0).unwrap();
+        let other = {
+            let lower = lower.clone();
+            thread::spawn(move || lower.alloc(HugeId(0), 7, 0))
+        };
+        lower.free(held, 7).unwrap();
+        let mine = lower.alloc(HugeId(0), 7, 0);
+        let other = other.join().unwrap();
+        assert!(mine.is_some() || other.is_some());
+        assert!(mine.is_none() || other.is_none() || mine != other);
+        lower.assert_consistent();
+    });
+}
+
+/// Racing double frees of one block: exactly one wins, the other sees `NotAllocated`, for the
+/// three claims (order 7: start entry; order 9: child; order 10: child pair).
+#[test]
+fn loom_double_frees_are_serialised() {
+    for order in [7, 9, 10] {
+        check(move || {
+            let lower = Arc::new(Lower::new(1024));
+            let b = lower.alloc(HugeId(0), order, 0).unwrap();
+            let other = {
+                let lower = lower.clone();
+                thread::spawn(move || lower.free(b, order))
+            };
+            let mine = lower.free(b, order);
+            let other = other.join().unwrap();
+            assert!(mine.is_ok() != other.is_ok(), "{mine:?} {other:?}");
+            assert_eq!(mine.or(other), Ok(()));
+            assert_eq!(mine.and(other), Err(Error::NotAllocated));
+            lower.assert_consistent();
+        });
+    }
+}
+
+/// Order 10 takes both children in one CAS while order 9 and order 0 race for the odd one.
+#[test]
+fn loom_order10_takes_both_children_or_none() {
+    check(|| {
+        let lower = Arc::new(Lower::new(1024));
+        let pair = {
+            let lower = lower.clone();
+            thread::spawn(move || lower.alloc(HugeId(0), 10, 0))
+        };
+        let huge = lower.alloc(HugeId(1), 9, 0);
+        let pair = pair.join().unwrap();
+        assert!(pair.is_none() || huge.is_none(), "{pair:?} and {huge:?}");
+        assert!(pair.is_some() || huge.is_some());
+        lower.assert_consistent();
+        if let Some(p) = pair {
+            assert_eq!(lower.free(p + 512, 9), Err(Error::NotAllocated));
+            lower.free(p, 10).unwrap();
+        }
+        if let Some(h) = huge {
+            assert_eq!(lower.free(h, 10), Err(Error::NotAllocated));
+            lower.free(h, 9).unwrap();
+        }
+        assert_eq!(lower.child(HugeId(0)), super::child::Child::FREE);
+        assert_eq!(lower.child(HugeId(1)), super::child::Child::FREE);
+    });
+}
+
+/// Allocates, retrying on `OutOfMemory`: a core preempted between reserving a tree and
+/// installing it holds that tree's count where no counter shows it (as in the paper's
+/// design), so others may fail until it runs again. A lost count would make this spin until
+/// loom gives up.
+fn alloc_retry(alloc: &LLFree, order: u32, core: usize) -> usize {
+    loop {
+        match alloc.alloc(order, core) {
+            Ok(index) => return index,
+            Err(Error::OutOfMemory) => thread::yield_now(),
+            Err(e) => panic!("alloc({order}): {e}"),
+        }
+    }
+}
+
+fn one_tree_of_two_frames(cores: usize) -> LLFree {
+    let options = Options {
+        tree_children: 2,
+        ..Options::default()
+    };
+    LLFree::with_options(Config::new(1024, 9).with_cores(cores), options).unwrap()
+}
+
+/// Core 1 needs a huge frame while core 0 holds the only tree: it must steal the reservation
+/// (step 4 of §3.2.2) while core 0 allocates from it, and nothing may be lost or shared.
+#[test]
+fn loom_steal_a_reserved_tree() {
+    check(|| {
+        let alloc = Arc::new(one_tree_of_two_frames(2));
+        let small = alloc.alloc(0, 0).unwrap();
+        let other = {
+            let alloc = alloc.clone();
+            thread::spawn(move || {
+                let huge = alloc_retry(&alloc, 9, 1);
+                alloc.free(small, 0, 1).unwrap();
+                huge
+            })
+        };
+        let mine = alloc_retry(&alloc, 0, 0);
+        let huge = other.join().unwrap();
+        assert!(mine < huge || mine >= huge + 512, "{mine} inside {huge}");
+        alloc.free(mine, 0, 0).unwrap();
+        alloc.free(huge, 9, 1).unwrap();
+        alloc.assert_consistent();
+        alloc.drain();
+        assert_eq!(alloc.free_units(), 1024);
+        alloc.assert_consistent();
+    });
+}
+
+/// Two threads share one core's reservation over two trees of one frame: both may reserve
+/// and swap, frees from the other core go to the tree counter and are synced back; the
+/// counters must add up exactly at the end.
+#[test]
+fn loom_shared_reservation_and_sync_conserve_counters() {
+    check(|| {
+        let options = Options {
+            tree_children: 1,
+            ..Options::default()
+        };
+        let alloc =
+            Arc::new(LLFree::with_options(Config::new(1024, 9).with_cores(2), options).unwrap());
+        let first = alloc.alloc(0, 0).unwrap();
+        let other = {
+            let alloc = alloc.clone();
+            thread::spawn(move || {
+                let a = alloc_retry(&alloc, 0, 0);
+                alloc.free(first, 0, 1).unwrap();
+                a
+            })
+        };
+        let b = alloc_retry(&alloc, 0, 0);
+        let a = other.join().unwrap();
+        assert_ne!(a, b);
+        alloc.free(a, 0, 0).unwrap();
+        alloc.free(b, 0, 1).unwrap();
+        assert_eq!(alloc.free_units(), 1024);
+        alloc.assert_consistent();
+        alloc.drain();
+        assert_eq!(alloc.free_units(), 1024);
+    });
+}
+
+/// An order-0 allocation that took its count before an order-3 block was allocated at unit 0
+/// claims unit 0 while that block's free is still marking its start entry FREEING: the unit
+/// must still be freeable as an order-0 block.
+#[test]
+fn loom_order0_reuse_of_a_block_start_being_freed() {
+    check(|| {
+        let lower = Arc::new(Lower::new(512));
+        let mut words = [u64::MAX; 8];
+        words[0] = !0xFF;
+        words[1] = !1;
+        lower.set_frame(HugeId(0), words);
+        let big = {
+            let lower = lower.clone();
+            thread::spawn(move || {
+                if let Some(b) = lower.alloc(HugeId(0), 3, 0) {
+                    lower.free(b, 3).unwrap();
+                }
+            })
+        };
+        let unit = lower
+            .alloc(HugeId(0), 0, 0)
+            .expect("the counter promised a unit");
+        assert_eq!(lower.free(unit, 0), Ok(()));
+        big.join().unwrap();
+        lower.assert_consistent();
+        assert_eq!(lower.child(HugeId(0)).free(), 9);
+    });
+}

@@ -1,0 +1,535 @@
+//! LLFree (Wrenger et al., USENIX ATC'23): the lock- and log-free page-frame allocator.
+//!
+//! A unit is a 4 KiB frame; a huge frame is 512 units (order 9); orders 0..=10 are served.
+//! The lower level (`lower.rs`) keeps per huge frame a 512-bit bit field and a child entry
+//! (free counter, huge flag); the upper level groups huge frames into trees (32 by default,
+//! 64 MiB) with a free counter and a reserved flag (`trees.rs`), and gives every core a
+//! reserved tree with a core-local counter (`local.rs`).
+//!
+//! Allocation (Fig. 14a): take `2^order` units from the core's counter `cP` (syncing it with
+//! the tree's `cU`, or reserving a new tree, when short), then search the tree's children
+//! from the last allocated position. A failure anywhere gives the units back. When every
+//! fast path fails the allocator drains all reservations and scans every tree, so a
+//! sequential allocation fails only when no free aligned block exists.
+//!
+//! Free (Fig. 14b): clear the block in the lower level, then credit `cP` if this core holds
+//! the tree, else `cU`; after 4 frees in a row into one partial tree this core reserves it.
+//!
+//! Counters are moved, never recomputed: the free units of a tree are its `cU` plus the `cP`
+//! of the core holding it plus units in flight, so [`BlockAlloc::free_units`] is exact when
+//! no operation is running.
+//!
+//! Beyond the paper:
+//! - Orders 7 and 8 claim 2 or 4 whole bit-field words one after the other; if a racing
+//!   allocation took a unit of a word not yet claimed, every claimed word is cleared again and
+//!   the group counts as taken. Success is reported only for a complete claim.
+//! - Bad frees (never allocated, freed twice, wrong order) are told apart by a per-unit 4-bit
+//!   start table and a per-frame count of blocks of orders 1..=8 in the child entry (see
+//!   `lower.rs`), which a bit field alone cannot do (eight order-0 blocks look like one
+//!   order-3 block). The classification is exact unless a bad free races an operation on the
+//!   same units; racing double frees of one block are exact (one wins, the rest get
+//!   `NotAllocated`).
+//! - Under concurrency an allocation may fail with `OutOfMemory` while another core is
+//!   between reserving a tree and installing it (its count is then in no counter), as in the
+//!   paper's design; sequential allocation is complete.
+//! - The lower level is one contiguous array of cache lines of plain atomics, with no
+//!   pointers, so that it can be placed in a file mapping (persistent LLFree, issue 7).
+
+mod atomic;
+mod bitfield;
+mod child;
+mod local;
+mod lower;
+mod trees;
+
+#[cfg(all(test, loom))]
+mod loom_tests;
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+
+use crate::sync::atomic::Ordering;
+use crate::sync::CachePadded;
+use crate::{check_block, BlockAlloc, Config, Error};
+use local::{Local, Reservation};
+use lower::Lower;
+use trees::Trees;
+
+/// Units in a huge frame.
+pub const HUGE_UNITS: usize = 512;
+/// The order of a huge frame.
+pub const HUGE_ORDER: u32 = 9;
+/// The largest order LLFree serves (two huge frames).
+pub const MAX_ORDER: u32 = 10;
+
+/// A huge frame, by number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct HugeId(pub(crate) usize);
+
+impl HugeId {
+    pub(crate) const fn first_unit(self) -> usize {
+        self.0 * HUGE_UNITS
+    }
+}
+
+/// A tree, by number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TreeId(pub(crate) usize);
+
+/// Tuning of the upper level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Huge frames per tree (the paper's N = 32: 64 MiB trees). A power of two (trees are
+    /// found by shifting), at least 2 when orders up to 10 are served, so that an order-10
+    /// block lies within one tree.
+    pub tree_children: usize,
+    /// A tree with less than this share (in thousandths) free is "allocated" (paper: 12.5%).
+    pub allocated_below_permille: usize,
+    /// A tree with more than this share (in thousandths) free is "free" (paper: 87.5%).
+    pub free_above_permille: usize,
+    /// Consecutive frees into one tree after which a core reserves it (paper: F = 4); 0
+    /// turns reserve-on-free off.
+    pub reserve_on_free: u32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            tree_children: 32,
+            allocated_below_permille: 125,
+            free_above_permille: 875,
+            reserve_on_free: 4,
+        }
+    }
+}
+
+/// The LLFree allocator over `Config.units` units, with one reservation per `Config.cores`.
+///
+/// Any unit count is accepted: the last huge frame may be partial (it then never serves
+/// orders 9 and 10), and with an odd number of huge frames the last one has no order-10 buddy.
+pub struct LLFree {
+    lower: Lower,
+    trees: Trees,
+    locals: Box<[CachePadded<Local>]>,
+    units: usize,
+    max_order: u32,
+    tree_children: usize,
+    /// log2 of the units per tree.
+    tree_shift: u32,
+    reserve_on_free: u32,
+}
+
+impl LLFree {
+    /// LLFree with the paper's tuning ([`Options::default`]).
+    pub fn new(config: Config) -> Result<LLFree, Error> {
+        LLFree::with_options(config, Options::default())
+    }
+
+    /// LLFree with the given tuning.
+    pub fn with_options(config: Config, options: Options) -> Result<LLFree, Error> {
+        config.validate()?;
+        let children = options.tree_children;
+        let tree_units = children
+            .checked_mul(HUGE_UNITS)
+            .ok_or(Error::InvalidConfig)?;
+        let odd_pairs = config.max_order == MAX_ORDER && children < 2;
+        if config.max_order > MAX_ORDER
+            || !children.is_power_of_two()
+            || odd_pairs
+            || tree_units >= 1 << 31
+        {
+            return Err(Error::InvalidConfig);
+        }
+        let permille = |p: usize| tree_units * p / 1000;
+        let trees = Trees::new(
+            (0..config.units.div_ceil(tree_units))
+                .map(|t| (config.units - t * tree_units).min(tree_units)),
+            (
+                permille(options.allocated_below_permille),
+                permille(options.free_above_permille),
+            ),
+        );
+        Ok(LLFree {
+            lower: Lower::new(config.units),
+            trees,
+            locals: (0..config.cores)
+                .map(|_| CachePadded::new(Local::new()))
+                .collect(),
+            units: config.units,
+            max_order: config.max_order,
+            tree_children: children,
+            tree_shift: tree_units.trailing_zeros(),
+            reserve_on_free: options.reserve_on_free,
+        })
+    }
+
+    /// Free huge frames (whole free 2 MiB frames).
+    pub fn free_huge(&self) -> usize {
+        self.free_per_huge().filter(|&f| f == HUGE_UNITS).count()
+    }
+
+    /// Free units per huge frame (512 units; the last one may be smaller), in address order.
+    pub fn free_per_huge(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.lower.huges()).map(|h| self.lower.child(HugeId(h)).free())
+    }
+
+    /// Free units per tree (its counter plus the counter of the core holding it).
+    pub fn free_per_tree(&self) -> Vec<usize> {
+        let mut free: Vec<usize> = (0..self.trees.len())
+            .map(|t| self.trees.get(TreeId(t)).free())
+            .collect();
+        for local in self.locals.iter() {
+            let r = local.get();
+            if let Some(t) = r.tree() {
+                free[t.0] += r.free();
+            }
+        }
+        free
+    }
+
+    /// The core hint, reduced to a core (no division on the usual path).
+    fn core(&self, core: usize) -> usize {
+        let cores = self.locals.len();
+        if core < cores {
+            core
+        } else {
+            core % cores
+        }
+    }
+
+    fn tree_of(&self, index: usize) -> TreeId {
+        TreeId(index >> self.tree_shift)
+    }
+
+    fn children(&self, t: TreeId) -> core::ops::Range<usize> {
+        let first = t.0 * self.tree_children;
+        first..(first + self.tree_children).min(self.lower.huges())
+    }
+
+    /// Searches the children of `t` for a block, starting at the child and word of `hint`
+    /// (the last allocation: next fit, as the paper's start PFN) and wrapping around.
+    fn alloc_in(&self, t: TreeId, order: u32, hint: usize) -> Option<usize> {
+        let children = self.children(t);
+        // Order 10 looks at even children only.
+        let step = if order == MAX_ORDER { 2 } else { 1 };
+        let near = (hint / HUGE_UNITS).clamp(children.start, children.end - 1);
+        let mut h = children.start + ((near - children.start) & !(step - 1));
+        let mut word = (hint % HUGE_UNITS) / 64;
+        for _ in (0..children.len()).step_by(step) {
+            let room = order > HUGE_ORDER || self.lower.child(HugeId(h)).free() >= 1 << order;
+            if room {
+                if let Some(index) = self.lower.alloc(HugeId(h), order, word) {
+                    return Some(index);
+                }
+            }
+            word = 0;
+            h += step;
+            if h >= children.end {
+                h = children.start;
+            }
+        }
+        None
+    }
+
+    /// Puts `n` units of `t` back: into `cP` of `core` if it holds `t`, else into `cU`.
+    fn credit(&self, core: usize, t: TreeId, n: usize) -> bool {
+        let local = self.locals[core].add(t, n);
+        if !local {
+            self.trees.add(t, n);
+        }
+        local
+    }
+
+    /// Ends a reservation swapped out of a core.
+    fn release(&self, r: Reservation) {
+        if let Some(t) = r.tree() {
+            self.trees.unreserve(t, r.free());
+        }
+    }
+
+    /// Makes `t` (reserved by the caller, with `free` units moved out) the tree of `core`.
+    fn install(&self, core: usize, t: TreeId, free: usize) {
+        let local = &self.locals[core];
+        let first = self.children(t).start * HUGE_UNITS;
+        local.last.store(first as u64, Ordering::Relaxed);
+        self.release(local.swap(Reservation::new(t, free)));
+    }
+
+    /// Fig. 14a (1b): reserves a new tree for `core` with room for `n` units, stealing the
+    /// reservations of the other cores as a last resort (step 4 of §3.2.2).
+    fn reserve(&self, core: usize, n: usize, order: u32, near: usize) -> bool {
+        let huge = order >= HUGE_ORDER;
+        let found = self.trees.search(n, near, huge).or_else(|| {
+            for (other, local) in self.locals.iter().enumerate() {
+                if other != core {
+                    self.release(local.swap(Reservation::NONE));
+                }
+            }
+            self.trees.search(n, near, huge)
+        });
+        found.map(|(t, free)| self.install(core, t, free)).is_some()
+    }
+
+    /// The complete fallback: every reservation back, then every tree in turn, taking its
+    /// units from whichever counter holds them. Sequentially this finds any free block. A
+    /// concurrent reservation moves a tree's count through the hands of the reserving core,
+    /// where no counter shows it, so the scan is repeated a few times before giving up.
+    fn alloc_anywhere(&self, order: u32) -> Result<usize, Error> {
+        let n = 1 << order;
+        for _ in 0..FALLBACK_ROUNDS {
+            self.drain();
+            for t in (0..self.trees.len()).map(TreeId) {
+                let Some(source) = self.take_any(t, n) else {
+                    continue;
+                };
+                let first = self.children(t).start * HUGE_UNITS;
+                if let Some(index) = self.alloc_in(t, order, first) {
+                    return Ok(index);
+                }
+                match source {
+                    Counter::Core(core) => {
+                        self.credit(core, t, n);
+                    }
+                    Counter::Tree => self.trees.add(t, n),
+                }
+            }
+        }
+        Err(Error::OutOfMemory)
+    }
+
+    /// Takes `n` units of `t` from its tree counter or from the counter of a core holding it.
+    fn take_any(&self, t: TreeId, n: usize) -> Option<Counter> {
+        if self.trees.take(t, n) {
+            return Some(Counter::Tree);
+        }
+        (0..self.locals.len())
+            .find(|&core| self.locals[core].take(t, n))
+            .map(Counter::Core)
+    }
+
+    /// Reserve-on-free (§3.2.2): a core that freed F times in a row into the partial tree
+    /// `t` (held by nobody) makes it its own.
+    fn free_elsewhere(&self, core: usize, t: TreeId) {
+        let threshold = self.reserve_on_free;
+        if threshold == 0 || !self.locals[core].count_free(t, threshold) {
+            return;
+        }
+        if let Some(free) = self.trees.reserve(t, |e| self.trees.is_partial(e)) {
+            self.install(core, t, free);
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn assert_consistent(&self) {
+        self.lower.assert_consistent();
+        let per_tree = self.free_per_tree();
+        for (t, &free) in per_tree.iter().enumerate() {
+            let lower: usize = self
+                .children(TreeId(t))
+                .map(|h| self.lower.child(HugeId(h)).free())
+                .sum();
+            assert_eq!(free, lower, "tree {t}");
+        }
+    }
+}
+
+/// Where units taken for an allocation came from, to give them back there.
+enum Counter {
+    /// The tree entry's `cU`.
+    Tree,
+    /// The `cP` of this core.
+    Core(usize),
+}
+
+/// Tries to reserve a new tree this often before falling back to the complete scan.
+const RESERVE_ATTEMPTS: usize = 4;
+/// Rounds of the complete scan before an allocation fails.
+const FALLBACK_ROUNDS: usize = 3;
+
+impl BlockAlloc for LLFree {
+    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        if order > self.max_order {
+            return Err(Error::BadOrder);
+        }
+        let core = self.core(core);
+        let local = &self.locals[core];
+        let n = 1 << order;
+        for _ in 0..RESERVE_ATTEMPTS {
+            let near = match local.take_any(n) {
+                Ok(t) => {
+                    let hint = local.last.load(Ordering::Relaxed) as usize;
+                    if let Some(index) = self.alloc_in(t, order, hint) {
+                        local.last.store(index as u64, Ordering::Relaxed);
+                        return Ok(index);
+                    }
+                    // Too fragmented for this order: give the units back, move on.
+                    self.credit(core, t, n);
+                    t.0
+                }
+                Err(r) => match r.tree() {
+                    Some(t) => {
+                        // Fig. 14a (1a): sync with frees other cores made into our tree.
+                        let synced = self.trees.take_all_reserved(t);
+                        if synced > 0 && self.credit(core, t, synced) {
+                            continue;
+                        }
+                        t.0
+                    }
+                    None => core * self.trees.len() / self.locals.len(),
+                },
+            };
+            if !self.reserve(core, n, order, near) {
+                break;
+            }
+        }
+        self.alloc_anywhere(order)
+    }
+
+    fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        check_block(index, order, self.max_order, self.units)?;
+        self.lower.free(index, order)?;
+        let core = self.core(core);
+        let t = self.tree_of(index);
+        if !self.credit(core, t, 1 << order) {
+            self.free_elsewhere(core, t);
+        }
+        Ok(())
+    }
+
+    fn free_units(&self) -> usize {
+        self.free_per_tree().iter().sum()
+    }
+
+    fn total_units(&self) -> usize {
+        self.units
+    }
+
+    fn max_order(&self) -> u32 {
+        self.max_order
+    }
+
+    fn drain(&self) {
+        for local in self.locals.iter() {
+            self.release(local.swap(Reservation::NONE));
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use alloc::vec::Vec;
+
+    use super::lower::Lower;
+    use super::*;
+
+    /// xorshift, to stay free of dependencies in unit tests.
+    fn next(state: &mut u64) -> u64 {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        *state
+    }
+
+    #[test]
+    fn counters_match_the_bits_after_every_step() {
+        let options = Options {
+            tree_children: 2,
+            ..Options::default()
+        };
+        let alloc =
+            LLFree::with_options(Config::new(3 * 1024 + 300, 10).with_cores(2), options).unwrap();
+        let mut live: Vec<(usize, u32)> = Vec::new();
+        let mut rng = 0x1234_5678_9abc_def1;
+        for step in 0..4000 {
+            let r = next(&mut rng);
+            if live.is_empty() || !r.is_multiple_of(3) {
+                let order = (r >> 8) as u32 % 11;
+                if let Ok(i) = alloc.alloc(order, (r >> 16) as usize) {
+                    live.push((i, order));
+                }
+            } else {
+                let (i, o) = live.swap_remove((r >> 8) as usize % live.len());
+                alloc.free(i, o, (r >> 16) as usize).unwrap();
+            }
+            alloc.assert_consistent();
+            let taken: usize = live.iter().map(|&(_, o)| 1 << o).sum();
+            assert_eq!(
+                alloc.free_units() + taken,
+                alloc.total_units(),
+                "step {step}"
+            );
+        }
+    }
+
+    fn tiny(cores: usize, tree_children: usize, units: usize) -> LLFree {
+        let options = Options {
+            tree_children,
+            ..Options::default()
+        };
+        LLFree::with_options(Config::new(units, 9).with_cores(cores), options).unwrap()
+    }
+
+    #[test]
+    fn a_core_steals_the_only_tree_when_it_needs_it() {
+        let alloc = tiny(2, 2, 1024);
+        let a = alloc.alloc(0, 0).unwrap();
+        assert_eq!(alloc.locals[0].get().tree(), Some(TreeId(0)));
+        let b = alloc.alloc(9, 1).unwrap();
+        assert_eq!(b, 512);
+        assert_eq!(alloc.locals[0].get(), Reservation::NONE);
+        assert_eq!(alloc.locals[1].get().tree(), Some(TreeId(0)));
+        alloc.free(a, 0, 0).unwrap();
+        alloc.free(b, 9, 1).unwrap();
+        alloc.assert_consistent();
+        assert_eq!(alloc.free_units(), 1024);
+    }
+
+    #[test]
+    fn frees_from_another_core_are_synced_into_the_holder() {
+        let alloc = tiny(2, 1, 512);
+        let blocks: Vec<usize> = (0..512).map(|_| alloc.alloc(0, 0).unwrap()).collect();
+        assert_eq!(alloc.alloc(0, 0), Err(Error::OutOfMemory));
+        // Core 1 frees into core 0's tree: the tree entry's counter, not core 0's.
+        alloc.free(blocks[7], 0, 1).unwrap();
+        assert_eq!(alloc.trees.get(TreeId(0)).free(), 1);
+        assert_eq!(alloc.locals[0].get().free(), 0);
+        // Core 0 runs short and syncs it (Fig. 14a (1a)).
+        assert_eq!(alloc.alloc(0, 0), Ok(blocks[7]));
+        assert_eq!(alloc.locals[0].get().tree(), Some(TreeId(0)));
+        for b in blocks {
+            alloc.free(b, 0, 0).unwrap();
+        }
+        alloc.assert_consistent();
+    }
+
+    #[test]
+    fn four_frees_into_a_partial_tree_reserve_it() {
+        let alloc = tiny(2, 1, 2048);
+        // Core 0 fills tree 0 halfway and moves on to tree 1.
+        let mine: Vec<usize> = (0..256).map(|_| alloc.alloc(0, 0).unwrap()).collect();
+        alloc.drain();
+        let _ = alloc.alloc(0, 1).unwrap();
+        let core1 = alloc.locals[1].get().tree();
+        assert_ne!(core1, Some(TreeId(0)));
+        for (i, &b) in mine.iter().enumerate().take(4) {
+            alloc.free(b, 0, 1).unwrap();
+            let held = alloc.locals[1].get().tree();
+            assert_eq!(held == Some(TreeId(0)), i == 3, "after {} frees", i + 1);
+        }
+        alloc.assert_consistent();
+    }
+
+    #[test]
+    fn a_multi_word_claim_skips_groups_with_a_taken_unit() {
+        let lower = Lower::new(512);
+        let mut words = [0; 8];
+        words[1] = 1 << 5;
+        words[6] = 1;
+        lower.set_frame(HugeId(0), words);
+        assert_eq!(lower.alloc(HugeId(0), 7, 0), Some(128));
+        assert_eq!(lower.alloc(HugeId(0), 8, 0), None);
+        assert_eq!(lower.alloc(HugeId(0), 7, 0), Some(256));
+        assert_eq!(lower.alloc(HugeId(0), 7, 0), None);
+        lower.assert_consistent();
+    }
+}

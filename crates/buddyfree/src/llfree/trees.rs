@@ -1,0 +1,209 @@
+//! The upper level's tree entries (§3.2.2): per tree of `children` huge frames a free counter
+//! `cU` and a reserved flag `r` in one 32-bit word, 16 trees to a cache line, and the search
+//! for a tree to reserve.
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+
+use super::atomic::Atom;
+use super::TreeId;
+use crate::sync::atomic::{AtomicU32, Ordering};
+
+/// Tree entries sharing one cache line: the "neighbourhood" of step 1 of the search.
+const PER_LINE: usize = 16;
+
+/// One tree entry, by value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Tree(u32);
+
+const RESERVED: u32 = 1 << 31;
+
+impl Tree {
+    pub(crate) const fn free(self) -> usize {
+        (self.0 & !RESERVED) as usize
+    }
+
+    pub(crate) const fn reserved(self) -> bool {
+        self.0 & RESERVED != 0
+    }
+}
+
+/// How full a tree is, for the reservation heuristic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    /// Almost all units free.
+    Free,
+    Partial,
+    /// Almost all units taken.
+    Allocated,
+}
+
+/// The tree entries and the class thresholds.
+pub(crate) struct Trees {
+    entries: Box<[AtomicU32]>,
+    /// A tree with fewer free units than this is "allocated".
+    allocated_below: usize,
+    /// A tree with more free units than this is "free".
+    free_above: usize,
+}
+
+impl Trees {
+    /// Trees with the given free counts, none reserved; thresholds in units.
+    pub(crate) fn new(free: impl Iterator<Item = usize>, thresholds: (usize, usize)) -> Trees {
+        let entries: Vec<AtomicU32> = free.map(|f| AtomicU32::new(f as u32)).collect();
+        Trees {
+            entries: entries.into_boxed_slice(),
+            allocated_below: thresholds.0,
+            free_above: thresholds.1,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub(crate) fn get(&self, t: TreeId) -> Tree {
+        Tree(self.entries[t.0].get())
+    }
+
+    /// Takes `n` units from the global counter `cU` (whether reserved or not).
+    pub(crate) fn take(&self, t: TreeId, n: usize) -> bool {
+        self.entries[t.0]
+            .try_change(|e| (Tree(e).free() >= n).then(|| e - n as u32))
+            .is_ok()
+    }
+
+    /// Gives `n` units back to the global counter (frees from cores not holding the tree).
+    pub(crate) fn add(&self, t: TreeId, n: usize) {
+        self.entries[t.0].fetch_add(n as u32, Ordering::AcqRel);
+    }
+
+    /// Takes the whole global counter of a reserved tree (the sync of Fig. 14a (1a)).
+    pub(crate) fn take_all_reserved(&self, t: TreeId) -> usize {
+        self.entries[t.0]
+            .try_change(|e| (Tree(e).reserved() && Tree(e).free() > 0).then_some(RESERVED))
+            .map_or(0, |e| Tree(e).free())
+    }
+
+    /// Reserves `t` if no core has it and `accept` likes its entry: sets `r`, moves `cU` out
+    /// (returned) and leaves 0 behind.
+    pub(crate) fn reserve(&self, t: TreeId, accept: impl Fn(Tree) -> bool) -> Option<usize> {
+        self.entries[t.0]
+            .try_change(|e| (!Tree(e).reserved() && accept(Tree(e))).then_some(RESERVED))
+            .ok()
+            .map(|e| Tree(e).free())
+    }
+
+    /// Ends a reservation, returning the per-core count `free` to `cU`.
+    pub(crate) fn unreserve(&self, t: TreeId, free: usize) {
+        let _ = self.entries[t.0].try_change(|e| {
+            debug_assert!(Tree(e).reserved());
+            Some((e & !RESERVED) + free as u32)
+        });
+    }
+
+    fn class(&self, tree: Tree) -> Class {
+        if tree.free() > self.free_above {
+            Class::Free
+        } else if tree.free() < self.allocated_below {
+            Class::Allocated
+        } else {
+            Class::Partial
+        }
+    }
+
+    /// The search order of §3.2.2: (1) partial or free trees on the cache line of `near`,
+    /// (2) first-fit partial trees, (3) free trees, then allocated ones with room. For huge
+    /// orders free trees come before partial ones (§4.2.1). Reserves the tree found and
+    /// returns it with the free count moved out of it.
+    pub(crate) fn search(&self, n: usize, near: usize, huge: bool) -> Option<(TreeId, usize)> {
+        let len = self.len();
+        let room = |t: Tree| t.free() >= n;
+        let line = near / PER_LINE * PER_LINE;
+        let mut neighbourhood = (0..PER_LINE).map(|i| line + (near + i) % PER_LINE);
+        let all = || (0..len).map(|i| (near + i) % len);
+        let step1 = neighbourhood.find_map(|t| {
+            (t < len).then_some(t)?;
+            self.try_reserve(t, |e| room(e) && self.class(e) != Class::Allocated)
+        });
+        let first = if huge { Class::Free } else { Class::Partial };
+        let second = if huge { Class::Partial } else { Class::Free };
+        step1
+            .or_else(|| {
+                all().find_map(|t| self.try_reserve(t, |e| room(e) && self.class(e) == first))
+            })
+            .or_else(|| {
+                all().find_map(|t| self.try_reserve(t, |e| room(e) && self.class(e) == second))
+            })
+            .or_else(|| all().find_map(|t| self.try_reserve(t, room)))
+    }
+
+    fn try_reserve(&self, t: usize, accept: impl Fn(Tree) -> bool) -> Option<(TreeId, usize)> {
+        // Read first: a CAS on every tree would write every cache line of the array.
+        let tree = self.get(TreeId(t));
+        (!tree.reserved() && accept(tree))
+            .then(|| self.reserve(TreeId(t), &accept))?
+            .map(|free| (TreeId(t), free))
+    }
+
+    /// Whether `t` is partial (the trees reserve-on-free picks).
+    pub(crate) fn is_partial(&self, tree: Tree) -> bool {
+        self.class(tree) == Class::Partial
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// Trees of 1000 units: below 125 allocated, above 875 free.
+    fn trees(free: &[usize]) -> Trees {
+        Trees::new(free.iter().copied(), (125, 875))
+    }
+
+    /// 48 trees, all full but the given ones; the search starts on the first cache line
+    /// (trees 0..16), where nothing is free, so the neighbourhood step finds nothing.
+    fn trees_beyond_first_line(given: &[(usize, usize)]) -> Trees {
+        let mut free = [0; 48];
+        for &(t, f) in given {
+            free[t] = f;
+        }
+        trees(&free)
+    }
+
+    #[test]
+    fn search_prefers_partial_then_free_then_allocated() {
+        // 16: free, 17: allocated, 32: partial, 33: partial with too little room.
+        let t = trees_beyond_first_line(&[(16, 1000), (17, 100), (32, 500), (33, 130)]);
+        assert_eq!(t.search(200, 0, false), Some((TreeId(32), 500)));
+        assert!(t.get(TreeId(32)).reserved());
+        assert_eq!(t.get(TreeId(32)).free(), 0);
+        // Partial trees are taken or too small now: a free tree next.
+        assert_eq!(t.search(200, 0, false), Some((TreeId(16), 1000)));
+        // A smaller request fits the small partial tree; then only an allocated one is left.
+        assert_eq!(t.search(50, 0, false), Some((TreeId(33), 130)));
+        assert_eq!(t.search(50, 0, false), Some((TreeId(17), 100)));
+        assert_eq!(t.search(1, 0, false), None);
+        t.unreserve(TreeId(32), 480);
+        assert_eq!(t.get(TreeId(32)), Tree(480));
+    }
+
+    #[test]
+    fn search_for_huge_orders_prefers_free_trees() {
+        let t = trees_beyond_first_line(&[(16, 600), (32, 1000)]);
+        assert_eq!(t.search(512, 0, true), Some((TreeId(32), 1000)));
+        assert_eq!(t.search(512, 0, true), Some((TreeId(16), 600)));
+    }
+
+    #[test]
+    fn search_looks_at_the_neighbourhood_first() {
+        // The partial tree 20 is on another cache line than tree 3; the free tree 4 is next
+        // to it and wins.
+        let mut free = [0; 32];
+        free[4] = 1000;
+        free[20] = 500;
+        let t = trees(&free);
+        assert_eq!(t.search(10, 3, false), Some((TreeId(4), 1000)));
+        assert_eq!(t.search(10, 3, false), Some((TreeId(20), 500)));
+    }
+}

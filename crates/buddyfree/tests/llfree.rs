@@ -1,0 +1,322 @@
+//! LLFree against the battery (model differential, stress, racing double frees), plus the
+//! dedicated order-7/8 hammer on one huge frame and the bad-free cases a bit field alone
+//! cannot tell apart.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Barrier;
+
+use buddyfree::llfree::{LLFree, Options};
+use buddyfree::{BlockAlloc, Config, Error};
+use common::Rng;
+use proptest::prelude::*;
+
+/// Trees of 2 huge frames (1024 units), so small heaps have several trees.
+fn small_trees() -> Options {
+    Options {
+        tree_children: 2,
+        ..Options::default()
+    }
+}
+
+fn llfree(config: Config, options: Options) -> LLFree {
+    LLFree::with_options(config, options).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn matches_model_on_four_trees_all_orders(ops in common::ops(4096, 10, 300)) {
+        let config = Config::new(4096, 10);
+        common::check_against_model(&llfree(config, small_trees()), config, &ops);
+    }
+
+    #[test]
+    fn matches_model_on_three_trees_with_two_cores(ops in common::ops(3072, 10, 300)) {
+        let config = Config::new(3072, 10).with_cores(2);
+        common::check_against_model(&llfree(config, small_trees()), config, &ops);
+    }
+
+    #[test]
+    fn matches_model_with_a_partial_last_frame(ops in common::ops(1700, 9, 300)) {
+        let config = Config::new(1700, 9);
+        common::check_against_model(&llfree(config, small_trees()), config, &ops);
+    }
+
+    #[test]
+    fn matches_model_with_paper_trees_and_high_orders(ops in common::ops(2048, 10, 200).prop_map(|mut ops| {
+        // Bias towards orders 6..=10, where several words or children take part.
+        for op in &mut ops {
+            if let common::Op::Alloc(o) = op {
+                *o = (*o + 6).min(11);
+            }
+        }
+        ops
+    })) {
+        let config = Config::new(2048, 10);
+        common::check_against_model(&LLFree::new(config).unwrap(), config, &ops);
+    }
+}
+
+/// The allocator with every call made from the next of three cores in turn, so that the
+/// model check also covers several reservations, steals and frees into other cores' trees.
+struct RotatingCores(LLFree, AtomicUsize);
+
+impl BlockAlloc for RotatingCores {
+    fn alloc(&self, order: u32, _: usize) -> Result<usize, Error> {
+        self.0.alloc(order, self.1.fetch_add(1, Ordering::Relaxed))
+    }
+    fn free(&self, index: usize, order: u32, _: usize) -> Result<(), Error> {
+        self.0
+            .free(index, order, self.1.fetch_add(1, Ordering::Relaxed))
+    }
+    fn free_units(&self) -> usize {
+        self.0.free_units()
+    }
+    fn total_units(&self) -> usize {
+        self.0.total_units()
+    }
+    fn max_order(&self) -> u32 {
+        self.0.max_order()
+    }
+    fn drain(&self) {
+        self.0.drain()
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn matches_model_with_calls_from_rotating_cores(ops in common::ops(4096, 10, 300)) {
+        let config = Config::new(4096, 10).with_cores(3);
+        let alloc = RotatingCores(llfree(config, small_trees()), AtomicUsize::new(0));
+        common::check_against_model(&alloc, config, &ops);
+    }
+}
+
+#[test]
+fn tells_apart_blocks_a_bit_field_cannot() {
+    let alloc = llfree(Config::new(4096, 10), small_trees());
+    // Eight order-0 blocks look like one order-3 block in the bit field.
+    let small: Vec<usize> = (0..8).map(|_| alloc.alloc(0, 0).unwrap()).collect();
+    assert_eq!(small, (0..8).collect::<Vec<_>>());
+    assert_eq!(alloc.free(0, 3, 0), Err(Error::OrderMismatch));
+    assert_eq!(alloc.free(0, 1, 0), Err(Error::OrderMismatch));
+    let b = alloc.alloc(3, 0).unwrap();
+    assert_eq!(b, 8);
+    assert_eq!(alloc.free(8, 0, 0), Err(Error::OrderMismatch));
+    assert_eq!(alloc.free(9, 0, 0), Err(Error::NotAllocated));
+    assert_eq!(alloc.free(8, 4, 0), Err(Error::Misaligned));
+    assert_eq!(alloc.free(8, 2, 0), Err(Error::OrderMismatch));
+    assert_eq!(alloc.free(12, 2, 0), Err(Error::NotAllocated));
+    let c = alloc.alloc(7, 0).unwrap();
+    assert_eq!(alloc.free(c + 64, 6, 0), Err(Error::NotAllocated));
+    let want = if c.is_multiple_of(256) {
+        Error::OrderMismatch
+    } else {
+        Error::Misaligned
+    };
+    assert_eq!(alloc.free(c, 8, 0), Err(want));
+    // Huge blocks live in the child entries only.
+    let h = alloc.alloc(9, 0).unwrap();
+    let p = alloc.alloc(10, 0).unwrap();
+    assert_eq!(alloc.free(h, 0, 0), Err(Error::OrderMismatch));
+    assert_eq!(alloc.free(h + 1, 0, 0), Err(Error::NotAllocated));
+    assert_eq!(alloc.free(p, 9, 0), Err(Error::OrderMismatch));
+    assert_eq!(alloc.free(p + 512, 9, 0), Err(Error::NotAllocated));
+    assert_eq!(alloc.free(p + 512, 0, 0), Err(Error::NotAllocated));
+    if h.is_multiple_of(1024) {
+        assert_eq!(alloc.free(h, 10, 0), Err(Error::OrderMismatch));
+    }
+    assert_eq!(alloc.free(0, 10, 0), Err(Error::OrderMismatch));
+    let free = alloc.free_units();
+    for (i, o) in [(p, 10), (h, 9), (c, 7), (b, 3)] {
+        alloc.free(i, o, 0).unwrap();
+        assert_eq!(alloc.free(i, o, 0), Err(Error::NotAllocated));
+    }
+    for i in small {
+        alloc.free(i, 0, 0).unwrap();
+    }
+    assert_eq!(free + 1024 + 512 + 128 + 8 + 8, alloc.free_units());
+    common::assert_whole(&alloc);
+}
+
+#[test]
+fn reports_free_units_per_huge_frame_and_tree() {
+    let alloc = llfree(Config::new(4096 + 100, 10), small_trees());
+    assert_eq!(
+        alloc.free_per_huge().collect::<Vec<_>>(),
+        [512, 512, 512, 512, 512, 512, 512, 512, 100]
+    );
+    assert_eq!(alloc.free_huge(), 8);
+    assert_eq!(alloc.free_per_tree(), [1024, 1024, 1024, 1024, 100]);
+    let a = alloc.alloc(0, 0).unwrap();
+    let h = alloc.alloc(9, 0).unwrap();
+    assert_eq!(alloc.free_huge(), 6);
+    assert_eq!(alloc.free_per_huge().sum::<usize>(), 4096 + 100 - 513);
+    assert_eq!(
+        alloc.free_per_tree().iter().sum::<usize>(),
+        alloc.free_units()
+    );
+    alloc.free(a, 0, 0).unwrap();
+    alloc.free(h, 9, 0).unwrap();
+    common::assert_whole(&alloc);
+}
+
+#[test]
+fn rejects_configurations_it_cannot_serve() {
+    let children = |tree_children| Options {
+        tree_children,
+        ..Options::default()
+    };
+    let build = |max_order, n| LLFree::with_options(Config::new(1 << 14, max_order), children(n));
+    // Trees are found by shifting; an order-10 block needs two children in one tree.
+    assert_eq!(build(9, 3).err(), Some(Error::InvalidConfig));
+    assert_eq!(build(10, 1).err(), Some(Error::InvalidConfig));
+    assert!(build(9, 1).is_ok());
+    assert!(build(10, 2).is_ok());
+    assert_eq!(
+        LLFree::new(Config::new(1 << 14, 11)).err(),
+        Some(Error::InvalidConfig)
+    );
+    assert_eq!(
+        LLFree::new(Config::new(0, 0)).err(),
+        Some(Error::InvalidConfig)
+    );
+}
+
+#[test]
+fn survives_stress_with_all_orders() {
+    let config = Config::new(1 << 14, 10).with_cores(4);
+    let alloc = llfree(config, small_trees());
+    assert!(common::stress(&alloc, 4, 40_000, 10) > 0);
+}
+
+#[test]
+fn survives_stress_with_shared_cores_and_paper_trees() {
+    // Two reservations for four threads: cores share them; one tree of 64 MiB... of 8 frames.
+    let alloc = LLFree::new(Config::new(1 << 12, 10).with_cores(2)).unwrap();
+    assert!(common::stress(&alloc, 4, 40_000, 10) > 0);
+}
+
+#[test]
+fn frees_each_block_once_under_racing_double_frees() {
+    for order in [0, 1, 3, 6, 7, 8, 9, 10] {
+        let alloc = llfree(Config::new(1 << 14, 10).with_cores(4), small_trees());
+        let blocks = ((1 << 14) >> order).min(256) / 2;
+        common::double_free_race(&alloc, 4, blocks, order);
+    }
+}
+
+/// Threads allocating and freeing orders 7 and 8 on one huge frame: the multi-word protocol
+/// under maximal contention. Each thread keeps its last block while it allocates the next
+/// (so blocks live long enough for an overlap to be seen), and frees it after. Blocks are
+/// stamped in an ownership map of the 4 order-7 slots; an overlap fails, and the frame must
+/// be whole at the end.
+#[test]
+fn hammers_orders_7_and_8_on_one_huge_frame() {
+    const THREADS: usize = 2;
+    const OPS: usize = 4_000_000;
+    // One reservation shared by both threads: they search the frame at the same time, rather
+    // than taking turns stealing the only tree.
+    let alloc = LLFree::new(Config::new(512, 8)).unwrap();
+    let slots: Vec<AtomicU64> = (0..4).map(|_| AtomicU64::new(0)).collect();
+    let done = AtomicUsize::new(0);
+    let barrier = Barrier::new(THREADS);
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (alloc, slots, done, barrier) = (&alloc, &slots, &done, &barrier);
+            s.spawn(move || {
+                let mut rng = Rng::new(t as u64 + 7);
+                let stamp = |i: usize, o: u32| ((t as u64) << 32 | (i as u64) << 4 | o as u64) + 1;
+                let owned = |i: usize, o: u32| &slots[i / 128..(i + (1 << o)) / 128];
+                let put = |(i, o): (usize, u32)| {
+                    for slot in owned(i, o) {
+                        assert_eq!(slot.swap(0, Ordering::AcqRel), stamp(i, o));
+                    }
+                    alloc.free(i, o, 0).unwrap();
+                };
+                let mut held = None;
+                let mut ops = 0;
+                barrier.wait();
+                // Each thread does its own share, so that their runs overlap however loaded
+                // the machine is.
+                while ops < OPS / THREADS {
+                    let order = 7 + rng.below(2) as u32;
+                    match alloc.alloc(order, 0) {
+                        Ok(i) => {
+                            for slot in owned(i, order) {
+                                let seen = slot.swap(stamp(i, order), Ordering::AcqRel);
+                                assert_eq!(seen, 0, "double allocation of ({i}, order {order})");
+                            }
+                            ops += 1;
+                            if let Some(old) = held.replace((i, order)) {
+                                put(old);
+                                ops += 1;
+                            }
+                        }
+                        Err(e) => {
+                            // The frame is full for this order (the other thread holds two
+                            // blocks), or a racing claim got in the way: make room.
+                            assert_eq!(e, Error::OutOfMemory);
+                            if let Some(old) = held.take() {
+                                put(old);
+                                ops += 1;
+                            }
+                        }
+                    }
+                }
+                if let Some(old) = held {
+                    put(old);
+                }
+                done.fetch_add(ops, Ordering::Relaxed);
+            });
+        }
+    });
+    assert!(done.into_inner() >= OPS);
+    common::assert_whole(&alloc);
+}
+
+/// As above, with a third thread taking and returning single units of the same frame: its
+/// units land in words a multi-word claim has checked but not yet set, the race that makes a
+/// claim fail half-way. A claim that reported such a half-done block would overlap a unit.
+#[test]
+fn hammers_orders_7_and_8_against_order_0_on_one_huge_frame() {
+    const ROUNDS: usize = 300_000;
+    let alloc = LLFree::new(Config::new(512, 8)).unwrap();
+    let owners = common::Owners::new(512);
+    let barrier = Barrier::new(3);
+    std::thread::scope(|s| {
+        for t in 0..3 {
+            let (alloc, owners, barrier) = (&alloc, &owners, &barrier);
+            s.spawn(move || {
+                let mut rng = Rng::new(t as u64 + 11);
+                let mut held = std::collections::VecDeque::new();
+                let keep = if t == 2 { 32 } else { 1 };
+                barrier.wait();
+                for _ in 0..ROUNDS {
+                    let order = if t == 2 { 0 } else { 7 + rng.below(2) as u32 };
+                    let stamp =
+                        |i: usize, o: u32| ((t as u64) << 32 | (i as u64) << 4 | o as u64) + 1;
+                    if let Ok(i) = alloc.alloc(order, 0) {
+                        owners.claim(i, order, stamp(i, order));
+                        held.push_back((i, order));
+                    }
+                    if held.len() > keep || (held.len() == keep && rng.below(2) == 0) {
+                        let (i, o) = held.pop_front().unwrap();
+                        owners.release(i, o, stamp(i, o));
+                        alloc.free(i, o, 0).unwrap();
+                    }
+                }
+                for (i, o) in held {
+                    owners.release(i, o, ((t as u64) << 32 | (i as u64) << 4 | o as u64) + 1);
+                    alloc.free(i, o, 0).unwrap();
+                }
+            });
+        }
+    });
+    common::assert_whole(&alloc);
+}
