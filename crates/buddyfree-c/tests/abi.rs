@@ -56,7 +56,7 @@ fn stats(bf: *const Buddyfree) -> BuddyfreeStats {
 }
 
 fn alloc(bf: *const Buddyfree, size: usize, align: usize) -> Result<*mut c_void, BuddyfreeStatus> {
-    let mut p = 1 as *mut c_void;
+    let mut p = ptr::dangling_mut::<c_void>();
     // SAFETY: `bf` is null or live (each caller), `p` writable.
     let st = unsafe { buddyfree_alloc(bf, size, align, &mut p) };
     if st == BuddyfreeStatus::Ok {
@@ -78,7 +78,7 @@ fn free_order(bf: *const Buddyfree, index: usize, order: u32) -> BuddyfreeStatus
 }
 
 fn alloc_order(bf: *const Buddyfree, order: u32) -> Result<(usize, *mut c_void), BuddyfreeStatus> {
-    let (mut i, mut p) = (usize::MAX, 1 as *mut c_void);
+    let (mut i, mut p) = (usize::MAX, ptr::dangling_mut::<c_void>());
     // SAFETY: `bf` is null or live, outputs writable.
     match unsafe { buddyfree_alloc_order(bf, order, &mut i, &mut p) } {
         BuddyfreeStatus::Ok => Ok((i, p)),
@@ -94,7 +94,7 @@ fn destroy(bf: *mut Buddyfree) {
 #[test]
 fn bad_configurations_are_refused() {
     let name = names()[0];
-    let mut out = 7 as *mut Buddyfree;
+    let mut out = ptr::dangling_mut::<Buddyfree>();
     // SAFETY: null arguments are the point; nothing is dereferenced.
     unsafe {
         assert_eq!(
@@ -106,7 +106,11 @@ fn bad_configurations_are_refused() {
             BuddyfreeStatus::NullArgument
         );
     }
-    assert_eq!(out, 7 as *mut Buddyfree, "untouched on failure");
+    assert_eq!(
+        out,
+        ptr::dangling_mut::<Buddyfree>(),
+        "untouched on failure"
+    );
     let cases = [
         (
             BuddyfreeConfig {
@@ -307,10 +311,7 @@ fn caller_regions_are_used_in_place_and_limit_alignment() {
     unsafe { p.cast::<u8>().write_bytes(0xab, 512) };
     assert_eq!(free(bf, p, 512, 64), BuddyfreeStatus::Ok);
     destroy(bf);
-    assert!(
-        buf.iter().any(|&b| b == 0xab),
-        "the caller's memory was used"
-    );
+    assert!(buf.contains(&0xab), "the caller's memory was used");
 }
 
 #[test]
