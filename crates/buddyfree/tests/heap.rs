@@ -1,6 +1,8 @@
 //! The heap adapters: layouts to orders, alignment, bad frees, the allocator traits, regions
 //! and typed pools — over every registered allocator where the test is about the adapter.
 
+#![cfg_attr(feature = "nightly", feature(allocator_api))]
+
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -62,6 +64,30 @@ fn orders_follow_size_and_alignment() {
         Err(HeapError::TooLarge)
     );
     assert_eq!(h.order_of(layout(1, 8192)), Err(HeapError::BadAlign));
+}
+
+#[test]
+fn indices_and_addresses_convert_both_ways() {
+    let h = heap(64, 3);
+    let base = h.base().as_ptr() as usize;
+    assert_eq!(h.ptr_of(0), Some(h.base()));
+    assert_eq!(
+        h.ptr_of(63).map(|p| p.as_ptr() as usize),
+        Some(base + 63 * UNIT)
+    );
+    assert_eq!(h.ptr_of(64), None);
+    assert_eq!(h.ptr_of(usize::MAX), None);
+    assert_eq!(h.index_of(h.ptr_of(5).unwrap().as_ptr()), Ok(5));
+    assert_eq!(
+        h.index_of((base + 64 * UNIT) as *const u8),
+        Err(HeapError::Foreign)
+    );
+    assert!(h.contains((base + 64 * UNIT - 1) as *const u8));
+    assert!(!h.contains((base + 64 * UNIT) as *const u8));
+    assert!(!h.contains(std::ptr::null()));
+    let p = h.alloc_order(2).unwrap();
+    assert_eq!(h.index_of(p.as_ptr()).map(|i| i % 4), Ok(0));
+    h.free_order(p.as_ptr(), 2).unwrap();
 }
 
 #[test]
@@ -304,6 +330,20 @@ fn allocator_api2_collections_work_and_return_everything() {
     }
     assert_eq!(h.bad_frees(), 0);
     assert_eq!(h.allocator().free_units(), 4096);
+}
+
+/// `core`'s `Allocator` (nightly toolchains, `--features nightly`).
+#[cfg(feature = "nightly")]
+#[test]
+fn core_allocator_collections_work_and_return_everything() {
+    let h = heap(1024, 8);
+    {
+        let mut v: Vec<u32, &Heap<Backend>> = Vec::new_in(&h);
+        v.extend(0..3000);
+        let b = Box::new_in(v.iter().sum::<u32>(), &h);
+        assert_eq!(*b, 3000 * 2999 / 2);
+    }
+    assert_eq!(h.allocator().free_units(), 1024);
 }
 
 /// Threads allocate, stamp, check and free through one heap per registered allocator,

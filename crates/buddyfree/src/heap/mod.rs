@@ -164,7 +164,10 @@ impl<A: BlockAlloc> Heap<A> {
     /// Allocates a block of `2^order` units.
     pub fn alloc_order(&self, order: u32) -> Result<NonNull<u8>, HeapError> {
         let index = self.alloc.alloc(order, core())?;
-        Ok(self.ptr_of(index))
+        // An allocator keeps its indices below its units; anything else is its bug, reported
+        // rather than turned into a wild pointer.
+        self.ptr_of(index)
+            .ok_or(HeapError::Block(Error::OutOfRange))
     }
 
     /// Frees the block at `ptr` allocated for `layout`.
@@ -205,12 +208,16 @@ impl<A: BlockAlloc> Heap<A> {
         Ok(order)
     }
 
-    /// The address of unit `index` (not checked against the heap's size).
-    pub fn ptr_of(&self, index: usize) -> NonNull<u8> {
-        let addr = self.base.as_ptr().wrapping_add(index << self.unit_shift);
-        // SAFETY: `index` comes from the allocator, so `addr` is inside the region, which
-        // does not contain address zero (`base` is non-null and the region does not wrap).
-        unsafe { NonNull::new_unchecked(addr) }
+    /// The address of unit `index`, or `None` past the last unit.
+    pub fn ptr_of(&self, index: usize) -> Option<NonNull<u8>> {
+        if index >= self.alloc.total_units() {
+            return None;
+        }
+        // SAFETY: `index` is below the units, all of which `new` checked lie inside the
+        // region, so the offset stays inside that allocation.
+        let addr = unsafe { self.base.as_ptr().add(index << self.unit_shift) };
+        // Inside the region, so not null (the region does not wrap around zero).
+        NonNull::new(addr)
     }
 
     /// The unit index of `ptr`: [`HeapError::Foreign`] if it is null or outside the heap,
