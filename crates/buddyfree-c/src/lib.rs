@@ -11,7 +11,7 @@ use std::ffi::{c_char, c_void, CStr, CString};
 use std::ptr::{self, NonNull};
 use std::sync::OnceLock;
 
-use buddyfree::heap::{Heap, HeapError, Region};
+use buddyfree::heap::{block_bytes, Heap, HeapError, Region};
 use buddyfree::registry::{self, DynAlloc};
 use buddyfree::{Config, Error};
 
@@ -213,7 +213,7 @@ unsafe fn create(
         Some(ptr) => unsafe { Region::from_raw(ptr, region_len) },
         None => {
             let bytes = config.units.checked_mul(unit);
-            let largest = unit.checked_shl(config.max_order);
+            let largest = block_bytes(unit, config.max_order);
             let (Some(bytes), Some(largest)) = (bytes, largest) else {
                 return Err(BuddyfreeStatus::InvalidConfig);
             };

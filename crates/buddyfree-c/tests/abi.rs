@@ -148,6 +148,15 @@ fn bad_configurations_are_refused() {
             BuddyfreeStatus::InvalidConfig,
         ),
         (
+            // The largest block's size overflows.
+            BuddyfreeConfig {
+                unit_size: 1 << 20,
+                max_order: 50,
+                ..config(name)
+            },
+            BuddyfreeStatus::InvalidConfig,
+        ),
+        (
             BuddyfreeConfig {
                 units: usize::MAX,
                 ..config(name)

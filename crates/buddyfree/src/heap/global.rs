@@ -76,7 +76,7 @@ impl<A: BlockAlloc> GlobalHeap<A> {
     fn init(&self) -> Option<Heap<A>> {
         let unit = self.unit;
         let bytes = self.config.units.checked_mul(unit)?;
-        let largest = unit.checked_shl(self.config.max_order)?;
+        let largest = super::block_bytes(unit, self.config.max_order)?;
         let region = Region::mmap(bytes, largest).ok()?;
         let alloc = (self.build)(self.config).ok()?;
         Heap::new(region, unit, alloc).ok()

@@ -116,9 +116,7 @@ impl<A: BlockAlloc> Heap<A> {
         // most `start + len`), so the offset stays inside the same allocation.
         let base = unsafe { region.as_ptr().add(base_addr - start) };
         let base = NonNull::new(base).ok_or(HeapError::BadRegion)?;
-        let largest = unit
-            .checked_shl(alloc.max_order())
-            .ok_or(HeapError::BadRegion)?;
+        let largest = block_bytes(unit, alloc.max_order()).ok_or(HeapError::BadRegion)?;
         let base_align = 1usize << base_addr.trailing_zeros().min(usize::BITS - 1);
         Ok(Heap {
             unit_shift: unit.trailing_zeros(),
@@ -293,6 +291,11 @@ impl<A> fmt::Debug for Heap<A> {
             .field("max_align", &self.max_align)
             .finish_non_exhaustive()
     }
+}
+
+/// The bytes in a block of `2^order` units of `unit` bytes, if that fits in a `usize`.
+pub fn block_bytes(unit: usize, order: u32) -> Option<usize> {
+    1usize.checked_shl(order)?.checked_mul(unit)
 }
 
 /// The core hint for the calling thread.
