@@ -8,7 +8,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Barrier;
 
-use buddyfree::heap::{Heap, HeapError, Region, TypedPool};
+use buddyfree::heap::{GlobalHeap, Heap, HeapError, Region, TypedPool};
 use buddyfree::model::Model;
 use buddyfree::registry::{self, DynAlloc};
 use buddyfree::{BlockAlloc, Config, Error, Locked};
@@ -344,6 +344,53 @@ fn core_allocator_collections_work_and_return_everything() {
         assert_eq!(*b, 3000 * 2999 / 2);
     }
     assert_eq!(h.allocator().free_units(), 1024);
+}
+
+/// A `GlobalHeap` used as a plain value: built on first use; what it refuses is null, or
+/// `System`'s memory with the fallback, and either kind of pointer goes back where it came
+/// from.
+#[test]
+fn global_heaps_build_lazily_and_refuse_or_fall_back() {
+    let config = Config::new(256, 4);
+    let strict = GlobalHeap::new(UNIT, config, backend);
+    let lenient = GlobalHeap::with_system_fallback(UNIT, config, backend);
+    let big = layout(64 * 17, 8);
+    let small = layout(100, 64);
+    // SAFETY: the `GlobalAlloc` contract: non-zero layouts, pointers freed once with theirs.
+    unsafe {
+        assert!(strict.alloc(big).is_null());
+        let heap = strict.heap().unwrap();
+        let p = strict.alloc(small);
+        assert!(heap.contains(p) && (p as usize).is_multiple_of(64));
+        let q = strict.realloc(p, small, 64 * 16);
+        assert!(heap.contains(q));
+        assert!(strict.realloc(q, layout(64 * 16, 64), 64 * 17).is_null());
+        strict.dealloc(q, layout(64 * 16, 64));
+        strict.dealloc(q, layout(64 * 16, 64));
+        assert_eq!(heap.bad_frees(), 1);
+        assert_eq!(heap.allocator().free_units(), 256);
+
+        let p = lenient.alloc(big);
+        let heap = lenient.heap().unwrap();
+        assert!(!p.is_null() && !heap.contains(p));
+        p.write_bytes(1, big.size());
+        lenient.dealloc(p, big);
+        let q = lenient.alloc(small);
+        assert!(heap.contains(q));
+        q.write_bytes(7, 100);
+        let r = lenient.realloc(q, small, 64 * 17);
+        assert!(!r.is_null() && !heap.contains(r));
+        assert!((0..100).all(|i| *r.add(i) == 7));
+        lenient.dealloc(r, layout(64 * 17, 64));
+        assert!(lenient.fallbacks() >= 2);
+        assert_eq!(heap.allocator().free_units(), 256);
+        assert_eq!(heap.bad_frees(), 0);
+    }
+    // A configuration that cannot be built: every request is refused.
+    let broken = GlobalHeap::new(48, config, backend);
+    assert!(broken.heap().is_none());
+    // SAFETY: a valid layout; null is the expected answer.
+    assert!(unsafe { broken.alloc(small) }.is_null());
 }
 
 /// Threads allocate, stamp, check and free through one heap per registered allocator,

@@ -37,13 +37,18 @@ std::thread_local! {
 /// manages, so every allocation made while this thread is inside the block allocator, and
 /// while the heap is being built, is served by [`System`] instead; `dealloc` tells the two
 /// apart by address. Requests the heap cannot serve (too large, too aligned, out of memory)
-/// return null, like any allocator that runs out.
+/// return null, like any allocator that runs out — unless built
+/// [`with_system_fallback`](GlobalHeap::with_system_fallback), which sends them to [`System`]
+/// too. (Pointers outside the heap are taken for `System`'s, so a foreign pointer freed
+/// through a `GlobalHeap` is not detected; bad frees of heap blocks are, see
+/// [`Heap::bad_frees`].)
 pub struct GlobalHeap<A> {
     unit: usize,
     config: Config,
     build: fn(Config) -> Result<A, Error>,
     heap: spin::Once<Option<Heap<A>>>,
     fallbacks: AtomicUsize,
+    refused_to_system: bool,
 }
 
 impl<A: BlockAlloc> GlobalHeap<A> {
@@ -51,12 +56,33 @@ impl<A: BlockAlloc> GlobalHeap<A> {
     /// use. The mapping is aligned to the largest block, so every alignment up to
     /// `unit << config.max_order` is honoured.
     pub const fn new(unit: usize, config: Config, build: fn(Config) -> Result<A, Error>) -> Self {
+        Self::make(unit, config, build, false)
+    }
+
+    /// As [`new`](GlobalHeap::new), but requests the heap refuses (too large, too aligned, out
+    /// of memory) are served by [`System`] instead of failing. Programs that may ask for more
+    /// than the largest block (a panic's backtrace, a big buffer) want this.
+    pub const fn with_system_fallback(
+        unit: usize,
+        config: Config,
+        build: fn(Config) -> Result<A, Error>,
+    ) -> Self {
+        Self::make(unit, config, build, true)
+    }
+
+    const fn make(
+        unit: usize,
+        config: Config,
+        build: fn(Config) -> Result<A, Error>,
+        refused_to_system: bool,
+    ) -> Self {
         GlobalHeap {
             unit,
             config,
             build,
             heap: spin::Once::new(),
             fallbacks: AtomicUsize::new(0),
+            refused_to_system,
         }
     }
 
@@ -67,8 +93,8 @@ impl<A: BlockAlloc> GlobalHeap<A> {
         self.heap.call_once(|| self.init()).as_ref()
     }
 
-    /// Allocations served by [`System`] because they came from inside the block allocator
-    /// (its metadata).
+    /// Allocations served by [`System`]: the block allocator's metadata, and with
+    /// [`with_system_fallback`](GlobalHeap::with_system_fallback) the requests the heap refused.
     pub fn fallbacks(&self) -> usize {
         self.fallbacks.load(Ordering::Relaxed)
     }
@@ -80,6 +106,29 @@ impl<A: BlockAlloc> GlobalHeap<A> {
         let region = Region::mmap(bytes, largest).ok()?;
         let alloc = (self.build)(self.config).ok()?;
         Heap::new(region, unit, alloc).ok()
+    }
+
+    /// Serves a request from [`System`], counted.
+    ///
+    /// # Safety
+    /// As for [`GlobalAlloc::alloc`].
+    unsafe fn system_alloc(&self, layout: Layout) -> *mut u8 {
+        self.fallbacks.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded with the caller's guarantees (non-zero size).
+        unsafe { System.alloc(layout) }
+    }
+
+    /// What a request the heap refused gets: null, or `System`'s memory if so configured.
+    ///
+    /// # Safety
+    /// As for [`GlobalAlloc::alloc`].
+    unsafe fn refused(&self, layout: Layout) -> *mut u8 {
+        if self.refused_to_system {
+            // SAFETY: forwarded with the caller's guarantees.
+            unsafe { self.system_alloc(layout) }
+        } else {
+            ptr::null_mut()
+        }
     }
 
     /// The built heap if `ptr` lies in it.
@@ -117,15 +166,18 @@ impl Drop for Inside {
 unsafe impl<A: BlockAlloc> GlobalAlloc for GlobalHeap<A> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if Inside::active() {
-            self.fallbacks.fetch_add(1, Ordering::Relaxed);
             // SAFETY: forwarded with the caller's guarantees (non-zero size).
-            return unsafe { System.alloc(layout) };
+            return unsafe { self.system_alloc(layout) };
         }
-        let Some(heap) = self.heap() else {
-            return ptr::null_mut();
-        };
-        let _inside = Inside::enter();
-        heap.alloc(layout).map_or(ptr::null_mut(), |p| p.as_ptr())
+        let block = self.heap().map(|heap| {
+            let _inside = Inside::enter();
+            heap.alloc(layout)
+        });
+        match block {
+            Some(Ok(p)) => p.as_ptr(),
+            // SAFETY: forwarded with the caller's guarantees.
+            _ => unsafe { self.refused(layout) },
+        }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
@@ -143,10 +195,31 @@ unsafe impl<A: BlockAlloc> GlobalAlloc for GlobalHeap<A> {
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         match self.owner_of(ptr) {
             Some(heap) => {
-                let _inside = Inside::enter();
-                // SAFETY: forwarded with the caller's guarantees; the heap moves the block
-                // within itself (or keeps it in place when the order does not change).
-                unsafe { GlobalAlloc::realloc(heap, ptr, layout, new_size) }
+                let moved = {
+                    let _inside = Inside::enter();
+                    // SAFETY: forwarded with the caller's guarantees; the heap moves the
+                    // block within itself (or keeps it in place when the order does not
+                    // change), and on failure leaves it where it was.
+                    unsafe { GlobalAlloc::realloc(heap, ptr, layout, new_size) }
+                };
+                if !moved.is_null() || !self.refused_to_system {
+                    return moved;
+                }
+                // The heap cannot hold the new size: move the block out to `System`.
+                let Ok(new_layout) = Layout::from_size_align(new_size, layout.align()) else {
+                    return ptr::null_mut();
+                };
+                // SAFETY: the caller guarantees a non-zero `new_size`.
+                let new = unsafe { self.system_alloc(new_layout) };
+                if !new.is_null() {
+                    // SAFETY: `ptr` is live with `layout.size()` bytes, `new` is a distinct
+                    // live allocation of `new_size` bytes; then the old block is returned.
+                    unsafe {
+                        ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
+                        self.dealloc(ptr, layout);
+                    }
+                }
+                new
             }
             // SAFETY: not in the heap, so `System` allocated it; metadata stays there.
             None => unsafe { System.realloc(ptr, layout, new_size) },
