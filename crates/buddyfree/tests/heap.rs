@@ -9,15 +9,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Barrier;
 
 use buddyfree::heap::{GlobalHeap, Heap, HeapError, Region, TypedPool};
-use buddyfree::model::Model;
 use buddyfree::registry::{self, DynAlloc};
-use buddyfree::{BlockAlloc, Config, Error, Locked};
+use buddyfree::{BlockAlloc, Config, Error};
 
-/// The backend of the single-allocator tests below; the registry tests cover the others.
-type Backend = Locked<Model>;
+/// The registered allocator behind the single-allocator tests below (the tests that loop
+/// over `registry::entries()` cover every allocator).
+const BACKEND: &str = "model";
+
+type Backend = DynAlloc;
 
 fn backend(config: Config) -> Result<Backend, Error> {
-    Ok(Locked::new(Model::new(config)?))
+    (registry::find(BACKEND).ok_or(Error::InvalidConfig)?.build)(config)
 }
 
 const UNIT: usize = 64;
