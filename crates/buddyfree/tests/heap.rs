@@ -181,6 +181,12 @@ fn bad_regions_are_refused() {
     let tiny = Region::from_box(vec![0u8; 10].into_boxed_slice());
     assert_eq!(
         Heap::build(tiny, UNIT, 0, 1, backend).err(),
+        Some(HeapError::BadRegion)
+    );
+    // The allocator refuses its configuration: a largest block above the units.
+    let region = Region::from_box(vec![0u8; 64 * 20].into_boxed_slice());
+    assert_eq!(
+        Heap::build(region, UNIT, 5, 1, backend).err(),
         Some(HeapError::Block(Error::InvalidConfig))
     );
     assert_eq!(Region::mmap(0, 4096).err(), Some(Error::InvalidConfig));

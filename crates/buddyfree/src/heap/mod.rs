@@ -106,16 +106,15 @@ impl<A: BlockAlloc> Heap<A> {
     /// A heap of `alloc.total_units()` units of `unit` bytes in `region`, starting at the
     /// first `unit`-aligned address of the region.
     pub fn new(region: Region, unit: usize, alloc: A) -> Result<Self, HeapError> {
-        let units = Self::units_fitting(&region, unit).ok_or(HeapError::BadRegion)?;
+        let (skip, units) = first_unit(&region, unit).ok_or(HeapError::BadRegion)?;
         if alloc.total_units() > units {
             return Err(HeapError::BadRegion);
         }
-        let start = region.as_ptr() as usize;
-        let base_addr = start.next_multiple_of(unit);
-        // SAFETY: `units_fitting` checked that `base_addr` lies within the region (it is at
-        // most `start + len`), so the offset stays inside the same allocation.
-        let base = unsafe { region.as_ptr().add(base_addr - start) };
+        // SAFETY: `first_unit` checked `skip <= region.len()`, so the offset stays inside
+        // (or one past the end of) the region.
+        let base = unsafe { region.as_ptr().add(skip) };
         let base = NonNull::new(base).ok_or(HeapError::BadRegion)?;
+        let base_addr = base.as_ptr() as usize;
         let largest = block_bytes(unit, alloc.max_order()).ok_or(HeapError::BadRegion)?;
         let base_align = 1usize << base_addr.trailing_zeros().min(usize::BITS - 1);
         Ok(Heap {
@@ -130,7 +129,7 @@ impl<A: BlockAlloc> Heap<A> {
 
     /// A heap filling `region` with as many units as fit, its allocator built by `build`
     /// (e.g. a [`registry`](crate::registry) entry's) from that many units, `max_order` and
-    /// `cores`.
+    /// `cores`. A region without room for one unit is [`HeapError::BadRegion`].
     pub fn build(
         region: Region,
         unit: usize,
@@ -139,19 +138,17 @@ impl<A: BlockAlloc> Heap<A> {
         build: impl FnOnce(Config) -> Result<A, Error>,
     ) -> Result<Self, HeapError> {
         let units = Self::units_fitting(&region, unit).ok_or(HeapError::BadRegion)?;
+        if units == 0 {
+            return Err(HeapError::BadRegion);
+        }
         let alloc = build(Config::new(units, max_order).with_cores(cores))?;
         Self::new(region, unit, alloc)
     }
 
     /// How many whole units of `unit` bytes fit in `region` after aligning its start to
-    /// `unit`; `None` if `unit` is not a power of two.
+    /// `unit` (possibly 0); `None` if `unit` is not a power of two.
     pub fn units_fitting(region: &Region, unit: usize) -> Option<usize> {
-        if !unit.is_power_of_two() {
-            return None;
-        }
-        let start = region.as_ptr() as usize;
-        let trim = start.next_multiple_of(unit).checked_sub(start)?;
-        Some(region.len().saturating_sub(trim) / unit)
+        first_unit(region, unit).map(|(_, units)| units)
     }
 
     /// Allocates a block for `layout` (see the [module docs](self) for the order chosen).
@@ -290,6 +287,23 @@ impl<A> fmt::Debug for Heap<A> {
             .field("unit", &(1usize << self.unit_shift))
             .field("max_align", &self.max_align)
             .finish_non_exhaustive()
+    }
+}
+
+/// Where the first `unit`-aligned address of `region` is (bytes from its start) and how many
+/// whole units fit from there (the region's end and no units if it holds no aligned address);
+/// `None` if `unit` is not a power of two.
+fn first_unit(region: &Region, unit: usize) -> Option<(usize, usize)> {
+    if !unit.is_power_of_two() {
+        return None;
+    }
+    let start = region.as_ptr() as usize;
+    let skip = start
+        .checked_next_multiple_of(unit)
+        .map_or(usize::MAX, |aligned| aligned - start);
+    match region.len().checked_sub(skip) {
+        Some(rest) => Some((skip, rest / unit)),
+        None => Some((region.len(), 0)),
     }
 }
 
