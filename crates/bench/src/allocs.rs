@@ -78,10 +78,14 @@ impl AllocSpec {
         matches!(self, AllocSpec::Registry(_))
     }
 
-    /// Builds a fresh instance.
+    /// Builds a fresh instance, with `config.max_order` lowered to the largest the allocator
+    /// accepts (the list allocators serve order 0 only); workloads needing more skip it.
     pub fn build(&self, config: Config) -> Result<DynAlloc, Error> {
         match self {
-            AllocSpec::Registry(e) => (e.build)(config),
+            AllocSpec::Registry(e) => (e.build)(Config {
+                max_order: config.max_order.min(e.max_order),
+                ..config
+            }),
             // SAFETY: the workloads free exactly the blocks they allocated, once, with their
             // orders (checked by the tests' counting allocator).
             AllocSpec::System => Ok(Box::new(unsafe { SystemAlloc::new(config) }?)),

@@ -9,6 +9,7 @@
 //! (on by default) adds a thread-local [`core_hint`] and other conveniences.
 
 #![no_std]
+#![cfg_attr(feature = "nightly", feature(allocator_api))]
 #![warn(missing_docs)]
 
 extern crate alloc;
@@ -18,6 +19,7 @@ extern crate std;
 pub mod buddy;
 mod config;
 mod error;
+pub mod heap;
 pub mod list;
 pub mod llfree;
 pub mod locked;
@@ -58,6 +60,27 @@ pub trait BlockAlloc: Sync {
     /// Returns blocks held in per-core or per-thread caches to the shared pool, so that
     /// they can merge into larger blocks. Allocators without caches do nothing.
     fn drain(&self) {}
+}
+
+impl<A: BlockAlloc + ?Sized> BlockAlloc for alloc::boxed::Box<A> {
+    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        (**self).alloc(order, core)
+    }
+    fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        (**self).free(index, order, core)
+    }
+    fn free_units(&self) -> usize {
+        (**self).free_units()
+    }
+    fn total_units(&self) -> usize {
+        (**self).total_units()
+    }
+    fn max_order(&self) -> u32 {
+        (**self).max_order()
+    }
+    fn drain(&self) {
+        (**self).drain()
+    }
 }
 
 /// A sequential allocator: the same operations on `&mut self`. [`Locked`] lifts one into a

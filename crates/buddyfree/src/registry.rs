@@ -19,9 +19,15 @@ pub struct Entry {
     pub name: &'static str,
     /// One line saying what it is.
     pub about: &'static str,
+    /// The largest `Config::max_order` it accepts (a larger one gets
+    /// [`Error::InvalidConfig`]); [`ANY_ORDER`] where only `Config::validate` limits it.
+    pub max_order: u32,
     /// Builds it over a configuration.
     pub build: fn(Config) -> Result<DynAlloc, Error>,
 }
+
+/// The `max_order` of entries that accept any order `Config::validate` accepts.
+pub const ANY_ORDER: u32 = usize::BITS - 1;
 
 /// All registered allocators.
 pub fn entries() -> &'static [Entry] {
@@ -37,53 +43,61 @@ const ENTRIES: &[Entry] = &[
     Entry {
         name: "model",
         about: "the reference model (first-fit unit map) behind a spinlock; O(units) per allocation",
+        max_order: ANY_ORDER,
         build: |c| Ok(Box::new(Locked::<Model>::new(Model::new(c)?))),
     },
     Entry {
         name: "knuth-locked",
         about: "Knuth's buddy (segregated free lists, eager merge) behind one global spinlock",
+        max_order: ANY_ORDER,
         build: |c| Ok(Box::new(Locked::<Knuth>::new(Knuth::new(c)?))),
     },
     Entry {
         name: "linux",
         about: "Linux-like: Knuth's buddy behind a spinlock plus per-core caches (orders 0-3, 9)",
+        max_order: ANY_ORDER,
         build: |c| Ok(Box::new(PerCpu::with_config(c, Knuth::new)?)),
     },
     Entry {
         name: "estranged-locked",
         about: "the estranged buddy (delayed recombination, 5-step heuristic) behind one spinlock",
+        max_order: ANY_ORDER,
         build: |c| Ok(Box::new(Locked::<Estranged>::new(Estranged::new(c)?))),
     },
     Entry {
         name: "perlevel-spin",
         about: "parallel binary buddy (Johnson & Davis): one spinlock per level",
+        max_order: ANY_ORDER,
         build: |c| Ok(Box::new(PerLevelSpin::new(c)?)),
     },
     Entry {
         name: "perlevel-yield",
         about: "parallel binary buddy: one spin-then-yield lock per level (the mutex variant)",
+        max_order: ANY_ORDER,
         build: |c| Ok(Box::new(PerLevelYield::new(c)?)),
     },
-    // The list allocators hand out order 0 only: they ignore `Config::max_order` and report
-    // a maximum order of 0.
     Entry {
         name: "list-locked",
         about: "a singly linked free list behind a spinlock (LLFree paper's ListLocked); order 0 only",
+        max_order: 0,
         build: |c| Ok(Box::new(LockedList::new(c)?)),
     },
     Entry {
         name: "list-cas",
         about: "a lock-free LIFO free list with an ABA-tagged head (LLFree paper's ListCAS); order 0 only",
+        max_order: 0,
         build: |c| Ok(Box::new(CasList::new(c)?)),
     },
     Entry {
         name: "list-percore",
         about: "lock-free per-core free lists, stealing when empty (LLFree paper's ListLocal); order 0 only",
+        max_order: 0,
         build: |c| Ok(Box::new(PerCoreLists::new(c)?)),
     },
     Entry {
         name: "llfree",
         about: "LLFree (ATC'23): bit fields per 2 MiB, 64 MiB trees, per-core reservations; orders 0..=10",
+        max_order: 10,
         build: |c| Ok(Box::new(LLFree::new(c)?)),
     },
 ];
@@ -100,7 +114,16 @@ mod tests {
                 "{} twice",
                 e.name
             );
-            let a = (e.build)(Config::new(1 << 12, 9).with_cores(2)).unwrap();
+            let a = (e.build)(Config::new(1 << 12, e.max_order.min(9)).with_cores(2)).unwrap();
+            if e.max_order < ANY_ORDER {
+                let over = Config::new(1 << 12, e.max_order + 1);
+                assert_eq!(
+                    (e.build)(over).err(),
+                    Some(Error::InvalidConfig),
+                    "{}",
+                    e.name
+                );
+            }
             assert_eq!(a.total_units(), 1 << 12, "{}", e.name);
             assert!(find(e.name).is_some());
         }

@@ -194,11 +194,15 @@ fn lists_free_each_unit_once_under_racing_double_frees() {
 }
 
 #[test]
-fn lists_accept_any_max_order_and_hand_out_order_0_only() {
+fn lists_refuse_orders_above_0_and_hand_out_order_0_only() {
+    let over = Config::new(64, 1);
+    assert_eq!(LockedList::new(over).err(), Some(Error::InvalidConfig));
+    assert_eq!(CasList::new(over).err(), Some(Error::InvalidConfig));
+    assert_eq!(PerCoreLists::new(over).err(), Some(Error::InvalidConfig));
     let lists: [Box<dyn BlockAlloc>; 3] = [
-        Box::new(LockedList::new(Config::new(64, 5)).unwrap()),
-        Box::new(CasList::new(Config::new(64, 5)).unwrap()),
-        Box::new(PerCoreLists::new(Config::new(64, 5)).unwrap()),
+        Box::new(LockedList::new(Config::new(64, 0)).unwrap()),
+        Box::new(CasList::new(Config::new(64, 0)).unwrap()),
+        Box::new(PerCoreLists::new(Config::new(64, 0)).unwrap()),
     ];
     for list in lists {
         assert_eq!(list.max_order(), 0);

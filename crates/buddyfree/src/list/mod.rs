@@ -91,14 +91,14 @@ pub struct ListAlloc<S> {
 }
 
 impl<S: FreeStack> ListAlloc<S> {
-    /// An allocator of `config.units` free units with `config.cores` cores. `config.max_order`
-    /// is ignored: list allocators only hand out order 0. Fails with
-    /// [`Error::InvalidConfig`] for zero units or cores, or `u32::MAX` units or more.
+    /// An allocator of `config.units` free units with `config.cores` cores. List allocators
+    /// only hand out order 0, so `config.max_order` must be 0. Fails with
+    /// [`Error::InvalidConfig`] for a larger maximum order, zero units or cores, or
+    /// `u32::MAX` units or more.
     pub fn new(config: Config) -> Result<Self, Error> {
-        let config = Config {
-            max_order: 0,
-            ..config
-        };
+        if config.max_order != 0 {
+            return Err(Error::InvalidConfig);
+        }
         config.validate()?;
         let units = u32::try_from(config.units)
             .ok()

@@ -1,0 +1,475 @@
+//! The C ABI of buddyfree: allocator instances configured at run time (unit size, units,
+//! maximum order, which allocator) over a caller's region or an internal mapping.
+//!
+//! Every function is safe to call from several threads on one instance (except
+//! `buddyfree_destroy`, which must be the last call on it). Bad input — null or foreign
+//! pointers, double frees, zero sizes, sizes above the maximum, alignments the region cannot
+//! honour — returns a status code and changes nothing. The header `include/buddyfree.h` is
+//! generated from this file by cbindgen (see `tests/header.rs`).
+
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::ptr::{self, NonNull};
+use std::sync::OnceLock;
+
+use buddyfree::heap::{block_bytes, Heap, HeapError, Region};
+use buddyfree::registry::{self, DynAlloc};
+use buddyfree::{Config, Error};
+
+/// The allocator used when the configuration names none.
+const DEFAULT_ALLOCATOR: &str = "model";
+
+/// The result of every fallible call. The values are stable: new codes are only appended.
+#[repr(i32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BuddyfreeStatus {
+    /// Success.
+    Ok = 0,
+    /// No free block of the needed order.
+    OutOfMemory = 1,
+    /// An order above the instance's maximum order.
+    BadOrder = 2,
+    /// A unit index past the end of the instance.
+    OutOfRange = 3,
+    /// An index or pointer not at the start of a block of that order.
+    Misaligned = 4,
+    /// No block is allocated there (never allocated, or freed already).
+    NotAllocated = 5,
+    /// A block is allocated there, but of another order (size).
+    OrderMismatch = 6,
+    /// The configuration cannot be built (unit size not a power of two, zero units, a
+    /// maximum order larger than the units, ...).
+    InvalidConfig = 7,
+    /// A request of zero bytes.
+    ZeroSize = 8,
+    /// A request larger than the largest block.
+    TooLarge = 9,
+    /// An alignment that is not a power of two, or larger than the region can honour.
+    BadAlign = 10,
+    /// A pointer outside the instance's memory.
+    ForeignPointer = 11,
+    /// A required pointer argument was null.
+    NullArgument = 12,
+    /// No allocator of that name.
+    UnknownAllocator = 13,
+    /// The caller's region is too small for the configuration, or the mapping was refused.
+    BadRegion = 14,
+}
+
+impl From<Error> for BuddyfreeStatus {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::OutOfMemory => BuddyfreeStatus::OutOfMemory,
+            Error::BadOrder => BuddyfreeStatus::BadOrder,
+            Error::OutOfRange => BuddyfreeStatus::OutOfRange,
+            Error::Misaligned => BuddyfreeStatus::Misaligned,
+            Error::NotAllocated => BuddyfreeStatus::NotAllocated,
+            Error::OrderMismatch => BuddyfreeStatus::OrderMismatch,
+            Error::InvalidConfig => BuddyfreeStatus::InvalidConfig,
+        }
+    }
+}
+
+impl From<HeapError> for BuddyfreeStatus {
+    fn from(e: HeapError) -> Self {
+        match e {
+            HeapError::ZeroSize => BuddyfreeStatus::ZeroSize,
+            HeapError::TooLarge => BuddyfreeStatus::TooLarge,
+            HeapError::BadAlign => BuddyfreeStatus::BadAlign,
+            HeapError::Foreign => BuddyfreeStatus::ForeignPointer,
+            HeapError::BadRegion => BuddyfreeStatus::BadRegion,
+            HeapError::Block(e) => e.into(),
+        }
+    }
+}
+
+/// The names `buddyfree_strerror` gives, indexed by status value.
+const STATUS_NAMES: [&CStr; 15] = [
+    c"ok",
+    c"out of memory",
+    c"order above the maximum order",
+    c"index out of range",
+    c"index or pointer not aligned to the block",
+    c"block not allocated",
+    c"block allocated with another order",
+    c"invalid configuration",
+    c"zero-sized request",
+    c"request larger than the largest block",
+    c"alignment not a power of two or larger than the region can honour",
+    c"pointer outside the instance",
+    c"null argument",
+    c"unknown allocator",
+    c"region too small or mapping refused",
+];
+
+/// How to build an instance.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct BuddyfreeConfig {
+    /// Bytes per unit, a power of two.
+    pub unit_size: usize,
+    /// Units to manage. With a caller's region, 0 means as many as fit; with an internal
+    /// mapping it must be given.
+    pub units: usize,
+    /// The largest order: blocks have at most `unit_size << max_order` bytes.
+    pub max_order: u32,
+    /// Threads or cores expected to share the instance (sizes per-core state); 0 means 1.
+    pub cores: u32,
+    /// The allocator's name (see `buddyfree_allocator_name`), NUL-terminated; NULL for the
+    /// default.
+    pub allocator: *const c_char,
+}
+
+/// A snapshot of an instance's counters.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct BuddyfreeStats {
+    /// Units not handed out.
+    pub free_units: usize,
+    /// Units managed.
+    pub total_units: usize,
+    /// Bytes per unit.
+    pub unit_size: usize,
+    /// The largest order.
+    pub max_order: u32,
+    /// The largest alignment a request may ask for.
+    pub max_align: usize,
+    /// The address of unit 0.
+    pub base: *mut c_void,
+}
+
+impl Default for BuddyfreeConfig {
+    fn default() -> Self {
+        BuddyfreeConfig {
+            unit_size: 0,
+            units: 0,
+            max_order: 0,
+            cores: 0,
+            allocator: ptr::null(),
+        }
+    }
+}
+
+/// An allocator instance (opaque).
+pub struct Buddyfree {
+    heap: Heap<DynAlloc>,
+}
+
+/// Builds an instance and stores it in `*out`.
+///
+/// With `region` non-null the instance manages the caller's `region_len` bytes there (from
+/// the first `unit_size`-aligned address; alignments above the region's own are refused);
+/// the caller keeps owning them and must keep them alive until `buddyfree_destroy`. With
+/// `region` null it maps `units * unit_size` bytes itself, aligned to the largest block.
+///
+/// # Safety
+/// `config` must be null or point to a valid configuration whose `allocator` is null or a
+/// NUL-terminated string; `out` must be null or writable; a non-null `region` must be valid
+/// for reads and writes of `region_len` bytes and used by nothing else.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_create(
+    config: *const BuddyfreeConfig,
+    region: *mut c_void,
+    region_len: usize,
+    out: *mut *mut Buddyfree,
+) -> BuddyfreeStatus {
+    if config.is_null() || out.is_null() {
+        return BuddyfreeStatus::NullArgument;
+    }
+    // SAFETY: non-null and valid by the caller's contract.
+    let config = unsafe { *config };
+    // SAFETY: the caller's contract on `config.allocator` and `region`.
+    match unsafe { create(config, region.cast(), region_len) } {
+        Ok(bf) => {
+            // SAFETY: `out` is non-null and writable by the caller's contract.
+            unsafe { out.write(Box::into_raw(Box::new(bf))) };
+            BuddyfreeStatus::Ok
+        }
+        Err(status) => status,
+    }
+}
+
+/// # Safety
+/// As for [`buddyfree_create`].
+unsafe fn create(
+    config: BuddyfreeConfig,
+    region: *mut u8,
+    region_len: usize,
+) -> Result<Buddyfree, BuddyfreeStatus> {
+    let name = if config.allocator.is_null() {
+        DEFAULT_ALLOCATOR
+    } else {
+        // SAFETY: a NUL-terminated string by the caller's contract.
+        let name = unsafe { CStr::from_ptr(config.allocator) };
+        name.to_str()
+            .map_err(|_| BuddyfreeStatus::UnknownAllocator)?
+    };
+    let entry = registry::find(name).ok_or(BuddyfreeStatus::UnknownAllocator)?;
+    let unit = config.unit_size;
+    if !unit.is_power_of_two() {
+        return Err(BuddyfreeStatus::InvalidConfig);
+    }
+    let region = match NonNull::new(region) {
+        // SAFETY: valid, exclusive and kept alive by the caller's contract.
+        Some(ptr) => unsafe { Region::from_raw(ptr, region_len) },
+        None => {
+            let bytes = config.units.checked_mul(unit);
+            let largest = block_bytes(unit, config.max_order);
+            let (Some(bytes), Some(largest)) = (bytes, largest) else {
+                return Err(BuddyfreeStatus::InvalidConfig);
+            };
+            Region::mmap(bytes, largest).map_err(|e| match e {
+                Error::OutOfMemory => BuddyfreeStatus::BadRegion,
+                e => e.into(),
+            })?
+        }
+    };
+    let units = match config.units {
+        0 => Heap::<DynAlloc>::units_fitting(&region, unit).unwrap_or(0),
+        n => n,
+    };
+    let cores = (config.cores as usize).max(1);
+    let alloc = (entry.build)(Config::new(units, config.max_order).with_cores(cores))?;
+    let heap = Heap::new(region, unit, alloc)?;
+    Ok(Buddyfree { heap })
+}
+
+/// Destroys an instance (null is ignored). Blocks still allocated are released with it; a
+/// caller's region is not freed.
+///
+/// # Safety
+/// `bf` must be null or an instance from `buddyfree_create` not destroyed yet, with no other
+/// call on it running or following.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_destroy(bf: *mut Buddyfree) {
+    if !bf.is_null() {
+        // SAFETY: made by `Box::into_raw` in `buddyfree_create`, destroyed once.
+        drop(unsafe { Box::from_raw(bf) });
+    }
+}
+
+/// The instance behind a handle, or `NullArgument`.
+///
+/// # Safety
+/// `bf` must be null or a live instance.
+unsafe fn instance<'a>(bf: *const Buddyfree) -> Result<&'a Buddyfree, BuddyfreeStatus> {
+    // SAFETY: null or live by the caller's contract.
+    unsafe { bf.as_ref() }.ok_or(BuddyfreeStatus::NullArgument)
+}
+
+/// Turns a result into a status, writing the value through `out` on success.
+///
+/// # Safety
+/// `out` must be null (the value is dropped) or writable.
+unsafe fn status<T>(result: Result<T, BuddyfreeStatus>, out: *mut T) -> BuddyfreeStatus {
+    match result {
+        Ok(value) => {
+            if !out.is_null() {
+                // SAFETY: writable by the caller's contract.
+                unsafe { out.write(value) };
+            }
+            BuddyfreeStatus::Ok
+        }
+        Err(status) => status,
+    }
+}
+
+/// A layout from C's size and alignment; alignment 0 means none.
+fn layout(size: usize, align: usize) -> Result<std::alloc::Layout, BuddyfreeStatus> {
+    let align = align.max(1);
+    if !align.is_power_of_two() {
+        return Err(BuddyfreeStatus::BadAlign);
+    }
+    std::alloc::Layout::from_size_align(size, align).map_err(|_| BuddyfreeStatus::TooLarge)
+}
+
+/// Allocates at least `size` bytes aligned to `align` (0 for no requirement) and stores the
+/// address in `*out` (set to NULL on failure).
+///
+/// # Safety
+/// `bf` must be null or a live instance; `out` must be null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_alloc(
+    bf: *const Buddyfree,
+    size: usize,
+    align: usize,
+    out: *mut *mut c_void,
+) -> BuddyfreeStatus {
+    if out.is_null() {
+        return BuddyfreeStatus::NullArgument;
+    }
+    // SAFETY: `out` is writable by the caller's contract.
+    unsafe { out.write(ptr::null_mut()) };
+    // SAFETY: the caller's contract on `bf`.
+    let result = unsafe { instance(bf) }.and_then(|bf| {
+        let p = bf.heap.alloc(layout(size, align)?)?;
+        Ok(p.as_ptr().cast())
+    });
+    // SAFETY: as above.
+    unsafe { status(result, out) }
+}
+
+/// Frees the block at `ptr` allocated with this `size` and `align`. A null or foreign
+/// pointer, a pointer not at the start of a block, a size of another order or a double free
+/// returns an error code and changes nothing.
+///
+/// # Safety
+/// `bf` must be null or a live instance. `ptr` is never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_free(
+    bf: *const Buddyfree,
+    ptr: *mut c_void,
+    size: usize,
+    align: usize,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf`.
+    let result = unsafe { instance(bf) }.and_then(|bf| {
+        if ptr.is_null() {
+            return Err(BuddyfreeStatus::NullArgument);
+        }
+        Ok(bf.heap.free(ptr.cast(), layout(size, align)?)?)
+    });
+    // SAFETY: a null `out` is allowed.
+    unsafe { status(result, ptr::null_mut()) }
+}
+
+/// Allocates a block of `2^order` units; stores its unit index in `*index_out` and its
+/// address in `*ptr_out` (either may be NULL).
+///
+/// # Safety
+/// `bf` must be null or a live instance; `index_out` and `ptr_out` must be null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_alloc_order(
+    bf: *const Buddyfree,
+    order: u32,
+    index_out: *mut usize,
+    ptr_out: *mut *mut c_void,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf`.
+    let result = unsafe { instance(bf) }.and_then(|bf| {
+        let p = bf.heap.alloc_order(order)?;
+        // The pointer came from the heap, so it has an index.
+        let index = bf.heap.index_of(p.as_ptr())?;
+        Ok((index, p.as_ptr().cast::<c_void>()))
+    });
+    let mut pair = (0, ptr::null_mut());
+    // SAFETY: `pair` is a local.
+    let code = unsafe { status(result, &mut pair) };
+    // SAFETY: null or writable by the caller's contract.
+    unsafe {
+        if !index_out.is_null() {
+            index_out.write(pair.0);
+        }
+        if !ptr_out.is_null() {
+            ptr_out.write(pair.1);
+        }
+    }
+    code
+}
+
+/// Frees the block of `2^order` units starting at unit `index`.
+///
+/// # Safety
+/// `bf` must be null or a live instance.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_free_order(
+    bf: *const Buddyfree,
+    index: usize,
+    order: u32,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf`.
+    let result = unsafe { instance(bf) }.and_then(|bf| {
+        let core = buddyfree::core_hint();
+        Ok(bf.heap.allocator().free(index, order, core)?)
+    });
+    // SAFETY: a null `out` is allowed.
+    unsafe { status(result, ptr::null_mut()) }
+}
+
+/// Fills `*out` with the instance's counters.
+///
+/// # Safety
+/// `bf` must be null or a live instance; `out` must be null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_stats(
+    bf: *const Buddyfree,
+    out: *mut BuddyfreeStats,
+) -> BuddyfreeStatus {
+    if out.is_null() {
+        return BuddyfreeStatus::NullArgument;
+    }
+    // SAFETY: the caller's contract on `bf`.
+    let result = unsafe { instance(bf) }.map(|bf| {
+        let heap = &bf.heap;
+        BuddyfreeStats {
+            free_units: heap.allocator().free_units(),
+            total_units: heap.allocator().total_units(),
+            unit_size: heap.unit(),
+            max_order: heap.allocator().max_order(),
+            max_align: heap.max_align(),
+            base: heap.base().as_ptr().cast(),
+        }
+    });
+    // SAFETY: `out` is non-null and writable by the caller's contract.
+    unsafe { status(result, out) }
+}
+
+/// A static, NUL-terminated description of a status code; unknown codes get
+/// "unknown status code". Never NULL.
+#[no_mangle]
+pub extern "C" fn buddyfree_strerror(code: i32) -> *const c_char {
+    let name = usize::try_from(code)
+        .ok()
+        .and_then(|i| STATUS_NAMES.get(i))
+        .copied()
+        .unwrap_or(c"unknown status code");
+    name.as_ptr()
+}
+
+/// The number of allocators that can be named in a configuration.
+#[no_mangle]
+pub extern "C" fn buddyfree_allocator_count() -> usize {
+    registry::entries().len()
+}
+
+/// The name of allocator `i` (static, NUL-terminated), or NULL if `i` is out of range.
+#[no_mangle]
+pub extern "C" fn buddyfree_allocator_name(i: usize) -> *const c_char {
+    static NAMES: OnceLock<Vec<CString>> = OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        registry::entries()
+            .iter()
+            .filter_map(|e| CString::new(e.name).ok())
+            .collect()
+    });
+    names.get(i).map_or(ptr::null(), |n| n.as_ptr())
+}
+
+/// The largest `max_order` allocator `i` accepts in a [`BuddyfreeConfig`] (0 for allocators
+/// that serve single units only), or -1 if `i` is out of range.
+#[no_mangle]
+pub extern "C" fn buddyfree_allocator_max_order(i: usize) -> i32 {
+    registry::entries()
+        .get(i)
+        .map_or(-1, |e| i32::try_from(e.max_order).unwrap_or(i32::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_status_has_a_name_and_unknown_codes_are_named() {
+        for code in 0..STATUS_NAMES.len() as i32 {
+            // SAFETY: `buddyfree_strerror` returns a static NUL-terminated string.
+            let s = unsafe { CStr::from_ptr(buddyfree_strerror(code)) };
+            assert!(!s.is_empty());
+        }
+        // The last status indexes the last name.
+        assert_eq!(BuddyfreeStatus::BadRegion as usize, STATUS_NAMES.len() - 1);
+        for code in [-1, 15, i32::MAX, i32::MIN] {
+            // SAFETY: as above.
+            let s = unsafe { CStr::from_ptr(buddyfree_strerror(code)) };
+            assert_eq!(s, c"unknown status code");
+        }
+    }
+}

@@ -1,0 +1,381 @@
+//! The C ABI called from Rust: configurations, every bad request, and the status codes.
+
+use std::ffi::{c_void, CStr};
+use std::ptr;
+
+use buddyfree_c::*;
+
+const UNIT: usize = 64;
+const UNITS: usize = 512;
+const MAX_ORDER: u32 = 5;
+
+fn config(name: &CStr) -> BuddyfreeConfig {
+    BuddyfreeConfig {
+        unit_size: UNIT,
+        units: UNITS,
+        max_order: MAX_ORDER,
+        cores: 2,
+        allocator: name.as_ptr(),
+    }
+}
+
+/// Every registered allocator's name that serves blocks up to `MAX_ORDER`, through the ABI.
+fn names() -> Vec<&'static CStr> {
+    assert_eq!(
+        buddyfree_allocator_max_order(buddyfree_allocator_count()),
+        -1
+    );
+    (0..buddyfree_allocator_count())
+        .filter(|&i| buddyfree_allocator_max_order(i) >= MAX_ORDER as i32)
+        .map(|i| {
+            let p = buddyfree_allocator_name(i);
+            assert!(!p.is_null());
+            // SAFETY: a static NUL-terminated name.
+            unsafe { CStr::from_ptr(p) }
+        })
+        .collect()
+}
+
+fn create(
+    c: &BuddyfreeConfig,
+    region: *mut c_void,
+    len: usize,
+) -> Result<*mut Buddyfree, BuddyfreeStatus> {
+    let mut bf = ptr::null_mut();
+    // SAFETY: a valid config and out pointer; `region` is null or valid (by each caller).
+    match unsafe { buddyfree_create(c, region, len, &mut bf) } {
+        BuddyfreeStatus::Ok => Ok(bf),
+        e => Err(e),
+    }
+}
+
+fn stats(bf: *const Buddyfree) -> BuddyfreeStats {
+    let mut s = std::mem::MaybeUninit::uninit();
+    // SAFETY: a live instance and a writable out pointer.
+    assert_eq!(
+        unsafe { buddyfree_stats(bf, s.as_mut_ptr()) },
+        BuddyfreeStatus::Ok
+    );
+    // SAFETY: written on success.
+    unsafe { s.assume_init() }
+}
+
+fn alloc(bf: *const Buddyfree, size: usize, align: usize) -> Result<*mut c_void, BuddyfreeStatus> {
+    let mut p = ptr::dangling_mut::<c_void>();
+    // SAFETY: `bf` is null or live (each caller), `p` writable.
+    let st = unsafe { buddyfree_alloc(bf, size, align, &mut p) };
+    if st == BuddyfreeStatus::Ok {
+        Ok(p)
+    } else {
+        assert!(p.is_null(), "out is NULL on failure");
+        Err(st)
+    }
+}
+
+fn free(bf: *const Buddyfree, p: *mut c_void, size: usize, align: usize) -> BuddyfreeStatus {
+    // SAFETY: `bf` is null or live; `p` is never dereferenced.
+    unsafe { buddyfree_free(bf, p, size, align) }
+}
+
+fn free_order(bf: *const Buddyfree, index: usize, order: u32) -> BuddyfreeStatus {
+    // SAFETY: `bf` is null or live.
+    unsafe { buddyfree_free_order(bf, index, order) }
+}
+
+fn alloc_order(bf: *const Buddyfree, order: u32) -> Result<(usize, *mut c_void), BuddyfreeStatus> {
+    let (mut i, mut p) = (usize::MAX, ptr::dangling_mut::<c_void>());
+    // SAFETY: `bf` is null or live, outputs writable.
+    match unsafe { buddyfree_alloc_order(bf, order, &mut i, &mut p) } {
+        BuddyfreeStatus::Ok => Ok((i, p)),
+        e => Err(e),
+    }
+}
+
+fn destroy(bf: *mut Buddyfree) {
+    // SAFETY: made by `create`, destroyed once.
+    unsafe { buddyfree_destroy(bf) };
+}
+
+#[test]
+fn bad_configurations_are_refused() {
+    let name = names()[0];
+    let mut out = ptr::dangling_mut::<Buddyfree>();
+    // SAFETY: null arguments are the point; nothing is dereferenced.
+    unsafe {
+        assert_eq!(
+            buddyfree_create(ptr::null(), ptr::null_mut(), 0, &mut out),
+            BuddyfreeStatus::NullArgument
+        );
+        assert_eq!(
+            buddyfree_create(&config(name), ptr::null_mut(), 0, ptr::null_mut()),
+            BuddyfreeStatus::NullArgument
+        );
+    }
+    assert_eq!(
+        out,
+        ptr::dangling_mut::<Buddyfree>(),
+        "untouched on failure"
+    );
+    let cases = [
+        (
+            BuddyfreeConfig {
+                unit_size: 0,
+                ..config(name)
+            },
+            BuddyfreeStatus::InvalidConfig,
+        ),
+        (
+            BuddyfreeConfig {
+                unit_size: 96,
+                ..config(name)
+            },
+            BuddyfreeStatus::InvalidConfig,
+        ),
+        (
+            BuddyfreeConfig {
+                units: 0,
+                ..config(name)
+            },
+            BuddyfreeStatus::InvalidConfig,
+        ),
+        (
+            BuddyfreeConfig {
+                max_order: 10,
+                ..config(name)
+            },
+            BuddyfreeStatus::InvalidConfig,
+        ),
+        (
+            BuddyfreeConfig {
+                max_order: 200,
+                ..config(name)
+            },
+            BuddyfreeStatus::InvalidConfig,
+        ),
+        (
+            // The largest block's size overflows.
+            BuddyfreeConfig {
+                unit_size: 1 << 20,
+                max_order: 50,
+                ..config(name)
+            },
+            BuddyfreeStatus::InvalidConfig,
+        ),
+        (
+            BuddyfreeConfig {
+                units: usize::MAX,
+                ..config(name)
+            },
+            BuddyfreeStatus::InvalidConfig,
+        ),
+        (
+            config(c"no such allocator"),
+            BuddyfreeStatus::UnknownAllocator,
+        ),
+        (config(c"\xff\xfe"), BuddyfreeStatus::UnknownAllocator),
+    ];
+    for (c, want) in cases {
+        assert_eq!(create(&c, ptr::null_mut(), 0).err(), Some(want), "{c:?}");
+    }
+    // A caller's region too small for the units asked for.
+    let mut small = vec![0u8; UNIT * 10];
+    assert_eq!(
+        create(&config(name), small.as_mut_ptr().cast(), small.len()).err(),
+        Some(BuddyfreeStatus::BadRegion)
+    );
+    // NULL names the default allocator.
+    let bf = create(
+        &BuddyfreeConfig {
+            allocator: ptr::null(),
+            ..config(name)
+        },
+        ptr::null_mut(),
+        0,
+    )
+    .unwrap();
+    destroy(bf);
+    destroy(ptr::null_mut());
+}
+
+#[test]
+fn every_bad_request_is_an_error_and_changes_nothing() {
+    for name in names() {
+        let bf = create(&config(name), ptr::null_mut(), 0).unwrap();
+        let s = stats(bf);
+        assert_eq!(
+            (s.free_units, s.total_units, s.unit_size, s.max_order),
+            (UNITS, UNITS, UNIT, MAX_ORDER)
+        );
+        assert!(s.max_align >= UNIT << MAX_ORDER);
+        let max = UNIT << MAX_ORDER;
+        assert_eq!(alloc(ptr::null(), 8, 0), Err(BuddyfreeStatus::NullArgument));
+        assert_eq!(alloc(bf, 0, 0), Err(BuddyfreeStatus::ZeroSize));
+        assert_eq!(alloc(bf, max + 1, 0), Err(BuddyfreeStatus::TooLarge));
+        assert_eq!(alloc(bf, usize::MAX, 0), Err(BuddyfreeStatus::TooLarge));
+        assert_eq!(alloc(bf, 8, 6), Err(BuddyfreeStatus::BadAlign));
+        assert_eq!(alloc(bf, 8, 1 << 40), Err(BuddyfreeStatus::BadAlign));
+        assert_eq!(
+            alloc_order(bf, MAX_ORDER + 1),
+            Err(BuddyfreeStatus::BadOrder)
+        );
+        assert_eq!(
+            alloc_order(ptr::null(), 0),
+            Err(BuddyfreeStatus::NullArgument)
+        );
+        // SAFETY: null out pointers are refused, not written.
+        unsafe {
+            assert_eq!(
+                buddyfree_alloc(bf, 8, 0, ptr::null_mut()),
+                BuddyfreeStatus::NullArgument
+            );
+            assert_eq!(
+                buddyfree_stats(bf, ptr::null_mut()),
+                BuddyfreeStatus::NullArgument
+            );
+            assert_eq!(
+                buddyfree_stats(ptr::null(), ptr::null_mut()),
+                BuddyfreeStatus::NullArgument
+            );
+        }
+        assert_eq!(stats(bf).free_units, UNITS);
+
+        let p = alloc(bf, 200, 16).unwrap(); // order 2
+        assert_eq!(p as usize % 16, 0);
+        let local = 0u8;
+        let foreign = &local as *const u8 as *mut c_void;
+        let bad = [
+            (ptr::null_mut(), 200, 16, BuddyfreeStatus::NullArgument),
+            (foreign, 200, 16, BuddyfreeStatus::ForeignPointer),
+            (
+                p.wrapping_byte_add(UNIT * UNITS),
+                200,
+                16,
+                BuddyfreeStatus::ForeignPointer,
+            ),
+            (p.wrapping_byte_add(3), 200, 16, BuddyfreeStatus::Misaligned),
+            (
+                p.wrapping_byte_add(UNIT),
+                200,
+                16,
+                BuddyfreeStatus::Misaligned,
+            ),
+            (p, 64, 16, BuddyfreeStatus::OrderMismatch),
+            (p, 0, 16, BuddyfreeStatus::ZeroSize),
+            (p, max * 2, 16, BuddyfreeStatus::TooLarge),
+            (p, 200, 12, BuddyfreeStatus::BadAlign),
+        ];
+        for (q, size, align, want) in bad {
+            assert_eq!(
+                free(bf, q, size, align),
+                want,
+                "{name:?} {q:?} {size} {align}"
+            );
+        }
+        assert_eq!(free(ptr::null(), p, 200, 16), BuddyfreeStatus::NullArgument);
+        assert_eq!(stats(bf).free_units, UNITS - 4);
+        assert_eq!(free(bf, p, 200, 16), BuddyfreeStatus::Ok);
+        assert_eq!(free(bf, p, 200, 16), BuddyfreeStatus::NotAllocated);
+
+        let (i, q) = alloc_order(bf, 3).unwrap();
+        assert_eq!(q as usize, s.base as usize + i * UNIT);
+        assert_eq!(free_order(ptr::null(), i, 3), BuddyfreeStatus::NullArgument);
+        assert_eq!(free_order(bf, i, 2), BuddyfreeStatus::OrderMismatch);
+        assert_eq!(free_order(bf, i + 4, 3), BuddyfreeStatus::Misaligned);
+        assert_eq!(free_order(bf, UNITS, 0), BuddyfreeStatus::OutOfRange);
+        assert_eq!(free_order(bf, i, MAX_ORDER + 1), BuddyfreeStatus::BadOrder);
+        assert_eq!(free_order(bf, i, 3), BuddyfreeStatus::Ok);
+        assert_eq!(free_order(bf, i, 3), BuddyfreeStatus::NotAllocated);
+
+        // Exhaustion.
+        let blocks: Vec<_> = (0..UNITS >> MAX_ORDER)
+            .map(|_| alloc(bf, max, max).unwrap())
+            .collect();
+        assert_eq!(alloc(bf, 1, 0), Err(BuddyfreeStatus::OutOfMemory));
+        assert_eq!(alloc_order(bf, 0), Err(BuddyfreeStatus::OutOfMemory));
+        for b in blocks {
+            assert_eq!(b as usize % max, 0);
+            assert_eq!(free(bf, b, max, max), BuddyfreeStatus::Ok);
+        }
+        assert_eq!(stats(bf).free_units, UNITS);
+        destroy(bf);
+    }
+}
+
+#[test]
+fn caller_regions_are_used_in_place_and_limit_alignment() {
+    let name = names()[0];
+    // A region starting 64 bytes past a 4096 boundary: units fit from there, alignment 64.
+    let mut buf = vec![0u8; 4096 * 10];
+    let start = buf
+        .as_mut_ptr()
+        .wrapping_add(buf.as_ptr().align_offset(4096) + 64);
+    let c = BuddyfreeConfig {
+        units: 0,
+        max_order: 3,
+        ..config(name)
+    };
+    let bf = create(&c, start.cast(), 4096 * 8).unwrap();
+    let s = stats(bf);
+    assert_eq!(s.base as usize, start as usize);
+    assert_eq!(s.total_units, 4096 * 8 / UNIT);
+    assert_eq!(s.max_align, 64);
+    assert_eq!(alloc(bf, 8, 128), Err(BuddyfreeStatus::BadAlign));
+    let p = alloc(bf, 512, 64).unwrap();
+    // SAFETY: a fresh block of 512 bytes inside `buf`.
+    unsafe { p.cast::<u8>().write_bytes(0xab, 512) };
+    assert_eq!(free(bf, p, 512, 64), BuddyfreeStatus::Ok);
+    destroy(bf);
+    assert!(buf.contains(&0xab), "the caller's memory was used");
+}
+
+#[test]
+fn status_codes_are_stable_and_named() {
+    let codes = [
+        (BuddyfreeStatus::Ok, 0, "ok"),
+        (BuddyfreeStatus::OutOfMemory, 1, "out of memory"),
+        (BuddyfreeStatus::NotAllocated, 5, "block not allocated"),
+        (BuddyfreeStatus::InvalidConfig, 7, "invalid configuration"),
+        (BuddyfreeStatus::NullArgument, 12, "null argument"),
+        (
+            BuddyfreeStatus::BadRegion,
+            14,
+            "region too small or mapping refused",
+        ),
+    ];
+    for (status, value, text) in codes {
+        assert_eq!(status as i32, value);
+        // SAFETY: static NUL-terminated strings.
+        let s = unsafe { CStr::from_ptr(buddyfree_strerror(value)) };
+        assert_eq!(s.to_str().unwrap(), text);
+    }
+    assert!(buddyfree_allocator_name(buddyfree_allocator_count()).is_null());
+    assert!(names().iter().any(|n| n.to_bytes() == b"model"));
+}
+
+#[test]
+fn threads_share_an_instance() {
+    for name in names() {
+        let bf = create(&config(name), ptr::null_mut(), 0).unwrap() as usize;
+        std::thread::scope(|s| {
+            for t in 0..4u8 {
+                s.spawn(move || {
+                    let bf = bf as *const Buddyfree;
+                    for i in 0..300usize {
+                        let size = 1 + (i * 37 + t as usize * 11) % 700;
+                        let Ok(p) = alloc(bf, size, 8) else { continue };
+                        let p = p.cast::<u8>();
+                        // SAFETY: a fresh block of `size` bytes, ours until freed.
+                        let ok = unsafe {
+                            p.write_bytes(t, size);
+                            std::slice::from_raw_parts(p, size).iter().all(|&b| b == t)
+                        };
+                        assert!(ok, "block overwritten");
+                        assert_eq!(free(bf, p.cast(), size, 8), BuddyfreeStatus::Ok);
+                    }
+                });
+            }
+        });
+        assert_eq!(stats(bf as *const Buddyfree).free_units, UNITS);
+        destroy(bf as *mut Buddyfree);
+    }
+}

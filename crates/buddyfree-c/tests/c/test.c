@@ -1,0 +1,312 @@
+/* Exercises every function of buddyfree.h, bad input included, on every registered
+ * allocator, from several pthreads. Built and run by tests/c_program.rs; exits non-zero on
+ * the first failed check. */
+
+#define _POSIX_C_SOURCE 200809L
+
+#include "buddyfree.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHECK(cond)                                                              \
+    do {                                                                         \
+        if (!(cond)) {                                                           \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+            exit(1);                                                             \
+        }                                                                        \
+    } while (0)
+
+#define CHECK_STATUS(call, expected)                                              \
+    do {                                                                          \
+        BuddyfreeStatus got_ = (call);                                            \
+        if (got_ != (expected)) {                                                 \
+            fprintf(stderr, "%s:%d: %s returned %d (%s), expected %s\n", __FILE__, \
+                    __LINE__, #call, (int)got_, buddyfree_strerror(got_), #expected); \
+            exit(1);                                                              \
+        }                                                                         \
+    } while (0)
+
+enum { UNIT = 64, UNITS = 1024, MAX_ORDER = 6, THREADS = 4, STEPS = 2000 };
+
+static _Alignas(4096) unsigned char caller_region[UNIT * UNITS];
+
+static size_t free_units(const Buddyfree *bf) {
+    BuddyfreeStats s;
+    CHECK_STATUS(buddyfree_stats(bf, &s), BUDDYFREE_STATUS_OK);
+    return s.free_units;
+}
+
+static void check_strerror(void) {
+    for (int32_t code = 0; code <= BUDDYFREE_STATUS_BAD_REGION; code++) {
+        const char *s = buddyfree_strerror(code);
+        CHECK(s != NULL && strlen(s) > 0 && strcmp(s, "unknown status code") != 0);
+    }
+    CHECK(strcmp(buddyfree_strerror(BUDDYFREE_STATUS_OK), "ok") == 0);
+    CHECK(strcmp(buddyfree_strerror(-1), "unknown status code") == 0);
+    CHECK(strcmp(buddyfree_strerror(BUDDYFREE_STATUS_BAD_REGION + 1), "unknown status code") == 0);
+}
+
+static void check_bad_configs(const char *name) {
+    Buddyfree *bf = (Buddyfree *)0x1;
+    BuddyfreeConfig c = {UNIT, UNITS, MAX_ORDER, 2, name};
+    CHECK_STATUS(buddyfree_create(NULL, NULL, 0, &bf), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(buddyfree_create(&c, NULL, 0, NULL), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    BuddyfreeConfig bad_unit = c;
+    bad_unit.unit_size = 48;
+    CHECK_STATUS(buddyfree_create(&bad_unit, NULL, 0, &bf), BUDDYFREE_STATUS_INVALID_CONFIG);
+    BuddyfreeConfig no_units = c;
+    no_units.units = 0;
+    CHECK_STATUS(buddyfree_create(&no_units, NULL, 0, &bf), BUDDYFREE_STATUS_INVALID_CONFIG);
+    BuddyfreeConfig big_order = c;
+    big_order.max_order = 11; /* 2^11 > 1024 units */
+    CHECK_STATUS(buddyfree_create(&big_order, NULL, 0, &bf), BUDDYFREE_STATUS_INVALID_CONFIG);
+    BuddyfreeConfig unknown = c;
+    unknown.allocator = "no such allocator";
+    CHECK_STATUS(buddyfree_create(&unknown, NULL, 0, &bf), BUDDYFREE_STATUS_UNKNOWN_ALLOCATOR);
+    /* A caller's region smaller than the units asked for. */
+    CHECK_STATUS(buddyfree_create(&c, caller_region, UNIT * 100, &bf), BUDDYFREE_STATUS_BAD_REGION);
+    CHECK(bf == (Buddyfree *)0x1); /* untouched on failure */
+    buddyfree_destroy(NULL);
+}
+
+/* Every bad request on a live instance: an error code, and nothing changes. */
+static void check_bad_requests(Buddyfree *bf) {
+    size_t before = free_units(bf);
+    void *p = (void *)0x1;
+    size_t index = 0;
+    BuddyfreeStats s;
+
+    CHECK_STATUS(buddyfree_alloc(NULL, 8, 0, &p), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK(p == NULL);
+    CHECK_STATUS(buddyfree_alloc(bf, 8, 0, NULL), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(buddyfree_alloc(bf, 0, 0, &p), BUDDYFREE_STATUS_ZERO_SIZE);
+    CHECK(p == NULL);
+    CHECK_STATUS(buddyfree_alloc(bf, (UNIT << MAX_ORDER) + 1, 0, &p), BUDDYFREE_STATUS_TOO_LARGE);
+    CHECK_STATUS(buddyfree_alloc(bf, SIZE_MAX, 0, &p), BUDDYFREE_STATUS_TOO_LARGE);
+    CHECK_STATUS(buddyfree_alloc(bf, 8, 3, &p), BUDDYFREE_STATUS_BAD_ALIGN);
+    CHECK_STATUS(buddyfree_alloc(bf, 8, (size_t)1 << 30, &p), BUDDYFREE_STATUS_BAD_ALIGN);
+    CHECK_STATUS(buddyfree_alloc_order(NULL, 0, &index, &p), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(buddyfree_alloc_order(bf, MAX_ORDER + 1, &index, &p), BUDDYFREE_STATUS_BAD_ORDER);
+    CHECK(p == NULL);
+    CHECK_STATUS(buddyfree_stats(NULL, &s), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(buddyfree_stats(bf, NULL), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK(free_units(bf) == before);
+
+    void *a = NULL;
+    CHECK_STATUS(buddyfree_alloc(bf, 100, 8, &a), BUDDYFREE_STATUS_OK);
+    CHECK(a != NULL);
+    size_t mid = free_units(bf);
+    int on_stack = 0;
+    CHECK_STATUS(buddyfree_free(NULL, a, 100, 8), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(buddyfree_free(bf, NULL, 100, 8), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(buddyfree_free(bf, &on_stack, 100, 8), BUDDYFREE_STATUS_FOREIGN_POINTER);
+    CHECK_STATUS(buddyfree_free(bf, (char *)a + 1, 100, 8), BUDDYFREE_STATUS_MISALIGNED);
+    CHECK_STATUS(buddyfree_free(bf, a, 10, 8), BUDDYFREE_STATUS_ORDER_MISMATCH);
+    CHECK_STATUS(buddyfree_free(bf, a, 0, 8), BUDDYFREE_STATUS_ZERO_SIZE);
+    CHECK_STATUS(buddyfree_free(bf, a, 100, 3), BUDDYFREE_STATUS_BAD_ALIGN);
+    CHECK_STATUS(buddyfree_free(bf, a, (UNIT << MAX_ORDER) * 2, 8), BUDDYFREE_STATUS_TOO_LARGE);
+    CHECK(free_units(bf) == mid);
+    CHECK_STATUS(buddyfree_free(bf, a, 100, 8), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_free(bf, a, 100, 8), BUDDYFREE_STATUS_NOT_ALLOCATED);
+    CHECK(free_units(bf) == before);
+
+    CHECK_STATUS(buddyfree_alloc_order(bf, 2, &index, &p), BUDDYFREE_STATUS_OK);
+    CHECK(index % 4 == 0 && p != NULL);
+    CHECK_STATUS(buddyfree_free_order(NULL, index, 2), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(buddyfree_free_order(bf, index, 1), BUDDYFREE_STATUS_ORDER_MISMATCH);
+    CHECK_STATUS(buddyfree_free_order(bf, index + 1, 2), BUDDYFREE_STATUS_MISALIGNED);
+    CHECK_STATUS(buddyfree_free_order(bf, (size_t)1 << 40, 0), BUDDYFREE_STATUS_OUT_OF_RANGE);
+    CHECK_STATUS(buddyfree_free_order(bf, index, MAX_ORDER + 1), BUDDYFREE_STATUS_BAD_ORDER);
+    CHECK_STATUS(buddyfree_free_order(bf, index, 2), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_free_order(bf, index, 2), BUDDYFREE_STATUS_NOT_ALLOCATED);
+    /* Index and pointer name the same block. */
+    CHECK_STATUS(buddyfree_alloc_order(bf, 0, &index, &p), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_free(bf, p, UNIT, 0), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_free_order(bf, index, 0), BUDDYFREE_STATUS_NOT_ALLOCATED);
+    CHECK_STATUS(buddyfree_alloc_order(bf, 0, NULL, NULL), BUDDYFREE_STATUS_OK);
+    CHECK(free_units(bf) == before - 1);
+    CHECK_STATUS(buddyfree_alloc_order(bf, 0, &index, NULL), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_free_order(bf, index, 0), BUDDYFREE_STATUS_OK);
+    /* The block allocated without asking where: find it as the only live order-0 block by
+     * freeing every unit index; all but one report NOT_ALLOCATED. */
+    int freed = 0;
+    for (size_t i = 0; i < UNITS; i++) {
+        BuddyfreeStatus st = buddyfree_free_order(bf, i, 0);
+        CHECK(st == BUDDYFREE_STATUS_OK || st == BUDDYFREE_STATUS_NOT_ALLOCATED);
+        freed += st == BUDDYFREE_STATUS_OK;
+    }
+    CHECK(freed == 1);
+    CHECK(free_units(bf) == before);
+}
+
+/* Fills the instance with order-MAX_ORDER blocks, then checks exhaustion is an error. */
+static void check_exhaustion(Buddyfree *bf) {
+    size_t before = free_units(bf);
+    size_t n = before >> MAX_ORDER;
+    void **blocks = calloc(n, sizeof *blocks);
+    CHECK(blocks != NULL);
+    for (size_t i = 0; i < n; i++) {
+        CHECK_STATUS(buddyfree_alloc(bf, UNIT << MAX_ORDER, UNIT << MAX_ORDER, &blocks[i]), BUDDYFREE_STATUS_OK);
+        CHECK((uintptr_t)blocks[i] % (UNIT << MAX_ORDER) == 0);
+    }
+    void *p = (void *)0x1;
+    CHECK_STATUS(buddyfree_alloc(bf, 1, 0, &p), BUDDYFREE_STATUS_OUT_OF_MEMORY);
+    CHECK(p == NULL);
+    for (size_t i = 0; i < n; i++)
+        CHECK_STATUS(buddyfree_free(bf, blocks[i], UNIT << MAX_ORDER, 0), BUDDYFREE_STATUS_OK);
+    free(blocks);
+    CHECK(free_units(bf) == before);
+}
+
+struct worker {
+    Buddyfree *bf;
+    unsigned id;
+    void *shared_block; /* freed by every thread at once: exactly one must succeed */
+    int shared_freed;
+    pthread_barrier_t *barrier;
+};
+
+static void *work(void *arg) {
+    struct worker *w = arg;
+    uint64_t x = 0x9e3779b97f4a7c15ull ^ w->id;
+    struct { unsigned char *p; size_t size, align; } live[32];
+    int n = 0;
+    unsigned char stamp = (unsigned char)(w->id + 1);
+
+    w->shared_freed = buddyfree_free(w->bf, w->shared_block, UNIT * 3, 0) == BUDDYFREE_STATUS_OK;
+    /* No thread allocates before every thread has tried that free: a later free could
+     * otherwise hit a block reallocated in between. */
+    pthread_barrier_wait(w->barrier);
+    for (int step = 0; step < STEPS; step++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        if (n < 32 && (x & 1)) {
+            size_t size = 1 + (size_t)(x >> 8) % (UNIT * 8);
+            size_t align = (size_t)1 << ((x >> 40) % 10);
+            void *p;
+            BuddyfreeStatus st = buddyfree_alloc(w->bf, size, align, &p);
+            CHECK(st == BUDDYFREE_STATUS_OK || st == BUDDYFREE_STATUS_OUT_OF_MEMORY);
+            if (st == BUDDYFREE_STATUS_OK) {
+                CHECK((uintptr_t)p % align == 0);
+                memset(p, stamp, size);
+                live[n].p = p;
+                live[n].size = size;
+                live[n].align = align;
+                n++;
+            }
+        } else if (n > 0) {
+            n--;
+            for (size_t i = 0; i < live[n].size; i++)
+                CHECK(live[n].p[i] == stamp);
+            /* A bad free of our own live block first (an order too small), then the real one.
+             * (A double free here could hit a block another thread got in between; the
+             * shared block above tests racing double frees.) */
+            if (live[n].size > UNIT)
+                CHECK_STATUS(buddyfree_free(w->bf, live[n].p, 1, 0), BUDDYFREE_STATUS_ORDER_MISMATCH);
+            CHECK_STATUS(buddyfree_free(w->bf, live[n].p, live[n].size, live[n].align), BUDDYFREE_STATUS_OK);
+        }
+    }
+    while (n-- > 0)
+        CHECK_STATUS(buddyfree_free(w->bf, live[n].p, live[n].size, live[n].align), BUDDYFREE_STATUS_OK);
+    return NULL;
+}
+
+static void check_threads(Buddyfree *bf) {
+    size_t before = free_units(bf);
+    void *shared;
+    CHECK_STATUS(buddyfree_alloc(bf, UNIT * 3, 0, &shared), BUDDYFREE_STATUS_OK);
+    pthread_t threads[THREADS];
+    struct worker workers[THREADS];
+    pthread_barrier_t barrier;
+    CHECK(pthread_barrier_init(&barrier, NULL, THREADS) == 0);
+    for (unsigned t = 0; t < THREADS; t++) {
+        workers[t] = (struct worker){bf, t, shared, 0, &barrier};
+        CHECK(pthread_create(&threads[t], NULL, work, &workers[t]) == 0);
+    }
+    int shared_frees = 0;
+    for (unsigned t = 0; t < THREADS; t++) {
+        CHECK(pthread_join(threads[t], NULL) == 0);
+        shared_frees += workers[t].shared_freed;
+    }
+    CHECK(pthread_barrier_destroy(&barrier) == 0);
+    CHECK(shared_frees == 1);
+    CHECK(free_units(bf) == before);
+}
+
+static void run_suite(Buddyfree *bf, const char *name, const char *kind) {
+    BuddyfreeStats s;
+    CHECK_STATUS(buddyfree_stats(bf, &s), BUDDYFREE_STATUS_OK);
+    CHECK(s.total_units == UNITS && s.free_units == UNITS);
+    CHECK(s.unit_size == UNIT && s.max_order == MAX_ORDER);
+    CHECK(s.max_align >= (size_t)UNIT << MAX_ORDER && s.base != NULL);
+    check_bad_requests(bf);
+    check_exhaustion(bf);
+    check_threads(bf);
+    printf("%s over %s: ok\n", name, kind);
+}
+
+/* An allocator that serves single units only: larger orders are refused at creation, and
+ * a unit-sized block comes and goes with the usual checks. */
+static void check_order_0_allocator(const char *name) {
+    BuddyfreeConfig c = {UNIT, UNITS, MAX_ORDER, THREADS, name};
+    Buddyfree *bf = NULL;
+    CHECK_STATUS(buddyfree_create(&c, NULL, 0, &bf), BUDDYFREE_STATUS_INVALID_CONFIG);
+    c.max_order = 0;
+    CHECK_STATUS(buddyfree_create(&c, NULL, 0, &bf), BUDDYFREE_STATUS_OK);
+    void *p = NULL;
+    CHECK_STATUS(buddyfree_alloc(bf, UNIT + 1, 0, &p), BUDDYFREE_STATUS_TOO_LARGE);
+    CHECK_STATUS(buddyfree_alloc(bf, UNIT, 8, &p), BUDDYFREE_STATUS_OK);
+    CHECK(free_units(bf) == UNITS - 1);
+    CHECK_STATUS(buddyfree_free(bf, p, UNIT, 8), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_free(bf, p, UNIT, 8), BUDDYFREE_STATUS_NOT_ALLOCATED);
+    CHECK(free_units(bf) == UNITS);
+    buddyfree_destroy(bf);
+    printf("%s (order 0 only): ok\n", name);
+}
+
+int main(void) {
+    check_strerror();
+    size_t count = buddyfree_allocator_count();
+    CHECK(count > 0);
+    CHECK(buddyfree_allocator_name(count) == NULL);
+    CHECK(buddyfree_allocator_max_order(count) == -1);
+    for (size_t i = 0; i < count; i++) {
+        const char *name = buddyfree_allocator_name(i);
+        CHECK(name != NULL);
+        int32_t max_order = buddyfree_allocator_max_order(i);
+        CHECK(max_order >= 0);
+        if (max_order < MAX_ORDER) {
+            check_order_0_allocator(name);
+            continue;
+        }
+        check_bad_configs(name);
+
+        BuddyfreeConfig c = {UNIT, UNITS, MAX_ORDER, THREADS, name};
+        Buddyfree *bf = NULL;
+        CHECK_STATUS(buddyfree_create(&c, NULL, 0, &bf), BUDDYFREE_STATUS_OK);
+        run_suite(bf, name, "an internal mapping");
+        buddyfree_destroy(bf);
+
+        /* The caller's region, units 0 = as many as fit. */
+        BuddyfreeConfig fit = c;
+        fit.units = 0;
+        CHECK_STATUS(buddyfree_create(&fit, caller_region, sizeof caller_region, &bf), BUDDYFREE_STATUS_OK);
+        BuddyfreeStats s;
+        CHECK_STATUS(buddyfree_stats(bf, &s), BUDDYFREE_STATUS_OK);
+        CHECK(s.base == (void *)caller_region);
+        run_suite(bf, name, "a caller's region");
+        buddyfree_destroy(bf);
+    }
+    /* NULL names the default allocator. */
+    BuddyfreeConfig d = {UNIT, UNITS, MAX_ORDER, 1, NULL};
+    Buddyfree *bf = NULL;
+    CHECK_STATUS(buddyfree_create(&d, NULL, 0, &bf), BUDDYFREE_STATUS_OK);
+    buddyfree_destroy(bf);
+    printf("all ok\n");
+    return 0;
+}

@@ -1,0 +1,97 @@
+//! The standard allocator traits on [`Heap`]: `GlobalAlloc`, `allocator_api2`'s `Allocator`,
+//! and `core`'s `Allocator` behind the `nightly` feature.
+
+use core::alloc::{GlobalAlloc, Layout};
+use core::ptr::{self, NonNull};
+
+use super::{Heap, HeapError};
+use crate::BlockAlloc;
+
+impl<A: BlockAlloc> Heap<A> {
+    /// `Allocator::allocate`: the whole block is returned, so callers may use its slack.
+    /// Zero-sized requests get a dangling, aligned pointer, as the trait requires.
+    pub(super) fn allocate_block(&self, layout: Layout) -> Result<NonNull<[u8]>, HeapError> {
+        if layout.size() == 0 {
+            return Ok(NonNull::slice_from_raw_parts(dangling(layout), 0));
+        }
+        let order = self.order_of(layout)?;
+        let ptr = self.alloc_order(order)?;
+        Ok(NonNull::slice_from_raw_parts(ptr, self.unit() << order))
+    }
+
+    /// `Allocator::deallocate`. The trait lets `layout.size()` be anything between the
+    /// requested size and the returned length; every such size maps to the same order,
+    /// because the returned length is exactly the block of the requested order.
+    pub(super) fn deallocate_block(&self, ptr: NonNull<u8>, layout: Layout) {
+        if layout.size() != 0 {
+            self.free_or_count(ptr.as_ptr(), layout);
+        }
+    }
+}
+
+fn dangling(layout: Layout) -> NonNull<u8> {
+    // An address equal to the (non-zero) alignment is aligned and never inside a heap, so a
+    // zero-sized "allocation" can never be mistaken for a block.
+    NonNull::new(ptr::without_provenance_mut(layout.align())).unwrap_or(NonNull::dangling())
+}
+
+// SAFETY: blocks are disjoint until freed (the `BlockAlloc` contract), lie inside the region
+// the heap keeps alive, and are at least `layout.size()` bytes aligned to `layout.align()`
+// (`order_of` refuses what the region cannot honour). Errors become null, never a panic.
+unsafe impl<A: BlockAlloc> GlobalAlloc for Heap<A> {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        Heap::alloc(self, layout).map_or(ptr::null_mut(), NonNull::as_ptr)
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        self.free_or_count(ptr, layout);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let Ok(new_layout) = Layout::from_size_align(new_size, layout.align()) else {
+            return ptr::null_mut();
+        };
+        let Ok(new_order) = self.order_of(new_layout) else {
+            return ptr::null_mut();
+        };
+        // The block already serves the new size: nothing to move.
+        if self.order_of(layout) == Ok(new_order) {
+            return ptr;
+        }
+        let Ok(new) = self.alloc_order(new_order) else {
+            return ptr::null_mut();
+        };
+        // SAFETY: the caller guarantees `ptr` is a live block of at least `layout.size()`
+        // bytes; `new` is a fresh block of at least `new_size` bytes, so both ranges are
+        // valid and, being distinct live blocks, do not overlap.
+        unsafe { ptr::copy_nonoverlapping(ptr, new.as_ptr(), layout.size().min(new_size)) };
+        self.free_or_count(ptr, layout);
+        new.as_ptr()
+    }
+}
+
+// SAFETY: as for `GlobalAlloc`; the returned slice is exactly the block, and `deallocate`
+// maps every size the trait allows back to that block's order (see `deallocate_block`).
+unsafe impl<A: BlockAlloc> allocator_api2::alloc::Allocator for Heap<A> {
+    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, allocator_api2::alloc::AllocError> {
+        self.allocate_block(layout)
+            .map_err(|_| allocator_api2::alloc::AllocError)
+    }
+
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+        self.deallocate_block(ptr, layout);
+    }
+}
+
+// SAFETY: as for `allocator_api2::alloc::Allocator` above.
+#[cfg(feature = "nightly")]
+unsafe impl<A: BlockAlloc> core::alloc::Allocator for Heap<A> {
+    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, core::alloc::AllocError> {
+        self.allocate_block(layout)
+            .map_err(|_| core::alloc::AllocError)
+    }
+
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+        self.deallocate_block(ptr, layout);
+    }
+}

@@ -1,0 +1,321 @@
+//! Address adapters: a [`Heap`] turns any [`BlockAlloc`] into an allocator of memory.
+//!
+//! ```text
+//!  region start           base (aligned up to the unit)           base + units * unit
+//!  |--- trimmed ---|unit 0|unit 1|unit 2| ...                                |--- unused ---|
+//!                  ^ index i lives at base + i * unit
+//! ```
+//!
+//! A request `Layout { size, align }` becomes the order
+//! `max(ceil_log2(ceil(size / unit)), log2(align / unit))`: blocks of order `k` are aligned to
+//! `2^k` units relative to `base`, so alignment above the unit size is served by a larger
+//! order, never ignored. A block's address is only as aligned as `base` itself, so alignments
+//! above `base`'s alignment are refused ([`HeapError::BadAlign`]) rather than silently broken.
+//!
+//! [`GlobalAlloc`] and `allocator_api2`'s `Allocator` (and `core`'s, behind the `nightly`
+//! feature) are implemented on [`Heap`]; [`GlobalHeap`] is a lazily mapped heap for
+//! `#[global_allocator]` statics; [`TypedPool`] hands out typed, dropping handles.
+
+mod api;
+#[cfg(all(feature = "std", unix, not(loom)))]
+mod global;
+mod pool;
+mod region;
+
+use core::alloc::Layout;
+use core::fmt;
+use core::ptr::NonNull;
+
+use crate::sync::atomic::{AtomicUsize, Ordering};
+use crate::{BlockAlloc, Config, Error};
+
+#[cfg(all(feature = "std", unix, not(loom)))]
+pub use global::GlobalHeap;
+pub use pool::{PoolBox, PoolSlice, TypedPool};
+pub use region::Region;
+
+/// What went wrong in a heap operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HeapError {
+    /// A request of zero bytes: there is no block of size zero.
+    ZeroSize,
+    /// The request is larger than the largest block.
+    TooLarge,
+    /// The alignment is larger than the region can honour (see [`Heap::max_align`]).
+    BadAlign,
+    /// The pointer is null or outside the heap's units.
+    Foreign,
+    /// The heap's region is too small for the allocator, or the unit size is not a power of two.
+    BadRegion,
+    /// The block allocator refused (out of memory, a double free, a wrong order, a pointer
+    /// not at the start of a block, ...).
+    Block(Error),
+}
+
+impl HeapError {
+    /// A short, stable name for the error.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            HeapError::ZeroSize => "zero-sized request",
+            HeapError::TooLarge => "request larger than the largest block",
+            HeapError::BadAlign => "alignment larger than the region can honour",
+            HeapError::Foreign => "pointer null or outside the heap",
+            HeapError::BadRegion => "region too small or unit size not a power of two",
+            HeapError::Block(e) => e.as_str(),
+        }
+    }
+}
+
+impl From<Error> for HeapError {
+    fn from(e: Error) -> Self {
+        HeapError::Block(e)
+    }
+}
+
+impl fmt::Display for HeapError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for HeapError {}
+
+/// A block allocator over a region of memory: unit `i` lives at `base + i * unit`.
+pub struct Heap<A> {
+    alloc: A,
+    base: NonNull<u8>,
+    unit_shift: u32,
+    /// The largest alignment every block start is guaranteed to have: `base`'s own alignment,
+    /// capped at the largest block.
+    max_align: usize,
+    /// Frees that failed where no error can be returned (`GlobalAlloc::dealloc`, drops).
+    bad_frees: AtomicUsize,
+    // Last, so the memory outlives nothing that points into it.
+    region: Region,
+}
+
+// SAFETY: the heap hands out disjoint blocks of the region and never touches their contents;
+// all shared state is in `A` (which is `Sync`) and an atomic counter. The region is plain
+// memory owned (or exclusively borrowed) by the heap, so moving it between threads is fine.
+unsafe impl<A: BlockAlloc + Send> Send for Heap<A> {}
+// SAFETY: as above; every `&self` operation goes through `A: Sync` or atomics.
+unsafe impl<A: BlockAlloc> Sync for Heap<A> {}
+
+impl<A: BlockAlloc> Heap<A> {
+    /// A heap of `alloc.total_units()` units of `unit` bytes in `region`, starting at the
+    /// first `unit`-aligned address of the region.
+    pub fn new(region: Region, unit: usize, alloc: A) -> Result<Self, HeapError> {
+        let (skip, units) = first_unit(&region, unit).ok_or(HeapError::BadRegion)?;
+        if alloc.total_units() > units {
+            return Err(HeapError::BadRegion);
+        }
+        // SAFETY: `first_unit` checked `skip <= region.len()`, so the offset stays inside
+        // (or one past the end of) the region.
+        let base = unsafe { region.as_ptr().add(skip) };
+        let base = NonNull::new(base).ok_or(HeapError::BadRegion)?;
+        let base_addr = base.as_ptr() as usize;
+        let largest = block_bytes(unit, alloc.max_order()).ok_or(HeapError::BadRegion)?;
+        let base_align = 1usize << base_addr.trailing_zeros().min(usize::BITS - 1);
+        Ok(Heap {
+            unit_shift: unit.trailing_zeros(),
+            max_align: base_align.min(largest),
+            alloc,
+            base,
+            bad_frees: AtomicUsize::new(0),
+            region,
+        })
+    }
+
+    /// A heap filling `region` with as many units as fit, its allocator built by `build`
+    /// (e.g. a [`registry`](crate::registry) entry's) from that many units, `max_order` and
+    /// `cores`. A region without room for one unit is [`HeapError::BadRegion`].
+    pub fn build(
+        region: Region,
+        unit: usize,
+        max_order: u32,
+        cores: usize,
+        build: impl FnOnce(Config) -> Result<A, Error>,
+    ) -> Result<Self, HeapError> {
+        let units = Self::units_fitting(&region, unit).ok_or(HeapError::BadRegion)?;
+        if units == 0 {
+            return Err(HeapError::BadRegion);
+        }
+        let alloc = build(Config::new(units, max_order).with_cores(cores))?;
+        Self::new(region, unit, alloc)
+    }
+
+    /// How many whole units of `unit` bytes fit in `region` after aligning its start to
+    /// `unit` (possibly 0); `None` if `unit` is not a power of two.
+    pub fn units_fitting(region: &Region, unit: usize) -> Option<usize> {
+        first_unit(region, unit).map(|(_, units)| units)
+    }
+
+    /// Allocates a block for `layout` (see the [module docs](self) for the order chosen).
+    pub fn alloc(&self, layout: Layout) -> Result<NonNull<u8>, HeapError> {
+        self.alloc_order(self.order_of(layout)?)
+    }
+
+    /// Allocates a block of `2^order` units.
+    pub fn alloc_order(&self, order: u32) -> Result<NonNull<u8>, HeapError> {
+        let index = self.alloc.alloc(order, core())?;
+        // An allocator keeps its indices below its units; anything else is its bug, reported
+        // rather than turned into a wild pointer.
+        self.ptr_of(index)
+            .ok_or(HeapError::Block(Error::OutOfRange))
+    }
+
+    /// Frees the block at `ptr` allocated for `layout`.
+    ///
+    /// A null or foreign pointer, a pointer not at the start of a live block, a layout giving
+    /// another order than the allocation's, or a double free returns an error and changes
+    /// nothing. Never dereferences `ptr`.
+    pub fn free(&self, ptr: *mut u8, layout: Layout) -> Result<(), HeapError> {
+        self.free_order(ptr, self.order_of(layout)?)
+    }
+
+    /// Frees the block of `2^order` units at `ptr`.
+    pub fn free_order(&self, ptr: *mut u8, order: u32) -> Result<(), HeapError> {
+        let index = self.index_of(ptr)?;
+        Ok(self.alloc.free(index, order, core())?)
+    }
+
+    /// The order of the block serving `layout`.
+    pub fn order_of(&self, layout: Layout) -> Result<u32, HeapError> {
+        if layout.size() == 0 {
+            return Err(HeapError::ZeroSize);
+        }
+        if layout.align() > self.max_align {
+            return Err(HeapError::BadAlign);
+        }
+        let units = layout.size().div_ceil(self.unit());
+        // `units <= usize::MAX / unit`, so the next power of two cannot overflow unless the
+        // request is absurd; then it is too large for any heap.
+        let by_size = units
+            .checked_next_power_of_two()
+            .ok_or(HeapError::TooLarge)?
+            .trailing_zeros();
+        let by_align = (layout.align() >> self.unit_shift).max(1).trailing_zeros();
+        let order = by_size.max(by_align);
+        if order > self.alloc.max_order() {
+            return Err(HeapError::TooLarge);
+        }
+        Ok(order)
+    }
+
+    /// The address of unit `index`, or `None` past the last unit.
+    pub fn ptr_of(&self, index: usize) -> Option<NonNull<u8>> {
+        if index >= self.alloc.total_units() {
+            return None;
+        }
+        // SAFETY: `index` is below the units, all of which `new` checked lie inside the
+        // region, so the offset stays inside that allocation.
+        let addr = unsafe { self.base.as_ptr().add(index << self.unit_shift) };
+        // Inside the region, so not null (the region does not wrap around zero).
+        NonNull::new(addr)
+    }
+
+    /// The unit index of `ptr`: [`HeapError::Foreign`] if it is null or outside the heap,
+    /// [`Error::Misaligned`] if it is inside but not at a unit boundary.
+    pub fn index_of(&self, ptr: *const u8) -> Result<usize, HeapError> {
+        let offset = (ptr as usize)
+            .checked_sub(self.base.as_ptr() as usize)
+            .ok_or(HeapError::Foreign)?;
+        let index = offset >> self.unit_shift;
+        if index >= self.alloc.total_units() {
+            return Err(HeapError::Foreign);
+        }
+        if offset & (self.unit() - 1) != 0 {
+            return Err(HeapError::Block(Error::Misaligned));
+        }
+        Ok(index)
+    }
+
+    /// Whether `ptr` points into the heap's units.
+    pub fn contains(&self, ptr: *const u8) -> bool {
+        !matches!(self.index_of(ptr), Err(HeapError::Foreign))
+    }
+
+    /// The unit size in bytes.
+    pub fn unit(&self) -> usize {
+        1 << self.unit_shift
+    }
+
+    /// The first unit's address.
+    pub fn base(&self) -> NonNull<u8> {
+        self.base
+    }
+
+    /// The largest alignment a request may ask for.
+    pub fn max_align(&self) -> usize {
+        self.max_align
+    }
+
+    /// The largest request in bytes (one block of the maximum order).
+    pub fn max_size(&self) -> usize {
+        self.unit() << self.alloc.max_order()
+    }
+
+    /// The block allocator.
+    pub fn allocator(&self) -> &A {
+        &self.alloc
+    }
+
+    /// The region the heap lives in.
+    pub fn region(&self) -> &Region {
+        &self.region
+    }
+
+    /// Frees that failed where no error could be returned (`GlobalAlloc::dealloc`, the
+    /// `Allocator` traits). Each left the heap unchanged.
+    pub fn bad_frees(&self) -> usize {
+        self.bad_frees.load(Ordering::Relaxed)
+    }
+
+    /// Frees `ptr` where the caller cannot take an error: a failure is counted, never acted on.
+    fn free_or_count(&self, ptr: *mut u8, layout: Layout) {
+        if self.free(ptr, layout).is_err() {
+            self.bad_frees.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl<A> fmt::Debug for Heap<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Heap")
+            .field("base", &self.base)
+            .field("unit", &(1usize << self.unit_shift))
+            .field("max_align", &self.max_align)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where the first `unit`-aligned address of `region` is (bytes from its start) and how many
+/// whole units fit from there (the region's end and no units if it holds no aligned address);
+/// `None` if `unit` is not a power of two.
+fn first_unit(region: &Region, unit: usize) -> Option<(usize, usize)> {
+    if !unit.is_power_of_two() {
+        return None;
+    }
+    let start = region.as_ptr() as usize;
+    let skip = start
+        .checked_next_multiple_of(unit)
+        .map_or(usize::MAX, |aligned| aligned - start);
+    match region.len().checked_sub(skip) {
+        Some(rest) => Some((skip, rest / unit)),
+        None => Some((region.len(), 0)),
+    }
+}
+
+/// The bytes in a block of `2^order` units of `unit` bytes, if that fits in a `usize`.
+pub fn block_bytes(unit: usize, order: u32) -> Option<usize> {
+    1usize.checked_shl(order)?.checked_mul(unit)
+}
+
+/// The core hint for the calling thread.
+fn core() -> usize {
+    #[cfg(all(feature = "std", not(loom)))]
+    return crate::core_hint();
+    #[cfg(not(all(feature = "std", not(loom))))]
+    return 0;
+}

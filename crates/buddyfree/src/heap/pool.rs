@@ -1,0 +1,182 @@
+//! Typed pools: blocks sized from `T`'s layout, handed out as owners that drop `T` in place
+//! and return the memory.
+
+use core::alloc::Layout;
+use core::fmt;
+use core::marker::PhantomData;
+use core::ops::{Deref, DerefMut};
+use core::ptr::{self, NonNull};
+
+use super::{Heap, HeapError};
+use crate::BlockAlloc;
+
+/// A pool of `T`s (and arrays of `T`) over a [`Heap`]: each value gets the smallest block
+/// that holds `T` at its alignment, over-aligned types included.
+pub struct TypedPool<T, A> {
+    heap: Heap<A>,
+    // The pool hands out `T`s but owns none: no drop check or auto-trait effect of `T`.
+    _values: PhantomData<fn() -> T>,
+}
+
+impl<T, A: BlockAlloc> TypedPool<T, A> {
+    /// A pool over `heap`; fails if the heap cannot hold even one `T` (too large, or more
+    /// aligned than the region can honour).
+    pub fn new(heap: Heap<A>) -> Result<Self, HeapError> {
+        let layout = Layout::new::<T>();
+        if layout.size() != 0 {
+            heap.order_of(layout)?;
+        }
+        Ok(TypedPool {
+            heap,
+            _values: PhantomData,
+        })
+    }
+
+    /// Moves `value` into the pool; on failure gives it back with the reason.
+    pub fn alloc(&self, value: T) -> Result<PoolBox<'_, T, A>, (HeapError, T)> {
+        match self.heap.allocate_block(Layout::new::<T>()) {
+            Ok(block) => {
+                let ptr = block.cast::<T>();
+                // SAFETY: the block is fresh, at least `size_of::<T>()` bytes and aligned for
+                // `T` (or a dangling aligned pointer when `T` is zero-sized).
+                unsafe { ptr.write(value) };
+                Ok(PoolBox {
+                    ptr,
+                    heap: &self.heap,
+                })
+            }
+            Err(e) => Err((e, value)),
+        }
+    }
+
+    /// An array of `n` values, the `i`-th being `init(i)`. If `init` panics, the values made
+    /// so far are dropped and the block returned.
+    pub fn alloc_slice(
+        &self,
+        n: usize,
+        mut init: impl FnMut(usize) -> T,
+    ) -> Result<PoolSlice<'_, T, A>, HeapError> {
+        let layout = Layout::array::<T>(n).map_err(|_| HeapError::TooLarge)?;
+        let ptr = self.heap.allocate_block(layout)?.cast::<T>();
+        // Owns the block from here on, so a panic in `init` drops exactly the first `len`.
+        let mut slice = PoolSlice {
+            ptr,
+            len: 0,
+            layout,
+            heap: &self.heap,
+        };
+        for i in 0..n {
+            // SAFETY: `i < n`, inside the block of `n` `T`s; slot `i` is uninitialised.
+            unsafe { ptr.add(i).write(init(i)) };
+            slice.len = i + 1;
+        }
+        Ok(slice)
+    }
+
+    /// The heap under the pool (for its statistics).
+    pub fn heap(&self) -> &Heap<A> {
+        &self.heap
+    }
+}
+
+/// A `T` in a [`TypedPool`]; dropping it drops the `T` and returns the block.
+pub struct PoolBox<'a, T, A: BlockAlloc> {
+    ptr: NonNull<T>,
+    heap: &'a Heap<A>,
+}
+
+// SAFETY: a `PoolBox` owns its `T` like a `Box` does; the heap reference is `Sync`.
+unsafe impl<T: Send, A: BlockAlloc> Send for PoolBox<'_, T, A> {}
+// SAFETY: `&PoolBox` gives only `&T`.
+unsafe impl<T: Sync, A: BlockAlloc> Sync for PoolBox<'_, T, A> {}
+
+impl<T, A: BlockAlloc> PoolBox<'_, T, A> {
+    /// Takes the value out and returns the block.
+    pub fn into_inner(self) -> T {
+        let this = core::mem::ManuallyDrop::new(self);
+        // SAFETY: the value is initialised and, `this` never being dropped, read only once.
+        let value = unsafe { this.ptr.read() };
+        this.heap
+            .deallocate_block(this.ptr.cast(), Layout::new::<T>());
+        value
+    }
+
+    /// The value's address.
+    pub fn as_ptr(&self) -> *const T {
+        self.ptr.as_ptr()
+    }
+}
+
+impl<T, A: BlockAlloc> Deref for PoolBox<'_, T, A> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: initialised by `alloc`, owned by `self`, shared borrow of `self`.
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+impl<T, A: BlockAlloc> DerefMut for PoolBox<'_, T, A> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in `deref`, with `self` borrowed exclusively.
+        unsafe { self.ptr.as_mut() }
+    }
+}
+
+impl<T, A: BlockAlloc> Drop for PoolBox<'_, T, A> {
+    fn drop(&mut self) {
+        // SAFETY: the value is initialised and dropped once; the block is not used after.
+        unsafe { ptr::drop_in_place(self.ptr.as_ptr()) };
+        self.heap
+            .deallocate_block(self.ptr.cast(), Layout::new::<T>());
+    }
+}
+
+impl<T: fmt::Debug, A: BlockAlloc> fmt::Debug for PoolBox<'_, T, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+/// An array of `T`s in a [`TypedPool`]; dropping it drops them and returns the block.
+pub struct PoolSlice<'a, T, A: BlockAlloc> {
+    ptr: NonNull<T>,
+    /// Initialised values (all of them once `alloc_slice` returns).
+    len: usize,
+    layout: Layout,
+    heap: &'a Heap<A>,
+}
+
+// SAFETY: owns its `T`s like a `Box<[T]>`; the heap reference is `Sync`.
+unsafe impl<T: Send, A: BlockAlloc> Send for PoolSlice<'_, T, A> {}
+// SAFETY: `&PoolSlice` gives only `&[T]`.
+unsafe impl<T: Sync, A: BlockAlloc> Sync for PoolSlice<'_, T, A> {}
+
+impl<T, A: BlockAlloc> Deref for PoolSlice<'_, T, A> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: the first `len` values are initialised and owned by `self`.
+        unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T, A: BlockAlloc> DerefMut for PoolSlice<'_, T, A> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as in `deref`, with `self` borrowed exclusively.
+        unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T, A: BlockAlloc> Drop for PoolSlice<'_, T, A> {
+    fn drop(&mut self) {
+        let values = ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len);
+        // SAFETY: exactly the initialised values, dropped once; the block is not used after.
+        unsafe { ptr::drop_in_place(values) };
+        self.heap.deallocate_block(self.ptr.cast(), self.layout);
+    }
+}
+
+impl<T: fmt::Debug, A: BlockAlloc> fmt::Debug for PoolSlice<'_, T, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (**self).fmt(f)
+    }
+}
