@@ -21,7 +21,7 @@ struct Cli {
     /// Allocators to run, comma-separated (see --list).
     #[arg(long, value_delimiter = ',')]
     alloc: Option<Vec<String>>,
-    /// Workloads to run, comma-separated; also the suites `nbbs`, `llfree` and `all`.
+    /// Workloads to run, comma-separated; also the suites `nbbs`, `llfree`, `realtime` and `all`.
     #[arg(long, value_delimiter = ',')]
     workload: Option<Vec<String>>,
     /// Thread counts, comma-separated.
@@ -77,7 +77,7 @@ fn list() {
     for w in Workload::ALL {
         println!("    {:18}  {}", w.name(), w.about());
     }
-    println!("\nsuites: nbbs, llfree, all");
+    println!("\nsuites: nbbs, llfree, realtime, all");
 }
 
 fn request(cli: &Cli) -> Result<Request, String> {
