@@ -318,6 +318,7 @@ pub fn render(r: &RealtimeReport) -> String {
             "p99",
             "p99.9",
             "max",
+            "worst",
             "mean",
             "ops",
             "failed",
