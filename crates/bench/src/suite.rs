@@ -5,7 +5,10 @@
 //! else the first); thread counts 1, 2, 4, ... up to the usable cores; 3 repetitions; the NBBS
 //! workloads at 4K, 32K and 256K blocks on a heap sized to each run's need plus a quarter
 //! (rounded up to a power of two), the LLFree workloads at 4K and 2M on a 1 GiB heap (frag:
-//! order 0); blocks up to order 10 (4 MiB); sizes from [`Params::default`].
+//! order 0); the real-time workloads at 4K blocks on heaps of their own sizes (the contrived
+//! case: one per N; estranged-share and defrag once, not per allocator), with the allocators
+//! of [`REALTIME_ALLOCS`] added for them only; blocks up to order 10 (4 MiB); sizes from
+//! [`Params::default`].
 
 use std::fmt;
 

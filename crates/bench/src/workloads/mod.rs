@@ -252,11 +252,13 @@ impl Workload {
             }
             Workload::Latency => realtime::latency::timed_ops(threads, params) * 3 / 2,
             Workload::Contrived => {
+                // N allocations and N frees, and each request with its free.
                 let n = realtime::contrived::blocks_in(units, order);
-                n + n / 2 + 2 * params.rt.contrived_requests
+                2 * n + 2 * params.rt.contrived_requests
             }
             Workload::EstrangedShare => 2 * 2 * params.rt.share_requests,
-            Workload::Defrag => params.rt.defrag_orders.len() * 2 * params.rt.defrag_units,
+            // Per order and allocator: fill the heap, free half, one request.
+            Workload::Defrag => params.rt.defrag_orders.len() * 3 * params.rt.defrag_units,
         };
         Some(calls as u64)
     }

@@ -54,7 +54,7 @@ impl Default for RtParams {
             latency_larson_generations: 10,
             latency_units: 1 << 14,
             latency_fill_percent: 95,
-            contrived_blocks: vec![1 << 10, 1 << 12, 1 << 14],
+            contrived_blocks: vec![1 << 10, 1 << 12, 1 << 14, 1 << 16],
             contrived_requests: 101,
             share_requests: 1 << 20,
             share_units: 1 << 18,
