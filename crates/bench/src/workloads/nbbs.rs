@@ -136,16 +136,14 @@ fn churn(
 /// Constant Occupancy: each thread allocates 1 block of `16k`, 2 of `8k`, 4 of `4k`, 8 of `2k`
 /// and 16 of `k` units, then `co_steps / P` times frees a random one and reallocates its size.
 pub fn constant_occupancy(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Outcome {
-    outcome(
-        constant_occupancy_with(a, order, threads, p.co_steps, p.seed, |_| Counts::default())
-            .into_iter()
-            .map(|r| Part {
-                timed: r.timed.counts(),
-                time: r.time,
-                total: r.total,
-            })
-            .collect(),
-    )
+    counted(constant_occupancy_with(
+        a,
+        order,
+        threads,
+        p.co_steps,
+        p.seed,
+        |_| Counts::default(),
+    ))
 }
 
 /// One thread's share of a run with a [`Recorder`]: the recorder of its timed part, that
@@ -154,6 +152,20 @@ pub(crate) struct Recorded<R> {
     pub(crate) timed: R,
     pub(crate) time: Duration,
     pub(crate) total: Counts,
+}
+
+/// The outcome of a run recorded with plain [`Counts`].
+fn counted(parts: Vec<Recorded<Counts>>) -> Outcome {
+    outcome(
+        parts
+            .into_iter()
+            .map(|r| Part {
+                timed: r.timed,
+                time: r.time,
+                total: r.total,
+            })
+            .collect(),
+    )
 }
 
 /// Constant Occupancy with `steps` steps over all threads, recording the timed part (the
@@ -213,16 +225,9 @@ struct Lineage<R> {
 /// same core), which frees blocks its predecessor allocated: cross-thread frees. Runs until
 /// `larson_stop`; the initial pool is allocated before the start barrier.
 pub fn larson(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Outcome {
-    outcome(
-        larson_with(a, order, threads, p, p.larson_stop, |_| Counts::default())
-            .into_iter()
-            .map(|r| Part {
-                timed: r.timed.counts(),
-                time: r.time,
-                total: r.total,
-            })
-            .collect(),
-    )
+    counted(larson_with(a, order, threads, p, p.larson_stop, |_| {
+        Counts::default()
+    }))
 }
 
 /// Larson until `stop`, recording the timed steps (not the initial pool, nor freeing what is
