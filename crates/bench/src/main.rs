@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use buddybench::allocs::{AllocSpec, DEFAULT_ALLOCS};
+use buddybench::allocs::{AllocSpec, DEFAULT_ALLOCS, REALTIME_ALLOCS};
 use buddybench::report::{table, write_all};
 use buddybench::suite::{parse_bytes, size_to_order, Plan, Request};
 use buddybench::workloads::Workload;
@@ -62,12 +62,14 @@ struct Cli {
 }
 
 fn list() {
-    println!("allocators (* = in the default suite):");
+    println!("allocators (* = in the default suite, r = added to it for the real-time workloads):");
     let all = AllocSpec::all();
     let width = all.iter().map(|a| a.name().len()).max().unwrap_or(0);
     for a in &all {
         let mark = if DEFAULT_ALLOCS.contains(&a.name()) {
             '*'
+        } else if REALTIME_ALLOCS.contains(&a.name()) {
+            'r'
         } else {
             ' '
         };
