@@ -4,6 +4,7 @@
 
 mod common;
 
+use buddybench::report::{table, write_all};
 use buddybench::suite::{Plan, Request};
 use buddybench::workloads::realtime::contrived::{self, units_for};
 use buddybench::workloads::realtime::defrag::predicted_moves;
@@ -172,6 +173,13 @@ fn defrag_moves_the_predicted_count() {
         assert_eq!(s.units, p.rt.defrag_units);
     }
     assert_eq!((out.failures, out.bad_frees), (0, 0));
+    // Per order and allocator: fill every unit, free the even ones, one request.
+    let runs = 2 * p.rt.defrag_orders.len() as u64;
+    let units = p.rt.defrag_units as u64;
+    assert_eq!(
+        (out.allocs, out.frees),
+        (runs * (units + 1), runs * units / 2)
+    );
 }
 
 /// `--workload realtime` selects the four workloads; the standalone ones run once, the
@@ -195,7 +203,31 @@ fn realtime_suite_runs_and_reports_every_table() {
     want.extend(std::iter::repeat_n(Workload::Contrived, n));
     want.extend([Workload::EstrangedShare, Workload::Defrag]);
     assert_eq!(kinds, want);
-    let r = plan.run(vec![]).realtime;
+    let report = plan.run(vec![]);
+    let dir = std::env::temp_dir().join(format!("buddybench-rt-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    write_all(&report, &dir, false).unwrap();
+    let lines = |f: &str| {
+        std::fs::read_to_string(dir.join(f))
+            .unwrap()
+            .lines()
+            .count()
+    };
+    assert_eq!(lines("latency.csv"), 1 + 2 * 6);
+    assert_eq!(lines("contrived.csv"), 1 + 2 * n);
+    assert_eq!(lines("share.csv"), 1 + 2);
+    assert_eq!(lines("defrag.csv"), 1 + 2 * p.rt.defrag_orders.len());
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = table::render(&report);
+    for heading in [
+        "\nlatency,",
+        "\ncontrived (",
+        "\nestranged vs Knuth",
+        "\ndefrag (",
+    ] {
+        assert!(text.contains(heading), "{heading} missing from:\n{text}");
+    }
+    let r = report.realtime;
     assert_eq!(r.latency.len(), 2 * 6);
     assert_eq!(r.contrived.len(), 2 * n);
     assert_eq!(r.share.len(), 2);
