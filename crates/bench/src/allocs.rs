@@ -20,6 +20,10 @@ pub const DEFAULT_ALLOCS: &[&str] = &[
     "system",
 ];
 
+/// Added to the default allocators for the real-time workloads only: the estranged and the
+/// per-level buddy, and the first-fit list the real-time paper compares buddies with.
+pub const REALTIME_ALLOCS: &[&str] = &["estranged-locked", "perlevel-spin", "first-fit-locked"];
+
 /// The default baseline: the first of these that is in the run (the NBBS paper's spin-locked
 /// buddy, then Linux's).
 pub const DEFAULT_BASELINES: &[&str] = &["knuth-locked", "linux"];

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use buddybench::allocs::{AllocSpec, DEFAULT_ALLOCS};
+use buddybench::allocs::{AllocSpec, DEFAULT_ALLOCS, REALTIME_ALLOCS};
 use buddybench::report::{table, write_all};
 use buddybench::suite::{parse_bytes, size_to_order, Plan, Request};
 use buddybench::workloads::Workload;
@@ -21,7 +21,7 @@ struct Cli {
     /// Allocators to run, comma-separated (see --list).
     #[arg(long, value_delimiter = ',')]
     alloc: Option<Vec<String>>,
-    /// Workloads to run, comma-separated; also the suites `nbbs`, `llfree` and `all`.
+    /// Workloads to run, comma-separated; also the suites `nbbs`, `llfree`, `realtime` and `all`.
     #[arg(long, value_delimiter = ',')]
     workload: Option<Vec<String>>,
     /// Thread counts, comma-separated.
@@ -62,12 +62,14 @@ struct Cli {
 }
 
 fn list() {
-    println!("allocators (* = in the default suite):");
+    println!("allocators (* = in the default suite, r = added to it for the real-time workloads):");
     let all = AllocSpec::all();
     let width = all.iter().map(|a| a.name().len()).max().unwrap_or(0);
     for a in &all {
         let mark = if DEFAULT_ALLOCS.contains(&a.name()) {
             '*'
+        } else if REALTIME_ALLOCS.contains(&a.name()) {
+            'r'
         } else {
             ' '
         };
@@ -77,7 +79,7 @@ fn list() {
     for w in Workload::ALL {
         println!("    {:18}  {}", w.name(), w.about());
     }
-    println!("\nsuites: nbbs, llfree, all");
+    println!("\nsuites: nbbs, llfree, realtime, all");
 }
 
 fn request(cli: &Cli) -> Result<Request, String> {

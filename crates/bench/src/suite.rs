@@ -5,14 +5,17 @@
 //! else the first); thread counts 1, 2, 4, ... up to the usable cores; 3 repetitions; the NBBS
 //! workloads at 4K, 32K and 256K blocks on a heap sized to each run's need plus a quarter
 //! (rounded up to a power of two), the LLFree workloads at 4K and 2M on a 1 GiB heap (frag:
-//! order 0); blocks up to order 10 (4 MiB); sizes from [`Params::default`].
+//! order 0); the real-time workloads at 4K blocks on heaps of their own sizes (the contrived
+//! case: one per N; estranged-share and defrag once, not per allocator), with the allocators
+//! of [`REALTIME_ALLOCS`] added for them only; blocks up to order 10 (4 MiB); sizes from
+//! [`Params::default`].
 
 use std::fmt;
 
 use buddyfree::Config;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::allocs::{AllocSpec, DEFAULT_ALLOCS, DEFAULT_BASELINES};
+use crate::allocs::{AllocSpec, DEFAULT_ALLOCS, DEFAULT_BASELINES, REALTIME_ALLOCS};
 use crate::report::{summarize, Report, RunSet};
 use crate::system::UNIT_BYTES;
 use crate::workloads::{self, Params, Suite, Workload};
@@ -97,8 +100,11 @@ pub struct Plan {
     pub allocs: Vec<AllocSpec>,
     /// The baseline's name.
     pub baseline: &'static str,
-    /// The runs, per allocator.
+    /// The runs, per allocator ([`Workload::standalone`] ones: once).
     pub cases: Vec<Case>,
+    /// Allocators of the run that only run the real-time workloads (the default ones added
+    /// for them).
+    pub realtime_only: Vec<&'static str>,
     /// Largest order the allocators are built for.
     pub max_order: u32,
     /// Repetitions of each run.
@@ -114,23 +120,21 @@ fn workload_names(names: &[String]) -> Result<Vec<Workload>, PlanError> {
     for name in names {
         let add: Vec<Workload> = match name.as_str() {
             "all" => Workload::ALL.to_vec(),
-            "nbbs" => Workload::ALL
-                .into_iter()
-                .filter(|w| w.suite() == Suite::Nbbs)
-                .collect(),
-            "llfree" => Workload::ALL
-                .into_iter()
-                .filter(|w| w.suite() == Suite::Llfree)
-                .collect(),
-            n => match Workload::find(n) {
-                Some(w) => vec![w],
-                None => {
-                    let known: Vec<_> = Workload::ALL.iter().map(|w| w.name()).collect();
-                    return err(format!(
-                        "unknown workload `{n}` (known: {}, or the suites nbbs, llfree, all)",
-                        known.join(", ")
-                    ));
-                }
+            n => match Suite::ALL.into_iter().find(|s| s.name() == n) {
+                Some(suite) => Workload::ALL
+                    .into_iter()
+                    .filter(|w| w.suite() == suite)
+                    .collect(),
+                None => match Workload::find(n) {
+                    Some(w) => vec![w],
+                    None => {
+                        let known: Vec<_> = Workload::ALL.iter().map(|w| w.name()).collect();
+                        return err(format!(
+                            "unknown workload `{n}` (known: {}, or the suites nbbs, llfree, realtime, all)",
+                            known.join(", ")
+                        ));
+                    }
+                },
             },
         };
         for w in add {
@@ -202,6 +206,8 @@ fn heap_units(
             LLFREE_HEAP_UNITS
         }
         .max(need)),
+        // The real-time workloads size their heaps exactly (the contrived case's remainder).
+        None if w.suite() == Suite::Realtime => Ok(need),
         // Headroom, so that blocks parked in per-core caches never starve another core.
         None => Ok((need + need / 4).next_power_of_two()),
     }
@@ -225,6 +231,21 @@ impl Plan {
             return err("no workload to run");
         }
         let mut allocs = alloc_names(req, &mut notes)?;
+        let mut realtime_only = Vec::new();
+        if req.allocs.is_none() && workloads.iter().any(|w| w.suite() == Suite::Realtime) {
+            for &n in REALTIME_ALLOCS {
+                match AllocSpec::find(n) {
+                    Some(a) if !allocs.iter().any(|o| o.name() == n) => {
+                        allocs.push(a);
+                        realtime_only.push(a.name());
+                    }
+                    Some(_) => {}
+                    None => notes.push(format!(
+                        "real-time allocator `{n}` is not registered; skipped"
+                    )),
+                }
+            }
+        }
         let threads = match &req.threads {
             Some(t) if t.is_empty() => return err("no thread count given"),
             Some(t) => t.clone(),
@@ -267,6 +288,21 @@ impl Plan {
         }
         let mut cases = Vec::new();
         for &w in &workloads {
+            if w.standalone() {
+                if req.orders.is_some() || req.heap_bytes.is_some() {
+                    notes.push(format!(
+                        "{} sizes its own heaps and orders; --size/--order/--heap ignored for it",
+                        w.name()
+                    ));
+                }
+                cases.push(Case {
+                    workload: w,
+                    order: 0,
+                    threads: 1,
+                    units: 0,
+                });
+                continue;
+            }
             let orders: Vec<u32> = match (&req.orders, w) {
                 (Some(o), Workload::Frag) if o != &[0] => {
                     notes.push(
@@ -277,8 +313,15 @@ impl Plan {
                 (_, Workload::Frag) => vec![0],
                 (Some(o), _) => o.clone(),
                 (None, _) if w.suite() == Suite::Llfree => LLFREE_ORDERS.to_vec(),
+                (None, _) if w.suite() == Suite::Realtime => vec![0],
                 (None, _) if req.quick => vec![0, 2],
                 (None, _) => NBBS_ORDERS.to_vec(),
+            };
+            // The contrived case and its one request are sequential.
+            let threads: &[usize] = if w == Workload::Contrived {
+                &[1]
+            } else {
+                &threads
             };
             for &order in &orders {
                 let top = order + w.order_span(&params);
@@ -289,14 +332,27 @@ impl Plan {
                         w.name()
                     ));
                 }
-                for &t in &threads {
-                    let units = heap_units(w, order, t, req_units, min_units, &params, req.quick)?;
-                    cases.push(Case {
-                        workload: w,
-                        order,
-                        threads: t,
-                        units,
-                    });
+                for &t in threads {
+                    // The contrived case sweeps N, one heap each, unless the heap is given.
+                    let heaps = match (w, req_units) {
+                        (Workload::Contrived, None) => params
+                            .rt
+                            .contrived_blocks
+                            .iter()
+                            .map(|&n| workloads::realtime::contrived::units_for(n, 1 << order))
+                            .collect(),
+                        _ => vec![heap_units(
+                            w, order, t, req_units, min_units, &params, req.quick,
+                        )?],
+                    };
+                    for units in heaps {
+                        cases.push(Case {
+                            workload: w,
+                            order,
+                            threads: t,
+                            units,
+                        });
+                    }
                 }
             }
         }
@@ -321,6 +377,7 @@ impl Plan {
             allocs,
             baseline,
             cases,
+            realtime_only,
             max_order,
             reps,
             params,
@@ -337,7 +394,9 @@ impl Plan {
             match c.workload.calls(c.order, c.threads, c.units, &self.params) {
                 Some(n) => calls += n,
                 None => {
-                    if let workloads::Stop::Time(d) = self.params.larson_stop {
+                    if let (Workload::Larson, workloads::Stop::Time(d)) =
+                        (c.workload, self.params.larson_stop)
+                    {
                         time += d;
                     }
                 }
@@ -350,7 +409,17 @@ impl Plan {
     /// Runs every case on every allocator `reps` times, each time on a freshly built
     /// allocator, with a progress bar on stderr (drawn only on a terminal).
     pub fn run(mut self, args: Vec<String>) -> Report {
-        let total = (self.allocs.len() * self.cases.len() * self.reps) as u64;
+        let runs = |c: &Case| {
+            if c.workload.standalone() {
+                1
+            } else {
+                self.allocs
+                    .iter()
+                    .filter(|a| runs_on(&self.realtime_only, a, c))
+                    .count()
+            }
+        };
+        let total = (self.cases.iter().map(runs).sum::<usize>() * self.reps) as u64;
         let bar = ProgressBar::new(total);
         bar.set_style(
             ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
@@ -359,7 +428,11 @@ impl Plan {
         );
         let mut sets = Vec::new();
         for a in &self.allocs {
-            for case in &self.cases {
+            for case in self
+                .cases
+                .iter()
+                .filter(|c| runs_on(&self.realtime_only, a, c))
+            {
                 bar.set_message(format!(
                     "{} {} {} x{}",
                     a.name(),
@@ -383,9 +456,31 @@ impl Plan {
                 }
             }
         }
+        for case in self.cases.iter().filter(|c| c.workload.standalone()) {
+            bar.set_message(case.workload.name());
+            let outcomes = (0..self.reps)
+                .map(|_| {
+                    let o = workloads::realtime::run_standalone(case.workload, &self.params);
+                    bar.inc(1);
+                    o
+                })
+                .collect();
+            sets.push(RunSet {
+                alloc: "buddy",
+                case: *case,
+                outcomes,
+            });
+        }
         bar.finish_and_clear();
         summarize(self.baseline, self.max_order, args, sets, self.notes)
     }
+}
+
+/// Whether allocator `a` runs `case`: not for standalone workloads, and the allocators
+/// added for the real-time workloads (`realtime_only`) only for those.
+fn runs_on(realtime_only: &[&str], a: &AllocSpec, case: &Case) -> bool {
+    !case.workload.standalone()
+        && (case.workload.suite() == Suite::Realtime || !realtime_only.contains(&a.name()))
 }
 
 /// Runs one case `reps` times, or says why this allocator cannot run it.
@@ -400,6 +495,9 @@ fn run_case(
     if case.workload.needs_region() && !a.has_region() {
         return Err("it hands out addresses, not positions in a region".into());
     }
+    // Heaps smaller than a block of `max_order` (the contrived case's smallest) get the
+    // largest order that fits.
+    let max_order = max_order.min(case.units.max(1).ilog2());
     let config = Config::new(case.units, max_order).with_cores(case.threads);
     let top = case.order + case.workload.order_span(params);
     let mut outcomes = Vec::with_capacity(reps);

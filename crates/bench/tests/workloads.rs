@@ -2,87 +2,13 @@
 //! rejected free when memory suffices, and leaves the allocator whole. Counted by a wrapper
 //! around the reference model (correct, slow: hence the tiny sizes).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
+mod common;
 
-use buddybench::allocs::AllocSpec;
-use buddybench::workloads::{self, llfree::allocs_per_thread, Outcome, Params, Stop, Workload};
-use buddyfree::registry::DynAlloc;
-use buddyfree::{BlockAlloc, Config, Error};
-
-/// Counts every call and checks that each free names a live block of the right order.
-struct Counting {
-    inner: DynAlloc,
-    allocs: AtomicU64,
-    failures: AtomicU64,
-    frees: AtomicU64,
-    live: Mutex<HashMap<usize, u32>>,
-}
-
-impl Counting {
-    fn new(name: &str, units: usize, threads: usize) -> Counting {
-        Counting::with(name, Config::new(units, 10).with_cores(threads))
-    }
-
-    fn with(name: &str, config: Config) -> Counting {
-        Counting {
-            inner: AllocSpec::find(name).unwrap().build(config).unwrap(),
-            allocs: AtomicU64::new(0),
-            failures: AtomicU64::new(0),
-            frees: AtomicU64::new(0),
-            live: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn counts(&self) -> (u64, u64, u64) {
-        (
-            self.allocs.load(Relaxed),
-            self.frees.load(Relaxed),
-            self.failures.load(Relaxed),
-        )
-    }
-}
-
-impl BlockAlloc for Counting {
-    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        self.allocs.fetch_add(1, Relaxed);
-        let r = self.inner.alloc(order, core);
-        match r {
-            Ok(i) => assert!(self.live.lock().unwrap().insert(i, order).is_none()),
-            Err(_) => {
-                self.failures.fetch_add(1, Relaxed);
-            }
-        }
-        r
-    }
-
-    fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        self.frees.fetch_add(1, Relaxed);
-        assert_eq!(
-            self.live.lock().unwrap().remove(&index),
-            Some(order),
-            "free of a block not handed out"
-        );
-        self.inner.free(index, order, core)
-    }
-
-    fn free_units(&self) -> usize {
-        self.inner.free_units()
-    }
-
-    fn total_units(&self) -> usize {
-        self.inner.total_units()
-    }
-
-    fn max_order(&self) -> u32 {
-        self.inner.max_order()
-    }
-
-    fn drain(&self) {
-        self.inner.drain()
-    }
-}
+use buddybench::workloads::{
+    self, llfree::allocs_per_thread, Outcome, Params, Stop, Suite, Workload,
+};
+use buddyfree::{BlockAlloc, Config};
+use common::Counting;
 
 fn params() -> Params {
     Params::quick()
@@ -239,7 +165,11 @@ fn frag_counts_rounds_and_measures_each() {
 
 #[test]
 fn system_runs_the_size_based_workloads() {
-    for w in Workload::ALL.into_iter().filter(|w| !w.needs_region()) {
+    // The real-time workloads have their own counts (tests/realtime.rs).
+    for w in Workload::ALL
+        .into_iter()
+        .filter(|w| !w.needs_region() && w.suite() != Suite::Realtime)
+    {
         run("system", w, 1, 2, UNITS);
     }
 }

@@ -4,7 +4,7 @@
 use alloc::boxed::Box;
 
 use crate::buddy::{Estranged, Knuth};
-use crate::list::{CasList, LockedList, PerCoreLists};
+use crate::list::{CasList, FirstFit, LockedList, PerCoreLists};
 use crate::llfree::LLFree;
 use crate::locked::{PerCpu, PerLevelSpin, PerLevelYield};
 use crate::model::Model;
@@ -99,6 +99,11 @@ const ENTRIES: &[Entry] = &[
         about: "LLFree (ATC'23): bit fields per 2 MiB, 64 MiB trees, per-core reservations; orders 0..=10",
         max_order: 10,
         build: |c| Ok(Box::new(LLFree::new(c)?)),
+    },
+    Entry {
+        name: "first-fit-locked",
+        about: "first-fit over an address-ordered free list of extents, behind a spinlock (real-time paper's unstructured-list baseline); O(extents) per allocation",
+        build: |c| Ok(Box::new(Locked::<FirstFit>::new(FirstFit::new(c)?))),
     },
 ];
 

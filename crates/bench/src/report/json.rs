@@ -1,5 +1,5 @@
 //! `buddybench.json` (the whole report), `buddybench.csv` (one line per record) and
-//! `frag.csv` (one line per frag round).
+//! `frag.csv` (one line per frag round), and the real-time suite's CSV files.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -77,5 +77,6 @@ pub fn write(report: &Report, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
         std::fs::write(&path, text)?;
         files.push(path);
     }
+    files.extend(super::latency::write_csv(&report.realtime, dir)?);
     Ok(files)
 }

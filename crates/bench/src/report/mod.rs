@@ -3,6 +3,7 @@
 //! table ([`table`]), JSON and CSV ([`json`]) and plots ([`plot`]).
 
 pub mod json;
+pub mod latency;
 pub mod plot;
 pub mod table;
 
@@ -147,6 +148,8 @@ pub struct Report {
     pub records: Vec<Record>,
     /// frag's rounds.
     pub frag: Vec<FragRecord>,
+    /// The real-time suite's tables.
+    pub realtime: latency::RealtimeReport,
     /// Skipped allocators or cases, and other remarks.
     pub notes: Vec<String>,
 }
@@ -270,7 +273,9 @@ pub fn summarize(
             r.alloc, r.workload, r.bad_frees
         ));
     }
+    let realtime = latency::summarize(&sets);
     Report {
+        realtime,
         version: env!("CARGO_PKG_VERSION").to_string(),
         cores: crate::runner::usable_cpus().len(),
         args,

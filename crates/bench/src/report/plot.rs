@@ -17,16 +17,18 @@ const FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
 const SIZE: (u32, u32) = (900, 540);
 
 /// One line of a chart: a label and its points.
-type Series = (String, Vec<(f64, f64)>);
+pub(crate) type Series = (String, Vec<(f64, f64)>);
 
 /// A chart to draw in both formats.
-struct Chart {
-    file: String,
-    title: String,
-    x_desc: &'static str,
-    y_desc: &'static str,
-    log_y: bool,
-    series: Vec<Series>,
+pub(crate) struct Chart {
+    pub(crate) file: String,
+    pub(crate) title: String,
+    pub(crate) x_desc: &'static str,
+    /// The x axis' tick labels.
+    pub(crate) x_fmt: fn(f64) -> String,
+    pub(crate) y_desc: &'static str,
+    pub(crate) log_y: bool,
+    pub(crate) series: Vec<Series>,
 }
 
 fn register_font() -> std::io::Result<()> {
@@ -86,7 +88,7 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &Chart) -> std::io:
             let mut chart = $chart;
             chart
                 .configure_mesh()
-                .x_label_formatter(&|x| whole(*x))
+                .x_label_formatter(&|x| (c.x_fmt)(*x))
                 .y_label_formatter(&|y| {
                     if y.fract() == 0.0 || *y >= 10.0 {
                         format!("{y:.0}")
@@ -136,7 +138,7 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &Chart) -> std::io:
 }
 
 /// Axis labels for threads and rounds: whole numbers only.
-fn whole(x: f64) -> String {
+pub(crate) fn whole(x: f64) -> String {
     if (x - x.round()).abs() < 1e-9 {
         format!("{}", x.round() as i64)
     } else {
@@ -182,6 +184,7 @@ fn charts(report: &Report) -> Vec<Chart> {
                 file,
                 title,
                 x_desc: "threads",
+                x_fmt: whole,
                 y_desc: "ns per operation",
                 log_y: true,
                 series,
@@ -208,6 +211,7 @@ fn charts(report: &Report) -> Vec<Chart> {
             file: "frag-free-huge".into(),
             title: "frag: free huge (2 MiB) frames after each round".into(),
             x_desc: "round",
+            x_fmt: whole,
             y_desc: "free huge frames",
             log_y: false,
             series: series(|r| r.free_huge),
@@ -216,11 +220,13 @@ fn charts(report: &Report) -> Vec<Chart> {
             file: "frag-compaction-cost".into(),
             title: "frag: compaction cost (4 KiB moves) after each round".into(),
             x_desc: "round",
+            x_fmt: whole,
             y_desc: "4 KiB moves",
             log_y: false,
             series: series(|r| r.compaction_cost),
         });
     }
+    out.extend(super::latency::charts(&report.realtime));
     out
 }
 

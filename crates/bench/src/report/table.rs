@@ -6,7 +6,7 @@ use super::Report;
 
 /// Lays out rows of cells in columns; the first row is the header. Text columns are
 /// left-aligned, numeric ones right-aligned.
-fn columns(rows: &[Vec<String>], numeric: &[bool]) -> String {
+pub(crate) fn columns(rows: &[Vec<String>], numeric: &[bool]) -> String {
     let n = rows.first().map_or(0, Vec::len);
     let widths: Vec<usize> = (0..n)
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
@@ -89,7 +89,9 @@ pub fn render(report: &Report) -> String {
     ];
     let mut out = String::new();
     if report.records.is_empty() {
-        out.push_str("no results\n");
+        if report.realtime.is_empty() {
+            out.push_str("no results\n");
+        }
     } else {
         let _ = writeln!(
             out,
@@ -126,6 +128,7 @@ pub fn render(report: &Report) -> String {
         out.push('\n');
         out.push_str(&columns(&rows, &[false, true, true, true, true, true]));
     }
+    out.push_str(&super::latency::render(&report.realtime));
     if !report.notes.is_empty() {
         out.push_str("\nnotes:\n");
         for n in &report.notes {

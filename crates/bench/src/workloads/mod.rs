@@ -1,5 +1,5 @@
-//! The workloads of the NBBS paper ([`nbbs`]) and the LLFree paper ([`llfree`]), as DESIGN.md
-//! ("The benchmark tool") defines them.
+//! The workloads of the NBBS paper ([`nbbs`]), the LLFree paper ([`llfree`]) and the real-time
+//! buddy paper ([`realtime`]), as DESIGN.md ("The benchmark tool") defines them.
 //!
 //! A workload runs once over one freshly built allocator at one order and thread count and
 //! returns its [`Outcome`]: per timed phase the operations done and each thread's time.
@@ -8,6 +8,7 @@
 
 pub mod llfree;
 pub mod nbbs;
+pub mod realtime;
 
 use std::time::Duration;
 
@@ -21,6 +22,22 @@ pub enum Suite {
     Nbbs,
     /// LLFree (Wrenger et al.): frame-based, from llfree-rs' `bench`.
     Llfree,
+    /// The real-time buddy paper (Defoe et al.) and tail latency: worst cases, not throughput.
+    Realtime,
+}
+
+impl Suite {
+    /// The name users select the whole suite by.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Suite::Nbbs => "nbbs",
+            Suite::Llfree => "llfree",
+            Suite::Realtime => "realtime",
+        }
+    }
+
+    /// Every suite.
+    pub const ALL: [Suite; 3] = [Suite::Nbbs, Suite::Llfree, Suite::Realtime];
 }
 
 /// A workload.
@@ -44,11 +61,19 @@ pub enum Workload {
     Rand,
     /// LLFree: fragment with order 0, reallocate 10% per round, measure huge frames.
     Frag,
+    /// Real-time: per-operation latency percentiles on three patterns.
+    Latency,
+    /// Real-time: §3.1's contrived case, N blocks, every other freed, then a larger request.
+    Contrived,
+    /// Real-time: share of requests the estranged and Knuth's buddy serve immediately.
+    EstrangedShare,
+    /// Real-time: moves and time of on-demand defragmentation on the worst-case heap.
+    Defrag,
 }
 
 impl Workload {
     /// Every workload, in the order the suite runs them.
-    pub const ALL: [Workload; 9] = [
+    pub const ALL: [Workload; 13] = [
         Workload::LinuxScalability,
         Workload::ThreadTest,
         Workload::Larson,
@@ -58,6 +83,10 @@ impl Workload {
         Workload::Repeat,
         Workload::Rand,
         Workload::Frag,
+        Workload::Latency,
+        Workload::Contrived,
+        Workload::EstrangedShare,
+        Workload::Defrag,
     ];
 
     /// The name users select it by.
@@ -72,6 +101,10 @@ impl Workload {
             Workload::Repeat => "repeat",
             Workload::Rand => "rand",
             Workload::Frag => "frag",
+            Workload::Latency => "latency",
+            Workload::Contrived => "contrived",
+            Workload::EstrangedShare => "estranged-share",
+            Workload::Defrag => "defrag",
         }
     }
 
@@ -103,6 +136,18 @@ impl Workload {
             Workload::Frag => {
                 "LLFree: allocate 90% as order 0, free half at random, then rounds of reallocating 10%; free huge frames and compaction cost per round"
             }
+            Workload::Latency => {
+                "real-time: p50/p99/p99.9/max ns of each alloc and free on Constant Occupancy, Larson, and a heap ~95% full with mixed orders (k..8k)"
+            }
+            Workload::Contrived => {
+                "real-time (§3.1): N blocks of k units, free every other, then one request of 2k; its time and success, N from the heap"
+            }
+            Workload::EstrangedShare => {
+                "real-time (§3.3): share of requests served immediately, estranged vs Knuth, on a Java-like size mix (16 B units); ns/op"
+            }
+            Workload::Defrag => {
+                "real-time (§2.8): moves and time to satisfy one request of order k on a heap with every other unit busy, Knuth and estranged"
+            }
         }
     }
 
@@ -115,6 +160,10 @@ impl Workload {
             | Workload::ConstantOccupancy
             | Workload::Cached => Suite::Nbbs,
             Workload::Bulk | Workload::Repeat | Workload::Rand | Workload::Frag => Suite::Llfree,
+            Workload::Latency
+            | Workload::Contrived
+            | Workload::EstrangedShare
+            | Workload::Defrag => Suite::Realtime,
         }
     }
 
@@ -129,8 +178,17 @@ impl Workload {
         match self {
             Workload::Larson => params.larson_span,
             Workload::ConstantOccupancy => 4,
+            Workload::Latency => realtime::latency::order_span(params),
+            Workload::Contrived => 1,
             _ => 0,
         }
+    }
+
+    /// Whether it runs once on allocators of its own choosing (Knuth's and the estranged
+    /// buddy, built as concrete types to reach their counters) rather than once per allocator
+    /// of the run.
+    pub const fn standalone(self) -> bool {
+        matches!(self, Workload::EstrangedShare | Workload::Defrag)
     }
 
     /// Whether it reads block indices as positions in the region (and so cannot run on an
@@ -159,6 +217,11 @@ impl Workload {
             // One block per thread at least; the work itself scales with the heap.
             Workload::Bulk | Workload::Repeat | Workload::Rand => 2 * threads * k,
             Workload::Frag => buddyfree::stats::HUGE_FRAME_UNITS.max(2 * threads),
+            Workload::Latency => realtime::latency::units_needed(order, threads, params),
+            // At least two blocks and the remainder; the sweep sizes its own heaps.
+            Workload::Contrived => realtime::contrived::units_for(2, k),
+            // They build their own heaps.
+            Workload::EstrangedShare | Workload::Defrag => 0,
         }
     }
 
@@ -187,6 +250,15 @@ impl Workload {
                 let held = units * 9 / 10 / t / 2 * t;
                 2 * units * 9 / 10 + 2 * params.frag_rounds * (held / 10)
             }
+            Workload::Latency => realtime::latency::timed_ops(threads, params) * 3 / 2,
+            Workload::Contrived => {
+                // N allocations and N frees, and each request with its free.
+                let n = realtime::contrived::blocks_in(units, order);
+                2 * n + 2 * params.rt.contrived_requests
+            }
+            Workload::EstrangedShare => 2 * 2 * params.rt.share_requests,
+            // Per order and allocator: fill the heap, free half, one request.
+            Workload::Defrag => params.rt.defrag_orders.len() * 3 * params.rt.defrag_units,
         };
         Some(calls as u64)
     }
@@ -227,6 +299,8 @@ pub struct Params {
     pub frag_rounds: usize,
     /// Seed of every random choice, so runs are repeatable.
     pub seed: u64,
+    /// The real-time suite's sizes.
+    pub rt: realtime::RtParams,
 }
 
 impl Default for Params {
@@ -243,6 +317,7 @@ impl Default for Params {
             cached_pairs: 250_000,
             frag_rounds: 100,
             seed: 0x5eed_b0dd,
+            rt: realtime::RtParams::default(),
         }
     }
 }
@@ -262,6 +337,7 @@ impl Params {
             cached_pairs: 256,
             frag_rounds: 5,
             seed: 0x5eed_b0dd,
+            rt: realtime::RtParams::quick(),
         }
     }
 }
@@ -292,6 +368,8 @@ pub struct Outcome {
     pub bad_frees: u64,
     /// frag only: the fragmentation after the initial phase (round 0) and after each round.
     pub frag: Vec<Fragmentation>,
+    /// The real-time workloads' measurements.
+    pub realtime: realtime::RtOutcome,
 }
 
 /// Operation counts of one thread.
@@ -305,6 +383,33 @@ pub struct Counts {
     pub failures: u64,
     /// Frees rejected.
     pub bad_frees: u64,
+}
+
+/// Makes allocator calls and records them: [`Counts`] counts them, the real-time suite's
+/// recorder also times each one. The workloads shared by both are generic over it.
+pub trait Recorder: Send {
+    /// Allocates one block; `None` when the allocator failed.
+    fn alloc(&mut self, a: &dyn BlockAlloc, order: u32, core: usize) -> Option<usize>;
+    /// Frees one block.
+    fn free(&mut self, a: &dyn BlockAlloc, index: usize, order: u32, core: usize);
+    /// The calls made so far.
+    fn counts(&self) -> Counts;
+}
+
+impl Recorder for Counts {
+    #[inline(always)]
+    fn alloc(&mut self, a: &dyn BlockAlloc, order: u32, core: usize) -> Option<usize> {
+        Counts::alloc(self, a, order, core)
+    }
+
+    #[inline(always)]
+    fn free(&mut self, a: &dyn BlockAlloc, index: usize, order: u32, core: usize) {
+        Counts::free(self, a, index, order, core)
+    }
+
+    fn counts(&self) -> Counts {
+        *self
+    }
 }
 
 impl Counts {
@@ -335,7 +440,8 @@ impl Counts {
         self.allocs + self.frees
     }
 
-    fn add(&mut self, o: &Counts) {
+    /// Adds `o`'s counts to these.
+    pub fn add(&mut self, o: &Counts) {
         self.allocs += o.allocs;
         self.frees += o.frees;
         self.failures += o.failures;
@@ -358,6 +464,7 @@ impl Outcome {
 }
 
 /// Runs `workload` once on `alloc` (built for `threads` cores over its whole region).
+/// [`Workload::standalone`] workloads ignore `alloc`, `order` and `threads`.
 pub fn run(
     workload: Workload,
     alloc: &dyn BlockAlloc,
@@ -375,6 +482,11 @@ pub fn run(
         Workload::Repeat => llfree::repeat(alloc, order, threads, params),
         Workload::Rand => llfree::rand(alloc, order, threads, params),
         Workload::Frag => llfree::frag(alloc, threads, params),
+        Workload::Latency => realtime::latency::run(alloc, order, threads, params),
+        Workload::Contrived => realtime::contrived::run(alloc, order, params),
+        // Standalone: they build Knuth's and the estranged buddy themselves.
+        Workload::EstrangedShare => realtime::share::run(params),
+        Workload::Defrag => realtime::defrag::run(params),
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use buddyfree::BlockAlloc;
 
-use super::{phase, Counts, Outcome, Params, Rng, Stop};
+use super::{phase, Counts, Outcome, Params, Recorder, Rng, Stop};
 use crate::runner::{run_workers, Worker};
 
 /// Constant Occupancy's pool, in units of `k`: 1·16 + 2·8 + 4·4 + 8·2 + 16·1.
@@ -103,7 +103,7 @@ pub fn cached(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Out
 }
 
 /// Frees every block of a pool (after the timed part).
-fn free_pool(a: &dyn BlockAlloc, pool: &[(usize, u32)], core: usize, c: &mut Counts) {
+fn free_pool(a: &dyn BlockAlloc, pool: &[(usize, u32)], core: usize, c: &mut impl Recorder) {
     for &(i, o) in pool {
         if i != EMPTY {
             c.free(a, i, o, core);
@@ -120,7 +120,7 @@ fn churn(
     steps: usize,
     core: usize,
     rng: &mut Rng,
-    c: &mut Counts,
+    c: &mut impl Recorder,
     mut next_order: impl FnMut(&mut Rng, u32) -> u32,
 ) {
     for _ in 0..steps {
@@ -136,14 +136,56 @@ fn churn(
 /// Constant Occupancy: each thread allocates 1 block of `16k`, 2 of `8k`, 4 of `4k`, 8 of `2k`
 /// and 16 of `k` units, then `co_steps / P` times frees a random one and reallocates its size.
 pub fn constant_occupancy(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Outcome {
-    let steps = p.co_steps / threads;
+    counted(constant_occupancy_with(
+        a,
+        order,
+        threads,
+        p.co_steps,
+        p.seed,
+        |_| Counts::default(),
+    ))
+}
+
+/// One thread's share of a run with a [`Recorder`]: the recorder of its timed part, that
+/// part's time, and the counts of all it did.
+pub(crate) struct Recorded<R> {
+    pub(crate) timed: R,
+    pub(crate) time: Duration,
+    pub(crate) total: Counts,
+}
+
+/// The outcome of a run recorded with plain [`Counts`].
+fn counted(parts: Vec<Recorded<Counts>>) -> Outcome {
+    outcome(
+        parts
+            .into_iter()
+            .map(|r| Part {
+                timed: r.timed,
+                time: r.time,
+                total: r.total,
+            })
+            .collect(),
+    )
+}
+
+/// Constant Occupancy with `steps` steps over all threads, recording the timed part (the
+/// pool's allocation and the steps) with a recorder from `recorder(thread)`.
+pub(crate) fn constant_occupancy_with<R: Recorder>(
+    a: &dyn BlockAlloc,
+    order: u32,
+    threads: usize,
+    steps: usize,
+    seed: u64,
+    recorder: impl Fn(usize) -> R + Sync,
+) -> Vec<Recorded<R>> {
+    let steps = steps / threads;
     let orders: Vec<u32> = (0..=4u32)
         .flat_map(|i| std::iter::repeat_n(order + 4 - i, 1 << i))
         .collect();
-    outcome(run_workers(threads, |w| {
+    run_workers(threads, |w| {
         let core = w.id;
-        let mut rng = Rng::new(p.seed, w.id as u64);
-        let mut c = Counts::default();
+        let mut rng = Rng::new(seed, w.id as u64);
+        let mut c = recorder(w.id);
         let mut pool = vec![(EMPTY, 0); orders.len()];
         let ((), time) = w.timed(|| {
             for (slot, &o) in pool.iter_mut().zip(&orders) {
@@ -151,14 +193,14 @@ pub fn constant_occupancy(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Pa
             }
             churn(a, &mut pool, steps, core, &mut rng, &mut c, |_, o| o);
         });
-        let timed = c;
-        free_pool(a, &pool, core, &mut c);
-        Part {
-            timed,
+        let mut total = c.counts();
+        free_pool(a, &pool, core, &mut total);
+        Recorded {
+            timed: c,
             time,
-            total: c,
+            total,
         }
-    }))
+    })
 }
 
 /// The order of a size drawn uniformly from `[k, k << span]` units, rounded up to a power
@@ -171,10 +213,10 @@ fn larson_order(rng: &mut Rng, order: u32, span: u32) -> u32 {
 }
 
 /// What a Larson thread hands to its successor.
-struct Lineage {
+struct Lineage<R> {
     pool: Vec<(usize, u32)>,
     rng: Rng,
-    counts: Counts,
+    recorder: R,
 }
 
 /// Larson (Larson & Krishnan '98): each thread holds `larson_chunks` blocks of random sizes in
@@ -183,8 +225,23 @@ struct Lineage {
 /// same core), which frees blocks its predecessor allocated: cross-thread frees. Runs until
 /// `larson_stop`; the initial pool is allocated before the start barrier.
 pub fn larson(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Outcome {
+    counted(larson_with(a, order, threads, p, p.larson_stop, |_| {
+        Counts::default()
+    }))
+}
+
+/// Larson until `stop`, recording the timed steps (not the initial pool, nor freeing what is
+/// left) with a recorder from `recorder(thread)` that moves along to each successor thread.
+pub(crate) fn larson_with<R: Recorder>(
+    a: &dyn BlockAlloc,
+    order: u32,
+    threads: usize,
+    p: &Params,
+    stop: Stop,
+    recorder: impl Fn(usize) -> R + Sync,
+) -> Vec<Recorded<R>> {
     let span = p.larson_span;
-    outcome(run_workers(threads, |w| {
+    run_workers(threads, |w| {
         let core = w.id;
         let mut rng = Rng::new(p.seed, w.id as u64);
         let mut setup = Counts::default();
@@ -197,7 +254,7 @@ pub fn larson(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Out
         let lineage = Lineage {
             pool,
             rng,
-            counts: Counts::default(),
+            recorder: recorder(w.id),
         };
         let (lineage, time) = w.timed(move || {
             let mut lineage = lineage;
@@ -210,7 +267,7 @@ pub fn larson(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Out
                         let Lineage {
                             mut pool,
                             mut rng,
-                            mut counts,
+                            mut recorder,
                         } = lineage;
                         churn(
                             a,
@@ -218,16 +275,20 @@ pub fn larson(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Out
                             p.larson_steps,
                             core,
                             &mut rng,
-                            &mut counts,
+                            &mut recorder,
                             |r, _| larson_order(r, order, span),
                         );
-                        Lineage { pool, rng, counts }
+                        Lineage {
+                            pool,
+                            rng,
+                            recorder,
+                        }
                     })
                     .join()
                     .unwrap_or_else(|e| std::panic::resume_unwind(e))
                 });
                 generations += 1;
-                let done = match p.larson_stop {
+                let done = match stop {
                     Stop::Generations(n) => generations >= n,
                     Stop::Time(d) => start.elapsed() >= d,
                 };
@@ -236,10 +297,13 @@ pub fn larson(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Out
                 }
             }
         });
-        let timed = lineage.counts;
         let mut total = setup;
-        total.add(&timed);
+        total.add(&lineage.recorder.counts());
         free_pool(a, &lineage.pool, core, &mut total);
-        Part { timed, time, total }
-    }))
+        Recorded {
+            timed: lineage.recorder,
+            time,
+            total,
+        }
+    })
 }

@@ -7,6 +7,9 @@
 //! so that a double free or a free of a unit never allocated is reported exactly, and of two
 //! racing frees of one unit exactly one succeeds (the one whose atomic bit-clear wins).
 //!
+//! Beside them, [`FirstFit`]: the real-time buddy paper's unstructured-list baseline, a
+//! sequential first-fit allocator of any order over address-ordered free extents.
+//!
 //! Like the paper's lists they keep their next links in an array beside the managed memory
 //! (Linux keeps them in `struct page`), not inside the free units.
 //!
@@ -24,11 +27,13 @@
 
 mod bits;
 mod cas;
+mod first_fit;
 mod links;
 mod locked;
 mod percore;
 
 pub use cas::CasStack;
+pub use first_fit::FirstFit;
 pub use locked::LockedStack;
 pub use percore::PerCoreStacks;
 
