@@ -103,6 +103,7 @@ const ENTRIES: &[Entry] = &[
     Entry {
         name: "first-fit-locked",
         about: "first-fit over an address-ordered free list of extents, behind a spinlock (real-time paper's unstructured-list baseline); O(extents) per allocation",
+        max_order: ANY_ORDER,
         build: |c| Ok(Box::new(Locked::<FirstFit>::new(FirstFit::new(c)?))),
     },
 ];
