@@ -1,0 +1,365 @@
+//! The NBBS algorithms (Alg. 2-5) over a forest of cells, written once for any cell height.
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::marker::PhantomData;
+
+use super::cell::Shape;
+use super::cores::Cores;
+use super::word::Word;
+use crate::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use crate::{check_block, BlockAlloc, Config, Error};
+
+/// A cell height: the word it lives in and its masks.
+pub trait Kind: Send + Sync + 'static {
+    /// The atomic word of one cell.
+    type Atomic: Word;
+    /// Tree levels per cell.
+    const SHAPE: Shape;
+}
+
+/// The paper's 1-level tree: one node per `AtomicU8`.
+pub struct OneLevel;
+impl Kind for OneLevel {
+    type Atomic = AtomicU8;
+    const SHAPE: Shape = Shape::new(1);
+}
+
+/// The paper's 4-level bunches: 15 nodes per `AtomicU64`.
+pub struct FourLevel;
+impl Kind for FourLevel {
+    type Atomic = AtomicU64;
+    const SHAPE: Shape = Shape::new(4);
+}
+
+/// A block of `2^order` units at `pos * 2^order`: one node of the tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Node {
+    order: u32,
+    pos: usize,
+}
+
+/// Where a node lives: cell level (0 = the cells holding the roots), cell within the level,
+/// node number inside the cell.
+#[derive(Clone, Copy, Debug)]
+struct Place {
+    level: usize,
+    cell: usize,
+    j: u32,
+}
+
+/// A forest of `roots` trees of height `max_order`, cut into cells of `K` levels from the
+/// roots down (the deepest cells may reach below order 0; those nodes are never used).
+///
+/// ```text
+///  cells: [ level 0: roots cells | level 1: roots·2^K cells | level 2: roots·2^2K | ... ]
+///  node (order, pos): depth d = max_order - order, cell level d / K, row r = d % K,
+///                     cell pos >> r, in-cell number 2^r + pos mod 2^r
+/// ```
+pub struct Forest<K: Kind> {
+    cells: Box<[K::Atomic]>,
+    /// First cell of each cell level.
+    level_start: Box<[usize]>,
+    units: usize,
+    /// `roots << max_order`: the units the trees cover, `units` rounded up.
+    span: usize,
+    max_order: u32,
+    cores: Cores,
+    kind: PhantomData<K>,
+}
+
+impl<K: Kind> Forest<K> {
+    const S: Shape = K::SHAPE;
+    const LEVELS: u32 = K::SHAPE.levels;
+
+    /// A forest managing `config.units` units. When `units` is not a multiple of
+    /// `2^max_order`, the last tree is cut short: its units past the end are occupied once,
+    /// at construction, by aligned blocks no caller can free (they are out of range).
+    pub fn new(config: Config) -> Result<Self, Error> {
+        config.validate()?;
+        let max_order = config.max_order;
+        let roots = config.units.div_ceil(1 << max_order);
+        let span = roots
+            .checked_mul(1 << max_order)
+            .ok_or(Error::InvalidConfig)?;
+        let mut level_start = Vec::new();
+        let mut total = 0usize;
+        for level in 0..=max_order / Self::LEVELS {
+            level_start.push(total);
+            let cells = roots
+                .checked_mul(1usize << (level * Self::LEVELS))
+                .ok_or(Error::InvalidConfig)?;
+            total = total.checked_add(cells).ok_or(Error::InvalidConfig)?;
+        }
+        let cores = config.cores;
+        let forest = Forest {
+            cells: (0..total).map(|_| K::Atomic::new(0)).collect(),
+            level_start: level_start.into(),
+            units: config.units,
+            span,
+            max_order,
+            cores: Cores::new(cores, |core, order| {
+                let len = span >> order.min(max_order);
+                (len as u128 * core as u128 / cores as u128) as usize
+            }),
+            kind: PhantomData,
+        };
+        let mut pos = config.units;
+        while pos < span {
+            let order = (0..=pos.trailing_zeros().min(max_order))
+                .rev()
+                .find(|&o| span - pos >= 1 << o)
+                .unwrap_or(0);
+            forest
+                .try_alloc(Node {
+                    order,
+                    pos: pos >> order,
+                })
+                .map_err(|_| Error::InvalidConfig)?;
+            pos += 1 << order;
+        }
+        Ok(forest)
+    }
+
+    #[inline]
+    fn place(&self, node: Node) -> Place {
+        let depth = self.max_order - node.order;
+        let row = depth % Self::LEVELS;
+        Place {
+            level: (depth / Self::LEVELS) as usize,
+            cell: node.pos >> row,
+            j: (1 << row) | (node.pos & ((1 << row) - 1)) as u32,
+        }
+    }
+
+    #[inline]
+    fn node(&self, level: usize, cell: usize, j: u32) -> Node {
+        let row = j.ilog2();
+        Node {
+            order: self.max_order - (level as u32 * Self::LEVELS + row),
+            pos: cell << row | (j - (1 << row)) as usize,
+        }
+    }
+
+    #[inline]
+    fn cell(&self, level: usize, cell: usize) -> &K::Atomic {
+        &self.cells[self.level_start[level] + cell]
+    }
+
+    /// The parent cell of `cell` and which of its children `cell` is.
+    #[inline]
+    fn parent(cell: usize) -> (usize, u32) {
+        (
+            cell >> Self::LEVELS,
+            (cell & (Self::S.children() as usize - 1)) as u32,
+        )
+    }
+
+    /// Alg. 3 (TRYALLOC): reserves `node`, then climbs marking the ancestors occupied up to
+    /// the roots. On failure returns the node that made it fail (`node` or an occupied
+    /// ancestor), having rolled back its marks.
+    fn try_alloc(&self, node: Node) -> Result<(), Node> {
+        let at = self.place(node);
+        let done = at.level == 0;
+        let home = self.cell(at.level, at.cell);
+        // T2. Acquire: the node, or an in-cell ancestor, may have just been freed by another
+        // thread; its writes to those units must happen before the caller's.
+        if let Err(seen) = home.try_update(Ordering::Acquire, |w| {
+            Self::S.reserve(w, at.j, done).ok()
+        }) {
+            let failed = Self::S.reserve(seen, at.j, done).unwrap_err();
+            return Err(self.node(at.level, at.cell, failed));
+        }
+        let (mut level, mut cell) = (at.level, at.cell);
+        while level > 0 {
+            let (up, ch) = Self::parent(cell);
+            level -= 1;
+            cell = up;
+            // T8-T15. Acquire, as for T2: this ancestor may have been freed just now.
+            if let Err(seen) = self
+                .cell(level, cell)
+                .try_update(Ordering::Acquire, |w| Self::S.mark(w, ch).ok())
+            {
+                // T10-T12: an ancestor is occupied; undo the marks below it.
+                let failed = Self::S.mark(seen, ch).unwrap_err();
+                let now = home.fetch_or(0, Ordering::Relaxed);
+                self.release(at, now, level + 1);
+                return Err(self.node(level, cell, failed));
+            }
+        }
+        // Relaxed: a free of this block learns of it through the caller, which orders it
+        // after this, and its claim is an RMW, which reads the latest state anyway.
+        home.fetch_or(Self::S.allocated_bit(at.j), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Alg. 4 (FREENODE, F6-F22) and Alg. 5 (UNMARK) for the node at `at`, held by the caller
+    /// (occupied, not allocated); `now` is its cell's state as of the caller's last RMW on it.
+    /// Climbs no higher than cell level `stop` (0 for a free, the last marked level for a
+    /// rollback).
+    fn release(&self, at: Place, now: u64, stop: usize) {
+        let home = self.cell(at.level, at.cell);
+        // F6-F19: mark the ancestors coalescing, as far as the merge may reach.
+        if at.level > stop && Self::S.keeps_climbing(now, Self::S.node_bits(at.j)) {
+            let (mut level, mut cell) = (at.level, at.cell);
+            while level > stop {
+                let (up, ch) = Self::parent(cell);
+                level -= 1;
+                cell = up;
+                // Relaxed: this only steers the merge; the RMW reads the latest state.
+                let old = self
+                    .cell(level, cell)
+                    .fetch_or(Self::S.coal_bit(ch), Ordering::Relaxed);
+                if !Self::S.keeps_climbing(old, Self::S.child_bits(ch)) {
+                    break;
+                }
+            }
+        }
+        // F20. Release: the caller's writes to the block happen before its next owner's.
+        // An RMW, not the paper's store: other nodes of a bunch change concurrently.
+        let now = home.fetch_and(Self::S.clear_mask(at.j), Ordering::Release)
+            & Self::S.clear_mask(at.j);
+        // F21-F22, U1-U13: clear the coalescing marks upwards while the sub-tree is free.
+        if !Self::S.looks_free(now) {
+            return;
+        }
+        let (mut level, mut cell) = (at.level, at.cell);
+        while level > stop {
+            let (up, ch) = Self::parent(cell);
+            level -= 1;
+            cell = up;
+            // AcqRel: acquire the frees merged below (the buddy's release), release them,
+            // with ours, to whoever allocates this larger block.
+            match self
+                .cell(level, cell)
+                .try_update(Ordering::AcqRel, |w| Self::S.unmark(w, ch))
+            {
+                Ok(new) if Self::S.looks_free(new) => {}
+                _ => return,
+            }
+        }
+    }
+
+    /// Tries `node` if it looks free; otherwise, or on failure, the next position worth
+    /// trying at its order (past the sub-tree of the node that made it fail; Alg. 2, A13-A14).
+    #[inline]
+    fn attempt(&self, node: Node) -> Result<(), usize> {
+        let at = self.place(node);
+        let w = self.cell(at.level, at.cell).load(Ordering::Relaxed);
+        let failed = if Self::S.is_free(w, at.j) {
+            match self.try_alloc(node) {
+                Ok(()) => return Ok(()),
+                Err(failed) => failed,
+            }
+        } else {
+            node
+        };
+        Err((failed.pos + 1) << (failed.order - node.order))
+    }
+
+    /// Alg. 2, A6-A14: scans the positions of `order` from `start`, wrapping around.
+    fn scan(&self, order: u32, start: usize) -> Option<usize> {
+        let len = self.span >> order;
+        for (from, to) in [(start, len), (0, start)] {
+            let mut pos = from;
+            while pos < to {
+                match self.attempt(Node { order, pos }) {
+                    Ok(()) => return Some(pos),
+                    Err(next) => pos = next,
+                }
+            }
+        }
+        None
+    }
+
+    /// Whether the block (`index`, `order`) is allocated.
+    fn is_allocated(&self, index: usize, order: u32) -> bool {
+        let at = self.place(Node {
+            order,
+            pos: index >> order,
+        });
+        Self::S.is_allocated(
+            self.cell(at.level, at.cell).load(Ordering::Relaxed),
+            at.j,
+        )
+    }
+}
+
+impl<K: Kind> BlockAlloc for Forest<K> {
+    /// Alg. 2 (NBALLOC): the core's hint first (3.6.1), then, unless the free-unit count
+    /// already rules it out, a scan of the order's level from the hint, repeated while frees
+    /// complete during the scan (A15-A16).
+    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        if order > self.max_order {
+            return Err(Error::BadOrder);
+        }
+        let slot = self.cores.slot(core);
+        let len = self.span >> order;
+        // Orders without a hint start at a position scattered by core.
+        let start = slot
+            .hint(order)
+            .unwrap_or(core.wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as usize))
+            % len;
+        let pos = match self.attempt(Node { order, pos: start }) {
+            Ok(()) => start,
+            Err(_) => loop {
+                // The full-heap fast path: too few free units means no block, without a scan.
+                if (self.units.wrapping_add(self.cores.net_freed())) < 1 << order {
+                    return Err(Error::OutOfMemory);
+                }
+                let releases = self.cores.releases();
+                if let Some(pos) = self.scan(order, start) {
+                    break pos;
+                }
+                if self.cores.releases() == releases {
+                    return Err(Error::OutOfMemory);
+                }
+            },
+        };
+        slot.allocated(1 << order);
+        slot.set_hint(order, if pos + 1 == len { 0 } else { pos + 1 });
+        Ok(pos << order)
+    }
+
+    /// Alg. 4 (NBFREE): claims the allocated node (the one check that makes double frees
+    /// harmless), then FREENODE up to the roots and counts the release (F4).
+    fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        check_block(index, order, self.max_order, self.units)?;
+        let node = Node {
+            order,
+            pos: index >> order,
+        };
+        let at = self.place(node);
+        // Relaxed: the caller's own ordering puts this after the allocation; the release
+        // ordering that publishes the block's units is on the clear (F20).
+        let Ok(now) = self
+            .cell(at.level, at.cell)
+            .try_update(Ordering::Relaxed, |w| Self::S.claim(w, at.j))
+        else {
+            let other = (0..=self.max_order)
+                .any(|o| o != order && index % (1 << o) == 0 && self.is_allocated(index, o));
+            return Err(if other {
+                Error::OrderMismatch
+            } else {
+                Error::NotAllocated
+            });
+        };
+        self.release(at, now, 0);
+        let slot = self.cores.slot(core);
+        slot.freed(1 << order);
+        slot.set_hint(order, node.pos);
+        Ok(())
+    }
+
+    fn free_units(&self) -> usize {
+        self.units.wrapping_add(self.cores.net_freed())
+    }
+
+    fn total_units(&self) -> usize {
+        self.units
+    }
+
+    fn max_order(&self) -> u32 {
+        self.max_order
+    }
+}
