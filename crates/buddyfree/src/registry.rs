@@ -4,7 +4,7 @@
 use alloc::boxed::Box;
 
 use crate::model::Model;
-use crate::{BlockAlloc, Config, Error, Locked};
+use crate::{BlockAlloc, Config, Error, Locked, Nbbs, Nbbs4};
 
 /// A boxed allocator that can move between threads.
 pub type DynAlloc = Box<dyn BlockAlloc + Send>;
@@ -29,11 +29,25 @@ pub fn find(name: &str) -> Option<&'static Entry> {
     ENTRIES.iter().find(|e| e.name == name)
 }
 
-const ENTRIES: &[Entry] = &[Entry {
-    name: "model",
-    about: "the reference model (first-fit unit map) behind a spinlock; O(units) per allocation",
-    build: |c| Ok(Box::new(Locked::<Model>::new(Model::new(c)?))),
-}];
+const ENTRIES: &[Entry] = &[
+    Entry {
+        name: "model",
+        about:
+            "the reference model (first-fit unit map) behind a spinlock; O(units) per allocation",
+        build: |c| Ok(Box::new(Locked::<Model>::new(Model::new(c)?))),
+    },
+    Entry {
+        name: "nbbs",
+        about:
+            "NBBS, the non-blocking buddy system: 1-level tree, one byte per node, per-core hints",
+        build: |c| Ok(Box::new(Nbbs::new(c)?)),
+    },
+    Entry {
+        name: "nbbs4",
+        about: "NBBS with 4-level bunches: 15 nodes per 64-bit word, one CAS per 4 levels",
+        build: |c| Ok(Box::new(Nbbs4::new(c)?)),
+    },
+];
 
 #[cfg(test)]
 mod tests {

@@ -40,7 +40,9 @@ impl Cores {
                 CachePadded::new(Slot {
                     allocated: AtomicUsize::new(0),
                     freed: AtomicUsize::new(0),
-                    hints: core::array::from_fn(|order| AtomicUsize::new(start(core, order as u32))),
+                    hints: core::array::from_fn(|order| {
+                        AtomicUsize::new(start(core, order as u32))
+                    }),
                 })
             })
             .collect();

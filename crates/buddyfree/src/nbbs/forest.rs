@@ -10,6 +10,17 @@ use super::word::Word;
 use crate::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use crate::{check_block, BlockAlloc, Config, Error};
 
+/// Records protocol steps under loom tests, printed when a check fails.
+#[cfg(all(test, loom))]
+pub static TRACE: std::sync::Mutex<Vec<std::string::String>> = std::sync::Mutex::new(Vec::new());
+
+macro_rules! trace {
+    ($($arg:tt)*) => {
+        #[cfg(all(test, loom))]
+        TRACE.lock().unwrap().push(std::format!("{:?} {}", loom::thread::current().id(), std::format!($($arg)*)));
+    };
+}
+
 /// A cell height: the word it lives in and its masks.
 pub trait Kind: Send + Sync + 'static {
     /// The atomic word of one cell.
@@ -164,9 +175,9 @@ impl<K: Kind> Forest<K> {
         let home = self.cell(at.level, at.cell);
         // T2. Acquire: the node, or an in-cell ancestor, may have just been freed by another
         // thread; its writes to those units must happen before the caller's.
-        if let Err(seen) = home.try_update(Ordering::Acquire, |w| {
-            Self::S.reserve(w, at.j, done).ok()
-        }) {
+        let r = home.try_update(Ordering::Acquire, |w| Self::S.reserve(w, at.j, done).ok());
+        trace!("reserve {node:?} {at:?} -> {r:x?}");
+        if let Err(seen) = r {
             let failed = Self::S.reserve(seen, at.j, done).unwrap_err();
             return Err(self.node(at.level, at.cell, failed));
         }
@@ -176,10 +187,11 @@ impl<K: Kind> Forest<K> {
             level -= 1;
             cell = up;
             // T8-T15. Acquire, as for T2: this ancestor may have been freed just now.
-            if let Err(seen) = self
+            let r = self
                 .cell(level, cell)
-                .try_update(Ordering::Acquire, |w| Self::S.mark(w, ch).ok())
-            {
+                .try_update(Ordering::Acquire, |w| Self::S.mark(w, ch).ok());
+            trace!("mark {level}/{cell} ch {ch} -> {r:x?}");
+            if let Err(seen) = r {
                 // T10-T12: an ancestor is occupied; undo the marks below it.
                 let failed = Self::S.mark(seen, ch).unwrap_err();
                 let now = home.fetch_or(0, Ordering::Relaxed);
@@ -190,6 +202,7 @@ impl<K: Kind> Forest<K> {
         // Relaxed: a free of this block learns of it through the caller, which orders it
         // after this, and its claim is an RMW, which reads the latest state anyway.
         home.fetch_or(Self::S.allocated_bit(at.j), Ordering::Relaxed);
+        trace!("allocated {node:?}");
         Ok(())
     }
 
@@ -210,6 +223,7 @@ impl<K: Kind> Forest<K> {
                 let old = self
                     .cell(level, cell)
                     .fetch_or(Self::S.coal_bit(ch), Ordering::Relaxed);
+                trace!("coal {level}/{cell} ch {ch} old {old:x}");
                 if !Self::S.keeps_climbing(old, Self::S.child_bits(ch)) {
                     break;
                 }
@@ -217,8 +231,9 @@ impl<K: Kind> Forest<K> {
         }
         // F20. Release: the caller's writes to the block happen before its next owner's.
         // An RMW, not the paper's store: other nodes of a bunch change concurrently.
-        let now = home.fetch_and(Self::S.clear_mask(at.j), Ordering::Release)
-            & Self::S.clear_mask(at.j);
+        let now =
+            home.fetch_and(Self::S.clear_mask(at.j), Ordering::Release) & Self::S.clear_mask(at.j);
+        trace!("clear {at:?} -> {now:x}");
         // F21-F22, U1-U13: clear the coalescing marks upwards while the sub-tree is free.
         if !Self::S.looks_free(now) {
             return;
@@ -230,12 +245,16 @@ impl<K: Kind> Forest<K> {
             cell = up;
             // AcqRel: acquire the frees merged below (the buddy's release), release them,
             // with ours, to whoever allocates this larger block.
-            match self
+            let r = self
                 .cell(level, cell)
-                .try_update(Ordering::AcqRel, |w| Self::S.unmark(w, ch))
-            {
-                Ok(new) if Self::S.looks_free(new) => {}
-                _ => return,
+                .try_update(Ordering::AcqRel, |w| Self::S.unmark(w, ch));
+            trace!("unmark {level}/{cell} ch {ch} -> {r:x?}");
+            // U8-U9 return when the coalescing bit is gone. We go on while this cell is
+            // free: another free's UNMARK may have consumed our bit here and then given up
+            // above, where we had not yet set ours (a stranded OCC bit otherwise; see the
+            // loom test `loom_nbbs_alloc_alloc_same_node`).
+            if !Self::S.looks_free(r.unwrap_or_else(|seen| seen)) {
+                return;
             }
         }
     }
@@ -272,16 +291,22 @@ impl<K: Kind> Forest<K> {
         None
     }
 
+    /// The cell states, for failure reports.
+    #[cfg(all(test, loom))]
+    pub fn dump(&self) -> Vec<u64> {
+        self.cells
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect()
+    }
+
     /// Whether the block (`index`, `order`) is allocated.
     fn is_allocated(&self, index: usize, order: u32) -> bool {
         let at = self.place(Node {
             order,
             pos: index >> order,
         });
-        Self::S.is_allocated(
-            self.cell(at.level, at.cell).load(Ordering::Relaxed),
-            at.j,
-        )
+        Self::S.is_allocated(self.cell(at.level, at.cell).load(Ordering::Relaxed), at.j)
     }
 }
 
@@ -337,13 +362,14 @@ impl<K: Kind> BlockAlloc for Forest<K> {
             .try_update(Ordering::Relaxed, |w| Self::S.claim(w, at.j))
         else {
             let other = (0..=self.max_order)
-                .any(|o| o != order && index % (1 << o) == 0 && self.is_allocated(index, o));
+                .any(|o| o != order && index.is_multiple_of(1 << o) && self.is_allocated(index, o));
             return Err(if other {
                 Error::OrderMismatch
             } else {
                 Error::NotAllocated
             });
         };
+        trace!("claim {node:?} -> {now:x}");
         self.release(at, now, 0);
         let slot = self.cores.slot(core);
         slot.freed(1 << order);

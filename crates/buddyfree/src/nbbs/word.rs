@@ -24,10 +24,14 @@ pub trait Word: Send + Sync {
     ) -> Result<u64, u64>;
 
     /// Applies `step` to the state until a CAS installs its result: `Ok(new state)`, or
-    /// `Err(state seen)` as soon as `step` refuses the state with `None`.
+    /// `Err(state)` when `step` refuses the state with `None`.
     ///
-    /// `success` orders the successful CAS; failed attempts and the first read are relaxed,
-    /// because a protocol step only acts on the value its own successful CAS replaced.
+    /// A refusal is only returned for a state confirmed current by an RMW (a CAS of the state
+    /// onto itself): a plain load may return a stale state, and the paper's algorithms assume
+    /// sequential consistency, so e.g. UNMARK giving up on a coalescing bit it read too early
+    /// would strand an occupied bit forever. `success` orders the installing or confirming
+    /// RMW; the first read and failed attempts are relaxed, because a step acts only on a
+    /// state an RMW of its own has read.
     #[inline]
     fn try_update(
         &self,
@@ -36,9 +40,14 @@ pub trait Word: Send + Sync {
     ) -> Result<u64, u64> {
         let mut current = self.load(Ordering::Relaxed);
         loop {
-            let new = step(current).ok_or(current)?;
-            match self.compare_exchange_weak(current, new, success, Ordering::Relaxed) {
-                Ok(_) => return Ok(new),
+            let new = step(current);
+            match self.compare_exchange_weak(
+                current,
+                new.unwrap_or(current),
+                success,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return new.ok_or(current),
                 Err(seen) => current = seen,
             }
         }
