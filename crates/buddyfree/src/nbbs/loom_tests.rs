@@ -34,11 +34,13 @@ impl Dump for Nbbs4 {
 }
 
 /// Both layouts over a 4-unit tree (3 levels: in one cell for `Nbbs4`), and `Nbbs4` over a
-/// 32-unit tree (5 levels: order 0 in cells of their own below the root cell).
-const CASES: [(Build, usize, u32); 3] = [
+/// 32-unit tree of 5 levels (order 0 in cells of their own below the root cell) and of 6
+/// levels (units 0 and 1 are sibling nodes inside one cell below the root cell).
+const CASES: [(Build, usize, u32); 4] = [
     (|c| Box::new(Nbbs::new(c).unwrap()), 4, 2),
     (|c| Box::new(Nbbs4::new(c).unwrap()), 4, 2),
     (|c| Box::new(Nbbs4::new(c).unwrap()), 32, 4),
+    (|c| Box::new(Nbbs4::new(c).unwrap()), 32, 5),
 ];
 
 /// The units of the heap, as memory a block's owner writes.
