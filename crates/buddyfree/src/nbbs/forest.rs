@@ -320,11 +320,12 @@ impl<K: Kind> BlockAlloc for Forest<K> {
         }
         let slot = self.cores.slot(core);
         let len = self.span >> order;
-        // Orders without a hint start at a position scattered by core.
+        // Orders without a hint start at a position scattered by core. Hints are always in
+        // range, so the division is off the common path.
         let start = slot
             .hint(order)
-            .unwrap_or(core.wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as usize))
-            % len;
+            .unwrap_or(core.wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as usize));
+        let start = if start < len { start } else { start % len };
         let pos = match self.attempt(Node { order, pos: start }) {
             Ok(()) => start,
             Err(_) => loop {
@@ -355,12 +356,21 @@ impl<K: Kind> BlockAlloc for Forest<K> {
             pos: index >> order,
         };
         let at = self.place(node);
-        // Relaxed: the caller's own ordering puts this after the allocation; the release
-        // ordering that publishes the block's units is on the clear (F20).
-        let Ok(now) = self
-            .cell(at.level, at.cell)
-            .try_update(Ordering::Relaxed, |w| Self::S.claim(w, at.j))
-        else {
+        let home = self.cell(at.level, at.cell);
+        let root_cell = at.level == 0;
+        // Relaxed claim: the caller's own ordering puts this after the allocation; the
+        // release that publishes the block's units is on the clear (F20). A node in a root
+        // cell has nothing to climb, so its claim is the clear, in one CAS.
+        let claimed = if root_cell {
+            home.try_update(Ordering::Release, |w| {
+                Self::S
+                    .is_allocated(w, at.j)
+                    .then(|| w & Self::S.clear_mask(at.j))
+            })
+        } else {
+            home.try_update(Ordering::Relaxed, |w| Self::S.claim(w, at.j))
+        };
+        let Ok(now) = claimed else {
             let other = (0..=self.max_order)
                 .any(|o| o != order && index.is_multiple_of(1 << o) && self.is_allocated(index, o));
             return Err(if other {
@@ -370,7 +380,9 @@ impl<K: Kind> BlockAlloc for Forest<K> {
             });
         };
         trace!("claim {node:?} -> {now:x}");
-        self.release(at, now, 0);
+        if !root_cell {
+            self.release(at, now, 0);
+        }
         let slot = self.cores.slot(core);
         slot.freed(1 << order);
         slot.set_hint(order, node.pos);
