@@ -110,3 +110,28 @@ fn rejects_configs_it_cannot_build() {
     assert!(Nbbs4::new(Config::new(8, 4)).is_err());
     assert!(Nbbs::new(Config::new(8, 2).with_cores(0)).is_err());
 }
+
+#[test]
+fn survives_ping_pong_on_a_tiny_tree() {
+    // Threads allocate and at once free small blocks of one 8-unit tree, so frees of a node
+    // race its reallocation and the merge of its buddies: the pattern that strands an
+    // occupied bit when an UNMARK gives up too early.
+    for (name, alloc) in both(Config::new(8, 3).with_cores(4)) {
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let alloc = &*alloc;
+                s.spawn(move || {
+                    let mut rng = common::Rng::new(t as u64 + 7);
+                    for _ in 0..50_000 {
+                        let order = rng.below(2) as u32;
+                        if let Ok(i) = alloc.alloc(order, t % 2) {
+                            alloc.free(i, order, t).unwrap();
+                        }
+                    }
+                });
+            }
+        });
+        common::assert_whole(&*alloc);
+        let _ = name;
+    }
+}

@@ -205,3 +205,21 @@ fn loom_nbbs_double_free_races_free() {
         heap.assert_whole();
     });
 }
+
+#[test]
+fn loom_nbbs_bad_free_races_speculative_alloc() {
+    // Units 0-1 are one order-1 block. An order-0 allocation starting at unit 0 reserves it,
+    // finds the occupied parent and rolls back, while a bad free of unit 0 runs: the free
+    // must never take the speculative reservation for an allocated block.
+    check(3, |heap| {
+        assert_eq!(heap.alloc(1, 0), Ok(0));
+        let h2 = heap.clone();
+        let t = thread::spawn(move || h2.free(0, 0, 1));
+        let got = heap.alloc(0, 0).unwrap();
+        assert!(got >= 2);
+        assert_eq!(t.join().unwrap(), Err(Error::OrderMismatch));
+        heap.use_and_free(got, 0, 0);
+        heap.use_and_free(0, 1, 0);
+        heap.assert_whole();
+    });
+}
