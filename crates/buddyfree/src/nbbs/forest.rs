@@ -25,7 +25,7 @@ macro_rules! trace {
 pub trait Kind: Send + Sync + 'static {
     /// The atomic word of one cell.
     type Atomic: Word;
-    /// Tree levels per cell.
+    /// The layout of its cells.
     const SHAPE: Shape;
 }
 
