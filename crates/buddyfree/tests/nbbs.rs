@@ -135,3 +135,19 @@ fn survives_ping_pong_on_a_tiny_tree() {
         let _ = name;
     }
 }
+
+#[test]
+fn too_large_configs_fail_instead_of_aborting() {
+    assert_eq!(
+        Nbbs::new(Config::new(1 << 60, 4)).err(),
+        Some(Error::InvalidConfig)
+    );
+    assert_eq!(
+        Nbbs4::new(Config::new(1 << 60, 40)).err(),
+        Some(Error::InvalidConfig)
+    );
+    assert_eq!(
+        Nbbs::new(Config::new(64, 4).with_cores(1 << 58)).err(),
+        Some(Error::InvalidConfig)
+    );
+}

@@ -3,6 +3,9 @@
 
 use alloc::boxed::Box;
 
+use super::forest::filled;
+use crate::Error;
+
 use crate::sync::atomic::{AtomicUsize, Ordering};
 use crate::sync::CachePadded;
 
@@ -34,19 +37,15 @@ pub struct Cores {
 impl Cores {
     /// `cores` slots whose hints start at `start(core, order)`, scattered so that cores with
     /// no history search different places.
-    pub fn new(cores: usize, start: impl Fn(usize, u32) -> usize) -> Self {
-        let slots = (0..cores)
-            .map(|core| {
-                CachePadded::new(Slot {
-                    allocated: AtomicUsize::new(0),
-                    freed: AtomicUsize::new(0),
-                    hints: core::array::from_fn(|order| {
-                        AtomicUsize::new(start(core, order as u32))
-                    }),
-                })
+    pub fn new(cores: usize, start: impl Fn(usize, u32) -> usize) -> Result<Self, Error> {
+        let slots = filled(cores, |core| {
+            CachePadded::new(Slot {
+                allocated: AtomicUsize::new(0),
+                freed: AtomicUsize::new(0),
+                hints: core::array::from_fn(|order| AtomicUsize::new(start(core, order as u32))),
             })
-            .collect();
-        Cores { slots }
+        })?;
+        Ok(Cores { slots })
     }
 
     /// The slot of core hint `core` (taken modulo the number of cores).

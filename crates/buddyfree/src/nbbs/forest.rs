@@ -43,6 +43,15 @@ impl Kind for FourLevel {
     const SHAPE: Shape = Shape::new(4);
 }
 
+/// `len` values made by `make`, or [`Error::InvalidConfig`] when the memory for them cannot
+/// be had: a configuration too large fails rather than aborts.
+pub fn filled<T>(len: usize, make: impl FnMut(usize) -> T) -> Result<Box<[T]>, Error> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| Error::InvalidConfig)?;
+    v.extend((0..len).map(make));
+    Ok(v.into_boxed_slice())
+}
+
 /// A block of `2^order` units at `pos * 2^order`: one node of the tree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Node {
@@ -104,7 +113,7 @@ impl<K: Kind> Forest<K> {
         }
         let cores = config.cores;
         let forest = Forest {
-            cells: (0..total).map(|_| K::Atomic::new(0)).collect(),
+            cells: filled(total, |_| K::Atomic::new(0))?,
             level_start: level_start.into(),
             units: config.units,
             span,
@@ -112,7 +121,7 @@ impl<K: Kind> Forest<K> {
             cores: Cores::new(cores, |core, order| {
                 let len = span >> order.min(max_order);
                 (len as u128 * core as u128 / cores as u128) as usize
-            }),
+            })?,
             kind: PhantomData,
         };
         let mut pos = config.units;
