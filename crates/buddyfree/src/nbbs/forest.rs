@@ -195,10 +195,11 @@ impl<K: Kind> Forest<K> {
             let (up, ch) = Self::parent(cell);
             level -= 1;
             cell = up;
-            // T8-T15. Acquire, as for T2: this ancestor may have been freed just now.
+            // T8-T15. Acquire, as for T2: this ancestor may have been freed just now. Release:
+            // an UNMARK that sees this mark must also see our marks below (its check).
             let r = self
                 .cell(level, cell)
-                .try_update(Ordering::Acquire, |w| Self::S.mark(w, ch).ok());
+                .try_update(Ordering::AcqRel, |w| Self::S.mark(w, ch).ok());
             trace!("mark {level}/{cell} ch {ch} -> {r:x?}");
             if let Err(seen) = r {
                 // T10-T12: an ancestor is occupied; undo the marks below it.
@@ -220,31 +221,14 @@ impl<K: Kind> Forest<K> {
     /// Climbs no higher than cell level `stop` (0 for a free, the last marked level for a
     /// rollback).
     fn release(&self, at: Place, now: u64, stop: usize) {
-        let home = self.cell(at.level, at.cell);
-        // F6-F19: mark the ancestors coalescing, as far as the merge may reach.
-        if at.level > stop && Self::S.keeps_climbing(now, Self::S.node_bits(at.j)) {
-            let (mut level, mut cell) = (at.level, at.cell);
-            while level > stop {
-                let (up, ch) = Self::parent(cell);
-                level -= 1;
-                cell = up;
-                // Relaxed: this only steers the merge; the RMW reads the latest state.
-                let old = self
-                    .cell(level, cell)
-                    .fetch_or(Self::S.coal_bit(ch), Ordering::Relaxed);
-                trace!("coal {level}/{cell} ch {ch} old {old:x}");
-                if !Self::S.keeps_climbing(old, Self::S.child_bits(ch)) {
-                    break;
-                }
-            }
-        }
-        // F20. Release: the caller's writes to the block happen before its next owner's.
-        // An RMW, not the paper's store: other nodes of a bunch change concurrently.
-        let now =
-            home.fetch_and(Self::S.clear_mask(at.j), Ordering::Release) & Self::S.clear_mask(at.j);
-        trace!("clear {at:?} -> {now:x}");
-        // F21-F22, U1-U13: clear the coalescing marks upwards while the sub-tree is free.
-        if !Self::S.looks_free(now) {
+        self.mark_coalescing(at, now, stop);
+        let now = self.clear(at);
+        self.unmark(at, now, stop);
+    }
+
+    /// F6-F19: marks the ancestors coalescing, as far as the merge may reach.
+    fn mark_coalescing(&self, at: Place, now: u64, stop: usize) {
+        if at.level <= stop || !Self::S.keeps_climbing(now, Self::S.node_bits(at.j)) {
             return;
         }
         let (mut level, mut cell) = (at.level, at.cell);
@@ -252,17 +236,77 @@ impl<K: Kind> Forest<K> {
             let (up, ch) = Self::parent(cell);
             level -= 1;
             cell = up;
-            // AcqRel: acquire the frees merged below (the buddy's release), release them,
-            // with ours, to whoever allocates this larger block.
-            let r = self
+            // Relaxed: this only steers the merge; the RMW reads the latest state.
+            let old = self
                 .cell(level, cell)
-                .try_update(Ordering::AcqRel, |w| Self::S.unmark(w, ch));
-            trace!("unmark {level}/{cell} ch {ch} -> {r:x?}");
-            // U8-U9 return when the coalescing bit is gone. We go on while this cell is
-            // free: another free's UNMARK may have consumed our bit here and then given up
-            // above, where we had not yet set ours (a stranded OCC bit otherwise; see the
-            // loom test `loom_nbbs_alloc_alloc_same_node`).
-            if !Self::S.looks_free(r.unwrap_or_else(|seen| seen)) {
+                .fetch_or(Self::S.coal_bit(ch), Ordering::Relaxed);
+            trace!("coal {level}/{cell} ch {ch} old {old:x}");
+            if !Self::S.keeps_climbing(old, Self::S.child_bits(ch)) {
+                return;
+            }
+        }
+    }
+
+    /// F20: clears the node, returning its cell's new state. Release: the caller's writes to
+    /// the block happen before its next owner's. An RMW, not the paper's store: other nodes
+    /// of a bunch change concurrently.
+    fn clear(&self, at: Place) -> u64 {
+        let keep = Self::S.clear_mask(at.j);
+        let now = self
+            .cell(at.level, at.cell)
+            .fetch_and(keep, Ordering::Release)
+            & keep;
+        trace!("clear {at:?} -> {now:x}");
+        now
+    }
+
+    /// F21-F22 and Alg. 5 (U1-U13): clears the coalescing links upwards from the cleared node
+    /// while the sub-tree below is free; `now` is the node's cell after the clear.
+    ///
+    /// The published U11 clears a link in one CAS, trusting a check of the child made one
+    /// step earlier. Between the two, the child can be reallocated (its marks clear the
+    /// coalescing bit) and a free below it can set the bit again (its climb passed the child
+    /// before the reallocation marked it): the stale UNMARK then unlinks a branch holding an
+    /// allocated block, and its ancestor can be allocated over it (the unit test
+    /// `stale_unmark_cannot_free_a_reused_branch` replays this). So each step unlinks in two
+    /// CASes around a fresh check of the child: unlink keeping the coalescing bit (the node
+    /// stays unreservable), re-read the child, then drop the bit, or undo if the child is in
+    /// use again.
+    fn unmark(&self, at: Place, now: u64, stop: usize) {
+        if !Self::S.looks_free(now) {
+            return;
+        }
+        let (mut level, mut cell) = (at.level, at.cell);
+        while level > stop {
+            let child = self.cell(level, cell);
+            let ch;
+            (cell, ch) = Self::parent(cell);
+            level -= 1;
+            let parent = self.cell(level, cell);
+            // AcqRel: acquire the frees merged below (the buddy's release) and the marks of
+            // allocations, so the check below sees what they did to the child; release ours
+            // to whoever allocates this larger block.
+            let held = parent.try_update(Ordering::AcqRel, |w| Self::S.unlink_hold(w, ch));
+            trace!("unlink {level}/{cell} ch {ch} -> {held:x?}");
+            let state = match held {
+                // U8-U9 return when the coalescing bit is gone. We go on while this cell is
+                // free: another free's UNMARK may have consumed our bit here and then given
+                // up above, where we had not yet set ours (see `loom_nbbs_alloc_alloc_same_node`).
+                Err(seen) => seen,
+                Ok(_) => {
+                    if !Self::S.looks_free(child.load(Ordering::Acquire)) {
+                        let _undo =
+                            parent.try_update(Ordering::Relaxed, |w| Self::S.unlink_undo(w, ch));
+                        trace!("undo {level}/{cell} ch {ch} -> {_undo:x?}");
+                        return;
+                    }
+                    let done =
+                        parent.try_update(Ordering::AcqRel, |w| Self::S.unlink_finish(w, ch));
+                    trace!("finish {level}/{cell} ch {ch} -> {done:x?}");
+                    done.unwrap_or_else(|seen| seen)
+                }
+            };
+            if !Self::S.looks_free(state) {
                 return;
             }
         }
@@ -408,5 +452,58 @@ impl<K: Kind> BlockAlloc for Forest<K> {
 
     fn max_order(&self) -> u32 {
         self.max_order
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// A free's UNMARK stalls after its clear while its units are allocated again: V takes
+    /// unit 0 and starts freeing it, Y takes unit 1 and completes, then V's coalescing mark
+    /// lands above Y's marks and the stalled UNMARK finds it. The published UNMARK would
+    /// clear the link to Y's branch, making the root look free while Y holds unit 1.
+    fn stale_unmark_races_realloc<K: Kind>(units: usize, max_order: u32) {
+        let f = Forest::<K>::new(Config::new(units, max_order)).unwrap();
+        let s = K::SHAPE;
+        assert_eq!(f.alloc(1, 0), Ok(0));
+        // X: frees the order-1 block at 0 up to its clear (F20), then stalls.
+        let x = f.place(Node { order: 1, pos: 0 });
+        let claim = |at: Place| {
+            f.cell(at.level, at.cell)
+                .try_update(Ordering::Relaxed, |w| s.claim(w, at.j))
+                .unwrap()
+        };
+        let now = claim(x);
+        f.mark_coalescing(x, now, 0);
+        let x_now = f.clear(x);
+        // V: allocates unit 0 and marks its free coalescing up to X's cell.
+        assert_eq!(f.alloc(0, 0), Ok(0));
+        let v = f.place(Node { order: 0, pos: 0 });
+        let now = claim(v);
+        f.mark_coalescing(v, now, x.level);
+        // Y: allocates unit 1, marking the whole path.
+        assert_eq!(f.alloc(0, 0), Ok(1));
+        // V: marks the link above X's cell coalescing, after Y's mark there, and finishes.
+        let (up, ch) = Forest::<K>::parent(x.cell);
+        f.cell(x.level - 1, up)
+            .fetch_or(s.coal_bit(ch), Ordering::Relaxed);
+        let now = f.clear(v);
+        f.unmark(v, now, 0);
+        // X: its UNMARK resumes.
+        f.unmark(x, x_now, 0);
+        // (The counters of the two frees done by hand.)
+        f.cores.slot(0).freed(3);
+        assert_eq!(f.alloc(max_order, 0), Err(Error::OutOfMemory));
+        f.free(1, 0, 0).unwrap();
+        assert_eq!(f.free_units(), units);
+        let top = f.alloc(max_order, 0).unwrap();
+        f.free(top, max_order, 0).unwrap();
+    }
+
+    #[test]
+    fn stale_unmark_cannot_free_a_reused_branch() {
+        stale_unmark_races_realloc::<FourLevel>(32, 5);
+        stale_unmark_races_realloc::<OneLevel>(4, 2);
     }
 }

@@ -94,6 +94,10 @@ impl Heap {
 }
 
 /// Runs `body` under loom for every case, on a fresh heap with 2 cores.
+///
+/// The three-way race of a stalled UNMARK with a reallocation and a free (see
+/// `Forest::unmark`) needs three threads and a deeper tree than loom explores in minutes; it
+/// is replayed step by step in the unit test `stale_unmark_cannot_free_a_reused_branch`.
 fn check(preemptions: usize, body: fn(Arc<Heap>)) {
     for (build, units, max_order) in CASES {
         let mut model = loom::model::Builder::new();
