@@ -220,34 +220,17 @@ impl Shape {
         self.occ_child(ch) | self.coal_child(ch)
     }
 
-    /// Alg. 5, U8-U11, first half: unlinks child `ch` (clears its occupied bit) if it is
-    /// still coalescing, keeping the coalescing bit, which keeps the node from being reserved
-    /// until [`Shape::unlink_finish`]; `None` if an allocation or another free got there
-    /// first.
+    /// Alg. 5, U8-U10: clears child `ch`'s occupied and coalescing bits if it is still
+    /// coalescing; `None` if an allocation or another free got there first.
     #[inline]
-    pub fn unlink_hold(&self, w: u64, ch: u32) -> Option<u64> {
-        (w & self.coal_child(ch) != 0).then(|| w & !self.occ_child(ch))
+    pub fn unmark(&self, w: u64, ch: u32) -> Option<u64> {
+        (w & self.coal_child(ch) != 0).then(|| w & !self.child_bits(ch))
     }
 
-    /// Second half: drops the coalescing bit of child `ch`, if still there.
-    #[inline]
-    pub fn unlink_finish(&self, w: u64, ch: u32) -> Option<u64> {
-        (w & self.coal_child(ch) != 0).then(|| w & !self.coal_child(ch))
-    }
-
-    /// Undoes [`Shape::unlink_hold`] when the child was reused meanwhile, if no one has
-    /// finished the unlink since.
-    #[inline]
-    pub fn unlink_undo(&self, w: u64, ch: u32) -> Option<u64> {
-        (w & self.coal_child(ch) != 0).then(|| w | self.occ_child(ch))
-    }
-
-    /// Whether nothing in the cell is occupied or coalescing (Alg. 5, U13: the free may merge
-    /// upwards). A coalescing link without its occupied bit is an unlink in progress: not
-    /// free until it finishes.
+    /// Whether nothing in the cell is occupied (Alg. 5, U13: the free may merge upwards).
     #[inline]
     pub fn looks_free(&self, w: u64) -> bool {
-        w & (self.all_occ | self.all_occ_child | self.all_coal_child) == 0
+        w & (self.all_occ | self.all_occ_child) == 0
     }
 }
 
