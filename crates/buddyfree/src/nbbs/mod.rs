@@ -3,7 +3,8 @@
 //! CAS, with allocation by reserving a free node and marking its ancestors, and release by
 //! marking the ancestors coalescing, clearing the node and unmarking.
 //!
-//! Two layouts share one implementation ([`forest`](self) over a cell of `K` levels):
+//! Two layouts share one implementation (module `forest`, generic over a cell of `K` levels,
+//! module `cell`):
 //! - [`Nbbs`]: the 1-level tree, one `AtomicU8` per node (no padding, no reverse map: `free`
 //!   takes the order).
 //! - [`Nbbs4`]: 4-level bunches (3.6.2), 15 nodes per `AtomicU64`, so a climb does one CAS
@@ -15,8 +16,16 @@
 //!
 //! Beyond the paper:
 //! - A node has a sixth state bit, `ALLOCATED`, set when its allocation completes and taken
-//!   off by the CAS that starts its free, so a bad or double free (even racing) changes
-//!   nothing. See [`cell`](self).
+//!   off by the CAS that starts its free, so a bad or double free (even racing, even racing
+//!   a speculative reservation of the same node) changes nothing (module `cell`).
+//! - Every refusal of a CAS step is confirmed by an RMW: the paper assumes sequential
+//!   consistency, and a stale plain read made UNMARK give up and strand an occupied bit
+//!   (found by loom). UNMARK also goes on over a cell that is free even when its own
+//!   coalescing bit was consumed by another free.
+//!
+//! Known open issue: the published UNMARK can unlink a branch holding an allocated block
+//! when a stalled free races a reallocation and a second free below it (three threads, see
+//! `Forest::unmark` and the ignored unit test `stale_unmark_cannot_free_a_reused_branch`).
 //! - Full-heap fast path: per-core unit counters (also the `release_count`) answer "fewer
 //!   than `2^order` free units" in O(cores) loads after the hinted node fails, instead of a
 //!   scan of the level. A heap with enough free units that are all fragmented still scans
