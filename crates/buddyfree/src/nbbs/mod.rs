@@ -23,14 +23,15 @@
 //!   (found by loom). UNMARK also goes on over a cell that is free even when its own
 //!   coalescing bit was consumed by another free.
 //!
-//! Known open issue: the published UNMARK can unlink a branch holding an allocated block
-//! when a stalled free races a reallocation and a second free below it (three threads, see
-//! `Forest::unmark` and the ignored unit test `stale_unmark_cannot_free_a_reused_branch`).
 //! - Full-heap fast path: per-core unit counters (also the `release_count`) answer "fewer
 //!   than `2^order` free units" in O(cores) loads after the hinted node fails, instead of a
 //!   scan of the level. A heap with enough free units that are all fragmented still scans
 //!   (skipping occupied sub-trees).
 //! - Free-slot hints per core and order (3.6.1), scattered initially.
+//!
+//! Known open issue: the published UNMARK can unlink a branch holding an allocated block
+//! when a stalled free races a reallocation and a second free below it (three threads, see
+//! `Forest::unmark` and the ignored unit test `stale_unmark_cannot_free_a_reused_branch`).
 
 mod cell;
 mod cores;
