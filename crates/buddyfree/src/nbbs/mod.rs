@@ -22,7 +22,6 @@
 //!   consistency, and a stale plain read made UNMARK give up and strand an occupied bit
 //!   (found by loom). UNMARK also goes on over a cell that is free even when its own
 //!   coalescing bit was consumed by another free.
-//!
 //! - Full-heap fast path: per-core unit counters (also the `release_count`) answer "fewer
 //!   than `2^order` free units" in O(cores) loads after the hinted node fails, instead of a
 //!   scan of the level. A heap with enough free units that are all fragmented still scans
