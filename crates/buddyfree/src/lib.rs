@@ -24,6 +24,7 @@ pub mod list;
 pub mod llfree;
 pub mod locked;
 pub mod model;
+pub mod nbbs;
 pub mod registry;
 pub mod stats;
 pub mod sync;
@@ -31,6 +32,7 @@ pub mod sync;
 pub use config::Config;
 pub use error::Error;
 pub use locked::Locked;
+pub use nbbs::{Nbbs, Nbbs4};
 
 /// An allocator of naturally aligned blocks of `2^order` units, safe to share between threads.
 ///

@@ -8,7 +8,7 @@ use crate::list::{CasList, FirstFit, LockedList, PerCoreLists};
 use crate::llfree::LLFree;
 use crate::locked::{PerCpu, PerLevelSpin, PerLevelYield};
 use crate::model::Model;
-use crate::{BlockAlloc, Config, Error, Locked};
+use crate::{BlockAlloc, Config, Error, Locked, Nbbs, Nbbs4};
 
 /// A boxed allocator that can move between threads.
 pub type DynAlloc = Box<dyn BlockAlloc + Send>;
@@ -45,6 +45,18 @@ const ENTRIES: &[Entry] = &[
         about: "the reference model (first-fit unit map) behind a spinlock; O(units) per allocation",
         max_order: ANY_ORDER,
         build: |c| Ok(Box::new(Locked::<Model>::new(Model::new(c)?))),
+    },
+    Entry {
+        name: "nbbs",
+        about: "NBBS, the non-blocking buddy system: 1-level tree, one byte per node, per-core hints",
+        max_order: ANY_ORDER,
+        build: |c| Ok(Box::new(Nbbs::new(c)?)),
+    },
+    Entry {
+        name: "nbbs4",
+        about: "NBBS with 4-level bunches: 15 nodes per 64-bit word, one CAS per 4 levels",
+        max_order: ANY_ORDER,
+        build: |c| Ok(Box::new(Nbbs4::new(c)?)),
     },
     Entry {
         name: "knuth-locked",

@@ -8,7 +8,6 @@ use buddyfree::list::{CasList, LockedList, PerCoreLists};
 use buddyfree::locked::PerCpu;
 use buddyfree::{BlockAlloc, Config, Error};
 use proptest::prelude::*;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The inner buddy of the Linux-like tests, as in the registry's `linux`.
 type Inner = Knuth;
@@ -31,64 +30,17 @@ proptest! {
     }
 }
 
-/// Forwards to `A`, passing a core hint that moves on by one every operation, so that the
-/// sequential differential check also sees frees land in other cores' caches or lists than
-/// the allocation came from.
-struct RotatingCore<A> {
-    inner: A,
-    next: AtomicUsize,
-}
-
-impl<A> RotatingCore<A> {
-    fn new(inner: A) -> Self {
-        RotatingCore {
-            inner,
-            next: AtomicUsize::new(0),
-        }
-    }
-
-    fn core(&self) -> usize {
-        self.next.fetch_add(1, Ordering::Relaxed)
-    }
-}
-
-impl<A: BlockAlloc> BlockAlloc for RotatingCore<A> {
-    fn alloc(&self, order: u32, _core: usize) -> Result<usize, Error> {
-        self.inner.alloc(order, self.core())
-    }
-    fn free(&self, index: usize, order: u32, _core: usize) -> Result<(), Error> {
-        self.inner.free(index, order, self.core())
-    }
-    fn free_units(&self) -> usize {
-        self.inner.free_units()
-    }
-    fn total_units(&self) -> usize {
-        self.inner.total_units()
-    }
-    fn max_order(&self) -> u32 {
-        self.inner.max_order()
-    }
-    fn drain(&self) {
-        self.inner.drain()
-    }
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(32))]
 
     #[test]
     fn linux_like_matches_model_across_cores(ops in common::ops(LINUX.units, LINUX.max_order, 300)) {
         let config = LINUX.with_cores(3);
-        common::check_against_model(&RotatingCore::new(linux(config)), config, &ops);
+        common::check_against_model(&linux(config), config, &ops);
     }
 }
 
 proptest! {
-    #[test]
-    fn per_core_lists_match_model_across_cores(ops in common::ops(LIST.units, 0, 200)) {
-        common::check_against_model(&RotatingCore::new(PerCoreLists::new(LIST).unwrap()), LIST, &ops);
-    }
-
     #[test]
     fn locked_list_matches_model(ops in common::ops(LIST.units, 0, 200)) {
         common::check_against_model(&LockedList::new(LIST).unwrap(), LIST, &ops);

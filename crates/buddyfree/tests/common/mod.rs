@@ -41,8 +41,9 @@ pub fn ops(units: usize, max_order: u32, len: usize) -> impl Strategy<Value = Ve
 /// Runs `ops` on `alloc` (freshly built over `config`) and on the model side by side, and
 /// checks after every step: the same success or error, returned blocks aligned, in range and
 /// not overlapping, out-of-memory only when the model has no free block of that order either,
-/// and the same free-unit count. Ends by freeing everything and checking the allocator is
-/// whole again.
+/// and the same free-unit count. The `core` hint rotates over three values, so per-core
+/// state (hints, caches, reservations) is exercised, including frees on another core than
+/// the allocation's. Ends by freeing everything and checking the allocator is whole again.
 pub fn check_against_model(alloc: &dyn BlockAlloc, config: Config, ops: &[Op]) {
     let mut model = Model::new(config).unwrap();
     let mut freed: Vec<(usize, u32)> = Vec::new();
@@ -53,7 +54,7 @@ pub fn check_against_model(alloc: &dyn BlockAlloc, config: Config, ops: &[Op]) {
         let pick = |p: usize| live.get(p % live.len().max(1)).copied();
         match *op {
             Op::Alloc(order) => {
-                let got = alloc.alloc(order, 0);
+                let got = alloc.alloc(order, core_of(step));
                 match got {
                     Ok(index) => model
                         .take(index, order)
@@ -100,9 +101,14 @@ pub fn check_against_model(alloc: &dyn BlockAlloc, config: Config, ops: &[Op]) {
     assert_whole(alloc);
 }
 
+/// The core hint of step `step` of a differential run.
+fn core_of(step: usize) -> usize {
+    step % 3
+}
+
 fn free_both(alloc: &dyn BlockAlloc, model: &mut Model, index: usize, order: u32, step: usize) {
     let want = model.free(index, order);
-    let got = alloc.free(index, order, 0);
+    let got = alloc.free(index, order, core_of(step.wrapping_add(1)));
     assert_eq!(got, want, "step {step}: free({index}, {order})");
 }
 

@@ -1,0 +1,491 @@
+//! The NBBS algorithms (Alg. 2-5) over a forest of cells, written once for any cell height.
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::marker::PhantomData;
+
+use super::cell::Shape;
+use super::cores::Cores;
+use super::word::Word;
+use crate::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use crate::{check_block, BlockAlloc, Config, Error};
+
+/// Records protocol steps under loom tests, printed when a check fails.
+#[cfg(all(test, loom))]
+pub static TRACE: std::sync::Mutex<Vec<std::string::String>> = std::sync::Mutex::new(Vec::new());
+
+macro_rules! trace {
+    ($($arg:tt)*) => {
+        #[cfg(all(test, loom))]
+        TRACE.lock().unwrap().push(std::format!("{:?} {}", loom::thread::current().id(), std::format!($($arg)*)));
+    };
+}
+
+/// A cell height: the word it lives in and its masks.
+pub trait Kind: Send + Sync + 'static {
+    /// The atomic word of one cell.
+    type Atomic: Word;
+    /// The layout of its cells.
+    const SHAPE: Shape;
+}
+
+/// The paper's 1-level tree: one node per `AtomicU8`.
+pub struct OneLevel;
+impl Kind for OneLevel {
+    type Atomic = AtomicU8;
+    const SHAPE: Shape = Shape::new(1);
+}
+
+/// The paper's 4-level bunches: 15 nodes per `AtomicU64`.
+pub struct FourLevel;
+impl Kind for FourLevel {
+    type Atomic = AtomicU64;
+    const SHAPE: Shape = Shape::new(4);
+}
+
+/// `len` values made by `make`, or [`Error::InvalidConfig`] when the memory for them cannot
+/// be had: a configuration too large fails rather than aborts.
+pub fn filled<T>(len: usize, make: impl FnMut(usize) -> T) -> Result<Box<[T]>, Error> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| Error::InvalidConfig)?;
+    v.extend((0..len).map(make));
+    Ok(v.into_boxed_slice())
+}
+
+/// A block of `2^order` units at `pos * 2^order`: one node of the tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Node {
+    order: u32,
+    pos: usize,
+}
+
+/// Where a node lives: cell level (0 = the cells holding the roots), cell within the level,
+/// node number inside the cell.
+#[derive(Clone, Copy, Debug)]
+struct Place {
+    level: usize,
+    cell: usize,
+    j: u32,
+}
+
+/// A forest of `roots` trees of height `max_order`, cut into cells of `K` levels from the
+/// roots down (the deepest cells may reach below order 0; those nodes are never used).
+///
+/// ```text
+///  cells: [ level 0: roots cells | level 1: roots·2^K cells | level 2: roots·2^2K | ... ]
+///  node (order, pos): depth d = max_order - order, cell level d / K, row r = d % K,
+///                     cell pos >> r, in-cell number 2^r + pos mod 2^r
+/// ```
+pub struct Forest<K: Kind> {
+    cells: Box<[K::Atomic]>,
+    /// First cell of each cell level.
+    level_start: Box<[usize]>,
+    units: usize,
+    /// `roots << max_order`: the units the trees cover, `units` rounded up.
+    span: usize,
+    max_order: u32,
+    cores: Cores,
+    kind: PhantomData<K>,
+}
+
+impl<K: Kind> Forest<K> {
+    const S: Shape = K::SHAPE;
+    const LEVELS: u32 = K::SHAPE.levels;
+
+    /// A forest managing `config.units` units. When `units` is not a multiple of
+    /// `2^max_order`, the last tree is cut short: its units past the end are occupied once,
+    /// at construction, by aligned blocks no caller can free (they are out of range).
+    pub fn new(config: Config) -> Result<Self, Error> {
+        config.validate()?;
+        let max_order = config.max_order;
+        let roots = config.units.div_ceil(1 << max_order);
+        let span = roots
+            .checked_mul(1 << max_order)
+            .ok_or(Error::InvalidConfig)?;
+        let mut level_start = Vec::new();
+        let mut total = 0usize;
+        for level in 0..=max_order / Self::LEVELS {
+            level_start.push(total);
+            let cells = roots
+                .checked_mul(1usize << (level * Self::LEVELS))
+                .ok_or(Error::InvalidConfig)?;
+            total = total.checked_add(cells).ok_or(Error::InvalidConfig)?;
+        }
+        let cores = config.cores;
+        let forest = Forest {
+            cells: filled(total, |_| K::Atomic::new(0))?,
+            level_start: level_start.into(),
+            units: config.units,
+            span,
+            max_order,
+            cores: Cores::new(cores, |core, order| {
+                let len = span >> order.min(max_order);
+                (len as u128 * core as u128 / cores as u128) as usize
+            })?,
+            kind: PhantomData,
+        };
+        let mut pos = config.units;
+        while pos < span {
+            let order = (0..=pos.trailing_zeros().min(max_order))
+                .rev()
+                .find(|&o| span - pos >= 1 << o)
+                .unwrap_or(0);
+            forest
+                .try_alloc(Node {
+                    order,
+                    pos: pos >> order,
+                })
+                .map_err(|_| Error::InvalidConfig)?;
+            pos += 1 << order;
+        }
+        Ok(forest)
+    }
+
+    #[inline]
+    fn place(&self, node: Node) -> Place {
+        let depth = self.max_order - node.order;
+        let row = depth % Self::LEVELS;
+        Place {
+            level: (depth / Self::LEVELS) as usize,
+            cell: node.pos >> row,
+            j: (1 << row) | (node.pos & ((1 << row) - 1)) as u32,
+        }
+    }
+
+    #[inline]
+    fn node(&self, level: usize, cell: usize, j: u32) -> Node {
+        let row = j.ilog2();
+        Node {
+            order: self.max_order - (level as u32 * Self::LEVELS + row),
+            pos: cell << row | (j - (1 << row)) as usize,
+        }
+    }
+
+    #[inline]
+    fn cell(&self, level: usize, cell: usize) -> &K::Atomic {
+        &self.cells[self.level_start[level] + cell]
+    }
+
+    /// The parent cell of `cell` and which of its children `cell` is.
+    #[inline]
+    fn parent(cell: usize) -> (usize, u32) {
+        (
+            cell >> Self::LEVELS,
+            (cell & (Self::S.children() as usize - 1)) as u32,
+        )
+    }
+
+    /// Alg. 3 (TRYALLOC): reserves `node`, then climbs marking the ancestors occupied up to
+    /// the roots. On failure returns the node that made it fail (`node` or an occupied
+    /// ancestor), having rolled back its marks.
+    fn try_alloc(&self, node: Node) -> Result<(), Node> {
+        let at = self.place(node);
+        let done = at.level == 0;
+        let home = self.cell(at.level, at.cell);
+        // T2. Acquire: the node, or an in-cell ancestor, may have just been freed by another
+        // thread; its writes to those units must happen before the caller's.
+        let r = home.try_update(Ordering::Acquire, |w| Self::S.reserve(w, at.j, done).ok());
+        trace!("reserve {node:?} {at:?} -> {r:x?}");
+        if let Err(seen) = r {
+            let failed = Self::S.reserve(seen, at.j, done).unwrap_err();
+            return Err(self.node(at.level, at.cell, failed));
+        }
+        let (mut level, mut cell) = (at.level, at.cell);
+        while level > 0 {
+            let (up, ch) = Self::parent(cell);
+            level -= 1;
+            cell = up;
+            // T8-T15. Acquire, as for T2: this ancestor may have been freed just now.
+            let r = self
+                .cell(level, cell)
+                .try_update(Ordering::Acquire, |w| Self::S.mark(w, ch).ok());
+            trace!("mark {level}/{cell} ch {ch} -> {r:x?}");
+            if let Err(seen) = r {
+                // T10-T12: an ancestor is occupied; undo the marks below it.
+                let failed = Self::S.mark(seen, ch).unwrap_err();
+                let now = home.fetch_or(0, Ordering::Relaxed);
+                self.release(at, now, level + 1);
+                return Err(self.node(level, cell, failed));
+            }
+        }
+        // Relaxed: a free of this block learns of it through the caller, which orders it
+        // after this, and its claim is an RMW, which reads the latest state anyway.
+        home.fetch_or(Self::S.allocated_bit(at.j), Ordering::Relaxed);
+        trace!("allocated {node:?}");
+        Ok(())
+    }
+
+    /// Alg. 4 (FREENODE, F6-F22) and Alg. 5 (UNMARK) for the node at `at`, held by the caller
+    /// (occupied, not allocated); `now` is its cell's state as of the caller's last RMW on it.
+    /// Climbs no higher than cell level `stop` (0 for a free, the last marked level for a
+    /// rollback).
+    fn release(&self, at: Place, now: u64, stop: usize) {
+        self.mark_coalescing(at, now, stop);
+        let now = self.clear(at);
+        self.unmark(at, now, stop);
+    }
+
+    /// F6-F19: marks the ancestors coalescing, as far as the merge may reach.
+    fn mark_coalescing(&self, at: Place, now: u64, stop: usize) {
+        if at.level <= stop || !Self::S.keeps_climbing(now, Self::S.node_bits(at.j)) {
+            return;
+        }
+        let (mut level, mut cell) = (at.level, at.cell);
+        while level > stop {
+            let (up, ch) = Self::parent(cell);
+            level -= 1;
+            cell = up;
+            // Relaxed: this only steers the merge; the RMW reads the latest state.
+            let old = self
+                .cell(level, cell)
+                .fetch_or(Self::S.coal_bit(ch), Ordering::Relaxed);
+            trace!("coal {level}/{cell} ch {ch} old {old:x}");
+            if !Self::S.keeps_climbing(old, Self::S.child_bits(ch)) {
+                return;
+            }
+        }
+    }
+
+    /// F20: clears the node, returning its cell's new state. Release: the caller's writes to
+    /// the block happen before its next owner's. An RMW, not the paper's store: other nodes
+    /// of a bunch change concurrently.
+    fn clear(&self, at: Place) -> u64 {
+        let keep = Self::S.clear_mask(at.j);
+        let now = self
+            .cell(at.level, at.cell)
+            .fetch_and(keep, Ordering::Release)
+            & keep;
+        trace!("clear {at:?} -> {now:x}");
+        now
+    }
+
+    /// F21-F22 and Alg. 5 (U1-U13): clears the coalescing links upwards from the cleared node
+    /// while the sub-tree below is free; `now` is the node's cell after the clear.
+    ///
+    /// Known race, inherited from the published algorithm (not fixed): U11 clears a link in
+    /// one CAS, trusting a check of the child made one step earlier. If, in between, the
+    /// child is reallocated (its marks clear the coalescing bit) and a free below it sets
+    /// the bit again (its climb passed the child before the reallocation marked it), this
+    /// stale UNMARK unlinks a branch holding an allocated block. The ignored unit test
+    /// `stale_unmark_cannot_free_a_reused_branch` replays it step by step.
+    fn unmark(&self, at: Place, now: u64, stop: usize) {
+        if !Self::S.looks_free(now) {
+            return;
+        }
+        let (mut level, mut cell) = (at.level, at.cell);
+        while level > stop {
+            let ch;
+            (cell, ch) = Self::parent(cell);
+            level -= 1;
+            // AcqRel: acquire the frees merged below (the buddy's release), release them,
+            // with ours, to whoever allocates this larger block.
+            let r = self
+                .cell(level, cell)
+                .try_update(Ordering::AcqRel, |w| Self::S.unmark(w, ch));
+            trace!("unmark {level}/{cell} ch {ch} -> {r:x?}");
+            // U8-U9 return when the coalescing bit is gone. We go on while this cell is
+            // free: another free's UNMARK may have consumed our bit here and then given up
+            // above, where we had not yet set ours (a stranded OCC bit otherwise; see the
+            // loom test `loom_nbbs_alloc_alloc_same_node`).
+            if !Self::S.looks_free(r.unwrap_or_else(|seen| seen)) {
+                return;
+            }
+        }
+    }
+
+    /// Tries `node` if it looks free; otherwise, or on failure, the next position worth
+    /// trying at its order (past the sub-tree of the node that made it fail; Alg. 2, A13-A14).
+    #[inline]
+    fn attempt(&self, node: Node) -> Result<(), usize> {
+        let at = self.place(node);
+        let w = self.cell(at.level, at.cell).load(Ordering::Relaxed);
+        let failed = if Self::S.is_free(w, at.j) {
+            match self.try_alloc(node) {
+                Ok(()) => return Ok(()),
+                Err(failed) => failed,
+            }
+        } else {
+            node
+        };
+        Err((failed.pos + 1) << (failed.order - node.order))
+    }
+
+    /// Alg. 2, A6-A14: scans the positions of `order` from `start`, wrapping around.
+    fn scan(&self, order: u32, start: usize) -> Option<usize> {
+        let len = self.span >> order;
+        for (from, to) in [(start, len), (0, start)] {
+            let mut pos = from;
+            while pos < to {
+                match self.attempt(Node { order, pos }) {
+                    Ok(()) => return Some(pos),
+                    Err(next) => pos = next,
+                }
+            }
+        }
+        None
+    }
+
+    /// The cell states, for failure reports.
+    #[cfg(all(test, loom))]
+    pub fn dump(&self) -> Vec<u64> {
+        self.cells
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// Whether the block (`index`, `order`) is allocated.
+    fn is_allocated(&self, index: usize, order: u32) -> bool {
+        let at = self.place(Node {
+            order,
+            pos: index >> order,
+        });
+        Self::S.is_allocated(self.cell(at.level, at.cell).load(Ordering::Relaxed), at.j)
+    }
+}
+
+impl<K: Kind> BlockAlloc for Forest<K> {
+    /// Alg. 2 (NBALLOC): the core's hint first (3.6.1), then, unless the free-unit count
+    /// already rules it out, a scan of the order's level from the hint, repeated while frees
+    /// complete during the scan (A15-A16).
+    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        if order > self.max_order {
+            return Err(Error::BadOrder);
+        }
+        let slot = self.cores.slot(core);
+        let len = self.span >> order;
+        // Orders without a hint start at a position scattered by core. Hints are always in
+        // range, so the division is off the common path.
+        let start = slot
+            .hint(order)
+            .unwrap_or(core.wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as usize));
+        let start = if start < len { start } else { start % len };
+        let pos = match self.attempt(Node { order, pos: start }) {
+            Ok(()) => start,
+            Err(_) => loop {
+                // The full-heap fast path: too few free units means no block, without a scan.
+                if (self.units.wrapping_add(self.cores.net_freed())) < 1 << order {
+                    return Err(Error::OutOfMemory);
+                }
+                let releases = self.cores.releases();
+                if let Some(pos) = self.scan(order, start) {
+                    break pos;
+                }
+                if self.cores.releases() == releases {
+                    return Err(Error::OutOfMemory);
+                }
+            },
+        };
+        slot.allocated(1 << order);
+        slot.set_hint(order, if pos + 1 == len { 0 } else { pos + 1 });
+        Ok(pos << order)
+    }
+
+    /// Alg. 4 (NBFREE): claims the allocated node (the one check that makes double frees
+    /// harmless), then FREENODE up to the roots and counts the release (F4).
+    fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        check_block(index, order, self.max_order, self.units)?;
+        let node = Node {
+            order,
+            pos: index >> order,
+        };
+        let at = self.place(node);
+        let home = self.cell(at.level, at.cell);
+        let root_cell = at.level == 0;
+        // Relaxed claim: the caller's own ordering puts this after the allocation; the
+        // release that publishes the block's units is on the clear (F20). A node in a root
+        // cell has nothing to climb, so its claim is the clear, in one CAS.
+        let claimed = if root_cell {
+            home.try_update(Ordering::Release, |w| {
+                Self::S
+                    .is_allocated(w, at.j)
+                    .then(|| w & Self::S.clear_mask(at.j))
+            })
+        } else {
+            home.try_update(Ordering::Relaxed, |w| Self::S.claim(w, at.j))
+        };
+        let Ok(now) = claimed else {
+            let other = (0..=self.max_order)
+                .any(|o| o != order && index.is_multiple_of(1 << o) && self.is_allocated(index, o));
+            return Err(if other {
+                Error::OrderMismatch
+            } else {
+                Error::NotAllocated
+            });
+        };
+        trace!("claim {node:?} -> {now:x}");
+        if !root_cell {
+            self.release(at, now, 0);
+        }
+        let slot = self.cores.slot(core);
+        slot.freed(1 << order);
+        slot.set_hint(order, node.pos);
+        Ok(())
+    }
+
+    fn free_units(&self) -> usize {
+        self.units.wrapping_add(self.cores.net_freed())
+    }
+
+    fn total_units(&self) -> usize {
+        self.units
+    }
+
+    fn max_order(&self) -> u32 {
+        self.max_order
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// A free's UNMARK stalls after its clear while its units are allocated again: V takes
+    /// unit 0 and starts freeing it, Y takes unit 1 and completes, then V's coalescing mark
+    /// lands above Y's marks and the stalled UNMARK finds it. The published UNMARK clears
+    /// the link to Y's branch, making the root look free while Y holds unit 1.
+    fn stale_unmark_races_realloc<K: Kind>(units: usize, max_order: u32) {
+        let f = Forest::<K>::new(Config::new(units, max_order)).unwrap();
+        let s = K::SHAPE;
+        assert_eq!(f.alloc(1, 0), Ok(0));
+        // X: frees the order-1 block at 0 up to its clear (F20), then stalls.
+        let x = f.place(Node { order: 1, pos: 0 });
+        let claim = |at: Place| {
+            f.cell(at.level, at.cell)
+                .try_update(Ordering::Relaxed, |w| s.claim(w, at.j))
+                .unwrap()
+        };
+        let now = claim(x);
+        f.mark_coalescing(x, now, 0);
+        let x_now = f.clear(x);
+        // V: allocates unit 0 and marks its free coalescing up to X's cell.
+        assert_eq!(f.alloc(0, 0), Ok(0));
+        let v = f.place(Node { order: 0, pos: 0 });
+        let now = claim(v);
+        f.mark_coalescing(v, now, x.level);
+        // Y: allocates unit 1, marking the whole path.
+        assert_eq!(f.alloc(0, 0), Ok(1));
+        // V: marks the link above X's cell coalescing, after Y's mark there, and finishes.
+        let (up, ch) = Forest::<K>::parent(x.cell);
+        f.cell(x.level - 1, up)
+            .fetch_or(s.coal_bit(ch), Ordering::Relaxed);
+        let now = f.clear(v);
+        f.unmark(v, now, 0);
+        // X: its UNMARK resumes.
+        f.unmark(x, x_now, 0);
+        // (The counters of the two frees done by hand.)
+        f.cores.slot(0).freed(3);
+        assert_eq!(f.alloc(max_order, 0), Err(Error::OutOfMemory));
+        f.free(1, 0, 0).unwrap();
+        assert_eq!(f.free_units(), units);
+        let top = f.alloc(max_order, 0).unwrap();
+        f.free(top, max_order, 0).unwrap();
+    }
+
+    #[test]
+    #[ignore = "known race of the published UNMARK, not fixed yet (see Forest::unmark)"]
+    fn stale_unmark_cannot_free_a_reused_branch() {
+        stale_unmark_races_realloc::<FourLevel>(32, 5);
+        stale_unmark_races_realloc::<OneLevel>(4, 2);
+    }
+}
