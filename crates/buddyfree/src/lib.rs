@@ -34,6 +34,11 @@ pub use error::Error;
 pub use locked::Locked;
 pub use nbbs::{Nbbs, Nbbs4};
 
+/// The README's examples, compiled and run by `cargo test` so that the front door never lies.
+#[cfg(all(doctest, feature = "std"))]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
+
 /// An allocator of naturally aligned blocks of `2^order` units, safe to share between threads.
 ///
 /// `core` is a hint naming the calling core (or thread). Allocators with per-core state use it
