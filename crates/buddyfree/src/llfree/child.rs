@@ -37,6 +37,13 @@ impl Child {
         Child(free as u32)
     }
 
+    /// A frame (not handed out whole) with `free` free units and `multi` live blocks of
+    /// orders 1..=8 (recovery).
+    #[cfg(all(feature = "persist", not(loom)))]
+    pub(crate) const fn with_counts(free: usize, multi: u32) -> Child {
+        Child(free as u32 | multi << MULTI_SHIFT)
+    }
+
     pub(crate) const fn free(self) -> usize {
         (self.0 & FREE_MASK) as usize
     }

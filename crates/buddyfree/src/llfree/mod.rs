@@ -38,8 +38,11 @@
 mod atomic;
 mod bitfield;
 mod child;
+mod lines;
 mod local;
 mod lower;
+#[cfg(all(feature = "persist", not(loom)))]
+pub mod persist;
 mod trees;
 
 #[cfg(all(test, loom))]
@@ -127,6 +130,12 @@ impl LLFree {
 
     /// LLFree with the given tuning.
     pub fn with_options(config: Config, options: Options) -> Result<LLFree, Error> {
+        LLFree::check(config, options)?;
+        Ok(LLFree::on(config, options, Lower::new(config.units)))
+    }
+
+    /// Rejects configurations LLFree cannot serve.
+    fn check(config: Config, options: Options) -> Result<(), Error> {
         config.validate()?;
         let children = options.tree_children;
         let tree_units = children
@@ -140,17 +149,29 @@ impl LLFree {
         {
             return Err(Error::InvalidConfig);
         }
+        Ok(())
+    }
+
+    /// LLFree over a checked configuration and a lower level (fresh, recovered or reopened):
+    /// the upper level is built from its child counters, with no reservations.
+    fn on(config: Config, options: Options, lower: Lower) -> LLFree {
+        let children = options.tree_children;
+        let tree_units = children * HUGE_UNITS;
         let permille = |p: usize| tree_units * p / 1000;
+        let huges = lower.huges();
         let trees = Trees::new(
-            (0..config.units.div_ceil(tree_units))
-                .map(|t| (config.units - t * tree_units).min(tree_units)),
+            (0..huges.div_ceil(children)).map(|t| {
+                (t * children..((t + 1) * children).min(huges))
+                    .map(|h| lower.child(HugeId(h)).free())
+                    .sum()
+            }),
             (
                 permille(options.allocated_below_permille),
                 permille(options.free_above_permille),
             ),
         );
-        Ok(LLFree {
-            lower: Lower::new(config.units),
+        LLFree {
+            lower,
             trees,
             locals: (0..config.cores)
                 .map(|_| CachePadded::new(Local::new()))
@@ -160,7 +181,7 @@ impl LLFree {
             tree_children: children,
             tree_shift: tree_units.trailing_zeros(),
             reserve_on_free: options.reserve_on_free,
-        })
+        }
     }
 
     /// Free huge frames (whole free 2 MiB frames).
