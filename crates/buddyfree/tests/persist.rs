@@ -1,6 +1,7 @@
 //! Persistent LLFree: bad and foreign files, clean and unclean reopening, the battery on a
 //! zone over a file, and crash injection (a worker process killed with SIGKILL; this test
 //! binary re-executes itself as the worker, see `worker_entry`).
+#![cfg(all(feature = "persist", not(loom)))]
 
 mod common;
 
