@@ -1,6 +1,7 @@
 //! The lower level (§3.2.1, §4.2.1): per huge frame a 512-bit bit field and a child entry,
 //! plus a start table that tells bad frees apart. It holds no pointers and lives in one
-//! contiguous run of cache lines, so it can later sit in a file mapping (issue 7).
+//! contiguous run of cache lines, on the heap or in a file mapping (`persist.rs`; then every
+//! change that recovery reads is written back through the `flush` hook, see `recover.rs`).
 //!
 //! ```text
 //! line 0                     children_at / 8                 starts_at / 8
@@ -147,11 +148,12 @@ impl Lower {
         }
     }
 
-    /// Writes `word` back to persistent memory, where the zone asks for it.
+    /// Writes the word `word` finds back to persistent memory, where the zone asks for it.
+    /// A closure, so that volatile memory does not even compute the address.
     #[inline(always)]
-    fn persist(&self, word: &AtomicU64) {
+    fn persist<'a>(&'a self, word: impl FnOnce() -> &'a AtomicU64) {
         if let Some(flush) = self.flush {
-            flush(word);
+            flush(word());
         }
     }
 
@@ -189,7 +191,7 @@ impl Lower {
         };
         if order > 8 && index.is_some() {
             // The huge flags are the truth for orders 9 and 10 (§3.2.3).
-            self.persist(self.pair_word(h));
+            self.persist(|| self.pair_word(h));
         }
         index
     }
@@ -201,7 +203,7 @@ impl Lower {
             0..=8 => self.free_small(h, index, order),
             9 => match self.update_child(h, |c| (c == Child::HUGE).then_some(Child::FREE)) {
                 Ok(_) => {
-                    self.persist(self.pair_word(h));
+                    self.persist(|| self.pair_word(h));
                     Ok(())
                 }
                 Err(c) => Err(self.wrong_free(h, index, c)),
@@ -214,7 +216,7 @@ impl Lower {
                     .try_change(|p| (p == taken).then_some(free))
                 {
                     Ok(_) => {
-                        self.persist(self.pair_word(h));
+                        self.persist(|| self.pair_word(h));
                         Ok(())
                     }
                     Err(p) => Err(self.wrong_free(h, index, ChildPair(p).get(0))),
@@ -240,7 +242,7 @@ impl Lower {
         };
         // The frame's bit field is one cache line; it must be written back before the start
         // entry that names the block (recovery trusts an entry only over taken bits).
-        self.persist(self.bits(h, 0));
+        self.persist(|| self.bits(h, 0));
         if multi {
             let _ = self.update_start(index, |_| Some(order as u64 + 1));
         } else if self.child(h).multi() > 0 && self.start(index) == FREEING {
@@ -289,7 +291,7 @@ impl Lower {
                         // find with a zero bit.
                         self.bits(h, set).store(0, Ordering::Release);
                     }
-                    self.persist(self.bits(h, g));
+                    self.persist(|| self.bits(h, g));
                     continue 'group;
                 }
             }
@@ -314,7 +316,7 @@ impl Lower {
             // The bit itself is the claim: of racing frees exactly one clears it.
             word.try_change(|v| (v >> shift & 1 == 1).then_some(v & !(1 << shift)))
                 .map_err(|_| Error::NotAllocated)?;
-            self.persist(word);
+            self.persist(|| word);
         } else {
             // The start entry is the claim. It stays FREEING (not 0) until the bits are
             // clear, so that a losing double free never mistakes the still-taken units for
@@ -329,7 +331,7 @@ impl Lower {
                     self.bits(h, w).store(0, Ordering::Release);
                 }
             }
-            self.persist(word);
+            self.persist(|| word);
             // A new block may already have reused the entry; then it is no longer ours.
             let _ = self.update_start(index, |s| (s == FREEING).then_some(0));
         }
@@ -396,7 +398,7 @@ impl Lower {
         let changed =
             word.try_change(|v| f(v >> shift & 0xF).map(|s| v & !(0xF << shift) | s << shift));
         if changed.is_ok() {
-            self.persist(word);
+            self.persist(|| word);
         }
         changed
     }

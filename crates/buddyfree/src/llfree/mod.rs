@@ -33,7 +33,8 @@
 //!   between reserving a tree and installing it (its count is then in no counter), as in the
 //!   paper's design; sequential allocation is complete.
 //! - The lower level is one contiguous array of cache lines of plain atomics, with no
-//!   pointers, so that it can be placed in a file mapping (persistent LLFree, issue 7).
+//!   pointers, so that it can be placed in a file mapping: [`persist`] (feature `persist`)
+//!   keeps it in a file and recovers it after a crash (§3.2.3).
 
 mod atomic;
 mod bitfield;
