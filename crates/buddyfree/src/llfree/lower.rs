@@ -1,7 +1,7 @@
 //! The lower level (§3.2.1, §4.2.1): per huge frame a 512-bit bit field and a child entry,
 //! plus a start table that tells bad frees apart. It holds no pointers and lives in one
 //! contiguous run of cache lines, on the heap or in a file mapping (`persist.rs`; then every
-//! change that recovery reads is written back through the `flush` hook, see `recover.rs`).
+//! change that recovery reads is written back through its [`WriteBack`], see `recover.rs`).
 //!
 //! ```text
 //! line 0                     children_at / 8                 starts_at / 8
@@ -25,6 +25,7 @@ use super::atomic::Atom;
 use super::bitfield::{block_mask, find_run};
 use super::child::{Child, ChildPair};
 use super::lines::{Lines, LINE_WORDS};
+use super::writeback::{Volatile, WriteBack};
 use super::{HugeId, HUGE_UNITS};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::Error;
@@ -42,18 +43,15 @@ const FREEING: u64 = 0xF;
 /// child counter promises a free bit, so only heavy contention in one frame gets this far.
 const ORDER0_PASSES: usize = 64;
 
-/// Writes back the cache line holding a word of the lower level (persistent zones).
-pub(crate) type Flush = fn(&AtomicU64);
-
 /// Bit fields, child entries and the start table of `units` units.
-pub(crate) struct Lower {
+pub(crate) struct Lower<W: WriteBack = Volatile> {
     lines: Lines,
     huges: usize,
     children_at: usize,
     starts_at: usize,
     /// Called after every change that recovery reads (bits, start entries, huge flags);
-    /// `None` for volatile memory, so the hot path pays one predictable branch.
-    flush: Option<Flush>,
+    /// nothing at all for volatile memory.
+    write_back: W,
 }
 
 /// Where the parts of a lower level of `units` units lie, in words.
@@ -83,14 +81,22 @@ impl Lower {
     /// A lower level with every unit free. Units past `units` in the last huge frame are
     /// marked taken for good (and not counted free), so any `units` works.
     pub(crate) fn new(units: usize) -> Lower {
-        let lower = Lower::on(Lines::zeroed(Layout::of(units).lines), units, None);
+        let lower = Lower::on(Lines::zeroed(Layout::of(units).lines), units, Volatile);
         lower.format(units);
         lower
     }
 
+    /// Bytes the lower level of `units` units takes (a whole number of cache lines).
+    #[cfg(all(feature = "persist", not(loom)))]
+    pub(crate) fn bytes(units: usize) -> usize {
+        Layout::of(units).lines * core::mem::size_of::<super::lines::Line>()
+    }
+}
+
+impl<W: WriteBack> Lower<W> {
     /// The lower level of `units` units on `lines` (of the size [`Lower::bytes`] gives),
     /// taken as it is.
-    fn on(lines: Lines, units: usize, flush: Option<Flush>) -> Lower {
+    fn on(lines: Lines, units: usize, write_back: W) -> Lower<W> {
         let layout = Layout::of(units);
         debug_assert_eq!(lines.len(), layout.lines);
         Lower {
@@ -98,14 +104,8 @@ impl Lower {
             huges: layout.huges,
             children_at: layout.children_at,
             starts_at: layout.starts_at,
-            flush,
+            write_back,
         }
-    }
-
-    /// Bytes the lower level of `units` units takes (a whole number of cache lines).
-    #[cfg(all(feature = "persist", not(loom)))]
-    pub(crate) fn bytes(units: usize) -> usize {
-        Layout::of(units).lines * core::mem::size_of::<super::lines::Line>()
     }
 
     /// The lower level of `units` units in the memory at `at`, taken as it is (`fresh`:
@@ -118,11 +118,11 @@ impl Lower {
         at: core::ptr::NonNull<super::lines::Line>,
         units: usize,
         fresh: bool,
-        flush: Option<Flush>,
-    ) -> Lower {
+        write_back: W,
+    ) -> Lower<W> {
         // SAFETY: passed on to our caller.
         let lines = unsafe { Lines::borrowed(at, Layout::of(units).lines) };
-        let lower = Lower::on(lines, units, flush);
+        let lower = Lower::on(lines, units, write_back);
         if fresh {
             lower.format(units);
         }
@@ -152,8 +152,8 @@ impl Lower {
     /// A closure, so that volatile memory does not even compute the address.
     #[inline(always)]
     fn persist<'a>(&'a self, word: impl FnOnce() -> &'a AtomicU64) {
-        if let Some(flush) = self.flush {
-            flush(word());
+        if W::ACTIVE {
+            self.write_back.write_back(word());
         }
     }
 

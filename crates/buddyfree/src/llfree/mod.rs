@@ -45,6 +45,7 @@ mod lower;
 #[cfg(all(feature = "persist", not(loom)))]
 pub mod persist;
 mod trees;
+mod writeback;
 
 #[cfg(all(test, loom))]
 mod loom_tests;
@@ -58,6 +59,7 @@ use crate::{check_block, BlockAlloc, Config, Error};
 use local::{Local, Reservation};
 use lower::Lower;
 use trees::Trees;
+pub use writeback::{Volatile, WriteBack};
 
 /// Units in a huge frame.
 pub const HUGE_UNITS: usize = 512;
@@ -111,8 +113,11 @@ impl Default for Options {
 ///
 /// Any unit count is accepted: the last huge frame may be partial (it then never serves
 /// orders 9 and 10), and with an odd number of huge frames the last one has no order-10 buddy.
-pub struct LLFree {
-    lower: Lower,
+///
+/// `W` says whether the lower level is written back to a persistent medium: [`Volatile`]
+/// (the default, compiled away) or a persistent zone's write-back ([`persist`]).
+pub struct LLFree<W: WriteBack = Volatile> {
+    lower: Lower<W>,
     trees: Trees,
     locals: Box<[CachePadded<Local>]>,
     units: usize,
@@ -136,7 +141,7 @@ impl LLFree {
     }
 
     /// Rejects configurations LLFree cannot serve.
-    fn check(config: Config, options: Options) -> Result<(), Error> {
+    pub(crate) fn check(config: Config, options: Options) -> Result<(), Error> {
         config.validate()?;
         let children = options.tree_children;
         let tree_units = children
@@ -152,10 +157,12 @@ impl LLFree {
         }
         Ok(())
     }
+}
 
+impl<W: WriteBack> LLFree<W> {
     /// LLFree over a checked configuration and a lower level (fresh, recovered or reopened):
     /// the upper level is built from its child counters, with no reservations.
-    fn on(config: Config, options: Options, lower: Lower) -> LLFree {
+    fn on(config: Config, options: Options, lower: Lower<W>) -> LLFree<W> {
         let children = options.tree_children;
         let tree_units = children * HUGE_UNITS;
         let permille = |p: usize| tree_units * p / 1000;
@@ -368,7 +375,7 @@ const RESERVE_ATTEMPTS: usize = 4;
 /// Rounds of the complete scan before an allocation fails.
 const FALLBACK_ROUNDS: usize = 3;
 
-impl BlockAlloc for LLFree {
+impl<W: WriteBack> BlockAlloc for LLFree<W> {
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
         if order > self.max_order {
             return Err(Error::BadOrder);

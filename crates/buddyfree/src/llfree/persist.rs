@@ -55,6 +55,7 @@ use header::{Header, CLEAN, DIRTY, PAGE, STATE_AT};
 
 use super::lines::Line;
 use super::lower::Lower;
+use super::writeback::{sealed, WriteBack};
 use super::{LLFree, Options};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::{BlockAlloc, Config, Error};
@@ -160,7 +161,7 @@ pub struct Recovery {
 /// An LLFree zone over a file. See the [module documentation](self).
 pub struct PersistentLLFree {
     // Declared before `map`: the lower level borrows the mapping and must go first.
-    alloc: LLFree,
+    alloc: LLFree<Durable>,
     map: MmapMut,
     /// The start of the mapping, for the header's words (the lower level has its own view).
     base: NonNull<u8>,
@@ -291,7 +292,7 @@ impl PersistentLLFree {
     }
 
     /// The LLFree allocator of the zone (for its statistics).
-    pub fn llfree(&self) -> &LLFree {
+    pub fn llfree(&self) -> &LLFree<Durable> {
         &self.alloc
     }
 
@@ -325,7 +326,7 @@ impl PersistentLLFree {
 
 /// A mapped zone file with its lower level, before the upper level is built.
 struct Mapped {
-    lower: Lower,
+    lower: Lower<Durable>,
     map: MmapMut,
     base: NonNull<u8>,
     file: File,
@@ -353,7 +354,7 @@ impl Mapped {
         // into the zone together with the lower level, which is dropped first.
         let lower = unsafe {
             let lines = base.add(PAGE).cast::<Line>();
-            Lower::in_place(lines, header.units, fresh, flush.hook())
+            Lower::in_place(lines, header.units, fresh, Durable(flush.hook()))
         };
         Ok(Mapped {
             lower,
@@ -374,6 +375,23 @@ impl Mapped {
             _file: self.file,
             header: self.header,
             flush: self.flush,
+        }
+    }
+}
+
+/// The write-back of a persistent zone's lower level, chosen at open (see [`Durability`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Durable(Option<flush::Flush>);
+
+impl sealed::Sealed for Durable {}
+
+impl WriteBack for Durable {
+    const ACTIVE: bool = true;
+
+    #[inline(always)]
+    fn write_back(&self, word: &AtomicU64) {
+        if let Some(flush) = self.0 {
+            flush(word);
         }
     }
 }

@@ -35,7 +35,7 @@ pub(crate) struct Corrupt {
 /// Start-table words per huge frame.
 const START_WORDS: usize = WORDS * 4;
 
-impl Lower {
+impl<W: WriteBack> Lower<W> {
     /// Rebuilds the child counters and cleans the start table from the bit fields and huge
     /// flags. Returns the units allocated. Runs alone (no operation in flight).
     pub(crate) fn recover(&self, units: usize) -> Result<usize, Corrupt> {

@@ -2,8 +2,10 @@
 
 use std::sync::OnceLock;
 
-use super::super::lower::Flush;
 use crate::sync::atomic::AtomicU64;
+
+/// Writes back the cache line holding a word of the lower level.
+pub(crate) type Flush = fn(&AtomicU64);
 
 /// How far each allocation and free is written back before it returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
