@@ -91,6 +91,10 @@ impl<W: WriteBack> Lower<W> {
         for s in 0..START_WORDS {
             let word = self.start_word(h, s);
             let old = word.load(Ordering::Relaxed);
+            if old == 0 {
+                // The usual word: no block of order 1..=8 starts in these 16 units.
+                continue;
+            }
             let mut kept = old;
             for e in (0..STARTS_PER_WORD).filter(|e| old >> (4 * e) & 0xF != 0) {
                 let unit = s * STARTS_PER_WORD + e;
