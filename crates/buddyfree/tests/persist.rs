@@ -169,6 +169,16 @@ fn patch(path: &Path, at: u64, bytes: &[u8]) {
     file.write_all_at(bytes, at).unwrap();
 }
 
+/// Patches a header field and recomputes the header checksum (FNV-1a of bytes 0..56).
+fn patch_field(path: &Path, at: u64, bytes: &[u8]) {
+    patch(path, at, bytes);
+    let head = fs::read(path).unwrap();
+    let sum = head[..56].iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    patch(path, 56, &sum.to_le_bytes());
+}
+
 fn resize(path: &Path, len: u64) {
     OpenOptions::new()
         .write(true)
@@ -209,6 +219,13 @@ fn bad_and_foreign_files_give_named_errors_and_stay_untouched() {
     assert!(matches!(err, PersistError::Truncated { .. }), "{err}");
     let err = open_damaged(&dir, "grown", |p| resize(p, len(p) + 4096));
     assert!(matches!(err, PersistError::WrongSize { .. }), "{err}");
+    // Fields no zone can have, under a correct checksum.
+    let err = open_damaged(&dir, "units", |p| {
+        patch_field(p, 16, &(1u64 << 60).to_le_bytes())
+    });
+    assert!(matches!(err, PersistError::BadHeader(_)), "{err}");
+    let err = open_damaged(&dir, "order", |p| patch_field(p, 12, &11u32.to_le_bytes()));
+    assert!(matches!(err, PersistError::BadHeader(_)), "{err}");
     let err = open_damaged(&dir, "marker", |p| patch(p, 64, b"??"));
     assert!(matches!(err, PersistError::BadHeader(_)), "{err}");
     // A free unit past the end of the partial last frame: recovery refuses it.
@@ -236,6 +253,10 @@ fn an_open_zone_is_locked() {
         .unwrap();
     assert!(matches!(err, PersistError::Locked), "{err}");
     zone.close().unwrap();
+    let err = PersistentLLFree::open(&path, 0, Durability::None)
+        .err()
+        .unwrap();
+    assert!(matches!(err, PersistError::Config(_)), "{err}");
     PersistentLLFree::open(&path, 1, Durability::None)
         .unwrap()
         .0

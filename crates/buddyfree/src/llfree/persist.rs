@@ -60,6 +60,10 @@ use super::{LLFree, Options};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::{BlockAlloc, Config, Error};
 
+/// The most units a zone may have (2^48 frames of 4 KiB, 1 EiB): sizes stay far from
+/// overflow.
+pub const MAX_UNITS: usize = 1 << 48;
+
 /// Why a zone file cannot be created or opened. A file that is not a zone, or a damaged one,
 /// is reported, never reinitialised.
 #[derive(Debug)]
@@ -68,7 +72,8 @@ pub enum PersistError {
     Io(io::Error),
     /// Another open zone (in this or another process) holds the file.
     Locked,
-    /// `create` with a configuration LLFree rejects.
+    /// `create` with a configuration LLFree rejects (or more than [`MAX_UNITS`]), or `open`
+    /// with 0 cores.
     Config(Error),
     /// The file is shorter than its header (or than a header page).
     Truncated {
@@ -195,6 +200,9 @@ impl PersistentLLFree {
         options: Options,
         durability: Durability,
     ) -> Result<PersistentLLFree, PersistError> {
+        if config.units > MAX_UNITS {
+            return Err(PersistError::Config(Error::InvalidConfig));
+        }
         LLFree::check(config, options).map_err(PersistError::Config)?;
         let file = OpenOptions::new()
             .read(true)
@@ -229,6 +237,9 @@ impl PersistentLLFree {
         cores: usize,
         durability: Durability,
     ) -> Result<(PersistentLLFree, Recovery), PersistError> {
+        if cores == 0 {
+            return Err(PersistError::Config(Error::InvalidConfig));
+        }
         let mut file = OpenOptions::new().read(true).write(true).open(path)?;
         lock(&file)?;
         let found = file.metadata()?.len();
@@ -241,6 +252,9 @@ impl PersistentLLFree {
         }
         file.read_exact(&mut page)?;
         let header = Header::parse(&page)?;
+        if header.units > MAX_UNITS {
+            return Err(PersistError::BadHeader("unit count"));
+        }
         let config = Config::new(header.units, header.max_order).with_cores(cores);
         LLFree::check(config, header.options)
             .map_err(|_| PersistError::BadHeader("configuration"))?;
