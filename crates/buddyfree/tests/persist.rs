@@ -228,9 +228,11 @@ fn bad_and_foreign_files_give_named_errors_and_stay_untouched() {
     assert!(matches!(err, PersistError::BadHeader(_)), "{err}");
     let err = open_damaged(&dir, "marker", |p| patch(p, 64, b"??"));
     assert!(matches!(err, PersistError::BadHeader(_)), "{err}");
-    // A free unit past the end of the partial last frame: recovery refuses it.
+    // A free unit past the end of the partial last frame: recovery refuses it and changes
+    // nothing, though frame 0's counter (damaged too, flags kept) would need rebuilding.
     let err = open_damaged(&dir, "lower", |p| {
         patch(p, 64, b"dirty");
+        patch(p, 4096 + 10 * 64, &[0x33, 0x01]);
         patch(p, 4096 + 9 * 64 + 63, &[0]);
     });
     assert!(

@@ -37,30 +37,16 @@ const START_WORDS: usize = WORDS * 4;
 
 impl<W: WriteBack> Lower<W> {
     /// Rebuilds the child counters and cleans the start table from the bit fields and huge
-    /// flags. Returns the units allocated. Runs alone (no operation in flight).
+    /// flags. Returns the units allocated. Runs alone (no operation in flight). Every frame
+    /// is checked before any is changed, so a damaged lower level is reported untouched.
     pub(crate) fn recover(&self, units: usize) -> Result<usize, Corrupt> {
+        for h in (0..self.huges).map(HugeId) {
+            self.check_frame(h, units)?;
+        }
         let mut allocated = 0;
         for h in (0..self.huges).map(HugeId) {
-            let real = units.saturating_sub(h.first_unit()).min(HUGE_UNITS);
-            let corrupt = |what| Corrupt { frame: h.0, what };
-            let mut taken = 0;
-            for w in 0..WORDS {
-                let bits = self.bits(h, w).get();
-                let padding = padding(real, w);
-                if bits & padding != padding {
-                    return Err(corrupt("a unit past the end is free"));
-                }
-                taken += (bits & !padding).count_ones() as usize;
-            }
-            let child = self.child(h);
+            let (taken, child) = self.check_frame(h, units)?;
             let fixed = if child.huge() {
-                let partner = HugeId(h.0 ^ 1);
-                if taken != 0 || real != HUGE_UNITS {
-                    return Err(corrupt("a huge frame with taken bits"));
-                }
-                if child.pair() && (partner.0 >= self.huges || !self.child(partner).pair()) {
-                    return Err(corrupt("half of an order-10 block"));
-                }
                 // Nothing names a block inside a huge frame.
                 for s in 0..START_WORDS {
                     self.start_word(h, s).store(0, Ordering::Relaxed);
@@ -71,15 +57,44 @@ impl<W: WriteBack> Lower<W> {
                 } else {
                     Child::HUGE
                 }
-            } else if child.pair() {
-                return Err(corrupt("a pair flag without the huge flag"));
             } else {
                 allocated += taken;
+                let real = units.saturating_sub(h.first_unit()).min(HUGE_UNITS);
                 Child::with_counts(real - taken, self.rebuild_starts(h))
             };
             let _ = self.update_child(h, |_| Some(fixed));
         }
         Ok(allocated)
+    }
+
+    /// Checks what recovery trusts in frame `h`: the padding past the last unit is taken, a
+    /// huge frame has no taken bits and its pair flag a partner. Returns the taken units
+    /// (without padding) and the child entry.
+    fn check_frame(&self, h: HugeId, units: usize) -> Result<(usize, Child), Corrupt> {
+        let real = units.saturating_sub(h.first_unit()).min(HUGE_UNITS);
+        let corrupt = |what| Corrupt { frame: h.0, what };
+        let mut taken = 0;
+        for w in 0..WORDS {
+            let bits = self.bits(h, w).get();
+            let padding = padding(real, w);
+            if bits & padding != padding {
+                return Err(corrupt("a unit past the end is free"));
+            }
+            taken += (bits & !padding).count_ones() as usize;
+        }
+        let child = self.child(h);
+        if child.huge() {
+            let partner = HugeId(h.0 ^ 1);
+            if taken != 0 || real != HUGE_UNITS {
+                return Err(corrupt("a huge frame with taken bits"));
+            }
+            if child.pair() && (partner.0 >= self.huges || !self.child(partner).pair()) {
+                return Err(corrupt("half of an order-10 block"));
+            }
+        } else if child.pair() {
+            return Err(corrupt("a pair flag without the huge flag"));
+        }
+        Ok((taken, child))
     }
 
     /// Clears every start entry of frame `h` that names no live block; returns the number of
