@@ -59,6 +59,12 @@ struct Cli {
     /// Skip the plots.
     #[arg(long)]
     no_plots: bool,
+    /// crash workload: crashes to inject (default 1000; 50 with --quick).
+    #[arg(long)]
+    injections: Option<usize>,
+    /// crash workload: write-back of each operation: none, line (clwb) or msync.
+    #[arg(long, default_value = "none")]
+    durability: String,
 }
 
 fn list() {
@@ -79,7 +85,11 @@ fn list() {
     for w in Workload::ALL {
         println!("    {:18}  {}", w.name(), w.about());
     }
-    println!("\nsuites: nbbs, llfree, realtime, all");
+    println!("    {:18}  {}", "crash", CRASH_ABOUT);
+    println!(
+        "
+suites: nbbs, llfree, realtime, all (crash runs alone, never in a suite)"
+    );
 }
 
 fn request(cli: &Cli) -> Result<Request, String> {
@@ -106,11 +116,93 @@ fn request(cli: &Cli) -> Result<Request, String> {
     })
 }
 
+const CRASH_ABOUT: &str = "LLFree 5.7: a worker process on a persistent zone killed with SIGKILL at random, recovered and checked, --injections times (--threads: its threads, --heap: the zone)";
+
+/// `--workload crash`: crash injection on a persistent LLFree zone.
+fn crash(cli: &Cli) -> ExitCode {
+    use buddybench::workloads::crash;
+    use buddyfree::llfree::persist::Durability;
+    let durability = match cli.durability.as_str() {
+        "none" => Durability::None,
+        "line" => Durability::CacheLine,
+        "msync" => Durability::Msync,
+        d => {
+            eprintln!("error: unknown durability `{d}` (none, line, msync)");
+            return ExitCode::from(2);
+        }
+    };
+    let units = match cli.heap.as_deref().map(parse_bytes).transpose() {
+        Ok(b) => b.map_or(1 << 18, |b| (b / 4096) as usize),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let params = crash::CrashParams {
+        injections: cli.injections.unwrap_or(if cli.quick {
+            50
+        } else {
+            crash::DEFAULT_INJECTIONS
+        }),
+        threads: cli
+            .threads
+            .as_ref()
+            .and_then(|t| t.first().copied())
+            .unwrap_or(4),
+        units,
+        durability,
+        seed: 0x5eed_c4a5,
+    };
+    if params.threads == 0 || params.units < 1024 {
+        eprintln!("error: the crash workload needs a thread and a heap of at least 4M");
+        return ExitCode::from(2);
+    }
+    let bar = indicatif::ProgressBar::new(params.injections as u64);
+    let result = crash::run(&params, |i| bar.set_position(i as u64));
+    bar.finish_and_clear();
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: crash workload: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    print!("{}", crash::render(&report));
+    let path = cli.out.join("crash.json");
+    let written = std::fs::create_dir_all(&cli.out).and_then(|()| {
+        let json = serde_json::to_string_pretty(&report).map_err(std::io::Error::other)?;
+        std::fs::write(&path, json)
+    });
+    match written {
+        Ok(()) => {
+            eprintln!("wrote {}", path.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: cannot write {}: {e}", path.display());
+            ExitCode::from(1)
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    // The crash workload re-executes this binary as its worker process.
+    buddyfree::llfree::persist::crash::run_worker_if_asked();
     let cli = Cli::parse();
     if cli.list {
         list();
         return ExitCode::SUCCESS;
+    }
+    if let Some(w) = cli
+        .workload
+        .as_ref()
+        .filter(|w| w.iter().any(|n| n == "crash"))
+    {
+        if w.len() > 1 {
+            eprintln!("error: the crash workload runs alone");
+            return ExitCode::from(2);
+        }
+        return crash(&cli);
     }
     let plan = match request(&cli).and_then(|r| Plan::new(&r).map_err(|e| e.0)) {
         Ok(p) => p,

@@ -6,6 +6,7 @@
 //! Allocation failures are counted, never fatal; a failing `free` is an allocator bug and is
 //! counted separately.
 
+pub mod crash;
 pub mod llfree;
 pub mod nbbs;
 pub mod realtime;

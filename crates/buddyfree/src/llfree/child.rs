@@ -32,27 +32,40 @@ impl Child {
     /// A frame handed out as half of an order-10 block.
     pub(crate) const PAIR: Child = Child(HUGE | PAIR);
 
+    #[inline]
     /// A frame (not handed out whole) with `free` free units.
     pub(crate) const fn with_free(free: usize) -> Child {
         Child(free as u32)
     }
 
+    /// A frame (not handed out whole) with `free` free units and `multi` live blocks of
+    /// orders 1..=8 (recovery).
+    #[cfg(all(feature = "persist", not(loom)))]
+    pub(crate) const fn with_counts(free: usize, multi: u32) -> Child {
+        Child(free as u32 | multi << MULTI_SHIFT)
+    }
+
+    #[inline]
     pub(crate) const fn free(self) -> usize {
         (self.0 & FREE_MASK) as usize
     }
 
+    #[inline]
     pub(crate) const fn multi(self) -> u32 {
         (self.0 & MULTI_MASK) >> MULTI_SHIFT
     }
 
+    #[inline]
     pub(crate) const fn huge(self) -> bool {
         self.0 & HUGE != 0
     }
 
+    #[inline]
     pub(crate) const fn pair(self) -> bool {
         self.0 & PAIR != 0
     }
 
+    #[inline]
     /// Fig. 14a (2a): reserves `n` units of the bit field for a block of order 0 (`multi`
     /// false) or 1..=8, before the bits are searched. `None` if too few are free.
     pub(crate) fn take(self, n: usize, multi: bool) -> Option<Child> {
@@ -60,6 +73,7 @@ impl Child {
             .then(|| Child(self.0 - n as u32 + ((multi as u32) << MULTI_SHIFT)))
     }
 
+    #[inline]
     /// The inverse of [`Child::take`]: a block's units are back in the bit field (Fig. 14b (3)).
     pub(crate) fn give(self, n: usize, multi: bool) -> Child {
         debug_assert!(!self.huge() && self.free() + n <= HUGE_UNITS);
@@ -67,11 +81,13 @@ impl Child {
         Child(self.0 + n as u32 - ((multi as u32) << MULTI_SHIFT))
     }
 
+    #[inline]
     /// The raw bits, for packing two children into one word.
     pub(crate) const fn raw(self) -> u32 {
         self.0
     }
 
+    #[inline]
     pub(crate) const fn from_raw(raw: u32) -> Child {
         Child(raw)
     }
@@ -86,11 +102,13 @@ impl ChildPair {
         ChildPair(even.raw() as u64 | (odd.raw() as u64) << 32)
     }
 
+    #[inline]
     /// The child `half` (0: even, 1: odd).
     pub(crate) const fn get(self, half: usize) -> Child {
         Child::from_raw((self.0 >> (32 * half)) as u32)
     }
 
+    #[inline]
     /// The pair with child `half` replaced.
     pub(crate) const fn set(self, half: usize, child: Child) -> ChildPair {
         let shift = 32 * half;

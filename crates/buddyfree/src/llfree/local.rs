@@ -22,6 +22,7 @@ impl Reservation {
         Reservation(((t.0 as u64 + 1) << 32) | free as u64)
     }
 
+    #[inline]
     pub(crate) const fn tree(self) -> Option<TreeId> {
         match self.0 >> 32 {
             0 => None,
@@ -29,6 +30,7 @@ impl Reservation {
         }
     }
 
+    #[inline]
     pub(crate) const fn free(self) -> usize {
         self.0 as u32 as usize
     }
@@ -53,10 +55,12 @@ impl Local {
         }
     }
 
+    #[inline]
     pub(crate) fn get(&self) -> Reservation {
         Reservation(self.reservation.get())
     }
 
+    #[inline]
     /// Fig. 14a (1): takes `n` units from `cP` if this core still holds `t` with enough.
     pub(crate) fn take(&self, t: TreeId, n: usize) -> bool {
         self.reservation
@@ -67,6 +71,7 @@ impl Local {
             .is_ok()
     }
 
+    #[inline]
     /// Fig. 14a (1): takes `n` units from `cP`, whatever tree this core holds; returns the
     /// tree, or the reservation that had too few.
     pub(crate) fn take_any(&self, n: usize) -> Result<TreeId, Reservation> {
@@ -79,6 +84,7 @@ impl Local {
         }
     }
 
+    #[inline]
     /// Adds `n` units to `cP` if this core holds `t`; false if it does not (then they belong
     /// in the tree entry).
     pub(crate) fn add(&self, t: TreeId, n: usize) -> bool {
@@ -87,12 +93,14 @@ impl Local {
             .is_ok()
     }
 
+    #[inline]
     /// Installs a new reservation and returns the one it replaced: whoever swaps a
     /// reservation out must return it to its tree.
     pub(crate) fn swap(&self, new: Reservation) -> Reservation {
         Reservation(self.reservation.swap(new.0, Ordering::AcqRel))
     }
 
+    #[inline]
     /// Counts a free into `t` from this core; true once `threshold` consecutive frees went
     /// there (and restarts the count). A heuristic: races only blur the count.
     pub(crate) fn count_free(&self, t: TreeId, threshold: u32) -> bool {

@@ -1,6 +1,7 @@
 //! The lower level (§3.2.1, §4.2.1): per huge frame a 512-bit bit field and a child entry,
 //! plus a start table that tells bad frees apart. It holds no pointers and lives in one
-//! contiguous run of cache lines, so it can later sit in a file mapping (issue 7).
+//! contiguous run of cache lines, on the heap or in a file mapping (`persist.rs`; then every
+//! change that recovery reads is written back through its [`WriteBack`], see `recover.rs`).
 //!
 //! ```text
 //! line 0                     children_at / 8                 starts_at / 8
@@ -20,19 +21,20 @@
 //! for order 0, the start entry for orders 1..=8, the child entry for orders 9 and 10), so
 //! exactly one wins and the others see `NotAllocated`.
 
-use alloc::boxed::Box;
-use alloc::vec::Vec;
-
 use super::atomic::Atom;
 use super::bitfield::{block_mask, find_run};
 use super::child::{Child, ChildPair};
+use super::lines::{Lines, LINE_WORDS};
+use super::writeback::{Volatile, WriteBack};
 use super::{HugeId, HUGE_UNITS};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::Error;
 
-const LINE_WORDS: usize = 8;
+#[cfg(all(feature = "persist", not(loom)))]
+mod recover;
+
 /// Bit-field words per huge frame.
-const WORDS: usize = HUGE_UNITS / 64;
+pub(crate) const WORDS: usize = HUGE_UNITS / 64;
 /// Start-table entries per word.
 const STARTS_PER_WORD: usize = 16;
 /// Start-table entry of a block of order 1..=8 that a free has claimed but not yet cleared.
@@ -41,50 +43,118 @@ const FREEING: u64 = 0xF;
 /// child counter promises a free bit, so only heavy contention in one frame gets this far.
 const ORDER0_PASSES: usize = 64;
 
-#[repr(C, align(64))]
-struct Line([AtomicU64; LINE_WORDS]);
-
 /// Bit fields, child entries and the start table of `units` units.
-pub(crate) struct Lower {
-    lines: Box<[Line]>,
+pub(crate) struct Lower<W: WriteBack = Volatile> {
+    lines: Lines,
     huges: usize,
     children_at: usize,
     starts_at: usize,
+    /// Called after every change that recovery reads (bits, start entries, huge flags);
+    /// nothing at all for volatile memory.
+    write_back: W,
+}
+
+/// Where the parts of a lower level of `units` units lie, in words.
+struct Layout {
+    huges: usize,
+    children_at: usize,
+    starts_at: usize,
+    lines: usize,
+}
+
+impl Layout {
+    fn of(units: usize) -> Layout {
+        let huges = units.div_ceil(HUGE_UNITS);
+        let children_at = huges * WORDS;
+        let starts_at = children_at + huges.div_ceil(2).next_multiple_of(LINE_WORDS);
+        let words = starts_at + huges * WORDS * 4;
+        Layout {
+            huges,
+            children_at,
+            starts_at,
+            lines: words / LINE_WORDS,
+        }
+    }
 }
 
 impl Lower {
     /// A lower level with every unit free. Units past `units` in the last huge frame are
     /// marked taken for good (and not counted free), so any `units` works.
     pub(crate) fn new(units: usize) -> Lower {
-        let huges = units.div_ceil(HUGE_UNITS);
-        let children_at = huges * WORDS;
-        let starts_at = children_at + huges.div_ceil(2).next_multiple_of(LINE_WORDS);
-        let words = starts_at + huges * WORDS * 4;
-        let lines: Vec<Line> = (0..words / LINE_WORDS)
-            .map(|_| Line(core::array::from_fn(|_| AtomicU64::new(0))))
-            .collect();
-        let lower = Lower {
-            lines: lines.into_boxed_slice(),
-            huges,
-            children_at,
-            starts_at,
-        };
-        for h in 0..huges.next_multiple_of(2) {
+        let lower = Lower::on(Lines::zeroed(Layout::of(units).lines), units, Volatile);
+        lower.format(units);
+        lower
+    }
+
+    /// Bytes the lower level of `units` units takes (a whole number of cache lines).
+    #[cfg(all(feature = "persist", not(loom)))]
+    pub(crate) fn bytes(units: usize) -> usize {
+        Layout::of(units).lines * core::mem::size_of::<super::lines::Line>()
+    }
+}
+
+impl<W: WriteBack> Lower<W> {
+    /// The lower level of `units` units on `lines` (of the size [`Lower::bytes`] gives),
+    /// taken as it is.
+    fn on(lines: Lines, units: usize, write_back: W) -> Lower<W> {
+        let layout = Layout::of(units);
+        debug_assert_eq!(lines.len(), layout.lines);
+        Lower {
+            lines,
+            huges: layout.huges,
+            children_at: layout.children_at,
+            starts_at: layout.starts_at,
+            write_back,
+        }
+    }
+
+    /// The lower level of `units` units in the memory at `at`, taken as it is (`fresh`:
+    /// zeroed memory, formatted here to every unit free).
+    ///
+    /// # Safety
+    /// As for [`Lines::borrowed`], for [`Lower::bytes`]`(units)` bytes at `at`.
+    #[cfg(all(feature = "persist", not(loom)))]
+    pub(crate) unsafe fn in_place(
+        at: core::ptr::NonNull<super::lines::Line>,
+        units: usize,
+        fresh: bool,
+        write_back: W,
+    ) -> Lower<W> {
+        // SAFETY: passed on to our caller.
+        let lines = unsafe { Lines::borrowed(at, Layout::of(units).lines) };
+        let lower = Lower::on(lines, units, write_back);
+        if fresh {
+            lower.format(units);
+        }
+        lower
+    }
+
+    /// Sets zeroed memory to every unit free.
+    fn format(&self, units: usize) {
+        for h in 0..self.huges.next_multiple_of(2) {
             let real = units.saturating_sub(h * HUGE_UNITS).min(HUGE_UNITS);
             let half = h % 2;
-            let word = lower.pair_word(HugeId(h));
+            let word = self.pair_word(HugeId(h));
             let pair = ChildPair(word.load(Ordering::Relaxed)).set(half, Child::with_free(real));
             word.store(pair.0, Ordering::Relaxed);
             // A partial last frame: its missing units are taken for good. (A missing odd
             // frame has only its child entry, with nothing free.)
-            if h < huges {
+            if h < self.huges {
                 for unit in real..HUGE_UNITS {
-                    let word = lower.bits(HugeId(h), unit / 64);
+                    let word = self.bits(HugeId(h), unit / 64);
                     word.fetch_or(1 << (unit % 64), Ordering::Relaxed);
                 }
             }
         }
-        lower
+    }
+
+    /// Writes the word `word` finds back to persistent memory, where the zone asks for it.
+    /// A closure, so that volatile memory does not even compute the address.
+    #[inline(always)]
+    fn persist<'a>(&'a self, word: impl FnOnce() -> &'a AtomicU64) {
+        if W::ACTIVE {
+            self.write_back.write_back(word());
+        }
     }
 
     /// Huge frames (the last one may be partial).
@@ -100,7 +170,7 @@ impl Lower {
     /// Allocates a block of `order` (0..=10) in huge frame `h` (order 10: the aligned pair
     /// starting at `h`), starting the bit-field search at word `hint`. Returns its first unit.
     pub(crate) fn alloc(&self, h: HugeId, order: u32, hint: usize) -> Option<usize> {
-        match order {
+        let index = match order {
             0..=8 => self.alloc_small(h, order, hint),
             9 => self
                 .update_child(h, |c| (c == Child::FREE).then_some(Child::HUGE))
@@ -118,7 +188,12 @@ impl Lower {
                     .ok()
                     .map(|_| h.first_unit())
             }
+        };
+        if order > 8 && index.is_some() {
+            // The huge flags are the truth for orders 9 and 10 (§3.2.3).
+            self.persist(|| self.pair_word(h));
         }
+        index
     }
 
     /// Frees the block of `order` at `index` (already checked for range and alignment).
@@ -127,7 +202,10 @@ impl Lower {
         match order {
             0..=8 => self.free_small(h, index, order),
             9 => match self.update_child(h, |c| (c == Child::HUGE).then_some(Child::FREE)) {
-                Ok(_) => Ok(()),
+                Ok(_) => {
+                    self.persist(|| self.pair_word(h));
+                    Ok(())
+                }
                 Err(c) => Err(self.wrong_free(h, index, c)),
             },
             _ => {
@@ -137,7 +215,10 @@ impl Lower {
                     .pair_word(h)
                     .try_change(|p| (p == taken).then_some(free))
                 {
-                    Ok(_) => Ok(()),
+                    Ok(_) => {
+                        self.persist(|| self.pair_word(h));
+                        Ok(())
+                    }
                     Err(p) => Err(self.wrong_free(h, index, ChildPair(p).get(0))),
                 }
             }
@@ -159,6 +240,9 @@ impl Lower {
             let _ = self.update_child(h, |c| Some(c.give(n, multi)));
             return None;
         };
+        // The frame's bit field is one cache line; it must be written back before the start
+        // entry that names the block (recovery trusts an entry only over taken bits).
+        self.persist(|| self.bits(h, 0));
         if multi {
             let _ = self.update_start(index, |_| Some(order as u64 + 1));
         } else if self.child(h).multi() > 0 && self.start(index) == FREEING {
@@ -207,6 +291,7 @@ impl Lower {
                         // find with a zero bit.
                         self.bits(h, set).store(0, Ordering::Release);
                     }
+                    self.persist(|| self.bits(h, g));
                     continue 'group;
                 }
             }
@@ -231,6 +316,7 @@ impl Lower {
             // The bit itself is the claim: of racing frees exactly one clears it.
             word.try_change(|v| (v >> shift & 1 == 1).then_some(v & !(1 << shift)))
                 .map_err(|_| Error::NotAllocated)?;
+            self.persist(|| word);
         } else {
             // The start entry is the claim. It stays FREEING (not 0) until the bits are
             // clear, so that a losing double free never mistakes the still-taken units for
@@ -245,6 +331,7 @@ impl Lower {
                     self.bits(h, w).store(0, Ordering::Release);
                 }
             }
+            self.persist(|| word);
             // A new block may already have reused the entry; then it is no longer ours.
             let _ = self.update_start(index, |s| (s == FREEING).then_some(0));
         }
@@ -308,7 +395,12 @@ impl Lower {
         mut f: impl FnMut(u64) -> Option<u64>,
     ) -> Result<u64, u64> {
         let (word, shift) = self.start_of(index);
-        word.try_change(|v| f(v >> shift & 0xF).map(|s| v & !(0xF << shift) | s << shift))
+        let changed =
+            word.try_change(|v| f(v >> shift & 0xF).map(|s| v & !(0xF << shift) | s << shift));
+        if changed.is_ok() {
+            self.persist(|| word);
+        }
+        changed
     }
 
     fn update_child(

@@ -33,14 +33,19 @@
 //!   between reserving a tree and installing it (its count is then in no counter), as in the
 //!   paper's design; sequential allocation is complete.
 //! - The lower level is one contiguous array of cache lines of plain atomics, with no
-//!   pointers, so that it can be placed in a file mapping (persistent LLFree, issue 7).
+//!   pointers, so that it can be placed in a file mapping: [`persist`] (feature `persist`)
+//!   keeps it in a file and recovers it after a crash (§3.2.3).
 
 mod atomic;
 mod bitfield;
 mod child;
+mod lines;
 mod local;
 mod lower;
+#[cfg(all(feature = "persist", not(loom)))]
+pub mod persist;
 mod trees;
+mod writeback;
 
 #[cfg(all(test, loom))]
 mod loom_tests;
@@ -54,6 +59,7 @@ use crate::{check_block, BlockAlloc, Config, Error};
 use local::{Local, Reservation};
 use lower::Lower;
 use trees::Trees;
+pub use writeback::{Volatile, WriteBack};
 
 /// Units in a huge frame.
 pub const HUGE_UNITS: usize = 512;
@@ -107,8 +113,11 @@ impl Default for Options {
 ///
 /// Any unit count is accepted: the last huge frame may be partial (it then never serves
 /// orders 9 and 10), and with an odd number of huge frames the last one has no order-10 buddy.
-pub struct LLFree {
-    lower: Lower,
+///
+/// `W` says whether the lower level is written back to a persistent medium: [`Volatile`]
+/// (the default, compiled away) or a persistent zone's write-back ([`persist`]).
+pub struct LLFree<W: WriteBack = Volatile> {
+    lower: Lower<W>,
     trees: Trees,
     locals: Box<[CachePadded<Local>]>,
     units: usize,
@@ -127,6 +136,12 @@ impl LLFree {
 
     /// LLFree with the given tuning.
     pub fn with_options(config: Config, options: Options) -> Result<LLFree, Error> {
+        LLFree::check(config, options)?;
+        Ok(LLFree::on(config, options, Lower::new(config.units)))
+    }
+
+    /// Rejects configurations LLFree cannot serve.
+    pub(crate) fn check(config: Config, options: Options) -> Result<(), Error> {
         config.validate()?;
         let children = options.tree_children;
         let tree_units = children
@@ -140,17 +155,31 @@ impl LLFree {
         {
             return Err(Error::InvalidConfig);
         }
+        Ok(())
+    }
+}
+
+impl<W: WriteBack> LLFree<W> {
+    /// LLFree over a checked configuration and a lower level (fresh, recovered or reopened):
+    /// the upper level is built from its child counters, with no reservations.
+    fn on(config: Config, options: Options, lower: Lower<W>) -> LLFree<W> {
+        let children = options.tree_children;
+        let tree_units = children * HUGE_UNITS;
         let permille = |p: usize| tree_units * p / 1000;
+        let huges = lower.huges();
         let trees = Trees::new(
-            (0..config.units.div_ceil(tree_units))
-                .map(|t| (config.units - t * tree_units).min(tree_units)),
+            (0..huges.div_ceil(children)).map(|t| {
+                (t * children..((t + 1) * children).min(huges))
+                    .map(|h| lower.child(HugeId(h)).free())
+                    .sum()
+            }),
             (
                 permille(options.allocated_below_permille),
                 permille(options.free_above_permille),
             ),
         );
-        Ok(LLFree {
-            lower: Lower::new(config.units),
+        LLFree {
+            lower,
             trees,
             locals: (0..config.cores)
                 .map(|_| CachePadded::new(Local::new()))
@@ -160,7 +189,7 @@ impl LLFree {
             tree_children: children,
             tree_shift: tree_units.trailing_zeros(),
             reserve_on_free: options.reserve_on_free,
-        })
+        }
     }
 
     /// Free huge frames (whole free 2 MiB frames).
@@ -346,7 +375,7 @@ const RESERVE_ATTEMPTS: usize = 4;
 /// Rounds of the complete scan before an allocation fails.
 const FALLBACK_ROUNDS: usize = 3;
 
-impl BlockAlloc for LLFree {
+impl<W: WriteBack> BlockAlloc for LLFree<W> {
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
         if order > self.max_order {
             return Err(Error::BadOrder);

@@ -19,10 +19,12 @@ pub(crate) struct Tree(u32);
 const RESERVED: u32 = 1 << 31;
 
 impl Tree {
+    #[inline]
     pub(crate) const fn free(self) -> usize {
         (self.0 & !RESERVED) as usize
     }
 
+    #[inline]
     pub(crate) const fn reserved(self) -> bool {
         self.0 & RESERVED != 0
     }
@@ -58,14 +60,17 @@ impl Trees {
         }
     }
 
+    #[inline]
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
+    #[inline]
     pub(crate) fn get(&self, t: TreeId) -> Tree {
         Tree(self.entries[t.0].get())
     }
 
+    #[inline]
     /// Takes `n` units from the global counter `cU` (whether reserved or not).
     pub(crate) fn take(&self, t: TreeId, n: usize) -> bool {
         self.entries[t.0]
@@ -73,11 +78,13 @@ impl Trees {
             .is_ok()
     }
 
+    #[inline]
     /// Gives `n` units back to the global counter (frees from cores not holding the tree).
     pub(crate) fn add(&self, t: TreeId, n: usize) {
         self.entries[t.0].fetch_add(n as u32, Ordering::AcqRel);
     }
 
+    #[inline]
     /// Takes the whole global counter of a reserved tree (the sync of Fig. 14a (1a)).
     pub(crate) fn take_all_reserved(&self, t: TreeId) -> usize {
         self.entries[t.0]
@@ -85,6 +92,7 @@ impl Trees {
             .map_or(0, |e| Tree(e).free())
     }
 
+    #[inline]
     /// Reserves `t` if no core has it and `accept` likes its entry: sets `r`, moves `cU` out
     /// (returned) and leaves 0 behind.
     pub(crate) fn reserve(&self, t: TreeId, accept: impl Fn(Tree) -> bool) -> Option<usize> {
@@ -94,6 +102,7 @@ impl Trees {
             .map(|e| Tree(e).free())
     }
 
+    #[inline]
     /// Ends a reservation, returning the per-core count `free` to `cU`.
     pub(crate) fn unreserve(&self, t: TreeId, free: usize) {
         let _ = self.entries[t.0].try_change(|e| {
@@ -146,6 +155,7 @@ impl Trees {
             .map(|free| (TreeId(t), free))
     }
 
+    #[inline]
     /// Whether `t` is partial (the trees reserve-on-free picks).
     pub(crate) fn is_partial(&self, tree: Tree) -> bool {
         self.class(tree) == Class::Partial

@@ -1,0 +1,260 @@
+//! Recovery of the lower level after a crash (§3.2.3), and the walk over its live blocks.
+//!
+//! The truth after a crash is what one atomic change of one word commits: the bit fields
+//! (orders 0..=8) and the huge and pair flags of the child entries (orders 9 and 10). The
+//! child counters (`free`, `multi`) are derived and rebuilt. The start table is persisted
+//! too and kept where it is consistent with the bits: an entry `order + 1` names a live
+//! block only if it is aligned, not inside another named block, and all its bits are taken.
+//!
+//! What a crash in the middle of an operation leaves, and what recovery makes of it:
+//! - an allocation that set its bits but not yet its start entry (orders 1..=8), or set only
+//!   some words (orders 7 and 8): the taken units are order-0 blocks nobody holds ("orphans",
+//!   the paper's lost frames); a stale start entry over bits not all taken is cleared;
+//! - a free that claimed its start entry ([`FREEING`]) but had not cleared (all) its bits:
+//!   the entry is cleared, the units still taken are orphans. Recovery never frees a unit,
+//!   because units of a half-freed block may already have been reused by another core;
+//! - a free of order 0 or an allocation of order 0, 9 or 10 is one compare-and-swap: done
+//!   or not.
+//!
+//! So every block whose allocation returned and whose free was not called is recovered
+//! with its order, and at most the block of each operation in flight is lost, as units
+//! that [`Lower::blocks`] lists as order-0 blocks (they can be freed as such).
+
+use super::*;
+use crate::llfree::HUGE_ORDER;
+
+/// A persistent lower level that no run of the allocator can leave behind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Corrupt {
+    /// The huge frame.
+    pub(crate) frame: usize,
+    /// What is wrong with it.
+    pub(crate) what: &'static str,
+}
+
+/// Start-table words per huge frame.
+const START_WORDS: usize = WORDS * 4;
+
+impl<W: WriteBack> Lower<W> {
+    /// Rebuilds the child counters and cleans the start table from the bit fields and huge
+    /// flags. Returns the units allocated. Runs alone (no operation in flight). Every frame
+    /// is checked before any is changed, so a damaged lower level is reported untouched.
+    pub(crate) fn recover(&self, units: usize) -> Result<usize, Corrupt> {
+        for h in (0..self.huges).map(HugeId) {
+            self.check_frame(h, units)?;
+        }
+        let mut allocated = 0;
+        for h in (0..self.huges).map(HugeId) {
+            let (taken, child) = self.check_frame(h, units)?;
+            let fixed = if child.huge() {
+                // Nothing names a block inside a huge frame.
+                for s in 0..START_WORDS {
+                    self.start_word(h, s).store(0, Ordering::Relaxed);
+                }
+                allocated += HUGE_UNITS;
+                if child.pair() {
+                    Child::PAIR
+                } else {
+                    Child::HUGE
+                }
+            } else {
+                allocated += taken;
+                let real = units.saturating_sub(h.first_unit()).min(HUGE_UNITS);
+                Child::with_counts(real - taken, self.rebuild_starts(h))
+            };
+            let _ = self.update_child(h, |_| Some(fixed));
+        }
+        Ok(allocated)
+    }
+
+    /// Checks what recovery trusts in frame `h`: the padding past the last unit is taken, a
+    /// huge frame has no taken bits and its pair flag a partner. Returns the taken units
+    /// (without padding) and the child entry.
+    fn check_frame(&self, h: HugeId, units: usize) -> Result<(usize, Child), Corrupt> {
+        let real = units.saturating_sub(h.first_unit()).min(HUGE_UNITS);
+        let corrupt = |what| Corrupt { frame: h.0, what };
+        let mut taken = 0;
+        for w in 0..WORDS {
+            let bits = self.bits(h, w).get();
+            let padding = padding(real, w);
+            if bits & padding != padding {
+                return Err(corrupt("a unit past the end is free"));
+            }
+            taken += (bits & !padding).count_ones() as usize;
+        }
+        let child = self.child(h);
+        if child.huge() {
+            let partner = HugeId(h.0 ^ 1);
+            if taken != 0 || real != HUGE_UNITS {
+                return Err(corrupt("a huge frame with taken bits"));
+            }
+            if child.pair() && (partner.0 >= self.huges || !self.child(partner).pair()) {
+                return Err(corrupt("half of an order-10 block"));
+            }
+        } else if child.pair() {
+            return Err(corrupt("a pair flag without the huge flag"));
+        }
+        Ok((taken, child))
+    }
+
+    /// Clears every start entry of frame `h` that names no live block; returns the number of
+    /// live blocks of orders 1..=8 (the child's `multi`).
+    fn rebuild_starts(&self, h: HugeId) -> u32 {
+        let mut multi = 0;
+        // Blocks are aligned, so one that starts before a unit and covers it was seen last.
+        let mut covered = 0;
+        for s in 0..START_WORDS {
+            let word = self.start_word(h, s);
+            let old = word.load(Ordering::Relaxed);
+            if old == 0 {
+                // The usual word: no block of order 1..=8 starts in these 16 units.
+                continue;
+            }
+            let mut kept = old;
+            for e in (0..STARTS_PER_WORD).filter(|e| old >> (4 * e) & 0xF != 0) {
+                let unit = s * STARTS_PER_WORD + e;
+                match live_order(old >> (4 * e) & 0xF) {
+                    Some(order)
+                        if unit.is_multiple_of(1 << order)
+                            && unit >= covered
+                            && self.all_taken(h, unit, order) =>
+                    {
+                        multi += 1;
+                        covered = unit + (1 << order);
+                    }
+                    _ => kept &= !(0xF << (4 * e)),
+                }
+            }
+            if kept != old {
+                word.store(kept, Ordering::Relaxed);
+            }
+        }
+        multi
+    }
+
+    /// Whether every unit of the block of `order` at unit `unit` of frame `h` is taken.
+    fn all_taken(&self, h: HugeId, unit: usize, order: u32) -> bool {
+        if order <= 6 {
+            let mask = block_mask(order) << (unit % 64);
+            self.bits(h, unit / 64).get() & mask == mask
+        } else {
+            (unit / 64..unit / 64 + (1 << (order - 6))).all(|w| self.bits(h, w).get() == u64::MAX)
+        }
+    }
+
+    /// Calls `f(index, order)` for every block the lower level holds, in address order:
+    /// huge flags give orders 9 and 10, start entries orders 1..=8, and any other taken unit
+    /// is an order-0 block. Only meaningful with no operation in flight.
+    pub(crate) fn blocks(&self, units: usize, mut f: impl FnMut(usize, u32)) {
+        for h in (0..self.huges).map(HugeId) {
+            let child = self.child(h);
+            if child.huge() {
+                if !child.pair() {
+                    f(h.first_unit(), HUGE_ORDER);
+                } else if h.0.is_multiple_of(2) {
+                    f(h.first_unit(), HUGE_ORDER + 1);
+                }
+                continue;
+            }
+            let real = units.saturating_sub(h.first_unit()).min(HUGE_UNITS);
+            let mut unit = 0;
+            while unit < real {
+                let index = h.first_unit() + unit;
+                if let Some(order) = live_order(self.start(index)) {
+                    f(index, order);
+                    unit += 1 << order;
+                } else {
+                    let (word, shift) = self.bit_of(index);
+                    if word.get() >> shift & 1 == 1 {
+                        f(index, 0);
+                    }
+                    unit += 1;
+                }
+            }
+        }
+    }
+
+    fn start_word(&self, h: HugeId, s: usize) -> &AtomicU64 {
+        self.word(self.starts_at + h.0 * START_WORDS + s)
+    }
+}
+
+/// The order a start entry names a block of, if it names one (orders 1..=8).
+fn live_order(entry: u64) -> Option<u32> {
+    (2..=9).contains(&entry).then(|| entry as u32 - 1)
+}
+
+/// The bits of word `w` of a frame with `real` units that lie past its end.
+fn padding(real: usize, w: usize) -> u64 {
+    let first = w * 64;
+    if real <= first {
+        u64::MAX
+    } else if real >= first + 64 {
+        0
+    } else {
+        u64::MAX << (real - first)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use alloc::vec::Vec;
+
+    use super::*;
+
+    #[test]
+    fn padding_marks_units_past_the_end() {
+        assert_eq!(padding(512, 7), 0);
+        assert_eq!(padding(0, 0), u64::MAX);
+        assert_eq!(padding(70, 1), u64::MAX << 6);
+        assert_eq!(padding(70, 0), 0);
+        assert_eq!(padding(70, 2), u64::MAX);
+    }
+
+    /// A frame with a live order-3 block, an order-4 allocation cut off after its bits, a
+    /// free of order 2 cut off after its claim, and a stale entry over free bits.
+    #[test]
+    fn recovery_keeps_named_blocks_and_turns_cut_off_operations_into_orphans() {
+        let lower = Lower::new(1024);
+        let a = lower.alloc(HugeId(0), 3, 0).unwrap();
+        let b = lower.alloc(HugeId(0), 4, 0).unwrap();
+        let c = lower.alloc(HugeId(0), 2, 0).unwrap();
+        // b's start entry never written; c's free claimed but not carried out; a stale
+        // order-5 entry at unit 128, whose bits are free.
+        let _ = lower.update_start(b, |_| Some(0));
+        let _ = lower.update_start(c, |_| Some(FREEING));
+        let _ = lower.update_start(128, |_| Some(6));
+        // The counters are wrong after a crash; recovery must not read them.
+        let _ = lower.update_child(HugeId(0), |_| Some(Child::with_free(3)));
+        assert_eq!(lower.recover(1024), Ok(8 + 16 + 4));
+        lower.assert_consistent();
+        let mut blocks = Vec::new();
+        lower.blocks(1024, |i, o| blocks.push((i, o)));
+        let mut want = alloc::vec![(a, 3)];
+        want.extend((b..b + 16).map(|i| (i, 0)));
+        want.extend((c..c + 4).map(|i| (i, 0)));
+        want.sort();
+        assert_eq!(blocks, want);
+        assert_eq!(lower.child(HugeId(0)).multi(), 1);
+        assert_eq!(lower.free(a, 3), Ok(()));
+        assert_eq!(lower.free(b + 1, 0), Ok(()));
+    }
+
+    #[test]
+    fn recovery_rejects_impossible_states() {
+        let lower = Lower::new(1000);
+        assert_eq!(lower.recover(1000), Ok(0));
+        // A padding unit of the partial last frame freed.
+        lower.bits(HugeId(1), 7).store(0, Ordering::Relaxed);
+        assert_eq!(lower.recover(1000).unwrap_err().frame, 1);
+        let lower = Lower::new(2048);
+        let _ = lower.update_child(HugeId(2), |_| Some(Child::PAIR));
+        assert_eq!(lower.recover(2048).unwrap_err().frame, 2);
+        let lower = Lower::new(2048);
+        assert_eq!(lower.alloc(HugeId(2), 10, 0), Some(1024));
+        assert_eq!(lower.alloc(HugeId(0), 9, 0), Some(0));
+        assert_eq!(lower.recover(2048), Ok(1536));
+        lower.bits(HugeId(0), 3).store(1, Ordering::Relaxed);
+        assert_eq!(lower.recover(2048).unwrap_err().frame, 0);
+    }
+}

@@ -1,0 +1,445 @@
+//! Persistent LLFree (§3.2.3): a zone whose lower level lives in a file mapping
+//! (`MAP_SHARED`), so that its allocations survive the process, with recovery after a crash.
+//!
+//! ```text
+//! file: | header page (4 KiB) | lower level: bit fields | child entries | start table |
+//! DRAM: upper level (trees, per-core reservations), rebuilt from the child entries at open
+//! ```
+//!
+//! [`PersistentLLFree::create`] makes a new zone file (never over an existing file),
+//! [`PersistentLLFree::open`] opens one, and [`PersistentLLFree::close`] writes everything
+//! back and marks it clean. Opening a clean zone trusts its child counters (the paper's
+//! "re-initialisation"); opening one that was not closed (its user crashed, or dropped it)
+//! recovers: the bit fields and huge flags are the truth, the counters and the start table
+//! are rebuilt from them (see `lower/recover.rs`), then the trees.
+//!
+//! # What survives a crash
+//! Every allocation and free commits with one atomic change of one word (one cache line):
+//! the bits for orders 0..=8 (orders 7 and 8: the words of one line, set one by one), the
+//! child's huge flags for orders 9 and 10; a block of order 1..=8 is also named by its start
+//! entry, written after its bits. After recovery:
+//! - every block whose `alloc` returned, and whose `free` was not called, is allocated with
+//!   its order (it can be freed as before);
+//! - every block whose `free` returned is free;
+//! - the block of an operation in flight at the crash is either in its old state, in its new
+//!   state, or lost: its taken units are order-0 blocks no one holds (listed by
+//!   [`PersistentLLFree::blocks`]). At most one block per thread is lost (the paper: at most
+//!   one frame per core); recovery never frees a unit.
+//!
+//! Which crashes this covers depends on [`Durability`]: with `None` a process crash
+//! (SIGKILL, abort) loses nothing, because stores to a shared mapping live in the page cache
+//! (or the CPU caches, on DAX) and the kernel writes them back; a power failure needs
+//! `CacheLine` on a DAX mapping of persistent memory (the line is written back before the
+//! operation goes on, so the order of bits before start entry holds on the medium), or
+//! `Msync` on an ordinary file (the page is written before the operation goes on).
+//!
+//! One process at a time: the file is locked (`flock`) while a zone is open, and opening it
+//! again fails with [`PersistError::Locked`].
+
+pub mod crash;
+mod flush;
+mod header;
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{self, Read};
+use std::path::Path;
+use std::ptr::NonNull;
+use std::time::{Duration, Instant};
+use std::vec::Vec;
+
+use memmap2::MmapMut;
+
+pub use flush::{Durability, FlushKind};
+pub use header::VERSION;
+use header::{Header, CLEAN, DIRTY, PAGE, STATE_AT};
+
+use super::lines::Line;
+use super::lower::Lower;
+use super::writeback::{sealed, WriteBack};
+use super::{LLFree, Options};
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::{BlockAlloc, Config, Error};
+
+/// The most units a zone may have (2^48 frames of 4 KiB, 1 EiB): sizes stay far from
+/// overflow.
+pub const MAX_UNITS: usize = 1 << 48;
+
+/// Why a zone file cannot be created or opened. A file that is not a zone, or a damaged one,
+/// is reported, never reinitialised.
+#[derive(Debug)]
+pub enum PersistError {
+    /// The file system said no (includes `AlreadyExists` from `create`).
+    Io(io::Error),
+    /// Another open zone (in this or another process) holds the file.
+    Locked,
+    /// `create` with a configuration LLFree rejects (or more than [`MAX_UNITS`]), or `open`
+    /// with 0 cores.
+    Config(Error),
+    /// The file is shorter than its header (or than a header page).
+    Truncated {
+        /// Bytes the zone needs.
+        expected: u64,
+        /// Bytes the file has.
+        found: u64,
+    },
+    /// The file is longer than the zone its header describes.
+    WrongSize {
+        /// Bytes the zone needs.
+        expected: u64,
+        /// Bytes the file has.
+        found: u64,
+    },
+    /// The file does not start with the zone magic: not a zone file.
+    BadMagic,
+    /// A zone of a layout version this code does not read.
+    BadVersion {
+        /// The file's version.
+        found: u32,
+    },
+    /// The header's checksum does not match: a damaged header.
+    BadChecksum,
+    /// A header field that no zone can have (despite a good checksum).
+    BadHeader(&'static str),
+    /// Recovery found a state no run of the allocator leaves (a damaged lower level).
+    Corrupt {
+        /// The huge frame.
+        frame: usize,
+        /// What is wrong with it.
+        what: &'static str,
+    },
+}
+
+impl core::fmt::Display for PersistError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            PersistError::Io(e) => write!(f, "zone file: {e}"),
+            PersistError::Locked => f.write_str("zone file is open elsewhere"),
+            PersistError::Config(e) => write!(f, "zone configuration: {e}"),
+            PersistError::Truncated { expected, found } => write!(
+                f,
+                "zone file truncated: {found} bytes, the zone needs {expected}"
+            ),
+            PersistError::WrongSize { expected, found } => write!(
+                f,
+                "zone file has {found} bytes, its header describes {expected}"
+            ),
+            PersistError::BadMagic => f.write_str("not an LLFree zone file (bad magic)"),
+            PersistError::BadVersion { found } => write!(
+                f,
+                "LLFree zone file of version {found}, this build reads version {VERSION}"
+            ),
+            PersistError::BadChecksum => f.write_str("LLFree zone header damaged (checksum)"),
+            PersistError::BadHeader(what) => write!(f, "LLFree zone header invalid: {what}"),
+            PersistError::Corrupt { frame, what } => {
+                write!(f, "LLFree zone damaged at huge frame {frame}: {what}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for PersistError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PersistError::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<io::Error> for PersistError {
+    fn from(e: io::Error) -> Self {
+        PersistError::Io(e)
+    }
+}
+
+/// What opening a zone found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recovery {
+    /// The zone had been closed cleanly, so its metadata was trusted; else it was recovered.
+    pub clean: bool,
+    /// Units allocated.
+    pub allocated_units: usize,
+    /// Time to rebuild the metadata (lower level and trees; not the mapping).
+    pub elapsed: Duration,
+}
+
+/// An LLFree zone over a file. See the [module documentation](self).
+pub struct PersistentLLFree {
+    // Declared before `map`: the lower level borrows the mapping and must go first.
+    alloc: LLFree<Durable>,
+    map: MmapMut,
+    /// The start of the mapping, for the header's words (the lower level has its own view).
+    base: NonNull<u8>,
+    /// Holds the lock on the file while the zone is open.
+    _file: File,
+    header: Header,
+    flush: FlushKind,
+}
+
+// SAFETY: `base` points into the mapping the zone owns, and is used only for the header
+// words, through atomics or while the zone is exclusively borrowed (`create`).
+unsafe impl Send for PersistentLLFree {}
+// SAFETY: as above; shared access to the mapping goes through atomics only.
+unsafe impl Sync for PersistentLLFree {}
+
+impl PersistentLLFree {
+    /// Creates a zone file at `path` (which must not exist) with every unit free, with the
+    /// paper's tuning, and opens it.
+    pub fn create(
+        path: impl AsRef<Path>,
+        config: Config,
+        durability: Durability,
+    ) -> Result<PersistentLLFree, PersistError> {
+        PersistentLLFree::create_with_options(path, config, Options::default(), durability)
+    }
+
+    /// [`create`](Self::create) with the given tuning (kept in the header).
+    pub fn create_with_options(
+        path: impl AsRef<Path>,
+        config: Config,
+        options: Options,
+        durability: Durability,
+    ) -> Result<PersistentLLFree, PersistError> {
+        if config.units > MAX_UNITS {
+            return Err(PersistError::Config(Error::InvalidConfig));
+        }
+        LLFree::check(config, options).map_err(PersistError::Config)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)?;
+        lock(&file)?;
+        let header = Header {
+            units: config.units,
+            max_order: config.max_order,
+            options,
+            lower_bytes: Lower::bytes(config.units),
+        };
+        file.set_len(header.file_bytes())?;
+        let mapped = Mapped::new(file, header, durability, true)?;
+        // The magic goes in last, after the formatted lower level is on the medium: a file
+        // whose creation was cut short is not taken for a zone.
+        mapped.map.flush()?;
+        let bytes = header.to_bytes();
+        // SAFETY: bytes 0..STATE_AT of the mapping are ours and nothing else views them
+        // (the lower level starts at PAGE, the state word at STATE_AT).
+        unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), mapped.base.as_ptr(), STATE_AT) };
+        let zone = mapped.into_zone(config);
+        zone.set_state(DIRTY)?;
+        Ok(zone)
+    }
+
+    /// Opens the zone file at `path` with `cores` per-core reservations, recovering it if it
+    /// was not closed cleanly.
+    pub fn open(
+        path: impl AsRef<Path>,
+        cores: usize,
+        durability: Durability,
+    ) -> Result<(PersistentLLFree, Recovery), PersistError> {
+        if cores == 0 {
+            return Err(PersistError::Config(Error::InvalidConfig));
+        }
+        let mut file = OpenOptions::new().read(true).write(true).open(path)?;
+        lock(&file)?;
+        let found = file.metadata()?.len();
+        let mut page = [0; PAGE];
+        if found < PAGE as u64 {
+            return Err(PersistError::Truncated {
+                expected: PAGE as u64,
+                found,
+            });
+        }
+        file.read_exact(&mut page)?;
+        let header = Header::parse(&page)?;
+        if header.units > MAX_UNITS {
+            return Err(PersistError::BadHeader("unit count"));
+        }
+        let config = Config::new(header.units, header.max_order).with_cores(cores);
+        LLFree::check(config, header.options)
+            .map_err(|_| PersistError::BadHeader("configuration"))?;
+        if header.lower_bytes != Lower::bytes(header.units) {
+            return Err(PersistError::BadHeader("lower level size"));
+        }
+        let expected = header.file_bytes();
+        if found < expected {
+            return Err(PersistError::Truncated { expected, found });
+        }
+        if found > expected {
+            return Err(PersistError::WrongSize { expected, found });
+        }
+        let state = u64::from_le_bytes(page[STATE_AT..STATE_AT + 8].try_into().unwrap());
+        if state != CLEAN && state != DIRTY {
+            return Err(PersistError::BadHeader("shutdown marker"));
+        }
+        let started = Instant::now();
+        let mapped = Mapped::new(file, header, durability, false)?;
+        if state != CLEAN {
+            mapped
+                .lower
+                .recover(header.units)
+                .map_err(|c| PersistError::Corrupt {
+                    frame: c.frame,
+                    what: c.what,
+                })?;
+        }
+        let zone = mapped.into_zone(config);
+        let allocated_units = zone.alloc.total_units() - zone.alloc.free_units();
+        let elapsed = started.elapsed();
+        // From here on a crash must be seen as one.
+        zone.set_state(DIRTY)?;
+        Ok((
+            zone,
+            Recovery {
+                clean: state == CLEAN,
+                allocated_units,
+                elapsed,
+            },
+        ))
+    }
+
+    /// Writes the whole zone back to the file and marks it clean. On an error it stays
+    /// unclean, and the next open recovers it.
+    pub fn close(self) -> Result<(), PersistError> {
+        self.map.flush()?;
+        self.set_state(CLEAN)
+    }
+
+    /// The LLFree allocator of the zone (for its statistics).
+    pub fn llfree(&self) -> &LLFree<Durable> {
+        &self.alloc
+    }
+
+    /// The write-back each operation does.
+    pub fn flush_kind(&self) -> FlushKind {
+        self.flush
+    }
+
+    /// Every block the zone holds, as `(index, order)`, in address order: blocks of orders
+    /// 1..=10 with their order, every other taken unit as an order-0 block. After a crash
+    /// this is how a user finds units lost by operations in flight (those its own records
+    /// do not hold), to free them. Only meaningful while no operation is running.
+    pub fn blocks(&self) -> Vec<(usize, u32)> {
+        let mut blocks = Vec::new();
+        self.alloc
+            .lower
+            .blocks(self.header.units, |i, o| blocks.push((i, o)));
+        blocks
+    }
+
+    /// Sets the shutdown marker and writes the header page to the file.
+    fn set_state(&self, state: u64) -> Result<(), PersistError> {
+        // SAFETY: the state word is 8 bytes at offset 64 of the page-aligned mapping, so it
+        // is aligned; it is only ever accessed through this atomic.
+        let word = unsafe { AtomicU64::from_ptr(self.base.as_ptr().add(STATE_AT).cast::<u64>()) };
+        word.store(state, Ordering::Release);
+        self.map.flush_range(0, PAGE)?;
+        Ok(())
+    }
+}
+
+/// A mapped zone file with its lower level, before the upper level is built.
+struct Mapped {
+    lower: Lower<Durable>,
+    map: MmapMut,
+    base: NonNull<u8>,
+    file: File,
+    header: Header,
+    flush: FlushKind,
+}
+
+impl Mapped {
+    /// Maps `file` (locked, of the header's size) and views its lower level; `fresh`: the
+    /// lower level is zeros, to be formatted.
+    fn new(
+        file: File,
+        header: Header,
+        durability: Durability,
+        fresh: bool,
+    ) -> Result<Mapped, PersistError> {
+        // SAFETY: the file is locked against other zones, and its size was checked (or
+        // set). Another process writing or truncating it regardless is outside what this
+        // type can defend against (as for any `MAP_SHARED` mapping).
+        let mut map = unsafe { MmapMut::map_mut(&file)? };
+        let base = NonNull::new(map.as_mut_ptr()).expect("a mapping is never at null");
+        let flush = FlushKind::select(durability);
+        // SAFETY: the mapping is page-aligned and `PAGE + Lower::bytes(units)` long, so
+        // the lines past the header page are 64-aligned and in bounds; the mapping moves
+        // into the zone together with the lower level, which is dropped first.
+        let lower = unsafe {
+            let lines = base.add(PAGE).cast::<Line>();
+            Lower::in_place(lines, header.units, fresh, Durable(flush.hook()))
+        };
+        Ok(Mapped {
+            lower,
+            map,
+            base,
+            file,
+            header,
+            flush,
+        })
+    }
+
+    /// Builds the upper level from the child counters.
+    fn into_zone(self, config: Config) -> PersistentLLFree {
+        PersistentLLFree {
+            alloc: LLFree::on(config, self.header.options, self.lower),
+            map: self.map,
+            base: self.base,
+            _file: self.file,
+            header: self.header,
+            flush: self.flush,
+        }
+    }
+}
+
+/// The write-back of a persistent zone's lower level, chosen at open (see [`Durability`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Durable(Option<flush::Flush>);
+
+impl sealed::Sealed for Durable {}
+
+impl WriteBack for Durable {
+    const ACTIVE: bool = true;
+
+    #[inline(always)]
+    fn write_back(&self, word: &AtomicU64) {
+        if let Some(flush) = self.0 {
+            flush(word);
+        }
+    }
+}
+
+fn lock(file: &File) -> Result<(), PersistError> {
+    match file.try_lock() {
+        Ok(()) => Ok(()),
+        Err(TryLockError::WouldBlock) => Err(PersistError::Locked),
+        Err(TryLockError::Error(e)) => Err(PersistError::Io(e)),
+    }
+}
+
+impl BlockAlloc for PersistentLLFree {
+    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        self.alloc.alloc(order, core)
+    }
+
+    fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        self.alloc.free(index, order, core)
+    }
+
+    fn free_units(&self) -> usize {
+        self.alloc.free_units()
+    }
+
+    fn total_units(&self) -> usize {
+        self.alloc.total_units()
+    }
+
+    fn max_order(&self) -> u32 {
+        self.alloc.max_order()
+    }
+
+    fn drain(&self) {
+        self.alloc.drain();
+    }
+}

@@ -1,0 +1,388 @@
+//! Crash injection (§5.7): a worker process allocates and frees on a zone at random while
+//! recording what it holds in a side file, another process kills it with SIGKILL, reopens
+//! the zone and checks the recovered state against the record. Used by the tests and by
+//! buddybench's `crash` workload; each re-executes its own binary as the worker, which calls
+//! [`run_worker_if_asked`] first thing.
+//!
+//! The side file (a `MAP_SHARED` mapping, so every store survives the kill) holds per worker
+//! thread one `pending` word and `slots` block words. Each thread keeps the record such
+//! that, at any instruction where it may be killed, the zone holds the recorded blocks plus
+//! at most the block of the operation named by `pending`:
+//!
+//! ```text
+//! alloc: pending = order+1;  alloc;  slot = block;  pending = 0
+//! free:  pending = order+1;  slot = 0;  free;  pending = 0
+//! ```
+//! So after recovery: every recorded block is allocated with its order, and the blocks
+//! allocated beyond them (lost, "orphans") total at most the pending blocks' units.
+
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::string::{String, ToString};
+use std::time::{Duration, Instant};
+use std::vec::Vec;
+use std::{format, thread};
+
+use memmap2::MmapMut;
+
+use super::{Durability, PersistError, PersistentLLFree, Recovery};
+use crate::llfree::Options;
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::{BlockAlloc, Config};
+
+/// The environment variable that turns a process into a crash worker; its value is the
+/// worker's [`Plan`] and files.
+pub const WORKER_ENV: &str = "BUDDYFREE_CRASH_WORKER";
+/// A worker not killed by then exits by itself (its parent died).
+const WORKER_LIFETIME: Duration = Duration::from_secs(30);
+/// How long the parent waits for a worker to start.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// What the workers do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// Worker threads.
+    pub threads: usize,
+    /// Blocks each thread holds at most.
+    pub slots: usize,
+    /// Orders allocated: `0..=max_order`, smaller ones more often.
+    pub max_order: u32,
+}
+
+/// What varies between the runs of one [`Injector`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run {
+    /// Write-back of the worker's operations.
+    pub durability: Durability,
+    /// Seed of the workers' random choices.
+    pub seed: u64,
+    /// How long after its threads started the worker is killed.
+    pub kill_after: Duration,
+}
+
+/// A zone file and its side file, set up for repeated injections.
+pub struct Injector {
+    zone: PathBuf,
+    side: PathBuf,
+    plan: Plan,
+}
+
+/// The result of one injection: the recovered zone and what the worker held.
+pub struct Injection {
+    /// The zone, recovered and open.
+    pub zone: PersistentLLFree,
+    /// What the open found.
+    pub recovery: Recovery,
+    /// Blocks the worker had recorded (allocation returned, free not called).
+    pub held: Vec<(usize, u32)>,
+    /// Blocks the zone holds beyond them: lost by operations in flight.
+    pub orphans: Vec<(usize, u32)>,
+    /// Units of the operations in flight (the bound on the orphans' units).
+    pub in_flight_units: usize,
+    /// Worker threads that were in the middle of an operation.
+    pub in_flight_ops: usize,
+}
+
+impl Injection {
+    /// Units the worker had committed (its recorded blocks).
+    pub fn committed_units(&self) -> usize {
+        units(&self.held)
+    }
+
+    /// Units lost by operations in flight.
+    pub fn lost_units(&self) -> usize {
+        units(&self.orphans)
+    }
+}
+
+fn units(blocks: &[(usize, u32)]) -> usize {
+    blocks.iter().map(|&(_, o)| 1usize << o).sum()
+}
+
+impl Injector {
+    /// Creates `zone.llfree` and `side.bin` in `dir` (which must not hold them): a zone of
+    /// `config` (its cores are the worker threads), closed clean.
+    pub fn new(
+        dir: &Path,
+        config: Config,
+        options: Options,
+        plan: Plan,
+    ) -> Result<Injector, PersistError> {
+        let zone = dir.join("zone.llfree");
+        let side = dir.join("side.bin");
+        let config = config.with_cores(plan.threads);
+        PersistentLLFree::create_with_options(&zone, config, options, Durability::None)?.close()?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&side)?;
+        file.set_len((side_words(&plan) * 8) as u64)?;
+        Ok(Injector { zone, side, plan })
+    }
+
+    /// The zone file.
+    pub fn zone_path(&self) -> &Path {
+        &self.zone
+    }
+
+    /// Runs one worker with `worker` (a command running a binary that calls
+    /// [`run_worker_if_asked`]), kills it `run.kill_after` after its threads started,
+    /// recovers the zone and checks it against the side file. The zone must be closed
+    /// (clean) before the next injection.
+    pub fn inject(&self, mut worker: Command, run: Run) -> Result<Injection, String> {
+        let side = Side::map(&self.side, &self.plan).map_err(|e| e.to_string())?;
+        side.clear();
+        let spec = format!(
+            "{};{};{};{};{};{};{}",
+            self.zone.display(),
+            self.side.display(),
+            self.plan.threads,
+            self.plan.slots,
+            self.plan.max_order,
+            durability_name(run.durability),
+            run.seed
+        );
+        let mut child = worker
+            .env(WORKER_ENV, spec)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start the worker: {e}"))?;
+        let started = Instant::now();
+        while side.ready() < self.plan.threads as u64 {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(format!("worker exited before starting: {status}"));
+            }
+            if started.elapsed() > START_TIMEOUT {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err("worker did not start".into());
+            }
+            thread::sleep(Duration::from_micros(200));
+        }
+        thread::sleep(run.kill_after);
+        child
+            .kill()
+            .map_err(|e| format!("cannot kill the worker: {e}"))?;
+        let status = child.wait().map_err(|e| e.to_string())?;
+        if status.code().is_some() {
+            return Err(format!("worker ended by itself before the kill: {status}"));
+        }
+        let (zone, recovery) =
+            PersistentLLFree::open(&self.zone, self.plan.threads, Durability::None)
+                .map_err(|e| format!("recovery failed: {e}"))?;
+        if recovery.clean {
+            return Err("a killed zone opened as clean".into());
+        }
+        let (mut held, in_flight_units, in_flight_ops) = side.read(&self.plan);
+        held.sort_unstable();
+        let blocks = zone.blocks();
+        let mut orphans = Vec::new();
+        let mut want = held.iter().peekable();
+        for &b in &blocks {
+            if want.peek() == Some(&&b) {
+                want.next();
+            } else {
+                orphans.push(b);
+            }
+        }
+        if let Some(missing) = want.next() {
+            return Err(format!(
+                "a committed block {missing:?} is not allocated with its order after recovery"
+            ));
+        }
+        let injection = Injection {
+            zone,
+            recovery,
+            held,
+            orphans,
+            in_flight_units,
+            in_flight_ops,
+        };
+        if injection.recovery.allocated_units != units(&blocks) {
+            return Err("the recovered count does not match the blocks".into());
+        }
+        if injection.lost_units() > in_flight_units {
+            return Err(format!(
+                "{} units lost, but only {in_flight_units} were in flight",
+                injection.lost_units()
+            ));
+        }
+        Ok(injection)
+    }
+}
+
+/// The side file of a plan.
+struct Side {
+    map: MmapMut,
+}
+
+fn side_words(plan: &Plan) -> usize {
+    1 + plan.threads * (1 + plan.slots)
+}
+
+impl Side {
+    fn map(path: &Path, plan: &Plan) -> Result<Side, PersistError> {
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        if file.metadata()?.len() != (side_words(plan) * 8) as u64 {
+            return Err(PersistError::BadHeader("side file size"));
+        }
+        // SAFETY: the side file belongs to the injector, which sized it; worker and parent
+        // access it through atomics only.
+        let map = unsafe { MmapMut::map_mut(&file)? };
+        Ok(Side { map })
+    }
+
+    fn words(&self) -> &[AtomicU64] {
+        // SAFETY: the mapping is page-aligned and a whole number of words long; it is only
+        // accessed through these atomics while `self` lives.
+        unsafe {
+            core::slice::from_raw_parts(self.map.as_ptr().cast::<AtomicU64>(), self.map.len() / 8)
+        }
+    }
+
+    fn clear(&self) {
+        for w in self.words() {
+            w.store(0, Ordering::Relaxed);
+        }
+    }
+
+    fn ready(&self) -> u64 {
+        self.words()[0].load(Ordering::Acquire)
+    }
+
+    /// Thread `t`'s `pending` word and slots.
+    fn thread(&self, plan: &Plan, t: usize) -> (&AtomicU64, &[AtomicU64]) {
+        let at = 1 + t * (1 + plan.slots);
+        let words = self.words();
+        (&words[at], &words[at + 1..at + 1 + plan.slots])
+    }
+
+    /// The recorded blocks, the units in flight and the threads with an operation in flight.
+    fn read(&self, plan: &Plan) -> (Vec<(usize, u32)>, usize, usize) {
+        let (mut held, mut in_flight, mut ops) = (Vec::new(), 0, 0);
+        for t in 0..plan.threads {
+            let (pending, slots) = self.thread(plan, t);
+            let p = pending.load(Ordering::Acquire);
+            if p != 0 {
+                in_flight += 1 << (p - 1);
+                ops += 1;
+            }
+            held.extend(
+                slots
+                    .iter()
+                    .map(|s| s.load(Ordering::Acquire))
+                    .filter(|&s| s != 0)
+                    .map(|s| ((s >> 8) as usize, (s & 0xFF) as u32 - 1)),
+            );
+        }
+        (held, in_flight, ops)
+    }
+}
+
+fn durability_name(d: Durability) -> &'static str {
+    match d {
+        Durability::None => "none",
+        Durability::CacheLine => "line",
+        Durability::Msync => "msync",
+    }
+}
+
+/// If this process was started as a crash worker ([`WORKER_ENV`] set), runs the worker and
+/// never returns (it is killed, or exits after a while); otherwise returns at once.
+pub fn run_worker_if_asked() {
+    let Ok(spec) = std::env::var(WORKER_ENV) else {
+        return;
+    };
+    let code = match worker(&spec) {
+        Ok(()) => 0,
+        Err(e) => {
+            std::eprintln!("crash worker: {e}");
+            3
+        }
+    };
+    std::process::exit(code);
+}
+
+fn worker(spec: &str) -> Result<(), String> {
+    let f: Vec<&str> = spec.split(';').collect();
+    let [zone, side, threads, slots, max_order, durability, seed] = f[..] else {
+        return Err(format!("bad {WORKER_ENV}: {spec}"));
+    };
+    let num = |s: &str| s.parse::<u64>().map_err(|e| format!("{s}: {e}"));
+    let plan = Plan {
+        threads: num(threads)? as usize,
+        slots: num(slots)? as usize,
+        max_order: num(max_order)? as u32,
+    };
+    let durability = match durability {
+        "line" => Durability::CacheLine,
+        "msync" => Durability::Msync,
+        _ => Durability::None,
+    };
+    let seed = num(seed)?;
+    let (zone, recovery) =
+        PersistentLLFree::open(zone, plan.threads, durability).map_err(|e| e.to_string())?;
+    if !recovery.clean {
+        return Err("the zone was not closed before the worker started".into());
+    }
+    let side = Side::map(Path::new(side), &plan).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + WORKER_LIFETIME;
+    thread::scope(|s| {
+        for t in 0..plan.threads {
+            let (zone, side) = (&zone, &side);
+            s.spawn(move || work(zone, side, &plan, seed, t, deadline));
+        }
+    });
+    Ok(())
+}
+
+/// One worker thread: random allocations and frees, recorded as the module doc says.
+fn work(zone: &PersistentLLFree, side: &Side, plan: &Plan, seed: u64, t: usize, deadline: Instant) {
+    let (pending, slots) = side.thread(plan, t);
+    let mut rng = seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    // (slot, index, order) of the blocks held, and the free slots.
+    let mut live: Vec<(usize, usize, u32)> = Vec::new();
+    let mut free_slots: Vec<usize> = (0..plan.slots).rev().collect();
+    side.words()[0].fetch_add(1, Ordering::AcqRel);
+    let mut step = 0u64;
+    loop {
+        step += 1;
+        if step.is_multiple_of(4096) && Instant::now() > deadline {
+            return;
+        }
+        let r = next();
+        if !free_slots.is_empty() && (live.is_empty() || r % 2 == 0) {
+            let span = u64::from(plan.max_order) + 1;
+            let order = ((r >> 8) % span).min((r >> 24) % span) as u32;
+            pending.store(u64::from(order) + 1, Ordering::Release);
+            if let Ok(index) = zone.alloc(order, t) {
+                let slot = free_slots.pop().expect("checked above");
+                slots[slot].store(
+                    (index as u64) << 8 | (u64::from(order) + 1),
+                    Ordering::Release,
+                );
+                live.push((slot, index, order));
+            }
+            pending.store(0, Ordering::Release);
+        } else {
+            let (slot, index, order) = live.swap_remove((r >> 8) as usize % live.len());
+            pending.store(u64::from(order) + 1, Ordering::Release);
+            slots[slot].store(0, Ordering::Release);
+            if let Err(e) = zone.free(index, order, t) {
+                std::eprintln!("crash worker: free({index}, {order}) failed: {e}");
+                std::process::exit(4);
+            }
+            pending.store(0, Ordering::Release);
+            free_slots.push(slot);
+        }
+    }
+}

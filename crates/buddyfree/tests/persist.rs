@@ -1,0 +1,401 @@
+//! Persistent LLFree: bad and foreign files, clean and unclean reopening, the battery on a
+//! zone over a file, and crash injection (a worker process killed with SIGKILL; this test
+//! binary re-executes itself as the worker, see `worker_entry`).
+#![cfg(all(feature = "persist", not(loom)))]
+
+mod common;
+
+use std::fs::{self, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use buddyfree::llfree::persist::crash::{self, Injector, Plan, Run};
+use buddyfree::llfree::persist::{Durability, PersistError, PersistentLLFree};
+use buddyfree::llfree::Options;
+use buddyfree::{BlockAlloc, Config};
+use common::{Owners, Rng};
+use proptest::prelude::*;
+
+/// A fresh folder under the system's temporary folder, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir =
+            std::env::temp_dir().join(format!("buddyfree-persist-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Trees of 4 huge frames, so small zones have several.
+fn options() -> Options {
+    Options {
+        tree_children: 4,
+        ..Options::default()
+    }
+}
+
+fn create(path: &Path, units: usize, durability: Durability) -> PersistentLLFree {
+    let config = Config::new(units, 10).with_cores(2);
+    PersistentLLFree::create_with_options(path, config, options(), durability).unwrap()
+}
+
+/// Allocates random blocks of orders 0..=10 until `n` calls were made; returns them.
+fn fill(zone: &PersistentLLFree, n: usize, seed: u64) -> Vec<(usize, u32)> {
+    let mut rng = Rng::new(seed);
+    let mut live = Vec::new();
+    for _ in 0..n {
+        let order = (rng.below(11) as u32).min(rng.below(11) as u32);
+        if let Ok(i) = zone.alloc(order, rng.below(2)) {
+            live.push((i, order));
+        }
+        if rng.below(4) == 0 && !live.is_empty() {
+            let (i, o) = live.swap_remove(rng.below(live.len()));
+            zone.free(i, o, 0).unwrap();
+        }
+    }
+    live.sort_unstable();
+    live
+}
+
+fn free_all(zone: &PersistentLLFree, blocks: &[(usize, u32)]) {
+    for &(i, o) in blocks {
+        zone.free(i, o, 1).unwrap();
+    }
+}
+
+#[test]
+fn a_clean_close_and_open_keeps_every_block() {
+    let dir = TempDir::new("clean");
+    let path = dir.file("zone");
+    let zone = create(&path, 9000, Durability::None);
+    let live = fill(&zone, 400, 1);
+    let taken: usize = live.iter().map(|&(_, o)| 1 << o).sum();
+    assert_eq!(zone.blocks(), live);
+    zone.close().unwrap();
+    let (zone, recovery) = PersistentLLFree::open(&path, 3, Durability::None).unwrap();
+    assert!(recovery.clean);
+    assert_eq!(recovery.allocated_units, taken);
+    assert_eq!(zone.free_units(), 9000 - taken);
+    assert_eq!(zone.blocks(), live);
+    free_all(&zone, &live);
+    common::assert_whole(&zone);
+    zone.close().unwrap();
+}
+
+#[test]
+fn an_unclosed_zone_is_recovered_with_every_block() {
+    let dir = TempDir::new("unclean");
+    let path = dir.file("zone");
+    let zone = create(&path, 1 << 14, Durability::CacheLine);
+    let live = fill(&zone, 600, 2);
+    let taken: usize = live.iter().map(|&(_, o)| 1 << o).sum();
+    // Dropped without close: as after a crash with no operation in flight.
+    drop(zone);
+    // Damage what recovery must not trust: the counters of every child entry (the 16 words
+    // after the bit fields, 32 frames of 64 bytes from the header page on), keeping the
+    // huge flags (bits 19 and 20), which are the truth.
+    let children_at = 4096 + 32 * 64;
+    let bytes = fs::read(&path).unwrap();
+    let damaged: Vec<u8> = bytes[children_at..children_at + 128]
+        .chunks(4)
+        .flat_map(|c| {
+            let v = u32::from_le_bytes(c.try_into().unwrap());
+            (v & !0x7FFFF | 0x5_5555).to_le_bytes()
+        })
+        .collect();
+    patch(&path, children_at as u64, &damaged);
+    let (zone, recovery) = PersistentLLFree::open(&path, 2, Durability::None).unwrap();
+    assert!(!recovery.clean);
+    assert_eq!(recovery.allocated_units, taken);
+    assert_eq!(zone.free_units(), (1 << 14) - taken);
+    assert_eq!(zone.blocks(), live);
+    // A block of each order still frees with its order, and nothing else is free.
+    free_all(&zone, &live);
+    common::assert_whole(&zone);
+    zone.close().unwrap();
+    let (zone, recovery) = PersistentLLFree::open(&path, 2, Durability::None).unwrap();
+    assert_eq!((recovery.clean, recovery.allocated_units), (true, 0));
+    zone.close().unwrap();
+}
+
+#[test]
+fn create_never_overwrites_a_file() {
+    let dir = TempDir::new("exists");
+    let path = dir.file("zone");
+    fs::write(&path, b"precious").unwrap();
+    let err = PersistentLLFree::create(&path, Config::new(4096, 9), Durability::None)
+        .err()
+        .unwrap();
+    assert!(matches!(&err, PersistError::Io(e) if e.kind() == ErrorKind::AlreadyExists));
+    assert_eq!(fs::read(&path).unwrap(), b"precious");
+    let err = PersistentLLFree::create(dir.file("z2"), Config::new(4096, 11), Durability::None)
+        .err()
+        .unwrap();
+    assert!(matches!(err, PersistError::Config(_)), "{err}");
+}
+
+/// Opens a damaged copy of a closed zone, expecting an error and the file unchanged.
+fn open_damaged(dir: &TempDir, name: &str, damage: impl FnOnce(&Path)) -> PersistError {
+    let path = dir.file(name);
+    create(&path, 5000, Durability::None).close().unwrap();
+    damage(&path);
+    let before = fs::read(&path).unwrap();
+    let err = PersistentLLFree::open(&path, 1, Durability::None)
+        .err()
+        .unwrap_or_else(|| panic!("{name}: a damaged zone opened"));
+    assert_eq!(fs::read(&path).unwrap(), before, "{name}: the file changed");
+    assert!(!err.to_string().is_empty());
+    err
+}
+
+fn patch(path: &Path, at: u64, bytes: &[u8]) {
+    let file = OpenOptions::new().write(true).open(path).unwrap();
+    file.write_all_at(bytes, at).unwrap();
+}
+
+/// Patches a header field and recomputes the header checksum (FNV-1a of bytes 0..56).
+fn patch_field(path: &Path, at: u64, bytes: &[u8]) {
+    patch(path, at, bytes);
+    let head = fs::read(path).unwrap();
+    let sum = head[..56].iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    patch(path, 56, &sum.to_le_bytes());
+}
+
+fn resize(path: &Path, len: u64) {
+    OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+}
+
+#[test]
+fn bad_and_foreign_files_give_named_errors_and_stay_untouched() {
+    let dir = TempDir::new("bad");
+    let len = |p: &Path| fs::metadata(p).unwrap().len();
+    let err = open_damaged(&dir, "empty", |p| resize(p, 0));
+    assert!(
+        matches!(
+            err,
+            PersistError::Truncated {
+                expected: 4096,
+                found: 0
+            }
+        ),
+        "{err}"
+    );
+    let err = open_damaged(&dir, "foreign", |p| {
+        let mut f = fs::File::create(p).unwrap();
+        f.write_all(&[b'#'; 10000]).unwrap();
+    });
+    assert!(matches!(err, PersistError::BadMagic), "{err}");
+    let err = open_damaged(&dir, "version", |p| patch(p, 8, &[7]));
+    assert!(
+        matches!(err, PersistError::BadVersion { found: 7 }),
+        "{err}"
+    );
+    let err = open_damaged(&dir, "checksum", |p| patch(p, 16, &[0xFF]));
+    assert!(matches!(err, PersistError::BadChecksum), "{err}");
+    let err = open_damaged(&dir, "truncated", |p| resize(p, len(p) - 64));
+    assert!(matches!(err, PersistError::Truncated { .. }), "{err}");
+    let err = open_damaged(&dir, "grown", |p| resize(p, len(p) + 4096));
+    assert!(matches!(err, PersistError::WrongSize { .. }), "{err}");
+    // Fields no zone can have, under a correct checksum.
+    let err = open_damaged(&dir, "units", |p| {
+        patch_field(p, 16, &(1u64 << 60).to_le_bytes())
+    });
+    assert!(matches!(err, PersistError::BadHeader(_)), "{err}");
+    let err = open_damaged(&dir, "order", |p| patch_field(p, 12, &11u32.to_le_bytes()));
+    assert!(matches!(err, PersistError::BadHeader(_)), "{err}");
+    let err = open_damaged(&dir, "marker", |p| patch(p, 64, b"??"));
+    assert!(matches!(err, PersistError::BadHeader(_)), "{err}");
+    // A free unit past the end of the partial last frame: recovery refuses it and changes
+    // nothing, though frame 0's counter (damaged too, flags kept) would need rebuilding.
+    let err = open_damaged(&dir, "lower", |p| {
+        patch(p, 64, b"dirty");
+        patch(p, 4096 + 10 * 64, &[0x33, 0x01]);
+        patch(p, 4096 + 9 * 64 + 63, &[0]);
+    });
+    assert!(
+        matches!(err, PersistError::Corrupt { frame: 9, .. }),
+        "{err}"
+    );
+    let err = PersistentLLFree::open(dir.file("missing"), 1, Durability::None)
+        .err()
+        .unwrap();
+    assert!(matches!(&err, PersistError::Io(e) if e.kind() == ErrorKind::NotFound));
+}
+
+#[test]
+fn an_open_zone_is_locked() {
+    let dir = TempDir::new("locked");
+    let path = dir.file("zone");
+    let zone = create(&path, 4096, Durability::None);
+    let err = PersistentLLFree::open(&path, 1, Durability::None)
+        .err()
+        .unwrap();
+    assert!(matches!(err, PersistError::Locked), "{err}");
+    zone.close().unwrap();
+    let err = PersistentLLFree::open(&path, 0, Durability::None)
+        .err()
+        .unwrap();
+    assert!(matches!(err, PersistError::Config(_)), "{err}");
+    PersistentLLFree::open(&path, 1, Durability::None)
+        .unwrap()
+        .0
+        .close()
+        .unwrap();
+}
+
+#[test]
+fn stress_on_zones_with_each_durability() {
+    let dir = TempDir::new("stress");
+    for (name, durability, steps) in [
+        ("none", Durability::None, 3000),
+        ("line", Durability::CacheLine, 3000),
+        ("msync", Durability::Msync, 200),
+    ] {
+        let zone = create(&dir.file(name), 1 << 13, durability);
+        common::stress(&zone, 2, steps, 10);
+        common::double_free_race(&zone, 2, 20, 3);
+        zone.close().unwrap();
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    #[test]
+    fn a_zone_matches_the_model(ops in common::ops(3000, 10, 300)) {
+        let dir = TempDir::new("model");
+        let config = Config::new(3000, 10);
+        let zone = PersistentLLFree::create_with_options(dir.file("zone"), config, options(), Durability::None).unwrap();
+        common::check_against_model(&zone, config, &ops);
+    }
+}
+
+/// The worker of the crash injections: does nothing unless this binary was started as one.
+#[test]
+fn worker_entry() {
+    crash::run_worker_if_asked();
+}
+
+fn worker_command() -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "worker_entry", "--test-threads=1"]);
+    cmd
+}
+
+/// Kills a worker (3 threads allocating and freeing on a zone of 2^14 units) at a random
+/// moment, 100 times with orders 0..=10 and 30 times with order 0 only; after each:
+/// recovery succeeds, every block the worker had recorded is allocated with its order, at
+/// most the blocks of its operations in flight are lost (order 0: at most one frame per
+/// thread), a stress with an ownership map holding the worker's blocks hands out no unit
+/// twice, and once everything is freed the zone is whole.
+#[test]
+fn crash_injections() {
+    let dir = TempDir::new("crash");
+    let mut rng = Rng::new(0xC4A5);
+    let mut in_flight_somewhere = 0;
+    for (name, max_order, rounds) in [("mixed", 10, 100), ("order0", 0, 30)] {
+        let threads = 3;
+        let plan = Plan {
+            threads,
+            slots: 48,
+            max_order,
+        };
+        let sub = dir.file(name);
+        fs::create_dir(&sub).unwrap();
+        // One zone for all rounds, each starting from the clean close of the last.
+        let injector = Injector::new(&sub, Config::new(1 << 14, 10), options(), plan).unwrap();
+        let mut lost_somewhere = 0;
+        for round in 0..rounds {
+            let run = Run {
+                durability: if round % 2 == 0 {
+                    Durability::None
+                } else {
+                    Durability::CacheLine
+                },
+                seed: rng.next(),
+                kill_after: Duration::from_millis(1 + rng.below(20) as u64),
+            };
+            let got = injector
+                .inject(worker_command(), run)
+                .unwrap_or_else(|e| panic!("{name} round {round}: {e}"));
+            let allocated = got.recovery.allocated_units;
+            let committed = got.committed_units();
+            let bound = if max_order == 0 {
+                threads
+            } else {
+                got.in_flight_units
+            };
+            assert!(
+                committed <= allocated && allocated <= committed + bound,
+                "{name} round {round}: {allocated} units allocated, {committed} committed, {} in flight",
+                got.in_flight_units
+            );
+            lost_somewhere += (got.lost_units() > 0) as usize;
+            in_flight_somewhere += (got.in_flight_ops > 0) as usize;
+            let owners = Owners::new(1 << 14);
+            let held: Vec<(usize, u32)> = got.held.iter().chain(&got.orphans).copied().collect();
+            for &(i, o) in &held {
+                owners.claim(i, o, 1);
+            }
+            stress_around(&got.zone, &owners, round);
+            for &(i, o) in &held {
+                owners.release(i, o, 1);
+                got.zone.free(i, o, 0).unwrap();
+            }
+            common::assert_whole(&got.zone);
+            got.zone.close().unwrap();
+        }
+        eprintln!("{name}: {lost_somewhere} of {rounds} injections lost units");
+    }
+    // Not an assertion about the allocator: checks that the kills hit operations.
+    assert!(in_flight_somewhere > 10, "kills never hit an operation");
+}
+
+/// Two threads allocate and free at random while the worker's blocks stay claimed.
+fn stress_around(zone: &PersistentLLFree, owners: &Owners, round: usize) {
+    common::run_threads(2, |t| {
+        let mut rng = Rng::new((round * 2 + t) as u64 + 7);
+        let mut mine = Vec::new();
+        let stamp = |i: usize, o: u32| (i as u64) << 8 | o as u64 | 1 << 63;
+        for _ in 0..300 {
+            if mine.is_empty() || rng.below(3) > 0 {
+                let order = (rng.below(11) as u32).min(rng.below(11) as u32);
+                if let Ok(i) = zone.alloc(order, t) {
+                    owners.claim(i, order, stamp(i, order));
+                    mine.push((i, order));
+                }
+            } else {
+                let (i, o) = mine.swap_remove(rng.below(mine.len()));
+                owners.release(i, o, stamp(i, o));
+                zone.free(i, o, t).unwrap();
+            }
+        }
+        for (i, o) in mine {
+            owners.release(i, o, stamp(i, o));
+            zone.free(i, o, t).unwrap();
+        }
+    });
+}
