@@ -3,10 +3,11 @@
 
 #![cfg_attr(feature = "nightly", feature(allocator_api))]
 
+mod common;
+
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Barrier;
 
 use buddyfree::heap::{GlobalHeap, Heap, HeapError, Region, TypedPool};
 use buddyfree::registry::{self, DynAlloc};
@@ -422,48 +423,43 @@ fn threads_share_a_heap_without_overlap() {
     const THREADS: usize = 4;
     for entry in entries_serving(6) {
         let h = registry_heap(entry, 2048, 6);
-        let barrier = Barrier::new(THREADS);
-        let (tx, rx) = std::sync::mpsc::channel::<(usize, Layout, u8)>();
-        let rx = std::sync::Mutex::new(rx);
-        std::thread::scope(|s| {
-            for t in 0..THREADS {
-                let (h, barrier, tx, rx) = (&h, &barrier, tx.clone(), &rx);
-                s.spawn(move || {
-                    let stamp = t as u8 + 1;
-                    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ t as u64;
-                    let mut mine = Vec::new();
-                    barrier.wait();
-                    for _ in 0..1500 {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        let l = layout(1 + (x % 700) as usize, 1 << ((x >> 32) % 8));
-                        if let Ok(p) = h.alloc(l) {
-                            // SAFETY: a fresh block of `l.size()` bytes.
-                            unsafe { p.as_ptr().write_bytes(stamp, l.size()) };
-                            mine.push((p.as_ptr() as usize, l));
-                        }
-                        if mine.len() > 20 || x.is_multiple_of(4) {
-                            if let Some((a, l)) = mine.pop() {
-                                if x.is_multiple_of(8) {
-                                    tx.send((a, l, stamp)).unwrap();
-                                } else {
-                                    check_and_free(h, a, l, stamp);
-                                }
-                            }
-                        }
-                        if let Ok((a, l, stamp)) = rx.lock().unwrap().try_recv() {
+        // Blocks handed to other threads to check and free. A spinlock rather than a channel:
+        // its synchronisation is visible to ThreadSanitizer (std is not instrumented).
+        let mailbox = spin::Mutex::new(Vec::<(usize, Layout, u8)>::new());
+        common::run_threads(THREADS, |t| {
+            let h = &h;
+            let stamp = t as u8 + 1;
+            let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ t as u64;
+            let mut mine = Vec::new();
+            for _ in 0..1500 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let l = layout(1 + (x % 700) as usize, 1 << ((x >> 32) % 8));
+                if let Ok(p) = h.alloc(l) {
+                    // SAFETY: a fresh block of `l.size()` bytes.
+                    unsafe { p.as_ptr().write_bytes(stamp, l.size()) };
+                    mine.push((p.as_ptr() as usize, l));
+                }
+                if mine.len() > 20 || x.is_multiple_of(4) {
+                    if let Some((a, l)) = mine.pop() {
+                        if x.is_multiple_of(8) {
+                            mailbox.lock().push((a, l, stamp));
+                        } else {
                             check_and_free(h, a, l, stamp);
                         }
                     }
-                    for (a, l) in mine {
-                        check_and_free(h, a, l, stamp);
-                    }
-                });
+                }
+                let handed = mailbox.lock().pop();
+                if let Some((a, l, stamp)) = handed {
+                    check_and_free(h, a, l, stamp);
+                }
+            }
+            for (a, l) in mine {
+                check_and_free(h, a, l, stamp);
             }
         });
-        drop(tx);
-        for (a, l, stamp) in rx.into_inner().unwrap().try_iter() {
+        for (a, l, stamp) in mailbox.into_inner() {
             check_and_free(&h, a, l, stamp);
         }
         h.allocator().drain();

@@ -5,7 +5,6 @@
 mod common;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Barrier;
 
 use buddyfree::llfree::{LLFree, Options};
 use buddyfree::{BlockAlloc, Config, Error};
@@ -200,56 +199,49 @@ fn hammers_orders_7_and_8_on_one_huge_frame() {
     let alloc = LLFree::new(Config::new(512, 8)).unwrap();
     let slots: Vec<AtomicU64> = (0..4).map(|_| AtomicU64::new(0)).collect();
     let done = AtomicUsize::new(0);
-    let barrier = Barrier::new(THREADS);
-    std::thread::scope(|s| {
-        for t in 0..THREADS {
-            let (alloc, slots, done, barrier) = (&alloc, &slots, &done, &barrier);
-            s.spawn(move || {
-                let mut rng = Rng::new(t as u64 + 7);
-                let stamp = |i: usize, o: u32| ((t as u64) << 32 | (i as u64) << 4 | o as u64) + 1;
-                let owned = |i: usize, o: u32| &slots[i / 128..(i + (1 << o)) / 128];
-                let put = |(i, o): (usize, u32)| {
-                    for slot in owned(i, o) {
-                        assert_eq!(slot.swap(0, Ordering::AcqRel), stamp(i, o));
+    common::run_threads(THREADS, |t| {
+        let mut rng = Rng::new(t as u64 + 7);
+        let stamp = |i: usize, o: u32| ((t as u64) << 32 | (i as u64) << 4 | o as u64) + 1;
+        let owned = |i: usize, o: u32| &slots[i / 128..(i + (1 << o)) / 128];
+        let put = |(i, o): (usize, u32)| {
+            for slot in owned(i, o) {
+                assert_eq!(slot.swap(0, Ordering::AcqRel), stamp(i, o));
+            }
+            alloc.free(i, o, 0).unwrap();
+        };
+        let mut held = None;
+        let mut ops = 0;
+        // Each thread does its own share, so that their runs overlap however loaded
+        // the machine is.
+        while ops < OPS / THREADS {
+            let order = 7 + rng.below(2) as u32;
+            match alloc.alloc(order, 0) {
+                Ok(i) => {
+                    for slot in owned(i, order) {
+                        let seen = slot.swap(stamp(i, order), Ordering::AcqRel);
+                        assert_eq!(seen, 0, "double allocation of ({i}, order {order})");
                     }
-                    alloc.free(i, o, 0).unwrap();
-                };
-                let mut held = None;
-                let mut ops = 0;
-                barrier.wait();
-                // Each thread does its own share, so that their runs overlap however loaded
-                // the machine is.
-                while ops < OPS / THREADS {
-                    let order = 7 + rng.below(2) as u32;
-                    match alloc.alloc(order, 0) {
-                        Ok(i) => {
-                            for slot in owned(i, order) {
-                                let seen = slot.swap(stamp(i, order), Ordering::AcqRel);
-                                assert_eq!(seen, 0, "double allocation of ({i}, order {order})");
-                            }
-                            ops += 1;
-                            if let Some(old) = held.replace((i, order)) {
-                                put(old);
-                                ops += 1;
-                            }
-                        }
-                        Err(e) => {
-                            // The frame is full for this order (the other thread holds two
-                            // blocks), or a racing claim got in the way: make room.
-                            assert_eq!(e, Error::OutOfMemory);
-                            if let Some(old) = held.take() {
-                                put(old);
-                                ops += 1;
-                            }
-                        }
+                    ops += 1;
+                    if let Some(old) = held.replace((i, order)) {
+                        put(old);
+                        ops += 1;
                     }
                 }
-                if let Some(old) = held {
-                    put(old);
+                Err(e) => {
+                    // The frame is full for this order (the other thread holds two
+                    // blocks), or a racing claim got in the way: make room.
+                    assert_eq!(e, Error::OutOfMemory);
+                    if let Some(old) = held.take() {
+                        put(old);
+                        ops += 1;
+                    }
                 }
-                done.fetch_add(ops, Ordering::Relaxed);
-            });
+            }
         }
+        if let Some(old) = held {
+            put(old);
+        }
+        done.fetch_add(ops, Ordering::Relaxed);
     });
     assert!(done.into_inner() >= OPS);
     common::assert_whole(&alloc);
@@ -263,34 +255,26 @@ fn hammers_orders_7_and_8_against_order_0_on_one_huge_frame() {
     const ROUNDS: usize = 300_000;
     let alloc = LLFree::new(Config::new(512, 8)).unwrap();
     let owners = common::Owners::new(512);
-    let barrier = Barrier::new(3);
-    std::thread::scope(|s| {
-        for t in 0..3 {
-            let (alloc, owners, barrier) = (&alloc, &owners, &barrier);
-            s.spawn(move || {
-                let mut rng = Rng::new(t as u64 + 11);
-                let mut held = std::collections::VecDeque::new();
-                let keep = if t == 2 { 32 } else { 1 };
-                barrier.wait();
-                for _ in 0..ROUNDS {
-                    let order = if t == 2 { 0 } else { 7 + rng.below(2) as u32 };
-                    let stamp =
-                        |i: usize, o: u32| ((t as u64) << 32 | (i as u64) << 4 | o as u64) + 1;
-                    if let Ok(i) = alloc.alloc(order, 0) {
-                        owners.claim(i, order, stamp(i, order));
-                        held.push_back((i, order));
-                    }
-                    if held.len() > keep || (held.len() == keep && rng.below(2) == 0) {
-                        let (i, o) = held.pop_front().unwrap();
-                        owners.release(i, o, stamp(i, o));
-                        alloc.free(i, o, 0).unwrap();
-                    }
-                }
-                for (i, o) in held {
-                    owners.release(i, o, ((t as u64) << 32 | (i as u64) << 4 | o as u64) + 1);
-                    alloc.free(i, o, 0).unwrap();
-                }
-            });
+    common::run_threads(3, |t| {
+        let mut rng = Rng::new(t as u64 + 11);
+        let mut held = std::collections::VecDeque::new();
+        let keep = if t == 2 { 32 } else { 1 };
+        for _ in 0..ROUNDS {
+            let order = if t == 2 { 0 } else { 7 + rng.below(2) as u32 };
+            let stamp = |i: usize, o: u32| ((t as u64) << 32 | (i as u64) << 4 | o as u64) + 1;
+            if let Ok(i) = alloc.alloc(order, 0) {
+                owners.claim(i, order, stamp(i, order));
+                held.push_back((i, order));
+            }
+            if held.len() > keep || (held.len() == keep && rng.below(2) == 0) {
+                let (i, o) = held.pop_front().unwrap();
+                owners.release(i, o, stamp(i, o));
+                alloc.free(i, o, 0).unwrap();
+            }
+        }
+        for (i, o) in held {
+            owners.release(i, o, ((t as u64) << 32 | (i as u64) << 4 | o as u64) + 1);
+            alloc.free(i, o, 0).unwrap();
         }
     });
     common::assert_whole(&alloc);

@@ -117,18 +117,16 @@ fn survives_ping_pong_on_a_tiny_tree() {
     // race its reallocation and the merge of its buddies: the pattern that strands an
     // occupied bit when an UNMARK gives up too early.
     for (name, alloc) in both(Config::new(8, 3).with_cores(4)) {
-        std::thread::scope(|s| {
-            for t in 0..4 {
-                let alloc = &*alloc;
-                s.spawn(move || {
-                    let mut rng = common::Rng::new(t as u64 + 7);
-                    for _ in 0..50_000 {
-                        let order = rng.below(2) as u32;
-                        if let Ok(i) = alloc.alloc(order, t % 2) {
-                            alloc.free(i, order, t).unwrap();
-                        }
-                    }
-                });
+        let owners = common::Owners::new(8);
+        common::run_threads(4, |t| {
+            let mut rng = common::Rng::new(t as u64 + 7);
+            for _ in 0..50_000 {
+                let order = rng.below(2) as u32;
+                if let Ok(i) = alloc.alloc(order, t % 2) {
+                    owners.claim(i, order, t as u64 + 1);
+                    owners.release(i, order, t as u64 + 1);
+                    alloc.free(i, order, t).unwrap();
+                }
             }
         });
         common::assert_whole(&*alloc);

@@ -72,14 +72,18 @@ mod tests {
     #[test]
     fn excludes_across_threads() {
         let counter = lock_api::Mutex::<YieldMutex, u64>::new(0);
+        // Explicit joins: ThreadSanitizer sees `pthread_join`, not the scope's own wait.
         std::thread::scope(|s| {
-            for _ in 0..4 {
-                s.spawn(|| {
-                    for _ in 0..10_000 {
-                        *counter.lock() += 1;
-                    }
-                });
-            }
+            let threads: std::vec::Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        for _ in 0..10_000 {
+                            *counter.lock() += 1;
+                        }
+                    })
+                })
+                .collect();
+            threads.into_iter().for_each(|t| t.join().unwrap());
         });
         assert_eq!(counter.into_inner(), 40_000);
     }

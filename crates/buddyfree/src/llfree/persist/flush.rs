@@ -1,7 +1,5 @@
 //! Writing one cache line of the mapping back to the medium, after each transaction.
 
-use std::sync::OnceLock;
-
 use crate::sync::atomic::AtomicU64;
 
 /// Writes back the cache line holding a word of the lower level.
@@ -120,14 +118,20 @@ mod x86 {
     }
 }
 
-/// The system's page size.
+/// The system's page size, asked once. Threads that race to ask store the same value, so a
+/// relaxed cache is enough.
 fn page_size() -> usize {
-    static PAGE: OnceLock<usize> = OnceLock::new();
-    *PAGE.get_or_init(|| {
-        // SAFETY: sysconf has no preconditions.
-        let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        usize::try_from(size).unwrap_or(4096)
-    })
+    static PAGE: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+    match PAGE.load(core::sync::atomic::Ordering::Relaxed) {
+        0 => {
+            // SAFETY: sysconf has no preconditions.
+            let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+            let size = usize::try_from(size).unwrap_or(4096);
+            PAGE.store(size, core::sync::atomic::Ordering::Relaxed);
+            size
+        }
+        size => size,
+    }
 }
 
 /// Writes the page holding `word` to the file. An I/O error cannot be returned from inside an
