@@ -68,7 +68,7 @@ typedef struct BuddyfreeConfig {
   // Threads or cores expected to share the instance (sizes per-core state); 0 means 1.
   uint32_t cores;
   // The allocator's name (see `buddyfree_allocator_name`), NUL-terminated; NULL for the
-  // default.
+  // default, `nbbs4`.
   const char *allocator;
 } BuddyfreeConfig;
 

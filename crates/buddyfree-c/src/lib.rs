@@ -16,7 +16,7 @@ use buddyfree::registry::{self, DynAlloc};
 use buddyfree::{Config, Error};
 
 /// The allocator used when the configuration names none.
-const DEFAULT_ALLOCATOR: &str = "model";
+const DEFAULT_ALLOCATOR: &str = "nbbs4";
 
 /// The result of every fallible call. The values are stable: new codes are only appended.
 #[repr(i32)]
@@ -115,7 +115,7 @@ pub struct BuddyfreeConfig {
     /// Threads or cores expected to share the instance (sizes per-core state); 0 means 1.
     pub cores: u32,
     /// The allocator's name (see `buddyfree_allocator_name`), NUL-terminated; NULL for the
-    /// default.
+    /// default, `nbbs4`.
     pub allocator: *const c_char,
 }
 

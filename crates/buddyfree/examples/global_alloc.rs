@@ -12,9 +12,9 @@ use buddyfree::heap::GlobalHeap;
 use buddyfree::registry::{self, DynAlloc};
 use buddyfree::{Config, Error};
 
-/// The allocator serving the heap, by registry name. (`model` is correct but O(units) per
-/// allocation; switch to a fast one such as `nbbs` once registered.)
-const BACKEND: &str = "model";
+/// The allocator serving the heap, by registry name (any of `buddybench --list` that serves
+/// order 14).
+const BACKEND: &str = "nbbs4";
 
 /// 2^16 units of 32 bytes: a 2 MiB heap whose largest block is 2^14 units (512 KiB).
 const UNIT: usize = 32;

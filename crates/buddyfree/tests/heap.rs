@@ -15,7 +15,7 @@ use buddyfree::{BlockAlloc, Config, Error};
 
 /// The registered allocator behind the single-allocator tests below (the tests that loop
 /// over `registry::entries()` cover every allocator).
-const BACKEND: &str = "model";
+const BACKEND: &str = "nbbs4";
 
 type Backend = DynAlloc;
 
