@@ -29,9 +29,18 @@
 //!   order-3 block). The classification is exact unless a bad free races an operation on the
 //!   same units; racing double frees of one block are exact (one wins, the rest get
 //!   `NotAllocated`).
-//! - Under concurrency an allocation may fail with `OutOfMemory` while another core is
-//!   between reserving a tree and installing it (its count is then in no counter), as in the
-//!   paper's design; sequential allocation is complete.
+//! - The paper's design may fail an allocation with `OutOfMemory` while another core is
+//!   between reserving a tree and installing it (its count is then in no counter). Here every
+//!   reservation change (reserve, install, steal, drain, sync, reserve-on-free) is bracketed
+//!   on a shared move counter (`moves.rs`), and the complete fallback accepts a failed scan
+//!   only if no change was in flight at any time during it; otherwise it scans again after a
+//!   growing pause, up to a generous bound (`FALLBACK_ROUNDS`, reached only under an endless
+//!   stream of changes or a core stalled inside one). The fast paths (allocating from the
+//!   core's own reservation, freeing) never touch that counter. What remains: the units one
+//!   allocation has taken from a counter until it finds its block or gives them back, and a
+//!   tree's count split between `cU` and `cP`s none of which alone has `2^order` units, can
+//!   still make an allocation fail within a few blocks of exhaustion. Sequential allocation
+//!   is complete.
 //! - The lower level is one contiguous array of cache lines of plain atomics, with no
 //!   pointers, so that it can be placed in a file mapping (persistent LLFree, issue 7).
 
