@@ -279,3 +279,94 @@ fn hammers_orders_7_and_8_against_order_0_on_one_huge_frame() {
     });
     common::assert_whole(&alloc);
 }
+
+/// `threads` threads (one core each) allocate and free orders 0..=2, each holding at most
+/// `blocks` blocks and all together never a quarter of the units: at every instant some tree
+/// has fewer units taken than it has aligned order-2 groups, so a free block of every order
+/// asked for exists and no allocation may fail. Reservations change hands all the time (a
+/// thread whose core holds no tree steals one), so this catches an allocation that gives up
+/// while another core has a tree's count in its hands (reserving, installing, stealing,
+/// syncing). Blocks are checked for overlaps, and the heap must be whole at the end. Returns
+/// the number of failed allocations.
+fn failures_while_mostly_free(
+    alloc: &LLFree,
+    threads: usize,
+    steps: usize,
+    blocks: usize,
+) -> usize {
+    const MAX_ORDER: u32 = 2;
+    let units = alloc.total_units();
+    // Units taken, counted before an allocation (so an allocation in flight is included).
+    let budget = units / 4 - 1;
+    let held = AtomicUsize::new(0);
+    let failed = AtomicUsize::new(0);
+    let owners = common::Owners::new(units);
+    common::run_threads(threads, |t| {
+        let mut rng = Rng::new(0x5EED + t as u64);
+        let mut mine: Vec<(usize, u32)> = Vec::new();
+        let stamp = |i: usize| ((t as u64) << 32 | i as u64) + 1;
+        let put = |(i, o): (usize, u32)| {
+            owners.release(i, o, stamp(i));
+            alloc.free(i, o, t).unwrap();
+            held.fetch_sub(1 << o, Ordering::AcqRel);
+        };
+        for _ in 0..steps {
+            let order = rng.below(MAX_ORDER as usize + 1) as u32;
+            let n = 1 << order;
+            let room = held.fetch_add(n, Ordering::AcqRel) + n <= budget;
+            if !room || mine.len() >= blocks || (!mine.is_empty() && rng.below(2) == 0) {
+                held.fetch_sub(n, Ordering::AcqRel);
+                if !mine.is_empty() {
+                    put(mine.swap_remove(rng.below(mine.len())));
+                }
+                continue;
+            }
+            match alloc.alloc(order, t) {
+                Ok(i) => {
+                    owners.claim(i, order, stamp(i));
+                    mine.push((i, order));
+                }
+                Err(e) => {
+                    assert_eq!(e, Error::OutOfMemory);
+                    failed.fetch_add(1, Ordering::Relaxed);
+                    held.fetch_sub(n, Ordering::AcqRel);
+                }
+            }
+        }
+        for block in mine {
+            put(block);
+        }
+    });
+    common::assert_whole(alloc);
+    failed.into_inner()
+}
+
+/// Runs [`failures_while_mostly_free`] with 2 and 4 threads (a core each), few and many
+/// blocks per thread, on heaps built by `build(cores)`; no allocation may fail.
+fn never_fails_while_mostly_free(build: impl Fn(usize) -> LLFree) {
+    for threads in [2, 4] {
+        for blocks in [8, usize::MAX] {
+            let alloc = build(threads);
+            let failed = failures_while_mostly_free(&alloc, threads, 1_000_000, blocks);
+            assert_eq!(
+                failed, 0,
+                "{threads} threads of at most {blocks} blocks: {failed} allocations failed"
+            );
+        }
+    }
+}
+
+#[test]
+fn never_fails_while_mostly_free_on_one_tree() {
+    // 4 MiB: one tree of two huge frames, which the cores keep taking from each other.
+    never_fails_while_mostly_free(|cores| {
+        LLFree::new(Config::new(1024, 9).with_cores(cores)).unwrap()
+    });
+}
+
+#[test]
+fn never_fails_while_mostly_free_on_few_trees() {
+    never_fails_while_mostly_free(|cores| {
+        llfree(Config::new(2048, 9).with_cores(cores), small_trees())
+    });
+}

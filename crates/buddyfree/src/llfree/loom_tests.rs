@@ -144,9 +144,9 @@ fn loom_order10_takes_both_children_or_none() {
 }
 
 /// Allocates, retrying on `OutOfMemory`: a core preempted between reserving a tree and
-/// installing it holds that tree's count where no counter shows it (as in the paper's
-/// design), so others may fail until it runs again. A lost count would make this spin until
-/// loom gives up.
+/// installing it holds that tree's count where no counter shows it, and the fallback waits
+/// for it only a bounded number of rounds (8 under loom), so others may still fail until it
+/// runs again. A lost count would make this spin until loom gives up.
 fn alloc_retry(alloc: &LLFree, order: u32, core: usize) -> usize {
     loop {
         match alloc.alloc(order, core) {
@@ -251,5 +251,31 @@ fn loom_order0_reuse_of_a_block_start_being_freed() {
         big.join().unwrap();
         lower.assert_consistent();
         assert_eq!(lower.child(HugeId(0)).free(), 9);
+    });
+}
+
+/// Core 1 takes the only tree from core 0 (steals it, reserves it, installs it) while core 0,
+/// robbed of its reservation, falls back to the complete scan: the tree's count may be in
+/// core 1's hands, in no counter, whenever core 0 looks. Core 0 must wait for the move to
+/// finish rather than report `OutOfMemory` on a heap that is all but free.
+#[test]
+fn loom_fallback_waits_for_a_reservation_in_flight() {
+    check(|| {
+        let alloc = Arc::new(one_tree_of_two_frames(2));
+        let first = alloc.alloc(0, 0).unwrap();
+        let other = {
+            let alloc = alloc.clone();
+            thread::spawn(move || alloc.alloc(0, 1))
+        };
+        let mine = alloc.alloc(0, 0);
+        let theirs = other.join().unwrap();
+        let (mine, theirs) = (mine.expect("core 0"), theirs.expect("core 1"));
+        assert!(mine != theirs && mine != first && theirs != first);
+        for (b, core) in [(first, 0), (mine, 0), (theirs, 1)] {
+            alloc.free(b, 0, core).unwrap();
+        }
+        alloc.drain();
+        assert_eq!(alloc.free_units(), 1024);
+        alloc.assert_consistent();
     });
 }

@@ -29,9 +29,18 @@
 //!   order-3 block). The classification is exact unless a bad free races an operation on the
 //!   same units; racing double frees of one block are exact (one wins, the rest get
 //!   `NotAllocated`).
-//! - Under concurrency an allocation may fail with `OutOfMemory` while another core is
-//!   between reserving a tree and installing it (its count is then in no counter), as in the
-//!   paper's design; sequential allocation is complete.
+//! - The paper's design may fail an allocation with `OutOfMemory` while another core is
+//!   between reserving a tree and installing it (its count is then in no counter). Here every
+//!   reservation change (reserve, install, steal, drain, sync, reserve-on-free) is bracketed
+//!   on a shared move counter (`moves.rs`), and the complete fallback accepts a failed scan
+//!   only if no change was in flight at any time during it; otherwise it scans again after a
+//!   growing pause, up to a generous bound (`FALLBACK_ROUNDS`, reached only under an endless
+//!   stream of changes or a core stalled inside one). The fast paths (allocating from the
+//!   core's own reservation, freeing) never touch that counter. What remains: the units one
+//!   allocation has taken from a counter until it finds its block or gives them back, and a
+//!   tree's count split between `cU` and `cP`s none of which alone has `2^order` units, can
+//!   still make an allocation fail within a few blocks of exhaustion. Sequential allocation
+//!   is complete.
 //! - The lower level is one contiguous array of cache lines of plain atomics, with no
 //!   pointers, so that it can be placed in a file mapping: [`persist`] (feature `persist`)
 //!   keeps it in a file and recovers it after a crash (§3.2.3).
@@ -42,6 +51,7 @@ mod child;
 mod lines;
 mod local;
 mod lower;
+mod moves;
 #[cfg(all(feature = "persist", not(loom)))]
 pub mod persist;
 mod trees;
@@ -54,10 +64,11 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 
 use crate::sync::atomic::Ordering;
-use crate::sync::CachePadded;
+use crate::sync::{spin_loop, CachePadded};
 use crate::{check_block, BlockAlloc, Config, Error};
 use local::{Local, Reservation};
 use lower::Lower;
+use moves::Moves;
 use trees::Trees;
 pub use writeback::{Volatile, WriteBack};
 
@@ -126,6 +137,8 @@ pub struct LLFree<W: WriteBack = Volatile> {
     /// log2 of the units per tree.
     tree_shift: u32,
     reserve_on_free: u32,
+    /// Reservation changes in flight, for the complete fallback (`moves.rs`).
+    moves: Moves,
 }
 
 impl LLFree {
@@ -189,6 +202,7 @@ impl<W: WriteBack> LLFree<W> {
             tree_children: children,
             tree_shift: tree_units.trailing_zeros(),
             reserve_on_free: options.reserve_on_free,
+            moves: Moves::new(),
         }
     }
 
@@ -269,14 +283,20 @@ impl<W: WriteBack> LLFree<W> {
         local
     }
 
-    /// Ends a reservation swapped out of a core.
-    fn release(&self, r: Reservation) {
-        if let Some(t) = r.tree() {
-            self.trees.unreserve(t, r.free());
+    /// Ends a reservation swapped out of a core; says whether there was one (whether a count
+    /// was in the caller's hands). Only inside a move (`moves.rs`).
+    fn release(&self, r: Reservation) -> bool {
+        match r.tree() {
+            Some(t) => {
+                self.trees.unreserve(t, r.free());
+                true
+            }
+            None => false,
         }
     }
 
     /// Makes `t` (reserved by the caller, with `free` units moved out) the tree of `core`.
+    /// Only inside a move begun before `t` was reserved.
     fn install(&self, core: usize, t: TreeId, free: usize) {
         let local = &self.locals[core];
         let first = self.children(t).start * HUGE_UNITS;
@@ -284,46 +304,95 @@ impl<W: WriteBack> LLFree<W> {
         self.release(local.swap(Reservation::new(t, free)));
     }
 
+    /// Swaps every reservation out (except `keep`'s) and gives it back to its tree; says
+    /// whether any was there. Only inside a move.
+    fn release_all(&self, keep: Option<usize>) -> bool {
+        let mut moved = false;
+        for (core, local) in self.locals.iter().enumerate() {
+            if Some(core) != keep {
+                moved |= self.release(local.swap(Reservation::NONE));
+            }
+        }
+        moved
+    }
+
     /// Fig. 14a (1b): reserves a new tree for `core` with room for `n` units, stealing the
     /// reservations of the other cores as a last resort (step 4 of §3.2.2).
     fn reserve(&self, core: usize, n: usize, order: u32, near: usize) -> bool {
         let huge = order >= HUGE_ORDER;
-        let found = self.trees.search(n, near, huge).or_else(|| {
-            for (other, local) in self.locals.iter().enumerate() {
-                if other != core {
-                    self.release(local.swap(Reservation::NONE));
-                }
-            }
-            self.trees.search(n, near, huge)
-        });
-        found.map(|(t, free)| self.install(core, t, free)).is_some()
+        self.moves.bracket(|| {
+            let mut stole = false;
+            let found = self.trees.search(n, near, huge).or_else(|| {
+                stole = self.release_all(Some(core));
+                self.trees.search(n, near, huge)
+            });
+            let found = found.map(|(t, free)| self.install(core, t, free)).is_some();
+            (found, found || stole)
+        })
+    }
+
+    /// Fig. 14a (1a): moves the frees other cores made into `t` (reserved by `core`) from the
+    /// tree entry to `core`; true if `core` still holds `t` and got some.
+    fn sync(&self, core: usize, t: TreeId) -> bool {
+        // Read first: most of the time there is nothing, and then no move is needed.
+        if self.trees.get(t).free() == 0 {
+            return false;
+        }
+        self.moves.bracket(|| {
+            let synced = self.trees.take_all_reserved(t);
+            (synced > 0 && self.credit(core, t, synced), synced > 0)
+        })
     }
 
     /// The complete fallback: every reservation back, then every tree in turn, taking its
-    /// units from whichever counter holds them. Sequentially this finds any free block. A
-    /// concurrent reservation moves a tree's count through the hands of the reserving core,
-    /// where no counter shows it, so the scan is repeated a few times before giving up.
+    /// units from whichever counter holds them. Sequentially this finds any free block.
+    ///
+    /// A concurrent reservation change moves a tree's count through the hands of a core, where
+    /// no counter shows it. So a failed scan counts only if no such move was in flight at any
+    /// time during it (`moves.rs`); otherwise it is repeated, after a growing pause that lets
+    /// the moving core finish. A repeat follows a move of another core that began (and, unless
+    /// that core stalls, ends) during the scan: under a steady stream of reservation changes
+    /// the rounds are bounded by [`FALLBACK_ROUNDS`] (then the allocation fails as before),
+    /// so the fallback stays lock-free and takes at most about `FALLBACK_ROUNDS` scans and
+    /// `FALLBACK_ROUNDS * MAX_PAUSE` spins.
     fn alloc_anywhere(&self, order: u32) -> Result<usize, Error> {
-        let n = 1 << order;
+        let mut pause = 1;
         for _ in 0..FALLBACK_ROUNDS {
             self.drain();
-            for t in (0..self.trees.len()).map(TreeId) {
-                let Some(source) = self.take_any(t, n) else {
-                    continue;
-                };
-                let first = self.children(t).start * HUGE_UNITS;
-                if let Some(index) = self.alloc_in(t, order, first) {
-                    return Ok(index);
-                }
-                match source {
-                    Counter::Core(core) => {
-                        self.credit(core, t, n);
-                    }
-                    Counter::Tree => self.trees.add(t, n),
-                }
+            let before = self.moves.snapshot();
+            if let Some(index) = self.scan(order) {
+                return Ok(index);
             }
+            if self.moves.quiet_since(before) {
+                break;
+            }
+            for _ in 0..pause {
+                spin_loop();
+            }
+            pause = (pause * 2).min(MAX_PAUSE);
         }
         Err(Error::OutOfMemory)
+    }
+
+    /// One round of the complete fallback over every tree.
+    fn scan(&self, order: u32) -> Option<usize> {
+        let n = 1 << order;
+        for t in (0..self.trees.len()).map(TreeId) {
+            let Some(source) = self.take_any(t, n) else {
+                continue;
+            };
+            let first = self.children(t).start * HUGE_UNITS;
+            if let Some(index) = self.alloc_in(t, order, first) {
+                return Some(index);
+            }
+            match source {
+                Counter::Core(core) => {
+                    self.credit(core, t, n);
+                }
+                Counter::Tree => self.trees.add(t, n),
+            }
+        }
+        None
     }
 
     /// Takes `n` units of `t` from its tree counter or from the counter of a core holding it.
@@ -343,9 +412,20 @@ impl<W: WriteBack> LLFree<W> {
         if threshold == 0 || !self.locals[core].count_free(t, threshold) {
             return;
         }
-        if let Some(free) = self.trees.reserve(t, |e| self.trees.is_partial(e)) {
-            self.install(core, t, free);
+        let partial = |e| self.trees.is_partial(e);
+        // Read first: no move (and no write to the shared move counter) for a tree that
+        // another core holds.
+        let e = self.trees.get(t);
+        if e.reserved() || !partial(e) {
+            return;
         }
+        self.moves.bracket(|| match self.trees.reserve(t, partial) {
+            Some(free) => {
+                self.install(core, t, free);
+                ((), true)
+            }
+            None => ((), false),
+        });
     }
 
     #[cfg(test)]
@@ -372,8 +452,20 @@ enum Counter {
 
 /// Tries to reserve a new tree this often before falling back to the complete scan.
 const RESERVE_ATTEMPTS: usize = 4;
-/// Rounds of the complete scan before an allocation fails.
-const FALLBACK_ROUNDS: usize = 3;
+/// Rounds of the complete scan, while reservation changes of other cores keep getting in the
+/// way, before an allocation fails anyway. Generous: a round that fails without such a change
+/// ends the fallback at once, so the bound is reached only under a stream of changes or a
+/// core stalled in the middle of one (preempted for longer than the pauses add up to).
+#[cfg(not(loom))]
+const FALLBACK_ROUNDS: usize = 1 << 12;
+#[cfg(loom)]
+const FALLBACK_ROUNDS: usize = 8;
+/// The longest pause between rounds of the fallback, in spins (the pause doubles per round).
+#[cfg(not(loom))]
+const MAX_PAUSE: usize = 1 << 10;
+/// Under loom a spin is a yield to the model checker: one per round.
+#[cfg(loom)]
+const MAX_PAUSE: usize = 1;
 
 impl<W: WriteBack> BlockAlloc for LLFree<W> {
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
@@ -397,9 +489,7 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
                 }
                 Err(r) => match r.tree() {
                     Some(t) => {
-                        // Fig. 14a (1a): sync with frees other cores made into our tree.
-                        let synced = self.trees.take_all_reserved(t);
-                        if synced > 0 && self.credit(core, t, synced) {
+                        if self.sync(core, t) {
                             continue;
                         }
                         t.0
@@ -438,9 +528,7 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
     }
 
     fn drain(&self) {
-        for local in self.locals.iter() {
-            self.release(local.swap(Reservation::NONE));
-        }
+        self.moves.bracket(|| ((), self.release_all(None)));
     }
 }
 
