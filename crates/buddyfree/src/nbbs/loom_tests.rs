@@ -94,12 +94,13 @@ impl Heap {
 }
 
 /// Runs `body` under loom for every case, on a fresh heap with 2 cores.
-///
-/// The three-way race of a stalled UNMARK with a reallocation and a free (see
-/// `Forest::unmark`) needs three threads and a deeper tree than loom explores in minutes; it
-/// is replayed step by step in the unit test `stale_unmark_cannot_free_a_reused_branch`.
 fn check(preemptions: usize, body: fn(Arc<Heap>)) {
-    for (build, units, max_order) in CASES {
+    check_cases(&CASES, preemptions, body);
+}
+
+/// Runs `body` under loom for each of `cases`, on a fresh heap with 2 cores.
+fn check_cases(cases: &[(Build, usize, u32)], preemptions: usize, body: fn(Arc<Heap>)) {
+    for &(build, units, max_order) in cases {
         let mut model = loom::model::Builder::new();
         model.preemption_bound = Some(preemptions);
         model.check(move || {
@@ -224,6 +225,48 @@ fn loom_nbbs_bad_free_races_speculative_alloc() {
         assert_eq!(t.join().unwrap(), Err(Error::OrderMismatch));
         heap.use_and_free(got, 0, 0);
         heap.use_and_free(0, 1, 0);
+        heap.assert_whole();
+    });
+}
+
+#[test]
+fn loom_nbbs_stale_unmark() {
+    // The race of `Forest::unmark`: X frees the order-1 block at 0 while V allocates and
+    // frees a unit of it and Y allocates the other. The bad schedule (2 preemptions): X
+    // stops after its clear; V allocates unit 0 and starts freeing it; Y allocates unit 1
+    // (its mark above the block changes no state bit); V marks above the block coalescing
+    // and finishes; X's UNMARK finds that bit and, without the generation check, unlinks
+    // Y's branch, so the top block can be allocated while Y holds unit 1. Both layouts with
+    // the block's link between two cells: `Nbbs` on 4 units, `Nbbs4` on 32 units of 6
+    // levels (orders 0-1 in cells below the root cell).
+    const STALE: [(Build, usize, u32); 2] = [CASES[0], CASES[3]];
+    check_cases(&STALE, 2, |heap| {
+        // Setup: core 0 starts order 0 at unit 0, core 1 at unit 1; X's block is allocated.
+        assert_eq!(heap.alloc(0, 0), Ok(0));
+        assert_eq!(heap.alloc(0, 0), Ok(1));
+        heap.use_and_free(1, 0, 1);
+        heap.use_and_free(0, 0, 0);
+        assert_eq!(heap.alloc(1, 0), Ok(0));
+        let x = spawn(&heap, |h| h.use_and_free(0, 1, 0));
+        let v = spawn(&heap, |h| {
+            if let Ok(i) = h.alloc(0, 0) {
+                h.use_and_free(i, 0, 0);
+            }
+        });
+        let y = heap.alloc(0, 1);
+        x.join().unwrap();
+        v.join().unwrap();
+        if let Ok(j) = y {
+            let a = &heap.alloc;
+            if let Ok(top) = a.alloc(a.max_order(), 0) {
+                let trace = super::forest::TRACE.lock().unwrap().join("\n");
+                panic!(
+                    "top block {top} allocated over unit {j}: cells {:x?}\n{trace}",
+                    a.dump()
+                );
+            }
+            heap.use_and_free(j, 0, 1);
+        }
         heap.assert_whole();
     });
 }
