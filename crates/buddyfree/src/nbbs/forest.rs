@@ -80,6 +80,15 @@ struct Node {
     pos: usize,
 }
 
+/// A free stopped between its clear and its UNMARK ([`Forest::free_until_unmark`]).
+#[cfg(test)]
+pub struct Stalled {
+    node: Node,
+    at: Place,
+    now: u64,
+    seen: Seen,
+}
+
 /// Where a node lives: cell level (0 = the cells holding the roots), cell within the level,
 /// node number inside the cell.
 #[derive(Clone, Copy, Debug)]
@@ -397,6 +406,51 @@ impl<K: Kind> Forest<K> {
         None
     }
 
+    /// F4: counts a completed free and hints its node to the core's next allocation.
+    fn count_free(&self, node: Node, core: usize) {
+        let slot = self.cores.slot(core);
+        slot.freed(1 << node.order);
+        slot.set_hint(node.order, node.pos);
+    }
+
+    /// Frees the allocated block (`index`, `order`), which must not lie in a root cell, up
+    /// to its clear (F20), and stops there: for tests that replay races with the UNMARK.
+    #[cfg(test)]
+    pub fn free_until_unmark(&self, index: usize, order: u32) -> Stalled {
+        let node = Node {
+            order,
+            pos: index >> order,
+        };
+        let at = self.place(node);
+        assert!(at.level > 0, "a node in a root cell has no UNMARK");
+        let now = self
+            .cell(at.level, at.cell)
+            .try_update(Ordering::Relaxed, |w| Self::S.claim(w, at.j))
+            .expect("the block is allocated");
+        let mut seen = Seen::new();
+        self.mark_coalescing(at, now, 0, &mut seen);
+        let now = self.clear(at);
+        Stalled {
+            node,
+            at,
+            now,
+            seen,
+        }
+    }
+
+    /// Completes a free stopped by [`Forest::free_until_unmark`].
+    #[cfg(test)]
+    pub fn resume(&self, stalled: Stalled, core: usize) {
+        let Stalled {
+            node,
+            at,
+            now,
+            seen,
+        } = stalled;
+        self.unmark(at, now, 0, &seen);
+        self.count_free(node, core);
+    }
+
     /// The cell states, for failure reports.
     #[cfg(all(test, loom))]
     pub fn dump(&self) -> Vec<u64> {
@@ -489,9 +543,7 @@ impl<K: Kind> BlockAlloc for Forest<K> {
         if !root_cell {
             self.release(at, now, 0);
         }
-        let slot = self.cores.slot(core);
-        slot.freed(1 << order);
-        slot.set_hint(order, node.pos);
+        self.count_free(node, core);
         Ok(())
     }
 
@@ -522,19 +574,14 @@ mod tests {
         assert_eq!(f.alloc(1, 0), Ok(0));
         // X: frees the order-1 block at 0 up to its clear (F20), then stalls.
         let x = f.place(Node { order: 1, pos: 0 });
-        let claim = |at: Place| {
-            f.cell(at.level, at.cell)
-                .try_update(Ordering::Relaxed, |w| s.claim(w, at.j))
-                .unwrap()
-        };
-        let now = claim(x);
-        let mut x_seen = Seen::new();
-        f.mark_coalescing(x, now, 0, &mut x_seen);
-        let x_now = f.clear(x);
+        let stalled = f.free_until_unmark(0, 1);
         // V: allocates unit 0 and marks its free coalescing up to X's cell.
         assert_eq!(f.alloc(0, 0), Ok(0));
         let v = f.place(Node { order: 0, pos: 0 });
-        let now = claim(v);
+        let now = f
+            .cell(v.level, v.cell)
+            .try_update(Ordering::Relaxed, |w| s.claim(w, v.j))
+            .unwrap();
         let mut v_seen = Seen::new();
         f.mark_coalescing(v, now, x.level, &mut v_seen);
         // Y: allocates unit 1, marking the whole path.
@@ -547,10 +594,9 @@ mod tests {
         v_seen.set(x.level - 1, s.gen(old));
         let now = f.clear(v);
         f.unmark(v, now, 0, &v_seen);
+        f.count_free(Node { order: 0, pos: 0 }, 0);
         // X: its UNMARK resumes.
-        f.unmark(x, x_now, 0, &x_seen);
-        // (The counters of the two frees done by hand.)
-        f.cores.slot(0).freed(3);
+        f.resume(stalled, 0);
         assert_eq!(f.alloc(max_order, 0), Err(Error::OutOfMemory));
         f.free(1, 0, 0).unwrap();
         assert_eq!(f.free_units(), units);
