@@ -27,6 +27,8 @@ pub trait Kind: Send + Sync + 'static {
     type Atomic: Word;
     /// The layout of its cells.
     const SHAPE: Shape;
+    /// Cells per 64-byte cache line.
+    const LINE: usize;
 }
 
 /// The paper's 1-level tree: one node per `AtomicU32` (5 state bits, 27 generation bits).
@@ -34,6 +36,7 @@ pub struct OneLevel;
 impl Kind for OneLevel {
     type Atomic = AtomicU32;
     const SHAPE: Shape = Shape::new(1, 32);
+    const LINE: usize = 16;
 }
 
 /// The paper's 4-level bunches: 15 nodes per `AtomicU64` (47 state bits, 17 generation bits).
@@ -41,26 +44,45 @@ pub struct FourLevel;
 impl Kind for FourLevel {
     type Atomic = AtomicU64;
     const SHAPE: Shape = Shape::new(4, 64);
+    const LINE: usize = 8;
 }
 
-/// The generations a free saw at the cells where it set its coalescing bits, by cell level
-/// (Alg. 4, F9): its UNMARK trusts a coalescing bit only while the generation is unchanged.
-struct Seen([u32; 64]);
+/// The generations a free saw at the cells where it set its coalescing bits (Alg. 4, F9),
+/// for the first [`Seen::LEVELS`] cell levels above its node: its UNMARK trusts a coalescing
+/// bit only while the generation is unchanged, and re-checks the child where none is known.
+/// A short array keeps the free's stack setup cheap; only climbs of more than 32 cell levels
+/// (1-level trees of `max_order` above 32) take the re-checking path for their top levels.
+struct Seen {
+    /// The cell level of the freed node.
+    home: usize,
+    /// By levels climbed, from the node's parent cell up.
+    gens: [u32; Seen::LEVELS],
+}
 
 impl Seen {
-    /// No level seen (a generation is narrower than 32 bits, so `u32::MAX` is none).
+    const LEVELS: usize = 32;
+    /// No generation seen (a generation is narrower than 32 bits).
     const NONE: u32 = u32::MAX;
 
-    fn new() -> Self {
-        Seen([Self::NONE; 64])
+    #[inline]
+    fn new(home: usize) -> Self {
+        Seen {
+            home,
+            gens: [Self::NONE; Self::LEVELS],
+        }
     }
 
+    #[inline]
     fn set(&mut self, level: usize, gen: u32) {
-        self.0[level] = gen;
+        if let Some(g) = self.gens.get_mut(self.home - 1 - level) {
+            *g = gen;
+        }
     }
 
+    #[inline]
     fn get(&self, level: usize) -> Option<u32> {
-        Some(self.0[level]).filter(|&g| g != Self::NONE)
+        let g = *self.gens.get(self.home - 1 - level)?;
+        (g != Self::NONE).then_some(g)
     }
 }
 
@@ -139,7 +161,14 @@ impl<K: Kind> Forest<K> {
             let cells = roots
                 .checked_mul(1usize << (level * Self::LEVELS))
                 .ok_or(Error::InvalidConfig)?;
-            total = total.checked_add(cells).ok_or(Error::InvalidConfig)?;
+            // Each level starts one cache line further from a power-of-two boundary than the
+            // one above: level sizes are powers of two times `roots`, so the cells of one
+            // root-to-leaf path would otherwise share an L1 set (more lines than ways for a
+            // deep 1-level tree: a conflict miss per level on every climb).
+            total = total
+                .checked_add(cells)
+                .and_then(|t| t.checked_add(K::LINE))
+                .ok_or(Error::InvalidConfig)?;
         }
         let cores = config.cores;
         let forest = Forest {
@@ -252,7 +281,7 @@ impl<K: Kind> Forest<K> {
     /// Climbs no higher than cell level `stop` (0 for a free, the last marked level for a
     /// rollback).
     fn release(&self, at: Place, now: u64, stop: usize) {
-        let mut seen = Seen::new();
+        let mut seen = Seen::new(at.level);
         self.mark_coalescing(at, now, stop, &mut seen);
         let now = self.clear(at);
         self.unmark(at, now, stop, &seen);
@@ -427,7 +456,7 @@ impl<K: Kind> Forest<K> {
             .cell(at.level, at.cell)
             .try_update(Ordering::Relaxed, |w| Self::S.claim(w, at.j))
             .expect("the block is allocated");
-        let mut seen = Seen::new();
+        let mut seen = Seen::new(at.level);
         self.mark_coalescing(at, now, 0, &mut seen);
         let now = self.clear(at);
         Stalled {
@@ -582,7 +611,7 @@ mod tests {
             .cell(v.level, v.cell)
             .try_update(Ordering::Relaxed, |w| s.claim(w, v.j))
             .unwrap();
-        let mut v_seen = Seen::new();
+        let mut v_seen = Seen::new(v.level);
         f.mark_coalescing(v, now, x.level, &mut v_seen);
         // Y: allocates unit 1, marking the whole path.
         assert_eq!(f.alloc(0, 0), Ok(1));
@@ -602,6 +631,18 @@ mod tests {
         assert_eq!(f.free_units(), units);
         let top = f.alloc(max_order, 0).unwrap();
         f.free(top, max_order, 0).unwrap();
+    }
+
+    #[test]
+    fn seen_keeps_the_first_levels_climbed() {
+        let mut seen = Seen::new(40);
+        seen.set(39, 5);
+        seen.set(8, 7);
+        seen.set(7, 9);
+        assert_eq!(seen.get(39), Some(5));
+        assert_eq!(seen.get(8), Some(7));
+        assert_eq!(seen.get(7), None);
+        assert_eq!(seen.get(20), None);
     }
 
     #[test]
