@@ -124,7 +124,8 @@ struct Place {
 /// roots down (the deepest cells may reach below order 0; those nodes are never used).
 ///
 /// ```text
-///  cells: [ level 0: roots cells | level 1: roots·2^K cells | level 2: roots·2^2K | ... ]
+///  cells: [ level 0: roots cells | line | level 1: roots·2^K cells | line | level 2: ... ]
+///         (line: one cache line of unused cells)
 ///  node (order, pos): depth d = max_order - order, cell level d / K, row r = d % K,
 ///                     cell pos >> r, in-cell number 2^r + pos mod 2^r
 /// ```
@@ -355,10 +356,14 @@ impl<K: Kind> Forest<K> {
     /// occupies the child will unmark it (an allocation through its free or rollback, a
     /// free through its own UNMARK, which finds this coalescing bit still set).
     ///
-    /// Residual window: a generation has 27 bits (1-level) or 17 bits (bunches), so an
-    /// UNMARK stalled between its reading and its CAS while exactly a multiple of 2^27 (or
-    /// 2^17) marks land on that one cell, the last of them leaving the state bits as they
-    /// were, is not detected.
+    /// Residual window (ABA of the generation): a generation has 27 bits (1-level) or 17
+    /// bits (bunches). A free stalled between its reading (its coalescing mark, or the
+    /// refusing CAS) and its unlinking CAS at a cell, while exactly a multiple of 2^27 (or
+    /// 2^17 = 131 072) allocation marks land on that one cell and the coalescing bit is set
+    /// again at the end, is not detected and can still unlink a live branch. At some 10 ns a
+    /// mark, 2^17 marks on one cell take over a millisecond of back-to-back allocations
+    /// through it, so a bunch free preempted for that long under such traffic is exposed;
+    /// the 1-level tree needs 2^27 (over a second).
     fn unmark(&self, at: Place, now: u64, stop: usize, seen: &Seen) {
         if !Self::S.looks_free(now) {
             return;
