@@ -48,7 +48,7 @@ const ENTRIES: &[Entry] = &[
     },
     Entry {
         name: "nbbs",
-        about: "NBBS, the non-blocking buddy system: 1-level tree, one byte per node, per-core hints",
+        about: "NBBS, the non-blocking buddy system: 1-level tree, 4 bytes per node, per-core hints",
         max_order: ANY_ORDER,
         build: |c| Ok(Box::new(Nbbs::new(c)?)),
     },

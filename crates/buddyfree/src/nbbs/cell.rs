@@ -9,10 +9,13 @@
 //! cells go through the paper's marking protocol.
 //!
 //! ```text
-//!  bit:  0 .. N            N .. 2N             2N .. 2N+C            2N+C .. 2N+2C
-//!        OCC(j)            ALLOCATED(j)        OCC_CHILD(ch)         COAL_CHILD(ch)
-//!        j = 1..=N         j = 1..=N           ch = 0..C             ch = 0..C
-//!  N = 2^K - 1 nodes, C = 2^K child cells;  K = 1: 6 bits (a u8),  K = 4: 62 bits (a u64)
+//!  bit:  0 .. N        N .. N+C           N+C .. N+2C        N+2C .. W
+//!        OCC(j)        OCC_CHILD(ch)      COAL_CHILD(ch)     GEN
+//!        j = 1..=N     ch = 0..C          ch = 0..C
+//!  N = 2^K - 1 nodes, C = 2^K child cells, W the word's width;
+//!  K = 1: 5 state bits + 27 GEN bits (a u32);  K = 4: 47 state bits + 17 GEN bits (a u64)
+//!  ALLOCATED(j) = the OCC bit of j's left child: OCC(2j) inside the cell, or for a bottom
+//!                 node OCC_CHILD of its left child cell
 //! ```
 //!
 //! - `OCC(j)`: node `j` is reserved, allocated or being freed (the paper's OCC).
@@ -20,11 +23,18 @@
 //!   it. `OCC` without `ALLOCATED` means a thread *holds* the node: an allocation that has
 //!   not finished its climb (and may roll back), or a free in progress. Only a free that
 //!   turns `ALLOCATED` off may release a node, so a double free, even one racing the free or
-//!   a speculative allocation of the same node, finds nothing to release. This is the one bit
-//!   beyond the paper's five.
+//!   a speculative allocation of the same node, finds nothing to release. This is the one
+//!   state beyond the paper's five. It takes no bit of its own: while `OCC(j)` is set,
+//!   nothing below `j` can be reserved or marked (both check the in-cell ancestors) and no
+//!   free can climb through a link below `j` (one would hold a node below, whose marks keep
+//!   that link occupied, so `j` could not have been reserved), so the bit of `j`'s left
+//!   child is `j`'s alone until `j` is cleared, and the clear resets both.
 //! - `OCC_CHILD(ch)` / `COAL_CHILD(ch)`: the paper's OCC_LEFT/RIGHT and COAL_LEFT/RIGHT of
 //!   the bottom node above child cell `ch`: something in that child's sub-tree is allocated,
 //!   or a free there is propagating upwards.
+//! - `GEN`: a counter bumped (wrapping) by every allocation's mark of one of the cell's links
+//!   (Alg. 3, T13). An UNMARK that checked the child sub-tree free clears the link only if
+//!   no mark passed the cell since before that check (module `forest`, `Forest::unmark`).
 //!
 //! The paper's partial-occupancy bits of the inner nodes of a bunch are derived from the
 //! nodes below them (Fig. 5) rather than stored.
@@ -39,6 +49,11 @@ pub struct Shape {
     all_occ: u64,
     all_occ_child: u64,
     all_coal_child: u64,
+    /// The `GEN` field and its unit.
+    gen_mask: u64,
+    gen_one: u64,
+    /// Per node `j`: the bit that says it is allocated (with `OCC(j)`).
+    allocated: [u64; 16],
     /// Per node `j`: the state that must be clear for `j` to be free: `OCC` of `j` and of its
     /// in-cell descendants, and the links of the child cells below it.
     below: [u64; 16],
@@ -53,24 +68,34 @@ const fn depth(j: u32) -> u32 {
 }
 
 impl Shape {
-    /// The masks of a cell of `levels` (1 to 4) levels.
-    pub const fn new(levels: u32) -> Shape {
+    /// The masks of a cell of `levels` (1 to 4) levels in a word of `bits` bits.
+    pub const fn new(levels: u32, bits: u32) -> Shape {
         assert!(levels >= 1 && levels <= 4);
         let nodes = (1u32 << levels) - 1;
         let children = 1u32 << levels;
+        let state = nodes + 2 * children;
+        assert!(state < bits && bits <= 64);
         let mut s = Shape {
             levels,
             nodes,
             children,
             all_occ: (1u64 << nodes) - 1,
-            all_occ_child: ((1u64 << children) - 1) << (2 * nodes),
-            all_coal_child: ((1u64 << children) - 1) << (2 * nodes + children),
+            all_occ_child: ((1u64 << children) - 1) << nodes,
+            all_coal_child: ((1u64 << children) - 1) << (nodes + children),
+            gen_mask: (u64::MAX >> (64 - bits)) & !((1u64 << state) - 1),
+            gen_one: 1 << state,
+            allocated: [0; 16],
             below: [0; 16],
             above: [0; 16],
             above_child: [0; 16],
         };
         let mut j = 1;
         while j <= nodes {
+            s.allocated[j as usize] = if 2 * j <= nodes {
+                s.occ(2 * j)
+            } else {
+                s.occ_child(2 * j - children)
+            };
             let mut a = j >> 1;
             while a >= 1 {
                 s.above[j as usize] |= 1 << (a - 1);
@@ -113,21 +138,24 @@ impl Shape {
         1 << (j - 1)
     }
 
-    const fn allocated(&self, j: u32) -> u64 {
-        1 << (self.nodes + j - 1)
-    }
-
     const fn occ_child(&self, ch: u32) -> u64 {
-        1 << (2 * self.nodes + ch)
+        1 << (self.nodes + ch)
     }
 
     const fn coal_child(&self, ch: u32) -> u64 {
-        1 << (2 * self.nodes + self.children + ch)
+        1 << (self.nodes + self.children + ch)
     }
 
     /// The highest in-cell node among `occ` bits (ancestors have smaller numbers).
     fn highest(occ: u64) -> u32 {
         occ.trailing_zeros() + 1
+    }
+
+    /// The cell's generation: how many links allocations have marked in it (wrapping; fewer
+    /// than 32 bits).
+    #[inline]
+    pub fn gen(&self, w: u64) -> u32 {
+        ((w & self.gen_mask) >> self.gen_one.trailing_zeros()) as u32
     }
 
     /// Whether node `j` looks free (the paper's IS_FREE, also checking in-cell ancestors).
@@ -148,50 +176,60 @@ impl Shape {
         if w & self.below[j as usize] != 0 {
             return Err(j);
         }
-        let allocated = if done { self.allocated(j) } else { 0 };
+        let allocated = if done { self.allocated[j as usize] } else { 0 };
         Ok(w | self.occ(j) | allocated)
     }
 
     /// Completes the allocation of a held node `j`.
     #[inline]
     pub fn allocated_bit(&self, j: u32) -> u64 {
-        self.allocated(j)
+        self.allocated[j as usize]
     }
 
-    /// Alg. 3, T10-T14: marks child `ch` occupied and clears its coalescing bit, unless a node
-    /// above it in this cell is occupied: then that node (the highest such).
+    /// Alg. 3, T10-T14: marks child `ch` occupied, clears its coalescing bit and bumps the
+    /// generation, unless a node above it in this cell is occupied: then that node (the
+    /// highest such).
     #[inline]
     pub fn mark(&self, w: u64, ch: u32) -> Result<u64, u32> {
         let above = w & self.above_child[ch as usize];
         if above != 0 {
             return Err(Self::highest(above));
         }
-        Ok((w & !self.coal_child(ch)) | self.occ_child(ch))
+        let w = (w & !self.coal_child(ch)) | self.occ_child(ch);
+        Ok((w & !self.gen_mask) | (w.wrapping_add(self.gen_one) & self.gen_mask))
     }
 
     /// Whether node `j` is allocated (occupied, allocation complete, not being freed).
     #[inline]
     pub fn is_allocated(&self, w: u64, j: u32) -> bool {
-        let both = self.occ(j) | self.allocated(j);
+        let both = self.occ(j) | self.allocated[j as usize];
         w & both == both
     }
 
     /// Claims allocated node `j` for a free: it stays occupied but is no longer allocated.
     #[inline]
     pub fn claim(&self, w: u64, j: u32) -> Option<u64> {
-        self.is_allocated(w, j).then(|| w & !self.allocated(j))
+        self.is_allocated(w, j)
+            .then(|| w & !self.allocated[j as usize])
     }
 
     /// Alg. 4, F20: the bits to keep when clearing node `j`.
     #[inline]
     pub fn clear_mask(&self, j: u32) -> u64 {
-        !(self.occ(j) | self.allocated(j))
+        !(self.occ(j) | self.allocated[j as usize])
     }
 
     /// Alg. 4, F9: the coalescing bit of child `ch`.
     #[inline]
     pub fn coal_bit(&self, ch: u32) -> u64 {
         self.coal_child(ch)
+    }
+
+    /// Whether the link to child `ch` is live: no node above it in the cell is occupied.
+    /// A free climbing through `ch` always finds it live (see `ALLOCATED` in the module docs).
+    #[inline]
+    pub fn link_live(&self, w: u64, ch: u32) -> bool {
+        w & self.above_child[ch as usize] == 0
     }
 
     /// Alg. 4, F15-F17 generalised to a cell: a free coming up through `own` (the bits of its
@@ -202,10 +240,18 @@ impl Shape {
     #[inline]
     pub fn keeps_climbing(&self, w: u64, own: u64) -> bool {
         let rest = w & !own;
-        let occupied = rest & (self.all_occ | self.all_occ_child);
-        let occ = rest & self.all_occ;
-        let held = occ & !((rest >> self.nodes) & self.all_occ);
-        occupied == 0 || held != 0 || rest & self.all_coal_child != 0
+        if rest & (self.all_occ | self.all_occ_child) == 0 || rest & self.all_coal_child != 0 {
+            return true;
+        }
+        let mut occ = rest & self.all_occ;
+        while occ != 0 {
+            let j = Self::highest(occ);
+            if rest & self.allocated[j as usize] == 0 {
+                return true;
+            }
+            occ &= occ - 1;
+        }
+        false
     }
 
     /// The bits a free of node `j` owns in its cell (for [`Shape::keeps_climbing`]).
@@ -220,11 +266,21 @@ impl Shape {
         self.occ_child(ch) | self.coal_child(ch)
     }
 
-    /// Alg. 5, U8-U10: clears child `ch`'s occupied and coalescing bits if it is still
-    /// coalescing; `None` if an allocation or another free got there first.
+    /// Whether child `ch` is coalescing (U8).
     #[inline]
-    pub fn unmark(&self, w: u64, ch: u32) -> Option<u64> {
-        (w & self.coal_child(ch) != 0).then(|| w & !self.child_bits(ch))
+    pub fn coalescing(&self, w: u64, ch: u32) -> bool {
+        w & self.coal_child(ch) != 0
+    }
+
+    /// Alg. 5, U8-U10 with a generation check: clears child `ch`'s occupied and coalescing
+    /// bits if it is still coalescing and no allocation has marked a link of this cell since
+    /// generation `expect` was seen; `None` otherwise (or when `expect` is unknown).
+    #[inline]
+    pub fn unmark(&self, w: u64, ch: u32, expect: Option<u32>) -> Option<u64> {
+        (self.coalescing(w, ch) && expect == Some(self.gen(w))).then(|| {
+            debug_assert!(self.link_live(w, ch), "coalescing below a node: {w:x} {ch}");
+            w & !self.child_bits(ch)
+        })
     }
 
     /// Whether nothing in the cell is occupied (Alg. 5, U13: the free may merge upwards).
@@ -240,23 +296,28 @@ mod tests {
 
     #[test]
     fn one_level_cell_is_the_papers_node() {
-        let s = Shape::new(1);
-        assert_eq!(s.below[1], 0b11_1101);
+        let s = Shape::new(1, 32);
+        assert_eq!(s.below[1], 0b1_1111);
         assert_eq!(s.above[1], 0);
         assert_eq!(s.above_child[0], 1);
         assert_eq!(s.above_child[1], 1);
+        assert_eq!(s.gen_mask, 0xffff_ffe0);
         let w = s.reserve(0, 1, false).unwrap();
         assert_eq!(s.reserve(w, 1, false), Err(1));
         assert_eq!(s.claim(w, 1), None);
         let w = w | s.allocated_bit(1);
         assert_eq!(s.claim(w, 1), Some(1));
         assert_eq!(s.mark(w, 0), Err(1));
+        // A held node is what keeps a free climbing; an allocated one is not.
+        assert!(s.keeps_climbing(1, s.child_bits(0)));
+        assert!(!s.keeps_climbing(w, s.child_bits(1)));
     }
 
     #[test]
-    fn bunch_fits_62_bits_and_derives_inner_nodes() {
-        let s = Shape::new(4);
-        assert_eq!(s.all_coal_child.leading_zeros(), 2);
+    fn bunch_fits_47_bits_and_derives_inner_nodes() {
+        let s = Shape::new(4, 64);
+        assert_eq!(s.all_coal_child.leading_zeros(), 17);
+        assert_eq!(s.gen_mask.count_ones(), 17);
         // Node 8 (bottom, leftmost) covers children 0 and 1; node 2 covers children 0..8.
         assert_eq!(s.below[8], 1 << 7 | s.child_bits(0) | s.child_bits(1));
         assert_eq!(s.above[8], 0b1011);
@@ -265,8 +326,38 @@ mod tests {
         assert!(s.is_free(w, 3) && s.is_free(w, 5) && s.is_free(w, 8));
         let w = s.reserve(w, 3, true).unwrap();
         assert!(s.is_allocated(w, 3));
+        assert!(!s.is_allocated(w, 6) && !s.is_allocated(w, 7));
         assert_eq!(s.reserve(w, 13, true), Err(3));
+        assert_eq!(s.reserve(w, 6, true), Err(3));
         assert_eq!(s.mark(w, 12), Err(3));
         assert!(!s.looks_free(w));
+        let w = w & s.clear_mask(3);
+        assert!(s.is_free(w, 3) && !s.is_free(w, 9));
+        // Bottom node 15 keeps its ALLOCATED in the link to child 14.
+        let w = s.reserve(w, 15, true).unwrap();
+        assert!(s.is_allocated(w, 15) && !s.is_free(w, 7));
+        assert_eq!(s.mark(w, 14), Err(15));
+        assert_eq!(w & s.clear_mask(15), s.mark(0, 3).unwrap());
+    }
+
+    #[test]
+    fn marks_bump_the_generation_and_stale_unmarks_refuse() {
+        for (s, bits) in [(Shape::new(1, 32), 27), (Shape::new(4, 64), 17)] {
+            let w = s.mark(0, 1).unwrap() | s.coal_bit(1);
+            let g = s.gen(w);
+            assert_eq!(s.unmark(w, 1, Some(g)), Some(w & s.gen_mask));
+            assert_eq!(g, 1);
+            assert_eq!(s.unmark(w, 1, None), None);
+            // A mark that changes no state bit still changes the word.
+            let again = s.mark(s.mark(w, 1).unwrap(), 1).unwrap() | s.coal_bit(1);
+            assert_ne!(again, w);
+            assert_eq!(s.unmark(again, 1, Some(g)), None);
+            // The generation wraps inside its field, leaving the state bits alone.
+            let top = w | s.gen_mask;
+            let wrapped = s.mark(top, 0).unwrap();
+            assert_eq!(s.gen(wrapped), 0);
+            assert_eq!(wrapped, s.mark(w & !s.gen_mask, 0).unwrap() & !s.gen_mask);
+            assert_eq!(s.gen_mask.count_ones(), bits);
+        }
     }
 }

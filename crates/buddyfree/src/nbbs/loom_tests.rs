@@ -11,6 +11,7 @@ use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;
 
+use super::forest::{Forest, FourLevel, Kind, OneLevel};
 use super::{Nbbs, Nbbs4};
 use crate::{BlockAlloc, Config, Error};
 
@@ -94,10 +95,6 @@ impl Heap {
 }
 
 /// Runs `body` under loom for every case, on a fresh heap with 2 cores.
-///
-/// The three-way race of a stalled UNMARK with a reallocation and a free (see
-/// `Forest::unmark`) needs three threads and a deeper tree than loom explores in minutes; it
-/// is replayed step by step in the unit test `stale_unmark_cannot_free_a_reused_branch`.
 fn check(preemptions: usize, body: fn(Arc<Heap>)) {
     for (build, units, max_order) in CASES {
         let mut model = loom::model::Builder::new();
@@ -225,5 +222,62 @@ fn loom_nbbs_bad_free_races_speculative_alloc() {
         heap.use_and_free(got, 0, 0);
         heap.use_and_free(0, 1, 0);
         heap.assert_whole();
+    });
+}
+
+#[test]
+fn loom_nbbs_stale_unmark() {
+    // The race of `Forest::unmark`: X's free of the order-1 block at 0 has stopped after its
+    // clear (run before the model's threads start, to keep the model small); its UNMARK then
+    // races V, which allocates and frees a unit of the block, and Y, which allocates the
+    // other. The bad schedule (1 preemption): V allocates unit 0 and starts freeing it; Y
+    // allocates unit 1 (its mark above the block changes no state bit); V marks above the
+    // block coalescing and finishes; X's UNMARK finds that bit and, without the generation
+    // check, unlinks Y's branch, so the top block can be allocated while Y holds unit 1.
+    // Both layouts with the block's link between two cells: `Nbbs` on 4 units, `Nbbs4` on 32
+    // units of 6 levels (orders 0-1 in cells below the root cell).
+    stale_unmark::<OneLevel>(4, 2);
+    stale_unmark::<FourLevel>(32, 5);
+}
+
+fn stale_unmark<K: Kind>(units: usize, max_order: u32) {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(2);
+    model.check(move || {
+        super::forest::TRACE.lock().unwrap().clear();
+        let f = Arc::new(Forest::<K>::new(Config::new(units, max_order).with_cores(2)).unwrap());
+        // Core 0 starts order 0 at unit 0, core 1 at unit 1; X's block is allocated.
+        assert_eq!(f.alloc(0, 0), Ok(0));
+        assert_eq!(f.alloc(0, 0), Ok(1));
+        f.free(1, 0, 1).unwrap();
+        f.free(0, 0, 0).unwrap();
+        assert_eq!(f.alloc(1, 0), Ok(0));
+        let stalled = f.free_until_unmark(0, 1);
+        // Main only joins, so every switch among the three is free until one preempts.
+        let fx = f.clone();
+        let x = thread::spawn(move || fx.resume(stalled, 0));
+        let fv = f.clone();
+        let v = thread::spawn(move || {
+            if let Ok(i) = fv.alloc(0, 0) {
+                fv.free(i, 0, 0).unwrap();
+            }
+        });
+        let fy = f.clone();
+        let y = thread::spawn(move || fy.alloc(0, 1));
+        x.join().unwrap();
+        v.join().unwrap();
+        if let Ok(j) = y.join().unwrap() {
+            if let Ok(top) = f.alloc(max_order, 0) {
+                let trace = super::forest::TRACE.lock().unwrap().join("\n");
+                panic!(
+                    "top block {top} allocated over unit {j}: cells {:x?}\n{trace}",
+                    f.dump()
+                );
+            }
+            f.free(j, 0, 1).unwrap();
+        }
+        assert_eq!(f.free_units(), units);
+        let top = f.alloc(max_order, 0).unwrap();
+        f.free(top, max_order, 0).unwrap();
     });
 }

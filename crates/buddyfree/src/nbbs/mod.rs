@@ -5,19 +5,31 @@
 //!
 //! Two layouts share one implementation (module `forest`, generic over a cell of `K` levels,
 //! module `cell`):
-//! - [`Nbbs`]: the 1-level tree, one `AtomicU8` per node (no padding, no reverse map: `free`
-//!   takes the order).
-//! - [`Nbbs4`]: 4-level bunches (3.6.2), 15 nodes per `AtomicU64`, so a climb does one CAS
-//!   per four levels.
+//! - [`Nbbs`]: the 1-level tree, one `AtomicU32` per node: 5 state bits and a 27-bit
+//!   generation, about 8 bytes per unit (2 nodes per unit; no reverse map: `free` takes the
+//!   order).
+//! - [`Nbbs4`]: 4-level bunches (3.6.2), 15 nodes per `AtomicU64` (47 state bits and a
+//!   17-bit generation), so a climb does one CAS per four levels.
 //!
 //! The managed units form a forest of `ceil(units / 2^max_order)` trees of height `max_order`
 //! (the paper's `base_level` is the roots); a last partial tree has its missing units
 //! occupied at construction.
 //!
 //! Beyond the paper:
-//! - A node has a sixth state bit, `ALLOCATED`, set when its allocation completes and taken
-//!   off by the CAS that starts its free, so a bad or double free (even racing, even racing
-//!   a speculative reservation of the same node) changes nothing (module `cell`).
+//! - A node has a sixth state, `ALLOCATED`, set when its allocation completes and taken off
+//!   by the CAS that starts its free, so a bad or double free (even racing, even racing a
+//!   speculative reservation of the same node) changes nothing. It is kept in the `OCC` bit
+//!   of the node's left child, which nothing else can touch while the node is occupied
+//!   (module `cell`), leaving room in the word for the generation.
+//! - UNMARK is generation-checked. The published UNMARK can unlink a branch holding an
+//!   allocated block when a stalled free races a reallocation of its block and a second
+//!   free below it: an allocation's mark over an already occupied link leaves no trace, and
+//!   the second free's coalescing bit looks like the first one's. Every mark bumps a
+//!   per-cell generation; UNMARK clears a link only if the generation is the one it read
+//!   before it found the child free, and otherwise re-checks the child (`Forest::unmark`
+//!   has the argument and the residual wrap-around window: 2^27 or 2^17 marks on one cell
+//!   during one stalled UNMARK step). Found by the unit test
+//!   `stale_unmark_cannot_free_a_reused_branch` and the loom test `loom_nbbs_stale_unmark`.
 //! - Every refusal of a CAS step is confirmed by an RMW: the paper assumes sequential
 //!   consistency, and a stale plain read made UNMARK give up and strand an occupied bit
 //!   (found by loom). UNMARK also goes on over a cell that is free even when its own
@@ -27,10 +39,8 @@
 //!   scan of the level. A heap with enough free units that are all fragmented still scans
 //!   (skipping occupied sub-trees).
 //! - Free-slot hints per core and order (3.6.1), scattered initially.
-//!
-//! Known open issue: the published UNMARK can unlink a branch holding an allocated block
-//! when a stalled free races a reallocation and a second free below it (three threads, see
-//! `Forest::unmark` and the ignored unit test `stale_unmark_cannot_free_a_reused_branch`).
+//! - Each level of cells starts one cache line off a power-of-two boundary, so the cells of
+//!   a root-to-leaf path do not all fall in one L1 set.
 
 mod cell;
 mod cores;
@@ -78,7 +88,7 @@ macro_rules! nbbs_type {
 }
 
 nbbs_type!(
-    /// NBBS over the 1-level tree: one byte of node state per node.
+    /// NBBS over the 1-level tree: 4 bytes of node state per node.
     Nbbs,
     OneLevel
 );

@@ -1,10 +1,10 @@
 //! The atomic words that hold cell states, and the one CAS loop every protocol step goes
 //! through.
 
-use crate::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// An atomic word holding one cell's state, seen as a `u64` whatever its width, so that the
-/// protocol is written once for 1-level nodes (`AtomicU8`) and 4-level bunches (`AtomicU64`).
+/// protocol is written once for 1-level nodes (`AtomicU32`) and 4-level bunches (`AtomicU64`).
 pub trait Word: Send + Sync {
     /// A word holding `value`.
     fn new(value: u64) -> Self;
@@ -95,5 +95,5 @@ macro_rules! word {
     };
 }
 
-word!(AtomicU8, u8);
+word!(AtomicU32, u32);
 word!(AtomicU64, u64);
