@@ -1,6 +1,6 @@
 //! Buddy systems after Knuth and the real-time buddy paper (`papers/realtime-buddy.txt`):
 //! Knuth's buddy with eager merging ([`Knuth`]), the estranged buddy with delayed
-//! recombination ([`Estranged`]), and on-demand defragmentation for both ([`defrag`]).
+//! recombination ([`Estranged`]), and on-demand defragmentation for both ([`defrag`](mod@defrag)).
 //!
 //! Both are sequential ([`crate::SeqBlockAlloc`]); [`crate::Locked`] lifts them into a
 //! [`crate::BlockAlloc`]. The parallel binary buddy with one lock per level lives in

@@ -39,14 +39,20 @@ fn dangling(layout: Layout) -> NonNull<u8> {
 // the heap keeps alive, and are at least `layout.size()` bytes aligned to `layout.align()`
 // (`order_of` refuses what the region cannot honour). Errors become null, never a panic.
 unsafe impl<A: BlockAlloc> GlobalAlloc for Heap<A> {
+    /// # Safety
+    /// The contract of [`GlobalAlloc::alloc`].
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         Heap::alloc(self, layout).map_or(ptr::null_mut(), NonNull::as_ptr)
     }
 
+    /// # Safety
+    /// The contract of [`GlobalAlloc::dealloc`].
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         self.free_or_count(ptr, layout);
     }
 
+    /// # Safety
+    /// The contract of [`GlobalAlloc::realloc`].
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let Ok(new_layout) = Layout::from_size_align(new_size, layout.align()) else {
             return ptr::null_mut();
@@ -78,6 +84,8 @@ unsafe impl<A: BlockAlloc> allocator_api2::alloc::Allocator for Heap<A> {
             .map_err(|_| allocator_api2::alloc::AllocError)
     }
 
+    /// # Safety
+    /// The contract of the `deallocate` of allocator-api2's `Allocator`.
     unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
         self.deallocate_block(ptr, layout);
     }
@@ -91,6 +99,8 @@ unsafe impl<A: BlockAlloc> core::alloc::Allocator for Heap<A> {
             .map_err(|_| core::alloc::AllocError)
     }
 
+    /// # Safety
+    /// The contract of [`core::alloc::Allocator::deallocate`].
     unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
         self.deallocate_block(ptr, layout);
     }

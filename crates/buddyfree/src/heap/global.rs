@@ -164,6 +164,8 @@ impl Drop for Inside {
 // pointer is returned to the one that made it, told apart by address: heap blocks lie inside
 // the heap's mapping, which `System` never hands out.
 unsafe impl<A: BlockAlloc> GlobalAlloc for GlobalHeap<A> {
+    /// # Safety
+    /// The contract of [`GlobalAlloc::alloc`].
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if Inside::active() {
             // SAFETY: forwarded with the caller's guarantees (non-zero size).
@@ -180,6 +182,8 @@ unsafe impl<A: BlockAlloc> GlobalAlloc for GlobalHeap<A> {
         }
     }
 
+    /// # Safety
+    /// The contract of [`GlobalAlloc::dealloc`].
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         match self.owner_of(ptr) {
             Some(heap) => {
@@ -192,6 +196,8 @@ unsafe impl<A: BlockAlloc> GlobalAlloc for GlobalHeap<A> {
         }
     }
 
+    /// # Safety
+    /// The contract of [`GlobalAlloc::realloc`].
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         match self.owner_of(ptr) {
             Some(heap) => {

@@ -12,7 +12,7 @@
 //! order, never ignored. A block's address is only as aligned as `base` itself, so alignments
 //! above `base`'s alignment are refused ([`HeapError::BadAlign`]) rather than silently broken.
 //!
-//! [`GlobalAlloc`] and `allocator_api2`'s `Allocator` (and `core`'s, behind the `nightly`
+//! [`GlobalAlloc`](core::alloc::GlobalAlloc) and `allocator_api2`'s `Allocator` (and `core`'s, behind the `nightly`
 //! feature) are implemented on [`Heap`]; [`GlobalHeap`] is a lazily mapped heap for
 //! `#[global_allocator]` statics; [`TypedPool`] hands out typed, dropping handles.
 

@@ -10,7 +10,7 @@ use crate::sync::CachePadded;
 /// One lock-free list per core over one shared link array (a unit is in one list at a
 /// time). The units start evenly partitioned; a free goes to the freeing core's list, and an
 /// allocation that finds its own list empty steals from the others in turn, so it fails only
-/// if every list was seen empty. Lists are lock-free ([`TaggedHead`]) so that threads passing
+/// if every list was seen empty. Lists are lock-free (an ABA-tagged head) so that threads passing
 /// the same core hint stay correct.
 pub struct PerCoreStacks {
     heads: Box<[CachePadded<TaggedHead>]>,

@@ -334,6 +334,8 @@ mod loom_tests {
                 .is_ok()
         }
 
+        /// # Safety
+        /// The contract of [`lock_api::RawMutex::unlock`].
         unsafe fn unlock(&self) {
             self.flag().store(false, Ordering::Release);
         }

@@ -45,6 +45,8 @@ unsafe impl RawMutex for YieldMutex {
         RawMutex::try_lock(&self.inner)
     }
 
+    /// # Safety
+    /// The contract of [`RawMutex::unlock`].
     unsafe fn unlock(&self) {
         // SAFETY: the caller holds the lock (this method's contract), i.e. the inner one.
         unsafe { RawMutex::unlock(&self.inner) }
