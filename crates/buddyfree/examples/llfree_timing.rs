@@ -14,24 +14,16 @@
 //! Every figure is given twice: wall-clock time per operation (what llfree-rs reports), and
 //! the thread's CPU time per operation, which a machine loaded by other work inflates less.
 
+mod support;
+
 use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
+use support::cpu_time;
 
 use buddyfree::llfree::LLFree;
 use buddyfree::{BlockAlloc, Config};
 
 const FRAMES: usize = 1 << 21;
-
-/// CPU time of the calling thread.
-fn cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant Linux knows.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
 
 /// Pins the calling thread to `cpu` (best effort, as llfree-rs does).
 fn pin(cpu: usize) {

@@ -9,7 +9,10 @@
 //! Figures are thread CPU time per operation, medians of `reps` runs (default 5), each on a
 //! fresh allocator; `msync` runs far fewer operations (one system call and page write each).
 
+mod support;
+
 use std::time::Duration;
+use support::cpu_time;
 
 use buddyfree::llfree::persist::{Durability, PersistentLLFree};
 use buddyfree::llfree::LLFree;
@@ -17,17 +20,6 @@ use buddyfree::{BlockAlloc, Config};
 
 /// 1 GiB of 4 KiB frames.
 const FRAMES: usize = 1 << 18;
-
-/// CPU time of the calling thread.
-fn cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant Linux knows.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
 
 /// ns per get and per put of `n` order-0 frames.
 fn bulk(a: &dyn BlockAlloc, n: usize) -> (f64, f64) {
