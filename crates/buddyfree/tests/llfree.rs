@@ -370,3 +370,43 @@ fn never_fails_while_mostly_free_on_few_trees() {
         llfree(Config::new(2048, 9).with_cores(cores), small_trees())
     });
 }
+
+/// LLFree's per-huge-frame free counts feed the §5.6 fragmentation metrics directly. Four huge
+/// frames: two taken whole, one with 100 single units taken, one free. 924 free units make one
+/// possible huge frame, already free, so nothing needs moving; taking the free frame too leaves
+/// 412 free units, less than a frame.
+#[test]
+fn free_counts_per_huge_frame_give_the_fragmentation_metrics() {
+    let alloc = LLFree::new(Config::new(4 * 512, 9)).unwrap();
+    let whole: Vec<usize> = (0..4).map(|_| alloc.alloc(9, 0).unwrap()).collect();
+    for &i in &whole[2..] {
+        alloc.free(i, 9, 0).unwrap();
+    }
+    let units: Vec<usize> = (0..100).map(|_| alloc.alloc(0, 0).unwrap()).collect();
+    let counts: Vec<usize> = alloc.free_per_huge().collect();
+    let mut sorted = counts.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, [0, 0, 412, 512]);
+    let f = buddyfree::stats::huge_fragmentation(&counts);
+    assert_eq!((f.frames, f.free_units, f.free_frames), (4, 924, 1));
+    assert_eq!((f.possible_frames, f.compaction_cost), (1, 0));
+
+    let fourth = alloc.alloc(9, 0).unwrap();
+    let f = buddyfree::stats::huge_fragmentation(&alloc.free_per_huge().collect::<Vec<_>>());
+    assert_eq!(
+        (
+            f.free_units,
+            f.free_frames,
+            f.possible_frames,
+            f.compaction_cost
+        ),
+        (412, 0, 0, 0)
+    );
+    for i in units {
+        alloc.free(i, 0, 0).unwrap();
+    }
+    for i in whole[..2].iter().copied().chain([fourth]) {
+        alloc.free(i, 9, 0).unwrap();
+    }
+    common::assert_whole(&alloc);
+}
