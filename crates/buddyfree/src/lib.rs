@@ -127,6 +127,17 @@ pub fn check_block(
     Ok(())
 }
 
+/// The slot of `core` hint among `cores` per-core slots: the hint modulo `cores`, with no
+/// division on the usual path where callers pass a core below `cores`.
+#[inline]
+pub(crate) fn core_slot(core: usize, cores: usize) -> usize {
+    if core < cores {
+        core
+    } else {
+        core % cores
+    }
+}
+
 /// A stable small number for the calling thread, to pass as the `core` hint.
 ///
 /// Threads are numbered in the order they first ask, so `n` threads get `0..n`.

@@ -20,7 +20,7 @@ pub struct PerCoreStacks {
 impl PerCoreStacks {
     /// The list of `core` (a hint, reduced modulo the number of lists).
     fn own(&self, core: usize) -> usize {
-        core % self.heads.len()
+        crate::core_slot(core, self.heads.len())
     }
 }
 

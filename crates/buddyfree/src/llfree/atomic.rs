@@ -12,26 +12,11 @@ pub(crate) trait Atom {
     /// Reads the value (acquire: it orders the bit-field and counter reads that follow).
     fn get(&self) -> Self::V;
 
-    /// One weak compare-and-swap (acquire-release on success).
-    fn cas(&self, old: Self::V, new: Self::V) -> Result<Self::V, Self::V>;
-
     /// Replaces the value with `f(old)` atomically, retrying while other threads change it;
     /// gives up as soon as `f` returns `None`. Returns the value it replaced, or the value that
-    /// `f` rejected.
-    #[inline]
-    fn try_change(
-        &self,
-        mut f: impl FnMut(Self::V) -> Option<Self::V>,
-    ) -> Result<Self::V, Self::V> {
-        let mut old = self.get();
-        loop {
-            let new = f(old).ok_or(old)?;
-            match self.cas(old, new) {
-                Ok(_) => return Ok(old),
-                Err(seen) => old = seen,
-            }
-        }
-    }
+    /// `f` rejected. (The atomics' own `fetch_update`: acquire reads, acquire-release on
+    /// success.)
+    fn try_change(&self, f: impl FnMut(Self::V) -> Option<Self::V>) -> Result<Self::V, Self::V>;
 }
 
 macro_rules! atom {
@@ -45,8 +30,8 @@ macro_rules! atom {
             }
 
             #[inline]
-            fn cas(&self, old: $v, new: $v) -> Result<$v, $v> {
-                self.compare_exchange_weak(old, new, Ordering::AcqRel, Ordering::Acquire)
+            fn try_change(&self, f: impl FnMut($v) -> Option<$v>) -> Result<$v, $v> {
+                self.fetch_update(Ordering::AcqRel, Ordering::Acquire, f)
             }
         }
     };

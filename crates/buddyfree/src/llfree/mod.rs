@@ -230,14 +230,9 @@ impl<W: WriteBack> LLFree<W> {
         free
     }
 
-    /// The core hint, reduced to a core (no division on the usual path).
+    /// The core hint, reduced to a core.
     fn core(&self, core: usize) -> usize {
-        let cores = self.locals.len();
-        if core < cores {
-            core
-        } else {
-            core % cores
-        }
+        crate::core_slot(core, self.locals.len())
     }
 
     fn tree_of(&self, index: usize) -> TreeId {

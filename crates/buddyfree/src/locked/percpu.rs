@@ -68,7 +68,7 @@ impl<A: SeqBlockAlloc> PerCpu<A> {
     }
 
     fn cache(&self, core: usize) -> &spin::Mutex<CoreCache> {
-        &self.caches[core % self.caches.len()]
+        &self.caches[crate::core_slot(core, self.caches.len())]
     }
 
     /// Takes a block of the order at `slot` from `core`'s cache, refilling it with one batch

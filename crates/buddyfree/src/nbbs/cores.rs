@@ -51,9 +51,7 @@ impl Cores {
     /// The slot of core hint `core` (taken modulo the number of cores).
     #[inline]
     pub fn slot(&self, core: usize) -> &Slot {
-        let n = self.slots.len();
-        // No division on the common path: callers usually pass a core below `n`.
-        &self.slots[if core < n { core } else { core % n }]
+        &self.slots[crate::core_slot(core, self.slots.len())]
     }
 
     /// Units freed minus units allocated, over all cores (wrapping).
