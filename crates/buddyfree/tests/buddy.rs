@@ -3,36 +3,26 @@
 
 mod common;
 
-use buddyfree::buddy::{Estranged, Knuth};
-use buddyfree::locked::{PerLevelSpin, PerLevelYield};
-use buddyfree::{BlockAlloc, Config, Error, Locked};
+use buddyfree::locked::PerLevelSpin;
+use buddyfree::registry::{self, DynAlloc};
+use buddyfree::{Config, Error};
 use proptest::prelude::*;
 
 /// Configurations the differential test runs: powers of two and ragged tails.
 const CONFIGS: &[(usize, u32)] = &[(64, 4), (100, 3), (13, 2), (37, 5)];
 
-type Build = fn(Config) -> Result<Box<dyn BlockAlloc>, Error>;
-
-fn knuth(c: Config) -> Result<Box<dyn BlockAlloc>, Error> {
-    Ok(Box::new(Locked::<Knuth>::new(Knuth::new(c)?)))
-}
-fn estranged(c: Config) -> Result<Box<dyn BlockAlloc>, Error> {
-    Ok(Box::new(Locked::<Estranged>::new(Estranged::new(c)?)))
-}
-fn perlevel_spin(c: Config) -> Result<Box<dyn BlockAlloc>, Error> {
-    Ok(Box::new(PerLevelSpin::new(c)?))
-}
-fn perlevel_yield(c: Config) -> Result<Box<dyn BlockAlloc>, Error> {
-    Ok(Box::new(PerLevelYield::new(c)?))
-}
-
-/// Every buddy of this file, by name, for the shared battery below.
-const ALLOCS: &[(&str, Build)] = &[
-    ("knuth-locked", knuth),
-    ("estranged-locked", estranged),
-    ("perlevel-spin", perlevel_spin),
-    ("perlevel-yield", perlevel_yield),
+/// Every buddy of this file, by registry name, for the shared battery below.
+const ALLOCS: &[&str] = &[
+    "knuth-locked",
+    "estranged-locked",
+    "perlevel-spin",
+    "perlevel-yield",
 ];
+
+/// The registered allocator `name` over `config`.
+fn build(name: &str, config: Config) -> Result<DynAlloc, Error> {
+    (registry::find(name).expect("registered").build)(config)
+}
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(1024))]
@@ -45,7 +35,7 @@ proptest! {
         let (units, max_order) = CONFIGS[config];
         let config = Config::new(units, max_order);
         let ops = clamp(&ops, max_order);
-        let alloc = (ALLOCS[which].1)(config).unwrap();
+        let alloc = build(ALLOCS[which], config).unwrap();
         common::check_against_model(&*alloc, config, &ops);
     }
 }
@@ -67,9 +57,9 @@ fn clamp(ops: &[common::Op], max_order: u32) -> Vec<common::Op> {
 
 #[test]
 fn every_buddy_survives_stress() {
-    for &(name, build) in ALLOCS {
+    for &name in ALLOCS {
         for (units, max_order, threads) in [(1000, 6, 4), (256, 4, 6)] {
-            let alloc = build(Config::new(units, max_order)).unwrap();
+            let alloc = build(name, Config::new(units, max_order)).unwrap();
             let allocs = common::stress(&*alloc, threads, 20_000, max_order);
             assert!(allocs > 0, "{name}");
         }
@@ -78,8 +68,8 @@ fn every_buddy_survives_stress() {
 
 #[test]
 fn every_buddy_frees_each_block_once_under_racing_double_frees() {
-    for &(_, build) in ALLOCS {
-        let alloc = build(Config::new(300, 4)).unwrap();
+    for &name in ALLOCS {
+        let alloc = build(name, Config::new(300, 4)).unwrap();
         common::double_free_race(&*alloc, 4, 150, 1);
     }
 }
