@@ -86,6 +86,10 @@ pub struct Heap<A> {
     alloc: A,
     base: NonNull<u8>,
     unit_shift: u32,
+    /// `alloc`'s units and largest order, kept here so that a heap over a `dyn BlockAlloc`
+    /// makes no indirect call for them on every allocation and free.
+    units: usize,
+    max_order: u32,
     /// The largest alignment every block start is guaranteed to have: `base`'s own alignment,
     /// capped at the largest block.
     max_align: usize,
@@ -119,6 +123,8 @@ impl<A: BlockAlloc> Heap<A> {
         let base_align = 1usize << base_addr.trailing_zeros().min(usize::BITS - 1);
         Ok(Heap {
             unit_shift: unit.trailing_zeros(),
+            units: alloc.total_units(),
+            max_order: alloc.max_order(),
             max_align: base_align.min(largest),
             alloc,
             base,
@@ -197,7 +203,7 @@ impl<A: BlockAlloc> Heap<A> {
             .trailing_zeros();
         let by_align = (layout.align() >> self.unit_shift).max(1).trailing_zeros();
         let order = by_size.max(by_align);
-        if order > self.alloc.max_order() {
+        if order > self.max_order {
             return Err(HeapError::TooLarge);
         }
         Ok(order)
@@ -205,7 +211,7 @@ impl<A: BlockAlloc> Heap<A> {
 
     /// The address of unit `index`, or `None` past the last unit.
     pub fn ptr_of(&self, index: usize) -> Option<NonNull<u8>> {
-        if index >= self.alloc.total_units() {
+        if index >= self.units {
             return None;
         }
         // SAFETY: `index` is below the units, all of which `new` checked lie inside the
@@ -222,7 +228,7 @@ impl<A: BlockAlloc> Heap<A> {
             .checked_sub(self.base.as_ptr() as usize)
             .ok_or(HeapError::Foreign)?;
         let index = offset >> self.unit_shift;
-        if index >= self.alloc.total_units() {
+        if index >= self.units {
             return Err(HeapError::Foreign);
         }
         if offset & (self.unit() - 1) != 0 {
@@ -253,7 +259,7 @@ impl<A: BlockAlloc> Heap<A> {
 
     /// The largest request in bytes (one block of the maximum order).
     pub fn max_size(&self) -> usize {
-        self.unit() << self.alloc.max_order()
+        self.unit() << self.max_order
     }
 
     /// The block allocator.

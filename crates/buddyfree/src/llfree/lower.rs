@@ -261,10 +261,13 @@ impl<W: WriteBack> Lower<W> {
         for _ in 0..passes {
             for i in 0..WORDS {
                 let w = (hint + i) % WORDS;
-                let claim = |v: u64| find_run(v, order).map(|p| v | block_mask(order) << p);
-                if let Ok(old) = self.bits(h, w).try_change(claim) {
-                    let bit = find_run(old, order).unwrap_or_default() as usize;
-                    return Some(h.first_unit() + w * 64 + bit);
+                let mut bit = 0;
+                let claim = |v: u64| {
+                    bit = find_run(v, order)?;
+                    Some(v | block_mask(order) << bit)
+                };
+                if self.bits(h, w).try_change(claim).is_ok() {
+                    return Some(h.first_unit() + w * 64 + bit as usize);
                 }
             }
         }

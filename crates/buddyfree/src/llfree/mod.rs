@@ -254,11 +254,9 @@ impl<W: WriteBack> LLFree<W> {
         let mut h = children.start + ((near - children.start) & !(step - 1));
         let mut word = (hint % HUGE_UNITS) / 64;
         for _ in (0..children.len()).step_by(step) {
-            let room = order > HUGE_ORDER || self.lower.child(HugeId(h)).free() >= 1 << order;
-            if room {
-                if let Some(index) = self.lower.alloc(HugeId(h), order, word) {
-                    return Some(index);
-                }
+            // `Lower::alloc` reads the child entry first and refuses a frame without room.
+            if let Some(index) = self.lower.alloc(HugeId(h), order, word) {
+                return Some(index);
             }
             word = 0;
             h += step;
@@ -511,7 +509,18 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
     }
 
     fn free_units(&self) -> usize {
-        self.free_per_tree().iter().sum()
+        let in_trees: usize = (0..self.trees.len())
+            .map(|t| self.trees.get(TreeId(t)).free())
+            .sum();
+        let reserved: usize = self
+            .locals
+            .iter()
+            .filter_map(|l| {
+                let r = l.get();
+                r.tree().map(|_| r.free())
+            })
+            .sum();
+        in_trees + reserved
     }
 
     fn total_units(&self) -> usize {

@@ -524,7 +524,7 @@ impl<K: Kind> BlockAlloc for Forest<K> {
             Ok(()) => start,
             Err(_) => loop {
                 // The full-heap fast path: too few free units means no block, without a scan.
-                if (self.units.wrapping_add(self.cores.net_freed())) < 1 << order {
+                if self.free_units() < 1 << order {
                     return Err(Error::OutOfMemory);
                 }
                 let releases = self.cores.releases();
