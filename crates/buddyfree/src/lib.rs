@@ -127,6 +127,18 @@ pub fn check_block(
     Ok(())
 }
 
+/// The rule every allocator applies, after [`check_block`], to `free(index, order)`: `live` is
+/// the order of the live block starting at `index`, if any. The same order frees it; another
+/// order is [`Error::OrderMismatch`]; no live block is [`Error::NotAllocated`].
+#[inline]
+pub(crate) fn check_live(live: Option<u32>, order: u32) -> Result<(), Error> {
+    match live {
+        Some(o) if o == order => Ok(()),
+        Some(_) => Err(Error::OrderMismatch),
+        None => Err(Error::NotAllocated),
+    }
+}
+
 /// The slot of `core` hint among `cores` per-core slots: the hint modulo `cores`, with no
 /// division on the usual path where callers pass a core below `cores`.
 #[inline]

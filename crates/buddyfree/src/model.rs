@@ -8,7 +8,7 @@ use alloc::collections::BTreeMap;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use crate::{check_block, Config, Error, SeqBlockAlloc};
+use crate::{check_block, check_live, Config, Error, SeqBlockAlloc};
 
 /// The reference allocator (first-fit over a unit map). `O(units)` per allocation.
 #[derive(Clone, Debug)]
@@ -89,15 +89,10 @@ impl SeqBlockAlloc for Model {
 
     fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
         check_block(index, order, self.max_order, self.used.len())?;
-        match self.live.get(&index) {
-            Some(&o) if o == order => {
-                self.live.remove(&index);
-                self.mark(index, order, false);
-                Ok(())
-            }
-            Some(_) => Err(Error::OrderMismatch),
-            None => Err(Error::NotAllocated),
-        }
+        check_live(self.live.get(&index).copied(), order)?;
+        self.live.remove(&index);
+        self.mark(index, order, false);
+        Ok(())
     }
 
     fn free_units(&self) -> usize {

@@ -47,11 +47,7 @@ impl Tag {
     /// Whether a `free(index, order)` of the block tagged `self` is good: the model's rule,
     /// another order at this start is `OrderMismatch`, anything else not live `NotAllocated`.
     pub(crate) fn check_free(self, order: u32) -> Result<(), Error> {
-        match self.used_order() {
-            Some(o) if o == order => Ok(()),
-            Some(_) => Err(Error::OrderMismatch),
-            None => Err(Error::NotAllocated),
-        }
+        crate::check_live(self.used_order(), order)
     }
 }
 

@@ -99,11 +99,7 @@ impl SeqBlockAlloc for FirstFit {
 
     fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
         check_block(index, order, self.max_order, self.total_units)?;
-        match self.live.get(&index) {
-            Some(&o) if o == order => {}
-            Some(_) => return Err(Error::OrderMismatch),
-            None => return Err(Error::NotAllocated),
-        }
+        crate::check_live(self.live.get(&index).copied(), order)?;
         self.live.remove(&index);
         self.insert_free(index, 1 << order);
         self.free_units += 1 << order;
