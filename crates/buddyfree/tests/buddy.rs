@@ -8,9 +8,6 @@ use buddyfree::registry::{self, DynAlloc};
 use buddyfree::{Config, Error};
 use proptest::prelude::*;
 
-/// Configurations the differential test runs: powers of two and ragged tails.
-const CONFIGS: &[(usize, u32)] = &[(64, 4), (100, 3), (13, 2), (37, 5)];
-
 /// Every buddy of this file, by registry name, for the shared battery below.
 const ALLOCS: &[&str] = &[
     "knuth-locked",
@@ -29,30 +26,15 @@ proptest! {
     #[test]
     fn every_buddy_matches_model(
         which in 0..ALLOCS.len(),
-        config in 0..CONFIGS.len(),
+        config in 0..common::CONFIGS.len(),
         ops in common::ops(100, 5, 200),
     ) {
-        let (units, max_order) = CONFIGS[config];
+        let (units, max_order) = common::CONFIGS[config];
         let config = Config::new(units, max_order);
-        let ops = clamp(&ops, max_order);
+        let ops = common::clamp(&ops, max_order);
         let alloc = build(ALLOCS[which], config).unwrap();
         common::check_against_model(&*alloc, config, &ops);
     }
-}
-
-/// The strategy is built once for the widest configuration; orders above a configuration's
-/// `max_order + 2` would only repeat the `BadOrder` case, so fold them back into range.
-fn clamp(ops: &[common::Op], max_order: u32) -> Vec<common::Op> {
-    use common::Op;
-    let fold = |o: u32| o % (max_order + 3);
-    ops.iter()
-        .map(|op| match *op {
-            Op::Alloc(o) => Op::Alloc(fold(o)),
-            Op::WrongOrder(p, o) => Op::WrongOrder(p, fold(o)),
-            Op::Arbitrary(i, o) => Op::Arbitrary(i, fold(o)),
-            ref other => other.clone(),
-        })
-        .collect()
 }
 
 #[test]

@@ -7,9 +7,6 @@ use buddyfree::list::FirstFit;
 use buddyfree::{BlockAlloc, Config, Locked, SeqBlockAlloc};
 use proptest::prelude::*;
 
-/// Configurations the differential test runs: powers of two and ragged tails.
-const CONFIGS: &[(usize, u32)] = &[(64, 4), (100, 3), (13, 2), (37, 5)];
-
 fn locked(config: Config) -> Locked<FirstFit> {
     Locked::new(FirstFit::new(config).unwrap())
 }
@@ -17,9 +14,13 @@ fn locked(config: Config) -> Locked<FirstFit> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
     #[test]
-    fn first_fit_matches_model(config in 0..CONFIGS.len(), ops in common::ops(100, 5, 200)) {
-        let (units, max_order) = CONFIGS[config];
+    fn first_fit_matches_model(
+        config in 0..common::CONFIGS.len(),
+        ops in common::ops(100, 5, 200),
+    ) {
+        let (units, max_order) = common::CONFIGS[config];
         let config = Config::new(units, max_order);
+        let ops = common::clamp(&ops, max_order);
         common::check_against_model(&locked(config), config, &ops);
     }
 }

@@ -27,8 +27,7 @@ const UNIT: usize = 64;
 
 /// A heap of `units` units of 64 bytes over a fresh mapping aligned to its largest block.
 fn heap(units: usize, max_order: u32) -> Heap<Backend> {
-    let region = Region::mmap(units * UNIT, UNIT << max_order).unwrap();
-    Heap::build(region, UNIT, max_order, 2, backend).unwrap()
+    registry_heap(registry::find(BACKEND).unwrap(), units, max_order)
 }
 
 /// The registered allocators that serve blocks up to `max_order` (the list allocators serve
@@ -106,11 +105,9 @@ fn every_block_honours_its_alignment_and_stays_in_the_region() {
     let h = heap(2048, 7);
     let end = h.base().as_ptr() as usize + 2048 * UNIT;
     let mut live = Vec::new();
-    let mut x = 7u64;
+    let mut rng = common::Rng::new(7);
     for i in 0..600 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        let x = rng.next();
         let size = 1 + (x % 2000) as usize;
         let align = 1 << ((x >> 20) % 14);
         let l = layout(size, align);
@@ -143,6 +140,7 @@ fn every_block_honours_its_alignment_and_stays_in_the_region() {
         h.free(p.as_ptr(), l).unwrap();
     }
     assert_eq!(h.allocator().free_units(), 2048);
+    common::assert_whole(h.allocator());
 }
 
 #[test]
@@ -276,6 +274,7 @@ fn bad_frees_are_errors_and_change_nothing() {
         }
         assert_eq!(h.bad_frees(), 2, "{name}");
         assert_eq!(h.allocator().free_units(), 256, "{name}");
+        common::assert_whole(h.allocator());
     }
 }
 
@@ -301,6 +300,7 @@ fn requests_the_heap_cannot_serve_are_errors_or_null() {
         h.free_order(p.as_ptr(), 4).unwrap();
     }
     assert_eq!(h.allocator().free_units(), 64);
+    common::assert_whole(h.allocator());
 }
 
 #[test]
@@ -326,6 +326,7 @@ fn realloc_keeps_contents_and_stays_in_place_within_a_block() {
     }
     assert_eq!(h.bad_frees(), 0);
     assert_eq!(h.allocator().free_units(), 256);
+    common::assert_whole(h.allocator());
 }
 
 #[test]
@@ -429,12 +430,10 @@ fn threads_share_a_heap_without_overlap() {
         common::run_threads(THREADS, |t| {
             let h = &h;
             let stamp = t as u8 + 1;
-            let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ t as u64;
+            let mut rng = common::Rng::new(t as u64 + 1);
             let mut mine = Vec::new();
             for _ in 0..1500 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                let x = rng.next();
                 let l = layout(1 + (x % 700) as usize, 1 << ((x >> 32) % 8));
                 if let Ok(p) = h.alloc(l) {
                     // SAFETY: a fresh block of `l.size()` bytes.
@@ -462,8 +461,7 @@ fn threads_share_a_heap_without_overlap() {
         for (a, l, stamp) in mailbox.into_inner() {
             check_and_free(&h, a, l, stamp);
         }
-        h.allocator().drain();
-        assert_eq!(h.allocator().free_units(), 2048, "{}", entry.name);
+        common::assert_whole(h.allocator());
     }
 }
 

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use buddyfree::llfree::{LLFree, Options};
 use buddyfree::{BlockAlloc, Config, Error};
@@ -197,16 +197,14 @@ fn hammers_orders_7_and_8_on_one_huge_frame() {
     // One reservation shared by both threads: they search the frame at the same time, rather
     // than taking turns stealing the only tree.
     let alloc = LLFree::new(Config::new(512, 8)).unwrap();
-    let slots: Vec<AtomicU64> = (0..4).map(|_| AtomicU64::new(0)).collect();
+    // One slot per 128 units: an order-7 block owns one, an order-8 block two.
+    let slots = common::Owners::new(4);
     let done = AtomicUsize::new(0);
     common::run_threads(THREADS, |t| {
         let mut rng = Rng::new(t as u64 + 7);
         let stamp = |i: usize, o: u32| ((t as u64) << 32 | (i as u64) << 4 | o as u64) + 1;
-        let owned = |i: usize, o: u32| &slots[i / 128..(i + (1 << o)) / 128];
         let put = |(i, o): (usize, u32)| {
-            for slot in owned(i, o) {
-                assert_eq!(slot.swap(0, Ordering::AcqRel), stamp(i, o));
-            }
+            slots.release(i >> 7, o - 7, stamp(i, o));
             alloc.free(i, o, 0).unwrap();
         };
         let mut held = None;
@@ -217,10 +215,7 @@ fn hammers_orders_7_and_8_on_one_huge_frame() {
             let order = 7 + rng.below(2) as u32;
             match alloc.alloc(order, 0) {
                 Ok(i) => {
-                    for slot in owned(i, order) {
-                        let seen = slot.swap(stamp(i, order), Ordering::AcqRel);
-                        assert_eq!(seen, 0, "double allocation of ({i}, order {order})");
-                    }
+                    slots.claim(i >> 7, order - 7, stamp(i, order));
                     ops += 1;
                     if let Some(old) = held.replace((i, order)) {
                         put(old);
@@ -259,9 +254,9 @@ fn hammers_orders_7_and_8_against_order_0_on_one_huge_frame() {
         let mut rng = Rng::new(t as u64 + 11);
         let mut held = std::collections::VecDeque::new();
         let keep = if t == 2 { 32 } else { 1 };
+        let stamp = |i: usize, o: u32| ((t as u64) << 32 | (i as u64) << 4 | o as u64) + 1;
         for _ in 0..ROUNDS {
             let order = if t == 2 { 0 } else { 7 + rng.below(2) as u32 };
-            let stamp = |i: usize, o: u32| ((t as u64) << 32 | (i as u64) << 4 | o as u64) + 1;
             if let Ok(i) = alloc.alloc(order, 0) {
                 owners.claim(i, order, stamp(i, order));
                 held.push_back((i, order));
@@ -273,7 +268,7 @@ fn hammers_orders_7_and_8_against_order_0_on_one_huge_frame() {
             }
         }
         for (i, o) in held {
-            owners.release(i, o, ((t as u64) << 32 | (i as u64) << 4 | o as u64) + 1);
+            owners.release(i, o, stamp(i, o));
             alloc.free(i, o, 0).unwrap();
         }
     });

@@ -360,7 +360,8 @@ fn crash_injections() {
             for &(i, o) in &held {
                 owners.claim(i, o, 1);
             }
-            stress_around(&got.zone, &owners, round);
+            // Two threads allocate and free at random while the worker's blocks stay claimed.
+            common::stress_with(&got.zone, &owners, 2, 300, 10);
             for &(i, o) in &held {
                 owners.release(i, o, 1);
                 got.zone.free(i, o, 0).unwrap();
@@ -372,30 +373,4 @@ fn crash_injections() {
     }
     // Not an assertion about the allocator: checks that the kills hit operations.
     assert!(in_flight_somewhere > 10, "kills never hit an operation");
-}
-
-/// Two threads allocate and free at random while the worker's blocks stay claimed.
-fn stress_around(zone: &PersistentLLFree, owners: &Owners, round: usize) {
-    common::run_threads(2, |t| {
-        let mut rng = Rng::new((round * 2 + t) as u64 + 7);
-        let mut mine = Vec::new();
-        let stamp = |i: usize, o: u32| (i as u64) << 8 | o as u64 | 1 << 63;
-        for _ in 0..300 {
-            if mine.is_empty() || rng.below(3) > 0 {
-                let order = (rng.below(11) as u32).min(rng.below(11) as u32);
-                if let Ok(i) = zone.alloc(order, t) {
-                    owners.claim(i, order, stamp(i, order));
-                    mine.push((i, order));
-                }
-            } else {
-                let (i, o) = mine.swap_remove(rng.below(mine.len()));
-                owners.release(i, o, stamp(i, o));
-                zone.free(i, o, t).unwrap();
-            }
-        }
-        for (i, o) in mine {
-            owners.release(i, o, stamp(i, o));
-            zone.free(i, o, t).unwrap();
-        }
-    });
 }
