@@ -119,9 +119,6 @@ impl Estranged {
     /// An allocator of `config.units` free units (any number).
     pub fn new(config: Config) -> Result<Self, Error> {
         config.validate()?;
-        if config.max_order >= u64::BITS {
-            return Err(Error::InvalidConfig);
-        }
         let lists = || {
             (0..=config.max_order)
                 .map(|_| ListHead::EMPTY)

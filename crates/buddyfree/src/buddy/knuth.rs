@@ -47,9 +47,6 @@ impl Knuth {
     /// `max_order` is cut into smaller blocks).
     pub fn new(config: Config) -> Result<Self, Error> {
         config.validate()?;
-        if config.max_order >= u64::BITS {
-            return Err(Error::InvalidConfig);
-        }
         let mut knuth = Knuth {
             links: Links::new(config.units),
             tags: Tags::new(config.units),

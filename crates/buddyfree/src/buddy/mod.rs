@@ -70,6 +70,9 @@ pub(crate) fn initial_blocks(units: usize, max_order: u32) -> impl Iterator<Item
     })
 }
 
+// Per-order bit masks are `u64`s, and `Config::validate` keeps `max_order` below `usize::BITS`.
+const _: () = assert!(usize::BITS <= u64::BITS);
+
 /// Pushes, through `push`, the pieces of the free block `(start, from)` that lie outside its
 /// sub-block `(index, order)`, largest first: the bisection of §2.2, step 3–4, aimed at any
 /// sub-block. Each piece's buddy contains `index`, so it is never free when the piece is pushed.

@@ -37,7 +37,7 @@ use lock_api::{Mutex, MutexGuard, RawMutex};
 
 use crate::buddy::lists::{Links, ListHead};
 use crate::buddy::tags::{Tag, Tags};
-use crate::buddy::{buddy_of, initial_blocks};
+use crate::buddy::{buddy_of, carve, initial_blocks};
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use crate::sync::CachePadded;
 use crate::{check_block, BlockAlloc, Config, Error};
@@ -194,9 +194,9 @@ impl<R: RawMutex> PerLevel<R> {
             };
             self.unlink(&mut guard, index, from);
             drop(guard);
-            for k in (order..from).rev() {
-                self.push(&mut self.lock(k), index + (1 << k), k);
-            }
+            carve(index, from, index, order, |piece, k| {
+                self.push(&mut self.lock(k), piece, k)
+            });
             self.free_units.fetch_sub(1 << order, Ordering::Relaxed);
             self.tags.mark_used(index, order);
             return Some(index);

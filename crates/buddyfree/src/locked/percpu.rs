@@ -33,8 +33,6 @@ pub struct PerCpu<A> {
     buddy: Locked<A>,
     caches: Box<[CachePadded<spin::Mutex<CoreCache>>]>,
     states: BlockStates,
-    total_units: usize,
-    max_order: u32,
 }
 
 impl<A: SeqBlockAlloc> PerCpu<A> {
@@ -47,8 +45,6 @@ impl<A: SeqBlockAlloc> PerCpu<A> {
         Ok(PerCpu {
             caches: (0..cores).map(|_| CachePadded::default()).collect(),
             states: BlockStates::new(inner.total_units()),
-            total_units: inner.total_units(),
-            max_order: inner.max_order(),
             buddy: Locked::new(inner),
         })
     }
@@ -64,7 +60,7 @@ impl<A: SeqBlockAlloc> PerCpu<A> {
 
     /// The cache slot of `order`, if this allocator caches it.
     fn slot(&self, order: u32) -> Option<usize> {
-        cache::slot(order).filter(|_| order <= self.max_order)
+        cache::slot(order).filter(|_| order <= self.max_order())
     }
 
     fn cache(&self, core: usize) -> &spin::Mutex<CoreCache> {
@@ -100,7 +96,7 @@ impl<A: SeqBlockAlloc> PerCpu<A> {
 
 impl<A: SeqBlockAlloc> BlockAlloc for PerCpu<A> {
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        if order > self.max_order {
+        if order > self.max_order() {
             return Err(Error::BadOrder);
         }
         let found = match self.slot(order) {
@@ -121,7 +117,7 @@ impl<A: SeqBlockAlloc> BlockAlloc for PerCpu<A> {
     }
 
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        check_block(index, order, self.max_order, self.total_units)?;
+        check_block(index, order, self.max_order(), self.total_units())?;
         let Some(slot) = self.slot(order) else {
             self.states.release(index, order, State::Free)?;
             self.buddy
@@ -149,11 +145,12 @@ impl<A: SeqBlockAlloc> BlockAlloc for PerCpu<A> {
     }
 
     fn total_units(&self) -> usize {
-        self.total_units
+        // `Locked` keeps both without taking its lock.
+        self.buddy.total_units()
     }
 
     fn max_order(&self) -> u32 {
-        self.max_order
+        self.buddy.max_order()
     }
 
     fn drain(&self) {
