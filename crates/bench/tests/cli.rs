@@ -1,20 +1,17 @@
 //! The command line: bad names and impossible parameters are clear errors (non-zero exit, a
 //! message, no panic), and a `--quick` run writes the table, JSON, CSV and plots.
 
-use std::path::PathBuf;
+mod common;
+
 use std::process::{Command, Output};
+
+use common::temp_dir;
 
 fn bench(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_buddybench"))
         .args(args)
         .output()
         .expect("run buddybench")
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("buddybench-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
 }
 
 /// Runs with `args` into a scratch folder and checks it fails cleanly mentioning `needle`.

@@ -11,12 +11,8 @@ use buddybench::workloads::realtime::defrag::predicted_moves;
 use buddybench::workloads::realtime::latency::{LatencySample, Op, Pattern};
 use buddybench::workloads::realtime::run_standalone;
 use buddybench::workloads::{self, Params, Workload};
-use buddyfree::{BlockAlloc, Config};
-use common::Counting;
-
-fn params() -> Params {
-    Params::quick()
-}
+use buddyfree::Config;
+use common::{temp_dir, Counting};
 
 fn assert_ordered(s: &LatencySample) {
     let t = s.times;
@@ -31,7 +27,7 @@ fn assert_ordered(s: &LatencySample) {
 /// allocator's own count and everything is freed.
 #[test]
 fn latency_times_every_operation_once() {
-    let p = params();
+    let p = Params::quick();
     let rt = &p.rt;
     for alloc in ["knuth-locked", "first-fit-locked", "linux"] {
         for threads in [1, 2] {
@@ -68,8 +64,7 @@ fn latency_times_every_operation_once() {
             );
             assert_eq!(allocs - failures, frees, "{alloc}: everything is freed");
             assert_eq!(out.bad_frees, 0);
-            c.drain();
-            assert_eq!(c.free_units(), rt.latency_units, "{alloc}");
+            c.assert_whole(rt.latency_units);
         }
     }
 }
@@ -79,7 +74,7 @@ fn latency_times_every_operation_once() {
 /// search), which no timing is needed to see.
 #[test]
 fn contrived_first_fit_walks_past_every_hole() {
-    let p = params();
+    let p = Params::quick();
     for &n in &p.rt.contrived_blocks {
         for order in [0, 2] {
             for alloc in [
@@ -106,8 +101,7 @@ fn contrived_first_fit_walks_past_every_hole() {
                 assert_eq!((allocs, failures), (n as u64 + requests, 0), "{alloc}");
                 assert_eq!(frees, allocs, "{alloc}: everything is freed");
                 assert_eq!((out.allocs, out.frees), (allocs, frees));
-                c.drain();
-                assert_eq!(c.free_units(), units, "{alloc}");
+                c.assert_whole(units);
                 assert_eq!(contrived::blocks_in(units, order), n);
             }
         }
@@ -118,7 +112,7 @@ fn contrived_first_fit_walks_past_every_hole() {
 /// and, as §3.3 found, delaying recombination serves more requests immediately.
 #[test]
 fn estranged_share_counters_add_up() {
-    let p = params();
+    let p = Params::quick();
     let out = run_standalone(Workload::EstrangedShare, &p);
     let [knuth, estranged] = &out.realtime.share[..] else {
         panic!("two samples: {:?}", out.realtime)
@@ -152,7 +146,7 @@ fn estranged_share_counters_add_up() {
 /// one block, on both buddies, and succeeds.
 #[test]
 fn defrag_moves_the_predicted_count() {
-    let p = params();
+    let p = Params::quick();
     let out = run_standalone(Workload::Defrag, &p);
     assert_eq!(out.realtime.defrag.len(), 2 * p.rt.defrag_orders.len());
     for (s, &k) in out
@@ -204,8 +198,7 @@ fn realtime_suite_runs_and_reports_every_table() {
     want.extend([Workload::EstrangedShare, Workload::Defrag]);
     assert_eq!(kinds, want);
     let report = plan.run(vec![]);
-    let dir = std::env::temp_dir().join(format!("buddybench-rt-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = temp_dir("rt");
     write_all(&report, &dir, false).unwrap();
     let lines = |f: &str| {
         std::fs::read_to_string(dir.join(f))

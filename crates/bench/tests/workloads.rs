@@ -10,26 +10,19 @@ use buddybench::workloads::{
 use buddyfree::{BlockAlloc, Config};
 use common::Counting;
 
-fn params() -> Params {
-    Params::quick()
-}
-
 /// Runs `w` on a counted `model` (or `system`) and checks the totals against the outcome,
 /// no failures, no rejected frees, everything freed. Returns the outcome.
 fn run(alloc: &str, w: Workload, order: u32, threads: usize, units: usize) -> (Outcome, Counting) {
     let c = Counting::new(alloc, units, threads);
-    let out = workloads::run(w, &c, order, threads, &params());
+    let out = workloads::run(w, &c, order, threads, &Params::quick());
     let (allocs, frees, failures) = c.counts();
     assert_eq!((out.allocs, out.frees), (allocs, frees), "{}", w.name());
     assert_eq!((out.failures, failures), (0, 0), "{}", w.name());
     assert_eq!(out.bad_frees, 0, "{}", w.name());
     assert_eq!(allocs, frees, "{}: everything is freed", w.name());
-    let calls = w.calls(order, threads, units, &params());
+    let calls = w.calls(order, threads, units, &Params::quick());
     assert_eq!(calls, Some(allocs + frees), "{}: the estimate", w.name());
-    assert!(c.live.lock().unwrap().is_empty());
-    if alloc != "system" {
-        assert_eq!(c.free_units(), units);
-    }
+    c.assert_whole(units);
     (out, c)
 }
 
@@ -41,7 +34,7 @@ const UNITS: usize = 4096;
 
 #[test]
 fn linux_scalability_counts() {
-    let p = params();
+    let p = Params::quick();
     for (order, threads) in [(0, 1), (1, 2), (3, 2)] {
         let k = 1u64 << order;
         let burst = p.ls_burst_units as u64 / k;
@@ -55,7 +48,7 @@ fn linux_scalability_counts() {
 
 #[test]
 fn thread_test_counts() {
-    let p = params();
+    let p = Params::quick();
     for (order, threads) in [(0, 1), (1, 2), (2, 3)] {
         let k = 1u64 << order;
         let burst = (p.tt_burst_units as u64 / threads as u64 / k).max(1);
@@ -68,7 +61,7 @@ fn thread_test_counts() {
 
 #[test]
 fn larson_counts_with_successor_threads() {
-    let p = params();
+    let p = Params::quick();
     let Stop::Generations(g) = p.larson_stop else {
         panic!("quick Larson runs a fixed number of generations")
     };
@@ -85,7 +78,7 @@ fn larson_counts_with_successor_threads() {
 
 #[test]
 fn constant_occupancy_counts() {
-    let p = params();
+    let p = Params::quick();
     for (order, threads) in [(0, 1), (2, 2)] {
         let (out, c) = run("model", Workload::ConstantOccupancy, order, threads, UNITS);
         let t = threads as u64;
@@ -98,7 +91,7 @@ fn constant_occupancy_counts() {
 
 #[test]
 fn cached_counts() {
-    let p = params();
+    let p = Params::quick();
     for (order, threads) in [(0, 1), (4, 2)] {
         let (out, c) = run("model", Workload::Cached, order, threads, UNITS);
         let t = threads as u64;
@@ -140,7 +133,7 @@ fn rand_counts_puts() {
 
 #[test]
 fn frag_counts_rounds_and_measures_each() {
-    let p = params();
+    let p = Params::quick();
     let units = 8 * 512;
     for threads in [1, 2] {
         let (out, c) = run("model", Workload::Frag, 0, threads, units);
@@ -179,7 +172,7 @@ fn failures_are_counted_not_fatal() {
     // Bursts of 16 blocks of 4 units into a heap of 32 units: in each of the 2k = 8 rounds,
     // 8 allocations succeed and 8 fail.
     let c = Counting::with("model", Config::new(32, 2));
-    let mut p = params();
+    let mut p = Params::quick();
     p.ls_burst_units = 64;
     let out = workloads::run(Workload::LinuxScalability, &c, 2, 1, &p);
     assert_eq!(c.counts(), (8 * 16, 8 * 8, 8 * 8));

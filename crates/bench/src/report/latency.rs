@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::plot::{whole, Chart, Series};
+use super::plot::{file_safe, push_point, whole, Chart, Series};
 use super::table::columns;
 use super::{RunSet, Stat};
 use crate::suite::bytes;
@@ -591,12 +591,6 @@ fn percentile_label(x: f64) -> String {
     }
 }
 
-fn file_safe(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .collect()
-}
-
 /// One latency chart per pattern, operation, size and thread count (a line per allocator
 /// through its p50, p99, p99.9 and max, log scale), and the contrived case's first request
 /// against N (a line per allocator).
@@ -640,10 +634,7 @@ pub(crate) fn charts(r: &RealtimeReport) -> Vec<Chart> {
         let mut series: Vec<Series> = Vec::new();
         for c in &r.contrived {
             let point = (c.blocks as f64, c.first_ns.median.max(1.0));
-            match series.iter_mut().find(|s| s.0 == c.alloc) {
-                Some(s) => s.1.push(point),
-                None => series.push((c.alloc.clone(), vec![point])),
-            }
+            push_point(&mut series, &c.alloc, point);
         }
         out.push(Chart {
             file: "contrived".into(),

@@ -146,10 +146,19 @@ pub(crate) fn whole(x: f64) -> String {
     }
 }
 
-fn file_safe(s: &str) -> String {
+/// `s` usable in a file name: every character but ASCII letters and digits becomes `-`.
+pub(crate) fn file_safe(s: &str) -> String {
     s.chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
         .collect()
+}
+
+/// Adds `point` to the series of `alloc`, starting that series if it has none yet.
+pub(crate) fn push_point(series: &mut Vec<Series>, alloc: &str, point: (f64, f64)) {
+    match series.iter_mut().find(|s| s.0 == alloc) {
+        Some(s) => s.1.push(point),
+        None => series.push((alloc.to_owned(), vec![point])),
+    }
 }
 
 fn charts(report: &Report) -> Vec<Chart> {
@@ -169,10 +178,7 @@ fn charts(report: &Report) -> Vec<Chart> {
             )
         });
         let point = (r.threads as f64, r.ns_per_op.median);
-        match g.2.iter_mut().find(|s| s.0 == r.alloc) {
-            Some(s) => s.1.push(point),
-            None => g.2.push((r.alloc.clone(), vec![point])),
-        }
+        push_point(&mut g.2, &r.alloc, point);
     }
     let mut out: Vec<Chart> = groups
         .into_values()

@@ -16,14 +16,27 @@ pub fn allocs_per_thread(units: usize, threads: usize, order: u32) -> usize {
     (units / threads / 2) >> order
 }
 
-/// Allocates `n` blocks on the calling thread, keeping the ones that succeed.
-fn alloc_many(a: &dyn BlockAlloc, order: u32, core: usize, n: usize, c: &mut Counts) -> Vec<usize> {
-    let mut held = Vec::with_capacity(n);
+/// Allocates `n` blocks on the calling thread, pushing the ones that succeed onto `held`
+/// (which must have room for `n` more, so that timing this does not time a reallocation).
+fn alloc_many(
+    a: &dyn BlockAlloc,
+    order: u32,
+    core: usize,
+    n: usize,
+    c: &mut Counts,
+    held: &mut Vec<usize>,
+) {
     for _ in 0..n {
         if let Some(i) = c.alloc(a, order, core) {
             held.push(i);
         }
     }
+}
+
+/// `n` blocks allocated on the calling thread (untimed), the ones that succeed.
+fn alloc_held(a: &dyn BlockAlloc, order: u32, core: usize, n: usize, c: &mut Counts) -> Vec<usize> {
+    let mut held = Vec::with_capacity(n);
+    alloc_many(a, order, core, n, c, &mut held);
     held
 }
 
@@ -33,7 +46,8 @@ pub fn bulk(a: &dyn BlockAlloc, order: u32, threads: usize, _p: &Params) -> Outc
     let n = allocs_per_thread(a.total_units(), threads, order);
     let parts = run_workers(threads, |w| {
         let mut get = Counts::default();
-        let (held, get_time) = w.timed(|| alloc_many(a, order, w.id, n, &mut get));
+        let mut held = Vec::with_capacity(n);
+        let ((), get_time) = w.timed(|| alloc_many(a, order, w.id, n, &mut get, &mut held));
         let mut put = Counts::default();
         let ((), put_time) = w.timed(|| {
             for &i in &held {
@@ -59,7 +73,7 @@ pub fn repeat(a: &dyn BlockAlloc, order: u32, threads: usize, _p: &Params) -> Ou
     let parts = run_workers(threads, |w| {
         let core = w.id;
         let mut setup = Counts::default();
-        let held = alloc_many(a, order, core, n, &mut setup);
+        let held = alloc_held(a, order, core, n, &mut setup);
         let mut pairs = Counts::default();
         let ((), time) = w.timed(|| {
             for _ in 0..n {
@@ -92,7 +106,7 @@ pub fn rand(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Outco
     let n = allocs_per_thread(a.total_units(), threads, order);
     let got = run_workers(threads, |w| {
         let mut c = Counts::default();
-        let held = alloc_many(a, order, w.id, n, &mut c);
+        let held = alloc_held(a, order, w.id, n, &mut c);
         (c, held)
     });
     let mut all: Vec<usize> = got.iter().flat_map(|g| g.1.iter().copied()).collect();
@@ -158,7 +172,7 @@ pub fn frag(a: &dyn BlockAlloc, threads: usize, p: &Params) -> Outcome {
     let states: Vec<Mutex<FragThread>> = run_workers(threads, |w| {
         let mut rng = Rng::new(p.seed, w.id as u64);
         let mut counts = Counts::default();
-        let mut held = alloc_many(a, 0, w.id, n, &mut counts);
+        let mut held = alloc_held(a, 0, w.id, n, &mut counts);
         rng.shuffle(&mut held);
         for i in held.drain(held.len() / 2..) {
             counts.free(a, i, 0, w.id);

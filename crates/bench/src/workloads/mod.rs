@@ -243,7 +243,7 @@ impl Workload {
                 }
                 Stop::Time(_) => return None,
             },
-            Workload::ConstantOccupancy => t * (2 * 31 + 2 * (params.co_steps / t)),
+            Workload::ConstantOccupancy => t * (2 * nbbs::POOL_BLOCKS + 2 * (params.co_steps / t)),
             Workload::Cached => t * params.cached_pairs * 2,
             Workload::Bulk | Workload::Rand => 2 * n,
             Workload::Repeat => 4 * n,
@@ -485,9 +485,7 @@ pub fn run(
         Workload::Frag => llfree::frag(alloc, threads, params),
         Workload::Latency => realtime::latency::run(alloc, order, threads, params),
         Workload::Contrived => realtime::contrived::run(alloc, order, params),
-        // Standalone: they build Knuth's and the estranged buddy themselves.
-        Workload::EstrangedShare => realtime::share::run(params),
-        Workload::Defrag => realtime::defrag::run(params),
+        Workload::EstrangedShare | Workload::Defrag => realtime::run_standalone(workload, params),
     }
 }
 

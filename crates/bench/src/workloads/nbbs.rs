@@ -15,6 +15,9 @@ use crate::runner::{run_workers, Worker};
 /// Constant Occupancy's pool, in units of `k`: 1·16 + 2·8 + 4·4 + 8·2 + 16·1.
 pub const POOL_UNITS: usize = 80;
 
+/// Constant Occupancy's pool, in blocks: 1 + 2 + 4 + 8 + 16.
+pub const POOL_BLOCKS: usize = 31;
+
 /// Marks an empty slot in a pool of held blocks (its allocation failed).
 const EMPTY: usize = usize::MAX;
 
@@ -23,14 +26,8 @@ pub(crate) fn burst(units: usize, k: usize) -> usize {
     (units / k).max(1)
 }
 
-/// One thread's share of a run: counts and time of its timed part, and counts of all it did.
-struct Part {
-    timed: Counts,
-    time: Duration,
-    total: Counts,
-}
-
-fn outcome(parts: Vec<Part>) -> Outcome {
+/// The outcome of a run recorded with plain [`Counts`].
+fn outcome(parts: Vec<Recorded<Counts>>) -> Outcome {
     let timed: Vec<_> = parts.iter().map(|p| (p.timed, p.time)).collect();
     let mut out = Outcome {
         phases: vec![phase("op", &timed)],
@@ -41,7 +38,13 @@ fn outcome(parts: Vec<Part>) -> Outcome {
 }
 
 /// `rounds` times: allocate `burst` blocks, then free them all.
-fn bursts(a: &dyn BlockAlloc, order: u32, w: &Worker, rounds: usize, burst: usize) -> Part {
+fn bursts(
+    a: &dyn BlockAlloc,
+    order: u32,
+    w: &Worker,
+    rounds: usize,
+    burst: usize,
+) -> Recorded<Counts> {
     let core = w.id;
     let mut c = Counts::default();
     let mut held = Vec::with_capacity(burst);
@@ -57,7 +60,7 @@ fn bursts(a: &dyn BlockAlloc, order: u32, w: &Worker, rounds: usize, burst: usiz
             }
         }
     });
-    Part {
+    Recorded {
         timed: c,
         time,
         total: c,
@@ -94,7 +97,7 @@ pub fn cached(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Out
                 }
             }
         });
-        Part {
+        Recorded {
             timed: c,
             time,
             total: c,
@@ -136,7 +139,7 @@ fn churn(
 /// Constant Occupancy: each thread allocates 1 block of `16k`, 2 of `8k`, 4 of `4k`, 8 of `2k`
 /// and 16 of `k` units, then `co_steps / P` times frees a random one and reallocates its size.
 pub fn constant_occupancy(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Outcome {
-    counted(constant_occupancy_with(
+    outcome(constant_occupancy_with(
         a,
         order,
         threads,
@@ -152,20 +155,6 @@ pub(crate) struct Recorded<R> {
     pub(crate) timed: R,
     pub(crate) time: Duration,
     pub(crate) total: Counts,
-}
-
-/// The outcome of a run recorded with plain [`Counts`].
-fn counted(parts: Vec<Recorded<Counts>>) -> Outcome {
-    outcome(
-        parts
-            .into_iter()
-            .map(|r| Part {
-                timed: r.timed,
-                time: r.time,
-                total: r.total,
-            })
-            .collect(),
-    )
 }
 
 /// Constant Occupancy with `steps` steps over all threads, recording the timed part (the
@@ -225,7 +214,7 @@ struct Lineage<R> {
 /// same core), which frees blocks its predecessor allocated: cross-thread frees. Runs until
 /// `larson_stop`; the initial pool is allocated before the start barrier.
 pub fn larson(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Outcome {
-    counted(larson_with(a, order, threads, p, p.larson_stop, |_| {
+    outcome(larson_with(a, order, threads, p, p.larson_stop, |_| {
         Counts::default()
     }))
 }

@@ -1,8 +1,10 @@
-//! Shared by the bench's integration tests: a wrapper counting every allocator call.
+//! Shared by the bench's integration tests: a wrapper counting every allocator call, and
+//! scratch folders.
 
 #![allow(dead_code)]
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
@@ -41,6 +43,25 @@ impl Counting {
             self.failures.load(Relaxed),
         )
     }
+
+    /// Checks the allocator is whole again: nothing live and, once its caches are drained,
+    /// all of its `units` units (its total) free.
+    #[track_caller]
+    pub fn assert_whole(&self, units: usize) {
+        let live = self.live.lock().unwrap();
+        assert!(live.is_empty(), "{} blocks still live", live.len());
+        drop(live);
+        self.drain();
+        assert_eq!(self.total_units(), units, "total units");
+        assert_eq!(self.free_units(), units, "free units");
+    }
+}
+
+/// A fresh (removed if left over) scratch folder path named after this process and `name`.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("buddybench-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
 }
 
 impl BlockAlloc for Counting {

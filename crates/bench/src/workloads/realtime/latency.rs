@@ -17,7 +17,7 @@ use buddyfree::BlockAlloc;
 use super::clock::{Clock, Percentiles, Timed};
 use crate::runner::run_workers;
 use crate::workloads::nbbs::{self, Recorded};
-use crate::workloads::{Counts, Outcome, Params, Recorder, Rng, Stop};
+use crate::workloads::{Counts, Outcome, Params, Recorder, Rng, Stop, Workload};
 
 /// A pattern of the latency workload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,21 +89,23 @@ const FRAG_SPAN: u32 = 3;
 
 /// Orders above the base order the workload allocates.
 pub fn order_span(p: &Params) -> u32 {
-    4u32.max(p.larson_span).max(FRAG_SPAN)
+    Workload::ConstantOccupancy
+        .order_span(p)
+        .max(Workload::Larson.order_span(p))
+        .max(FRAG_SPAN)
 }
 
 /// Units the heap needs: Constant Occupancy's and Larson's pools, and at least the
 /// fragmented pattern's heap.
 pub fn units_needed(order: u32, threads: usize, p: &Params) -> usize {
-    let k = 1usize << order;
-    let co = threads * nbbs::POOL_UNITS * k;
-    let larson = threads * p.larson_chunks * (k << p.larson_span);
+    let co = Workload::ConstantOccupancy.units_needed(order, threads, p);
+    let larson = Workload::Larson.units_needed(order, threads, p);
     co.max(larson).max(p.rt.latency_units)
 }
 
 /// Timed operations of one run (the fragmented pattern's failed allocations aside).
 pub fn timed_ops(threads: usize, p: &Params) -> usize {
-    let co = 31 + 2 * p.rt.latency_steps;
+    let co = nbbs::POOL_BLOCKS + 2 * p.rt.latency_steps;
     let larson = 2 * p.rt.latency_larson_generations * p.larson_steps;
     let frag = 2 * p.rt.latency_steps;
     threads * (co + larson + frag)
@@ -204,6 +206,9 @@ fn fragmented(
         }
         rest.append(&mut small);
         let mut held = rest;
+        // Each step pushes at most one block before freeing one: room for it now, so that no
+        // reallocation falls in the timed part.
+        held.reserve(1);
         let mut c = Timed::new(clock);
         let ((), time) = w.timed(|| {
             for _ in 0..p.rt.latency_steps {

@@ -82,12 +82,13 @@ impl RtParams {
     }
 }
 
-/// Runs a [`Workload::standalone`] workload once (they build their own allocators).
+/// Runs a [`Workload::standalone`] workload once (they build Knuth's and the estranged buddy
+/// themselves). The one place they are dispatched; [`crate::workloads::run`] comes here too.
 pub fn run_standalone(w: Workload, p: &Params) -> Outcome {
     match w {
         Workload::EstrangedShare => share::run(p),
         Workload::Defrag => defrag::run(p),
-        _ => Outcome::default(),
+        w => unreachable!("{} is not a standalone workload", w.name()),
     }
 }
 
