@@ -346,9 +346,7 @@ pub unsafe extern "C" fn buddyfree_alloc_order(
 ) -> BuddyfreeStatus {
     // SAFETY: the caller's contract on `bf`.
     let result = unsafe { instance(bf) }.and_then(|bf| {
-        let p = bf.heap.alloc_order(order)?;
-        // The pointer came from the heap, so it has an index.
-        let index = bf.heap.index_of(p.as_ptr())?;
+        let (index, p) = bf.heap.alloc_index(order)?;
         Ok((index, p.as_ptr().cast::<c_void>()))
     });
     let mut pair = (0, ptr::null_mut());
@@ -377,10 +375,7 @@ pub unsafe extern "C" fn buddyfree_free_order(
     order: u32,
 ) -> BuddyfreeStatus {
     // SAFETY: the caller's contract on `bf`.
-    let result = unsafe { instance(bf) }.and_then(|bf| {
-        let core = buddyfree::core_hint();
-        Ok(bf.heap.allocator().free(index, order, core)?)
-    });
+    let result = unsafe { instance(bf) }.and_then(|bf| Ok(bf.heap.free_index(index, order)?));
     // SAFETY: a null `out` is allowed.
     unsafe { status(result, ptr::null_mut()) }
 }

@@ -164,11 +164,24 @@ impl<A: BlockAlloc> Heap<A> {
 
     /// Allocates a block of `2^order` units.
     pub fn alloc_order(&self, order: u32) -> Result<NonNull<u8>, HeapError> {
+        self.alloc_index(order).map(|(_, ptr)| ptr)
+    }
+
+    /// Allocates a block of `2^order` units; returns its first unit's index and address.
+    pub fn alloc_index(&self, order: u32) -> Result<(usize, NonNull<u8>), HeapError> {
         let index = self.alloc.alloc(order, core())?;
         // An allocator keeps its indices below its units; anything else is its bug, reported
         // rather than turned into a wild pointer.
-        self.ptr_of(index)
-            .ok_or(HeapError::Block(Error::OutOfRange))
+        let ptr = self
+            .ptr_of(index)
+            .ok_or(HeapError::Block(Error::OutOfRange))?;
+        Ok((index, ptr))
+    }
+
+    /// Frees the block of `2^order` units starting at unit `index`, with the same checks as
+    /// [`Heap::free`].
+    pub fn free_index(&self, index: usize, order: u32) -> Result<(), HeapError> {
+        Ok(self.alloc.free(index, order, core())?)
     }
 
     /// Frees the block at `ptr` allocated for `layout`.
@@ -182,8 +195,7 @@ impl<A: BlockAlloc> Heap<A> {
 
     /// Frees the block of `2^order` units at `ptr`.
     pub fn free_order(&self, ptr: *mut u8, order: u32) -> Result<(), HeapError> {
-        let index = self.index_of(ptr)?;
-        Ok(self.alloc.free(index, order, core())?)
+        self.free_index(self.index_of(ptr)?, order)
     }
 
     /// The order of the block serving `layout`.
