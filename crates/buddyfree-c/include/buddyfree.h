@@ -28,7 +28,8 @@ enum BuddyfreeStatus
   // A block is allocated there, but of another order (size).
   BUDDYFREE_STATUS_ORDER_MISMATCH = 6,
   // The configuration cannot be built (unit size not a power of two, zero units, a
-  // maximum order larger than the units, ...).
+  // maximum order larger than the units, too many cores, metadata that cannot be
+  // reserved, ...); `buddyfree_last_error` names the rule.
   BUDDYFREE_STATUS_INVALID_CONFIG = 7,
   // A request of zero bytes.
   BUDDYFREE_STATUS_ZERO_SIZE = 8,
@@ -42,8 +43,11 @@ enum BuddyfreeStatus
   BUDDYFREE_STATUS_NULL_ARGUMENT = 12,
   // No allocator of that name.
   BUDDYFREE_STATUS_UNKNOWN_ALLOCATOR = 13,
-  // The caller's region is too small for the configuration, or the mapping was refused.
+  // The caller's region is too small for the configuration, or the mapping was refused
+  // (`buddyfree_last_error` gives the OS error number).
   BUDDYFREE_STATUS_BAD_REGION = 14,
+  // An error this version of the C ABI has no code for; `buddyfree_last_error` says it.
+  BUDDYFREE_STATUS_OTHER = 15,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -107,6 +111,12 @@ BuddyfreeStatus buddyfree_create(const struct BuddyfreeConfig *config,
                                  void *region,
                                  size_t region_len,
                                  struct Buddyfree **out);
+
+// A NUL-terminated description of why the last `buddyfree_create` on the calling thread
+// failed, naming the rule a refused configuration broke (e.g. "invalid configuration: more
+// cores than MAX_CORES (4096)") or the OS error of a refused mapping; empty after a success
+// or before any call. Never NULL; valid until the next `buddyfree_create` on this thread.
+const char *buddyfree_last_error(void);
 
 // Destroys an instance (null is ignored). Blocks still allocated are released with it; a
 // caller's region is not freed.

@@ -4,16 +4,18 @@
 //! Every function is safe to call from several threads on one instance (except
 //! `buddyfree_destroy`, which must be the last call on it). Bad input — null or foreign
 //! pointers, double frees, zero sizes, sizes above the maximum, alignments the region cannot
-//! honour — returns a status code and changes nothing. The header `include/buddyfree.h` is
-//! generated from this file by cbindgen (see `tests/header.rs`).
+//! honour — returns a status code and changes nothing; `buddyfree_last_error` then says which
+//! rule a refused configuration broke. The header `include/buddyfree.h` is generated from
+//! this file by cbindgen (see `tests/header.rs`).
 
+use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::ptr::{self, NonNull};
 use std::sync::OnceLock;
 
 use buddyfree::heap::{block_bytes, Heap, HeapError, Region};
 use buddyfree::registry::{self, DynAlloc};
-use buddyfree::{Config, Error};
+use buddyfree::{Config, ConfigRule, Error};
 
 /// The allocator used when the configuration names none.
 const DEFAULT_ALLOCATOR: &str = "nbbs4";
@@ -37,7 +39,8 @@ pub enum BuddyfreeStatus {
     /// A block is allocated there, but of another order (size).
     OrderMismatch = 6,
     /// The configuration cannot be built (unit size not a power of two, zero units, a
-    /// maximum order larger than the units, ...).
+    /// maximum order larger than the units, too many cores, metadata that cannot be
+    /// reserved, ...); `buddyfree_last_error` names the rule.
     InvalidConfig = 7,
     /// A request of zero bytes.
     ZeroSize = 8,
@@ -51,8 +54,11 @@ pub enum BuddyfreeStatus {
     NullArgument = 12,
     /// No allocator of that name.
     UnknownAllocator = 13,
-    /// The caller's region is too small for the configuration, or the mapping was refused.
+    /// The caller's region is too small for the configuration, or the mapping was refused
+    /// (`buddyfree_last_error` gives the OS error number).
     BadRegion = 14,
+    /// An error this version of the C ABI has no code for; `buddyfree_last_error` says it.
+    Other = 15,
 }
 
 impl From<Error> for BuddyfreeStatus {
@@ -64,7 +70,8 @@ impl From<Error> for BuddyfreeStatus {
             Error::Misaligned => BuddyfreeStatus::Misaligned,
             Error::NotAllocated => BuddyfreeStatus::NotAllocated,
             Error::OrderMismatch => BuddyfreeStatus::OrderMismatch,
-            Error::InvalidConfig => BuddyfreeStatus::InvalidConfig,
+            Error::InvalidConfig(_) => BuddyfreeStatus::InvalidConfig,
+            _ => BuddyfreeStatus::Other,
         }
     }
 }
@@ -76,14 +83,15 @@ impl From<HeapError> for BuddyfreeStatus {
             HeapError::TooLarge => BuddyfreeStatus::TooLarge,
             HeapError::BadAlign => BuddyfreeStatus::BadAlign,
             HeapError::Foreign => BuddyfreeStatus::ForeignPointer,
-            HeapError::BadRegion => BuddyfreeStatus::BadRegion,
+            HeapError::BadRegion | HeapError::Mmap(_) => BuddyfreeStatus::BadRegion,
             HeapError::Block(e) => e.into(),
+            _ => BuddyfreeStatus::Other,
         }
     }
 }
 
 /// The names `buddyfree_strerror` gives, indexed by status value.
-const STATUS_NAMES: [&CStr; 15] = [
+const STATUS_NAMES: [&CStr; 16] = [
     c"ok",
     c"out of memory",
     c"order above the maximum order",
@@ -99,7 +107,49 @@ const STATUS_NAMES: [&CStr; 15] = [
     c"null argument",
     c"unknown allocator",
     c"region too small or mapping refused",
+    c"error without a status code of its own",
 ];
+
+/// Why a call failed: its status and, for `buddyfree_last_error`, the full description.
+struct Refusal {
+    status: BuddyfreeStatus,
+    detail: String,
+}
+
+impl From<BuddyfreeStatus> for Refusal {
+    fn from(status: BuddyfreeStatus) -> Self {
+        let detail = STATUS_NAMES[status as usize].to_string_lossy().into_owned();
+        Refusal { status, detail }
+    }
+}
+
+impl From<HeapError> for Refusal {
+    fn from(e: HeapError) -> Self {
+        Refusal {
+            status: e.into(),
+            detail: e.to_string(),
+        }
+    }
+}
+
+impl From<Error> for Refusal {
+    fn from(e: Error) -> Self {
+        HeapError::Block(e).into()
+    }
+}
+
+thread_local! {
+    /// The description `buddyfree_last_error` returns on this thread.
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+/// Records `detail` as this thread's last error (an interior NUL, which no message of ours
+/// has, would end it early rather than lose it).
+fn set_last_error(detail: &str) {
+    let bytes: Vec<u8> = detail.bytes().take_while(|&b| b != 0).collect();
+    let detail = CString::new(bytes).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = detail);
+}
 
 /// How to build an instance.
 #[repr(C)]
@@ -180,12 +230,34 @@ pub unsafe extern "C" fn buddyfree_create(
     // SAFETY: the caller's contract on `config.allocator` and `region`.
     match unsafe { create(config, region.cast(), region_len) } {
         Ok(bf) => {
+            set_last_error("");
             // SAFETY: `out` is non-null and writable by the caller's contract.
             unsafe { out.write(Box::into_raw(Box::new(bf))) };
             BuddyfreeStatus::Ok
         }
-        Err(status) => status,
+        Err(refusal) => {
+            set_last_error(&refusal.detail);
+            refusal.status
+        }
     }
+}
+
+/// A NUL-terminated description of why the last `buddyfree_create` on the calling thread
+/// failed, naming the rule a refused configuration broke (e.g. "invalid configuration: more
+/// cores than MAX_CORES (4096)") or the OS error of a refused mapping; empty after a success
+/// or before any call. Never NULL; valid until the next `buddyfree_create` on this thread.
+#[no_mangle]
+pub extern "C" fn buddyfree_last_error() -> *const c_char {
+    // The string lives in this thread's slot until the next `set_last_error` replaces it.
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// Where an instance's memory comes from.
+enum Memory {
+    /// The caller's region.
+    Given(Region),
+    /// A mapping of `bytes`, aligned to the largest block, made once the allocator is built.
+    ToMap { bytes: usize, largest: usize },
 }
 
 /// # Safety
@@ -194,7 +266,7 @@ unsafe fn create(
     config: BuddyfreeConfig,
     region: *mut u8,
     region_len: usize,
-) -> Result<Buddyfree, BuddyfreeStatus> {
+) -> Result<Buddyfree, Refusal> {
     let name = if config.allocator.is_null() {
         DEFAULT_ALLOCATOR
     } else {
@@ -206,29 +278,31 @@ unsafe fn create(
     let entry = registry::find(name).ok_or(BuddyfreeStatus::UnknownAllocator)?;
     let unit = config.unit_size;
     if !unit.is_power_of_two() {
-        return Err(BuddyfreeStatus::InvalidConfig);
+        return Err(Error::InvalidConfig(ConfigRule::NotPowerOfTwo).into());
     }
-    let region = match NonNull::new(region) {
+    let memory = match NonNull::new(region) {
         // SAFETY: valid, exclusive and kept alive by the caller's contract.
-        Some(ptr) => unsafe { Region::from_raw(ptr, region_len) },
-        None => {
-            let bytes = config.units.checked_mul(unit);
-            let largest = block_bytes(unit, config.max_order);
-            let (Some(bytes), Some(largest)) = (bytes, largest) else {
-                return Err(BuddyfreeStatus::InvalidConfig);
-            };
-            Region::mmap(bytes, largest).map_err(|e| match e {
-                Error::OutOfMemory => BuddyfreeStatus::BadRegion,
-                e => e.into(),
-            })?
-        }
+        Some(ptr) => Memory::Given(unsafe { Region::from_raw(ptr, region_len) }),
+        None => match (
+            config.units.checked_mul(unit),
+            block_bytes(unit, config.max_order),
+        ) {
+            (Some(bytes), Some(largest)) => Memory::ToMap { bytes, largest },
+            _ => return Err(Error::InvalidConfig(ConfigRule::RegionLength).into()),
+        },
     };
-    let units = match config.units {
-        0 => Heap::<DynAlloc>::units_fitting(&region, unit).unwrap_or(0),
-        n => n,
+    let units = match (&memory, config.units) {
+        (Memory::Given(region), 0) => Heap::<DynAlloc>::units_fitting(region, unit).unwrap_or(0),
+        (_, n) => n,
     };
     let cores = (config.cores as usize).max(1);
+    // Built before anything is mapped: a refused configuration is reported by the rule it
+    // breaks, not as a mapping of a bad size.
     let alloc = (entry.build)(Config::new(units, config.max_order).with_cores(cores))?;
+    let region = match memory {
+        Memory::Given(region) => region,
+        Memory::ToMap { bytes, largest } => Region::mmap(bytes, largest)?,
+    };
     let heap = Heap::new(region, unit, alloc)?;
     Ok(Buddyfree { heap })
 }
@@ -460,8 +534,8 @@ mod tests {
             assert!(!s.is_empty());
         }
         // The last status indexes the last name.
-        assert_eq!(BuddyfreeStatus::BadRegion as usize, STATUS_NAMES.len() - 1);
-        for code in [-1, 15, i32::MAX, i32::MIN] {
+        assert_eq!(BuddyfreeStatus::Other as usize, STATUS_NAMES.len() - 1);
+        for code in [-1, 16, i32::MAX, i32::MIN] {
             // SAFETY: as above.
             let s = unsafe { CStr::from_ptr(buddyfree_strerror(code)) };
             assert_eq!(s, c"unknown status code");

@@ -197,6 +197,78 @@ fn bad_configurations_are_refused() {
     destroy(ptr::null_mut());
 }
 
+/// This thread's `buddyfree_last_error`.
+fn last_error() -> String {
+    // SAFETY: never null, NUL-terminated, valid until the next create on this thread.
+    unsafe { CStr::from_ptr(buddyfree_last_error()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[test]
+fn a_refused_configuration_names_the_rule_it_broke() {
+    let name = names()[0];
+    let cases = [
+        (
+            BuddyfreeConfig {
+                unit_size: 96,
+                ..config(name)
+            },
+            "invalid configuration: alignment or unit size not a power of two",
+        ),
+        (
+            BuddyfreeConfig {
+                units: 0,
+                ..config(name)
+            },
+            "invalid configuration: zero units",
+        ),
+        (
+            BuddyfreeConfig {
+                cores: u32::MAX,
+                ..config(name)
+            },
+            "invalid configuration: more cores than MAX_CORES (4096)",
+        ),
+        (
+            BuddyfreeConfig {
+                max_order: 10,
+                ..config(name)
+            },
+            "invalid configuration: a block of the largest order is larger than the units",
+        ),
+        (
+            BuddyfreeConfig {
+                units: usize::MAX,
+                ..config(name)
+            },
+            "invalid configuration: a region of zero bytes, or too large to map",
+        ),
+    ];
+    for (c, want) in cases {
+        assert_eq!(
+            create(&c, ptr::null_mut(), 0).err(),
+            Some(BuddyfreeStatus::InvalidConfig)
+        );
+        assert_eq!(last_error(), want, "{c:?}");
+    }
+    // A mapping the system refuses keeps its errno.
+    let huge = BuddyfreeConfig {
+        unit_size: 1 << 40,
+        units: 1 << 10,
+        max_order: 0,
+        ..config(name)
+    };
+    assert_eq!(
+        create(&huge, ptr::null_mut(), 0).err(),
+        Some(BuddyfreeStatus::BadRegion)
+    );
+    assert!(last_error().contains("errno"), "{}", last_error());
+    // A success clears it.
+    destroy(create(&config(name), ptr::null_mut(), 0).unwrap());
+    assert_eq!(last_error(), "");
+}
+
 #[test]
 fn every_bad_request_is_an_error_and_changes_nothing() {
     for name in names() {
@@ -340,6 +412,11 @@ fn status_codes_are_stable_and_named() {
             BuddyfreeStatus::BadRegion,
             14,
             "region too small or mapping refused",
+        ),
+        (
+            BuddyfreeStatus::Other,
+            15,
+            "error without a status code of its own",
         ),
     ];
     for (status, value, text) in codes {

@@ -23,7 +23,8 @@ const MAX_ORDER: u32 = 14;
 const THREADS: usize = 4;
 
 fn backend(config: Config) -> Result<DynAlloc, Error> {
-    (registry::find(BACKEND).ok_or(Error::InvalidConfig)?.build)(config)
+    let entry = registry::find(BACKEND).expect("BACKEND names a registered allocator");
+    (entry.build)(config)
 }
 
 #[global_allocator]

@@ -1,4 +1,13 @@
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::fmt;
+
 use crate::Error;
+
+/// The most cores any allocator accepts (`Config::cores`). Per-core state costs a few cache
+/// lines each; this cap keeps that in the megabytes and turns a nonsense count (a negative
+/// number cast to `usize`, `u32::MAX`) into an error rather than an allocation that aborts.
+pub const MAX_CORES: usize = 4096;
 
 /// The shape of an allocator: how many units it manages, its largest order, and how many
 /// cores share it (for per-core state; `core` hints are taken modulo this).
@@ -8,7 +17,7 @@ pub struct Config {
     pub units: usize,
     /// The largest order that can be allocated; blocks have at most `2^max_order` units.
     pub max_order: u32,
-    /// Cores (or threads) with their own per-core state.
+    /// Cores (or threads) with their own per-core state, 1..=[`MAX_CORES`].
     pub cores: usize,
 }
 
@@ -27,13 +36,105 @@ impl Config {
         Config { cores, ..self }
     }
 
-    /// Checks what every allocator needs: at least one unit, at least one core, and room for
-    /// one block of the largest order.
+    /// Checks what every allocator needs: at least one unit, 1..=[`MAX_CORES`] cores, and
+    /// room for one block of the largest order. The error names the first rule broken.
     pub fn validate(&self) -> Result<(), Error> {
+        if self.units == 0 {
+            return Err(Error::InvalidConfig(ConfigRule::NoUnits));
+        }
+        check_cores(self.cores)?;
         let fits = self.max_order < usize::BITS && (1usize << self.max_order) <= self.units;
-        if self.units == 0 || self.cores == 0 || !fits {
-            return Err(Error::InvalidConfig);
+        if !fits {
+            return Err(Error::InvalidConfig(ConfigRule::OrderAboveUnits));
         }
         Ok(())
     }
+}
+
+/// The rule a configuration broke, carried by [`Error::InvalidConfig`].
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ConfigRule {
+    /// `units` is 0.
+    NoUnits,
+    /// `cores` is 0.
+    NoCores,
+    /// `cores` is above [`MAX_CORES`].
+    TooManyCores,
+    /// `2^max_order` is more than `units` (or does not fit in a `usize`).
+    OrderAboveUnits,
+    /// `max_order` is above what this allocator serves (LLFree: 10, the list allocators: 0;
+    /// see `registry::Entry::max_order`).
+    OrderAboveAllocator,
+    /// More units than this allocator can name (the list allocators: below `u32::MAX`; a
+    /// persistent LLFree zone: `llfree::persist::MAX_UNITS`).
+    TooManyUnits,
+    /// LLFree's `Options::tree_children` is not a power of two, is below 2 with order 10, or
+    /// makes trees of 2^31 units or more.
+    TreeChildren,
+    /// One of LLFree's `Options` thresholds is above 1000 (they are thousandths).
+    Permille,
+    /// The size of the metadata overflows `usize`.
+    MetadataOverflow,
+    /// The memory for the metadata could not be reserved.
+    MetadataAlloc,
+    /// The allocator to wrap already has blocks allocated (`PerCpu::new`).
+    InnerInUse,
+    /// A region or mapping of zero bytes, or one too large to map with its alignment.
+    RegionLength,
+    /// A region alignment or unit size that is not a power of two.
+    NotPowerOfTwo,
+}
+
+impl ConfigRule {
+    /// A short, stable description of the rule, for messages and the C ABI.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ConfigRule::NoUnits => "zero units",
+            ConfigRule::NoCores => "zero cores",
+            ConfigRule::TooManyCores => "more cores than MAX_CORES (4096)",
+            ConfigRule::OrderAboveUnits => "a block of the largest order is larger than the units",
+            ConfigRule::OrderAboveAllocator => "max order above the largest this allocator serves",
+            ConfigRule::TooManyUnits => "more units than this allocator can name",
+            ConfigRule::TreeChildren => {
+                "tree_children not a power of two, below 2 with order 10, or trees of 2^31 units"
+            }
+            ConfigRule::Permille => "a threshold above 1000 permille",
+            ConfigRule::MetadataOverflow => "metadata size overflows usize",
+            ConfigRule::MetadataAlloc => "metadata memory could not be reserved",
+            ConfigRule::InnerInUse => "the wrapped allocator has blocks allocated",
+            ConfigRule::RegionLength => "a region of zero bytes, or too large to map",
+            ConfigRule::NotPowerOfTwo => "alignment or unit size not a power of two",
+        }
+    }
+}
+
+impl fmt::Display for ConfigRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Checks a core count against `1..=MAX_CORES`.
+pub(crate) fn check_cores(cores: usize) -> Result<(), Error> {
+    match cores {
+        0 => Err(Error::InvalidConfig(ConfigRule::NoCores)),
+        1..=MAX_CORES => Ok(()),
+        _ => Err(Error::InvalidConfig(ConfigRule::TooManyCores)),
+    }
+}
+
+/// `len` values made by `make`, or [`ConfigRule::MetadataAlloc`] when the memory for them
+/// cannot be had: every constructor reserves its metadata through this, so a configuration
+/// too large for the machine fails rather than aborts.
+pub(crate) fn filled<T>(len: usize, make: impl FnMut(usize) -> T) -> Result<Box<[T]>, Error> {
+    let bytes = len.checked_mul(core::mem::size_of::<T>());
+    if bytes.is_none_or(|b| b > isize::MAX as usize) {
+        return Err(Error::InvalidConfig(ConfigRule::MetadataOverflow));
+    }
+    let mut v = Vec::new();
+    v.try_reserve_exact(len)
+        .map_err(|_| Error::InvalidConfig(ConfigRule::MetadataAlloc))?;
+    v.extend((0..len).map(make));
+    Ok(v.into_boxed_slice())
 }

@@ -1,6 +1,9 @@
 use core::fmt;
 
+use crate::config::ConfigRule;
+
 /// What went wrong in an allocator operation.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Error {
     /// No free block of the requested order is available.
@@ -15,12 +18,13 @@ pub enum Error {
     NotAllocated,
     /// A block is allocated at this index, but with another order.
     OrderMismatch,
-    /// The configuration cannot be built (zero units, order too large, ...).
-    InvalidConfig,
+    /// The configuration cannot be built; the rule it breaks.
+    InvalidConfig(ConfigRule),
 }
 
 impl Error {
-    /// A short, stable name for the error, as used in reports and the C ABI.
+    /// A short, stable name for the error, as used in reports and the C ABI (the rule of an
+    /// [`Error::InvalidConfig`] is in its `Display` and [`ConfigRule::as_str`]).
     pub const fn as_str(self) -> &'static str {
         match self {
             Error::OutOfMemory => "out of memory",
@@ -29,14 +33,23 @@ impl Error {
             Error::Misaligned => "index not aligned to the block size",
             Error::NotAllocated => "block not allocated",
             Error::OrderMismatch => "block allocated with another order",
-            Error::InvalidConfig => "invalid configuration",
+            Error::InvalidConfig(_) => "invalid configuration",
         }
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        match self {
+            Error::InvalidConfig(rule) => write!(f, "{}: {rule}", self.as_str()),
+            _ => f.write_str(self.as_str()),
+        }
+    }
+}
+
+impl From<ConfigRule> for Error {
+    fn from(rule: ConfigRule) -> Self {
+        Error::InvalidConfig(rule)
     }
 }
 

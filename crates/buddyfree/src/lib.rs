@@ -29,7 +29,7 @@ pub mod registry;
 pub mod stats;
 pub mod sync;
 
-pub use config::Config;
+pub use config::{Config, ConfigRule, MAX_CORES};
 pub use error::Error;
 pub use locked::Locked;
 pub use nbbs::{Nbbs, Nbbs4};

@@ -5,7 +5,6 @@
 //! it; it is also a stand-in wherever a correct allocator is needed and speed does not matter.
 
 use alloc::collections::BTreeMap;
-use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::{check_block, check_live, Config, Error, SeqBlockAlloc};
@@ -24,7 +23,7 @@ impl Model {
     pub fn new(config: Config) -> Result<Self, Error> {
         config.validate()?;
         Ok(Model {
-            used: vec![false; config.units],
+            used: crate::config::filled(config.units, |_| false)?.into_vec(),
             live: BTreeMap::new(),
             free_units: config.units,
             max_order: config.max_order,

@@ -137,7 +137,7 @@ mod tests {
                 let over = Config::new(1 << 12, e.max_order + 1);
                 assert_eq!(
                     (e.build)(over).err(),
-                    Some(Error::InvalidConfig),
+                    Some(Error::InvalidConfig(crate::ConfigRule::OrderAboveAllocator)),
                     "{}",
                     e.name
                 );

@@ -6,7 +6,7 @@ mod common;
 use buddyfree::buddy::Knuth;
 use buddyfree::list::{CasList, LockedList, PerCoreLists};
 use buddyfree::locked::PerCpu;
-use buddyfree::{BlockAlloc, Config, Error};
+use buddyfree::{BlockAlloc, Config, ConfigRule, Error};
 use proptest::prelude::*;
 
 /// The inner buddy of the Linux-like tests, as in the registry's `linux`.
@@ -148,9 +148,10 @@ fn lists_free_each_unit_once_under_racing_double_frees() {
 #[test]
 fn lists_refuse_orders_above_0_and_hand_out_order_0_only() {
     let over = Config::new(64, 1);
-    assert_eq!(LockedList::new(over).err(), Some(Error::InvalidConfig));
-    assert_eq!(CasList::new(over).err(), Some(Error::InvalidConfig));
-    assert_eq!(PerCoreLists::new(over).err(), Some(Error::InvalidConfig));
+    let above = Some(Error::InvalidConfig(ConfigRule::OrderAboveAllocator));
+    assert_eq!(LockedList::new(over).err(), above);
+    assert_eq!(CasList::new(over).err(), above);
+    assert_eq!(PerCoreLists::new(over).err(), above);
     let lists: [Box<dyn BlockAlloc>; 3] = [
         Box::new(LockedList::new(Config::new(64, 0)).unwrap()),
         Box::new(CasList::new(Config::new(64, 0)).unwrap()),
@@ -165,10 +166,10 @@ fn lists_refuse_orders_above_0_and_hand_out_order_0_only() {
     }
     assert_eq!(
         CasList::new(Config::new(0, 0)).err(),
-        Some(Error::InvalidConfig)
+        Some(Error::InvalidConfig(ConfigRule::NoUnits))
     );
     assert_eq!(
         CasList::new(Config::new(4, 0).with_cores(0)).err(),
-        Some(Error::InvalidConfig)
+        Some(Error::InvalidConfig(ConfigRule::NoCores))
     );
 }

@@ -12,7 +12,8 @@ use buddyfree::{Config, Error};
 const BACKEND: &str = "nbbs4";
 
 fn backend(config: Config) -> Result<DynAlloc, Error> {
-    (registry::find(BACKEND).ok_or(Error::InvalidConfig)?.build)(config)
+    let entry = registry::find(BACKEND).expect("BACKEND names a registered allocator");
+    (entry.build)(config)
 }
 
 /// 2^18 units of 32 bytes (8 MiB); the largest block is 2^15 units (1 MiB). NBBS scatters

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use buddyfree::heap::{GlobalHeap, Heap, HeapError, Region, TypedPool};
 use buddyfree::registry::{self, DynAlloc};
-use buddyfree::{BlockAlloc, Config, Error};
+use buddyfree::{BlockAlloc, Config, ConfigRule, Error};
 
 /// The registered allocator behind the single-allocator tests below (the tests that loop
 /// over `registry::entries()` cover every allocator).
@@ -20,7 +20,8 @@ const BACKEND: &str = "nbbs4";
 type Backend = DynAlloc;
 
 fn backend(config: Config) -> Result<Backend, Error> {
-    (registry::find(BACKEND).ok_or(Error::InvalidConfig)?.build)(config)
+    let entry = registry::find(BACKEND).expect("BACKEND names a registered allocator");
+    (entry.build)(config)
 }
 
 const UNIT: usize = 64;
@@ -194,13 +195,27 @@ fn bad_regions_are_refused() {
     let region = Region::from_box(vec![0u8; 64 * 20].into_boxed_slice());
     assert_eq!(
         Heap::build(region, UNIT, 5, 1, backend).err(),
-        Some(HeapError::Block(Error::InvalidConfig))
+        Some(HeapError::Block(Error::InvalidConfig(
+            ConfigRule::OrderAboveUnits
+        )))
     );
-    assert_eq!(Region::mmap(0, 4096).err(), Some(Error::InvalidConfig));
-    assert_eq!(Region::mmap(4096, 3).err(), Some(Error::InvalidConfig));
+    let invalid = |rule| Some(HeapError::Block(Error::InvalidConfig(rule)));
+    assert_eq!(
+        Region::mmap(0, 4096).err(),
+        invalid(ConfigRule::RegionLength)
+    );
+    assert_eq!(
+        Region::mmap(4096, 3).err(),
+        invalid(ConfigRule::NotPowerOfTwo)
+    );
     assert_eq!(
         Region::mmap(usize::MAX, 4096).err(),
-        Some(Error::InvalidConfig)
+        invalid(ConfigRule::RegionLength)
+    );
+    // The system's refusal keeps its errno: more than the address space holds.
+    assert_eq!(
+        Region::mmap(usize::MAX / 2, 4096).err(),
+        Some(HeapError::Mmap(libc::ENOMEM))
     );
 }
 
@@ -625,7 +640,9 @@ fn order_0_allocators_serve_one_unit_and_refuse_more() {
         let region = Region::mmap(16 * UNIT, UNIT).unwrap();
         assert_eq!(
             Heap::build(region, UNIT, 1, 2, entry.build).err(),
-            Some(HeapError::Block(Error::InvalidConfig)),
+            Some(HeapError::Block(Error::InvalidConfig(
+                ConfigRule::OrderAboveAllocator
+            ))),
             "{}",
             entry.name
         );

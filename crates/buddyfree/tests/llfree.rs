@@ -7,7 +7,7 @@ mod common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use buddyfree::llfree::{LLFree, Options};
-use buddyfree::{BlockAlloc, Config, Error};
+use buddyfree::{BlockAlloc, Config, ConfigRule, Error};
 use common::Rng;
 use proptest::prelude::*;
 
@@ -148,17 +148,27 @@ fn rejects_configurations_it_cannot_serve() {
     };
     let build = |max_order, n| LLFree::with_options(Config::new(1 << 14, max_order), children(n));
     // Trees are found by shifting; an order-10 block needs two children in one tree.
-    assert_eq!(build(9, 3).err(), Some(Error::InvalidConfig));
-    assert_eq!(build(10, 1).err(), Some(Error::InvalidConfig));
+    let children_rule = Some(Error::InvalidConfig(ConfigRule::TreeChildren));
+    assert_eq!(build(9, 3).err(), children_rule);
+    assert_eq!(build(10, 1).err(), children_rule);
+    assert_eq!(build(9, 1 << 22).err(), children_rule);
+    let permille = Options {
+        free_above_permille: usize::MAX,
+        ..Options::default()
+    };
+    assert_eq!(
+        LLFree::with_options(Config::new(1 << 14, 9), permille).err(),
+        Some(Error::InvalidConfig(ConfigRule::Permille))
+    );
     assert!(build(9, 1).is_ok());
     assert!(build(10, 2).is_ok());
     assert_eq!(
         LLFree::new(Config::new(1 << 14, 11)).err(),
-        Some(Error::InvalidConfig)
+        Some(Error::InvalidConfig(ConfigRule::OrderAboveAllocator))
     );
     assert_eq!(
         LLFree::new(Config::new(0, 0)).err(),
-        Some(Error::InvalidConfig)
+        Some(Error::InvalidConfig(ConfigRule::NoUnits))
     );
 }
 

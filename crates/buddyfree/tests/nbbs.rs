@@ -3,7 +3,7 @@
 
 mod common;
 
-use buddyfree::{BlockAlloc, Config, Error, Nbbs, Nbbs4};
+use buddyfree::{BlockAlloc, Config, ConfigRule, Error, Nbbs, Nbbs4};
 use proptest::prelude::*;
 
 /// Builds both layouts over `config`.
@@ -136,16 +136,19 @@ fn survives_ping_pong_on_a_tiny_tree() {
 
 #[test]
 fn too_large_configs_fail_instead_of_aborting() {
-    assert_eq!(
-        Nbbs::new(Config::new(1 << 60, 4)).err(),
-        Some(Error::InvalidConfig)
-    );
-    assert_eq!(
-        Nbbs4::new(Config::new(1 << 60, 40)).err(),
-        Some(Error::InvalidConfig)
-    );
+    // Too large to reserve, or even to size: either metadata rule.
+    let metadata = |e: Option<Error>| {
+        matches!(
+            e,
+            Some(Error::InvalidConfig(
+                ConfigRule::MetadataAlloc | ConfigRule::MetadataOverflow
+            ))
+        )
+    };
+    assert!(metadata(Nbbs::new(Config::new(1 << 60, 4)).err()));
+    assert!(metadata(Nbbs4::new(Config::new(1 << 60, 40)).err()));
     assert_eq!(
         Nbbs::new(Config::new(64, 4).with_cores(1 << 58)).err(),
-        Some(Error::InvalidConfig)
+        Some(Error::InvalidConfig(ConfigRule::TooManyCores))
     );
 }

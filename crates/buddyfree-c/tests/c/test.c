@@ -41,13 +41,13 @@ static size_t free_units(const Buddyfree *bf) {
 }
 
 static void check_strerror(void) {
-    for (int32_t code = 0; code <= BUDDYFREE_STATUS_BAD_REGION; code++) {
+    for (int32_t code = 0; code <= BUDDYFREE_STATUS_OTHER; code++) {
         const char *s = buddyfree_strerror(code);
         CHECK(s != NULL && strlen(s) > 0 && strcmp(s, "unknown status code") != 0);
     }
     CHECK(strcmp(buddyfree_strerror(BUDDYFREE_STATUS_OK), "ok") == 0);
     CHECK(strcmp(buddyfree_strerror(-1), "unknown status code") == 0);
-    CHECK(strcmp(buddyfree_strerror(BUDDYFREE_STATUS_BAD_REGION + 1), "unknown status code") == 0);
+    CHECK(strcmp(buddyfree_strerror(BUDDYFREE_STATUS_OTHER + 1), "unknown status code") == 0);
 }
 
 static void check_bad_configs(const char *name) {
@@ -61,9 +61,14 @@ static void check_bad_configs(const char *name) {
     BuddyfreeConfig no_units = c;
     no_units.units = 0;
     CHECK_STATUS(buddyfree_create(&no_units, NULL, 0, &bf), BUDDYFREE_STATUS_INVALID_CONFIG);
+    CHECK(strcmp(buddyfree_last_error(), "invalid configuration: zero units") == 0);
     BuddyfreeConfig big_order = c;
     big_order.max_order = 11; /* 2^11 > 1024 units */
     CHECK_STATUS(buddyfree_create(&big_order, NULL, 0, &bf), BUDDYFREE_STATUS_INVALID_CONFIG);
+    BuddyfreeConfig many_cores = c;
+    many_cores.cores = UINT32_MAX;
+    CHECK_STATUS(buddyfree_create(&many_cores, NULL, 0, &bf), BUDDYFREE_STATUS_INVALID_CONFIG);
+    CHECK(strstr(buddyfree_last_error(), "MAX_CORES") != NULL);
     BuddyfreeConfig unknown = c;
     unknown.allocator = "no such allocator";
     CHECK_STATUS(buddyfree_create(&unknown, NULL, 0, &bf), BUDDYFREE_STATUS_UNKNOWN_ALLOCATOR);

@@ -138,8 +138,9 @@ impl Planner {
                     index + (1 << order)
                 }
                 (None, Some((start, order))) => start + (1 << order),
-                // Only block starts are visited; anything else would be a broken invariant.
-                (None, None) => return Err(Error::InvalidConfig),
+                // Only block starts are visited; anything else is a `Defrag` implementation
+                // that breaks its contract, and no room can be planned in it.
+                (None, None) => return Err(Error::OutOfMemory),
             };
         }
         Ok(Planner {

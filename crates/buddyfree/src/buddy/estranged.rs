@@ -125,8 +125,8 @@ impl Estranged {
                 .collect::<Vec<_>>()
         };
         let mut estranged = Estranged {
-            links: Links::new(config.units),
-            tags: Tags::new(config.units),
+            links: Links::new(config.units)?,
+            tags: Tags::new(config.units)?,
             heads: [lists(), lists()],
             masks: [0; 2],
             free_units: config.units,

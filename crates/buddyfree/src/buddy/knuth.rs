@@ -48,8 +48,8 @@ impl Knuth {
     pub fn new(config: Config) -> Result<Self, Error> {
         config.validate()?;
         let mut knuth = Knuth {
-            links: Links::new(config.units),
-            tags: Tags::new(config.units),
+            links: Links::new(config.units)?,
+            tags: Tags::new(config.units)?,
             heads: (0..=config.max_order).map(|_| ListHead::EMPTY).collect(),
             nonempty: 0,
             free_units: config.units,

@@ -10,7 +10,9 @@
 use alloc::vec::Vec;
 use core::cell::Cell;
 
+use crate::config::filled;
 use crate::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use crate::Error;
 
 /// "No element": the end of a list.
 pub(crate) const NIL: usize = usize::MAX;
@@ -89,11 +91,11 @@ pub(crate) struct Links<S> {
 }
 
 impl<S: Slot<usize>> Links<S> {
-    pub(crate) fn new(units: usize) -> Self {
-        Links {
-            next: (0..units).map(|_| S::new(NIL)).collect(),
-            prev: (0..units).map(|_| S::new(NIL)).collect(),
-        }
+    pub(crate) fn new(units: usize) -> Result<Self, Error> {
+        Ok(Links {
+            next: filled(units, |_| S::new(NIL))?.into_vec(),
+            prev: filled(units, |_| S::new(NIL))?.into_vec(),
+        })
     }
 
     /// Puts `index` at the front of `head`'s list. It must be on no list.
@@ -128,7 +130,7 @@ mod tests {
 
     #[test]
     fn push_remove_pop_keep_the_list_consistent() {
-        let links = Links::<Cell<usize>>::new(8);
+        let links = Links::<Cell<usize>>::new(8).unwrap();
         let mut head = ListHead::EMPTY;
         for i in [1, 3, 5, 7] {
             links.push(&mut head, i);

@@ -11,6 +11,7 @@
 use alloc::vec::Vec;
 
 use super::lists::Slot;
+use crate::config::filled;
 use crate::sync::atomic::{AtomicU8, Ordering};
 use crate::Error;
 
@@ -55,8 +56,8 @@ impl Tag {
 pub(crate) struct Tags<S>(Vec<S>);
 
 impl<S: Slot<u8>> Tags<S> {
-    pub(crate) fn new(units: usize) -> Self {
-        Tags((0..units).map(|_| S::new(Tag::NONE.0)).collect())
+    pub(crate) fn new(units: usize) -> Result<Self, Error> {
+        Ok(Tags(filled(units, |_| S::new(Tag::NONE.0))?.into_vec()))
     }
 
     #[inline]
@@ -116,7 +117,7 @@ mod loom_tests {
     #[test]
     fn loom_racing_frees_claim_a_block_once() {
         loom::model(|| {
-            let tags = Arc::new(Tags::<AtomicU8>::new(4));
+            let tags = Arc::new(Tags::<AtomicU8>::new(4).unwrap());
             tags.mark_used(0, 1);
             let racers: Vec<_> = [1, 1, 0]
                 .into_iter()

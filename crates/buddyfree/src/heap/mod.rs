@@ -35,6 +35,7 @@ pub use pool::{PoolBox, PoolSlice, TypedPool};
 pub use region::Region;
 
 /// What went wrong in a heap operation.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HeapError {
     /// A request of zero bytes: there is no block of size zero.
@@ -48,8 +49,10 @@ pub enum HeapError {
     /// The heap's region is too small for the allocator, or the unit size is not a power of two.
     BadRegion,
     /// The block allocator refused (out of memory, a double free, a wrong order, a pointer
-    /// not at the start of a block, ...).
+    /// not at the start of a block, a configuration it cannot build, ...).
     Block(Error),
+    /// The system refused a mapping ([`Region::mmap`]); the OS error number (`errno`).
+    Mmap(i32),
 }
 
 impl HeapError {
@@ -62,6 +65,7 @@ impl HeapError {
             HeapError::Foreign => "pointer null or outside the heap",
             HeapError::BadRegion => "region too small or unit size not a power of two",
             HeapError::Block(e) => e.as_str(),
+            HeapError::Mmap(_) => "the system refused the mapping",
         }
     }
 }
@@ -74,7 +78,11 @@ impl From<Error> for HeapError {
 
 impl fmt::Display for HeapError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        match self {
+            HeapError::Block(e) => e.fmt(f),
+            HeapError::Mmap(errno) => write!(f, "{} (errno {errno})", self.as_str()),
+            _ => f.write_str(self.as_str()),
+        }
     }
 }
 

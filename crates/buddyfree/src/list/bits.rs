@@ -2,14 +2,16 @@
 
 use alloc::boxed::Box;
 
+use crate::config::filled;
 use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::Error;
 
 /// A fixed-size set of bits, all clear at first.
 pub(super) struct AllocBits(Box<[AtomicU64]>);
 
 impl AllocBits {
-    pub(super) fn new(bits: usize) -> Self {
-        AllocBits((0..bits.div_ceil(64)).map(|_| AtomicU64::new(0)).collect())
+    pub(super) fn new(bits: usize) -> Result<Self, Error> {
+        Ok(AllocBits(filled(bits.div_ceil(64), |_| AtomicU64::new(0))?))
     }
 
     /// Sets bit `i`; returns whether it was set already.

@@ -4,6 +4,7 @@ use super::links::Links;
 use super::{FreeStack, Unit};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::CachePadded;
+use crate::Error;
 
 /// A list head packed with a change counter in one word:
 ///
@@ -60,10 +61,10 @@ pub struct CasStack {
 }
 
 impl FreeStack for CasStack {
-    fn full(units: u32, _cores: usize) -> Self {
-        let links = Links::new(units);
+    fn full(units: u32, _cores: usize) -> Result<Self, Error> {
+        let links = Links::new(units)?;
         let head = CachePadded::new(TaggedHead::new(links.chain(0..units)));
-        CasStack { head, links }
+        Ok(CasStack { head, links })
     }
 
     fn push(&self, unit: Unit, _core: usize) {

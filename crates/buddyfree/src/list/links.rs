@@ -9,7 +9,9 @@ use alloc::boxed::Box;
 use core::ops::Range;
 
 use super::Unit;
+use crate::config::filled;
 use crate::sync::atomic::{AtomicU32, Ordering};
+use crate::Error;
 
 /// `links[u]`: the unit after `u` in its list. Atomic so that a stale reader racing a writer
 /// (a CAS pop that will fail) is no data race; the head's synchronisation orders them.
@@ -17,8 +19,10 @@ pub(super) struct Links(Box<[AtomicU32]>);
 
 impl Links {
     /// Links for `units` units, none in a list.
-    pub(super) fn new(units: u32) -> Self {
-        Links((0..units).map(|_| AtomicU32::new(Unit::NIL)).collect())
+    pub(super) fn new(units: u32) -> Result<Self, Error> {
+        Ok(Links(filled(units as usize, |_| {
+            AtomicU32::new(Unit::NIL)
+        })?))
     }
 
     /// Chains `range` into one list in ascending order and returns its head.

@@ -3,6 +3,7 @@
 use super::links::Links;
 use super::{FreeStack, Unit};
 use crate::sync::CachePadded;
+use crate::Error;
 
 /// One list whose head is guarded by a spinlock; the lock orders all link accesses.
 pub struct LockedStack {
@@ -11,13 +12,13 @@ pub struct LockedStack {
 }
 
 impl FreeStack for LockedStack {
-    fn full(units: u32, _cores: usize) -> Self {
-        let links = Links::new(units);
+    fn full(units: u32, _cores: usize) -> Result<Self, Error> {
+        let links = Links::new(units)?;
         let head = links.chain(0..units);
-        LockedStack {
+        Ok(LockedStack {
             head: CachePadded::new(spin::Mutex::new(head)),
             links,
-        }
+        })
     }
 
     fn push(&self, unit: Unit, _core: usize) {

@@ -37,7 +37,7 @@ pub use first_fit::FirstFit;
 pub use locked::LockedStack;
 pub use percore::PerCoreStacks;
 
-use crate::{check_block, BlockAlloc, Config, Error};
+use crate::{check_block, BlockAlloc, Config, ConfigRule, Error};
 use bits::AllocBits;
 
 /// A singly linked free list behind one spinlock (the paper's ListLocked; Windows, Darwin).
@@ -79,7 +79,8 @@ impl Unit {
 pub trait FreeStack: Send + Sync + Sized {
     /// A stack holding every unit of `0..units`, spread over `cores` cores where the stack
     /// has per-core parts. `units` is below [`u32::MAX`] and `cores` at least 1.
-    fn full(units: u32, cores: usize) -> Self;
+    /// Fails only when its memory cannot be reserved.
+    fn full(units: u32, cores: usize) -> Result<Self, Error>;
 
     /// Adds a free unit, from core `core`. The unit must not be in the stack.
     fn push(&self, unit: Unit, core: usize);
@@ -98,20 +99,20 @@ pub struct ListAlloc<S> {
 impl<S: FreeStack> ListAlloc<S> {
     /// An allocator of `config.units` free units with `config.cores` cores. List allocators
     /// only hand out order 0, so `config.max_order` must be 0. Fails with
-    /// [`Error::InvalidConfig`] for a larger maximum order, zero units or cores, or
-    /// `u32::MAX` units or more.
+    /// [`Error::InvalidConfig`] for a larger maximum order, zero units, cores outside
+    /// `1..=MAX_CORES`, or `u32::MAX` units or more.
     pub fn new(config: Config) -> Result<Self, Error> {
-        if config.max_order != 0 {
-            return Err(Error::InvalidConfig);
-        }
         config.validate()?;
+        if config.max_order != 0 {
+            return Err(ConfigRule::OrderAboveAllocator.into());
+        }
         let units = u32::try_from(config.units)
             .ok()
             .filter(|&u| u < Unit::NIL)
-            .ok_or(Error::InvalidConfig)?;
+            .ok_or(ConfigRule::TooManyUnits)?;
         Ok(ListAlloc {
-            stack: S::full(units, config.cores),
-            allocated: AllocBits::new(config.units),
+            stack: S::full(units, config.cores)?,
+            allocated: AllocBits::new(config.units)?,
             units: config.units,
         })
     }

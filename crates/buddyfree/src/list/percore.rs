@@ -5,7 +5,9 @@ use alloc::boxed::Box;
 use super::cas::TaggedHead;
 use super::links::Links;
 use super::{FreeStack, Unit};
+use crate::config::filled;
 use crate::sync::CachePadded;
+use crate::Error;
 
 /// One lock-free list per core over one shared link array (a unit is in one list at a
 /// time). The units start evenly partitioned; a free goes to the freeing core's list, and an
@@ -25,13 +27,13 @@ impl PerCoreStacks {
 }
 
 impl FreeStack for PerCoreStacks {
-    fn full(units: u32, cores: usize) -> Self {
-        let links = Links::new(units);
+    fn full(units: u32, cores: usize) -> Result<Self, Error> {
+        let links = Links::new(units)?;
         let share = |c: usize| (units as u64 * c as u64 / cores as u64) as u32;
-        let heads = (0..cores)
-            .map(|c| CachePadded::new(TaggedHead::new(links.chain(share(c)..share(c + 1)))))
-            .collect();
-        PerCoreStacks { heads, links }
+        let heads = filled(cores, |c| {
+            CachePadded::new(TaggedHead::new(links.chain(share(c)..share(c + 1))))
+        })?;
+        Ok(PerCoreStacks { heads, links })
     }
 
     fn push(&self, unit: Unit, core: usize) {

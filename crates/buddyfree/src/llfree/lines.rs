@@ -3,11 +3,12 @@
 //! it is a pointer and a length, so the hot path indexes it exactly like a boxed slice.
 
 use alloc::boxed::Box;
-use alloc::vec::Vec;
 use core::ops::Deref;
 use core::ptr::NonNull;
 
+use crate::config::filled;
 use crate::sync::atomic::AtomicU64;
+use crate::Error;
 
 /// Words in a cache line.
 pub(crate) const LINE_WORDS: usize = 8;
@@ -31,17 +32,15 @@ unsafe impl Send for Lines {}
 unsafe impl Sync for Lines {}
 
 impl Lines {
-    /// `len` zeroed lines on the heap.
-    pub(crate) fn zeroed(len: usize) -> Lines {
-        let lines: Vec<Line> = (0..len)
-            .map(|_| Line(core::array::from_fn(|_| AtomicU64::new(0))))
-            .collect();
-        let raw = Box::into_raw(lines.into_boxed_slice());
-        Lines {
+    /// `len` zeroed lines on the heap, or an error if they cannot be reserved.
+    pub(crate) fn zeroed(len: usize) -> Result<Lines, Error> {
+        let lines = filled(len, |_| Line(core::array::from_fn(|_| AtomicU64::new(0))))?;
+        let raw = Box::into_raw(lines);
+        Ok(Lines {
             ptr: NonNull::new(raw.cast::<Line>()).expect("Box::into_raw is never null"),
             len,
             owned: true,
-        }
+        })
     }
 
     /// `len` lines at `ptr`, borrowed.

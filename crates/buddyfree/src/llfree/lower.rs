@@ -79,11 +79,18 @@ impl Layout {
 
 impl Lower {
     /// A lower level with every unit free. Units past `units` in the last huge frame are
-    /// marked taken for good (and not counted free), so any `units` works.
-    pub(crate) fn new(units: usize) -> Lower {
-        let lower = Lower::on(Lines::zeroed(Layout::of(units).lines), units, Volatile);
+    /// marked taken for good (and not counted free), so any `units` works; fails only when
+    /// its memory cannot be reserved.
+    pub(crate) fn try_new(units: usize) -> Result<Lower, Error> {
+        let lower = Lower::on(Lines::zeroed(Layout::of(units).lines)?, units, Volatile);
         lower.format(units);
-        lower
+        Ok(lower)
+    }
+
+    /// [`Lower::try_new`] for the small sizes of unit tests.
+    #[cfg(test)]
+    pub(crate) fn new(units: usize) -> Lower {
+        Lower::try_new(units).expect("a test's lower level fits in memory")
     }
 
     /// Bytes the lower level of `units` units takes (a whole number of cache lines).

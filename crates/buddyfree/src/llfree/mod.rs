@@ -63,9 +63,10 @@ mod loom_tests;
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
+use crate::config::filled;
 use crate::sync::atomic::Ordering;
 use crate::sync::{spin_loop, CachePadded};
-use crate::{check_block, BlockAlloc, Config, Error};
+use crate::{check_block, BlockAlloc, Config, ConfigRule, Error};
 use local::{Local, Reservation};
 use lower::Lower;
 use moves::Moves;
@@ -150,23 +151,27 @@ impl LLFree {
     /// LLFree with the given tuning.
     pub fn with_options(config: Config, options: Options) -> Result<LLFree, Error> {
         LLFree::check(config, options)?;
-        Ok(LLFree::on(config, options, Lower::new(config.units)))
+        LLFree::on(config, options, Lower::try_new(config.units)?)
     }
 
     /// Rejects configurations LLFree cannot serve.
     pub(crate) fn check(config: Config, options: Options) -> Result<(), Error> {
         config.validate()?;
+        if config.max_order > MAX_ORDER {
+            return Err(ConfigRule::OrderAboveAllocator.into());
+        }
         let children = options.tree_children;
-        let tree_units = children
-            .checked_mul(HUGE_UNITS)
-            .ok_or(Error::InvalidConfig)?;
         let odd_pairs = config.max_order == MAX_ORDER && children < 2;
-        if config.max_order > MAX_ORDER
-            || !children.is_power_of_two()
-            || odd_pairs
-            || tree_units >= 1 << 31
-        {
-            return Err(Error::InvalidConfig);
+        // Tree counters are 31 bits (the top bit is the reserved flag).
+        let too_large = children
+            .checked_mul(HUGE_UNITS)
+            .is_none_or(|u| u >= 1 << 31);
+        if !children.is_power_of_two() || odd_pairs || too_large {
+            return Err(ConfigRule::TreeChildren.into());
+        }
+        // The thresholds are scaled by the tree's units (`LLFree::on`), which must not wrap.
+        if options.allocated_below_permille > 1000 || options.free_above_permille > 1000 {
+            return Err(ConfigRule::Permille.into());
         }
         Ok(())
     }
@@ -174,36 +179,36 @@ impl LLFree {
 
 impl<W: WriteBack> LLFree<W> {
     /// LLFree over a checked configuration and a lower level (fresh, recovered or reopened):
-    /// the upper level is built from its child counters, with no reservations.
-    fn on(config: Config, options: Options, lower: Lower<W>) -> LLFree<W> {
+    /// the upper level is built from its child counters, with no reservations. Fails only
+    /// when the upper level's memory cannot be reserved.
+    fn on(config: Config, options: Options, lower: Lower<W>) -> Result<LLFree<W>, Error> {
         let children = options.tree_children;
         let tree_units = children * HUGE_UNITS;
         let permille = |p: usize| tree_units * p / 1000;
         let huges = lower.huges();
         let trees = Trees::new(
-            (0..huges.div_ceil(children)).map(|t| {
+            huges.div_ceil(children),
+            |t| {
                 (t * children..((t + 1) * children).min(huges))
                     .map(|h| lower.child(HugeId(h)).free())
                     .sum()
-            }),
+            },
             (
                 permille(options.allocated_below_permille),
                 permille(options.free_above_permille),
             ),
-        );
-        LLFree {
+        )?;
+        Ok(LLFree {
             lower,
             trees,
-            locals: (0..config.cores)
-                .map(|_| CachePadded::new(Local::new()))
-                .collect(),
+            locals: filled(config.cores, |_| CachePadded::new(Local::new()))?,
             units: config.units,
             max_order: config.max_order,
             tree_children: children,
             tree_shift: tree_units.trailing_zeros(),
             reserve_on_free: options.reserve_on_free,
             moves: Moves::new(),
-        }
+        })
     }
 
     /// Free huge frames (whole free 2 MiB frames).

@@ -57,8 +57,9 @@ use super::lines::Line;
 use super::lower::Lower;
 use super::writeback::{sealed, WriteBack};
 use super::{LLFree, Options};
+use crate::config::check_cores;
 use crate::sync::atomic::{AtomicU64, Ordering};
-use crate::{BlockAlloc, Config, Error};
+use crate::{BlockAlloc, Config, ConfigRule, Error};
 
 /// The most units a zone may have (2^48 frames of 4 KiB, 1 EiB): sizes stay far from
 /// overflow.
@@ -66,14 +67,15 @@ pub const MAX_UNITS: usize = 1 << 48;
 
 /// Why a zone file cannot be created or opened. A file that is not a zone, or a damaged one,
 /// is reported, never reinitialised.
+#[non_exhaustive]
 #[derive(Debug)]
 pub enum PersistError {
     /// The file system said no (includes `AlreadyExists` from `create`).
     Io(io::Error),
     /// Another open zone (in this or another process) holds the file.
     Locked,
-    /// `create` with a configuration LLFree rejects (or more than [`MAX_UNITS`]), or `open`
-    /// with 0 cores.
+    /// `create` with a configuration LLFree rejects (or more than [`MAX_UNITS`]), `open`
+    /// with cores outside `1..=MAX_CORES`, or metadata that cannot be reserved.
     Config(Error),
     /// The file is shorter than its header (or than a header page).
     Truncated {
@@ -201,7 +203,7 @@ impl PersistentLLFree {
         durability: Durability,
     ) -> Result<PersistentLLFree, PersistError> {
         if config.units > MAX_UNITS {
-            return Err(PersistError::Config(Error::InvalidConfig));
+            return Err(PersistError::Config(ConfigRule::TooManyUnits.into()));
         }
         LLFree::check(config, options).map_err(PersistError::Config)?;
         let file = OpenOptions::new()
@@ -225,7 +227,7 @@ impl PersistentLLFree {
         // SAFETY: bytes 0..STATE_AT of the mapping are ours and nothing else views them
         // (the lower level starts at PAGE, the state word at STATE_AT).
         unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), mapped.base.as_ptr(), STATE_AT) };
-        let zone = mapped.into_zone(config);
+        let zone = mapped.into_zone(config)?;
         zone.set_state(DIRTY)?;
         Ok(zone)
     }
@@ -237,9 +239,7 @@ impl PersistentLLFree {
         cores: usize,
         durability: Durability,
     ) -> Result<(PersistentLLFree, Recovery), PersistError> {
-        if cores == 0 {
-            return Err(PersistError::Config(Error::InvalidConfig));
-        }
+        check_cores(cores).map_err(PersistError::Config)?;
         let mut file = OpenOptions::new().read(true).write(true).open(path)?;
         lock(&file)?;
         let found = file.metadata()?.len();
@@ -283,7 +283,7 @@ impl PersistentLLFree {
                     what: c.what,
                 })?;
         }
-        let zone = mapped.into_zone(config);
+        let zone = mapped.into_zone(config)?;
         let allocated_units = zone.alloc.total_units() - zone.alloc.free_units();
         let elapsed = started.elapsed();
         // From here on a crash must be seen as one.
@@ -381,15 +381,16 @@ impl Mapped {
     }
 
     /// Builds the upper level from the child counters.
-    fn into_zone(self, config: Config) -> PersistentLLFree {
-        PersistentLLFree {
-            alloc: LLFree::on(config, self.header.options, self.lower),
+    fn into_zone(self, config: Config) -> Result<PersistentLLFree, PersistError> {
+        Ok(PersistentLLFree {
+            alloc: LLFree::on(config, self.header.options, self.lower)
+                .map_err(PersistError::Config)?,
             map: self.map,
             base: self.base,
             _file: self.file,
             header: self.header,
             flush: self.flush,
-        }
+        })
     }
 }
 

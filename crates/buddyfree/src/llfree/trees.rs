@@ -3,11 +3,12 @@
 //! for a tree to reserve.
 
 use alloc::boxed::Box;
-use alloc::vec::Vec;
 
 use super::atomic::Atom;
 use super::TreeId;
+use crate::config::filled;
 use crate::sync::atomic::{AtomicU32, Ordering};
+use crate::Error;
 
 /// Tree entries sharing one cache line: the "neighbourhood" of step 1 of the search.
 const PER_LINE: usize = 16;
@@ -50,14 +51,18 @@ pub(crate) struct Trees {
 }
 
 impl Trees {
-    /// Trees with the given free counts, none reserved; thresholds in units.
-    pub(crate) fn new(free: impl Iterator<Item = usize>, thresholds: (usize, usize)) -> Trees {
-        let entries: Vec<AtomicU32> = free.map(|f| AtomicU32::new(f as u32)).collect();
-        Trees {
-            entries: entries.into_boxed_slice(),
+    /// `len` trees with the free counts `free(t)`, none reserved; thresholds in units. Fails
+    /// only when the entries cannot be reserved.
+    pub(crate) fn new(
+        len: usize,
+        free: impl Fn(usize) -> usize,
+        thresholds: (usize, usize),
+    ) -> Result<Trees, Error> {
+        Ok(Trees {
+            entries: filled(len, |t| AtomicU32::new(free(t) as u32))?,
             allocated_below: thresholds.0,
             free_above: thresholds.1,
-        }
+        })
     }
 
     #[inline]
@@ -168,7 +173,7 @@ mod tests {
 
     /// Trees of 1000 units: below 125 allocated, above 875 free.
     fn trees(free: &[usize]) -> Trees {
-        Trees::new(free.iter().copied(), (125, 875))
+        Trees::new(free.len(), |t| free[t], (125, 875)).unwrap()
     }
 
     /// 48 trees, all full but the given ones; the search starts on the first cache line

@@ -117,8 +117,8 @@ impl<R: RawMutex> PerLevel<R> {
                     })
                 })
                 .collect(),
-            links: Links::new(config.units),
-            tags: Tags::new(config.units),
+            links: Links::new(config.units)?,
+            tags: Tags::new(config.units)?,
             free_units: CachePadded::new(AtomicUsize::new(config.units)),
             total_units: config.units,
             max_order: config.max_order,

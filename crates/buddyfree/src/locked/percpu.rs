@@ -20,7 +20,7 @@ mod states;
 use alloc::boxed::Box;
 
 use crate::sync::CachePadded;
-use crate::{check_block, BlockAlloc, Config, Error, Locked, SeqBlockAlloc};
+use crate::{check_block, BlockAlloc, Config, ConfigRule, Error, Locked, SeqBlockAlloc};
 use cache::CoreCache;
 use states::{BlockStates, State};
 
@@ -37,14 +37,16 @@ pub struct PerCpu<A> {
 
 impl<A: SeqBlockAlloc> PerCpu<A> {
     /// Puts per-core caches for `cores` cores in front of the (empty) buddy `inner`.
-    /// Fails with [`Error::InvalidConfig`] if `cores` is 0 or `inner` has blocks allocated.
+    /// Fails with [`Error::InvalidConfig`] if `cores` is not in `1..=MAX_CORES` or `inner` has
+    /// blocks allocated.
     pub fn new(inner: A, cores: usize) -> Result<Self, Error> {
-        if cores == 0 || inner.free_units() != inner.total_units() {
-            return Err(Error::InvalidConfig);
+        crate::config::check_cores(cores)?;
+        if inner.free_units() != inner.total_units() {
+            return Err(ConfigRule::InnerInUse.into());
         }
         Ok(PerCpu {
-            caches: (0..cores).map(|_| CachePadded::default()).collect(),
-            states: BlockStates::new(inner.total_units()),
+            caches: crate::config::filled(cores, |_| CachePadded::default())?,
+            states: BlockStates::new(inner.total_units())?,
             buddy: Locked::new(inner),
         })
     }
@@ -203,8 +205,14 @@ mod tests {
     fn rejects_a_used_inner_allocator_and_zero_cores() {
         let mut used = Model::new(Config::new(16, 2)).unwrap();
         used.alloc(0).unwrap();
-        assert_eq!(PerCpu::new(used, 1).err(), Some(Error::InvalidConfig));
+        assert_eq!(
+            PerCpu::new(used, 1).err(),
+            Some(Error::InvalidConfig(ConfigRule::InnerInUse))
+        );
         let fresh = Model::new(Config::new(16, 2)).unwrap();
-        assert_eq!(PerCpu::new(fresh, 0).err(), Some(Error::InvalidConfig));
+        assert_eq!(
+            PerCpu::new(fresh, 0).err(),
+            Some(Error::InvalidConfig(ConfigRule::NoCores))
+        );
     }
 }

@@ -3,7 +3,7 @@
 
 use alloc::boxed::Box;
 
-use super::forest::filled;
+use crate::config::filled;
 use crate::Error;
 
 use crate::sync::atomic::{AtomicUsize, Ordering};

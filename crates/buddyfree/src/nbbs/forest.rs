@@ -7,8 +7,9 @@ use core::marker::PhantomData;
 use super::cell::Shape;
 use super::cores::Cores;
 use super::word::Word;
+use crate::config::filled;
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use crate::{check_block, BlockAlloc, Config, Error};
+use crate::{check_block, BlockAlloc, Config, ConfigRule, Error};
 
 /// Records protocol steps under loom tests, printed when a check fails.
 #[cfg(all(test, loom))]
@@ -86,15 +87,6 @@ impl Seen {
     }
 }
 
-/// `len` values made by `make`, or [`Error::InvalidConfig`] when the memory for them cannot
-/// be had: a configuration too large fails rather than aborts.
-pub fn filled<T>(len: usize, make: impl FnMut(usize) -> T) -> Result<Box<[T]>, Error> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| Error::InvalidConfig)?;
-    v.extend((0..len).map(make));
-    Ok(v.into_boxed_slice())
-}
-
 /// A block of `2^order` units at `pos * 2^order`: one node of the tree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Node {
@@ -154,14 +146,14 @@ impl<K: Kind> Forest<K> {
         let roots = config.units.div_ceil(1 << max_order);
         let span = roots
             .checked_mul(1 << max_order)
-            .ok_or(Error::InvalidConfig)?;
+            .ok_or(ConfigRule::MetadataOverflow)?;
         let mut level_start = Vec::new();
         let mut total = 0usize;
         for level in 0..=max_order / Self::LEVELS {
             level_start.push(total);
             let cells = roots
                 .checked_mul(1usize << (level * Self::LEVELS))
-                .ok_or(Error::InvalidConfig)?;
+                .ok_or(ConfigRule::MetadataOverflow)?;
             // Each level starts one cache line further from a power-of-two boundary than the
             // one above: level sizes are powers of two times `roots`, so the cells of one
             // root-to-leaf path would otherwise share an L1 set (more lines than ways for a
@@ -169,7 +161,7 @@ impl<K: Kind> Forest<K> {
             total = total
                 .checked_add(cells)
                 .and_then(|t| t.checked_add(K::LINE))
-                .ok_or(Error::InvalidConfig)?;
+                .ok_or(ConfigRule::MetadataOverflow)?;
         }
         let cores = config.cores;
         let forest = Forest {
@@ -190,12 +182,13 @@ impl<K: Kind> Forest<K> {
                 .rev()
                 .find(|&o| span - pos >= 1 << o)
                 .unwrap_or(0);
+            // Cannot fail on a fresh forest; an error here would be a broken size computation.
             forest
                 .try_alloc(Node {
                     order,
                     pos: pos >> order,
                 })
-                .map_err(|_| Error::InvalidConfig)?;
+                .map_err(|_| ConfigRule::MetadataOverflow)?;
             pos += 1 << order;
         }
         Ok(forest)

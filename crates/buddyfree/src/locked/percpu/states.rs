@@ -51,8 +51,10 @@ impl State {
 pub(super) struct BlockStates(Box<[AtomicU8]>);
 
 impl BlockStates {
-    pub(super) fn new(units: usize) -> Self {
-        BlockStates((0..units).map(|_| AtomicU8::new(0)).collect())
+    pub(super) fn new(units: usize) -> Result<Self, Error> {
+        Ok(BlockStates(crate::config::filled(units, |_| {
+            AtomicU8::new(0)
+        })?))
     }
 
     /// Records the block at `index`, which the caller owns exclusively (just taken from the
