@@ -245,6 +245,114 @@ fn bad_and_foreign_files_give_named_errors_and_stay_untouched() {
     assert!(matches!(&err, PersistError::Io(e) if e.kind() == ErrorKind::NotFound));
 }
 
+/// Opens the zone at `path` (a damaged copy of a clean zone holding `held`): it must fail
+/// and leave the file byte-identical, or open into a consistent state that hands out no
+/// block past the end or over a held unit. Returns whether it opened.
+fn refused_or_consistent(path: &Path, units: usize, held: &[(usize, u32)], what: &str) -> bool {
+    let before = fs::read(path).unwrap();
+    let (zone, _) = match PersistentLLFree::open(path, 2, Durability::None) {
+        Err(e) => {
+            assert_eq!(
+                fs::read(path).unwrap(),
+                before,
+                "{what}: refused ({e}) but changed"
+            );
+            return false;
+        }
+        Ok(opened) => opened,
+    };
+    let owners = Owners::new(units);
+    for &(i, o) in held {
+        owners.claim(i, o, 1);
+    }
+    // Every block the zone will still hand out, largest first: none past the end, none over
+    // a held unit (`claim` panics on an overlap).
+    let mut got = Vec::new();
+    for order in (0..=10).rev() {
+        while let Ok(i) = zone.alloc(order, 0) {
+            assert!(
+                i + (1 << order) <= units,
+                "{what}: block ({i}, {order}) past the end"
+            );
+            owners.claim(i, order, 2);
+            got.push((i, order));
+        }
+    }
+    for &(i, o) in &got {
+        zone.free(i, o, 0).unwrap();
+    }
+    true
+}
+
+#[test]
+fn a_zone_damaged_after_a_clean_close_is_refused_untouched_or_consistent() {
+    let dir = TempDir::new("damaged-clean");
+    let path = dir.file("zone");
+    // A partial last frame, so that "past the end" exists.
+    let units = 5000;
+    let zone = create(&path, units, Durability::None);
+    let held = fill(&zone, 300, 7);
+    zone.close().unwrap();
+    let clean = fs::read(&path).unwrap();
+    let restore = || fs::write(&path, &clean).unwrap();
+    let lower = 4096..clean.len();
+    // The header's fields and state line, a few bytes of the page nothing reads, then one
+    // bit of every byte of the lower level.
+    let flips = (0..128).chain([200, 1000, 4095]).chain(lower.clone());
+    let mut opened = 0;
+    for at in flips {
+        restore();
+        patch(&path, at as u64, &[clean[at] ^ (1 << (at % 8))]);
+        opened += refused_or_consistent(&path, units, &held, &format!("flip at {at}")) as usize;
+    }
+    // Only the flips in bytes nothing reads open (and the state word's own flips do not).
+    assert_eq!(opened, 3 + (128 - 80), "flips that opened");
+    for len in [
+        0,
+        8,
+        4095,
+        4096,
+        4096 + 64,
+        clean.len() as u64 - 64,
+        clean.len() as u64 - 1,
+    ] {
+        restore();
+        resize(&path, len);
+        assert!(!refused_or_consistent(
+            &path,
+            units,
+            &held,
+            &format!("cut to {len}")
+        ));
+    }
+    let mut rng = Rng::new(0x5CA9);
+    for _ in 0..300 {
+        restore();
+        let (a, b) = (
+            lower.start + rng.below(lower.len()),
+            lower.start + rng.below(lower.len()),
+        );
+        let width = if rng.below(2) == 0 { 1 } else { 8 };
+        let (a, b) = (a.min(clean.len() - width), b.min(clean.len() - width));
+        if a.abs_diff(b) < width || clean[a..a + width] == clean[b..b + width] {
+            continue;
+        }
+        patch(&path, a as u64, &clean[b..b + width]);
+        patch(&path, b as u64, &clean[a..a + width]);
+        let what = format!("swap of {width} bytes at {a} and {b}");
+        assert!(
+            !refused_or_consistent(&path, units, &held, &what),
+            "{what} opened"
+        );
+    }
+    // The undamaged zone still opens, clean, with every block.
+    restore();
+    let (zone, recovery) = PersistentLLFree::open(&path, 2, Durability::None).unwrap();
+    assert!(recovery.clean);
+    assert_eq!(zone.blocks(), held);
+    zone.close().unwrap();
+}
+
 #[test]
 fn an_open_zone_is_locked() {
     let dir = TempDir::new("locked");

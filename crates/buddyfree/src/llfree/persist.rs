@@ -8,10 +8,16 @@
 //!
 //! [`PersistentLLFree::create`] makes a new zone file (never over an existing file),
 //! [`PersistentLLFree::open`] opens one, and [`PersistentLLFree::close`] writes everything
-//! back and marks it clean. Opening a clean zone trusts its child counters (the paper's
-//! "re-initialisation"); opening one that was not closed (its user crashed, or dropped it)
-//! recovers: the bit fields and huge flags are the truth, the counters and the start table
-//! are rebuilt from them (see `lower/recover.rs`), then the trees.
+//! back, records a checksum of the lower level and marks it clean. Opening a clean zone
+//! verifies the lower level against that checksum, then trusts its child counters (the
+//! paper's "re-initialisation"); a zone changed after its clean close is refused
+//! ([`PersistError::LowerChecksum`]) with the file untouched. The checksum reads the lower
+//! level (0.016% of the zone) once at close and once at open: about 0.04 ms per GiB of zone
+//! (40 µs for 1 GiB, 17 ms for 256 GiB; `lower_checksum_cost` in `persist/header.rs`).
+//! Opening a zone that was not closed (its user
+//! crashed, or dropped it) recovers: the bit fields and huge flags are the truth, the
+//! counters and the start table are rebuilt from them (see `lower/recover.rs`), then the
+//! trees; a state no run leaves is refused ([`PersistError::Corrupt`]).
 //!
 //! # What survives a crash
 //! Every allocation and free commits with one atomic change of one word (one cache line):
@@ -51,7 +57,7 @@ use memmap2::MmapMut;
 
 pub use flush::{Durability, FlushKind};
 pub use header::VERSION;
-use header::{Header, CLEAN, DIRTY, PAGE, STATE_AT};
+use header::{lower_checksum, Header, CLEAN, DIRTY, LOWER_SUM_AT, PAGE, STATE_AT};
 
 use super::lines::Line;
 use super::lower::Lower;
@@ -102,6 +108,9 @@ pub enum PersistError {
     BadChecksum,
     /// A header field that no zone can have (despite a good checksum).
     BadHeader(&'static str),
+    /// The zone was closed cleanly, but its lower level no longer matches the checksum
+    /// written at that close: it was damaged since. Nothing is trusted or written.
+    LowerChecksum,
     /// Recovery found a state no run of the allocator leaves (a damaged lower level).
     Corrupt {
         /// The huge frame.
@@ -132,6 +141,9 @@ impl core::fmt::Display for PersistError {
             ),
             PersistError::BadChecksum => f.write_str("LLFree zone header damaged (checksum)"),
             PersistError::BadHeader(what) => write!(f, "LLFree zone header invalid: {what}"),
+            PersistError::LowerChecksum => f.write_str(
+                "LLFree zone damaged after its clean close (lower level checksum mismatch)",
+            ),
             PersistError::Corrupt { frame, what } => {
                 write!(f, "LLFree zone damaged at huge frame {frame}: {what}")
             }
@@ -157,7 +169,8 @@ impl From<io::Error> for PersistError {
 /// What opening a zone found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Recovery {
-    /// The zone had been closed cleanly, so its metadata was trusted; else it was recovered.
+    /// The zone had been closed cleanly, so its metadata was verified against the checksum
+    /// written at close and trusted; else it was recovered.
     pub clean: bool,
     /// Units allocated.
     pub allocated_units: usize,
@@ -268,12 +281,18 @@ impl PersistentLLFree {
         if found > expected {
             return Err(PersistError::WrongSize { expected, found });
         }
-        let state = u64::from_le_bytes(page[STATE_AT..STATE_AT + 8].try_into().unwrap());
+        let word_at = |at: usize| u64::from_le_bytes(page[at..at + 8].try_into().unwrap());
+        let state = word_at(STATE_AT);
         if state != CLEAN && state != DIRTY {
             return Err(PersistError::BadHeader("shutdown marker"));
         }
         let started = Instant::now();
         let mapped = Mapped::new(file, header, durability, false)?;
+        // Before anything is trusted or written: a clean zone is taken as it is, so it must
+        // be exactly as it was closed.
+        if state == CLEAN && lower_checksum(&mapped.map[PAGE..]) != word_at(LOWER_SUM_AT) {
+            return Err(PersistError::LowerChecksum);
+        }
         if state != CLEAN {
             mapped
                 .lower
@@ -298,10 +317,13 @@ impl PersistentLLFree {
         ))
     }
 
-    /// Writes the whole zone back to the file and marks it clean. On an error it stays
-    /// unclean, and the next open recovers it.
+    /// Writes the whole zone back to the file, records the lower level's checksum and marks
+    /// it clean. On an error it stays unclean, and the next open recovers it.
     pub fn close(self) -> Result<(), PersistError> {
         self.map.flush()?;
+        // `self` is owned, so no operation runs: the lower level is still. Its checksum is
+        // on the medium before the marker that makes the next open rely on it.
+        self.write_header_word(LOWER_SUM_AT, lower_checksum(&self.map[PAGE..]))?;
         self.set_state(CLEAN)
     }
 
@@ -329,10 +351,18 @@ impl PersistentLLFree {
 
     /// Sets the shutdown marker and writes the header page to the file.
     fn set_state(&self, state: u64) -> Result<(), PersistError> {
-        // SAFETY: the state word is 8 bytes at offset 64 of the page-aligned mapping, so it
-        // is aligned; it is only ever accessed through this atomic.
-        let word = unsafe { AtomicU64::from_ptr(self.base.as_ptr().add(STATE_AT).cast::<u64>()) };
-        word.store(state, Ordering::Release);
+        self.write_header_word(STATE_AT, state)
+    }
+
+    /// Sets the header word at `at` (the state or the lower level's checksum) and writes the
+    /// header page to the file.
+    fn write_header_word(&self, at: usize, value: u64) -> Result<(), PersistError> {
+        debug_assert!(at == STATE_AT || at == LOWER_SUM_AT);
+        // SAFETY: both words are 8 bytes at an offset that is a multiple of 8 inside the
+        // page-aligned mapping's header page, so aligned and in bounds; they are only ever
+        // accessed through atomics (the bytes read at open come from the file, not here).
+        let word = unsafe { AtomicU64::from_ptr(self.base.as_ptr().add(at).cast::<u64>()) };
+        word.store(value, Ordering::Release);
         self.map.flush_range(0, PAGE)?;
         Ok(())
     }

@@ -6,10 +6,11 @@
 //!        12  max_order u32                  48  lower_bytes u64
 //!        16  units u64                      56  checksum u64 (FNV-1a of bytes 0..56)
 //!        24  tree_children u64              64  state u64: CLEAN or DIRTY (own cache line)
-//!        32  allocated_below_permille u32   (36: 4 bytes zero)
+//!        32  allocated_below_permille u32   72  lower_sum u64: checksum of the lower level
+//!        (36: 4 bytes zero)                         written at the last clean close
 //! ```
 //! The fixed fields are written once, at creation, and checked by the checksum; the state
-//! word changes at every open and close and is outside it.
+//! word and the lower level's checksum change at every close and are outside it.
 
 use super::PersistError;
 use crate::llfree::Options;
@@ -18,10 +19,13 @@ use crate::llfree::Options;
 pub(crate) const PAGE: usize = 4096;
 /// Identifies a zone file.
 pub(crate) const MAGIC: [u8; 8] = *b"LLFreeZn";
-/// The layout version this code reads and writes.
-pub const VERSION: u32 = 1;
+/// The layout version this code reads and writes. Version 2 added the lower level's
+/// checksum, without which a clean zone of version 1 cannot be verified.
+pub const VERSION: u32 = 2;
 /// Offset of the state word.
 pub(crate) const STATE_AT: usize = 64;
+/// Offset of the lower level's checksum, on the state word's cache line.
+pub(crate) const LOWER_SUM_AT: usize = 72;
 /// State of a zone closed with `close` (its counters and start table are complete).
 pub(crate) const CLEAN: u64 = u64::from_le_bytes(*b"clean\0\0\0");
 /// State of a zone in use, or of one whose user crashed.
@@ -97,9 +101,24 @@ fn checksum(bytes: &[u8]) -> u64 {
     })
 }
 
+/// The checksum of a lower level, a word at a time (its length is a whole number of cache
+/// lines). Each step, `h -> ((h ^ word) * K) ^ (.. >> 29)`, is a bijection of `h` for a given
+/// word and of the word for a given `h`, so damage confined to one word always changes the
+/// result; other damage (swapped words, several flips) escapes only by a 64-bit collision.
+/// About 4 GB/s (a dependent multiply per word): 0.04 ms for the 162 KiB lower level of a
+/// 1 GiB zone, 17 ms for 256 GiB (`lower_checksum_cost` below).
+pub(crate) fn lower_checksum(lower: &[u8]) -> u64 {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    lower.chunks_exact(8).fold(lower.len() as u64, |h, w| {
+        let h = (h ^ u64::from_le_bytes(w.try_into().unwrap())).wrapping_mul(K);
+        h ^ (h >> 29)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::vec::Vec;
 
     #[test]
     fn a_header_round_trips_and_each_damage_is_named() {
@@ -119,9 +138,47 @@ mod tests {
         };
         assert!(matches!(damaged(17, 0xFF), PersistError::BadChecksum));
         assert!(matches!(
-            damaged(8, 2),
-            PersistError::BadVersion { found: 2 }
+            damaged(8, 1),
+            PersistError::BadVersion { found: 1 }
         ));
         assert!(matches!(damaged(0, b'X'), PersistError::BadMagic));
+    }
+
+    #[test]
+    fn the_lower_checksum_sees_every_one_word_change_and_swaps() {
+        let lower: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
+        let sum = lower_checksum(&lower);
+        for at in 0..lower.len() {
+            let mut flipped = lower.clone();
+            flipped[at] ^= 1 << (at % 8);
+            assert_ne!(lower_checksum(&flipped), sum, "flip at {at}");
+        }
+        let mut swapped = lower.clone();
+        swapped.swap(8, 4000);
+        assert_ne!(lower_checksum(&swapped), sum);
+        assert_ne!(lower_checksum(&[0; 64]), lower_checksum(&[0; 128]));
+    }
+
+    /// The cost stated in the module docs of `persist`.
+    #[test]
+    #[ignore = "a measurement: cargo test --release -p buddyfree --lib lower_checksum_cost -- --ignored --nocapture"]
+    fn lower_checksum_cost() {
+        use crate::llfree::lower::Lower;
+        use std::time::Instant;
+        for gib in [1usize, 16, 256] {
+            // 4 KiB units.
+            let bytes = Lower::bytes(gib << 18);
+            let lower: Vec<u8> = (0..bytes).map(|i| (i * 31 % 253) as u8).collect();
+            let reps = 50;
+            let started = Instant::now();
+            let mut acc = 0u64;
+            for _ in 0..reps {
+                acc = acc.wrapping_add(lower_checksum(std::hint::black_box(&lower)));
+            }
+            let each = started.elapsed() / reps;
+            std::println!(
+                "{gib:>4} GiB zone: lower level {bytes} bytes, checksum {each:?} ({acc:x})"
+            );
+        }
     }
 }
