@@ -252,7 +252,7 @@ impl<W: WriteBack> LLFree<W> {
         let step = if order == MAX_ORDER { 2 } else { 1 };
         let near = (hint / HUGE_UNITS).clamp(children.start, children.end - 1);
         let mut h = children.start + ((near - children.start) & !(step - 1));
-        let mut word = (hint % HUGE_UNITS) / 64;
+        let mut word = (hint % HUGE_UNITS) / lower::SLOTS;
         for _ in (0..children.len()).step_by(step) {
             // `Lower::alloc` reads the child entry first and refuses a frame without room.
             if let Some(index) = self.lower.alloc(HugeId(h), order, word) {

@@ -15,7 +15,7 @@
 //!
 //! # What survives a crash
 //! Every allocation and free commits with one atomic change of one word (one cache line):
-//! the bits for orders 0..=8 (orders 7 and 8: the words of one line, set one by one), the
+//! the bits for orders 0..=8 (orders 6..=8: the words of one line, set one by one), the
 //! child's huge flags for orders 9 and 10; a block of order 1..=8 is also named by its start
 //! entry, written after its bits. After recovery:
 //! - every block whose `alloc` returned, and whose `free` was not called, is allocated with

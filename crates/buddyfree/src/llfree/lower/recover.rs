@@ -2,13 +2,14 @@
 //!
 //! The truth after a crash is what one atomic change of one word commits: the bit fields
 //! (orders 0..=8) and the huge and pair flags of the child entries (orders 9 and 10). The
-//! child counters (`free`, `multi`) are derived and rebuilt. The start table is persisted
-//! too and kept where it is consistent with the bits: an entry `order + 1` names a live
-//! block only if it is aligned, not inside another named block, and all its bits are taken.
+//! child counters are derived and rebuilt. The start table is persisted too and kept where
+//! it is consistent with the slots: an entry `order + 1` names a live block only if it is
+//! aligned, not inside another named block, and all its slots are `11`. Every other taken
+//! slot becomes an order-0 block (`01`).
 //!
 //! What a crash in the middle of an operation leaves, and what recovery makes of it:
 //! - an allocation that set its bits but not yet its start entry (orders 1..=8), or set only
-//!   some words (orders 7 and 8): the taken units are order-0 blocks nobody holds ("orphans",
+//!   some words (orders 6..=8): the taken units are order-0 blocks nobody holds ("orphans",
 //!   the paper's lost frames); a stale start entry over bits not all taken is cleared;
 //! - a free that claimed its start entry ([`FREEING`]) but had not cleared (all) its bits:
 //!   the entry is cleared, the units still taken are orphans. Recovery never frees a unit,
@@ -31,9 +32,6 @@ pub(crate) struct Corrupt {
     /// What is wrong with it.
     pub(crate) what: &'static str,
 }
-
-/// Start-table words per huge frame.
-const START_WORDS: usize = WORDS * 4;
 
 impl<W: WriteBack> Lower<W> {
     /// Rebuilds the child counters and cleans the start table from the bit fields and huge
@@ -60,7 +58,9 @@ impl<W: WriteBack> Lower<W> {
             } else {
                 allocated += taken;
                 let real = units.saturating_sub(h.first_unit()).min(HUGE_UNITS);
-                Child::with_counts(real - taken, self.rebuild_starts(h))
+                self.rebuild_starts(h);
+                self.rebuild_slots(h, real);
+                Child::with_free(real - taken)
             };
             let _ = self.update_child(h, |_| Some(fixed));
         }
@@ -80,7 +80,10 @@ impl<W: WriteBack> Lower<W> {
             if bits & padding != padding {
                 return Err(corrupt("a unit past the end is free"));
             }
-            taken += (bits & !padding).count_ones() as usize;
+            if bits >> 1 & !bits & LOW_BITS != 0 {
+                return Err(corrupt("a slot that is neither free nor taken"));
+            }
+            taken += taken_slots(bits & !padding) as usize;
         }
         let child = self.child(h);
         if child.huge() {
@@ -97,10 +100,8 @@ impl<W: WriteBack> Lower<W> {
         Ok((taken, child))
     }
 
-    /// Clears every start entry of frame `h` that names no live block; returns the number of
-    /// live blocks of orders 1..=8 (the child's `multi`).
-    fn rebuild_starts(&self, h: HugeId) -> u32 {
-        let mut multi = 0;
+    /// Clears every start entry of frame `h` that names no live block.
+    fn rebuild_starts(&self, h: HugeId) {
         // Blocks are aligned, so one that starts before a unit and covers it was seen last.
         let mut covered = 0;
         for s in 0..START_WORDS {
@@ -117,9 +118,8 @@ impl<W: WriteBack> Lower<W> {
                     Some(order)
                         if unit.is_multiple_of(1 << order)
                             && unit >= covered
-                            && self.all_taken(h, unit, order) =>
+                            && self.all_larger(h, unit, order) =>
                     {
-                        multi += 1;
                         covered = unit + (1 << order);
                     }
                     _ => kept &= !(0xF << (4 * e)),
@@ -129,16 +129,37 @@ impl<W: WriteBack> Lower<W> {
                 word.store(kept, Ordering::Relaxed);
             }
         }
-        multi
     }
 
-    /// Whether every unit of the block of `order` at unit `unit` of frame `h` is taken.
-    fn all_taken(&self, h: HugeId, unit: usize, order: u32) -> bool {
-        if order <= 6 {
-            let mask = block_mask(order) << (unit % 64);
-            self.bits(h, unit / 64).get() & mask == mask
+    /// Whether every slot of the block of `order` at unit `unit` of frame `h` is `11`.
+    fn all_larger(&self, h: HugeId, unit: usize, order: u32) -> bool {
+        if order <= WORD_ORDER {
+            let mask = block_mask(order + 1) << (unit % SLOTS * 2);
+            self.bits(h, unit / SLOTS).get() & mask == mask
         } else {
-            (unit / 64..unit / 64 + (1 << (order - 6))).all(|w| self.bits(h, w).get() == u64::MAX)
+            let first = unit / SLOTS;
+            (first..first + (1 << (order - WORD_ORDER))).all(|w| self.bits(h, w).get() == u64::MAX)
+        }
+    }
+
+    /// Makes every taken slot of frame `h` that no start entry names (cut-off operations)
+    /// an order-0 block, keeping the padding past `real` units.
+    fn rebuild_slots(&self, h: HugeId, real: usize) {
+        let mut named = [0u64; WORDS];
+        self.blocks_of(h, real, |unit, order| {
+            if order > 0 {
+                for u in unit..unit + (1 << order) {
+                    named[u / SLOTS] |= LARGER_SLOT << (u % SLOTS * 2);
+                }
+            }
+        });
+        for (w, named) in named.into_iter().enumerate() {
+            let word = self.bits(h, w);
+            let old = word.load(Ordering::Relaxed);
+            let fixed = (old | old >> 1) & LOW_BITS | named | padding(real, w);
+            if fixed != old {
+                word.store(fixed, Ordering::Relaxed);
+            }
         }
     }
 
@@ -157,19 +178,25 @@ impl<W: WriteBack> Lower<W> {
                 continue;
             }
             let real = units.saturating_sub(h.first_unit()).min(HUGE_UNITS);
-            let mut unit = 0;
-            while unit < real {
-                let index = h.first_unit() + unit;
-                if let Some(order) = live_order(self.start(index)) {
-                    f(index, order);
-                    unit += 1 << order;
-                } else {
-                    let (word, shift) = self.bit_of(index);
-                    if word.get() >> shift & 1 == 1 {
-                        f(index, 0);
-                    }
-                    unit += 1;
+            self.blocks_of(h, real, |unit, order| f(h.first_unit() + unit, order));
+        }
+    }
+
+    /// Calls `f(unit, order)` for every block of orders 0..=8 among the first `real` units of
+    /// frame `h`: start entries name orders 1..=8, and any other taken unit is an order-0
+    /// block.
+    fn blocks_of(&self, h: HugeId, real: usize, mut f: impl FnMut(usize, u32)) {
+        let mut unit = 0;
+        while unit < real {
+            let index = h.first_unit() + unit;
+            if let Some(order) = live_order(self.start(index)) {
+                f(unit, order);
+                unit += 1 << order;
+            } else {
+                if self.slot(index) != FREE_SLOT {
+                    f(unit, 0);
                 }
+                unit += 1;
             }
         }
     }
@@ -179,37 +206,11 @@ impl<W: WriteBack> Lower<W> {
     }
 }
 
-/// The order a start entry names a block of, if it names one (orders 1..=8).
-fn live_order(entry: u64) -> Option<u32> {
-    (2..=9).contains(&entry).then(|| entry as u32 - 1)
-}
-
-/// The bits of word `w` of a frame with `real` units that lie past its end.
-fn padding(real: usize, w: usize) -> u64 {
-    let first = w * 64;
-    if real <= first {
-        u64::MAX
-    } else if real >= first + 64 {
-        0
-    } else {
-        u64::MAX << (real - first)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use alloc::vec::Vec;
 
     use super::*;
-
-    #[test]
-    fn padding_marks_units_past_the_end() {
-        assert_eq!(padding(512, 7), 0);
-        assert_eq!(padding(0, 0), u64::MAX);
-        assert_eq!(padding(70, 1), u64::MAX << 6);
-        assert_eq!(padding(70, 0), 0);
-        assert_eq!(padding(70, 2), u64::MAX);
-    }
 
     /// A frame with a live order-3 block, an order-4 allocation cut off after its bits, a
     /// free of order 2 cut off after its claim, and a stale entry over free bits.
@@ -235,7 +236,6 @@ mod tests {
         want.extend((c..c + 4).map(|i| (i, 0)));
         want.sort();
         assert_eq!(blocks, want);
-        assert_eq!(lower.child(HugeId(0)).multi(), 1);
         assert_eq!(lower.free(a, 3), Ok(()));
         assert_eq!(lower.free(b + 1, 0), Ok(()));
     }
@@ -245,7 +245,7 @@ mod tests {
         let lower = Lower::new(1000);
         assert_eq!(lower.recover(1000), Ok(0));
         // A padding unit of the partial last frame freed.
-        lower.bits(HugeId(1), 7).store(0, Ordering::Relaxed);
+        lower.bits(HugeId(1), WORDS - 1).store(0, Ordering::Relaxed);
         assert_eq!(lower.recover(1000).unwrap_err().frame, 1);
         let lower = Lower::new(2048);
         let _ = lower.update_child(HugeId(2), |_| Some(Child::PAIR));

@@ -18,8 +18,8 @@ use crate::llfree::Options;
 pub(crate) const PAGE: usize = 4096;
 /// Identifies a zone file.
 pub(crate) const MAGIC: [u8; 8] = *b"LLFreeZn";
-/// The layout version this code reads and writes.
-pub const VERSION: u32 = 1;
+/// The layout version this code reads and writes (2: two bits per unit in the bit fields).
+pub const VERSION: u32 = 2;
 /// Offset of the state word.
 pub(crate) const STATE_AT: usize = 64;
 /// State of a zone closed with `close` (its counters and start table are complete).
@@ -119,8 +119,8 @@ mod tests {
         };
         assert!(matches!(damaged(17, 0xFF), PersistError::BadChecksum));
         assert!(matches!(
-            damaged(8, 2),
-            PersistError::BadVersion { found: 2 }
+            damaged(8, 1),
+            PersistError::BadVersion { found: 1 }
         ));
         assert!(matches!(damaged(0, b'X'), PersistError::BadMagic));
     }
