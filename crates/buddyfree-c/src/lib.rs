@@ -53,6 +53,12 @@ pub enum BuddyfreeStatus {
     UnknownAllocator = 13,
     /// The caller's region is too small for the configuration, or the mapping was refused.
     BadRegion = 14,
+    /// A unit of the block asked for at a given position is not free.
+    Occupied = 15,
+    /// The allocator does not offer this operation.
+    Unsupported = 16,
+    /// The non-blocking call would have had to wait.
+    WouldBlock = 17,
 }
 
 impl From<Error> for BuddyfreeStatus {
@@ -65,6 +71,9 @@ impl From<Error> for BuddyfreeStatus {
             Error::NotAllocated => BuddyfreeStatus::NotAllocated,
             Error::OrderMismatch => BuddyfreeStatus::OrderMismatch,
             Error::InvalidConfig => BuddyfreeStatus::InvalidConfig,
+            Error::Occupied => BuddyfreeStatus::Occupied,
+            Error::Unsupported => BuddyfreeStatus::Unsupported,
+            Error::WouldBlock => BuddyfreeStatus::WouldBlock,
         }
     }
 }

@@ -17,6 +17,13 @@ pub enum Error {
     OrderMismatch,
     /// The configuration cannot be built (zero units, order too large, ...).
     InvalidConfig,
+    /// A unit of the block asked for by `alloc_at` is not free.
+    Occupied,
+    /// This allocator does not offer the operation (see [`crate::BlockAlloc`]'s methods).
+    Unsupported,
+    /// [`crate::BlockAlloc::try_alloc`] would have had to wait (for a lock, or for another
+    /// core's operation to finish).
+    WouldBlock,
 }
 
 impl Error {
@@ -30,6 +37,9 @@ impl Error {
             Error::NotAllocated => "block not allocated",
             Error::OrderMismatch => "block allocated with another order",
             Error::InvalidConfig => "invalid configuration",
+            Error::Occupied => "a unit of the block is not free",
+            Error::Unsupported => "operation not supported by this allocator",
+            Error::WouldBlock => "the operation would have had to wait",
         }
     }
 }

@@ -25,6 +25,7 @@ pub mod llfree;
 pub mod locked;
 pub mod model;
 pub mod nbbs;
+pub mod range;
 pub mod registry;
 pub mod stats;
 pub mod sync;
@@ -67,6 +68,57 @@ pub trait BlockAlloc: Sync {
     /// Returns blocks held in per-core or per-thread caches to the shared pool, so that
     /// they can merge into larger blocks. Allocators without caches do nothing.
     fn drain(&self) {}
+
+    /// Allocates like [`BlockAlloc::alloc`] but never waits, for interrupt or atomic
+    /// context: where `alloc` would wait for a lock or for another core's operation to
+    /// finish, this answers [`Error::WouldBlock`]. Its worst case is a bounded number of steps
+    /// (see the README's table of worst cases). Allocators with no such guarantee answer
+    /// [`Error::Unsupported`].
+    fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        let _ = (order, core);
+        Err(Error::Unsupported)
+    }
+
+    /// Allocates the block of `2^order` units at `index`, if every unit in it is free:
+    /// [`Error::Occupied`] (changing nothing) if one is not, the [`check_block`] errors for a
+    /// bad block. Allocators that cannot choose the position answer [`Error::Unsupported`].
+    fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        let _ = (index, order, core);
+        Err(Error::Unsupported)
+    }
+
+    /// The live block that contains unit `index`, as `(first unit, order)`, or `None` when
+    /// the unit is free. [`Error::Unsupported`] where the allocator does not record it.
+    /// A snapshot: a racing operation on that unit may change the answer at once.
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        let _ = index;
+        Err(Error::Unsupported)
+    }
+
+    /// The order of the live block that starts at `index`, for a free without the order
+    /// (device memory, a C caller that kept only the offset): [`Error::NotAllocated`] when
+    /// no block starts there.
+    fn order_at(&self, index: usize) -> Result<u32, Error> {
+        if index >= self.total_units() {
+            return Err(Error::OutOfRange);
+        }
+        match self.block_of(index)? {
+            Some((start, order)) if start == index => Ok(order),
+            _ => Err(Error::NotAllocated),
+        }
+    }
+
+    /// Frees every unit of `start..start + len`, which must all be allocated (reserved at
+    /// boot, say), as the largest aligned blocks: see [`range`] for the rules and the cost.
+    fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
+        range::free_range(&mut range::Shared(self, core), start, len)
+    }
+
+    /// Allocates every unit of `start..start + len` as the largest aligned blocks, if all are
+    /// free; [`Error::Occupied`] and nothing changed otherwise. See [`range`].
+    fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
+        range::reserve_range(&mut range::Shared(self, core), start, len)
+    }
 }
 
 impl<A: BlockAlloc + ?Sized> BlockAlloc for alloc::boxed::Box<A> {
@@ -88,6 +140,21 @@ impl<A: BlockAlloc + ?Sized> BlockAlloc for alloc::boxed::Box<A> {
     fn drain(&self) {
         (**self).drain()
     }
+    fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        (**self).try_alloc(order, core)
+    }
+    fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        (**self).alloc_at(index, order, core)
+    }
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        (**self).block_of(index)
+    }
+    fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
+        (**self).free_range(start, len, core)
+    }
+    fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
+        (**self).reserve_range(start, len, core)
+    }
 }
 
 /// A sequential allocator: the same operations on `&mut self`. [`Locked`] lifts one into a
@@ -103,6 +170,16 @@ pub trait SeqBlockAlloc: Send {
     fn total_units(&self) -> usize;
     /// See [`BlockAlloc::max_order`].
     fn max_order(&self) -> u32;
+    /// See [`BlockAlloc::alloc_at`].
+    fn alloc_at(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        let _ = (index, order);
+        Err(Error::Unsupported)
+    }
+    /// See [`BlockAlloc::block_of`].
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        let _ = index;
+        Err(Error::Unsupported)
+    }
 }
 
 /// Checks the arguments of a `free` that every allocator rejects the same way: an order

@@ -47,11 +47,11 @@ impl Model {
     }
 
     /// Records a block chosen by another allocator as allocated. Fails with
-    /// [`Error::OrderMismatch`] if any of its units is already in use: an overlap.
+    /// [`Error::Occupied`] if any of its units is already in use: an overlap.
     pub fn take(&mut self, index: usize, order: u32) -> Result<(), Error> {
         check_block(index, order, self.max_order, self.used.len())?;
         if !self.is_free(index, order) {
-            return Err(Error::OrderMismatch);
+            return Err(Error::Occupied);
         }
         self.mark(index, order, true);
         self.live.insert(index, order);
@@ -105,6 +105,22 @@ impl SeqBlockAlloc for Model {
 
     fn max_order(&self) -> u32 {
         self.max_order
+    }
+
+    fn alloc_at(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        self.take(index, order)
+    }
+
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        if index >= self.used.len() {
+            return Err(Error::OutOfRange);
+        }
+        Ok(self
+            .live
+            .range(..=index)
+            .next_back()
+            .map(|(&start, &order)| (start, order))
+            .filter(|&(start, order)| index < start + (1 << order)))
     }
 }
 

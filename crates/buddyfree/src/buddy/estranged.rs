@@ -295,6 +295,15 @@ impl SeqBlockAlloc for Estranged {
     fn max_order(&self) -> u32 {
         self.max_order
     }
+
+    fn alloc_at(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        check_block(index, order, self.max_order, self.total_units)?;
+        super::claim(self, index, order)
+    }
+
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        super::block_of(&self.tags, index, self.max_order, self.total_units)
+    }
 }
 
 impl Entries for Estranged {
@@ -362,7 +371,7 @@ mod tests {
         assert_eq!(e.free_entry(3), Some((2, 1)));
         assert_eq!(e.claim(2, 2), Err(Error::Misaligned));
         e.claim(0, 2).unwrap();
-        assert_eq!(e.claim(0, 0), Err(Error::OrderMismatch));
+        assert_eq!(e.claim(0, 0), Err(Error::Occupied));
         assert_eq!((e.list_lengths(0), e.free_units()), ((0, 0), 4));
         assert_eq!(e.live_at(0), Some(2));
         e.free(0, 2).unwrap();

@@ -158,6 +158,15 @@ impl SeqBlockAlloc for Knuth {
     fn max_order(&self) -> u32 {
         self.max_order
     }
+
+    fn alloc_at(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        check_block(index, order, self.max_order, self.total_units)?;
+        super::claim(self, index, order)
+    }
+
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        super::block_of(&self.tags, index, self.max_order, self.total_units)
+    }
 }
 
 impl Entries for Knuth {
@@ -215,7 +224,7 @@ mod tests {
         assert_eq!(k.claim(5, 1), Err(Error::Misaligned));
         assert_eq!(k.claim(4, 3), Err(Error::BadOrder));
         k.claim(5, 0).unwrap();
-        assert_eq!(k.claim(4, 1), Err(Error::OrderMismatch));
+        assert_eq!(k.claim(4, 1), Err(Error::Occupied));
         assert_eq!((k.live_at(5), k.free_units()), (Some(0), 11));
         assert_eq!(k.free(5, 0), Ok(()));
         assert_eq!(k.free_blocks(2), 3);

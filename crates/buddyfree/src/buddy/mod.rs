@@ -34,8 +34,7 @@ macro_rules! defrag_via_entries {
             }
 
             fn claim(&mut self, index: usize, order: u32) -> Result<(), $crate::Error> {
-                $crate::check_block(index, order, self.max_order, self.total_units)?;
-                $crate::buddy::claim(self, index, order)
+                $crate::SeqBlockAlloc::alloc_at(self, index, order)
             }
         }
     };
@@ -103,18 +102,20 @@ pub(crate) trait Entries {
 
 /// Takes the free units `(index, order)` off the lists and makes them a live block, as if
 /// allocated there: removes the entries inside the block and carves it out of an entry that
-/// contains it. Fails with `OrderMismatch` (an overlap, as [`crate::model::Model::take`]
-/// says), changing nothing, if a unit is in use.
+/// contains it. Fails with [`Error::Occupied`], changing nothing, if a unit is in use.
+/// Two walks over the entries (check, then take) rather than a list of them: no heap.
 pub(crate) fn claim<A: Entries>(a: &mut A, index: usize, order: u32) -> Result<(), Error> {
     let end = index + (1 << order);
-    let mut entries = alloc::vec::Vec::new();
     let mut unit = index;
     while unit < end {
-        let (start, from) = a.entry_at(unit).ok_or(Error::OrderMismatch)?;
-        entries.push((start, from));
+        let (start, from) = a.entry_at(unit).ok_or(Error::Occupied)?;
         unit = start + (1 << from);
     }
-    for &(start, from) in &entries {
+    let mut unit = index;
+    while unit < end {
+        // Pieces carved off lie outside `index..end`, so the walk ahead is unchanged.
+        let (start, from) = a.entry_at(unit).expect("checked above");
+        unit = start + (1 << from);
         a.unlink_entry(start, from);
         if start < index || start + (1 << from) > end {
             carve(start, from, index, order, |piece, k| a.push_piece(piece, k));
@@ -122,6 +123,22 @@ pub(crate) fn claim<A: Entries>(a: &mut A, index: usize, order: u32) -> Result<(
     }
     a.set_used(index, order);
     Ok(())
+}
+
+/// The live block containing `index` by the tags of a sequential buddy: the aligned start at
+/// or below it tagged as held at that order.
+pub(crate) fn block_of<S: lists::Slot<u8>>(
+    tags: &tags::Tags<S>,
+    index: usize,
+    max_order: u32,
+    total_units: usize,
+) -> Result<Option<(usize, u32)>, Error> {
+    if index >= total_units {
+        return Err(Error::OutOfRange);
+    }
+    Ok((0..=max_order)
+        .map(|order| (index & !((1 << order) - 1), order))
+        .find(|&(start, order)| tags.get(start).used_order() == Some(order)))
 }
 
 /// The buddy of the block of `2^order` units at `index`.

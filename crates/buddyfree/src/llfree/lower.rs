@@ -215,30 +215,63 @@ impl<W: WriteBack> Lower<W> {
     /// Allocates a block of `order` (0..=10) in huge frame `h` (order 10: the aligned pair
     /// starting at `h`), starting the bit-field search at word `hint`. Returns its first unit.
     pub(crate) fn alloc(&self, h: HugeId, order: u32, hint: usize) -> Option<usize> {
-        let index = match order {
-            0..=8 => self.alloc_small(h, order, hint),
-            9 => self
-                .update_child(h, |c| (c == Child::FREE).then_some(Child::HUGE))
-                .ok()
-                .map(|_| h.first_unit()),
-            _ => {
-                // §4.2.1: order 10 takes two whole, aligned children in one CAS.
-                let free = ChildPair::new(Child::FREE, Child::FREE).0;
-                let taken = ChildPair::new(Child::PAIR, Child::PAIR).0;
-                (h.0.is_multiple_of(2) && h.0 + 1 < self.huges)
-                    .then(|| {
-                        self.pair_word(h)
-                            .try_change(|p| (p == free).then_some(taken))
-                    })?
-                    .ok()
-                    .map(|_| h.first_unit())
-            }
+        match order {
+            0..=8 => self.alloc_small(h, order, Search::From(hint)),
+            _ => self.take_huge(h, order).then(|| h.first_unit()),
+        }
+    }
+
+    /// Allocates the block of `order` at `index` (already checked for range and alignment)
+    /// if all its units are free.
+    pub(crate) fn alloc_at(&self, index: usize, order: u32) -> bool {
+        let h = HugeId(index / HUGE_UNITS);
+        match order {
+            0..=8 => self.alloc_small(h, order, Search::At(index)).is_some(),
+            _ => self.take_huge(h, order),
+        }
+    }
+
+    /// Orders 9 and 10: the child entry (§4.2.1: order 10 takes two whole, aligned children
+    /// in one CAS).
+    fn take_huge(&self, h: HugeId, order: u32) -> bool {
+        let taken = if order == 9 {
+            self.update_child(h, |c| (c == Child::FREE).then_some(Child::HUGE))
+                .is_ok()
+        } else {
+            let free = ChildPair::new(Child::FREE, Child::FREE).0;
+            let taken = ChildPair::new(Child::PAIR, Child::PAIR).0;
+            h.0.is_multiple_of(2)
+                && h.0 + 1 < self.huges
+                && self
+                    .pair_word(h)
+                    .try_change(|p| (p == free).then_some(taken))
+                    .is_ok()
         };
-        if order > 8 && index.is_some() {
+        if taken {
             // The huge flags are the truth for orders 9 and 10 (§3.2.3).
             self.persist(|| self.pair_word(h));
         }
-        index
+        taken
+    }
+
+    /// The live block that contains unit `index` (in range), as `(first unit, order)`.
+    pub(crate) fn block_of(&self, index: usize) -> Option<(usize, u32)> {
+        let h = HugeId(index / HUGE_UNITS);
+        let child = self.child(h);
+        if child.huge() {
+            return Some(if child.pair() {
+                (HugeId(h.0 & !1).first_unit(), 10)
+            } else {
+                (h.first_unit(), 9)
+            });
+        }
+        match self.slot(index) {
+            ORDER0_SLOT => Some((index, 0)),
+            LARGER_SLOT => (1..=8)
+                .map(|order| (index & !((1 << order) - 1), order))
+                .find(|&(start, order)| live_order(self.start(start)) == Some(order)),
+            _ => None,
+        }
     }
 
     /// Frees the block of `order` at `index` (already checked for range and alignment).
@@ -273,13 +306,13 @@ impl<W: WriteBack> Lower<W> {
 
     /// Fig. 14a (2a) for orders 0..=8: take the units from the child counter first (this
     /// settles races for the last free units), then claim the slots, else give them back.
-    fn alloc_small(&self, h: HugeId, order: u32, hint: usize) -> Option<usize> {
+    fn alloc_small(&self, h: HugeId, order: u32, search: Search) -> Option<usize> {
         let n = 1 << order;
         self.update_child(h, |c| c.take(n)).ok()?;
-        let claimed = if order <= WORD_ORDER {
-            self.claim_in_word(h, order, hint)
-        } else {
-            self.claim_words(h, order)
+        let claimed = match search {
+            Search::At(index) => self.claim_at(h, index, order).then_some(index),
+            Search::From(hint) if order <= WORD_ORDER => self.claim_in_word(h, order, hint),
+            Search::From(_) => self.claim_words(h, order),
         };
         let Some(index) = claimed else {
             let _ = self.update_child(h, |c| Some(c.give(n)));
@@ -299,11 +332,7 @@ impl<W: WriteBack> Lower<W> {
     /// to `01` (order 0) or `11` (orders 1..=5).
     fn claim_in_word(&self, h: HugeId, order: u32, hint: usize) -> Option<usize> {
         let passes = if order == 0 { ORDER0_PASSES } else { 1 };
-        let slots = if order == 0 {
-            ORDER0_SLOT
-        } else {
-            block_mask(order + 1)
-        };
+        let slots = slots_of(order);
         for _ in 0..passes {
             for i in 0..WORDS {
                 let w = (hint + i) % WORDS;
@@ -321,34 +350,51 @@ impl<W: WriteBack> Lower<W> {
         None
     }
 
-    /// Orders 6..=8: 2, 4 or 8 whole words, set one after the other. If a racing allocation
-    /// took a unit of a word we have not set yet, every word we set is cleared again and the
-    /// group counts as taken (§4.2.1); success is reported only once all words are ours.
+    /// The block of `order` at `index` exactly, if all its units are free.
+    fn claim_at(&self, h: HugeId, index: usize, order: u32) -> bool {
+        if order <= WORD_ORDER {
+            let (word, shift) = self.bit_of(index);
+            let mask = block_mask(order + 1) << shift;
+            word.try_change(|v| (v & mask == 0).then_some(v | slots_of(order) << shift))
+                .is_ok()
+        } else {
+            self.claim_group(h, (index % HUGE_UNITS) / SLOTS, 1 << (order - WORD_ORDER))
+        }
+    }
+
+    /// Orders 6..=8: the first group of 2, 4 or 8 whole free words.
     fn claim_words(&self, h: HugeId, order: u32) -> Option<usize> {
         let span = 1 << (order - WORD_ORDER);
-        'group: for g in (0..WORDS).step_by(span) {
-            if (g..g + span).any(|w| self.bits(h, w).get() != 0) {
-                continue;
-            }
-            for w in g..g + span {
-                if self
-                    .bits(h, w)
-                    .try_change(|v| (v == 0).then_some(u64::MAX))
-                    .is_err()
-                {
-                    for set in g..w {
-                        // We own these whole words: nothing else writes a word it did not
-                        // find with a free slot, and no free clears a `11` slot without the
-                        // start entry we have not written.
-                        self.bits(h, set).store(0, Ordering::Release);
-                    }
-                    self.persist(|| self.bits(h, g));
-                    continue 'group;
-                }
-            }
-            return Some(h.first_unit() + g * SLOTS);
+        (0..WORDS)
+            .step_by(span)
+            .find(|&g| self.claim_group(h, g, span))
+            .map(|g| h.first_unit() + g * SLOTS)
+    }
+
+    /// The `span` words from word `g`, set one after the other. If a racing allocation took a
+    /// unit of a word we have not set yet, every word we set is cleared again and the group
+    /// counts as taken (§4.2.1); success is reported only once all words are ours.
+    fn claim_group(&self, h: HugeId, g: usize, span: usize) -> bool {
+        if (g..g + span).any(|w| self.bits(h, w).get() != 0) {
+            return false;
         }
-        None
+        for w in g..g + span {
+            if self
+                .bits(h, w)
+                .try_change(|v| (v == 0).then_some(u64::MAX))
+                .is_err()
+            {
+                for set in g..w {
+                    // We own these whole words: nothing else writes a word it did not find
+                    // with a free slot, and no free clears a `11` slot without the start
+                    // entry we have not written.
+                    self.bits(h, set).store(0, Ordering::Release);
+                }
+                self.persist(|| self.bits(h, g));
+                return false;
+            }
+        }
+        true
     }
 
     /// Fig. 14b for order 0: the slot says whether `index` is an order-0 block and is cleared
@@ -492,6 +538,24 @@ impl<W: WriteBack> Lower<W> {
             count += v.count_ones() as usize;
         }
         let _ = self.update_child(h, |_| Some(Child::with_free(HUGE_UNITS - count)));
+    }
+}
+
+/// Where [`Lower::alloc_small`] looks for a block.
+#[derive(Clone, Copy)]
+enum Search {
+    /// Anywhere in the frame, from this bit-field word on.
+    From(usize),
+    /// Exactly at this unit.
+    At(usize),
+}
+
+/// The slots of a block of `order` (0..=5) at bit 0 of a word: `01` for order 0, all `11`.
+const fn slots_of(order: u32) -> u64 {
+    if order == 0 {
+        ORDER0_SLOT
+    } else {
+        block_mask(order + 1)
     }
 }
 

@@ -348,23 +348,40 @@ impl<W: WriteBack> LLFree<W> {
     /// the rounds are bounded by [`FALLBACK_ROUNDS`] (then the allocation fails as before),
     /// so the fallback stays lock-free and takes at most about `FALLBACK_ROUNDS` scans and
     /// `FALLBACK_ROUNDS * MAX_PAUSE` spins.
-    fn alloc_anywhere(&self, order: u32) -> Result<usize, Error> {
+    ///
+    /// `busy` is the answer when the last of `rounds` rounds still met a move in flight.
+    fn alloc_anywhere(&self, order: u32, rounds: usize, busy: Error) -> Result<usize, Error> {
+        self.until_quiet(rounds, || self.drain(), || self.scan(order))
+            .map_err(|quiet| if quiet { Error::OutOfMemory } else { busy })
+    }
+
+    /// Runs `attempt` (after `prepare`) until it gives an answer, or fails in a round during
+    /// which no reservation move was in flight; at most `rounds` rounds, with a growing pause
+    /// between them. If every round failed, says whether the last one was quiet.
+    fn until_quiet<T>(
+        &self,
+        rounds: usize,
+        prepare: impl Fn(),
+        mut attempt: impl FnMut() -> Option<T>,
+    ) -> Result<T, bool> {
         let mut pause = 1;
-        for _ in 0..FALLBACK_ROUNDS {
-            self.drain();
+        for round in 1..=rounds {
+            prepare();
             let before = self.moves.snapshot();
-            if let Some(index) = self.scan(order) {
-                return Ok(index);
+            if let Some(answer) = attempt() {
+                return Ok(answer);
             }
             if self.moves.quiet_since(before) {
-                break;
+                return Err(true);
             }
-            for _ in 0..pause {
-                spin_loop();
+            if round < rounds {
+                for _ in 0..pause {
+                    spin_loop();
+                }
+                pause = (pause * 2).min(MAX_PAUSE);
             }
-            pause = (pause * 2).min(MAX_PAUSE);
         }
-        Err(Error::OutOfMemory)
+        Err(false)
     }
 
     /// One round of the complete fallback over every tree.
@@ -378,14 +395,19 @@ impl<W: WriteBack> LLFree<W> {
             if let Some(index) = self.alloc_in(t, order, first) {
                 return Some(index);
             }
-            match source {
-                Counter::Core(core) => {
-                    self.credit(core, t, n);
-                }
-                Counter::Tree => self.trees.add(t, n),
-            }
+            self.give_back(source, t, n);
         }
         None
+    }
+
+    /// Returns `n` units taken by [`LLFree::take_any`] to the counter they came from.
+    fn give_back(&self, source: Counter, t: TreeId, n: usize) {
+        match source {
+            Counter::Core(core) => {
+                self.credit(core, t, n);
+            }
+            Counter::Tree => self.trees.add(t, n),
+        }
     }
 
     /// Takes `n` units of `t` from its tree counter or from the counter of a core holding it.
@@ -460,8 +482,16 @@ const MAX_PAUSE: usize = 1 << 10;
 #[cfg(loom)]
 const MAX_PAUSE: usize = 1;
 
-impl<W: WriteBack> BlockAlloc for LLFree<W> {
-    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+impl<W: WriteBack> LLFree<W> {
+    /// The allocation, with at most `rounds` rounds of the complete fallback, answering
+    /// `busy` if they all met a reservation move of another core in flight.
+    fn alloc_with(
+        &self,
+        order: u32,
+        core: usize,
+        rounds: usize,
+        busy: Error,
+    ) -> Result<usize, Error> {
         if order > self.max_order {
             return Err(Error::BadOrder);
         }
@@ -494,7 +524,19 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
                 break;
             }
         }
-        self.alloc_anywhere(order)
+        self.alloc_anywhere(order, rounds, busy)
+    }
+}
+
+impl<W: WriteBack> BlockAlloc for LLFree<W> {
+    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        self.alloc_with(order, core, FALLBACK_ROUNDS, Error::OutOfMemory)
+    }
+
+    /// One round of the fallback and no pause: where [`BlockAlloc::alloc`] would wait for a
+    /// reservation move of another core to finish, this answers [`Error::WouldBlock`].
+    fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        self.alloc_with(order, core, 1, Error::WouldBlock)
     }
 
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
@@ -533,6 +575,33 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
 
     fn drain(&self) {
         self.moves.bracket(|| ((), self.release_all(None)));
+    }
+
+    /// Takes the units from whichever counter holds the tree's (as the fallback scan does),
+    /// then the block itself. A failed take counts only if no reservation move was in flight
+    /// meanwhile (the count may be in a moving core's hands); it is retried, bounded as the
+    /// fallback is.
+    fn alloc_at(&self, index: usize, order: u32, _core: usize) -> Result<(), Error> {
+        check_block(index, order, self.max_order, self.units)?;
+        let t = self.tree_of(index);
+        let n = 1 << order;
+        let taken = || {
+            let source = self.take_any(t, n)?;
+            if self.lower.alloc_at(index, order) {
+                return Some(Ok(()));
+            }
+            self.give_back(source, t, n);
+            Some(Err(Error::Occupied))
+        };
+        self.until_quiet(FALLBACK_ROUNDS, || {}, taken)
+            .unwrap_or(Err(Error::Occupied))
+    }
+
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        if index >= self.units {
+            return Err(Error::OutOfRange);
+        }
+        Ok(self.lower.block_of(index))
     }
 }
 

@@ -62,4 +62,31 @@ impl<A: SeqBlockAlloc, R: RawMutex + Sync + Send> BlockAlloc for Locked<A, R> {
     fn max_order(&self) -> u32 {
         self.max_order
     }
+
+    /// Only if the lock is free at once: a lock holder may be the interrupted code itself.
+    fn try_alloc(&self, order: u32, _core: usize) -> Result<usize, Error> {
+        self.inner.try_lock().ok_or(Error::WouldBlock)?.alloc(order)
+    }
+
+    fn alloc_at(&self, index: usize, order: u32, _core: usize) -> Result<(), Error> {
+        self.inner.lock().alloc_at(index, order)
+    }
+
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        self.inner.lock().block_of(index)
+    }
+
+    /// The whole range under one lock: no other operation sees it half done.
+    fn free_range(&self, start: usize, len: usize, _core: usize) -> Result<(), Error> {
+        crate::range::free_range(
+            &mut crate::range::Exclusive(&mut *self.inner.lock()),
+            start,
+            len,
+        )
+    }
+
+    fn reserve_range(&self, start: usize, len: usize, _core: usize) -> Result<(), Error> {
+        let mut inner = self.inner.lock();
+        crate::range::reserve_range(&mut crate::range::Exclusive(&mut *inner), start, len)
+    }
 }

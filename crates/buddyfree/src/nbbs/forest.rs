@@ -592,6 +592,28 @@ impl<K: Kind> BlockAlloc for Forest<K> {
     fn max_order(&self) -> u32 {
         self.max_order
     }
+
+    /// TRYALLOC (Alg. 3) on the node of the block: it succeeds only if neither the node, nor
+    /// a node below it, nor an ancestor is occupied.
+    fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        check_block(index, order, self.max_order, self.units)?;
+        self.try_alloc(Node {
+            order,
+            pos: index >> order,
+        })
+        .map_err(|_| Error::Occupied)?;
+        self.cores.slot(core).allocated(1 << order);
+        Ok(())
+    }
+
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        if index >= self.units {
+            return Err(Error::OutOfRange);
+        }
+        Ok((0..=self.max_order)
+            .map(|order| (index & !((1 << order) - 1), order))
+            .find(|&(start, order)| self.is_allocated(start, order)))
+    }
 }
 
 #[cfg(all(test, not(loom)))]

@@ -83,6 +83,18 @@ macro_rules! nbbs_type {
             fn max_order(&self) -> u32 {
                 self.0.max_order()
             }
+            /// The same as `alloc`: NBBS never waits for another thread. Its scan is
+            /// repeated only when frees completed meanwhile (Alg. 2, A15), each of them
+            /// progress of another thread.
+            fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+                self.0.alloc(order, core)
+            }
+            fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+                self.0.alloc_at(index, order, core)
+            }
+            fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+                self.0.block_of(index)
+            }
         }
     };
 }
