@@ -29,6 +29,7 @@ pub mod range;
 pub mod registry;
 pub mod stats;
 pub mod sync;
+pub mod zones;
 
 pub use config::Config;
 pub use error::Error;

@@ -17,10 +17,12 @@
 //! `#[global_allocator]` statics; [`TypedPool`] hands out typed, dropping handles.
 
 mod api;
+mod device;
 #[cfg(all(feature = "std", unix, not(loom)))]
 mod global;
 mod pool;
 mod region;
+mod static_heap;
 
 use core::alloc::Layout;
 use core::fmt;
@@ -29,10 +31,12 @@ use core::ptr::NonNull;
 use crate::sync::atomic::{AtomicUsize, Ordering};
 use crate::{BlockAlloc, Config, Error};
 
+pub use device::DeviceHeap;
 #[cfg(all(feature = "std", unix, not(loom)))]
 pub use global::GlobalHeap;
 pub use pool::{PoolBox, PoolSlice, TypedPool};
 pub use region::Region;
+pub use static_heap::{NoFallback, StaticHeap};
 
 /// What went wrong in a heap operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -200,25 +204,7 @@ impl<A: BlockAlloc> Heap<A> {
 
     /// The order of the block serving `layout`.
     pub fn order_of(&self, layout: Layout) -> Result<u32, HeapError> {
-        if layout.size() == 0 {
-            return Err(HeapError::ZeroSize);
-        }
-        if layout.align() > self.max_align {
-            return Err(HeapError::BadAlign);
-        }
-        let units = layout.size().div_ceil(self.unit());
-        // `units <= usize::MAX / unit`, so the next power of two cannot overflow unless the
-        // request is absurd; then it is too large for any heap.
-        let by_size = units
-            .checked_next_power_of_two()
-            .ok_or(HeapError::TooLarge)?
-            .trailing_zeros();
-        let by_align = (layout.align() >> self.unit_shift).max(1).trailing_zeros();
-        let order = by_size.max(by_align);
-        if order > self.max_order {
-            return Err(HeapError::TooLarge);
-        }
-        Ok(order)
+        order_for(layout, self.unit_shift, self.max_align, self.max_order)
     }
 
     /// The address of unit `index`, or `None` past the last unit.
@@ -323,6 +309,35 @@ fn first_unit(region: &Region, unit: usize) -> Option<(usize, usize)> {
         Some(rest) => Some((skip, rest / unit)),
         None => Some((region.len(), 0)),
     }
+}
+
+/// The order of the block serving `layout` with units of `2^unit_shift` bytes, blocks up to
+/// `max_order` and block starts aligned to at most `max_align` bytes (see the module docs).
+fn order_for(
+    layout: Layout,
+    unit_shift: u32,
+    max_align: usize,
+    max_order: u32,
+) -> Result<u32, HeapError> {
+    if layout.size() == 0 {
+        return Err(HeapError::ZeroSize);
+    }
+    if layout.align() > max_align {
+        return Err(HeapError::BadAlign);
+    }
+    let units = layout.size().div_ceil(1 << unit_shift);
+    // `units <= usize::MAX / unit`, so the next power of two cannot overflow unless the
+    // request is absurd; then it is too large for any heap.
+    let by_size = units
+        .checked_next_power_of_two()
+        .ok_or(HeapError::TooLarge)?
+        .trailing_zeros();
+    let by_align = (layout.align() >> unit_shift).max(1).trailing_zeros();
+    let order = by_size.max(by_align);
+    if order > max_order {
+        return Err(HeapError::TooLarge);
+    }
+    Ok(order)
 }
 
 /// The bytes in a block of `2^order` units of `unit` bytes, if that fits in a `usize`.
