@@ -13,7 +13,10 @@ use std::sync::OnceLock;
 
 use buddyfree::heap::{block_bytes, Heap, HeapError, Region};
 use buddyfree::registry::{self, DynAlloc};
-use buddyfree::{Config, Error};
+use buddyfree::{BlockAlloc, Config, Error};
+
+mod device;
+pub use device::*;
 
 /// The allocator used when the configuration names none.
 const DEFAULT_ALLOCATOR: &str = "nbbs4";
@@ -92,7 +95,7 @@ impl From<HeapError> for BuddyfreeStatus {
 }
 
 /// The names `buddyfree_strerror` gives, indexed by status value.
-const STATUS_NAMES: [&CStr; 15] = [
+const STATUS_NAMES: [&CStr; 18] = [
     c"ok",
     c"out of memory",
     c"order above the maximum order",
@@ -108,6 +111,9 @@ const STATUS_NAMES: [&CStr; 15] = [
     c"null argument",
     c"unknown allocator",
     c"region too small or mapping refused",
+    c"a unit of the block is not free",
+    c"operation not supported by this allocator",
+    c"the call would have had to wait",
 ];
 
 /// How to build an instance.
@@ -358,19 +364,8 @@ pub unsafe extern "C" fn buddyfree_alloc_order(
         let (index, p) = bf.heap.alloc_index(order)?;
         Ok((index, p.as_ptr().cast::<c_void>()))
     });
-    let mut pair = (0, ptr::null_mut());
-    // SAFETY: `pair` is a local.
-    let code = unsafe { status(result, &mut pair) };
-    // SAFETY: null or writable by the caller's contract.
-    unsafe {
-        if !index_out.is_null() {
-            index_out.write(pair.0);
-        }
-        if !ptr_out.is_null() {
-            ptr_out.write(pair.1);
-        }
-    }
-    code
+    // SAFETY: the caller's contract on the outputs.
+    unsafe { write_pair(result, index_out, ptr_out) }
 }
 
 /// Frees the block of `2^order` units starting at unit `index`.
@@ -387,6 +382,155 @@ pub unsafe extern "C" fn buddyfree_free_order(
     let result = unsafe { instance(bf) }.and_then(|bf| Ok(bf.heap.free_index(index, order)?));
     // SAFETY: a null `out` is allowed.
     unsafe { status(result, ptr::null_mut()) }
+}
+
+/// Runs `f` on a live instance's block allocator and turns its answer into a status.
+///
+/// # Safety
+/// `bf` must be null or a live instance.
+unsafe fn on_blocks(
+    bf: *const Buddyfree,
+    f: impl FnOnce(&DynAlloc) -> Result<(), Error>,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf`.
+    let result = unsafe { instance(bf) }.and_then(|bf| Ok(f(bf.heap.allocator())?));
+    // SAFETY: a null `out` is allowed.
+    unsafe { status(result, ptr::null_mut()) }
+}
+
+/// Like `buddyfree_alloc_order`, but never waits (for interrupt or signal context): where
+/// the allocator would wait for a lock or another thread, returns
+/// `BUDDYFREE_STATUS_WOULD_BLOCK`; allocators without that guarantee return
+/// `BUDDYFREE_STATUS_UNSUPPORTED`.
+///
+/// # Safety
+/// `bf` must be null or a live instance; `index_out` and `ptr_out` must be null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_try_alloc_order(
+    bf: *const Buddyfree,
+    order: u32,
+    index_out: *mut usize,
+    ptr_out: *mut *mut c_void,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf`.
+    let result = unsafe { instance(bf) }.and_then(|bf| {
+        let index = bf.heap.allocator().try_alloc(order, 0)?;
+        let p = bf.heap.ptr_of(index).ok_or(BuddyfreeStatus::OutOfRange)?;
+        Ok((index, p.as_ptr().cast::<c_void>()))
+    });
+    // SAFETY: the caller's contract on the outputs.
+    unsafe { write_pair(result, index_out, ptr_out) }
+}
+
+/// Allocates the block of `2^order` units at unit `index` if all its units are free
+/// (`BUDDYFREE_STATUS_OCCUPIED` otherwise, changing nothing).
+///
+/// # Safety
+/// `bf` must be null or a live instance.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_alloc_at(
+    bf: *const Buddyfree,
+    index: usize,
+    order: u32,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf`.
+    unsafe { on_blocks(bf, |a| a.alloc_at(index, order, 0)) }
+}
+
+/// Allocates every unit of `start .. start + len` (unit indices), as the largest aligned
+/// blocks: a hole or reserved range of a memory map. If one is not free, nothing changes.
+///
+/// # Safety
+/// `bf` must be null or a live instance.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_reserve_range(
+    bf: *const Buddyfree,
+    start: usize,
+    len: usize,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf`.
+    unsafe { on_blocks(bf, |a| a.reserve_range(start, len, 0)) }
+}
+
+/// Frees every unit of `start .. start + len` (unit indices), which must all be allocated,
+/// as the largest aligned blocks, ragged ends included: a usable range of a memory map on an
+/// instance whose units were all reserved first (`buddyfree_reserve_range(bf, 0, units)`).
+/// Where an end cuts a block, it must not race with allocations (see the Rust docs of
+/// `buddyfree::range`).
+///
+/// # Safety
+/// `bf` must be null or a live instance.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_free_range(
+    bf: *const Buddyfree,
+    start: usize,
+    len: usize,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf`.
+    unsafe { on_blocks(bf, |a| a.free_range(start, len, 0)) }
+}
+
+/// Stores in `*order_out` the order of the live block that starts at `ptr`.
+///
+/// # Safety
+/// `bf` must be null or a live instance; `order_out` must be null or writable. `ptr` is
+/// never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_order_at(
+    bf: *const Buddyfree,
+    ptr: *const c_void,
+    order_out: *mut u32,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf`.
+    let result = unsafe { instance(bf) }.and_then(|bf| {
+        let index = bf.heap.index_of(ptr.cast())?;
+        Ok(bf.heap.allocator().order_at(index)?)
+    });
+    // SAFETY: the caller's contract on `order_out`.
+    unsafe { status(result, order_out) }
+}
+
+/// Frees the block that starts at `ptr`, whatever its size (the allocator knows its order).
+///
+/// # Safety
+/// `bf` must be null or a live instance. `ptr` is never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_free_at(
+    bf: *const Buddyfree,
+    ptr: *mut c_void,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf`.
+    let result = unsafe { instance(bf) }.and_then(|bf| {
+        let index = bf.heap.index_of(ptr.cast())?;
+        let order = bf.heap.allocator().order_at(index)?;
+        Ok(bf.heap.free_index(index, order)?)
+    });
+    // SAFETY: a null `out` is allowed.
+    unsafe { status(result, ptr::null_mut()) }
+}
+
+/// Writes an index and an address to the outputs that are not null (0 and NULL on failure).
+///
+/// # Safety
+/// `index_out` and `ptr_out` must be null or writable.
+unsafe fn write_pair(
+    result: Result<(usize, *mut c_void), BuddyfreeStatus>,
+    index_out: *mut usize,
+    ptr_out: *mut *mut c_void,
+) -> BuddyfreeStatus {
+    let mut pair = (0, ptr::null_mut());
+    // SAFETY: `pair` is a local.
+    let code = unsafe { status(result, &mut pair) };
+    // SAFETY: null or writable by the caller's contract.
+    unsafe {
+        if !index_out.is_null() {
+            index_out.write(pair.0);
+        }
+        if !ptr_out.is_null() {
+            ptr_out.write(pair.1);
+        }
+    }
+    code
 }
 
 /// Fills `*out` with the instance's counters.
@@ -469,8 +613,8 @@ mod tests {
             assert!(!s.is_empty());
         }
         // The last status indexes the last name.
-        assert_eq!(BuddyfreeStatus::BadRegion as usize, STATUS_NAMES.len() - 1);
-        for code in [-1, 15, i32::MAX, i32::MIN] {
+        assert_eq!(BuddyfreeStatus::WouldBlock as usize, STATUS_NAMES.len() - 1);
+        for code in [-1, 18, i32::MAX, i32::MIN] {
             // SAFETY: as above.
             let s = unsafe { CStr::from_ptr(buddyfree_strerror(code)) };
             assert_eq!(s, c"unknown status code");
