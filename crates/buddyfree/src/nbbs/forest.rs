@@ -4,10 +4,10 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::marker::PhantomData;
 
-use super::cell::Shape;
+use super::cell::{Shape, State};
 use super::cores::Cores;
-use super::word::Word;
-use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use super::word::{AtomicU128, Word};
+use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::{check_block, BlockAlloc, Config, Error};
 
 /// Records protocol steps under loom tests, printed when a check fails.
@@ -31,19 +31,31 @@ pub trait Kind: Send + Sync + 'static {
     const LINE: usize;
 }
 
-/// The paper's 1-level tree: one node per `AtomicU32` (5 state bits, 27 generation bits).
+/// The paper's 1-level tree: one node per `AtomicU64` (5 state bits, 59 generation bits).
 pub struct OneLevel;
 impl Kind for OneLevel {
-    type Atomic = AtomicU32;
-    const SHAPE: Shape = Shape::new(1, 32);
-    const LINE: usize = 16;
+    type Atomic = AtomicU64;
+    const SHAPE: Shape = Shape::new(1, Shape::state_bits(1), 59);
+    const LINE: usize = 8;
 }
 
-/// The paper's 4-level bunches: 15 nodes per `AtomicU64` (47 state bits, 17 generation bits).
+/// The paper's 4-level bunches: 15 nodes per 128-bit cell (47 state bits in the low half, a
+/// 64-bit generation in the high half).
 pub struct FourLevel;
 impl Kind for FourLevel {
+    type Atomic = AtomicU128;
+    const SHAPE: Shape = Shape::new(4, 64, 64);
+    const LINE: usize = 4;
+}
+
+/// Cells of `LEVELS` levels in an `AtomicU64` with a generation of only `GEN` bits, which
+/// wraps after `2^GEN` marks: for tests showing that they catch a generation too narrow.
+#[cfg(test)]
+pub struct Narrow<const LEVELS: u32, const GEN: u32>;
+#[cfg(test)]
+impl<const LEVELS: u32, const GEN: u32> Kind for Narrow<LEVELS, GEN> {
     type Atomic = AtomicU64;
-    const SHAPE: Shape = Shape::new(4, 64);
+    const SHAPE: Shape = Shape::new(LEVELS, Shape::state_bits(LEVELS), GEN);
     const LINE: usize = 8;
 }
 
@@ -56,13 +68,14 @@ struct Seen {
     /// The cell level of the freed node.
     home: usize,
     /// By levels climbed, from the node's parent cell up.
-    gens: [u32; Seen::LEVELS],
+    gens: [u64; Seen::LEVELS],
 }
 
 impl Seen {
     const LEVELS: usize = 32;
-    /// No generation seen (a generation is narrower than 32 bits).
-    const NONE: u32 = u32::MAX;
+    /// No generation seen. A 64-bit generation can take this value too; it then only costs
+    /// the UNMARK a re-check of the child, as an unknown generation does.
+    const NONE: u64 = u64::MAX;
 
     #[inline]
     fn new(home: usize) -> Self {
@@ -73,14 +86,14 @@ impl Seen {
     }
 
     #[inline]
-    fn set(&mut self, level: usize, gen: u32) {
+    fn set(&mut self, level: usize, gen: u64) {
         if let Some(g) = self.gens.get_mut(self.home - 1 - level) {
             *g = gen;
         }
     }
 
     #[inline]
-    fn get(&self, level: usize) -> Option<u32> {
+    fn get(&self, level: usize) -> Option<u64> {
         let g = *self.gens.get(self.home - 1 - level)?;
         (g != Self::NONE).then_some(g)
     }
@@ -107,7 +120,7 @@ struct Node {
 pub struct Stalled {
     node: Node,
     at: Place,
-    now: u64,
+    now: State,
     seen: Seen,
 }
 
@@ -142,7 +155,13 @@ pub struct Forest<K: Kind> {
 }
 
 impl<K: Kind> Forest<K> {
-    const S: Shape = K::SHAPE;
+    const S: Shape = {
+        assert!(
+            K::SHAPE.width() <= K::Atomic::BITS,
+            "the cell does not fit its word"
+        );
+        K::SHAPE
+    };
     const LEVELS: u32 = K::SHAPE.levels;
 
     /// A forest managing `config.units` units. When `units` is not a multiple of
@@ -281,7 +300,7 @@ impl<K: Kind> Forest<K> {
     /// (occupied, not allocated); `now` is its cell's state as of the caller's last RMW on it.
     /// Climbs no higher than cell level `stop` (0 for a free, the last marked level for a
     /// rollback).
-    fn release(&self, at: Place, now: u64, stop: usize) {
+    fn release(&self, at: Place, now: State, stop: usize) {
         let mut seen = Seen::new(at.level);
         self.mark_coalescing(at, now, stop, &mut seen);
         let now = self.clear(at);
@@ -290,7 +309,7 @@ impl<K: Kind> Forest<K> {
 
     /// F6-F19: marks the ancestors coalescing, as far as the merge may reach, recording the
     /// generation of each cell marked.
-    fn mark_coalescing(&self, at: Place, now: u64, stop: usize, seen: &mut Seen) {
+    fn mark_coalescing(&self, at: Place, now: State, stop: usize, seen: &mut Seen) {
         if at.level <= stop || !Self::S.keeps_climbing(now, Self::S.node_bits(at.j)) {
             return;
         }
@@ -318,7 +337,7 @@ impl<K: Kind> Forest<K> {
     /// F20: clears the node, returning its cell's new state. Release: the caller's writes to
     /// the block happen before its next owner's. An RMW, not the paper's store: other nodes
     /// of a bunch change concurrently.
-    fn clear(&self, at: Place) -> u64 {
+    fn clear(&self, at: Place) -> State {
         let keep = Self::S.clear_mask(at.j);
         let now = self
             .cell(at.level, at.cell)
@@ -364,7 +383,7 @@ impl<K: Kind> Forest<K> {
     /// mark, 2^17 marks on one cell take over a millisecond of back-to-back allocations
     /// through it, so a bunch free preempted for that long under such traffic is exposed;
     /// the 1-level tree needs 2^27 (over a second).
-    fn unmark(&self, at: Place, now: u64, stop: usize, seen: &Seen) {
+    fn unmark(&self, at: Place, now: State, stop: usize, seen: &Seen) {
         if !Self::S.looks_free(now) {
             return;
         }
@@ -487,7 +506,7 @@ impl<K: Kind> Forest<K> {
 
     /// The cell states, for failure reports.
     #[cfg(all(test, loom))]
-    pub fn dump(&self) -> Vec<u64> {
+    pub fn dump(&self) -> Vec<State> {
         self.cells
             .iter()
             .map(|c| c.load(Ordering::Relaxed))
@@ -623,14 +642,21 @@ mod tests {
     /// A free's UNMARK stalls after its clear while its units are allocated again: V takes
     /// unit 0 and starts freeing it, Y takes unit 1 and completes, then V's coalescing mark
     /// lands above Y's marks and the stalled UNMARK finds it. The published UNMARK clears
-    /// the link to Y's branch, making the root look free while Y holds unit 1.
-    fn stale_unmark_races_realloc<K: Kind>(units: usize, max_order: u32) {
+    /// the link to Y's branch, making the root look free while Y holds unit 1. Before V,
+    /// unit 0 is allocated and freed `reallocs` times: with V's and Y's, `reallocs + 2`
+    /// marks land above X's cell during the stall, which a generation wrapping at that
+    /// count would not notice.
+    fn stale_unmark_races_realloc<K: Kind>(units: usize, max_order: u32, reallocs: usize) {
         let f = Forest::<K>::new(Config::new(units, max_order)).unwrap();
         let s = K::SHAPE;
         assert_eq!(f.alloc(1, 0), Ok(0));
         // X: frees the order-1 block at 0 up to its clear (F20), then stalls.
         let x = f.place(Node { order: 1, pos: 0 });
         let stalled = f.free_until_unmark(0, 1);
+        for _ in 0..reallocs {
+            assert_eq!(f.alloc(0, 0), Ok(0));
+            f.free(0, 0, 0).unwrap();
+        }
         // V: allocates unit 0 and marks its free coalescing up to X's cell.
         assert_eq!(f.alloc(0, 0), Ok(0));
         let v = f.place(Node { order: 0, pos: 0 });
@@ -653,7 +679,9 @@ mod tests {
         f.count_free(Node { order: 0, pos: 0 }, 0);
         // X: its UNMARK resumes.
         f.resume(stalled, 0);
-        assert_eq!(f.alloc(max_order, 0), Err(Error::OutOfMemory));
+        if let Ok(top) = f.alloc(max_order, 0) {
+            panic!("top block {top} allocated while unit 1 is held");
+        }
         f.free(1, 0, 0).unwrap();
         assert_eq!(f.free_units(), units);
         let top = f.alloc(max_order, 0).unwrap();
@@ -674,7 +702,33 @@ mod tests {
 
     #[test]
     fn stale_unmark_cannot_free_a_reused_branch() {
-        stale_unmark_races_realloc::<FourLevel>(32, 5);
-        stale_unmark_races_realloc::<OneLevel>(4, 2);
+        for reallocs in [0, 2, 6, 1000] {
+            stale_unmark_races_realloc::<FourLevel>(32, 5, reallocs);
+            stale_unmark_races_realloc::<OneLevel>(4, 2, reallocs);
+        }
+    }
+
+    /// The replay catches a generation that wraps: with 2 bits, the 4 marks of 2 reallocations
+    /// and V's and Y's bring it back to X's value.
+    #[test]
+    #[should_panic(expected = "allocated while unit 1 is held")]
+    fn stale_unmark_replay_catches_a_narrow_generation_one_level() {
+        stale_unmark_races_realloc::<Narrow<1, 2>>(4, 2, 2);
+    }
+
+    #[test]
+    #[should_panic(expected = "allocated while unit 1 is held")]
+    fn stale_unmark_replay_catches_a_narrow_generation_bunch() {
+        stale_unmark_races_realloc::<Narrow<4, 2>>(32, 5, 2);
+    }
+
+    /// The generation check is what refuses the stale UNMARK: short of a wrap, the narrow
+    /// cells pass the replay too.
+    #[test]
+    fn narrow_generation_refuses_short_of_a_wrap() {
+        for reallocs in [0, 1, 3] {
+            stale_unmark_races_realloc::<Narrow<1, 2>>(4, 2, reallocs);
+            stale_unmark_races_realloc::<Narrow<4, 2>>(32, 5, reallocs);
+        }
     }
 }

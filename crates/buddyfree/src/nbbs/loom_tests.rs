@@ -11,7 +11,8 @@ use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;
 
-use super::forest::{Forest, FourLevel, Kind, OneLevel};
+use super::cell::State;
+use super::forest::{Forest, FourLevel, Kind, Narrow, OneLevel};
 use super::{Nbbs, Nbbs4};
 use crate::{BlockAlloc, Config, Error};
 
@@ -19,17 +20,17 @@ type Build = fn(Config) -> Box<dyn Dump>;
 
 /// An allocator whose cells can be printed when a check fails.
 trait Dump: BlockAlloc + Send {
-    fn dump(&self) -> Vec<u64>;
+    fn dump(&self) -> Vec<State>;
 }
 
 impl Dump for Nbbs {
-    fn dump(&self) -> Vec<u64> {
+    fn dump(&self) -> Vec<State> {
         self.0.dump()
     }
 }
 
 impl Dump for Nbbs4 {
-    fn dump(&self) -> Vec<u64> {
+    fn dump(&self) -> Vec<State> {
         self.0.dump()
     }
 }
