@@ -375,14 +375,9 @@ impl<K: Kind> Forest<K> {
     /// occupies the child will unmark it (an allocation through its free or rollback, a
     /// free through its own UNMARK, which finds this coalescing bit still set).
     ///
-    /// Residual window (ABA of the generation): a generation has 27 bits (1-level) or 17
-    /// bits (bunches). A free stalled between its reading (its coalescing mark, or the
-    /// refusing CAS) and its unlinking CAS at a cell, while exactly a multiple of 2^27 (or
-    /// 2^17 = 131 072) allocation marks land on that one cell and the coalescing bit is set
-    /// again at the end, is not detected and can still unlink a live branch. At some 10 ns a
-    /// mark, 2^17 marks on one cell take over a millisecond of back-to-back allocations
-    /// through it, so a bunch free preempted for that long under such traffic is exposed;
-    /// the 1-level tree needs 2^27 (over a second).
+    /// Equal generations mean that no mark came in between, because a generation does not
+    /// wrap: 59 bits per 1-level node, 64 per bunch, so coming back to a value takes 2^59
+    /// marks of one cell, over 18 years of them back to back (module docs of `nbbs`).
     fn unmark(&self, at: Place, now: State, stop: usize, seen: &Seen) {
         if !Self::S.looks_free(now) {
             return;

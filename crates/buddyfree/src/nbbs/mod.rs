@@ -5,11 +5,12 @@
 //!
 //! Two layouts share one implementation (module `forest`, generic over a cell of `K` levels,
 //! module `cell`):
-//! - [`Nbbs`]: the 1-level tree, one `AtomicU32` per node: 5 state bits and a 27-bit
-//!   generation, about 8 bytes per unit (2 nodes per unit; no reverse map: `free` takes the
-//!   order).
-//! - [`Nbbs4`]: 4-level bunches (3.6.2), 15 nodes per `AtomicU64` (47 state bits and a
-//!   17-bit generation), so a climb does one CAS per four levels.
+//! - [`Nbbs`]: the 1-level tree, one `AtomicU64` per node: 5 state bits and a 59-bit
+//!   generation, about 16 bytes per unit (2 nodes per unit; no reverse map: `free` takes the
+//!   order): 4 MiB per GiB of 4 KiB units.
+//! - [`Nbbs4`]: 4-level bunches (3.6.2), 15 nodes per 128-bit cell (47 state bits and a
+//!   64-bit generation, updated by a double-width CAS), so a climb does one CAS per four
+//!   levels: 2.1 MiB per GiB of 4 KiB units with `max_order` 9, 1.1 MiB with 18.
 //!
 //! The managed units form a forest of `ceil(units / 2^max_order)` trees of height `max_order`
 //! (the paper's `base_level` is the roots); a last partial tree has its missing units
@@ -27,9 +28,24 @@
 //!   the second free's coalescing bit looks like the first one's. Every mark bumps a
 //!   per-cell generation; UNMARK clears a link only if the generation is the one it read
 //!   before it found the child free, and otherwise re-checks the child (`Forest::unmark`
-//!   has the argument and the residual wrap-around window: 2^27 or 2^17 marks on one cell
-//!   during one stalled UNMARK step). Found by the unit test
-//!   `stale_unmark_cannot_free_a_reused_branch` and the loom test `loom_nbbs_stale_unmark`.
+//!   has the argument). Found by the unit test `stale_unmark_cannot_free_a_reused_branch`
+//!   and the loom test `loom_nbbs_stale_unmark`.
+//!
+//!   The generation is what makes the check sound, so it is as wide as a word allows and
+//!   does not wrap: 59 bits in a 1-level node, a full 64 bits beside the 47 state bits of a
+//!   bunch (hence its 128-bit cell). A stale UNMARK could only pass if the generation came
+//!   back to the value it read, i.e. after 2^59 (or 2^64) marks of that one cell while it
+//!   was stalled. The marks of a cell are successful RMWs on one cache line, which the
+//!   hardware serialises, at well under one per nanosecond: 2^59 of them take over 18 years
+//!   of back-to-back marking of that cell (2^64: over 580 years), longer than any run of
+//!   the allocator, stalled or not. Narrower generations did wrap within milliseconds
+//!   (17 bits); tests with a deliberately 2-bit generation (`Narrow` in module `forest`)
+//!   show that the replay and the loom model `loom_nbbs_stale_unmark_over_reallocations`
+//!   catch a wrap, and the real cells pass them.
+//!
+//!   The cost: cells twice as wide, and on x86_64 a `cmpxchg16b` (selected at run time)
+//!   for every change of a bunch; single-threaded, an `Nbbs4` alloc+free pair takes about
+//!   1.5-2x as long as with 64-bit cells and an `Nbbs` pair about 1.1x (`nbbs_timing`).
 //! - Every refusal of a CAS step is confirmed by an RMW: the paper assumes sequential
 //!   consistency, and a stale plain read made UNMARK give up and strand an occupied bit
 //!   (found by loom). UNMARK also goes on over a cell that is free even when its own
