@@ -46,6 +46,9 @@
 //!   The cost: cells twice as wide, and on x86_64 a `cmpxchg16b` (selected at run time)
 //!   for every change of a bunch; single-threaded, an `Nbbs4` alloc+free pair takes about
 //!   1.5-2x as long as with 64-bit cells and an `Nbbs` pair about 1.1x (`nbbs_timing`).
+//!   Builds that may assume the instruction (`-C target-feature=+cmpxchg16b`, or a
+//!   `target-cpu` that has it) inline it and skip the run-time selection, about a tenth of
+//!   the cost.
 //! - Every refusal of a CAS step is confirmed by an RMW: the paper assumes sequential
 //!   consistency, and a stale plain read made UNMARK give up and strand an occupied bit
 //!   (found by loom). UNMARK also goes on over a cell that is free even when its own
