@@ -53,6 +53,10 @@ pub enum BuddyfreeStatus {
     UnknownAllocator = 13,
     /// The caller's region is too small for the configuration, or the mapping was refused.
     BadRegion = 14,
+    /// The caller's metadata memory is smaller than the configuration needs.
+    MetadataTooSmall = 15,
+    /// The caller's metadata memory is not aligned as the configuration needs.
+    MetadataMisaligned = 16,
 }
 
 impl From<Error> for BuddyfreeStatus {
@@ -65,6 +69,8 @@ impl From<Error> for BuddyfreeStatus {
             Error::NotAllocated => BuddyfreeStatus::NotAllocated,
             Error::OrderMismatch => BuddyfreeStatus::OrderMismatch,
             Error::InvalidConfig => BuddyfreeStatus::InvalidConfig,
+            Error::MetadataTooSmall => BuddyfreeStatus::MetadataTooSmall,
+            Error::MetadataMisaligned => BuddyfreeStatus::MetadataMisaligned,
         }
     }
 }
@@ -83,7 +89,7 @@ impl From<HeapError> for BuddyfreeStatus {
 }
 
 /// The names `buddyfree_strerror` gives, indexed by status value.
-const STATUS_NAMES: [&CStr; 15] = [
+const STATUS_NAMES: [&CStr; 17] = [
     c"ok",
     c"out of memory",
     c"order above the maximum order",
@@ -99,6 +105,8 @@ const STATUS_NAMES: [&CStr; 15] = [
     c"null argument",
     c"unknown allocator",
     c"region too small or mapping refused",
+    c"metadata memory too small",
+    c"metadata memory misaligned",
 ];
 
 /// How to build an instance.

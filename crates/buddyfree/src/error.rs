@@ -17,6 +17,10 @@ pub enum Error {
     OrderMismatch,
     /// The configuration cannot be built (zero units, order too large, ...).
     InvalidConfig,
+    /// The caller's metadata memory is smaller than `metadata_layout` says.
+    MetadataTooSmall,
+    /// The caller's metadata memory is not aligned as `metadata_layout` says.
+    MetadataMisaligned,
 }
 
 impl Error {
@@ -30,6 +34,8 @@ impl Error {
             Error::NotAllocated => "block not allocated",
             Error::OrderMismatch => "block allocated with another order",
             Error::InvalidConfig => "invalid configuration",
+            Error::MetadataTooSmall => "metadata memory too small",
+            Error::MetadataMisaligned => "metadata memory misaligned",
         }
     }
 }

@@ -16,6 +16,10 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+// First: its macro is used by the allocators' modules.
+#[macro_use]
+mod table;
+
 pub mod buddy;
 mod config;
 mod error;
