@@ -12,6 +12,7 @@
 #![cfg_attr(feature = "nightly", feature(allocator_api))]
 #![warn(missing_docs)]
 
+#[cfg(any(feature = "alloc", test))]
 extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
@@ -24,12 +25,16 @@ pub mod buddy;
 mod config;
 mod error;
 pub mod heap;
+#[cfg(feature = "alloc")]
 pub mod list;
 pub mod llfree;
 pub mod locked;
+#[cfg(feature = "alloc")]
 pub mod model;
 pub mod nbbs;
+#[cfg(feature = "alloc")]
 pub mod registry;
+#[cfg(feature = "alloc")]
 pub mod stats;
 pub mod sync;
 
@@ -73,6 +78,7 @@ pub trait BlockAlloc: Sync {
     fn drain(&self) {}
 }
 
+#[cfg(feature = "alloc")]
 impl<A: BlockAlloc + ?Sized> BlockAlloc for alloc::boxed::Box<A> {
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
         (**self).alloc(order, core)

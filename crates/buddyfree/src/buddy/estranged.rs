@@ -22,7 +22,9 @@ use core::cell::Cell;
 
 use super::lists::{Links, ListHead};
 use super::tags::{Tag, Tags};
-use super::{buddy_of, carve, initial_blocks, Entries, Parts};
+#[cfg(feature = "alloc")]
+use super::Entries;
+use super::{buddy_of, carve, initial_blocks, Parts};
 use crate::table::{Metadata, Table};
 use crate::{check_block, Config, Error, SeqBlockAlloc};
 
@@ -302,6 +304,7 @@ impl SeqBlockAlloc for Estranged {
     }
 }
 
+#[cfg(feature = "alloc")]
 impl Entries for Estranged {
     fn entry_at(&self, index: usize) -> Option<(usize, u32)> {
         (0..=self.max_order).find_map(|k| {

@@ -16,6 +16,7 @@
 //! heads      [order 0][order 1]...[max_order] : first element and length of each list
 //! ```
 
+#[cfg(feature = "alloc")]
 /// Implements [`Defrag`] for a sequential buddy with `tags`, `max_order` and `total_units`
 /// fields over its [`Entries`]: one definition for Knuth's and the estranged buddy.
 macro_rules! defrag_via_entries {
@@ -41,12 +42,14 @@ macro_rules! defrag_via_entries {
     };
 }
 
+#[cfg(feature = "alloc")]
 pub mod defrag;
 pub mod estranged;
 pub mod knuth;
 pub(crate) mod lists;
 pub(crate) mod tags;
 
+#[cfg(feature = "alloc")]
 pub use defrag::{alloc_or_defrag, defrag, Defrag, Move};
 pub use estranged::{Estranged, EstrangedStats, Step};
 pub use knuth::{Knuth, KnuthStats};
@@ -115,6 +118,7 @@ pub(crate) fn carve(
 }
 
 /// The free-list entries of a sequential buddy, as the shared [`claim`] sees them.
+#[cfg(feature = "alloc")]
 pub(crate) trait Entries {
     /// The free entry `(start, order)` covering unit `index`, if it is free.
     fn entry_at(&self, index: usize) -> Option<(usize, u32)>;
@@ -130,6 +134,7 @@ pub(crate) trait Entries {
 /// allocated there: removes the entries inside the block and carves it out of an entry that
 /// contains it. Fails with `OrderMismatch` (an overlap, as [`crate::model::Model::take`]
 /// says), changing nothing, if a unit is in use.
+#[cfg(feature = "alloc")]
 pub(crate) fn claim<A: Entries>(a: &mut A, index: usize, order: u32) -> Result<(), Error> {
     let end = index + (1 << order);
     let mut entries = alloc::vec::Vec::new();

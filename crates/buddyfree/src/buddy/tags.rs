@@ -9,6 +9,7 @@
 //! a pair, and blocks in transit inside one operation).
 
 use super::lists::Slot;
+#[cfg(feature = "alloc")]
 use crate::sync::atomic::{AtomicU8, Ordering};
 use crate::table::{Metadata, Part, Plan, Table};
 use crate::Error;
@@ -88,6 +89,7 @@ impl<S: Slot<u8>> Tags<S> {
     }
 }
 
+#[cfg(feature = "alloc")]
 impl Tags<AtomicU8> {
     /// Tags a block handed to a caller. Release: a thread that later claims it for `free`
     /// (Acquire) sees the allocator's writes before the hand-out.

@@ -49,10 +49,12 @@ const STARTS_PER_WORD: usize = 16;
 /// Start-table words per huge frame.
 const START_WORDS: usize = HUGE_UNITS / STARTS_PER_WORD;
 /// A free unit's slot.
+#[cfg_attr(not(all(feature = "persist", not(loom))), allow(dead_code))]
 const FREE_SLOT: u64 = 0b00;
 /// The slot of an order-0 block.
 const ORDER0_SLOT: u64 = 0b01;
 /// The slot of a unit of a block of order 1..=8 (and of the padding past the last unit).
+#[cfg_attr(not(all(feature = "persist", not(loom))), allow(dead_code))]
 const LARGER_SLOT: u64 = 0b11;
 /// The highest order claimed inside one word.
 const WORD_ORDER: u32 = 5;
@@ -515,9 +517,11 @@ fn live_order(entry: u64) -> Option<u32> {
 }
 
 /// The low bit of every slot.
+#[cfg_attr(not(all(feature = "persist", not(loom))), allow(dead_code))]
 const LOW_BITS: u64 = 0x5555_5555_5555_5555;
 
 /// The number of taken (not free) slots in a bit-field word.
+#[cfg_attr(not(all(feature = "persist", not(loom))), allow(dead_code))]
 fn taken_slots(word: u64) -> u32 {
     ((word | word >> 1) & LOW_BITS).count_ones()
 }
