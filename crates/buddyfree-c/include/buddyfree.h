@@ -44,6 +44,10 @@ enum BuddyfreeStatus
   BUDDYFREE_STATUS_UNKNOWN_ALLOCATOR = 13,
   // The caller's region is too small for the configuration, or the mapping was refused.
   BUDDYFREE_STATUS_BAD_REGION = 14,
+  // The caller's metadata memory is smaller than the configuration needs.
+  BUDDYFREE_STATUS_METADATA_TOO_SMALL = 15,
+  // The caller's metadata memory is not aligned as the configuration needs.
+  BUDDYFREE_STATUS_METADATA_MISALIGNED = 16,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

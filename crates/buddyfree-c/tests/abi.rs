@@ -341,6 +341,16 @@ fn status_codes_are_stable_and_named() {
             14,
             "region too small or mapping refused",
         ),
+        (
+            BuddyfreeStatus::MetadataTooSmall,
+            15,
+            "metadata memory too small",
+        ),
+        (
+            BuddyfreeStatus::MetadataMisaligned,
+            16,
+            "metadata memory misaligned",
+        ),
     ];
     for (status, value, text) in codes {
         assert_eq!(status as i32, value);

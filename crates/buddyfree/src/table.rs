@@ -236,12 +236,12 @@ impl Metadata {
 /// The constructors over caller memory of an allocator `$name`, written once: an associated
 /// `metadata_layout`, `in_metadata` and `from_raw_metadata`, from the allocator's
 /// `$plan(config) -> Result<(Plan, Parts), Error>` and `$build(config, parts, &Metadata)`.
-/// The rest shapes the doc examples: the allocator trait, how the example binds the
+/// The rest shapes the doc examples: the allocator's path in the crate, its trait, how the example binds the
 /// allocator, and its alloc and free calls.
 macro_rules! caller_metadata {
     (
         $name:ident, $plan:path, $build:path,
-        example: $trait:literal, $bind:literal, $alloc:literal, $free:literal
+        example: $path:expr, $trait:literal, $bind:literal, $alloc:literal, $free:literal
     ) => {
         impl $name {
             /// The bytes and alignment of the metadata for `config`, for
@@ -251,7 +251,7 @@ macro_rules! caller_metadata {
                 $plan(config)?.0.layout()
             }
 
-            #[doc = concat!("As [`", stringify!($name), "::new`], with the metadata in `meta`")]
+            #[doc = concat!("As `", stringify!($name), "::new` (feature `alloc`), with the metadata in `meta`")]
             /// (at least [`metadata_layout`](Self::metadata_layout) bytes at its alignment;
             /// the memory is free again once the allocator is dropped): no heap allocation
             /// at all. Memory too small or misaligned is [`Error::MetadataTooSmall`] or
@@ -259,14 +259,15 @@ macro_rules! caller_metadata {
             ///
             /// ```
             /// use core::mem::MaybeUninit;
-            #[doc = concat!("use buddyfree::{", $trait, ", Config, ", stringify!($name), "};")]
+            #[doc = concat!("use buddyfree::{", $trait, ", Config};")]
+            #[doc = concat!("use buddyfree::", $path, ";")]
             ///
             /// // At boot: a static array (or memory carved from the memory map).
             /// #[repr(C, align(128))]
             /// struct Meta([MaybeUninit<u8>; 1 << 20]);
             /// static mut META: Meta = Meta([MaybeUninit::uninit(); 1 << 20]);
             ///
-            /// let config = Config::new(1 << 16, 10).with_cores(4);
+            /// let config = Config::new(1 << 14, 10).with_cores(4);
             #[doc = concat!("let layout = ", stringify!($name), "::metadata_layout(config)?;")]
             /// assert!(layout.size() <= 1 << 20 && layout.align() <= 128);
             /// // SAFETY: the one place that borrows the array.
@@ -294,7 +295,8 @@ macro_rules! caller_metadata {
             ///
             /// ```
             /// use core::ptr::NonNull;
-            #[doc = concat!("use buddyfree::{", $trait, ", Config, ", stringify!($name), "};")]
+            #[doc = concat!("use buddyfree::{", $trait, ", Config};")]
+            #[doc = concat!("use buddyfree::", $path, ";")]
             ///
             /// let config = Config::new(1 << 16, 10);
             #[doc = concat!("let layout = ", stringify!($name), "::metadata_layout(config)?;")]

@@ -68,7 +68,7 @@ fn churn(a: &dyn BlockAlloc, cores: usize) {
         x ^= x >> 7;
         x ^= x << 17;
         let core = step % cores;
-        if n < live.len() && (n == 0 || x % 3 != 0) {
+        if n < live.len() && (n == 0 || !x.is_multiple_of(3)) {
             let order = (x >> 8) as u32 % (a.max_order() + 1);
             match a.alloc(order, core) {
                 Ok(index) => {
@@ -163,7 +163,10 @@ impl Visit for LayoutIsExact {
                     assert_eq!(misaligned.err(), Some(Error::MetadataMisaligned));
                 }
             });
-            assert!(untouched(meta), "a refused construction wrote to the memory");
+            assert!(
+                untouched(meta),
+                "a refused construction wrote to the memory"
+            );
             let exact = leaked(layout.size(), layout.align());
             without_heap(&format!("{config:?}: exact size"), || {
                 let a = A::in_metadata(config, exact).unwrap().shared();
@@ -200,7 +203,12 @@ impl Visit for Sizes {
             let four = A::metadata_layout(Config::new(4 * units, 10).with_cores(cores)).unwrap();
             (one.size(), four.size() / 4, one.align())
         };
-        println!("{:10} 1 core: {:?}, 16 cores: {:?}", A::NAME, per_gib(1), per_gib(16));
+        println!(
+            "{:10} 1 core: {:?}, 16 cores: {:?}",
+            A::NAME,
+            per_gib(1),
+            per_gib(16)
+        );
     }
 }
 

@@ -337,7 +337,7 @@ caller_metadata!(
     Estranged,
     super::plan::<2>,
     Estranged::build,
-    example: "SeqBlockAlloc", "let mut a", "alloc(3)", "free(block, 3)"
+    example: "buddy::Estranged", "SeqBlockAlloc", "let mut a", "alloc(3)", "free(block, 3)"
 );
 
 #[cfg(feature = "alloc")]

@@ -196,7 +196,7 @@ caller_metadata!(
     Knuth,
     super::plan::<1>,
     Knuth::build,
-    example: "SeqBlockAlloc", "let mut a", "alloc(3)", "free(block, 3)"
+    example: "buddy::Knuth", "SeqBlockAlloc", "let mut a", "alloc(3)", "free(block, 3)"
 );
 
 #[cfg(feature = "alloc")]

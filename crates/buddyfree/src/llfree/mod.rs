@@ -235,7 +235,7 @@ caller_metadata!(
     LLFree,
     LLFree::default_plan,
     LLFree::build,
-    example: "BlockAlloc", "let a", "alloc(3, 0)", "free(block, 3, 0)"
+    example: "llfree::LLFree", "BlockAlloc", "let a", "alloc(3, 0)", "free(block, 3, 0)"
 );
 
 impl<W: WriteBack> LLFree<W> {

@@ -79,7 +79,7 @@ macro_rules! nbbs_type {
             $name,
             Forest::<$kind>::plan,
             $name::build,
-            example: "BlockAlloc", "let a", "alloc(3, 0)", "free(block, 3, 0)"
+            example: stringify!($name), "BlockAlloc", "let a", "alloc(3, 0)", "free(block, 3, 0)"
         );
 
         impl BlockAlloc for $name {

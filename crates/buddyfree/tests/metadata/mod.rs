@@ -20,8 +20,11 @@ pub trait CallerMetadata: Sized {
     fn in_metadata(config: Config, meta: &'static mut [MaybeUninit<u8>]) -> Result<Self, Error>;
     /// # Safety
     /// As for the allocators' `from_raw_metadata`.
-    unsafe fn from_raw_metadata(config: Config, meta: NonNull<u8>, len: usize)
-        -> Result<Self, Error>;
+    unsafe fn from_raw_metadata(
+        config: Config,
+        meta: NonNull<u8>,
+        len: usize,
+    ) -> Result<Self, Error>;
     fn shared(self) -> Self::Shared;
 }
 
