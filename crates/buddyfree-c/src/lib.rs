@@ -468,8 +468,11 @@ mod tests {
             assert!(!s.is_empty());
         }
         // The last status indexes the last name.
-        assert_eq!(BuddyfreeStatus::BadRegion as usize, STATUS_NAMES.len() - 1);
-        for code in [-1, 15, i32::MAX, i32::MIN] {
+        assert_eq!(
+            BuddyfreeStatus::MetadataMisaligned as usize,
+            STATUS_NAMES.len() - 1
+        );
+        for code in [-1, 17, i32::MAX, i32::MIN] {
             // SAFETY: as above.
             let s = unsafe { CStr::from_ptr(buddyfree_strerror(code)) };
             assert_eq!(s, c"unknown status code");
