@@ -30,8 +30,8 @@ pub(crate) struct Table<T> {
     owned: bool,
 }
 
-// SAFETY: a table is its values, like a `Box<[T]>`: it hands out shared references only
-// through `Deref` and never aliases another table's memory.
+// SAFETY: a table is its values, like a `Box<[T]>`: it hands out references to them only
+// through `Deref` and `DerefMut`, and no other table or value aliases its memory.
 unsafe impl<T: Send> Send for Table<T> {}
 // SAFETY: as above.
 unsafe impl<T: Sync> Sync for Table<T> {}
@@ -116,8 +116,7 @@ impl<T> Drop for Table<T> {
         // SAFETY: the values are initialised and ours; nothing reads them after this.
         unsafe { core::ptr::drop_in_place(values) };
         #[cfg(feature = "alloc")]
-        if self.owned {
-            let layout = Layout::array::<T>(self.len).expect("checked when allocated");
+        if let (true, Ok(layout)) = (self.owned, Layout::array::<T>(self.len)) {
             // SAFETY: an owned `ptr` came from `alloc` with this layout in `Table::filled`, and
             // is freed only here, once.
             unsafe { alloc::alloc::dealloc(self.ptr.as_ptr().cast(), layout) };
@@ -365,7 +364,10 @@ pub(crate) fn build_on_heap<P, A>(
     plan: Result<(Plan, P), Error>,
     build: impl FnOnce(P, &Metadata) -> Result<A, Error>,
 ) -> Result<A, Error> {
-    let (_, parts) = plan?;
+    let (plan, parts) = plan?;
+    // The same configurations as in caller memory: none whose metadata the address space
+    // cannot hold, even though each table is allocated on its own.
+    plan.layout()?;
     build(parts, &Metadata::heap())
 }
 
