@@ -341,6 +341,26 @@ fn status_codes_are_stable_and_named() {
             14,
             "region too small or mapping refused",
         ),
+        (
+            BuddyfreeStatus::Occupied,
+            15,
+            "a unit of the block is not free",
+        ),
+        (
+            BuddyfreeStatus::WouldBlock,
+            17,
+            "the call would have had to wait",
+        ),
+        (
+            BuddyfreeStatus::MetadataTooSmall,
+            18,
+            "metadata memory too small",
+        ),
+        (
+            BuddyfreeStatus::MetadataMisaligned,
+            19,
+            "metadata memory misaligned",
+        ),
     ];
     for (status, value, text) in codes {
         assert_eq!(status as i32, value);

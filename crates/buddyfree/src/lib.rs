@@ -5,28 +5,60 @@
 //! `2^order` units, named by the index of their first unit. They all implement one trait,
 //! [`BlockAlloc`], so tests, the benchmark tool and the adapters treat them alike.
 //!
-//! The crate is `#![no_std]` and needs only `alloc` for its metadata; the `std` feature
-//! (on by default) adds a thread-local [`core_hint`] and other conveniences.
+//! The crate is `#![no_std]`. The `alloc` feature (on by default) puts metadata on the heap
+//! (the `new` constructors) and adds what needs a heap (the registry, list allocators, the
+//! model, defragmentation, the per-level and per-CPU baselines); the `std` feature (on by
+//! default, implies `alloc`) adds a thread-local [`core_hint`] and other conveniences.
+//!
+//! # Metadata from the caller
+//!
+//! For a kernel at boot, before any heap exists, these allocators also take their metadata
+//! in caller memory (a static array, or memory carved from the memory map) and then make no
+//! heap allocation at all, even with `default-features = false`:
+//! `metadata_layout(config)` gives the bytes and alignment, `in_metadata(config, meta)` takes
+//! a `&'static mut [MaybeUninit<u8>]`, and `unsafe from_raw_metadata(config, ptr, len)` takes
+//! raw memory. Memory too small or misaligned is [`Error::MetadataTooSmall`] or
+//! [`Error::MetadataMisaligned`]. Metadata per GiB of 4 KiB units (262144 units, orders up to
+//! 10; the per-core state is padded to cache lines):
+//!
+//! | allocator | 1 core | 16 cores | alignment | mostly |
+//! |---|---|---|---|---|
+//! | [`Nbbs`] | 2048 KiB | 2054 KiB | 128 | 8 bytes per unit (two 4-byte nodes) |
+//! | [`Nbbs4`] | 547 KiB | 552 KiB | 128 | 15 nodes per 8-byte word |
+//! | [`LLFree`](llfree::LLFree) | 194 KiB | 196 KiB | 128 | 2 bits and a 4-bit start entry per unit |
+//! | [`Knuth`](buddy::Knuth) | 4352 KiB | 4352 KiB | 8 | links (16 bytes) and a tag per unit |
+//! | [`Estranged`](buddy::Estranged) | 4352 KiB | 4352 KiB | 8 | as Knuth's |
+//!
+//! The sequential buddies take no per-core state; wrap them in [`Locked`] (no heap either).
 
 #![no_std]
 #![cfg_attr(feature = "nightly", feature(allocator_api))]
 #![warn(missing_docs)]
 
+#[cfg(any(feature = "alloc", test))]
 extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
+
+// First: its macro is used by the allocators' modules.
+#[macro_use]
+mod table;
 
 pub mod buddy;
 mod config;
 mod error;
 pub mod heap;
+#[cfg(feature = "alloc")]
 pub mod list;
 pub mod llfree;
 pub mod locked;
+#[cfg(feature = "alloc")]
 pub mod model;
 pub mod nbbs;
 pub mod range;
+#[cfg(feature = "alloc")]
 pub mod registry;
+#[cfg(feature = "alloc")]
 pub mod stats;
 pub mod sync;
 pub mod zones;
@@ -122,6 +154,7 @@ pub trait BlockAlloc: Sync {
     }
 }
 
+#[cfg(feature = "alloc")]
 impl<A: BlockAlloc + ?Sized> BlockAlloc for alloc::boxed::Box<A> {
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
         (**self).alloc(order, core)

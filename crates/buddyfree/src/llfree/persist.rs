@@ -225,7 +225,7 @@ impl PersistentLLFree {
         // SAFETY: bytes 0..STATE_AT of the mapping are ours and nothing else views them
         // (the lower level starts at PAGE, the state word at STATE_AT).
         unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), mapped.base.as_ptr(), STATE_AT) };
-        let zone = mapped.into_zone(config);
+        let zone = mapped.into_zone(config)?;
         zone.set_state(DIRTY)?;
         Ok(zone)
     }
@@ -283,7 +283,7 @@ impl PersistentLLFree {
                     what: c.what,
                 })?;
         }
-        let zone = mapped.into_zone(config);
+        let zone = mapped.into_zone(config)?;
         let allocated_units = zone.alloc.total_units() - zone.alloc.free_units();
         let elapsed = started.elapsed();
         // From here on a crash must be seen as one.
@@ -380,16 +380,18 @@ impl Mapped {
         })
     }
 
-    /// Builds the upper level from the child counters.
-    fn into_zone(self, config: Config) -> PersistentLLFree {
-        PersistentLLFree {
-            alloc: LLFree::on(config, self.header.options, self.lower),
+    /// Builds the upper level from the child counters, on the heap.
+    fn into_zone(self, config: Config) -> Result<PersistentLLFree, PersistError> {
+        let options = self.header.options;
+        let alloc = LLFree::upper_on_heap(config, options, self.lower);
+        Ok(PersistentLLFree {
+            alloc: alloc.map_err(PersistError::Config)?,
             map: self.map,
             base: self.base,
             _file: self.file,
             header: self.header,
             flush: self.flush,
-        }
+        })
     }
 }
 

@@ -117,8 +117,8 @@ impl<R: RawMutex> PerLevel<R> {
                     })
                 })
                 .collect(),
-            links: Links::new(config.units),
-            tags: Tags::new(config.units),
+            links: Links::on_heap(config.units)?,
+            tags: Tags::on_heap(config.units)?,
             free_units: CachePadded::new(AtomicUsize::new(config.units)),
             total_units: config.units,
             max_order: config.max_order,

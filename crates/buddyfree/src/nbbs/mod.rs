@@ -49,6 +49,7 @@ mod forest;
 mod loom_tests;
 mod word;
 
+use crate::table::Metadata;
 use crate::{BlockAlloc, Config, Error};
 use forest::{Forest, FourLevel, OneLevel};
 
@@ -59,11 +60,27 @@ macro_rules! nbbs_type {
 
         impl $name {
             /// An allocator of `config.units` free units, blocks up to `2^config.max_order`
-            /// units, with free-slot hints for `config.cores` cores.
+            /// units, with free-slot hints for `config.cores` cores; its metadata on the heap.
+            #[cfg(feature = "alloc")]
             pub fn new(config: Config) -> Result<Self, Error> {
                 Forest::new(config).map($name)
             }
+
+            fn build(
+                config: Config,
+                parts: forest::Parts<$kind>,
+                meta: &Metadata,
+            ) -> Result<Self, Error> {
+                Forest::build(config, parts, meta).map($name)
+            }
         }
+
+        caller_metadata!(
+            $name,
+            Forest::<$kind>::plan,
+            $name::build,
+            example: stringify!($name), "BlockAlloc", "let a", "alloc(3, 0)", "free(block, 3, 0)"
+        );
 
         impl BlockAlloc for $name {
             #[inline]
