@@ -27,7 +27,7 @@ pub mod model;
 pub mod nbbs;
 pub mod registry;
 pub mod stats;
-pub mod sync;
+pub(crate) mod sync;
 
 pub use config::Config;
 pub use error::Error;
@@ -108,7 +108,7 @@ pub trait SeqBlockAlloc: Send {
 /// Checks the arguments of a `free` that every allocator rejects the same way: an order
 /// above `max_order`, a block reaching past `total_units`, or an index not aligned to
 /// `2^order`.
-pub fn check_block(
+pub(crate) fn check_block(
     index: usize,
     order: u32,
     max_order: u32,

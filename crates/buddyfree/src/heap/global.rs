@@ -29,7 +29,8 @@ std::thread_local! {
 /// }
 ///
 /// #[global_allocator]
-/// static HEAP: GlobalHeap<Backend> = GlobalHeap::new(64, Config::new(1 << 14, 14), build);
+/// static HEAP: GlobalHeap<Backend> =
+///     GlobalHeap::with_system_fallback(64, Config::new(1 << 16, 14), build);
 /// # fn main() {}
 /// ```
 ///

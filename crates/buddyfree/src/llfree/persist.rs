@@ -36,6 +36,11 @@
 //! One process at a time: the file is locked (`flock`) while a zone is open, and opening it
 //! again fails with [`PersistError::Locked`].
 
+// The fault-injection harness (re-executes the process as a killed worker) is test
+// machinery, not part of the allocator's API: built only for buddyfree's own tests and
+// buddybench's `crash` workload, which enable `testing`.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
 pub mod crash;
 mod flush;
 mod header;

@@ -9,7 +9,7 @@
 use lock_api::{GuardSend, RawMutex};
 
 /// Rounds a waiter spins before it starts yielding.
-pub const SPINS: u32 = 64;
+const SPINS: u32 = 64;
 
 /// A spin-then-yield raw mutex, usable as the `R` of [`lock_api::Mutex`],
 /// [`crate::Locked`] and [`super::per_level::PerLevel`].
