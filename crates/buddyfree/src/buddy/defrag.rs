@@ -1,4 +1,4 @@
-//! On-demand defragmentation of a buddy heap (`papers/realtime-buddy.txt` §2.8): when a
+//! On-demand defragmentation of a buddy heap ([Donahue et al. 2001](crate#references) §2.8): when a
 //! request of order `k` fails although enough units are free, relocate busy blocks so that
 //! one aligned block of order `k` becomes free, and no more.
 //!

@@ -1,5 +1,6 @@
 //! A lock that spins briefly, then gives the processor away: the "mutex" side of the
-//! parallel binary buddy's spinlock-vs-mutex comparison (`papers/parallel-binary-buddy.txt`).
+//! parallel binary buddy's spinlock-vs-mutex comparison
+//! ("Parallel Binary Buddy", see [References](crate#references)).
 //!
 //! `std::sync::Mutex` is not a `lock_api::RawMutex`, so this wraps the spinlock's raw lock and
 //! changes only how a waiter waits: test-and-test-and-set for [`SPINS`] rounds, then
