@@ -3,7 +3,7 @@
 //! ("Parallel Binary Buddy", see [References](crate#references)).
 //!
 //! `std::sync::Mutex` is not a `lock_api::RawMutex`, so this wraps the spinlock's raw lock and
-//! changes only how a waiter waits: test-and-test-and-set for [`SPINS`] rounds, then
+//! changes only how a waiter waits: test-and-test-and-set for `SPINS` (64) rounds, then
 //! `std::thread::yield_now()` between attempts (plain spinning in `no_std` builds, where there
 //! is no scheduler to yield to).
 
