@@ -52,10 +52,8 @@ fn create(
 fn stats(bf: *const Buddyfree) -> BuddyfreeStats {
     let mut s = std::mem::MaybeUninit::uninit();
     // SAFETY: a live instance and a writable out pointer.
-    assert_eq!(
-        unsafe { buddyfree_stats(bf, s.as_mut_ptr()) },
-        BuddyfreeStatus::Ok
-    );
+    let status = unsafe { buddyfree_stats(bf, s.as_mut_ptr()) };
+    assert_eq!(status, BuddyfreeStatus::Ok);
     // SAFETY: written on success.
     unsafe { s.assume_init() }
 }

@@ -35,6 +35,7 @@ pub fn entries() -> &'static [Entry] {
 }
 
 /// The entry named `name`, if any.
+#[must_use]
 pub fn find(name: &str) -> Option<&'static Entry> {
     ENTRIES.iter().find(|e| e.name == name)
 }

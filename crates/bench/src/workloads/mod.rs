@@ -1,5 +1,6 @@
 //! The workloads of the NBBS paper ([`nbbs`]), the LLFree paper ([`llfree`]) and the real-time
-//! buddy paper ([`realtime`]), as DESIGN.md ("The benchmark tool") defines them.
+//! buddy paper ([`realtime`]), as the papers and their published code define them (see the References in the
+//! repository's README).
 //!
 //! A workload runs once over one freshly built allocator at one order and thread count and
 //! returns its [`Outcome`]: per timed phase the operations done and each thread's time.

@@ -1,4 +1,4 @@
-//! The estranged buddy system (`papers/realtime-buddy.txt` §2.5–2.7): Knuth's buddy with
+//! The estranged buddy system ([Donahue et al. 2001](crate#references) §2.5–2.7): Knuth's buddy with
 //! delayed recombination. A freed block is "estranged" from its buddy and is not merged; per
 //! order there are two lists:
 //!
@@ -117,6 +117,17 @@ pub struct Estranged {
 
 impl Estranged {
     /// An allocator of `config.units` free units (any number), its metadata on the heap.
+    ///
+    /// ```
+    /// use buddyfree::buddy::Estranged;
+    /// use buddyfree::{Config, SeqBlockAlloc};
+    ///
+    /// let mut buddy = Estranged::new(Config::new(1 << 10, 6))?;
+    /// let index = buddy.alloc(0)?;
+    /// buddy.free(index, 0)?;
+    /// assert_eq!(buddy.free_units(), 1 << 10);
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
     #[cfg(feature = "alloc")]
     pub fn new(config: Config) -> Result<Self, Error> {
         crate::table::build_on_heap(super::plan(config), |parts, meta| {

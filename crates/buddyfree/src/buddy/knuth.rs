@@ -1,4 +1,4 @@
-//! Knuth's buddy system (`papers/realtime-buddy.txt` §2.2–2.4): segregated doubly linked
+//! Knuth's buddy system ([Donahue et al. 2001](crate#references) §2.2–2.4): segregated doubly linked
 //! free lists per order, a tag per block start, eager merging on free.
 //!
 //! Allocation finds the lowest non-empty list at or above the order in O(1) (a bit mask of
@@ -45,6 +45,17 @@ pub struct Knuth {
 impl Knuth {
     /// An allocator of `config.units` free units (any number: the tail beyond the last block of
     /// `max_order` is cut into smaller blocks), its metadata on the heap.
+    ///
+    /// ```
+    /// use buddyfree::buddy::Knuth;
+    /// use buddyfree::{BlockAlloc, Config, Locked};
+    ///
+    /// // 100 units: blocks of 64, 32 and 4 units, up to order 6.
+    /// let buddy = Locked::<Knuth>::new(Knuth::new(Config::new(100, 6))?);
+    /// let index = buddy.alloc(5, 0)?;
+    /// buddy.free(index, 5, 0)?;
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
     #[cfg(feature = "alloc")]
     pub fn new(config: Config) -> Result<Self, Error> {
         crate::table::build_on_heap(super::plan(config), |parts, meta| {

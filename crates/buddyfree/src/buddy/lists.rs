@@ -1,5 +1,5 @@
 //! Doubly linked free lists threaded through index arrays (Knuth's segregated free lists,
-//! `papers/realtime-buddy.txt` §2.4): `next[i]`/`prev[i]` link the block starting at unit `i`
+//! [Donahue et al. 2001](crate#references) §2.4): `next[i]`/`prev[i]` link the block starting at unit `i`
 //! into the one list it is on, so insertion, removal of a known block and pop are O(1) and
 //! no operation allocates.
 //!

@@ -1,4 +1,5 @@
-//! Buddy systems after Knuth and the real-time buddy paper (`papers/realtime-buddy.txt`):
+//! Buddy systems after Knuth and the real-time buddy paper
+//! ([Donahue et al. 2001](crate#references)):
 //! Knuth's buddy with eager merging ([`Knuth`]), the estranged buddy with delayed
 //! recombination ([`Estranged`]), and on-demand defragmentation for both ([`defrag`](mod@defrag)).
 //!

@@ -27,6 +27,20 @@ pub struct Locked<A, R = spin::Mutex<()>> {
 
 impl<A: SeqBlockAlloc, R: RawMutex> Locked<A, R> {
     /// Wraps `alloc` in a lock.
+    ///
+    /// ```
+    /// use buddyfree::buddy::Knuth;
+    /// use buddyfree::{BlockAlloc, Config, Locked};
+    ///
+    /// // Any `SeqBlockAlloc` behind one spinlock becomes a thread-safe `BlockAlloc`.
+    /// let shared = Locked::<Knuth>::new(Knuth::new(Config::new(256, 4))?);
+    /// std::thread::scope(|s| {
+    ///     s.spawn(|| shared.alloc(4, 1).unwrap());
+    /// });
+    /// assert_eq!(shared.free_units(), 256 - 16);
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
+    #[must_use]
     pub fn new(alloc: A) -> Self {
         Locked {
             total_units: alloc.total_units(),

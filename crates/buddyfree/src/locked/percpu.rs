@@ -38,6 +38,17 @@ pub struct PerCpu<A> {
 impl<A: SeqBlockAlloc> PerCpu<A> {
     /// Puts per-core caches for `cores` cores in front of the (empty) buddy `inner`.
     /// Fails with [`Error::InvalidConfig`] if `cores` is 0 or `inner` has blocks allocated.
+    ///
+    /// ```
+    /// use buddyfree::buddy::Knuth;
+    /// use buddyfree::locked::PerCpu;
+    /// use buddyfree::{BlockAlloc, Config};
+    ///
+    /// let linux = PerCpu::new(Knuth::new(Config::new(1 << 12, 9))?, 2)?;
+    /// let page = linux.alloc(0, 1)?; // served through core 1's cache
+    /// linux.free(page, 0, 1)?;
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
     pub fn new(inner: A, cores: usize) -> Result<Self, Error> {
         if cores == 0 || inner.free_units() != inner.total_units() {
             return Err(Error::InvalidConfig);
@@ -50,6 +61,16 @@ impl<A: SeqBlockAlloc> PerCpu<A> {
     }
 
     /// Builds the buddy with `build` over `config` and puts `config.cores` caches in front.
+    ///
+    /// ```
+    /// use buddyfree::buddy::Knuth;
+    /// use buddyfree::locked::PerCpu;
+    /// use buddyfree::{BlockAlloc, Config};
+    ///
+    /// let linux = PerCpu::with_config(Config::new(1 << 12, 9).with_cores(4), Knuth::new)?;
+    /// assert_eq!(linux.total_units(), 1 << 12);
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
     pub fn with_config(
         config: Config,
         build: impl FnOnce(Config) -> Result<A, Error>,
