@@ -90,15 +90,89 @@ fn list_names_every_allocator_and_workload() {
 }
 
 #[test]
+fn list_spells_out_every_workloads_parameters() {
+    let out = bench(&["--list"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let params = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with("parameters:"))
+        .count();
+    assert_eq!(params, buddybench::workloads::Workload::ALL.len(), "{text}");
+    assert!(
+        text.contains("B = 16384 units per burst per thread"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_run_in_which_nothing_runs_fails() {
+    let dir = temp_dir("nothing");
+    // system hands out addresses, which the LLFree workloads cannot use: nothing can run.
+    let out = bench(&[
+        "--quick",
+        "--alloc",
+        "system",
+        "--workload",
+        "bulk",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("nothing ran"), "{stderr}");
+    assert!(stderr.contains("system x"), "{stderr}");
+    assert!(!dir.join("latest").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn every_run_gets_its_own_folder_and_latest_points_at_the_last() {
+    let dir = temp_dir("folders");
+    let args = |d: &str| {
+        [
+            "--quick",
+            "--alloc",
+            "model",
+            "--workload",
+            "cached",
+            "--threads",
+            "1",
+            "--no-plots",
+            "--out",
+        ]
+        .into_iter()
+        .map(String::from)
+        .chain([d.to_string()])
+        .collect::<Vec<_>>()
+    };
+    let d = dir.to_str().unwrap();
+    for _ in 0..2 {
+        let a = args(d);
+        let out = bench(&a.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(out.status.success());
+    }
+    let runs: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n != "latest")
+        .collect();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    let latest = std::fs::read_link(dir.join("latest")).unwrap();
+    assert_eq!(latest.to_str().unwrap(), runs.iter().max().unwrap());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn quick_run_writes_table_json_csv_and_plots() {
-    let dir = temp_dir("quick");
+    let out_dir = temp_dir("quick");
     let out = bench(&[
         "--quick",
         "--alloc",
         "model,system",
         "--out",
-        dir.to_str().unwrap(),
+        out_dir.to_str().unwrap(),
     ]);
+    let dir = out_dir.join("latest");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
@@ -106,9 +180,37 @@ fn quick_run_writes_table_json_csv_and_plots() {
         assert!(stdout.contains(w), "{w} missing from the table:\n{stdout}");
     }
     assert!(stdout.contains("vs model"));
+    assert!(stdout.contains("page fault"), "the ratio rule is stated");
+    assert!(stdout.contains("ticket lock"), "the lock is stated");
+    // The skipped combinations come as one line.
+    assert_eq!(stdout.matches("skipped").count(), 1, "{stdout}");
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("buddybench.json")).unwrap())
             .unwrap();
+    // One heap for every case but the real-time workloads', the one the JSON states.
+    let heap = json["meta"]["heap_units"].as_u64().unwrap();
+    assert_eq!(heap, 1 << 14);
+    for r in json["records"].as_array().unwrap() {
+        assert_eq!(r["heap_units"].as_u64(), Some(heap), "{r}");
+    }
+    for f in json["frag"].as_array().unwrap() {
+        assert_eq!(f["heap_units"].as_u64(), Some(heap));
+    }
+    // The machine, the build and every repetition's samples.
+    let m = &json["machine"];
+    for key in ["cpu_model", "kernel", "rustc", "commit", "date"] {
+        assert!(!m[key].as_str().unwrap().is_empty(), "machine.{key}");
+    }
+    assert!(m["cores"].as_u64().unwrap() >= 1);
+    assert!(m["rustc"].as_str().unwrap().starts_with("rustc "));
+    assert!(json["args"].as_array().unwrap().len() > 1);
+    for r in json["records"].as_array().unwrap() {
+        let samples = r["samples"].as_array().unwrap();
+        assert_eq!(samples.len() as u64, r["reps"].as_u64().unwrap());
+        assert!(samples
+            .iter()
+            .all(|s| s["ns_per_op"].as_f64().unwrap() > 0.0));
+    }
     let records = json["records"].as_array().unwrap();
     assert!(records.iter().any(|r| r["alloc"] == "system"));
     assert!(records
@@ -131,5 +233,5 @@ fn quick_run_writes_table_json_csv_and_plots() {
         let png = std::fs::read(dir.join("plots").join(format!("{plot}.png"))).unwrap();
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{plot}.png");
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&out_dir);
 }

@@ -1,6 +1,8 @@
-//! The LLFree paper's workloads (reference code: luhsra/llfree-rs `bench`). The heap size sets
-//! the work: each thread handles `units / P / 2 / 2^order` blocks, so together they use half
-//! the region.
+//! The LLFree paper's workloads (reference code: luhsra/llfree-rs `bench`). The paper lets the
+//! heap size set the work (each thread handles `units / P / 2 / 2^order` blocks, half the
+//! region together); here the work is [`Params::llfree_units`] in place of the heap's units,
+//! so that every workload of a run shares one heap and the work stays the same when it grows.
+//! `frag` alone fills the heap itself: that is what it measures.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -42,8 +44,8 @@ fn alloc_held(a: &dyn BlockAlloc, order: u32, core: usize, n: usize, c: &mut Cou
 
 /// bulk: each thread allocates its blocks, all meet at a barrier, then each frees its own.
 /// Two phases: "get" (per allocation) and "put" (per free).
-pub fn bulk(a: &dyn BlockAlloc, order: u32, threads: usize, _p: &Params) -> Outcome {
-    let n = allocs_per_thread(a.total_units(), threads, order);
+pub fn bulk(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Outcome {
+    let n = allocs_per_thread(p.llfree_units, threads, order);
     let parts = run_workers(threads, |w| {
         let mut get = Counts::default();
         let mut held = Vec::with_capacity(n);
@@ -68,8 +70,8 @@ pub fn bulk(a: &dyn BlockAlloc, order: u32, threads: usize, _p: &Params) -> Outc
 
 /// repeat: each thread first holds its blocks (untimed), then does as many alloc+free pairs
 /// of one block. One phase, "get+put", counted per pair.
-pub fn repeat(a: &dyn BlockAlloc, order: u32, threads: usize, _p: &Params) -> Outcome {
-    let n = allocs_per_thread(a.total_units(), threads, order);
+pub fn repeat(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Outcome {
+    let n = allocs_per_thread(p.llfree_units, threads, order);
     let parts = run_workers(threads, |w| {
         let core = w.id;
         let mut setup = Counts::default();
@@ -103,7 +105,7 @@ pub fn repeat(a: &dyn BlockAlloc, order: u32, threads: usize, _p: &Params) -> Ou
 /// again, and each thread frees its share, mostly blocks another thread allocated. One phase,
 /// "put".
 pub fn rand(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Outcome {
-    let n = allocs_per_thread(a.total_units(), threads, order);
+    let n = allocs_per_thread(p.llfree_units, threads, order);
     let got = run_workers(threads, |w| {
         let mut c = Counts::default();
         let held = alloc_held(a, order, w.id, n, &mut c);
