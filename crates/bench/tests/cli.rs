@@ -235,3 +235,69 @@ fn quick_run_writes_table_json_csv_and_plots() {
     }
     let _ = std::fs::remove_dir_all(&out_dir);
 }
+
+/// The colour of each legend entry of an SVG plot: the legend, right of the plot (x from
+/// 900 - 190 pixels), draws a line in the series' colour, its marker, then its name.
+fn legend_colours(svg: &str) -> Vec<(String, String)> {
+    let lines: Vec<&str> = svg.lines().collect();
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate().skip(3) {
+        let legend_line = lines[i - 3];
+        let x = legend_line
+            .split("points=\"")
+            .nth(1)
+            .and_then(|p| p.split(',').next())
+            .and_then(|x| x.parse::<u32>().ok());
+        if lines[i - 1].starts_with("<text")
+            && legend_line.contains("stroke-width=\"2\"")
+            && x.is_some_and(|x| x >= 900 - 190)
+        {
+            if let Some(at) = legend_line.find("stroke=\"#") {
+                let colour = &legend_line[at + 8..at + 15];
+                out.push((l.trim().to_string(), colour.to_string()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn an_allocator_has_one_colour_in_every_plot() {
+    let out_dir = temp_dir("colours");
+    // system runs only the size-based workloads, so model and knuth-locked sit at different
+    // places in the NBBS plots than in the LLFree ones.
+    let out = bench(&[
+        "--quick",
+        "--alloc",
+        "system,model,knuth-locked",
+        "--workload",
+        "cached,bulk",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let plots = out_dir.join("latest").join("plots");
+    let mut seen: std::collections::HashMap<String, String> = Default::default();
+    let mut svgs = 0;
+    for e in std::fs::read_dir(&plots).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_some_and(|x| x == "svg") {
+            svgs += 1;
+            let legend = legend_colours(&std::fs::read_to_string(&path).unwrap());
+            assert!(!legend.is_empty(), "{} has no legend", path.display());
+            for (name, colour) in legend {
+                let first = seen.entry(name.clone()).or_insert(colour.clone());
+                assert_eq!(*first, colour, "{name} in {}", path.display());
+            }
+        }
+    }
+    assert!(svgs >= 4);
+    let colours: std::collections::HashSet<_> = seen.values().collect();
+    assert_eq!(
+        colours.len(),
+        seen.len(),
+        "distinct allocators share a colour: {seen:?}"
+    );
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    let _ = std::fs::remove_dir_all(&out_dir);
+}

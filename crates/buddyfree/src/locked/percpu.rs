@@ -186,7 +186,8 @@ mod tests {
 
     #[test]
     fn refills_one_batch_and_spills_above_the_watermark() {
-        let alloc = PerCpu::<Model>::with_config(Config::new(1024, 9).with_cores(2), Model::new).unwrap();
+        let alloc =
+            PerCpu::<Model>::with_config(Config::new(1024, 9).with_cores(2), Model::new).unwrap();
         let first = alloc.alloc(0, 1).unwrap();
         assert_eq!(cached_units(&alloc, 1), cache::batch(0) - 1);
         assert_eq!(cached_units(&alloc, 0), 0);
@@ -207,8 +208,14 @@ mod tests {
     fn rejects_a_used_inner_allocator_and_zero_cores() {
         let mut used = Model::new(Config::new(16, 2)).unwrap();
         used.alloc(0).unwrap();
-        assert_eq!(PerCpu::<Model>::new(used, 1).err(), Some(Error::InvalidConfig));
+        assert_eq!(
+            PerCpu::<Model>::new(used, 1).err(),
+            Some(Error::InvalidConfig)
+        );
         let fresh = Model::new(Config::new(16, 2)).unwrap();
-        assert_eq!(PerCpu::<Model>::new(fresh, 0).err(), Some(Error::InvalidConfig));
+        assert_eq!(
+            PerCpu::<Model>::new(fresh, 0).err(),
+            Some(Error::InvalidConfig)
+        );
     }
 }
