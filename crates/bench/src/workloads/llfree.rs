@@ -18,6 +18,13 @@ pub fn allocs_per_thread(units: usize, threads: usize, order: u32) -> usize {
     (units / threads / 2) >> order
 }
 
+/// Blocks each thread handles in bulk, repeat and rand: [`allocs_per_thread`] of the work,
+/// and at least [`Params::llfree_min_blocks`] over all threads, so that a phase of large
+/// blocks is not a few microseconds between two thread starts.
+pub fn blocks_per_thread(p: &Params, threads: usize, order: u32) -> usize {
+    allocs_per_thread(p.llfree_units, threads, order).max(p.llfree_min_blocks / threads)
+}
+
 /// Allocates `n` blocks on the calling thread, pushing the ones that succeed onto `held`
 /// (which must have room for `n` more, so that timing this does not time a reallocation).
 fn alloc_many(
@@ -45,7 +52,7 @@ fn alloc_held(a: &dyn BlockAlloc, order: u32, core: usize, n: usize, c: &mut Cou
 /// bulk: each thread allocates its blocks, all meet at a barrier, then each frees its own.
 /// Two phases: "get" (per allocation) and "put" (per free).
 pub fn bulk(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Outcome {
-    let n = allocs_per_thread(p.llfree_units, threads, order);
+    let n = blocks_per_thread(p, threads, order);
     let parts = run_workers(threads, |w| {
         let mut get = Counts::default();
         let mut held = Vec::with_capacity(n);
@@ -71,7 +78,7 @@ pub fn bulk(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Outco
 /// repeat: each thread first holds its blocks (untimed), then does as many alloc+free pairs
 /// of one block. One phase, "get+put", counted per pair.
 pub fn repeat(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Outcome {
-    let n = allocs_per_thread(p.llfree_units, threads, order);
+    let n = blocks_per_thread(p, threads, order);
     let parts = run_workers(threads, |w| {
         let core = w.id;
         let mut setup = Counts::default();
@@ -105,7 +112,7 @@ pub fn repeat(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Out
 /// again, and each thread frees its share, mostly blocks another thread allocated. One phase,
 /// "put".
 pub fn rand(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Outcome {
-    let n = allocs_per_thread(p.llfree_units, threads, order);
+    let n = blocks_per_thread(p, threads, order);
     let got = run_workers(threads, |w| {
         let mut c = Counts::default();
         let held = alloc_held(a, order, w.id, n, &mut c);

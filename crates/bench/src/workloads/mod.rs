@@ -246,9 +246,10 @@ impl Workload {
             ),
             Workload::Cached => format!("N = {} alloc+free pairs per thread", p.cached_pairs),
             Workload::Bulk | Workload::Repeat | Workload::Rand => format!(
-                "W = {} units of work ({} MiB; the paper: half the memory); each of P threads handles W/P/2/2^order blocks",
+                "W = {} units of work ({} MiB; the paper: half the memory); each of P threads handles W/P/2/2^order blocks, at least {}/P",
                 p.llfree_units,
-                p.llfree_units * 4 / 1024
+                p.llfree_units * 4 / 1024,
+                p.llfree_min_blocks
             ),
             Workload::Frag => format!(
                 "the whole heap: 90% allocated as 4 KiB, half freed at random, then {} rounds of freeing and reallocating 10%",
@@ -283,8 +284,7 @@ impl Workload {
             Workload::Cached => threads * k,
             // The blocks of the work, held at once.
             Workload::Bulk | Workload::Repeat | Workload::Rand => {
-                llfree::allocs_per_thread(params.llfree_units, threads, order) * threads * k
-                    + threads * k
+                llfree::blocks_per_thread(params, threads, order) * threads * k + threads * k
             }
             Workload::Frag => buddyfree::stats::HUGE_FRAME_UNITS.max(2 * threads),
             Workload::Latency => realtime::latency::units_needed(order, threads, params),
@@ -300,7 +300,7 @@ impl Workload {
     pub fn calls(self, order: u32, threads: usize, units: usize, params: &Params) -> Option<u64> {
         let k = 1usize << order;
         let t = threads;
-        let n = llfree::allocs_per_thread(params.llfree_units, t, order) * t;
+        let n = llfree::blocks_per_thread(params, t, order) * t;
         let calls = match self {
             Workload::LinuxScalability => t * 2 * k * nbbs::burst(params.ls_burst_units, k) * 2,
             Workload::ThreadTest => {
@@ -368,6 +368,8 @@ pub struct Params {
     /// bulk, repeat, rand: units of work, `P` threads handle `W/P/2/2^order` blocks each
     /// (paper: the heap's units, 125 GiB).
     pub llfree_units: usize,
+    /// bulk, repeat, rand: the least blocks over all threads, whatever their order.
+    pub llfree_min_blocks: usize,
     /// frag: reallocation rounds (paper: 100).
     pub frag_rounds: usize,
     /// Seed of every random choice, so runs are repeatable.
@@ -389,6 +391,7 @@ impl Default for Params {
             co_steps: 200_000,
             cached_pairs: 50_000,
             llfree_units: 1 << 18,
+            llfree_min_blocks: 1 << 12,
             frag_rounds: 100,
             seed: 0x5eed_b0dd,
             rt: realtime::RtParams::default(),
@@ -410,6 +413,7 @@ impl Params {
             co_steps: 256,
             cached_pairs: 256,
             llfree_units: 1 << 12,
+            llfree_min_blocks: 0,
             frag_rounds: 5,
             seed: 0x5eed_b0dd,
             rt: realtime::RtParams::quick(),
