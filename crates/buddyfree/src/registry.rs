@@ -69,7 +69,7 @@ const ENTRIES: &[Entry] = &[
         name: "linux",
         about: "Linux-like: Knuth's buddy behind a spinlock plus per-core caches (orders 0-3, 9)",
         max_order: ANY_ORDER,
-        build: |c| Ok(Box::new(PerCpu::with_config(c, Knuth::new)?)),
+        build: |c| Ok(Box::new(PerCpu::<Knuth>::with_config(c, Knuth::new)?)),
     },
     Entry {
         name: "estranged-locked",
