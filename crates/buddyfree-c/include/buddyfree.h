@@ -50,6 +50,10 @@ enum BuddyfreeStatus
   BUDDYFREE_STATUS_UNSUPPORTED = 16,
   // The non-blocking call would have had to wait.
   BUDDYFREE_STATUS_WOULD_BLOCK = 17,
+  // The caller's metadata memory is smaller than the configuration needs.
+  BUDDYFREE_STATUS_METADATA_TOO_SMALL = 18,
+  // The caller's metadata memory is not aligned as the configuration needs.
+  BUDDYFREE_STATUS_METADATA_MISALIGNED = 19,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

@@ -62,6 +62,10 @@ pub enum BuddyfreeStatus {
     Unsupported = 16,
     /// The non-blocking call would have had to wait.
     WouldBlock = 17,
+    /// The caller's metadata memory is smaller than the configuration needs.
+    MetadataTooSmall = 18,
+    /// The caller's metadata memory is not aligned as the configuration needs.
+    MetadataMisaligned = 19,
 }
 
 impl From<Error> for BuddyfreeStatus {
@@ -77,6 +81,8 @@ impl From<Error> for BuddyfreeStatus {
             Error::Occupied => BuddyfreeStatus::Occupied,
             Error::Unsupported => BuddyfreeStatus::Unsupported,
             Error::WouldBlock => BuddyfreeStatus::WouldBlock,
+            Error::MetadataTooSmall => BuddyfreeStatus::MetadataTooSmall,
+            Error::MetadataMisaligned => BuddyfreeStatus::MetadataMisaligned,
         }
     }
 }
@@ -95,7 +101,7 @@ impl From<HeapError> for BuddyfreeStatus {
 }
 
 /// The names `buddyfree_strerror` gives, indexed by status value.
-const STATUS_NAMES: [&CStr; 18] = [
+const STATUS_NAMES: [&CStr; 20] = [
     c"ok",
     c"out of memory",
     c"order above the maximum order",
@@ -114,6 +120,8 @@ const STATUS_NAMES: [&CStr; 18] = [
     c"a unit of the block is not free",
     c"operation not supported by this allocator",
     c"the call would have had to wait",
+    c"metadata memory too small",
+    c"metadata memory misaligned",
 ];
 
 /// How to build an instance.
@@ -613,8 +621,11 @@ mod tests {
             assert!(!s.is_empty());
         }
         // The last status indexes the last name.
-        assert_eq!(BuddyfreeStatus::WouldBlock as usize, STATUS_NAMES.len() - 1);
-        for code in [-1, 18, i32::MAX, i32::MIN] {
+        assert_eq!(
+            BuddyfreeStatus::MetadataMisaligned as usize,
+            STATUS_NAMES.len() - 1
+        );
+        for code in [-1, 20, i32::MAX, i32::MIN] {
             // SAFETY: as above.
             let s = unsafe { CStr::from_ptr(buddyfree_strerror(code)) };
             assert_eq!(s, c"unknown status code");

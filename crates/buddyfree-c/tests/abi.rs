@@ -52,10 +52,8 @@ fn create(
 fn stats(bf: *const Buddyfree) -> BuddyfreeStats {
     let mut s = std::mem::MaybeUninit::uninit();
     // SAFETY: a live instance and a writable out pointer.
-    assert_eq!(
-        unsafe { buddyfree_stats(bf, s.as_mut_ptr()) },
-        BuddyfreeStatus::Ok
-    );
+    let status = unsafe { buddyfree_stats(bf, s.as_mut_ptr()) };
+    assert_eq!(status, BuddyfreeStatus::Ok);
     // SAFETY: written on success.
     unsafe { s.assume_init() }
 }
@@ -340,6 +338,26 @@ fn status_codes_are_stable_and_named() {
             BuddyfreeStatus::BadRegion,
             14,
             "region too small or mapping refused",
+        ),
+        (
+            BuddyfreeStatus::Occupied,
+            15,
+            "a unit of the block is not free",
+        ),
+        (
+            BuddyfreeStatus::WouldBlock,
+            17,
+            "the call would have had to wait",
+        ),
+        (
+            BuddyfreeStatus::MetadataTooSmall,
+            18,
+            "metadata memory too small",
+        ),
+        (
+            BuddyfreeStatus::MetadataMisaligned,
+            19,
+            "metadata memory misaligned",
         ),
     ];
     for (status, value, text) in codes {

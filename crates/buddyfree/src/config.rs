@@ -13,7 +13,23 @@ pub struct Config {
 }
 
 impl Config {
-    /// A configuration of `units` units, blocks up to `2^max_order` units, and one core.
+    /// A configuration of `units` units, blocks up to `2^max_order` units, and **one core**.
+    ///
+    /// One core is the choice that is right everywhere, including `const` statics and
+    /// `no_std` kernels before they know their core count: every allocator works with it, and
+    /// `core` hints are then all the same slot. Allocators with per-core state (`nbbs`'s
+    /// hints, LLFree's reservations, the per-core caches and lists) scale only with as many
+    /// cores as threads use them, so say how many with [`with_cores`](Config::with_cores)
+    /// or, under `std`, [`with_available_cores`](Config::with_available_cores).
+    ///
+    /// ```
+    /// use buddyfree::Config;
+    ///
+    /// let config = Config::new(1 << 18, 9).with_cores(4);
+    /// assert_eq!((config.units, config.max_order, config.cores), (1 << 18, 9, 4));
+    /// assert!(config.validate().is_ok());
+    /// ```
+    #[must_use]
     pub const fn new(units: usize, max_order: u32) -> Self {
         Config {
             units,
@@ -23,8 +39,24 @@ impl Config {
     }
 
     /// The same configuration with `cores` cores.
+    #[must_use]
     pub const fn with_cores(self, cores: usize) -> Self {
         Config { cores, ..self }
+    }
+
+    /// The same configuration with as many cores as the machine offers this process
+    /// ([`std::thread::available_parallelism`]; one if that is unknown).
+    ///
+    /// ```
+    /// let config = buddyfree::Config::new(1 << 14, 9).with_available_cores();
+    /// assert!(config.cores >= 1);
+    /// ```
+    #[cfg(feature = "std")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "std")))]
+    #[must_use]
+    pub fn with_available_cores(self) -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        self.with_cores(cores)
     }
 
     /// Checks what every allocator needs: at least one unit, at least one core, and room for

@@ -24,6 +24,10 @@ pub enum Error {
     /// [`crate::BlockAlloc::try_alloc`] would have had to wait (for a lock, or for another
     /// core's operation to finish).
     WouldBlock,
+    /// The caller's metadata memory is smaller than `metadata_layout` says.
+    MetadataTooSmall,
+    /// The caller's metadata memory is not aligned as `metadata_layout` says.
+    MetadataMisaligned,
 }
 
 impl Error {
@@ -40,6 +44,8 @@ impl Error {
             Error::Occupied => "a unit of the block is not free",
             Error::Unsupported => "operation not supported by this allocator",
             Error::WouldBlock => "the operation would have had to wait",
+            Error::MetadataTooSmall => "metadata memory too small",
+            Error::MetadataMisaligned => "metadata memory misaligned",
         }
     }
 }

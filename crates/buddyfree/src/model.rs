@@ -21,6 +21,16 @@ pub struct Model {
 
 impl Model {
     /// A model of `config.units` free units.
+    ///
+    /// ```
+    /// use buddyfree::model::Model;
+    /// use buddyfree::{Config, SeqBlockAlloc};
+    ///
+    /// let mut model = Model::new(Config::new(64, 4))?;
+    /// let index = model.alloc(2)?;
+    /// assert!(!model.is_free(index, 2));
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
     pub fn new(config: Config) -> Result<Self, Error> {
         config.validate()?;
         Ok(Model {
@@ -32,11 +42,13 @@ impl Model {
     }
 
     /// Whether some aligned block of `2^order` units is entirely free.
+    #[must_use]
     pub fn can_alloc(&self, order: u32) -> bool {
         order <= self.max_order && self.find_free(order).is_some()
     }
 
     /// Whether the `2^order` units at `index` are all free (`index` must be in range).
+    #[must_use]
     pub fn is_free(&self, index: usize, order: u32) -> bool {
         self.used[index..index + (1 << order)].iter().all(|u| !u)
     }

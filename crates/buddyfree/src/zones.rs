@@ -1,8 +1,10 @@
 //! Zones: several allocators over disjoint ranges of one index space, as a kernel keeps one
 //! per NUMA node, or a small DMA32 zone below 4 GiB beside the rest.
 
-use crate::sync::atomic::{AtomicUsize, Ordering};
+// Statistics only, never part of a protocol, so loom need not model them, and `Zone::new` can
+// stay `const` (loom's atomics are not).
 use crate::{BlockAlloc, Error};
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 /// One zone: an allocator whose unit `i` is unit `first + i` of the whole index space.
 pub struct Zone<A> {

@@ -41,13 +41,13 @@ static size_t free_units(const Buddyfree *bf) {
 }
 
 static void check_strerror(void) {
-    for (int32_t code = 0; code <= BUDDYFREE_STATUS_WOULD_BLOCK; code++) {
+    for (int32_t code = 0; code <= BUDDYFREE_STATUS_METADATA_MISALIGNED; code++) {
         const char *s = buddyfree_strerror(code);
         CHECK(s != NULL && strlen(s) > 0 && strcmp(s, "unknown status code") != 0);
     }
     CHECK(strcmp(buddyfree_strerror(BUDDYFREE_STATUS_OK), "ok") == 0);
     CHECK(strcmp(buddyfree_strerror(-1), "unknown status code") == 0);
-    CHECK(strcmp(buddyfree_strerror(BUDDYFREE_STATUS_WOULD_BLOCK + 1), "unknown status code") == 0);
+    CHECK(strcmp(buddyfree_strerror(BUDDYFREE_STATUS_METADATA_MISALIGNED + 1), "unknown status code") == 0);
 }
 
 static void check_bad_configs(const char *name) {

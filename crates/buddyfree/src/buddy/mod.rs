@@ -1,4 +1,5 @@
-//! Buddy systems after Knuth and the real-time buddy paper (`papers/realtime-buddy.txt`):
+//! Buddy systems after Knuth and the real-time buddy paper
+//! ([Donahue et al. 2001](crate#references)):
 //! Knuth's buddy with eager merging ([`Knuth`]), the estranged buddy with delayed
 //! recombination ([`Estranged`]), and on-demand defragmentation for both ([`defrag`](mod@defrag)).
 //!
@@ -16,6 +17,7 @@
 //! heads      [order 0][order 1]...[max_order] : first element and length of each list
 //! ```
 
+#[cfg(feature = "alloc")]
 /// Implements [`Defrag`] for a sequential buddy with `tags`, `max_order` and `total_units`
 /// fields over its [`Entries`]: one definition for Knuth's and the estranged buddy.
 macro_rules! defrag_via_entries {
@@ -40,17 +42,44 @@ macro_rules! defrag_via_entries {
     };
 }
 
+#[cfg(feature = "alloc")]
 pub mod defrag;
 pub mod estranged;
 pub mod knuth;
 pub(crate) mod lists;
 pub(crate) mod tags;
 
+#[cfg(feature = "alloc")]
 pub use defrag::{alloc_or_defrag, defrag, Defrag, Move};
 pub use estranged::{Estranged, EstrangedStats, Step};
 pub use knuth::{Knuth, KnuthStats};
 
-use crate::Error;
+use core::cell::Cell;
+
+use crate::table::{Part, Plan};
+use crate::{Config, Error};
+use lists::{Links, ListHead};
+use tags::Tags;
+
+/// Where the tables of a sequential buddy lie in its metadata: `N` free lists per order, and
+/// the links and tag of every unit.
+pub(crate) struct Parts<const N: usize> {
+    pub(crate) heads: [Part<ListHead>; N],
+    pub(crate) links: [Part<Cell<usize>>; 2],
+    pub(crate) tags: Part<Cell<u8>>,
+}
+
+/// Lays out the metadata of a sequential buddy of `config` with `N` free lists per order.
+pub(crate) fn plan<const N: usize>(config: Config) -> Result<(Plan, Parts<N>), Error> {
+    config.validate()?;
+    let mut plan = Plan::new();
+    let parts = Parts {
+        heads: plan.add_each(config.max_order as usize + 1)?,
+        links: Links::plan(&mut plan, config.units)?,
+        tags: Tags::plan(&mut plan, config.units)?,
+    };
+    Ok((plan, parts))
+}
 
 /// The blocks a region of `units` units starts with: blocks of `max_order` from unit 0, then
 /// the tail beyond the last whole one cut into ever smaller aligned blocks (the binary digits

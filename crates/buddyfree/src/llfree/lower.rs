@@ -30,10 +30,11 @@
 use super::atomic::Atom;
 use super::bitfield::{block_mask, find_run};
 use super::child::{Child, ChildPair};
-use super::lines::{Lines, LINE_WORDS};
+use super::lines::{Line, Lines, LINE_WORDS};
 use super::writeback::{Volatile, WriteBack};
 use super::{HugeId, HUGE_UNITS};
 use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::table::{Metadata, Part, Plan};
 use crate::Error;
 
 #[cfg(all(feature = "persist", not(loom)))]
@@ -48,10 +49,12 @@ const STARTS_PER_WORD: usize = 16;
 /// Start-table words per huge frame.
 const START_WORDS: usize = HUGE_UNITS / STARTS_PER_WORD;
 /// A free unit's slot.
+#[cfg_attr(not(all(feature = "persist", not(loom))), allow(dead_code))]
 const FREE_SLOT: u64 = 0b00;
 /// The slot of an order-0 block.
 const ORDER0_SLOT: u64 = 0b01;
 /// The slot of a unit of a block of order 1..=8 (and of the padding past the last unit).
+#[cfg_attr(not(all(feature = "persist", not(loom))), allow(dead_code))]
 const LARGER_SLOT: u64 = 0b11;
 /// The highest order claimed inside one word.
 const WORD_ORDER: u32 = 5;
@@ -120,12 +123,24 @@ impl Layout {
 }
 
 impl Lower {
-    /// A lower level with every unit free. Units past `units` in the last huge frame are
-    /// marked taken for good (and not counted free), so any `units` works.
+    /// A lower level with every unit free, on the heap.
+    #[cfg(test)]
     pub(crate) fn new(units: usize) -> Lower {
-        let lower = Lower::on(Lines::zeroed(Layout::of(units).lines), units, Volatile);
+        let part = Lower::plan(&mut Plan::new(), units).expect("a test's lower level");
+        Lower::build(&Metadata::heap(), part, units).expect("a test's lower level")
+    }
+
+    /// Places the lower level of `units` units in `plan`.
+    pub(crate) fn plan(plan: &mut Plan, units: usize) -> Result<Part<Line>, Error> {
+        plan.add(Layout::of(units).lines)
+    }
+
+    /// A lower level with every unit free at `part` of `meta`. Units past `units` in the last
+    /// huge frame are marked taken for good (and not counted free), so any `units` works.
+    pub(crate) fn build(meta: &Metadata, part: Part<Line>, units: usize) -> Result<Lower, Error> {
+        let lower = Lower::on(meta.table(part, |_| Line::zeroed())?, units, Volatile);
         lower.format(units);
-        lower
+        Ok(lower)
     }
 
     /// Bytes the lower level of `units` units takes (a whole number of cache lines).
@@ -154,7 +169,8 @@ impl<W: WriteBack> Lower<W> {
     /// zeroed memory, formatted here to every unit free).
     ///
     /// # Safety
-    /// As for [`Lines::borrowed`], for [`Lower::bytes`]`(units)` bytes at `at`.
+    /// As for [`Table::borrowed`](crate::table::Table::borrowed), for
+    /// [`Lower::bytes`]`(units)` bytes at `at`, which hold atomics (any bit pattern).
     #[cfg(all(feature = "persist", not(loom)))]
     pub(crate) unsafe fn in_place(
         at: core::ptr::NonNull<super::lines::Line>,
@@ -565,9 +581,11 @@ fn live_order(entry: u64) -> Option<u32> {
 }
 
 /// The low bit of every slot.
+#[cfg_attr(not(all(feature = "persist", not(loom))), allow(dead_code))]
 const LOW_BITS: u64 = 0x5555_5555_5555_5555;
 
 /// The number of taken (not free) slots in a bit-field word.
+#[cfg_attr(not(all(feature = "persist", not(loom))), allow(dead_code))]
 fn taken_slots(word: u64) -> u32 {
     ((word | word >> 1) & LOW_BITS).count_ones()
 }

@@ -60,12 +60,16 @@ mod writeback;
 #[cfg(all(test, loom))]
 mod loom_tests;
 
-use alloc::boxed::Box;
+#[cfg(feature = "alloc")]
 use alloc::vec::Vec;
 
-use crate::sync::atomic::Ordering;
+use crate::sync::atomic::{AtomicU32, Ordering};
 use crate::sync::{spin_loop, CachePadded};
+#[cfg(feature = "alloc")]
+use crate::table::build_on_heap;
+use crate::table::{Metadata, Part, Plan, Table};
 use crate::{check_block, BlockAlloc, Config, Error};
+use lines::Line;
 use local::{Local, Reservation};
 use lower::Lower;
 use moves::Moves;
@@ -130,7 +134,7 @@ impl Default for Options {
 pub struct LLFree<W: WriteBack = Volatile> {
     lower: Lower<W>,
     trees: Trees,
-    locals: Box<[CachePadded<Local>]>,
+    locals: Table<CachePadded<Local>>,
     units: usize,
     max_order: u32,
     tree_children: usize,
@@ -141,16 +145,71 @@ pub struct LLFree<W: WriteBack = Volatile> {
     moves: Moves,
 }
 
+/// Where the tables of LLFree lie in its metadata, and its tuning.
+pub(crate) struct Parts {
+    options: Options,
+    lower: Part<Line>,
+    upper: Upper,
+}
+
+/// Where the upper level's tables lie.
+pub(crate) struct Upper {
+    trees: Part<AtomicU32>,
+    locals: Part<CachePadded<Local>>,
+}
+
+impl Upper {
+    /// Places the upper level of LLFree over `config` tuned by `options` in `plan`.
+    fn plan(plan: &mut Plan, config: Config, options: Options) -> Result<Upper, Error> {
+        let huges = config.units.div_ceil(HUGE_UNITS);
+        Ok(Upper {
+            trees: plan.add(huges.div_ceil(options.tree_children))?,
+            locals: plan.add(config.cores)?,
+        })
+    }
+}
+
 impl LLFree {
-    /// LLFree with the paper's tuning ([`Options::default`]).
+    /// LLFree with the paper's tuning ([`Options::default`]), its metadata on the heap.
+    #[cfg(feature = "alloc")]
     pub fn new(config: Config) -> Result<LLFree, Error> {
         LLFree::with_options(config, Options::default())
     }
 
-    /// LLFree with the given tuning.
+    /// LLFree with the given tuning, its metadata on the heap.
+    #[cfg(feature = "alloc")]
     pub fn with_options(config: Config, options: Options) -> Result<LLFree, Error> {
+        build_on_heap(LLFree::plan(config, options), |parts, meta| {
+            LLFree::build(config, parts, meta)
+        })
+    }
+
+    /// Lays out the metadata of LLFree over `config` with the paper's tuning.
+    fn default_plan(config: Config) -> Result<(Plan, Parts), Error> {
+        LLFree::plan(config, Options::default())
+    }
+
+    /// Lays out the metadata of LLFree over `config` tuned by `options`: the lower level's
+    /// lines, the tree entries and the per-core state.
+    fn plan(config: Config, options: Options) -> Result<(Plan, Parts), Error> {
         LLFree::check(config, options)?;
-        Ok(LLFree::on(config, options, Lower::new(config.units)))
+        let mut plan = Plan::new();
+        let lower = Lower::plan(&mut plan, config.units)?;
+        let upper = Upper::plan(&mut plan, config, options)?;
+        Ok((
+            plan,
+            Parts {
+                options,
+                lower,
+                upper,
+            },
+        ))
+    }
+
+    /// LLFree with every unit free, its tables made in `meta` at `parts`.
+    fn build(config: Config, parts: Parts, meta: &Metadata) -> Result<LLFree, Error> {
+        let lower = Lower::build(meta, parts.lower, config.units)?;
+        LLFree::on(config, parts.options, lower, meta, parts.upper)
     }
 
     /// Rejects configurations LLFree cannot serve.
@@ -172,38 +231,60 @@ impl LLFree {
     }
 }
 
+caller_metadata!(
+    LLFree,
+    LLFree::default_plan,
+    LLFree::build,
+    example: "llfree::LLFree", "BlockAlloc", "let a", "alloc(3, 0)", "free(block, 3, 0)"
+);
+
 impl<W: WriteBack> LLFree<W> {
+    /// LLFree over a checked configuration and a lower level (fresh, recovered or reopened),
+    /// its upper level on the heap.
+    #[cfg(all(feature = "persist", not(loom)))]
+    fn upper_on_heap(config: Config, options: Options, lower: Lower<W>) -> Result<Self, Error> {
+        let upper = Upper::plan(&mut Plan::new(), config, options)?;
+        LLFree::on(config, options, lower, &Metadata::heap(), upper)
+    }
+
     /// LLFree over a checked configuration and a lower level (fresh, recovered or reopened):
-    /// the upper level is built from its child counters, with no reservations.
-    fn on(config: Config, options: Options, lower: Lower<W>) -> LLFree<W> {
+    /// the upper level is built at `upper` of `meta` from its child counters, with no
+    /// reservations.
+    fn on(
+        config: Config,
+        options: Options,
+        lower: Lower<W>,
+        meta: &Metadata,
+        upper: Upper,
+    ) -> Result<LLFree<W>, Error> {
         let children = options.tree_children;
         let tree_units = children * HUGE_UNITS;
         let permille = |p: usize| tree_units * p / 1000;
         let huges = lower.huges();
         let trees = Trees::new(
-            (0..huges.div_ceil(children)).map(|t| {
+            meta,
+            upper.trees,
+            |t| {
                 (t * children..((t + 1) * children).min(huges))
                     .map(|h| lower.child(HugeId(h)).free())
                     .sum()
-            }),
+            },
             (
                 permille(options.allocated_below_permille),
                 permille(options.free_above_permille),
             ),
-        );
-        LLFree {
+        )?;
+        Ok(LLFree {
             lower,
             trees,
-            locals: (0..config.cores)
-                .map(|_| CachePadded::new(Local::new()))
-                .collect(),
+            locals: meta.table(upper.locals, |_| CachePadded::new(Local::new()))?,
             units: config.units,
             max_order: config.max_order,
             tree_children: children,
             tree_shift: tree_units.trailing_zeros(),
             reserve_on_free: options.reserve_on_free,
             moves: Moves::new(),
-        }
+        })
     }
 
     /// Free huge frames (whole free 2 MiB frames).
@@ -217,6 +298,7 @@ impl<W: WriteBack> LLFree<W> {
     }
 
     /// Free units per tree (its counter plus the counter of the core holding it).
+    #[cfg(feature = "alloc")]
     pub fn free_per_tree(&self) -> Vec<usize> {
         let mut free: Vec<usize> = (0..self.trees.len())
             .map(|t| self.trees.get(TreeId(t)).free())

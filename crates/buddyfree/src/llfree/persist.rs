@@ -36,6 +36,13 @@
 //! One process at a time: the file is locked (`flock`) while a zone is open, and opening it
 //! again fails with [`PersistError::Locked`].
 
+#![cfg_attr(docsrs, doc(cfg(feature = "persist")))]
+
+// The fault-injection harness (re-executes the process as a killed worker) is test
+// machinery, not part of the allocator's API: built only for buddyfree's own tests and
+// buddybench's `crash` workload, which enable `testing`.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
 pub mod crash;
 mod flush;
 mod header;
@@ -185,6 +192,17 @@ unsafe impl Sync for PersistentLLFree {}
 impl PersistentLLFree {
     /// Creates a zone file at `path` (which must not exist) with every unit free, with the
     /// paper's tuning, and opens it.
+    ///
+    /// ```
+    /// use buddyfree::llfree::persist::{Durability, PersistentLLFree};
+    /// use buddyfree::Config;
+    ///
+    /// let path = std::env::temp_dir().join(format!("buddyfree-create-{}.zone", std::process::id()));
+    /// let zone = PersistentLLFree::create(&path, Config::new(1 << 14, 10), Durability::None)?;
+    /// zone.close()?;
+    /// std::fs::remove_file(&path)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn create(
         path: impl AsRef<Path>,
         config: Config,
@@ -194,6 +212,19 @@ impl PersistentLLFree {
     }
 
     /// [`create`](Self::create) with the given tuning (kept in the header).
+    ///
+    /// ```
+    /// use buddyfree::llfree::persist::{Durability, PersistentLLFree};
+    /// use buddyfree::llfree::Options;
+    /// use buddyfree::Config;
+    ///
+    /// let path = std::env::temp_dir().join(format!("buddyfree-options-{}.zone", std::process::id()));
+    /// let config = Config::new(1 << 14, 10);
+    /// let zone = PersistentLLFree::create_with_options(&path, config, Options::default(), Durability::None)?;
+    /// zone.close()?;
+    /// std::fs::remove_file(&path)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn create_with_options(
         path: impl AsRef<Path>,
         config: Config,
@@ -225,13 +256,26 @@ impl PersistentLLFree {
         // SAFETY: bytes 0..STATE_AT of the mapping are ours and nothing else views them
         // (the lower level starts at PAGE, the state word at STATE_AT).
         unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), mapped.base.as_ptr(), STATE_AT) };
-        let zone = mapped.into_zone(config);
+        let zone = mapped.into_zone(config)?;
         zone.set_state(DIRTY)?;
         Ok(zone)
     }
 
     /// Opens the zone file at `path` with `cores` per-core reservations, recovering it if it
     /// was not closed cleanly.
+    ///
+    /// ```
+    /// use buddyfree::llfree::persist::{Durability, PersistentLLFree};
+    /// use buddyfree::Config;
+    ///
+    /// let path = std::env::temp_dir().join(format!("buddyfree-open-{}.zone", std::process::id()));
+    /// PersistentLLFree::create(&path, Config::new(1 << 14, 10), Durability::None)?.close()?;
+    /// let (zone, recovery) = PersistentLLFree::open(&path, 2, Durability::None)?;
+    /// assert!(recovery.clean);
+    /// zone.close()?;
+    /// std::fs::remove_file(&path)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn open(
         path: impl AsRef<Path>,
         cores: usize,
@@ -283,7 +327,7 @@ impl PersistentLLFree {
                     what: c.what,
                 })?;
         }
-        let zone = mapped.into_zone(config);
+        let zone = mapped.into_zone(config)?;
         let allocated_units = zone.alloc.total_units() - zone.alloc.free_units();
         let elapsed = started.elapsed();
         // From here on a crash must be seen as one.
@@ -319,6 +363,7 @@ impl PersistentLLFree {
     /// 1..=10 with their order, every other taken unit as an order-0 block. After a crash
     /// this is how a user finds units lost by operations in flight (those its own records
     /// do not hold), to free them. Only meaningful while no operation is running.
+    #[must_use]
     pub fn blocks(&self) -> Vec<(usize, u32)> {
         let mut blocks = Vec::new();
         self.alloc
@@ -380,16 +425,18 @@ impl Mapped {
         })
     }
 
-    /// Builds the upper level from the child counters.
-    fn into_zone(self, config: Config) -> PersistentLLFree {
-        PersistentLLFree {
-            alloc: LLFree::on(config, self.header.options, self.lower),
+    /// Builds the upper level from the child counters, on the heap.
+    fn into_zone(self, config: Config) -> Result<PersistentLLFree, PersistError> {
+        let options = self.header.options;
+        let alloc = LLFree::upper_on_heap(config, options, self.lower);
+        Ok(PersistentLLFree {
+            alloc: alloc.map_err(PersistError::Config)?,
             map: self.map,
             base: self.base,
             _file: self.file,
             header: self.header,
             flush: self.flush,
-        }
+        })
     }
 }
 

@@ -2,12 +2,11 @@
 //! `cU` and a reserved flag `r` in one 32-bit word, 16 trees to a cache line, and the search
 //! for a tree to reserve.
 
-use alloc::boxed::Box;
-use alloc::vec::Vec;
-
 use super::atomic::Atom;
 use super::TreeId;
 use crate::sync::atomic::{AtomicU32, Ordering};
+use crate::table::{Metadata, Part, Table};
+use crate::Error;
 
 /// Tree entries sharing one cache line: the "neighbourhood" of step 1 of the search.
 const PER_LINE: usize = 16;
@@ -42,7 +41,7 @@ enum Class {
 
 /// The tree entries and the class thresholds.
 pub(crate) struct Trees {
-    entries: Box<[AtomicU32]>,
+    entries: Table<AtomicU32>,
     /// A tree with fewer free units than this is "allocated".
     allocated_below: usize,
     /// A tree with more free units than this is "free".
@@ -50,14 +49,19 @@ pub(crate) struct Trees {
 }
 
 impl Trees {
-    /// Trees with the given free counts, none reserved; thresholds in units.
-    pub(crate) fn new(free: impl Iterator<Item = usize>, thresholds: (usize, usize)) -> Trees {
-        let entries: Vec<AtomicU32> = free.map(|f| AtomicU32::new(f as u32)).collect();
-        Trees {
-            entries: entries.into_boxed_slice(),
+    /// Trees at `part` of `meta` with the free counts `free(tree)`, none reserved;
+    /// thresholds in units.
+    pub(crate) fn new(
+        meta: &Metadata,
+        part: Part<AtomicU32>,
+        free: impl Fn(usize) -> usize,
+        thresholds: (usize, usize),
+    ) -> Result<Trees, Error> {
+        Ok(Trees {
+            entries: meta.table(part, |t| AtomicU32::new(free(t) as u32))?,
             allocated_below: thresholds.0,
             free_above: thresholds.1,
-        }
+        })
     }
 
     #[inline]
@@ -168,7 +172,8 @@ mod tests {
 
     /// Trees of 1000 units: below 125 allocated, above 875 free.
     fn trees(free: &[usize]) -> Trees {
-        Trees::new(free.iter().copied(), (125, 875))
+        let part = crate::table::Plan::new().add(free.len()).unwrap();
+        Trees::new(&Metadata::heap(), part, |t| free[t], (125, 875)).unwrap()
     }
 
     /// 48 trees, all full but the given ones; the search starts on the first cache line

@@ -1,16 +1,20 @@
 //! Lock wrappers that lift a sequential allocator into a [`BlockAlloc`].
 
+#[cfg(feature = "alloc")]
 pub mod per_level;
 pub mod yield_mutex;
 
 use lock_api::{Mutex, RawMutex};
 
+#[cfg(feature = "alloc")]
 pub use per_level::{PerLevel, PerLevelSpin, PerLevelYield};
 pub use yield_mutex::YieldMutex;
 
 use crate::{BlockAlloc, Error, SeqBlockAlloc};
 
+#[cfg(feature = "alloc")]
 mod percpu;
+#[cfg(feature = "alloc")]
 pub use percpu::PerCpu;
 
 /// A sequential allocator behind one global lock: the "spin-locked buddy" of the NBBS paper
@@ -23,6 +27,20 @@ pub struct Locked<A, R = spin::Mutex<()>> {
 
 impl<A: SeqBlockAlloc, R: RawMutex> Locked<A, R> {
     /// Wraps `alloc` in a lock.
+    ///
+    /// ```
+    /// use buddyfree::buddy::Knuth;
+    /// use buddyfree::{BlockAlloc, Config, Locked};
+    ///
+    /// // Any `SeqBlockAlloc` behind one spinlock becomes a thread-safe `BlockAlloc`.
+    /// let shared = Locked::<Knuth>::new(Knuth::new(Config::new(256, 4))?);
+    /// std::thread::scope(|s| {
+    ///     s.spawn(|| shared.alloc(4, 1).unwrap());
+    /// });
+    /// assert_eq!(shared.free_units(), 256 - 16);
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
+    #[must_use]
     pub fn new(alloc: A) -> Self {
         Locked {
             total_units: alloc.total_units(),

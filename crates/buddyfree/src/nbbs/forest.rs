@@ -1,13 +1,17 @@
 //! The NBBS algorithms (Alg. 2-5) over a forest of cells, written once for any cell height.
 
-use alloc::boxed::Box;
+#[cfg(all(test, loom))]
 use alloc::vec::Vec;
 use core::marker::PhantomData;
 
 use super::cell::{Shape, State};
-use super::cores::Cores;
+use super::cores::{Cores, Slot};
 use super::word::{AtomicU128, Word};
 use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::CachePadded;
+#[cfg(feature = "alloc")]
+use crate::table::build_on_heap;
+use crate::table::{Metadata, Part, Plan, Table};
 use crate::{check_block, BlockAlloc, Config, Error};
 
 /// Records protocol steps under loom tests, printed when a check fails.
@@ -99,13 +103,11 @@ impl Seen {
     }
 }
 
-/// `len` values made by `make`, or [`Error::InvalidConfig`] when the memory for them cannot
-/// be had: a configuration too large fails rather than aborts.
-pub fn filled<T>(len: usize, make: impl FnMut(usize) -> T) -> Result<Box<[T]>, Error> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| Error::InvalidConfig)?;
-    v.extend((0..len).map(make));
-    Ok(v.into_boxed_slice())
+/// Where the tables of a forest lie in its metadata ([`Forest::plan`]).
+pub(crate) struct Parts<K: Kind> {
+    cells: Part<K::Atomic>,
+    level_start: Part<usize>,
+    slots: Part<CachePadded<Slot>>,
 }
 
 /// A block of `2^order` units at `pos * 2^order`: one node of the tree.
@@ -143,9 +145,9 @@ struct Place {
 ///                     cell pos >> r, in-cell number 2^r + pos mod 2^r
 /// ```
 pub struct Forest<K: Kind> {
-    cells: Box<[K::Atomic]>,
+    cells: Table<K::Atomic>,
     /// First cell of each cell level.
-    level_start: Box<[usize]>,
+    level_start: Table<usize>,
     units: usize,
     /// `roots << max_order`: the units the trees cover, `units` rounded up.
     span: usize,
@@ -164,40 +166,73 @@ impl<K: Kind> Forest<K> {
     };
     const LEVELS: u32 = K::SHAPE.levels;
 
-    /// A forest managing `config.units` units. When `units` is not a multiple of
-    /// `2^max_order`, the last tree is cut short: its units past the end are occupied once,
-    /// at construction, by aligned blocks no caller can free (they are out of range).
+    /// A forest managing `config.units` units, its tables on the heap.
+    #[cfg(feature = "alloc")]
     pub fn new(config: Config) -> Result<Self, Error> {
+        build_on_heap(Self::plan(config), |parts, meta| {
+            Self::build(config, parts, meta)
+        })
+    }
+
+    /// The metadata of a forest of `config`: its cells, the first cell of each cell level,
+    /// and the per-core slots.
+    pub(crate) fn plan(config: Config) -> Result<(Plan, Parts<K>), Error> {
         config.validate()?;
-        let max_order = config.max_order;
-        let roots = config.units.div_ceil(1 << max_order);
-        let span = roots
-            .checked_mul(1 << max_order)
+        let roots = config.units.div_ceil(1 << config.max_order);
+        roots
+            .checked_mul(1 << config.max_order)
             .ok_or(Error::InvalidConfig)?;
-        let mut level_start = Vec::new();
+        let levels = (config.max_order / Self::LEVELS) as usize + 1;
         let mut total = 0usize;
-        for level in 0..=max_order / Self::LEVELS {
-            level_start.push(total);
-            let cells = roots
-                .checked_mul(1usize << (level * Self::LEVELS))
-                .ok_or(Error::InvalidConfig)?;
-            // Each level starts one cache line further from a power-of-two boundary than the
-            // one above: level sizes are powers of two times `roots`, so the cells of one
-            // root-to-leaf path would otherwise share an L1 set (more lines than ways for a
-            // deep 1-level tree: a conflict miss per level on every climb).
+        for level in 0..levels {
             total = total
-                .checked_add(cells)
-                .and_then(|t| t.checked_add(K::LINE))
+                .checked_add(Self::level_cells(roots, level).ok_or(Error::InvalidConfig)?)
                 .ok_or(Error::InvalidConfig)?;
         }
+        let mut plan = Plan::new();
+        let parts = Parts {
+            cells: plan.add(total)?,
+            level_start: plan.add(levels)?,
+            slots: Cores::plan(&mut plan, config.cores)?,
+        };
+        Ok((plan, parts))
+    }
+
+    /// The cells of cell level `level`, with the cache line of unused cells after them.
+    /// Each level starts one cache line further from a power-of-two boundary than the one
+    /// above: level sizes are powers of two times `roots`, so the cells of one root-to-leaf
+    /// path would otherwise share an L1 set (more lines than ways for a deep 1-level tree: a
+    /// conflict miss per level on every climb).
+    fn level_cells(roots: usize, level: usize) -> Option<usize> {
+        roots
+            .checked_mul(1usize << (level as u32 * Self::LEVELS))?
+            .checked_add(K::LINE)
+    }
+
+    /// A forest managing `config.units` units, its tables made in `meta` at the places
+    /// `parts` (from [`Forest::plan`] of the same `config`) gives. When `units` is not a
+    /// multiple of `2^max_order`, the last tree is cut short: its units past the end are
+    /// occupied once, at construction, by aligned blocks no caller can free (they are out of
+    /// range).
+    pub(crate) fn build(config: Config, parts: Parts<K>, meta: &Metadata) -> Result<Self, Error> {
+        let max_order = config.max_order;
+        let roots = config.units.div_ceil(1 << max_order);
+        // `plan` checked that neither this nor the level sizes below overflow.
+        let span = roots << max_order;
+        let mut next = 0;
+        let level_start = meta.table(parts.level_start, |level| {
+            let start = next;
+            next += Self::level_cells(roots, level).unwrap_or(0);
+            start
+        })?;
         let cores = config.cores;
         let forest = Forest {
-            cells: filled(total, |_| K::Atomic::new(0))?,
-            level_start: level_start.into(),
+            cells: meta.table(parts.cells, |_| K::Atomic::new(0))?,
+            level_start,
             units: config.units,
             span,
             max_order,
-            cores: Cores::new(cores, |core, order| {
+            cores: Cores::new(meta, parts.slots, |core, order| {
                 let len = span >> order.min(max_order);
                 (len as u128 * core as u128 / cores as u128) as usize
             })?,

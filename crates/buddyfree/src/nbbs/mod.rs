@@ -1,5 +1,5 @@
 //! NBBS, the non-blocking buddy system of Marotta, Ianni, Pellegrini and Quaglia
-//! (`papers/nbbs-tc.md`, Sections 3-4): a complete binary tree of node states updated only by
+//! ([IEEE TC 2022](crate#references), Sections 3-4): a complete binary tree of node states updated only by
 //! CAS, with allocation by reserving a free node and marking its ancestors, and release by
 //! marking the ancestors coalescing, clearing the node and unmarking.
 //!
@@ -68,6 +68,7 @@ mod forest;
 mod loom_tests;
 mod word;
 
+use crate::table::Metadata;
 use crate::{BlockAlloc, Config, Error};
 use forest::{Forest, FourLevel, OneLevel};
 
@@ -78,11 +79,34 @@ macro_rules! nbbs_type {
 
         impl $name {
             /// An allocator of `config.units` free units, blocks up to `2^config.max_order`
-            /// units, with free-slot hints for `config.cores` cores.
+            /// units, with free-slot hints for `config.cores` cores; its metadata on the heap.
+            ///
+            #[doc = concat!("```\nuse buddyfree::{BlockAlloc, Config, ", stringify!($name), "};\n")]
+            #[doc = concat!("let frames = ", stringify!($name), "::new(Config::new(1 << 12, 9).with_cores(2))?;")]
+            /// let huge = frames.alloc(9, 0)?;
+            /// frames.free(huge, 9, 1)?;
+            /// # Ok::<(), buddyfree::Error>(())
+            /// ```
+            #[cfg(feature = "alloc")]
             pub fn new(config: Config) -> Result<Self, Error> {
                 Forest::new(config).map($name)
             }
+
+            fn build(
+                config: Config,
+                parts: forest::Parts<$kind>,
+                meta: &Metadata,
+            ) -> Result<Self, Error> {
+                Forest::build(config, parts, meta).map($name)
+            }
         }
+
+        caller_metadata!(
+            $name,
+            Forest::<$kind>::plan,
+            $name::build,
+            example: stringify!($name), "BlockAlloc", "let a", "alloc(3, 0)", "free(block, 3, 0)"
+        );
 
         impl BlockAlloc for $name {
             #[inline]

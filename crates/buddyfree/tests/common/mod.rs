@@ -422,6 +422,29 @@ pub fn double_free_against_other_orders(
     assert_whole(alloc);
 }
 
+/// Stress at scale: rounds of [`stress`] (ownership-checked, cross-thread frees, the
+/// allocator whole after each) alternating with a [`double_free_race`] (orders cycling
+/// through `0..=max_order`), until at least `ops` allocator operations were made. Every
+/// successful allocation is freed exactly once, so two operations are counted for each;
+/// failed allocations and rejected double frees come on top. Returns the operations counted.
+pub fn stress_rounds(alloc: &dyn BlockAlloc, threads: usize, ops: usize, max_order: u32) -> usize {
+    /// Steps per thread and round: long enough to fill the allocator and churn it, short
+    /// enough that double-free races come often.
+    const ROUND_STEPS: usize = 100_000;
+    let steps = ROUND_STEPS.min(ops.div_ceil(threads)).max(1);
+    let mut done = 0;
+    let mut round = 0u32;
+    while done < ops {
+        done += 2 * stress(alloc, threads, steps, max_order);
+        let order = round % (max_order + 1);
+        let blocks = (alloc.total_units() >> order).min(256);
+        double_free_race(alloc, threads, blocks, order);
+        done += 2 * blocks;
+        round += 1;
+    }
+    done
+}
+
 /// Raced double frees: `threads` threads all free the same `blocks` blocks of `order`, in
 /// the same order, while nothing else allocates. Each block must be freed exactly once (one
 /// `Ok`, the rest `NotAllocated`), and the allocator must be whole afterwards.
