@@ -668,7 +668,14 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
         let t = self.tree_of(index);
         let n = 1 << order;
         let taken = || {
-            let source = self.take_any(t, n)?;
+            // A reserved tree's free units may be split: the holder's counter has some, and
+            // the frees other cores made since are in the tree entry. Gathered in the holder,
+            // they count together.
+            let source = self.take_any(t, n).or_else(|| {
+                let holder =
+                    (0..self.locals.len()).find(|&c| self.locals[c].get().tree() == Some(t))?;
+                self.sync(holder, t).then(|| self.take_any(t, n))?
+            })?;
             if self.lower.alloc_at(index, order) {
                 return Some(Ok(()));
             }
