@@ -155,8 +155,8 @@ pub trait BlockAlloc: Sync {
     }
 
     /// Allocates the block of `2^order` units at `index`, if every unit in it is free:
-    /// [`Error::Occupied`] (changing nothing) if one is not, the [`check_block`] errors for a
-    /// bad block. Allocators that cannot choose the position answer [`Error::Unsupported`].
+    /// [`Error::Occupied`] (changing nothing) if one is not, and for a bad block the errors
+    /// `free` gives ([`Error::BadOrder`], [`Error::OutOfRange`], [`Error::Misaligned`]). Allocators that cannot choose the position answer [`Error::Unsupported`].
     fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         let _ = (index, order, core);
         Err(Error::Unsupported)
