@@ -1,8 +1,10 @@
 //! The allocators the tool can run: every entry of the library's registry, plus the system
 //! allocator adapter.
 
+use buddyfree::buddy::Knuth;
+use buddyfree::locked::PerCpu;
 use buddyfree::registry::{self, DynAlloc, Entry};
-use buddyfree::{Config, Error};
+use buddyfree::{Config, Error, Locked};
 
 use crate::system::SystemAlloc;
 
@@ -30,6 +32,52 @@ pub const DEFAULT_BASELINES: &[&str] = &["knuth-locked", "linux"];
 
 /// The name of the system allocator adapter.
 pub const SYSTEM: &str = "system";
+
+/// The lock of the locked baselines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Lock {
+    /// A ticket lock: waiters are served in arrival order, as by Linux's queued zone lock.
+    Ticket,
+    /// A test-and-set spinlock (the registry's): whoever wins the race gets it, so one core
+    /// can starve the others and a baseline looks better or worse than a fair lock would.
+    TestAndSet,
+}
+
+impl Lock {
+    /// Its name on the command line and in the table.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Lock::Ticket => "ticket",
+            Lock::TestAndSet => "test-and-set",
+        }
+    }
+}
+
+type Ticket = spin::mutex::TicketMutex<()>;
+
+/// The registry's allocators that `--lock ticket` builds behind a ticket lock instead of the
+/// registry's test-and-set spinlock; every other one is built as the registry builds it
+/// (list-locked keeps its test-and-set lock: the LLFree paper's ListLocked is one).
+/// Builds an allocator over a configuration, as a registry entry does.
+type Build = fn(Config) -> Result<DynAlloc, Error>;
+
+const TICKET_BUILDS: &[(&str, Build)] = &[
+    ("knuth-locked", |c| {
+        Ok(Box::new(Locked::<Knuth, Ticket>::new(Knuth::new(c)?)))
+    }),
+    ("linux", |c| {
+        Ok(Box::new(PerCpu::<Knuth, Ticket>::with_config(
+            c,
+            Knuth::new,
+        )?))
+    }),
+];
+
+/// Whether `--lock` changes how the allocator named `name` is built.
+pub fn lock_applies(name: &str) -> bool {
+    TICKET_BUILDS.iter().any(|(n, _)| *n == name)
+}
 
 /// An allocator the tool can build.
 #[derive(Clone, Copy)]
@@ -83,13 +131,21 @@ impl AllocSpec {
     }
 
     /// Builds a fresh instance, with `config.max_order` lowered to the largest the allocator
-    /// accepts (the list allocators serve order 0 only); workloads needing more skip it.
-    pub fn build(&self, config: Config) -> Result<DynAlloc, Error> {
+    /// accepts (the list allocators serve order 0 only); workloads needing more skip it. The
+    /// locked baselines get `lock`.
+    pub fn build(&self, config: Config, lock: Lock) -> Result<DynAlloc, Error> {
         match self {
-            AllocSpec::Registry(e) => (e.build)(Config {
-                max_order: config.max_order.min(e.max_order),
-                ..config
-            }),
+            AllocSpec::Registry(e) => {
+                let config = Config {
+                    max_order: config.max_order.min(e.max_order),
+                    ..config
+                };
+                let ticket = TICKET_BUILDS.iter().find(|(n, _)| *n == e.name);
+                match (lock, ticket) {
+                    (Lock::Ticket, Some((_, build))) => build(config),
+                    _ => (e.build)(config),
+                }
+            }
             // SAFETY: the workloads free exactly the blocks they allocated, once, with their
             // orders (checked by the tests' counting allocator).
             AllocSpec::System => Ok(Box::new(unsafe { SystemAlloc::new(config) }?)),

@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod allocs;
+pub mod machine;
 pub mod report;
 pub mod runner;
 pub mod suite;

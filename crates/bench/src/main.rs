@@ -4,8 +4,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use buddybench::allocs::{AllocSpec, DEFAULT_ALLOCS, REALTIME_ALLOCS};
+use buddybench::allocs::{AllocSpec, Lock, DEFAULT_ALLOCS, REALTIME_ALLOCS};
 use buddybench::report::{table, write_all};
+use buddybench::runner::Clock;
 use buddybench::suite::{parse_bytes, size_to_order, Plan, Request};
 use buddybench::workloads::Workload;
 use clap::Parser;
@@ -13,8 +14,9 @@ use clap::Parser;
 /// Compares back-end allocators on the workloads of the NBBS and LLFree papers.
 ///
 /// With no arguments, runs the default suite: every workload, on the default allocators that
-/// are registered, at 1, 2, 4, ... threads up to the core count, printing a table and writing
-/// JSON, CSV and plots to `results/`.
+/// are registered, at 1, 2, 4, ... threads up to the core count, over one 16 GiB heap,
+/// printing a table and writing JSON, CSV and plots to `results/<date-time>/` (linked from
+/// `results/latest`).
 #[derive(Parser, Debug)]
 #[command(name = "buddybench", version)]
 struct Cli {
@@ -33,13 +35,29 @@ struct Cli {
     /// Block orders (size = 4 KiB << order), comma-separated; instead of --size.
     #[arg(long, value_delimiter = ',')]
     order: Option<Vec<u32>>,
-    /// Heap size (e.g. 1G); by default each size-based run gets what it needs plus headroom,
-    /// and the LLFree workloads 1 GiB.
+    /// The heap of every case (e.g. 1G; default 16G, 64M with --quick): only the allocators'
+    /// metadata is written, the memory itself never touched. The real-time workloads size
+    /// their own.
     #[arg(long)]
     heap: Option<String>,
-    /// Repetitions of each run (the table shows the median).
+    /// bulk, repeat, rand: the work, in bytes of blocks (default 1G; the paper: half the
+    /// memory).
+    #[arg(long)]
+    work: Option<String>,
+    /// Counted repetitions of each run (the table shows the median; default 5).
     #[arg(long)]
     reps: Option<usize>,
+    /// Skip the uncounted warm-up round.
+    #[arg(long)]
+    no_warmup: bool,
+    /// The lock of the locked baselines (knuth-locked, linux): `ticket` (fair, like Linux's
+    /// queued zone lock) or `tas` (test-and-set).
+    #[arg(long, default_value = "ticket")]
+    lock: String,
+    /// The clock of the timed phases: `wall` or `cpu` (each thread's CPU time, which other
+    /// load on a shared machine inflates less but which hides waiting).
+    #[arg(long, default_value = "wall")]
+    clock: String,
     /// The allocator the others are compared with (default: knuth-locked, else linux, else
     /// the first one run).
     #[arg(long)]
@@ -47,7 +65,8 @@ struct Cli {
     /// The largest order the allocators are built for (default 10: 4 MiB blocks).
     #[arg(long)]
     max_order: Option<u32>,
-    /// Folder for the JSON, CSV and plots.
+    /// Folder for the runs: each run writes its JSON, CSV and plots into a new
+    /// `<out>/<date-time>/` and points `<out>/latest` at it.
     #[arg(long, default_value = "results")]
     out: PathBuf,
     /// List the allocators and workloads, then exit.
@@ -81,14 +100,17 @@ fn list() {
         };
         println!("  {mark} {:width$}  {}", a.name(), a.about());
     }
-    println!("\nworkloads (k = units of 4 KiB per block, P = threads):");
+    println!("\nworkloads (k = 2^order units of 4 KiB per block, P = threads), with the default suite's parameters:");
+    let p = buddybench::workloads::Params::default();
     for w in Workload::ALL {
         println!("    {:18}  {}", w.name(), w.about());
+        println!("    {:18}    parameters: {}", "", w.parameters(&p));
     }
     println!("    {:18}  {}", "crash", CRASH_ABOUT);
     println!(
         "
-suites: nbbs, llfree, realtime, all (crash runs alone, never in a suite)"
+suites: nbbs, llfree, realtime, all (crash runs alone, never in a suite)
+the default suite: every workload, --heap 16G for every case but the real-time ones, --work 1G, 5 counted repetitions after one warm-up, phases of at least 10 ms, --lock ticket, --clock wall"
     );
 }
 
@@ -103,7 +125,16 @@ fn request(cli: &Cli) -> Result<Request, String> {
         (None, o) => o.clone(),
     };
     let heap_bytes = cli.heap.as_deref().map(parse_bytes).transpose()?;
+    let work_bytes = cli.work.as_deref().map(parse_bytes).transpose()?;
+    let lock = match cli.lock.as_str() {
+        "ticket" => Lock::Ticket,
+        "tas" | "test-and-set" => Lock::TestAndSet,
+        l => return Err(format!("unknown lock `{l}` (ticket, tas)")),
+    };
     Ok(Request {
+        lock: Some(lock),
+        no_warmup: cli.no_warmup,
+        work_bytes,
         allocs: cli.alloc.clone(),
         workloads: cli.workload.clone(),
         threads: cli.threads.clone(),
@@ -185,6 +216,35 @@ fn crash(cli: &Cli) -> ExitCode {
     }
 }
 
+/// Writes the report into a new `<out>/<date-time>/` and points `<out>/latest` at it.
+fn write_run(
+    report: &buddybench::report::Report,
+    out: &std::path::Path,
+    plots: bool,
+) -> std::io::Result<(PathBuf, usize)> {
+    std::fs::create_dir_all(out)?;
+    let stamp = buddybench::machine::utc_now().folder();
+    // Two runs within one second get distinct folders.
+    let dir = (0..)
+        .map(|i| match i {
+            0 => out.join(&stamp),
+            i => out.join(format!("{stamp}-{i}")),
+        })
+        .find(|d| !d.exists())
+        .expect("some suffix is free");
+    let written = write_all(report, &dir, plots)?;
+    let latest = out.join("latest");
+    if latest.symlink_metadata().is_ok() {
+        std::fs::remove_file(&latest)?;
+    }
+    let name = dir.file_name().expect("a folder name");
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(name, &latest)?;
+    #[cfg(not(unix))]
+    std::fs::write(&latest, name.to_string_lossy().as_bytes())?;
+    Ok((dir, written.files.len()))
+}
+
 fn main() -> ExitCode {
     // The crash workload re-executes this binary as its worker process.
     buddyfree::llfree::persist::crash::run_worker_if_asked();
@@ -203,6 +263,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
         return crash(&cli);
+    }
+    match cli.clock.as_str() {
+        "wall" => buddybench::runner::set_clock(Clock::Wall),
+        "cpu" => buddybench::runner::set_clock(Clock::Cpu),
+        c => {
+            eprintln!("error: unknown clock `{c}` (wall, cpu)");
+            return ExitCode::from(2);
+        }
     }
     let plan = match request(&cli).and_then(|r| Plan::new(&r).map_err(|e| e.0)) {
         Ok(p) => p,
@@ -229,8 +297,15 @@ fn main() -> ExitCode {
     );
     let report = plan.run(std::env::args().collect());
     print!("{}", table::render(&report));
-    match write_all(&report, &cli.out, !cli.no_plots) {
-        Ok(w) => eprintln!("wrote {} file(s) to {}", w.files.len(), cli.out.display()),
+    if report.is_empty() {
+        eprintln!(
+            "error: nothing ran: no allocator could run any of the selected workloads ({})",
+            report.notes.join("; ")
+        );
+        return ExitCode::from(1);
+    }
+    match write_run(&report, &cli.out, !cli.no_plots) {
+        Ok((dir, n)) => eprintln!("wrote {n} file(s) to {}", dir.display()),
         Err(e) => {
             eprintln!("error: cannot write results to {}: {e}", cli.out.display());
             return ExitCode::from(1);

@@ -1,8 +1,93 @@
 //! Threads for the workloads: started together on a barrier, pinned to a core each where the
 //! machine has enough cores, timing themselves.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
+
+/// The clock timed sections read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Clock {
+    /// Elapsed time (what the papers report).
+    Wall,
+    /// The thread's CPU time: a machine loaded by other work inflates it less than wall time,
+    /// but it hides time spent waiting (a sleeping lock, preemption).
+    Cpu,
+}
+
+static CPU_CLOCK: AtomicBool = AtomicBool::new(false);
+/// Minor page faults taken inside timed sections, by every thread, since the process started.
+static TIMED_FAULTS: AtomicU64 = AtomicU64::new(0);
+
+/// Selects the clock of every later timed section.
+pub fn set_clock(clock: Clock) {
+    CPU_CLOCK.store(clock == Clock::Cpu, Ordering::Relaxed);
+}
+
+/// The clock timed sections read.
+pub fn clock() -> Clock {
+    if CPU_CLOCK.load(Ordering::Relaxed) {
+        Clock::Cpu
+    } else {
+        Clock::Wall
+    }
+}
+
+/// Minor page faults taken inside timed sections so far (all threads); the difference over a
+/// run tells whether its time was the allocator's or the kernel's.
+pub fn timed_faults() -> u64 {
+    TIMED_FAULTS.load(Ordering::Relaxed)
+}
+
+/// The calling thread's CPU time.
+#[cfg(unix)]
+pub fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec and the clock id a constant the OS knows.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Minor page faults of the calling thread so far.
+#[cfg(target_os = "linux")]
+fn thread_faults() -> u64 {
+    // SAFETY: `rusage` is plain data, valid when zeroed, and `getrusage` writes only into it.
+    unsafe {
+        let mut r: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_THREAD, &mut r) != 0 {
+            return 0;
+        }
+        r.ru_minflt as u64
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn thread_faults() -> u64 {
+    0
+}
+
+/// A start of a timed section on the selected clock.
+struct Stamp(Option<Instant>, Duration);
+
+impl Stamp {
+    fn now() -> Stamp {
+        match clock() {
+            Clock::Wall => Stamp(Some(Instant::now()), Duration::ZERO),
+            Clock::Cpu => Stamp(None, thread_cpu_time()),
+        }
+    }
+
+    fn elapsed(&self) -> Duration {
+        match self.0 {
+            Some(i) => i.elapsed(),
+            None => thread_cpu_time().saturating_sub(self.1),
+        }
+    }
+}
 
 /// What one worker thread knows about its run.
 pub struct Worker<'a> {
@@ -20,14 +105,18 @@ impl Worker<'_> {
         self.barrier.wait();
     }
 
-    /// Waits for every worker, then runs `f` and measures it. The barrier makes all workers
-    /// start their timed section together, so the longest of their times is the time from
-    /// release to the last one finishing.
+    /// Waits for every worker, then runs `f` and measures it on the selected [`Clock`]. The
+    /// barrier makes all workers start their timed section together, so the longest of their
+    /// (wall) times is the time from release to the last one finishing. The page faults
+    /// taken inside are added to [`timed_faults`].
     pub fn timed<R>(&self, f: impl FnOnce() -> R) -> (R, Duration) {
         self.sync();
-        let start = Instant::now();
+        let faults = thread_faults();
+        let start = Stamp::now();
         let r = f();
-        (r, start.elapsed())
+        let time = start.elapsed();
+        TIMED_FAULTS.fetch_add(thread_faults() - faults, Ordering::Relaxed);
+        (r, time)
     }
 
     /// Pins the calling thread (a worker or a successor it started) to this worker's core,

@@ -1,21 +1,23 @@
 //! What to run (a [`Plan`], checked into [`Case`]s) and running it.
 //!
-//! The default suite (no arguments): the registered allocators of
-//! [`DEFAULT_ALLOCS`], baseline `knuth-locked` (else `linux`,
-//! else the first); thread counts 1, 2, 4, ... up to the usable cores; 3 repetitions; the NBBS
-//! workloads at 4K, 32K and 256K blocks on a heap sized to each run's need plus a quarter
-//! (rounded up to a power of two), the LLFree workloads at 4K and 2M on a 1 GiB heap (frag:
-//! order 0); the real-time workloads at 4K blocks on heaps of their own sizes (the contrived
-//! case: one per N; estranged-share and defrag once, not per allocator), with the allocators
-//! of [`REALTIME_ALLOCS`] added for them only; blocks up to order 10 (4 MiB); sizes from
-//! [`Params::default`].
+//! The default suite (no arguments): the registered allocators of [`DEFAULT_ALLOCS`], the
+//! locked baselines behind a ticket lock, baseline `knuth-locked` (else `linux`, else the
+//! first); thread counts 1, 2, 4, ... up to the usable cores; one heap of 16 GiB of 4 KiB
+//! units for every case (only the allocators' metadata is written; the memory itself is never
+//! touched), except the real-time workloads, which size their own; the NBBS workloads at 4K,
+//! 32K and 256K blocks, the LLFree workloads at 4K and 2M (frag: order 0, one thread, on
+//! [`FRAG_ALLOCS`]); each case runs on every allocator in turn (A B C A B C ...), one warm-up
+//! round uncounted and 5 counted, each timed phase repeated until it lasted 10 ms; blocks up
+//! to order 10 (4 MiB); sizes from [`Params::default`].
 
 use std::fmt;
+use std::time::Duration;
 
+use buddyfree::registry::DynAlloc;
 use buddyfree::Config;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::allocs::{AllocSpec, DEFAULT_ALLOCS, DEFAULT_BASELINES, REALTIME_ALLOCS};
+use crate::allocs::{AllocSpec, Lock, DEFAULT_ALLOCS, DEFAULT_BASELINES, REALTIME_ALLOCS};
 use crate::report::{summarize, Report, RunSet};
 use crate::system::UNIT_BYTES;
 use crate::workloads::{self, Params, Suite, Workload};
@@ -26,10 +28,19 @@ pub const NBBS_ORDERS: &[u32] = &[0, 3, 6];
 pub const LLFREE_ORDERS: &[u32] = &[0, 9];
 /// The NBBS paper's largest block, 4 MiB.
 pub const DEFAULT_MAX_ORDER: u32 = 10;
-/// The LLFree suite's heap, which sets its amount of work: 1 GiB (paper: 128 GiB).
-pub const LLFREE_HEAP_UNITS: usize = 1 << 18;
-/// The same for `--quick`: 32 MiB.
-pub const QUICK_LLFREE_HEAP_UNITS: usize = 1 << 13;
+/// The heap of every case: 16 GiB of 4 KiB units, the NBBS paper's zone.
+pub const DEFAULT_HEAP_UNITS: usize = 1 << 22;
+/// The same for `--quick`: 64 MiB.
+pub const QUICK_HEAP_UNITS: usize = 1 << 14;
+/// Counted repetitions by default.
+pub const DEFAULT_REPS: usize = 5;
+/// The least time of a timed phase: shorter ones are repeated on the same allocator.
+pub const MIN_PHASE: Duration = Duration::from_millis(10);
+/// The most passes of a workload making up one repetition.
+pub const MAX_PASSES: u32 = 10_000;
+/// frag's allocators when none are named: LLFree and the two buddies the paper's figure and
+/// the NBBS paper compare it with (the others add minutes to the suite and nothing to §5.6).
+pub const FRAG_ALLOCS: &[&str] = &["llfree", "knuth-locked", "nbbs"];
 /// The most threads a run may use.
 pub const MAX_THREADS: usize = 1024;
 /// The default thread counts: 1, 2, 4, ... up to the usable cores, and the core count.
@@ -79,6 +90,12 @@ pub struct Request {
     pub max_order: Option<u32>,
     /// Tiny sizes.
     pub quick: bool,
+    /// The lock of the locked baselines.
+    pub lock: Option<Lock>,
+    /// Skip the warm-up round.
+    pub no_warmup: bool,
+    /// bulk, repeat, rand: the work in bytes.
+    pub work_bytes: Option<u64>,
 }
 
 /// One workload at one order and thread count over a heap of `units` units.
@@ -107,8 +124,18 @@ pub struct Plan {
     pub realtime_only: Vec<&'static str>,
     /// Largest order the allocators are built for.
     pub max_order: u32,
-    /// Repetitions of each run.
+    /// Counted repetitions of each run.
     pub reps: usize,
+    /// Whether an uncounted warm-up round comes first.
+    pub warmup: bool,
+    /// The least time of a timed phase.
+    pub min_phase: Duration,
+    /// The heap of every case but the real-time workloads', in units.
+    pub heap_units: usize,
+    /// The lock of the locked baselines.
+    pub lock: Lock,
+    /// frag runs only on [`FRAG_ALLOCS`] (no allocators were named).
+    pub frag_default_allocs: bool,
     /// The workloads' parameters.
     pub params: Params,
     /// Things skipped or adjusted, for the report.
@@ -180,37 +207,25 @@ fn alloc_names(req: &Request, notes: &mut Vec<String>) -> Result<Vec<AllocSpec>,
     Ok(out)
 }
 
-/// Picks the units of the heap for `w` at `order` with `threads`, or says why it is too small.
-fn heap_units(
+/// Checks that the run's heap of `units` holds what `w` needs at `order` with `threads`.
+fn check_heap(
     w: Workload,
     order: u32,
     threads: usize,
-    req_units: Option<usize>,
-    min_units: usize,
+    units: usize,
     params: &Params,
-    quick: bool,
-) -> Result<usize, PlanError> {
-    let need = w.units_needed(order, threads, params).max(min_units);
-    match req_units {
-        Some(u) if u < need => err(format!(
+) -> Result<(), PlanError> {
+    let need = w.units_needed(order, threads, params);
+    if units < need {
+        return err(format!(
             "heap of {} is too small for {} at {} with {threads} thread(s): it needs at least {}",
-            bytes(u * UNIT_BYTES),
+            bytes(units * UNIT_BYTES),
             w.name(),
             bytes(UNIT_BYTES << order),
             bytes(need * UNIT_BYTES),
-        )),
-        Some(u) => Ok(u),
-        None if w.work_from_heap() => Ok(if quick {
-            QUICK_LLFREE_HEAP_UNITS
-        } else {
-            LLFREE_HEAP_UNITS
-        }
-        .max(need)),
-        // The real-time workloads size their heaps exactly (the contrived case's remainder).
-        None if w.suite() == Suite::Realtime => Ok(need),
-        // Headroom, so that blocks parked in per-core caches never starve another core.
-        None => Ok((need + need / 4).next_power_of_two()),
+        ));
     }
+    Ok(())
 }
 
 impl Plan {
@@ -218,11 +233,17 @@ impl Plan {
     /// under the maximum order, the heap is large enough for every run.
     pub fn new(req: &Request) -> Result<Plan, PlanError> {
         let mut notes = Vec::new();
-        let params = if req.quick {
+        let mut params = if req.quick {
             Params::quick()
         } else {
             Params::default()
         };
+        if let Some(b) = req.work_bytes {
+            params.llfree_units = usize::try_from(b / UNIT_BYTES as u64).unwrap_or(usize::MAX);
+            if params.llfree_units == 0 {
+                return err("--work is smaller than one 4 KiB unit");
+            }
+        }
         let workloads = match &req.workloads {
             Some(n) => workload_names(n)?,
             None => Workload::ALL.to_vec(),
@@ -258,7 +279,7 @@ impl Plan {
         if let Some(t) = threads.iter().find(|&&t| t > MAX_THREADS) {
             return err(format!("thread count {t} is above {MAX_THREADS}"));
         }
-        let reps = req.reps.unwrap_or(if req.quick { 2 } else { 3 });
+        let reps = req.reps.unwrap_or(if req.quick { 2 } else { DEFAULT_REPS });
         if reps == 0 {
             return err("--reps 0: every run needs at least one repetition");
         }
@@ -266,30 +287,23 @@ impl Plan {
         if max_order > 40 {
             return err(format!("maximum order {max_order} is above 40"));
         }
-        let req_units = match req.heap_bytes {
-            None => None,
-            Some(b) => {
-                let u = usize::try_from(b / UNIT_BYTES as u64).unwrap_or(usize::MAX);
-                if u == 0 {
-                    return err(format!("heap of {b} bytes is smaller than one 4 KiB unit"));
-                }
-                Some(u)
-            }
+        let heap_units = match req.heap_bytes {
+            None if req.quick => QUICK_HEAP_UNITS,
+            None => DEFAULT_HEAP_UNITS,
+            Some(b) => usize::try_from(b / UNIT_BYTES as u64).unwrap_or(usize::MAX),
         };
         let min_units = 1usize << max_order;
-        if let Some(u) = req_units {
-            if u < min_units {
-                return err(format!(
-                    "heap of {} is smaller than one block of the maximum order {max_order} ({})",
-                    bytes(u * UNIT_BYTES),
-                    bytes(min_units * UNIT_BYTES)
-                ));
-            }
+        if heap_units < min_units {
+            return err(format!(
+                "heap of {} is smaller than one block of the maximum order {max_order} ({})",
+                bytes(heap_units * UNIT_BYTES),
+                bytes(min_units * UNIT_BYTES)
+            ));
         }
         let mut cases = Vec::new();
         for &w in &workloads {
             if w.standalone() {
-                if req.orders.is_some() || req.heap_bytes.is_some() {
+                if req.orders.is_some() {
                     notes.push(format!(
                         "{} sizes its own heaps and orders; --size/--order/--heap ignored for it",
                         w.name()
@@ -317,11 +331,12 @@ impl Plan {
                 (None, _) if req.quick => vec![0, 2],
                 (None, _) => NBBS_ORDERS.to_vec(),
             };
-            // The contrived case and its one request are sequential.
-            let threads: &[usize] = if w == Workload::Contrived {
-                &[1]
-            } else {
-                &threads
+            // The contrived case and its one request are sequential; frag fills the whole
+            // heap, which makes it the slowest case: the default suite runs it on one thread.
+            let threads: &[usize] = match w {
+                Workload::Contrived => &[1],
+                Workload::Frag if req.threads.is_none() => &[1],
+                _ => &threads,
             };
             for &order in &orders {
                 let top = order + w.order_span(&params);
@@ -333,17 +348,19 @@ impl Plan {
                     ));
                 }
                 for &t in threads {
-                    // The contrived case sweeps N, one heap each, unless the heap is given.
-                    let heaps = match (w, req_units) {
-                        (Workload::Contrived, None) => params
+                    // The contrived case sweeps N, one heap each; latency fills its own.
+                    let heaps = match w {
+                        Workload::Contrived => params
                             .rt
                             .contrived_blocks
                             .iter()
                             .map(|&n| workloads::realtime::contrived::units_for(n, 1 << order))
                             .collect(),
-                        _ => vec![heap_units(
-                            w, order, t, req_units, min_units, &params, req.quick,
-                        )?],
+                        _ if w.own_heap() => vec![w.units_needed(order, t, &params)],
+                        _ => {
+                            check_heap(w, order, t, heap_units, &params)?;
+                            vec![heap_units]
+                        }
                     };
                     for units in heaps {
                         cases.push(Case {
@@ -380,46 +397,45 @@ impl Plan {
             realtime_only,
             max_order,
             reps,
+            warmup: !req.no_warmup,
+            min_phase: if req.quick { Duration::ZERO } else { MIN_PHASE },
+            heap_units,
+            lock: req.lock.unwrap_or(Lock::Ticket),
+            frag_default_allocs: req.allocs.is_none(),
             params,
             notes,
         })
     }
 
-    /// The allocator calls of the whole plan (per allocator able to run every case: an upper
-    /// bound) and the time of its time-bounded runs, to foresee how long it takes.
-    pub fn estimate(&self) -> (u64, std::time::Duration) {
+    /// The allocator calls of the whole plan and the time of its time-bounded runs, to
+    /// foresee how long it takes (phases repeated to last [`Plan::min_phase`] add more).
+    pub fn estimate(&self) -> (u64, Duration) {
         let mut calls = 0u64;
-        let mut time = std::time::Duration::ZERO;
+        let mut time = Duration::ZERO;
         for c in &self.cases {
+            let runs = self.runs_of(c) as u64;
             match c.workload.calls(c.order, c.threads, c.units, &self.params) {
-                Some(n) => calls += n,
+                Some(n) => calls += n * runs,
                 None => {
                     if let (Workload::Larson, workloads::Stop::Time(d)) =
                         (c.workload, self.params.larson_stop)
                     {
-                        time += d;
+                        time += d * runs as u32;
                     }
                 }
             }
         }
-        let runs = (self.allocs.len() * self.reps) as u32;
-        (calls * u64::from(runs), time * runs)
+        (calls, time)
     }
 
-    /// Runs every case on every allocator `reps` times, each time on a freshly built
-    /// allocator, with a progress bar on stderr (drawn only on a terminal).
+    /// Runs every case: on each allocator able to run it, one instance is built and the
+    /// rounds go round the allocators (A B C A B C ...), so that a slow spell of a shared
+    /// machine hits every allocator alike; the first round is a warm-up (it also faults in
+    /// the allocators' metadata) and is not counted. Workloads measuring memory state run
+    /// once on a fresh instance. Progress goes to stderr (drawn only on a terminal).
     pub fn run(mut self, args: Vec<String>) -> Report {
-        let runs = |c: &Case| {
-            if c.workload.standalone() {
-                1
-            } else {
-                self.allocs
-                    .iter()
-                    .filter(|a| runs_on(&self.realtime_only, a, c))
-                    .count()
-            }
-        };
-        let total = (self.cases.iter().map(runs).sum::<usize>() * self.reps) as u64;
+        let rounds = self.reps + usize::from(self.warmup);
+        let total = self.cases.iter().map(|c| self.runs_of(c)).sum::<usize>() as u64;
         let bar = ProgressBar::new(total);
         bar.set_style(
             ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
@@ -427,34 +443,55 @@ impl Plan {
                 .progress_chars("=> "),
         );
         let mut sets = Vec::new();
-        for a in &self.allocs {
-            for case in self
-                .cases
-                .iter()
-                .filter(|c| runs_on(&self.realtime_only, a, c))
-            {
-                bar.set_message(format!(
-                    "{} {} {} x{}",
-                    a.name(),
-                    case.workload.name(),
-                    bytes(UNIT_BYTES << case.order),
-                    case.threads
-                ));
-                match run_case(a, case, self.max_order, self.reps, &self.params, &bar) {
-                    Ok(outcomes) => sets.push(RunSet {
-                        alloc: a.name(),
-                        case: *case,
-                        outcomes,
-                    }),
+        let mut skipped: Vec<(&'static str, String)> = Vec::new();
+        for case in self.cases.iter().filter(|c| !c.workload.standalone()) {
+            bar.set_message(format!(
+                "{} {} x{}",
+                case.workload.name(),
+                bytes(UNIT_BYTES << case.order),
+                case.threads
+            ));
+            let mut live = Vec::new();
+            for a in self.runners(case) {
+                match self.build(a, case) {
+                    Ok(inst) => live.push((a.name(), inst, Vec::new())),
                     Err(why) => {
-                        bar.inc(self.reps as u64);
-                        let note = format!("{}: {} skipped: {why}", a.name(), case.workload.name());
-                        if !self.notes.contains(&note) {
-                            self.notes.push(note);
-                        }
+                        bar.inc(if case.workload.measures_state() {
+                            1
+                        } else {
+                            rounds as u64
+                        });
+                        skipped.push((a.name(), why));
                     }
                 }
             }
+            let rounds = if case.workload.measures_state() {
+                1
+            } else {
+                rounds
+            };
+            for round in 0..rounds {
+                for (_, inst, outcomes) in &mut live {
+                    let o = workloads::run_for(
+                        case.workload,
+                        &**inst,
+                        case.order,
+                        case.threads,
+                        &self.params,
+                        self.min_phase,
+                        MAX_PASSES,
+                    );
+                    if round > 0 || !self.warmup || rounds == 1 {
+                        outcomes.push(o);
+                    }
+                    bar.inc(1);
+                }
+            }
+            sets.extend(live.into_iter().map(|(alloc, _, outcomes)| RunSet {
+                alloc,
+                case: *case,
+                outcomes,
+            }));
         }
         for case in self.cases.iter().filter(|c| c.workload.standalone()) {
             bar.set_message(case.workload.name());
@@ -472,56 +509,95 @@ impl Plan {
             });
         }
         bar.finish_and_clear();
-        summarize(self.baseline, self.max_order, args, sets, self.notes)
-    }
-}
-
-/// Whether allocator `a` runs `case`: not for standalone workloads, and the allocators
-/// added for the real-time workloads (`realtime_only`) only for those.
-fn runs_on(realtime_only: &[&str], a: &AllocSpec, case: &Case) -> bool {
-    !case.workload.standalone()
-        && (case.workload.suite() == Suite::Realtime || !realtime_only.contains(&a.name()))
-}
-
-/// Runs one case `reps` times, or says why this allocator cannot run it.
-fn run_case(
-    a: &AllocSpec,
-    case: &Case,
-    max_order: u32,
-    reps: usize,
-    params: &Params,
-    bar: &ProgressBar,
-) -> Result<Vec<workloads::Outcome>, String> {
-    if case.workload.needs_region() && !a.has_region() {
-        return Err("it hands out addresses, not positions in a region".into());
-    }
-    // Heaps smaller than a block of `max_order` (the contrived case's smallest) get the
-    // largest order that fits.
-    let max_order = max_order.min(case.units.max(1).ilog2());
-    let config = Config::new(case.units, max_order).with_cores(case.threads);
-    let top = case.order + case.workload.order_span(params);
-    let mut outcomes = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let alloc = a
-            .build(config)
-            .map_err(|e| format!("cannot build over {}: {e}", bytes(case.units * UNIT_BYTES)))?;
-        if alloc.max_order() < top {
-            return Err(format!(
-                "it allocates up to order {}, the workload needs order {top}",
-                alloc.max_order()
-            ));
+        if let Some(line) = skipped_summary(&skipped) {
+            self.notes.push(line);
         }
-        outcomes.push(workloads::run(
-            case.workload,
-            &*alloc,
-            case.order,
-            case.threads,
-            params,
-        ));
-        drop(alloc);
-        bar.inc(1);
+        let meta = crate::report::RunMeta {
+            heap_units: self.heap_units,
+            lock: self.lock,
+            clock: crate::runner::clock(),
+            warmup: self.warmup,
+            min_phase_ms: self.min_phase.as_secs_f64() * 1e3,
+        };
+        summarize(self.baseline, self.max_order, args, meta, sets, self.notes)
     }
-    Ok(outcomes)
+
+    /// The allocators that run `case`: not for standalone workloads; the allocators added for
+    /// the real-time workloads only for those; frag only on [`FRAG_ALLOCS`] unless the
+    /// allocators were named.
+    fn runners<'a>(&'a self, case: &'a Case) -> impl Iterator<Item = &'a AllocSpec> + 'a {
+        self.allocs.iter().filter(move |a| {
+            !case.workload.standalone()
+                && (case.workload.suite() == Suite::Realtime
+                    || !self.realtime_only.contains(&a.name()))
+                && (case.workload != Workload::Frag
+                    || !self.frag_default_allocs
+                    || FRAG_ALLOCS.contains(&a.name()))
+        })
+    }
+
+    /// Workload runs of `case`, warm-up included.
+    fn runs_of(&self, c: &Case) -> usize {
+        let rounds = self.reps + usize::from(self.warmup);
+        match () {
+            _ if c.workload.standalone() => self.reps,
+            _ if c.workload.measures_state() => self.runners(c).count(),
+            _ => self.runners(c).count() * rounds,
+        }
+    }
+
+    /// Builds `a` for `case`, or says why it cannot run it.
+    fn build(&self, a: &AllocSpec, case: &Case) -> Result<DynAlloc, String> {
+        if case.workload.needs_region() && !a.has_region() {
+            return Err("hands out addresses, not positions in a region".into());
+        }
+        // Heaps smaller than a block of `max_order` (the contrived case's smallest) get the
+        // largest order that fits.
+        let max_order = self.max_order.min(case.units.max(1).ilog2());
+        let config = Config::new(case.units, max_order).with_cores(case.threads);
+        let top = case.order + case.workload.order_span(&self.params);
+        let alloc = a
+            .build(config, self.lock)
+            .map_err(|e| format!("cannot be built: {e}"))?;
+        if alloc.max_order() < top {
+            return Err(format!("serves orders up to {} only", alloc.max_order()));
+        }
+        Ok(alloc)
+    }
+}
+
+/// One line for every allocator/case combination that did not run, grouped by reason.
+fn skipped_summary(skipped: &[(&'static str, String)]) -> Option<String> {
+    if skipped.is_empty() {
+        return None;
+    }
+    // reason -> (allocator, count), both in first-seen order.
+    let mut groups: Vec<(&str, Vec<(&str, usize)>)> = Vec::new();
+    for (alloc, why) in skipped {
+        let g = match groups.iter().position(|g| g.0 == why) {
+            Some(i) => &mut groups[i].1,
+            None => {
+                groups.push((why, Vec::new()));
+                &mut groups.last_mut().expect("just pushed").1
+            }
+        };
+        match g.iter_mut().find(|x| x.0 == *alloc) {
+            Some(x) => x.1 += 1,
+            None => g.push((alloc, 1)),
+        }
+    }
+    let parts: Vec<String> = groups
+        .iter()
+        .map(|(why, allocs)| {
+            let names: Vec<String> = allocs.iter().map(|(a, n)| format!("{a} x{n}")).collect();
+            format!("{} ({why})", names.join(", "))
+        })
+        .collect();
+    Some(format!(
+        "skipped {} allocator/case combination(s): {}",
+        skipped.len(),
+        parts.join("; ")
+    ))
 }
 
 /// A byte count in the largest binary unit that divides it: `4K`, `2M`, `1G`.

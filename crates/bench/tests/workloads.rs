@@ -101,20 +101,22 @@ fn cached_counts() {
 }
 
 #[test]
-fn bulk_counts_half_the_heap() {
+fn bulk_counts_half_the_work() {
     for (order, threads) in [(0, 1), (0, 2), (9, 2)] {
-        let n = (allocs_per_thread(UNITS, threads, order) * threads) as u64;
+        let work = Params::quick().llfree_units;
+        let n = (allocs_per_thread(work, threads, order) * threads) as u64;
         let (out, c) = run("model", Workload::Bulk, order, threads, UNITS);
         assert_eq!(ops(&out), [("get", n), ("put", n)]);
         assert_eq!(c.counts().0, n);
-        assert_eq!(n << order, UNITS as u64 / 2);
+        assert_eq!(n << order, work as u64 / 2);
     }
 }
 
 #[test]
 fn repeat_counts_pairs() {
     for (order, threads) in [(0, 1), (3, 2)] {
-        let n = (allocs_per_thread(UNITS, threads, order) * threads) as u64;
+        let work = Params::quick().llfree_units;
+        let n = (allocs_per_thread(work, threads, order) * threads) as u64;
         let (out, c) = run("model", Workload::Repeat, order, threads, UNITS);
         assert_eq!(ops(&out), [("get+put", n)]);
         assert_eq!(c.counts().0, 2 * n);
@@ -124,7 +126,8 @@ fn repeat_counts_pairs() {
 #[test]
 fn rand_counts_puts() {
     for (order, threads) in [(0, 1), (0, 3), (9, 2)] {
-        let n = (allocs_per_thread(UNITS, threads, order) * threads) as u64;
+        let work = Params::quick().llfree_units;
+        let n = (allocs_per_thread(work, threads, order) * threads) as u64;
         let (out, c) = run("model", Workload::Rand, order, threads, UNITS);
         assert_eq!(ops(&out), [("put", n)]);
         assert_eq!(c.counts().0, n);

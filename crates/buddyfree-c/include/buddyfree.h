@@ -46,8 +46,18 @@ enum BuddyfreeStatus
   // The caller's region is too small for the configuration, or the mapping was refused
   // (`buddyfree_last_error` gives the OS error number).
   BUDDYFREE_STATUS_BAD_REGION = 14,
+  // A unit of the block asked for at a given position is not free.
+  BUDDYFREE_STATUS_OCCUPIED = 15,
+  // The allocator does not offer this operation.
+  BUDDYFREE_STATUS_UNSUPPORTED = 16,
+  // The non-blocking call would have had to wait.
+  BUDDYFREE_STATUS_WOULD_BLOCK = 17,
+  // The caller's metadata memory is smaller than the configuration needs.
+  BUDDYFREE_STATUS_METADATA_TOO_SMALL = 18,
+  // The caller's metadata memory is not aligned as the configuration needs.
+  BUDDYFREE_STATUS_METADATA_MISALIGNED = 19,
   // An error this version of the C ABI has no code for; `buddyfree_last_error` says it.
-  BUDDYFREE_STATUS_OTHER = 15,
+  BUDDYFREE_STATUS_OTHER = 20,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -59,6 +69,9 @@ typedef int32_t BuddyfreeStatus;
 
 // An allocator instance (opaque).
 typedef struct Buddyfree Buddyfree;
+
+// A device-memory instance (opaque).
+typedef struct BuddyfreeDevice BuddyfreeDevice;
 
 // How to build an instance.
 typedef struct BuddyfreeConfig {
@@ -112,10 +125,11 @@ BuddyfreeStatus buddyfree_create(const struct BuddyfreeConfig *config,
                                  size_t region_len,
                                  struct Buddyfree **out);
 
-// A NUL-terminated description of why the last `buddyfree_create` on the calling thread
-// failed, naming the rule a refused configuration broke (e.g. "invalid configuration: more
-// cores than MAX_CORES (4096)") or the OS error of a refused mapping; empty after a success
-// or before any call. Never NULL; valid until the next `buddyfree_create` on this thread.
+// A NUL-terminated description of why the last `buddyfree_create` or
+// `buddyfree_device_create` on the calling thread failed, naming the rule a refused
+// configuration broke (e.g. "invalid configuration: more cores than MAX_CORES (4096)") or
+// the OS error of a refused mapping; empty after a success or before any call. Never NULL;
+// valid until the next create call on this thread.
 const char *buddyfree_last_error(void);
 
 // Destroys an instance (null is ignored). Blocks still allocated are released with it; a
@@ -157,6 +171,57 @@ BuddyfreeStatus buddyfree_alloc_order(const struct Buddyfree *bf,
 // `bf` must be null or a live instance.
 BuddyfreeStatus buddyfree_free_order(const struct Buddyfree *bf, size_t index, uint32_t order);
 
+// Like `buddyfree_alloc_order`, but never waits (for interrupt or signal context): where
+// the allocator would wait for a lock or another thread, returns
+// `BUDDYFREE_STATUS_WOULD_BLOCK`; allocators without that guarantee return
+// `BUDDYFREE_STATUS_UNSUPPORTED`.
+//
+// # Safety
+// `bf` must be null or a live instance; `index_out` and `ptr_out` must be null or writable.
+BuddyfreeStatus buddyfree_try_alloc_order(const struct Buddyfree *bf,
+                                          uint32_t order,
+                                          size_t *index_out,
+                                          void **ptr_out);
+
+// Allocates the block of `2^order` units at unit `index` if all its units are free
+// (`BUDDYFREE_STATUS_OCCUPIED` otherwise, changing nothing).
+//
+// # Safety
+// `bf` must be null or a live instance.
+BuddyfreeStatus buddyfree_alloc_at(const struct Buddyfree *bf, size_t index, uint32_t order);
+
+// Allocates every unit of `start .. start + len` (unit indices), as the largest aligned
+// blocks: a hole or reserved range of a memory map. If one is not free, nothing changes.
+//
+// # Safety
+// `bf` must be null or a live instance.
+BuddyfreeStatus buddyfree_reserve_range(const struct Buddyfree *bf, size_t start, size_t len);
+
+// Frees every unit of `start .. start + len` (unit indices), which must all be allocated,
+// as the largest aligned blocks, ragged ends included: a usable range of a memory map on an
+// instance whose units were all reserved first (`buddyfree_reserve_range(bf, 0, units)`).
+// Where an end cuts a block, it must not race with allocations (see the Rust docs of
+// `buddyfree::range`).
+//
+// # Safety
+// `bf` must be null or a live instance.
+BuddyfreeStatus buddyfree_free_range(const struct Buddyfree *bf, size_t start, size_t len);
+
+// Stores in `*order_out` the order of the live block that starts at `ptr`.
+//
+// # Safety
+// `bf` must be null or a live instance; `order_out` must be null or writable. `ptr` is
+// never dereferenced.
+BuddyfreeStatus buddyfree_order_at(const struct Buddyfree *bf,
+                                   const void *ptr,
+                                   uint32_t *order_out);
+
+// Frees the block that starts at `ptr`, whatever its size (the allocator knows its order).
+//
+// # Safety
+// `bf` must be null or a live instance. `ptr` is never dereferenced.
+BuddyfreeStatus buddyfree_free_at(const struct Buddyfree *bf, void *ptr);
+
 // Fills `*out` with the instance's counters.
 //
 // # Safety
@@ -176,6 +241,41 @@ const char *buddyfree_allocator_name(size_t i);
 // The largest `max_order` allocator `i` accepts in a [`BuddyfreeConfig`] (0 for allocators
 // that serve single units only), or -1 if `i` is out of range.
 int32_t buddyfree_allocator_max_order(size_t i);
+
+// Builds a device-memory instance of `config.units` units (which must be given) of
+// `config.unit_size` bytes from address `base` (a multiple of the unit size) and stores it
+// in `*out`. Nothing is ever read or written at these addresses. On failure
+// `buddyfree_last_error` says why.
+//
+// # Safety
+// `config` must be null or point to a valid configuration whose `allocator` is null or a
+// NUL-terminated string; `out` must be null or writable.
+BuddyfreeStatus buddyfree_device_create(const struct BuddyfreeConfig *config,
+                                        uint64_t base,
+                                        struct BuddyfreeDevice **out);
+
+// Destroys a device-memory instance (null is ignored).
+//
+// # Safety
+// `dev` must be null or an instance from `buddyfree_device_create` not destroyed yet, with no
+// other call on it running or following.
+void buddyfree_device_destroy(struct BuddyfreeDevice *dev);
+
+// Allocates `size` bytes aligned to `align` (0 for none) and stores the address in `*out`
+// (0 on failure).
+//
+// # Safety
+// `dev` must be null or a live instance; `out` must be null or writable.
+BuddyfreeStatus buddyfree_device_alloc(const struct BuddyfreeDevice *dev,
+                                       size_t size,
+                                       size_t align,
+                                       uint64_t *out);
+
+// Frees the block that starts at `addr`, whatever its size.
+//
+// # Safety
+// `dev` must be null or a live instance.
+BuddyfreeStatus buddyfree_device_free(const struct BuddyfreeDevice *dev, uint64_t addr);
 
 #ifdef __cplusplus
 }  // extern "C"

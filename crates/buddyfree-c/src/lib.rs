@@ -15,7 +15,10 @@ use std::sync::OnceLock;
 
 use buddyfree::heap::{block_bytes, Heap, HeapError, Region};
 use buddyfree::registry::{self, DynAlloc};
-use buddyfree::{Config, ConfigRule, Error};
+use buddyfree::{BlockAlloc, Config, ConfigRule, Error};
+
+mod device;
+pub use device::*;
 
 /// The allocator used when the configuration names none.
 const DEFAULT_ALLOCATOR: &str = "nbbs4";
@@ -57,8 +60,18 @@ pub enum BuddyfreeStatus {
     /// The caller's region is too small for the configuration, or the mapping was refused
     /// (`buddyfree_last_error` gives the OS error number).
     BadRegion = 14,
+    /// A unit of the block asked for at a given position is not free.
+    Occupied = 15,
+    /// The allocator does not offer this operation.
+    Unsupported = 16,
+    /// The non-blocking call would have had to wait.
+    WouldBlock = 17,
+    /// The caller's metadata memory is smaller than the configuration needs.
+    MetadataTooSmall = 18,
+    /// The caller's metadata memory is not aligned as the configuration needs.
+    MetadataMisaligned = 19,
     /// An error this version of the C ABI has no code for; `buddyfree_last_error` says it.
-    Other = 15,
+    Other = 20,
 }
 
 impl From<Error> for BuddyfreeStatus {
@@ -71,6 +84,11 @@ impl From<Error> for BuddyfreeStatus {
             Error::NotAllocated => BuddyfreeStatus::NotAllocated,
             Error::OrderMismatch => BuddyfreeStatus::OrderMismatch,
             Error::InvalidConfig(_) => BuddyfreeStatus::InvalidConfig,
+            Error::Occupied => BuddyfreeStatus::Occupied,
+            Error::Unsupported => BuddyfreeStatus::Unsupported,
+            Error::WouldBlock => BuddyfreeStatus::WouldBlock,
+            Error::MetadataTooSmall => BuddyfreeStatus::MetadataTooSmall,
+            Error::MetadataMisaligned => BuddyfreeStatus::MetadataMisaligned,
             _ => BuddyfreeStatus::Other,
         }
     }
@@ -91,7 +109,7 @@ impl From<HeapError> for BuddyfreeStatus {
 }
 
 /// The names `buddyfree_strerror` gives, indexed by status value.
-const STATUS_NAMES: [&CStr; 16] = [
+const STATUS_NAMES: [&CStr; 21] = [
     c"ok",
     c"out of memory",
     c"order above the maximum order",
@@ -107,6 +125,11 @@ const STATUS_NAMES: [&CStr; 16] = [
     c"null argument",
     c"unknown allocator",
     c"region too small or mapping refused",
+    c"a unit of the block is not free",
+    c"operation not supported by this allocator",
+    c"the call would have had to wait",
+    c"metadata memory too small",
+    c"metadata memory misaligned",
     c"error without a status code of its own",
 ];
 
@@ -228,11 +251,22 @@ pub unsafe extern "C" fn buddyfree_create(
     // SAFETY: non-null and valid by the caller's contract.
     let config = unsafe { *config };
     // SAFETY: the caller's contract on `config.allocator` and `region`.
-    match unsafe { create(config, region.cast(), region_len) } {
-        Ok(bf) => {
+    let result = unsafe { create(config, region.cast(), region_len) };
+    // SAFETY: `out` is non-null and writable by the caller's contract.
+    unsafe { created(result, out) }
+}
+
+/// Ends a create call: on success the instance goes into `*out`, boxed, and this thread's
+/// last error is cleared; on failure the last error says why. Either way, the status.
+///
+/// # Safety
+/// `out` must be writable.
+unsafe fn created<T>(result: Result<T, Refusal>, out: *mut *mut T) -> BuddyfreeStatus {
+    match result {
+        Ok(instance) => {
             set_last_error("");
-            // SAFETY: `out` is non-null and writable by the caller's contract.
-            unsafe { out.write(Box::into_raw(Box::new(bf))) };
+            // SAFETY: writable by the caller's contract.
+            unsafe { out.write(Box::into_raw(Box::new(instance))) };
             BuddyfreeStatus::Ok
         }
         Err(refusal) => {
@@ -242,10 +276,29 @@ pub unsafe extern "C" fn buddyfree_create(
     }
 }
 
-/// A NUL-terminated description of why the last `buddyfree_create` on the calling thread
-/// failed, naming the rule a refused configuration broke (e.g. "invalid configuration: more
-/// cores than MAX_CORES (4096)") or the OS error of a refused mapping; empty after a success
-/// or before any call. Never NULL; valid until the next `buddyfree_create` on this thread.
+/// The registry entry `config.allocator` names (the default one for null).
+///
+/// # Safety
+/// `config.allocator` must be null or a NUL-terminated string.
+unsafe fn named_entry(
+    config: &BuddyfreeConfig,
+) -> Result<&'static registry::Entry, BuddyfreeStatus> {
+    let name = if config.allocator.is_null() {
+        DEFAULT_ALLOCATOR
+    } else {
+        // SAFETY: a NUL-terminated string by the caller's contract.
+        let name = unsafe { CStr::from_ptr(config.allocator) };
+        name.to_str()
+            .map_err(|_| BuddyfreeStatus::UnknownAllocator)?
+    };
+    registry::find(name).ok_or(BuddyfreeStatus::UnknownAllocator)
+}
+
+/// A NUL-terminated description of why the last `buddyfree_create` or
+/// `buddyfree_device_create` on the calling thread failed, naming the rule a refused
+/// configuration broke (e.g. "invalid configuration: more cores than MAX_CORES (4096)") or
+/// the OS error of a refused mapping; empty after a success or before any call. Never NULL;
+/// valid until the next create call on this thread.
 #[no_mangle]
 pub extern "C" fn buddyfree_last_error() -> *const c_char {
     // The string lives in this thread's slot until the next `set_last_error` replaces it.
@@ -267,15 +320,8 @@ unsafe fn create(
     region: *mut u8,
     region_len: usize,
 ) -> Result<Buddyfree, Refusal> {
-    let name = if config.allocator.is_null() {
-        DEFAULT_ALLOCATOR
-    } else {
-        // SAFETY: a NUL-terminated string by the caller's contract.
-        let name = unsafe { CStr::from_ptr(config.allocator) };
-        name.to_str()
-            .map_err(|_| BuddyfreeStatus::UnknownAllocator)?
-    };
-    let entry = registry::find(name).ok_or(BuddyfreeStatus::UnknownAllocator)?;
+    // SAFETY: the caller's contract on `config.allocator`.
+    let entry = unsafe { named_entry(&config)? };
     let unit = config.unit_size;
     if !unit.is_power_of_two() {
         return Err(Error::InvalidConfig(ConfigRule::NotPowerOfTwo).into());
@@ -423,19 +469,8 @@ pub unsafe extern "C" fn buddyfree_alloc_order(
         let (index, p) = bf.heap.alloc_index(order)?;
         Ok((index, p.as_ptr().cast::<c_void>()))
     });
-    let mut pair = (0, ptr::null_mut());
-    // SAFETY: `pair` is a local.
-    let code = unsafe { status(result, &mut pair) };
-    // SAFETY: null or writable by the caller's contract.
-    unsafe {
-        if !index_out.is_null() {
-            index_out.write(pair.0);
-        }
-        if !ptr_out.is_null() {
-            ptr_out.write(pair.1);
-        }
-    }
-    code
+    // SAFETY: the caller's contract on the outputs.
+    unsafe { write_pair(result, index_out, ptr_out) }
 }
 
 /// Frees the block of `2^order` units starting at unit `index`.
@@ -452,6 +487,155 @@ pub unsafe extern "C" fn buddyfree_free_order(
     let result = unsafe { instance(bf) }.and_then(|bf| Ok(bf.heap.free_index(index, order)?));
     // SAFETY: a null `out` is allowed.
     unsafe { status(result, ptr::null_mut()) }
+}
+
+/// Runs `f` on a live instance's block allocator and turns its answer into a status.
+///
+/// # Safety
+/// `bf` must be null or a live instance.
+unsafe fn on_blocks(
+    bf: *const Buddyfree,
+    f: impl FnOnce(&DynAlloc) -> Result<(), Error>,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf`.
+    let result = unsafe { instance(bf) }.and_then(|bf| Ok(f(bf.heap.allocator())?));
+    // SAFETY: a null `out` is allowed.
+    unsafe { status(result, ptr::null_mut()) }
+}
+
+/// Like `buddyfree_alloc_order`, but never waits (for interrupt or signal context): where
+/// the allocator would wait for a lock or another thread, returns
+/// `BUDDYFREE_STATUS_WOULD_BLOCK`; allocators without that guarantee return
+/// `BUDDYFREE_STATUS_UNSUPPORTED`.
+///
+/// # Safety
+/// `bf` must be null or a live instance; `index_out` and `ptr_out` must be null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_try_alloc_order(
+    bf: *const Buddyfree,
+    order: u32,
+    index_out: *mut usize,
+    ptr_out: *mut *mut c_void,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf`.
+    let result = unsafe { instance(bf) }.and_then(|bf| {
+        let index = bf.heap.allocator().try_alloc(order, 0)?;
+        let p = bf.heap.ptr_of(index).ok_or(BuddyfreeStatus::OutOfRange)?;
+        Ok((index, p.as_ptr().cast::<c_void>()))
+    });
+    // SAFETY: the caller's contract on the outputs.
+    unsafe { write_pair(result, index_out, ptr_out) }
+}
+
+/// Allocates the block of `2^order` units at unit `index` if all its units are free
+/// (`BUDDYFREE_STATUS_OCCUPIED` otherwise, changing nothing).
+///
+/// # Safety
+/// `bf` must be null or a live instance.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_alloc_at(
+    bf: *const Buddyfree,
+    index: usize,
+    order: u32,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf`.
+    unsafe { on_blocks(bf, |a| a.alloc_at(index, order, 0)) }
+}
+
+/// Allocates every unit of `start .. start + len` (unit indices), as the largest aligned
+/// blocks: a hole or reserved range of a memory map. If one is not free, nothing changes.
+///
+/// # Safety
+/// `bf` must be null or a live instance.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_reserve_range(
+    bf: *const Buddyfree,
+    start: usize,
+    len: usize,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf`.
+    unsafe { on_blocks(bf, |a| a.reserve_range(start, len, 0)) }
+}
+
+/// Frees every unit of `start .. start + len` (unit indices), which must all be allocated,
+/// as the largest aligned blocks, ragged ends included: a usable range of a memory map on an
+/// instance whose units were all reserved first (`buddyfree_reserve_range(bf, 0, units)`).
+/// Where an end cuts a block, it must not race with allocations (see the Rust docs of
+/// `buddyfree::range`).
+///
+/// # Safety
+/// `bf` must be null or a live instance.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_free_range(
+    bf: *const Buddyfree,
+    start: usize,
+    len: usize,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf`.
+    unsafe { on_blocks(bf, |a| a.free_range(start, len, 0)) }
+}
+
+/// Stores in `*order_out` the order of the live block that starts at `ptr`.
+///
+/// # Safety
+/// `bf` must be null or a live instance; `order_out` must be null or writable. `ptr` is
+/// never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_order_at(
+    bf: *const Buddyfree,
+    ptr: *const c_void,
+    order_out: *mut u32,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf`.
+    let result = unsafe { instance(bf) }.and_then(|bf| {
+        let index = bf.heap.index_of(ptr.cast())?;
+        Ok(bf.heap.allocator().order_at(index)?)
+    });
+    // SAFETY: the caller's contract on `order_out`.
+    unsafe { status(result, order_out) }
+}
+
+/// Frees the block that starts at `ptr`, whatever its size (the allocator knows its order).
+///
+/// # Safety
+/// `bf` must be null or a live instance. `ptr` is never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_free_at(
+    bf: *const Buddyfree,
+    ptr: *mut c_void,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf`.
+    let result = unsafe { instance(bf) }.and_then(|bf| {
+        let index = bf.heap.index_of(ptr.cast())?;
+        let order = bf.heap.allocator().order_at(index)?;
+        Ok(bf.heap.free_index(index, order)?)
+    });
+    // SAFETY: a null `out` is allowed.
+    unsafe { status(result, ptr::null_mut()) }
+}
+
+/// Writes an index and an address to the outputs that are not null (0 and NULL on failure).
+///
+/// # Safety
+/// `index_out` and `ptr_out` must be null or writable.
+unsafe fn write_pair(
+    result: Result<(usize, *mut c_void), BuddyfreeStatus>,
+    index_out: *mut usize,
+    ptr_out: *mut *mut c_void,
+) -> BuddyfreeStatus {
+    let mut pair = (0, ptr::null_mut());
+    // SAFETY: `pair` is a local.
+    let code = unsafe { status(result, &mut pair) };
+    // SAFETY: null or writable by the caller's contract.
+    unsafe {
+        if !index_out.is_null() {
+            index_out.write(pair.0);
+        }
+        if !ptr_out.is_null() {
+            ptr_out.write(pair.1);
+        }
+    }
+    code
 }
 
 /// Fills `*out` with the instance's counters.
@@ -535,7 +719,7 @@ mod tests {
         }
         // The last status indexes the last name.
         assert_eq!(BuddyfreeStatus::Other as usize, STATUS_NAMES.len() - 1);
-        for code in [-1, 16, i32::MAX, i32::MIN] {
+        for code in [-1, 21, i32::MAX, i32::MIN] {
             // SAFETY: as above.
             let s = unsafe { CStr::from_ptr(buddyfree_strerror(code)) };
             assert_eq!(s, c"unknown status code");

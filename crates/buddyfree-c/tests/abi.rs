@@ -52,10 +52,8 @@ fn create(
 fn stats(bf: *const Buddyfree) -> BuddyfreeStats {
     let mut s = std::mem::MaybeUninit::uninit();
     // SAFETY: a live instance and a writable out pointer.
-    assert_eq!(
-        unsafe { buddyfree_stats(bf, s.as_mut_ptr()) },
-        BuddyfreeStatus::Ok
-    );
+    let status = unsafe { buddyfree_stats(bf, s.as_mut_ptr()) };
+    assert_eq!(status, BuddyfreeStatus::Ok);
     // SAFETY: written on success.
     unsafe { s.assume_init() }
 }
@@ -267,6 +265,26 @@ fn a_refused_configuration_names_the_rule_it_broke() {
     // A success clears it.
     destroy(create(&config(name), ptr::null_mut(), 0).unwrap());
     assert_eq!(last_error(), "");
+    // A device instance's create says why too.
+    let mut dev = ptr::null_mut();
+    let many_cores = BuddyfreeConfig {
+        cores: u32::MAX,
+        ..config(name)
+    };
+    // SAFETY: a valid configuration and out pointer.
+    let status = unsafe { buddyfree_device_create(&many_cores, 1 << 32, &mut dev) };
+    assert_eq!(status, BuddyfreeStatus::InvalidConfig);
+    assert!(dev.is_null());
+    assert_eq!(
+        last_error(),
+        "invalid configuration: more cores than MAX_CORES (4096)"
+    );
+    // SAFETY: as above.
+    let status = unsafe { buddyfree_device_create(&config(name), 1 << 32, &mut dev) };
+    assert_eq!(status, BuddyfreeStatus::Ok);
+    assert_eq!(last_error(), "");
+    // SAFETY: created above, destroyed once.
+    unsafe { buddyfree_device_destroy(dev) };
 }
 
 #[test]
@@ -414,8 +432,33 @@ fn status_codes_are_stable_and_named() {
             "region too small or mapping refused",
         ),
         (
-            BuddyfreeStatus::Other,
+            BuddyfreeStatus::Occupied,
             15,
+            "a unit of the block is not free",
+        ),
+        (
+            BuddyfreeStatus::Unsupported,
+            16,
+            "operation not supported by this allocator",
+        ),
+        (
+            BuddyfreeStatus::WouldBlock,
+            17,
+            "the call would have had to wait",
+        ),
+        (
+            BuddyfreeStatus::MetadataTooSmall,
+            18,
+            "metadata memory too small",
+        ),
+        (
+            BuddyfreeStatus::MetadataMisaligned,
+            19,
+            "metadata memory misaligned",
+        ),
+        (
+            BuddyfreeStatus::Other,
+            20,
             "error without a status code of its own",
         ),
     ];

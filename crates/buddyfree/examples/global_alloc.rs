@@ -1,5 +1,7 @@
 //! buddyfree as the program's `#[global_allocator]`: every `Box`, `Vec`, `String` and map
-//! below, on every thread, lives in one buddy heap.
+//! below, on every thread, lives in one buddy heap, and what the heap cannot serve (a
+//! request above its largest block, or any request once it is full) goes to the system
+//! allocator instead of failing.
 //!
 //! ```sh
 //! cargo run --release -p buddyfree --example global_alloc
@@ -9,29 +11,31 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
 use buddyfree::heap::GlobalHeap;
-use buddyfree::registry::{self, DynAlloc};
-use buddyfree::{Config, Error};
+use buddyfree::{BlockAlloc, Config, Nbbs4};
 
-/// The allocator serving the heap, by registry name (any of `buddybench --list` that serves
-/// order 14).
+/// The allocator serving the heap. Any other works whose largest order is at least
+/// [`MAX_ORDER`] (`buddybench --list`; with a smaller one the heap is never built and every
+/// request goes to the system allocator).
+type Backend = Nbbs4;
 const BACKEND: &str = "nbbs4";
 
-/// 2^16 units of 32 bytes: a 2 MiB heap whose largest block is 2^14 units (512 KiB).
-const UNIT: usize = 32;
-const UNITS: usize = 1 << 16;
+/// 2^20 units of 64 bytes: a 64 MiB heap (address space; only the pages used are touched)
+/// whose largest block is 2^14 units (1 MiB). The workload below peaks at a few MiB across
+/// its threads, so the heap serves all of it with room for power-of-two rounding.
+const UNIT: usize = 64;
+const UNITS: usize = 1 << 20;
 const MAX_ORDER: u32 = 14;
 const THREADS: usize = 4;
+/// A request larger than the largest block: the heap refuses it and `System` serves it.
+const HUGE: usize = 4 << 20;
 
-fn backend(config: Config) -> Result<DynAlloc, Error> {
-    let entry = registry::find(BACKEND).expect("BACKEND names a registered allocator");
-    (entry.build)(config)
-}
-
+// With the system fallback a request the heap refuses is served by `System` rather than
+// returned as null, which would abort the program ("memory allocation failed").
 #[global_allocator]
-static HEAP: GlobalHeap<DynAlloc> = GlobalHeap::new(
+static HEAP: GlobalHeap<Backend> = GlobalHeap::with_system_fallback(
     UNIT,
     Config::new(UNITS, MAX_ORDER).with_cores(THREADS),
-    backend,
+    Backend::new,
 );
 
 /// A word-frequency count, an index of words by length and a sort, over text generated from
@@ -89,12 +93,21 @@ fn main() {
     let heap = HEAP.heap().expect("the heap was built on first use");
     let boxed = Box::new(42u64);
     assert!(heap.contains(&*boxed as *const u64 as *const u8));
+    assert_eq!(heap.bad_frees(), 0);
+
+    // Above the largest block: served by the system allocator, counted as a fallback.
+    let before = HEAP.fallbacks();
+    let huge = vec![1u8; HUGE];
+    assert!(!heap.contains(huge.as_ptr()));
+    assert!(HEAP.fallbacks() > before);
+    assert_eq!(huge.iter().map(|&b| b as usize).sum::<usize>(), HUGE);
+    drop(huge);
     println!(
         "{BACKEND}: {} workloads on {THREADS} threads in {elapsed:.2?}, {distinct} distinct words",
         results.len()
     );
     println!(
-        "heap: {} of {} units free, {} metadata allocations served by System, {} bad frees",
+        "heap: {} of {} units free, {} allocations served by System (metadata and refused requests), {} bad frees",
         heap.allocator().free_units(),
         heap.allocator().total_units(),
         HEAP.fallbacks(),

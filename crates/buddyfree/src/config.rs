@@ -1,4 +1,6 @@
+#[cfg(feature = "alloc")]
 use alloc::boxed::Box;
+#[cfg(feature = "alloc")]
 use alloc::vec::Vec;
 use core::fmt;
 
@@ -22,7 +24,23 @@ pub struct Config {
 }
 
 impl Config {
-    /// A configuration of `units` units, blocks up to `2^max_order` units, and one core.
+    /// A configuration of `units` units, blocks up to `2^max_order` units, and **one core**.
+    ///
+    /// One core is the choice that is right everywhere, including `const` statics and
+    /// `no_std` kernels before they know their core count: every allocator works with it, and
+    /// `core` hints are then all the same slot. Allocators with per-core state (`nbbs`'s
+    /// hints, LLFree's reservations, the per-core caches and lists) scale only with as many
+    /// cores as threads use them, so say how many with [`with_cores`](Config::with_cores)
+    /// or, under `std`, [`with_available_cores`](Config::with_available_cores).
+    ///
+    /// ```
+    /// use buddyfree::Config;
+    ///
+    /// let config = Config::new(1 << 18, 9).with_cores(4);
+    /// assert_eq!((config.units, config.max_order, config.cores), (1 << 18, 9, 4));
+    /// assert!(config.validate().is_ok());
+    /// ```
+    #[must_use]
     pub const fn new(units: usize, max_order: u32) -> Self {
         Config {
             units,
@@ -32,8 +50,24 @@ impl Config {
     }
 
     /// The same configuration with `cores` cores.
+    #[must_use]
     pub const fn with_cores(self, cores: usize) -> Self {
         Config { cores, ..self }
+    }
+
+    /// The same configuration with as many cores as the machine offers this process
+    /// ([`std::thread::available_parallelism`]; one if that is unknown, at most [`MAX_CORES`]).
+    ///
+    /// ```
+    /// let config = buddyfree::Config::new(1 << 14, 9).with_available_cores();
+    /// assert!(config.cores >= 1);
+    /// ```
+    #[cfg(feature = "std")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "std")))]
+    #[must_use]
+    pub fn with_available_cores(self) -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        self.with_cores(cores.min(MAX_CORES))
     }
 
     /// Checks what every allocator needs: at least one unit, 1..=[`MAX_CORES`] cores, and
@@ -84,6 +118,9 @@ pub enum ConfigRule {
     RegionLength,
     /// A region alignment or unit size that is not a power of two.
     NotPowerOfTwo,
+    /// Zones not in ascending order of their first unit, overlapping, reaching past the
+    /// index space, or none at all (`zones::Zones::new`).
+    ZoneLayout,
 }
 
 impl ConfigRule {
@@ -105,6 +142,7 @@ impl ConfigRule {
             ConfigRule::InnerInUse => "the wrapped allocator has blocks allocated",
             ConfigRule::RegionLength => "a region of zero bytes, or too large to map",
             ConfigRule::NotPowerOfTwo => "alignment or unit size not a power of two",
+            ConfigRule::ZoneLayout => "zones overlapping, out of order, too large, or none",
         }
     }
 }
@@ -127,6 +165,7 @@ pub(crate) fn check_cores(cores: usize) -> Result<(), Error> {
 /// `len` values made by `make`, or [`ConfigRule::MetadataAlloc`] when the memory for them
 /// cannot be had: every constructor reserves its metadata through this, so a configuration
 /// too large for the machine fails rather than aborts.
+#[cfg(feature = "alloc")]
 pub(crate) fn filled<T>(len: usize, make: impl FnMut(usize) -> T) -> Result<Box<[T]>, Error> {
     let bytes = len.checked_mul(core::mem::size_of::<T>());
     if bytes.is_none_or(|b| b > isize::MAX as usize) {

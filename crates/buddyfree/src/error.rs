@@ -20,6 +20,17 @@ pub enum Error {
     OrderMismatch,
     /// The configuration cannot be built; the rule it breaks.
     InvalidConfig(ConfigRule),
+    /// A unit of the block asked for by `alloc_at` is not free.
+    Occupied,
+    /// This allocator does not offer the operation (see [`crate::BlockAlloc`]'s methods).
+    Unsupported,
+    /// [`crate::BlockAlloc::try_alloc`] would have had to wait (for a lock, or for another
+    /// core's operation to finish).
+    WouldBlock,
+    /// The caller's metadata memory is smaller than `metadata_layout` says.
+    MetadataTooSmall,
+    /// The caller's metadata memory is not aligned as `metadata_layout` says.
+    MetadataMisaligned,
 }
 
 impl Error {
@@ -34,6 +45,11 @@ impl Error {
             Error::NotAllocated => "block not allocated",
             Error::OrderMismatch => "block allocated with another order",
             Error::InvalidConfig(_) => "invalid configuration",
+            Error::Occupied => "a unit of the block is not free",
+            Error::Unsupported => "operation not supported by this allocator",
+            Error::WouldBlock => "the operation would have had to wait",
+            Error::MetadataTooSmall => "metadata memory too small",
+            Error::MetadataMisaligned => "metadata memory misaligned",
         }
     }
 }

@@ -5,29 +5,102 @@
 //! `2^order` units, named by the index of their first unit. They all implement one trait,
 //! [`BlockAlloc`], so tests, the benchmark tool and the adapters treat them alike.
 //!
-//! The crate is `#![no_std]` and needs only `alloc` for its metadata; the `std` feature
-//! (on by default) adds a thread-local [`core_hint`] and other conveniences.
+//! The crate is `#![no_std]`. The `alloc` feature (on by default) puts metadata on the heap
+//! (the `new` constructors) and adds what needs a heap (the registry, list allocators, the
+//! model, defragmentation, the per-level and per-CPU baselines); the `std` feature (on by
+//! default, implies `alloc`) adds a thread-local [`core_hint`] and other conveniences.
+//!
+//! # Metadata from the caller
+//!
+//! For a kernel at boot, before any heap exists, these allocators also take their metadata
+//! in caller memory (a static array, or memory carved from the memory map) and then make no
+//! heap allocation at all, even with `default-features = false`:
+//! `metadata_layout(config)` gives the bytes and alignment, `in_metadata(config, meta)` takes
+//! a `&'static mut [MaybeUninit<u8>]`, and `unsafe from_raw_metadata(config, ptr, len)` takes
+//! raw memory. Memory too small or misaligned is [`Error::MetadataTooSmall`] or
+//! [`Error::MetadataMisaligned`]. Metadata per GiB of 4 KiB units (262144 units, orders up to
+//! 10; the per-core state is padded to cache lines):
+//!
+//! | allocator | 1 core | 16 cores | alignment | mostly |
+//! |---|---|---|---|---|
+//! | [`Nbbs`] | 2048 KiB | 2054 KiB | 128 | 8 bytes per unit (two 4-byte nodes) |
+//! | [`Nbbs4`] | 547 KiB | 552 KiB | 128 | 15 nodes per 8-byte word |
+//! | [`LLFree`](llfree::LLFree) | 194 KiB | 196 KiB | 128 | 2 bits and a 4-bit start entry per unit |
+//! | [`Knuth`](buddy::Knuth) | 4352 KiB | 4352 KiB | 8 | links (16 bytes) and a tag per unit |
+//! | [`Estranged`](buddy::Estranged) | 4352 KiB | 4352 KiB | 8 | as Knuth's |
+//!
+//! The sequential buddies take no per-core state; wrap them in [`Locked`] (no heap either).
+//!
+//! # When not to use buddyfree
+//!
+//! - **Requests that are not powers of two.** Every block is `2^order` units, so a request
+//!   just above a power of two wastes almost half its block (33 units take 64).
+//! - **As a general-purpose `malloc`.** These are back-end allocators of page frames and
+//!   arenas; small objects of mixed sizes belong to a front end (a slab or size-class
+//!   allocator) over them. [`heap::GlobalHeap`] works, but rounds every request up.
+//! - **Defragmentation on a hot path.** [`buddy::defrag`](mod@buddy::defrag) always satisfies a request when
+//!   enough units are free, but planning costs `O(units · 2^k)` for order `k`: 5.8 ms for
+//!   `k = 10` on a 16 MiB heap.
+//!
+//! # References
+//!
+//! - **NBBS** (`nbbs`, `nbbs4`): Romolo Marotta, Mauro Ianni, Alessandro Pellegrini,
+//!   Francesco Quaglia. "NBBS: A Non-Blocking Buddy System for Multi-core Machines". *IEEE
+//!   Transactions on Computers* 71(3), 2022 (online 2021). DOI 10.1109/TC.2021.3060393.
+//!   Earlier versions: Marotta, Ianni, Andrea Scarselli, Pellegrini, Quaglia, same title,
+//!   *19th IEEE/ACM International Symposium on Cluster, Cloud and Grid Computing (CCGRID)*,
+//!   2019, pp. 11–20, DOI 10.1109/CCGRID.2019.00011 (the 4-level variant); and "A
+//!   Non-blocking Buddy System for Scalable Memory Allocation on Multi-core Machines", *IEEE
+//!   International Conference on Cluster Computing (CLUSTER)*, 2018, pp. 164–165,
+//!   DOI 10.1109/CLUSTER.2018.00034.
+//! - **LLFree** (`llfree`, the list baselines): Lars Wrenger, Florian Rommel, Alexander
+//!   Halbuer, Christian Dietrich, Daniel Lohmann. "LLFree: Scalable and
+//!   Optionally-Persistent Page-Frame Allocation". *2023 USENIX Annual Technical Conference
+//!   (USENIX ATC '23)*, 2023. <https://www.usenix.org/conference/atc23/presentation/wrenger>
+//! - **Real-time buddy** (Knuth's and the estranged buddy, defragmentation, first fit):
+//!   Steven M. Donahue, Matthew P. Hampton, Morgan Deters, Jonathan M. Nye, Ron K. Cytron,
+//!   Krishna M. Kavi. "Storage Allocation for Real-Time, Embedded Systems". *Embedded
+//!   Software, First International Workshop (EMSOFT 2001)*, LNCS 2211, Springer, 2001,
+//!   pp. 131–147. DOI 10.1007/3-540-45449-7_10.
+//! - **Parallel binary buddy** (`perlevel-*`): "Parallel Binary Buddy: The Friendly Memory
+//!   Manager", 2011, <https://quiescent.us/2011/11/parallel-binary-buddy-the-friendly-memory-manager/>;
+//!   after Theodore Johnson, Tim Davis. "Space Efficient Parallel Buddy Memory Management".
+//!   *Fourth International Conference on Computing and Information (ICCI '92)*, IEEE, 1992.
+//! - **Knuth's buddy**: Donald E. Knuth. *The Art of Computer Programming, Vol. 1:
+//!   Fundamental Algorithms*, 3rd ed., §2.5. Addison-Wesley, 1997.
 
 #![no_std]
 #![cfg_attr(feature = "nightly", feature(allocator_api))]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
+#[cfg(any(feature = "alloc", test))]
 extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
+
+// First: its macro is used by the allocators' modules.
+#[macro_use]
+mod table;
 
 pub mod buddy;
 mod config;
 mod error;
 pub mod heap;
+#[cfg(feature = "alloc")]
 pub mod list;
 pub mod llfree;
 pub mod locked;
+#[cfg(feature = "alloc")]
 pub mod model;
 pub mod nbbs;
+pub mod range;
+#[cfg(feature = "alloc")]
 pub mod registry;
+#[cfg(feature = "alloc")]
 pub mod stats;
-pub mod sync;
+pub(crate) mod sync;
+pub mod zones;
 
 pub use config::{Config, ConfigRule, MAX_CORES};
 pub use error::Error;
@@ -56,19 +129,74 @@ pub trait BlockAlloc: Sync {
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error>;
 
     /// Units not handed out to callers (blocks held in internal caches count as free).
+    #[must_use]
     fn free_units(&self) -> usize;
 
     /// Units managed in all.
+    #[must_use]
     fn total_units(&self) -> usize;
 
     /// The largest order that can be allocated.
+    #[must_use]
     fn max_order(&self) -> u32;
 
     /// Returns blocks held in per-core or per-thread caches to the shared pool, so that
     /// they can merge into larger blocks. Allocators without caches do nothing.
     fn drain(&self) {}
+
+    /// Allocates like [`BlockAlloc::alloc`] but never waits, for interrupt or atomic
+    /// context: where `alloc` would wait for a lock or for another core's operation to
+    /// finish, this answers [`Error::WouldBlock`]. Its worst case is a bounded number of steps
+    /// (see the README's table of worst cases). Allocators with no such guarantee answer
+    /// [`Error::Unsupported`].
+    fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        let _ = (order, core);
+        Err(Error::Unsupported)
+    }
+
+    /// Allocates the block of `2^order` units at `index`, if every unit in it is free:
+    /// [`Error::Occupied`] (changing nothing) if one is not, and for a bad block the errors
+    /// `free` gives ([`Error::BadOrder`], [`Error::OutOfRange`], [`Error::Misaligned`]). Allocators that cannot choose the position answer [`Error::Unsupported`].
+    fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        let _ = (index, order, core);
+        Err(Error::Unsupported)
+    }
+
+    /// The live block that contains unit `index`, as `(first unit, order)`, or `None` when
+    /// the unit is free. [`Error::Unsupported`] where the allocator does not record it.
+    /// A snapshot: a racing operation on that unit may change the answer at once.
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        let _ = index;
+        Err(Error::Unsupported)
+    }
+
+    /// The order of the live block that starts at `index`, for a free without the order
+    /// (device memory, a C caller that kept only the offset): [`Error::NotAllocated`] when
+    /// no block starts there.
+    fn order_at(&self, index: usize) -> Result<u32, Error> {
+        if index >= self.total_units() {
+            return Err(Error::OutOfRange);
+        }
+        match self.block_of(index)? {
+            Some((start, order)) if start == index => Ok(order),
+            _ => Err(Error::NotAllocated),
+        }
+    }
+
+    /// Frees every unit of `start..start + len`, which must all be allocated (reserved at
+    /// boot, say), as the largest aligned blocks: see [`range`] for the rules and the cost.
+    fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
+        range::free_range(&mut range::Shared(self, core), start, len)
+    }
+
+    /// Allocates every unit of `start..start + len` as the largest aligned blocks, if all are
+    /// free; [`Error::Occupied`] and nothing changed otherwise. See [`range`].
+    fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
+        range::reserve_range(&mut range::Shared(self, core), start, len)
+    }
 }
 
+#[cfg(feature = "alloc")]
 impl<A: BlockAlloc + ?Sized> BlockAlloc for alloc::boxed::Box<A> {
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
         (**self).alloc(order, core)
@@ -88,6 +216,21 @@ impl<A: BlockAlloc + ?Sized> BlockAlloc for alloc::boxed::Box<A> {
     fn drain(&self) {
         (**self).drain()
     }
+    fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        (**self).try_alloc(order, core)
+    }
+    fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        (**self).alloc_at(index, order, core)
+    }
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        (**self).block_of(index)
+    }
+    fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
+        (**self).free_range(start, len, core)
+    }
+    fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
+        (**self).reserve_range(start, len, core)
+    }
 }
 
 /// A sequential allocator: the same operations on `&mut self`. [`Locked`] lifts one into a
@@ -98,17 +241,30 @@ pub trait SeqBlockAlloc: Send {
     /// See [`BlockAlloc::free`].
     fn free(&mut self, index: usize, order: u32) -> Result<(), Error>;
     /// See [`BlockAlloc::free_units`].
+    #[must_use]
     fn free_units(&self) -> usize;
     /// See [`BlockAlloc::total_units`].
+    #[must_use]
     fn total_units(&self) -> usize;
     /// See [`BlockAlloc::max_order`].
+    #[must_use]
     fn max_order(&self) -> u32;
+    /// See [`BlockAlloc::alloc_at`].
+    fn alloc_at(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        let _ = (index, order);
+        Err(Error::Unsupported)
+    }
+    /// See [`BlockAlloc::block_of`].
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        let _ = index;
+        Err(Error::Unsupported)
+    }
 }
 
 /// Checks the arguments of a `free` that every allocator rejects the same way: an order
 /// above `max_order`, a block reaching past `total_units`, or an index not aligned to
 /// `2^order`.
-pub fn check_block(
+pub(crate) fn check_block(
     index: usize,
     order: u32,
     max_order: u32,
@@ -154,6 +310,8 @@ pub(crate) fn core_slot(core: usize, cores: usize) -> usize {
 ///
 /// Threads are numbered in the order they first ask, so `n` threads get `0..n`.
 #[cfg(all(feature = "std", not(loom)))]
+#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
+#[must_use]
 pub fn core_hint() -> usize {
     use core::sync::atomic::{AtomicUsize, Ordering};
     static NEXT: AtomicUsize = AtomicUsize::new(0);

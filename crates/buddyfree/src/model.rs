@@ -20,6 +20,16 @@ pub struct Model {
 
 impl Model {
     /// A model of `config.units` free units.
+    ///
+    /// ```
+    /// use buddyfree::model::Model;
+    /// use buddyfree::{Config, SeqBlockAlloc};
+    ///
+    /// let mut model = Model::new(Config::new(64, 4))?;
+    /// let index = model.alloc(2)?;
+    /// assert!(!model.is_free(index, 2));
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
     pub fn new(config: Config) -> Result<Self, Error> {
         config.validate()?;
         Ok(Model {
@@ -31,11 +41,13 @@ impl Model {
     }
 
     /// Whether some aligned block of `2^order` units is entirely free.
+    #[must_use]
     pub fn can_alloc(&self, order: u32) -> bool {
         order <= self.max_order && self.find_free(order).is_some()
     }
 
     /// Whether the `2^order` units at `index` are all free (`index` must be in range).
+    #[must_use]
     pub fn is_free(&self, index: usize, order: u32) -> bool {
         self.used[index..index + (1 << order)].iter().all(|u| !u)
     }
@@ -46,11 +58,11 @@ impl Model {
     }
 
     /// Records a block chosen by another allocator as allocated. Fails with
-    /// [`Error::OrderMismatch`] if any of its units is already in use: an overlap.
+    /// [`Error::Occupied`] if any of its units is already in use: an overlap.
     pub fn take(&mut self, index: usize, order: u32) -> Result<(), Error> {
         check_block(index, order, self.max_order, self.used.len())?;
         if !self.is_free(index, order) {
-            return Err(Error::OrderMismatch);
+            return Err(Error::Occupied);
         }
         self.mark(index, order, true);
         self.live.insert(index, order);
@@ -104,6 +116,22 @@ impl SeqBlockAlloc for Model {
 
     fn max_order(&self) -> u32 {
         self.max_order
+    }
+
+    fn alloc_at(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        self.take(index, order)
+    }
+
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        if index >= self.used.len() {
+            return Err(Error::OutOfRange);
+        }
+        Ok(self
+            .live
+            .range(..=index)
+            .next_back()
+            .map(|(&start, &order)| (start, order))
+            .filter(|&(start, order)| index < start + (1 << order)))
     }
 }
 

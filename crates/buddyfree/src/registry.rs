@@ -35,6 +35,7 @@ pub fn entries() -> &'static [Entry] {
 }
 
 /// The entry named `name`, if any.
+#[must_use]
 pub fn find(name: &str) -> Option<&'static Entry> {
     ENTRIES.iter().find(|e| e.name == name)
 }
@@ -68,7 +69,7 @@ const ENTRIES: &[Entry] = &[
         name: "linux",
         about: "Linux-like: Knuth's buddy behind a spinlock plus per-core caches (orders 0-3, 9)",
         max_order: ANY_ORDER,
-        build: |c| Ok(Box::new(PerCpu::with_config(c, Knuth::new)?)),
+        build: |c| Ok(Box::new(PerCpu::<Knuth>::with_config(c, Knuth::new)?)),
     },
     Entry {
         name: "estranged-locked",

@@ -34,6 +34,7 @@ pub struct Fragmentation {
 /// Fragmentation of huge frames of [`HUGE_FRAME_UNITS`] units; `free_per_frame[i]` is the
 /// number of free units in huge frame `i`. Counts above the frame size are taken as a whole
 /// free frame.
+#[must_use]
 pub fn huge_fragmentation(free_per_frame: &[usize]) -> Fragmentation {
     fragmentation(free_per_frame, HUGE_FRAME_UNITS)
 }
@@ -45,6 +46,7 @@ pub fn huge_fragmentation(free_per_frame: &[usize]) -> Fragmentation {
 /// units. The moved units always fit elsewhere: the other frames hold
 /// `free_units - (k * frame_units - cost)` free units, which is at least `cost` because
 /// `k * frame_units <= free_units`.
+#[must_use]
 pub fn fragmentation(free_per_frame: &[usize], frame_units: usize) -> Fragmentation {
     if frame_units == 0 {
         return Fragmentation {

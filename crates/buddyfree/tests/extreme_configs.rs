@@ -1,17 +1,22 @@
-//! Every registered allocator, built directly and behind a heap, over configurations at and
-//! past every limit (cores, units, max order) answers `Ok` or `Err`: it never aborts or
-//! panics. Each allocator runs in a child process (this test binary re-executed, see
+//! Every registered allocator, built directly, behind a heap and (where it takes them) over
+//! caller metadata, over configurations at and past every limit (cores, units, max order)
+//! answers `Ok` or `Err`: it never aborts or panics. Each allocator runs in a child process (this test binary re-executed, see
 //! `extreme_child`) limited to 4 GiB of address space, so that a reservation too large for
 //! the machine fails there as it would on a small one, instead of being lazily granted.
 #![cfg(all(unix, not(loom)))]
 
+mod metadata;
+
+use std::alloc::Layout;
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::process::Command;
+use std::ptr::NonNull;
 
 use buddyfree::heap::{Heap, Region, TypedPool};
 use buddyfree::registry::{self, Entry};
-use buddyfree::{Config, MAX_CORES};
+use buddyfree::{BlockAlloc, Config, Error, MAX_CORES};
+use metadata::{each, CallerMetadata, Visit};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as Cases, RngAlgorithm, TestRng, TestRunner};
 
@@ -46,8 +51,52 @@ const CORES: &[usize] = &[
     usize::MAX,
 ];
 
-/// Builds `config` with `entry`, directly and as a heap with a typed pool over a fresh
-/// mapping; any result is fine, only an abort or a panic is not.
+/// The largest caller metadata built in full; past it only the refusal of too little memory
+/// is checked, as zeroing gigabytes twice (here and through the registry) buys nothing.
+const CALLER_BYTES: usize = 1 << 28;
+
+/// `config` over caller metadata, for the allocator registered as `entry` if it takes any:
+/// its layout, then the allocator in memory of that layout, or the refusal of memory too
+/// small for it.
+struct InCallerMemory<'a> {
+    entry: &'a str,
+    config: Config,
+    outcome: Option<String>,
+}
+
+impl Visit for InCallerMemory<'_> {
+    fn visit<A: CallerMetadata>(&mut self) {
+        if self.entry.trim_end_matches("-locked") != A::NAME {
+            return;
+        }
+        let layout = match A::metadata_layout(self.config) {
+            Ok(layout) => layout,
+            Err(e) => return self.outcome = Some(format!("err {e}")),
+        };
+        let small = layout.size() > CALLER_BYTES;
+        let len = if small { 1 << 12 } else { layout.size() };
+        let memory = Layout::from_size_align(len.max(1), layout.align()).unwrap();
+        // SAFETY: the layout is not empty.
+        let Some(meta) = NonNull::new(unsafe { std::alloc::alloc(memory) }) else {
+            return self.outcome = Some(format!("{len} bytes not granted"));
+        };
+        // SAFETY: `len` bytes, ours alone until freed below.
+        let built = unsafe { A::from_raw_metadata(self.config, meta, len) };
+        self.outcome = Some(match built {
+            Ok(_) if small => panic!("{:?} built in {len} bytes of {layout:?}", self.config),
+            Ok(a) => format!("ok {} units", a.shared().total_units()),
+            Err(e) => {
+                assert!(!small || e == Error::MetadataTooSmall, "{e}");
+                format!("err {e}")
+            }
+        });
+        // SAFETY: allocated above with this layout; the allocator is gone.
+        unsafe { std::alloc::dealloc(meta.as_ptr(), memory) };
+    }
+}
+
+/// Builds `config` with `entry`, directly, as a heap with a typed pool over a fresh mapping,
+/// and over caller metadata; any result is fine, only an abort or a panic is not.
 fn build(entry: &Entry, config: Config) -> String {
     let direct = match (entry.build)(config) {
         Ok(a) => format!("ok {} units", a.total_units()),
@@ -63,7 +112,15 @@ fn build(entry: &Entry, config: Config) -> String {
                 .map_err(|e| e.to_string())
         })
         .and_then(|heap| TypedPool::<u64, _>::new(heap).map_err(|e| e.to_string()));
-    format!("{direct}; heap {}", if heap.is_ok() { "ok" } else { "err" })
+    let mut caller = InCallerMemory {
+        entry: entry.name,
+        config,
+        outcome: None,
+    };
+    each(&mut caller);
+    let caller = caller.outcome.unwrap_or_else(|| "-".into());
+    let heap = if heap.is_ok() { "ok" } else { "err" };
+    format!("{direct}; heap {heap}; caller metadata {caller}")
 }
 
 /// Log-uniform sizes over the whole range, so that every power of two is as likely.

@@ -415,3 +415,25 @@ fn free_counts_per_huge_frame_give_the_fragmentation_metrics() {
     }
     common::assert_whole(&alloc);
 }
+
+/// A reserved tree's free units can lie in two counters: its holder's, and the tree entry's
+/// (frees by other cores). `alloc_at` of a free block larger than either part must still
+/// succeed (found by the memory-map property test: it answered `Occupied`).
+#[test]
+fn alloc_at_counts_the_units_of_a_tree_split_between_its_holder_and_its_entry() {
+    let alloc = LLFree::new(Config::new(64, 5).with_cores(2)).unwrap();
+    // Core 0 reserves the only tree and takes 0..40 from its own counter.
+    let taken: Vec<usize> = [3, 3, 4, 3]
+        .iter()
+        .map(|&order| alloc.alloc(order, 0).unwrap())
+        .collect();
+    assert_eq!(taken, [0, 8, 16, 32]);
+    // Core 1 does not hold the tree: its free goes to the tree entry. 32..64 is free now,
+    // 24 units counted by core 0 and 8 by the entry.
+    alloc.free(32, 3, 1).unwrap();
+    assert_eq!(alloc.free_units(), 32);
+    assert_eq!(alloc.alloc_at(32, 5, 1), Ok(()));
+    assert_eq!(alloc.free_units(), 0);
+    assert_eq!(alloc.alloc_at(0, 0, 1), Err(Error::Occupied));
+    assert_eq!(alloc.block_of(40), Ok(Some((32, 5))));
+}

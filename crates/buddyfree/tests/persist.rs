@@ -108,9 +108,9 @@ fn an_unclosed_zone_is_recovered_with_every_block() {
     // Dropped without close: as after a crash with no operation in flight.
     drop(zone);
     // Damage what recovery must not trust: the counters of every child entry (the 16 words
-    // after the bit fields, 32 frames of 64 bytes from the header page on), keeping the
+    // after the bit fields, 32 frames of 128 bytes from the header page on), keeping the
     // huge flags (bits 19 and 20), which are the truth.
-    let children_at = 4096 + 32 * 64;
+    let children_at = 4096 + 32 * 128;
     let bytes = fs::read(&path).unwrap();
     let damaged: Vec<u8> = bytes[children_at..children_at + 128]
         .chunks(4)
@@ -232,8 +232,8 @@ fn bad_and_foreign_files_give_named_errors_and_stay_untouched() {
     // nothing, though frame 0's counter (damaged too, flags kept) would need rebuilding.
     let err = open_damaged(&dir, "lower", |p| {
         patch(p, 64, b"dirty");
-        patch(p, 4096 + 10 * 64, &[0x33, 0x01]);
-        patch(p, 4096 + 9 * 64 + 63, &[0]);
+        patch(p, 4096 + 10 * 128, &[0x33, 0x01]);
+        patch(p, 4096 + 9 * 128 + 127, &[0]);
     });
     assert!(
         matches!(err, PersistError::Corrupt { frame: 9, .. }),
@@ -243,6 +243,51 @@ fn bad_and_foreign_files_give_named_errors_and_stay_untouched() {
         .err()
         .unwrap();
     assert!(matches!(&err, PersistError::Io(e) if e.kind() == ErrorKind::NotFound));
+}
+
+/// A header damaged with its checksum made good so that it claims a smaller largest order
+/// than blocks the zone holds (which could then never be freed): a clean zone is refused by
+/// the checksum written at its close, which covers the header's fields, and a crashed one by
+/// recovery; either way untouched.
+#[test]
+fn a_header_claiming_a_smaller_largest_order_is_refused() {
+    let dir = TempDir::new("order");
+    let path = dir.file("zone");
+    let zone = create(&path, 4096, Durability::None);
+    let blocks = [
+        (zone.alloc(10, 0).unwrap(), 10),
+        (zone.alloc(3, 0).unwrap(), 3),
+    ];
+    zone.close().unwrap();
+    let clean = fs::read(&path).unwrap();
+    let refused = |what: &str| {
+        let before = fs::read(&path).unwrap();
+        let err = PersistentLLFree::open(&path, 1, Durability::None)
+            .err()
+            .unwrap_or_else(|| panic!("{what}: opened"));
+        assert_eq!(fs::read(&path).unwrap(), before, "{what}: the file changed");
+        err
+    };
+    patch_field(&path, 12, &6u32.to_le_bytes());
+    let err = refused("clean");
+    assert!(matches!(err, PersistError::LowerChecksum), "{err}");
+    patch(&path, 64, b"dirty");
+    let err = refused("crashed");
+    assert!(
+        matches!(
+            err,
+            PersistError::Corrupt {
+                what: "a block above the largest order",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    fs::write(&path, &clean).unwrap();
+    let (zone, recovery) = PersistentLLFree::open(&path, 1, Durability::None).unwrap();
+    assert!(recovery.clean);
+    free_all(&zone, &blocks);
+    zone.close().unwrap();
 }
 
 /// Opens the zone at `path` (a damaged copy of a clean zone holding `held`): it must fail
@@ -387,6 +432,25 @@ fn stress_on_zones_with_each_durability() {
         common::double_free_race(&zone, 2, 20, 3);
         zone.close().unwrap();
     }
+}
+
+/// The persistent zone shares LLFree's lower level: its bad frees must be as exact under
+/// races with allocations of other orders.
+#[test]
+fn raced_double_frees_on_a_zone_never_free_a_block_of_another_order() {
+    let dir = TempDir::new("double");
+    let path = dir.file("zone");
+    let zone = PersistentLLFree::create_with_options(
+        &path,
+        Config::new(512, 4).with_cores(2),
+        options(),
+        Durability::CacheLine,
+    )
+    .unwrap();
+    for order in [0, 2] {
+        common::double_free_against_other_orders(&zone, 2, 100_000, order);
+    }
+    zone.close().unwrap();
 }
 
 proptest! {

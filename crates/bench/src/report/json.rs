@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use super::Report;
 
 /// The CSV columns of a record.
-pub const CSV_HEADER: &str = "alloc,workload,phase,order,size,threads,heap_units,reps,ops,ns_per_op_median,ns_per_op_min,ns_per_op_max,mops_median,mops_min,mops_max,failures,bad_frees,speedup";
+pub const CSV_HEADER: &str = "alloc,workload,phase,order,size,threads,heap_units,reps,ops,ns_per_op_median,ns_per_op_min,ns_per_op_max,mops_median,mops_min,mops_max,failures,bad_frees,faults_per_op,speedup";
 
 /// The records as CSV.
 pub fn records_csv(report: &Report) -> String {
@@ -16,7 +16,7 @@ pub fn records_csv(report: &Report) -> String {
     for r in &report.records {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{},{:.2},{:.2},{:.2},{:.4},{:.4},{:.4},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{:.2},{:.2},{:.2},{:.4},{:.4},{:.4},{},{},{:.5},{}",
             r.alloc,
             r.workload,
             r.phase,
@@ -34,6 +34,7 @@ pub fn records_csv(report: &Report) -> String {
             r.mops.max,
             r.failures,
             r.bad_frees,
+            r.faults_per_op,
             r.speedup.map(|x| format!("{x:.3}")).unwrap_or_default(),
         );
     }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::plot::{file_safe, push_point, whole, Chart, Series};
+use super::plot::{file_safe, push_point, whole, Chart, Series, XScale};
 use super::table::columns;
 use super::{RunSet, Stat};
 use crate::suite::bytes;
@@ -616,7 +616,8 @@ pub(crate) fn charts(r: &RealtimeReport) -> Vec<Chart> {
                 ),
                 x_desc: "percentile",
                 x_fmt: percentile_label,
-                y_desc: "ns per operation",
+                x_scale: XScale::Linear,
+                y_desc: "ns per operation (lower is better)",
                 log_y: true,
                 series: Vec::new(),
             });
@@ -624,7 +625,10 @@ pub(crate) fn charts(r: &RealtimeReport) -> Vec<Chart> {
         let points = [l.p50, l.p99, l.p999, l.max]
             .iter()
             .enumerate()
-            .map(|(i, &v)| ((i + 1) as f64, v.max(1) as f64))
+            .map(|(i, &v)| {
+                let y = v.max(1) as f64;
+                ((i + 1) as f64, y, y, y)
+            })
             .collect();
         if let Some(c) = out.last_mut() {
             c.series.push((l.alloc.clone(), points));
@@ -633,16 +637,22 @@ pub(crate) fn charts(r: &RealtimeReport) -> Vec<Chart> {
     if !r.contrived.is_empty() {
         let mut series: Vec<Series> = Vec::new();
         for c in &r.contrived {
-            let point = (c.blocks as f64, c.first_ns.median.max(1.0));
+            let point = (
+                c.blocks as f64,
+                c.first_ns.median.max(1.0),
+                c.first_ns.min.max(1.0),
+                c.first_ns.max.max(1.0),
+            );
             push_point(&mut series, &c.alloc, point);
         }
         out.push(Chart {
             file: "contrived".into(),
             title: "contrived (§3.1): time of the larger request after N blocks, every other freed"
                 .into(),
-            x_desc: "N (blocks)",
+            x_desc: "N (blocks, log2 scale)",
             x_fmt: whole,
-            y_desc: "ns",
+            x_scale: XScale::Log2,
+            y_desc: "ns (lower is better)",
             log_y: true,
             series,
         });

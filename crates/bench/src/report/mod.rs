@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::allocs::Lock;
+use crate::runner::Clock;
 use crate::suite::{bytes, Case};
 use crate::system::UNIT_BYTES;
 use crate::workloads::Outcome;
@@ -61,6 +63,29 @@ impl Stat {
     }
 }
 
+/// Above this many page faults per operation in its timed phases, a record's time is partly
+/// the kernel's (a minor fault costs about as much as a few dozen allocator calls), and no
+/// ratio against it is given.
+pub const FAULTS_PER_OP_LIMIT: f64 = 0.001;
+
+/// The rule for ratios, as the table and the JSON state it.
+pub const RATIO_RULE: &str = "no ratio where the timed phases took more than 1 page fault per 1000 operations (shown as `faults`): those times are partly the kernel's";
+
+/// One counted repetition of a record.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Sample {
+    /// Nanoseconds per operation per thread.
+    pub ns_per_op: f64,
+    /// Millions of operations per second.
+    pub mops: f64,
+    /// Operations timed (all passes).
+    pub ops: u64,
+    /// Passes of the workload it took for the phase to last long enough.
+    pub passes: u32,
+    /// Minor page faults in the timed phases (all phases of the pass).
+    pub faults: u64,
+}
+
 /// One timed phase of one case on one allocator, over all repetitions.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Record {
@@ -90,8 +115,20 @@ pub struct Record {
     pub failures: u64,
     /// Frees the allocator rejected, summed over repetitions (non-zero means a bug).
     pub bad_frees: u64,
+    /// Page faults per operation in the timed phases (median over repetitions).
+    pub faults_per_op: f64,
     /// The baseline's median ns/op over this one's: above 1 is faster than the baseline.
+    /// `None` where either took page faults above [`FAULTS_PER_OP_LIMIT`].
     pub speedup: Option<f64>,
+    /// Every counted repetition.
+    pub samples: Vec<Sample>,
+}
+
+impl Record {
+    /// Whether page faults make up part of its time (see [`FAULTS_PER_OP_LIMIT`]).
+    pub fn fault_bound(&self) -> bool {
+        self.faults_per_op > FAULTS_PER_OP_LIMIT
+    }
 }
 
 impl Record {
@@ -131,13 +168,34 @@ pub struct FragRecord {
     pub rounds: Vec<FragRound>,
 }
 
+/// How a run measured, as far as it is the same for every case.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct RunMeta {
+    /// The heap of every case but the real-time workloads', in 4 KiB units.
+    pub heap_units: usize,
+    /// The lock of the locked baselines.
+    pub lock: Lock,
+    /// The clock of the timed phases.
+    pub clock: Clock,
+    /// Whether an uncounted warm-up round came first.
+    pub warmup: bool,
+    /// The least time of a timed phase, ms (shorter ones were repeated).
+    pub min_phase_ms: f64,
+}
+
 /// Everything a run of the tool produced.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Report {
     /// The tool's version.
     pub version: String,
+    /// The machine and build that measured.
+    pub machine: crate::machine::Machine,
     /// Usable cores of the machine.
     pub cores: usize,
+    /// How it measured.
+    pub meta: RunMeta,
+    /// The rule for ratios against the baseline.
+    pub ratio_rule: String,
     /// The command line.
     pub args: Vec<String>,
     /// The allocator the speedups are relative to.
@@ -154,10 +212,19 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
+impl Report {
+    /// Whether nothing at all ran.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty() && self.frag.is_empty() && self.realtime.is_empty()
+    }
+}
+
 fn record(set: &RunSet, phase_index: usize) -> Record {
     let mut ns = Vec::new();
     let mut mops = Vec::new();
     let mut ops = Vec::new();
+    let mut faults = Vec::new();
+    let mut samples = Vec::new();
     for o in &set.outcomes {
         let p = &o.phases[phase_index];
         let sum: f64 = p.thread_times.iter().map(|t| t.as_nanos() as f64).sum();
@@ -174,6 +241,15 @@ fn record(set: &RunSet, phase_index: usize) -> Record {
             0.0
         });
         ops.push(p.ops as f64);
+        let all_ops: u64 = o.phases.iter().map(|p| p.ops).sum();
+        faults.push(o.faults as f64 / all_ops.max(1) as f64);
+        samples.push(Sample {
+            ns_per_op: *ns.last().expect("pushed"),
+            mops: *mops.last().expect("pushed"),
+            ops: p.ops,
+            passes: o.passes,
+            faults: o.faults,
+        });
     }
     let case = &set.case;
     Record {
@@ -190,7 +266,9 @@ fn record(set: &RunSet, phase_index: usize) -> Record {
         mops: Stat::of(&mops),
         failures: set.outcomes.iter().map(|o| o.failures).sum(),
         bad_frees: set.outcomes.iter().map(|o| o.bad_frees).sum(),
+        faults_per_op: Stat::of(&faults).median,
         speedup: None,
+        samples,
     }
 }
 
@@ -224,6 +302,7 @@ pub fn summarize(
     baseline: &str,
     max_order: u32,
     args: Vec<String>,
+    meta: RunMeta,
     sets: Vec<RunSet>,
     mut notes: Vec<String>,
 ) -> Report {
@@ -248,6 +327,7 @@ pub fn summarize(
             .iter()
             .find(|b| b.key() == r.key())
             .filter(|b| r.ns_per_op.median > 0.0 && b.ns_per_op.median > 0.0)
+            .filter(|b| !r.fault_bound() && !b.fault_bound())
             .map(|b| b.ns_per_op.median / r.ns_per_op.median);
     }
     // Table order: workload, size, threads, phase, then allocator in run order (the sort is
@@ -277,7 +357,10 @@ pub fn summarize(
     Report {
         realtime,
         version: env!("CARGO_PKG_VERSION").to_string(),
+        machine: crate::machine::Machine::current(),
         cores: crate::runner::usable_cpus().len(),
+        meta,
+        ratio_rule: RATIO_RULE.to_string(),
         args,
         baseline: baseline.to_string(),
         max_order,

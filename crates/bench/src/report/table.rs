@@ -3,6 +3,17 @@
 use std::fmt::Write as _;
 
 use super::Report;
+use crate::suite::bytes;
+
+/// The allocators `--lock` applies to, for the table's header.
+fn locked_names() -> String {
+    crate::allocs::AllocSpec::all()
+        .iter()
+        .map(|a| a.name())
+        .filter(|n| crate::allocs::lock_applies(n))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// Lays out rows of cells in columns; the first row is the header. Text columns are
 /// left-aligned, numeric ones right-aligned.
@@ -81,21 +92,37 @@ pub fn render(report: &Report) -> String {
             format!("{}..{}", ns(r.ns_per_op.min), ns(r.ns_per_op.max)),
             format!("{:.2}", r.mops.median),
             r.failures.to_string(),
-            r.speedup.map_or("-".into(), |x| format!("{x:.2}x")),
+            match r.speedup {
+                Some(x) => format!("{x:.2}x"),
+                None if r.fault_bound() => "faults".into(),
+                None => "-".into(),
+            },
         ]);
     }
     let numeric = [
         false, false, false, true, false, true, true, true, true, true,
     ];
     let mut out = String::new();
-    if report.records.is_empty() {
-        if report.realtime.is_empty() {
-            out.push_str("no results\n");
-        }
-    } else {
+    if !report.records.is_empty() {
+        let m = &report.meta;
         let _ = writeln!(
             out,
-            "ns/op: median over repetitions of the threads' time per operation; vs {b}: {b}'s ns/op over the allocator's (above 1 = faster)",
+            "heap {} of 4 KiB units for every case (metadata only; real-time workloads size their own); locked baselines ({}) behind a {} lock; {} clock; median of {} counted repetition(s), allocators interleaved{}; phases repeated to last at least {} ms",
+            bytes(m.heap_units * crate::system::UNIT_BYTES),
+            locked_names(),
+            m.lock.name(),
+            match m.clock {
+                crate::runner::Clock::Wall => "wall",
+                crate::runner::Clock::Cpu => "thread CPU-time",
+            },
+            report.records.iter().map(|r| r.reps).max().unwrap_or(0),
+            if m.warmup { " after one warm-up round" } else { ", no warm-up" },
+            m.min_phase_ms,
+        );
+        let _ = writeln!(
+            out,
+            "ns/op: the threads' time per operation; vs {b}: {b}'s ns/op over the allocator's (above 1 = faster); {}",
+            report.ratio_rule,
             b = report.baseline
         );
         out.push_str(&columns(&rows, &numeric));

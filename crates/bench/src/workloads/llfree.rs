@@ -1,6 +1,8 @@
-//! The LLFree paper's workloads (reference code: luhsra/llfree-rs `bench`). The heap size sets
-//! the work: each thread handles `units / P / 2 / 2^order` blocks, so together they use half
-//! the region.
+//! The LLFree paper's workloads (reference code: luhsra/llfree-rs `bench`). The paper lets the
+//! heap size set the work (each thread handles `units / P / 2 / 2^order` blocks, half the
+//! region together); here the work is [`Params::llfree_units`] in place of the heap's units,
+//! so that every workload of a run shares one heap and the work stays the same when it grows.
+//! `frag` alone fills the heap itself: that is what it measures.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -14,6 +16,13 @@ use crate::runner::run_workers;
 /// Blocks each thread allocates: `units / threads / 2 / 2^order`.
 pub fn allocs_per_thread(units: usize, threads: usize, order: u32) -> usize {
     (units / threads / 2) >> order
+}
+
+/// Blocks each thread handles in bulk, repeat and rand: [`allocs_per_thread`] of the work,
+/// and at least [`Params::llfree_min_blocks`] over all threads, so that a phase of large
+/// blocks is not a few microseconds between two thread starts.
+pub fn blocks_per_thread(p: &Params, threads: usize, order: u32) -> usize {
+    allocs_per_thread(p.llfree_units, threads, order).max(p.llfree_min_blocks / threads)
 }
 
 /// Allocates `n` blocks on the calling thread, pushing the ones that succeed onto `held`
@@ -42,8 +51,8 @@ fn alloc_held(a: &dyn BlockAlloc, order: u32, core: usize, n: usize, c: &mut Cou
 
 /// bulk: each thread allocates its blocks, all meet at a barrier, then each frees its own.
 /// Two phases: "get" (per allocation) and "put" (per free).
-pub fn bulk(a: &dyn BlockAlloc, order: u32, threads: usize, _p: &Params) -> Outcome {
-    let n = allocs_per_thread(a.total_units(), threads, order);
+pub fn bulk(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Outcome {
+    let n = blocks_per_thread(p, threads, order);
     let parts = run_workers(threads, |w| {
         let mut get = Counts::default();
         let mut held = Vec::with_capacity(n);
@@ -68,8 +77,8 @@ pub fn bulk(a: &dyn BlockAlloc, order: u32, threads: usize, _p: &Params) -> Outc
 
 /// repeat: each thread first holds its blocks (untimed), then does as many alloc+free pairs
 /// of one block. One phase, "get+put", counted per pair.
-pub fn repeat(a: &dyn BlockAlloc, order: u32, threads: usize, _p: &Params) -> Outcome {
-    let n = allocs_per_thread(a.total_units(), threads, order);
+pub fn repeat(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Outcome {
+    let n = blocks_per_thread(p, threads, order);
     let parts = run_workers(threads, |w| {
         let core = w.id;
         let mut setup = Counts::default();
@@ -103,7 +112,7 @@ pub fn repeat(a: &dyn BlockAlloc, order: u32, threads: usize, _p: &Params) -> Ou
 /// again, and each thread frees its share, mostly blocks another thread allocated. One phase,
 /// "put".
 pub fn rand(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Outcome {
-    let n = allocs_per_thread(a.total_units(), threads, order);
+    let n = blocks_per_thread(p, threads, order);
     let got = run_workers(threads, |w| {
         let mut c = Counts::default();
         let held = alloc_held(a, order, w.id, n, &mut c);

@@ -1,5 +1,6 @@
 //! The workloads of the NBBS paper ([`nbbs`]), the LLFree paper ([`llfree`]) and the real-time
-//! buddy paper ([`realtime`]), as DESIGN.md ("The benchmark tool") defines them.
+//! buddy paper ([`realtime`]), as the papers and their published code define them (see the References in the
+//! repository's README).
 //!
 //! A workload runs once over one freshly built allocator at one order and thread count and
 //! returns its [`Outcome`]: per timed phase the operations done and each thread's time.
@@ -198,9 +199,76 @@ impl Workload {
         matches!(self.suite(), Suite::Llfree)
     }
 
-    /// Whether the heap size defines the amount of work (LLFree) rather than bounding it.
-    pub const fn work_from_heap(self) -> bool {
-        matches!(self.suite(), Suite::Llfree)
+    /// Whether it is measured for the memory it leaves usable, not for time: run once per
+    /// allocator on a fresh instance, without warm-up or repeated phases.
+    pub const fn measures_state(self) -> bool {
+        matches!(self, Workload::Frag)
+    }
+
+    /// Whether it sizes its own heap (the real-time workloads: the contrived case's heap is
+    /// its N, latency's is ~95% full by design) rather than running on the run's heap.
+    pub const fn own_heap(self) -> bool {
+        matches!(self.suite(), Suite::Realtime)
+    }
+
+    /// Whether its timed phases are repeated on the same allocator until each lasts long
+    /// enough to time: the throughput workloads, not the ones measuring single operations or
+    /// memory state.
+    pub const fn repeatable(self) -> bool {
+        matches!(self.suite(), Suite::Nbbs | Suite::Llfree) && !self.measures_state()
+    }
+
+    /// Its parameters with their values, for `--list`.
+    pub fn parameters(self, p: &Params) -> String {
+        match self {
+            Workload::LinuxScalability => format!(
+                "B = {} units per burst per thread; k = 2^order units per block; 2k rounds of B/k allocations then B/k frees",
+                p.ls_burst_units
+            ),
+            Workload::ThreadTest => format!(
+                "B = {} units per burst over all P threads; R = {}; R*k rounds of B/P/k allocations then frees",
+                p.tt_burst_units, p.tt_repeats
+            ),
+            Workload::Larson => format!(
+                "C = {} blocks held per thread, sizes k..k*2^{}; a successor thread takes over every {} steps; stops after {}",
+                p.larson_chunks,
+                p.larson_span,
+                p.larson_steps,
+                match p.larson_stop {
+                    Stop::Time(d) => format!("{} ms", d.as_millis()),
+                    Stop::Generations(g) => format!("{g} generations"),
+                }
+            ),
+            Workload::ConstantOccupancy => format!(
+                "pool of {} blocks ({} units of k) per thread; N = {} free+realloc steps over all threads",
+                nbbs::POOL_BLOCKS,
+                nbbs::POOL_UNITS,
+                p.co_steps
+            ),
+            Workload::Cached => format!("N = {} alloc+free pairs per thread", p.cached_pairs),
+            Workload::Bulk | Workload::Repeat | Workload::Rand => format!(
+                "W = {} units of work ({} MiB; the paper: half the memory); each of P threads handles W/P/2/2^order blocks, at least {}/P",
+                p.llfree_units,
+                p.llfree_units * 4 / 1024,
+                p.llfree_min_blocks
+            ),
+            Workload::Frag => format!(
+                "the whole heap: 90% allocated as 4 KiB, half freed at random, then {} rounds of freeing and reallocating 10%",
+                p.frag_rounds
+            ),
+            Workload::Latency => realtime::latency::parameters(p),
+            Workload::Contrived => format!(
+                "N = {:?} blocks of k units, every other freed; {} requests of 2k",
+                p.rt.contrived_blocks, p.rt.contrived_requests
+            ),
+            Workload::EstrangedShare => {
+                format!("{} requests of a Java-like size mix", p.rt.share_requests)
+            }
+            Workload::Defrag => format!(
+                "orders {:?} on a heap of {} units with every other unit busy",
+                p.rt.defrag_orders, p.rt.defrag_units
+            ),
+        }
     }
 
     /// Units the workload may hold at once at `order` with `threads` threads; the heap must
@@ -215,8 +283,10 @@ impl Workload {
             Workload::Larson => threads * params.larson_chunks * (k << params.larson_span),
             Workload::ConstantOccupancy => threads * nbbs::POOL_UNITS * k,
             Workload::Cached => threads * k,
-            // One block per thread at least; the work itself scales with the heap.
-            Workload::Bulk | Workload::Repeat | Workload::Rand => 2 * threads * k,
+            // The blocks of the work, held at once.
+            Workload::Bulk | Workload::Repeat | Workload::Rand => {
+                llfree::blocks_per_thread(params, threads, order) * threads * k + threads * k
+            }
             Workload::Frag => buddyfree::stats::HUGE_FRAME_UNITS.max(2 * threads),
             Workload::Latency => realtime::latency::units_needed(order, threads, params),
             // At least two blocks and the remainder; the sweep sizes its own heaps.
@@ -231,7 +301,7 @@ impl Workload {
     pub fn calls(self, order: u32, threads: usize, units: usize, params: &Params) -> Option<u64> {
         let k = 1usize << order;
         let t = threads;
-        let n = llfree::allocs_per_thread(units, t, order) * t;
+        let n = llfree::blocks_per_thread(params, t, order) * t;
         let calls = match self {
             Workload::LinuxScalability => t * 2 * k * nbbs::burst(params.ls_burst_units, k) * 2,
             Workload::ThreadTest => {
@@ -296,6 +366,11 @@ pub struct Params {
     pub co_steps: usize,
     /// Cached Allocation: alloc+free pairs per thread (paper: 5M).
     pub cached_pairs: usize,
+    /// bulk, repeat, rand: units of work, `P` threads handle `W/P/2/2^order` blocks each
+    /// (paper: the heap's units, 125 GiB).
+    pub llfree_units: usize,
+    /// bulk, repeat, rand: the least blocks over all threads, whatever their order.
+    pub llfree_min_blocks: usize,
     /// frag: reallocation rounds (paper: 100).
     pub frag_rounds: usize,
     /// Seed of every random choice, so runs are repeatable.
@@ -309,13 +384,15 @@ impl Default for Params {
         Params {
             ls_burst_units: 16384,
             tt_burst_units: 50000,
-            tt_repeats: 10,
+            tt_repeats: 2,
             larson_chunks: 256,
             larson_span: 3,
             larson_steps: 10_000,
-            larson_stop: Stop::Time(Duration::from_millis(100)),
-            co_steps: 1_000_000,
-            cached_pairs: 250_000,
+            larson_stop: Stop::Time(Duration::from_millis(20)),
+            co_steps: 200_000,
+            cached_pairs: 50_000,
+            llfree_units: 1 << 18,
+            llfree_min_blocks: 1 << 12,
             frag_rounds: 100,
             seed: 0x5eed_b0dd,
             rt: realtime::RtParams::default(),
@@ -336,6 +413,8 @@ impl Params {
             larson_stop: Stop::Generations(3),
             co_steps: 256,
             cached_pairs: 256,
+            llfree_units: 1 << 12,
+            llfree_min_blocks: 0,
             frag_rounds: 5,
             seed: 0x5eed_b0dd,
             rt: realtime::RtParams::quick(),
@@ -371,6 +450,10 @@ pub struct Outcome {
     pub frag: Vec<Fragmentation>,
     /// The real-time workloads' measurements.
     pub realtime: realtime::RtOutcome,
+    /// Minor page faults taken inside the timed phases.
+    pub faults: u64,
+    /// How many times the workload ran to make up this outcome (see [`Outcome::absorb`]).
+    pub passes: u32,
 }
 
 /// Operation counts of one thread.
@@ -451,6 +534,32 @@ impl Counts {
 }
 
 impl Outcome {
+    /// Adds another pass of the same workload to this one: per phase the operations and each
+    /// thread's time add up, as if the pass had been part of the phase.
+    pub fn absorb(&mut self, o: Outcome) {
+        for (p, q) in self.phases.iter_mut().zip(o.phases) {
+            p.ops += q.ops;
+            for (t, u) in p.thread_times.iter_mut().zip(q.thread_times) {
+                *t += u;
+            }
+        }
+        self.allocs += o.allocs;
+        self.frees += o.frees;
+        self.failures += o.failures;
+        self.bad_frees += o.bad_frees;
+        self.faults += o.faults;
+        self.passes += o.passes;
+    }
+
+    /// The shortest phase's time: its slowest thread's.
+    pub fn shortest_phase(&self) -> Duration {
+        self.phases
+            .iter()
+            .map(|p| p.thread_times.iter().copied().max().unwrap_or_default())
+            .min()
+            .unwrap_or_default()
+    }
+
     /// Adds up the counts of the threads.
     pub fn count(&mut self, counts: &[Counts]) {
         let mut total = Counts::default();
@@ -467,6 +576,43 @@ impl Outcome {
 /// Runs `workload` once on `alloc` (built for `threads` cores over its whole region).
 /// [`Workload::standalone`] workloads ignore `alloc`, `order` and `threads`.
 pub fn run(
+    workload: Workload,
+    alloc: &dyn BlockAlloc,
+    order: u32,
+    threads: usize,
+    params: &Params,
+) -> Outcome {
+    let faults = crate::runner::timed_faults();
+    let mut out = run_once(workload, alloc, order, threads, params);
+    out.faults = crate::runner::timed_faults() - faults;
+    out.passes = 1;
+    out
+}
+
+/// Runs `workload` on `alloc` again and again until its shortest phase has lasted `min` in
+/// total (at most `max_passes` times): a phase of a few microseconds measures the clock and
+/// the barrier, not the allocator. The workloads leave the allocator empty, so each pass
+/// starts where the first did (with the allocator's caches warm).
+pub fn run_for(
+    workload: Workload,
+    alloc: &dyn BlockAlloc,
+    order: u32,
+    threads: usize,
+    params: &Params,
+    min: Duration,
+    max_passes: u32,
+) -> Outcome {
+    let mut out = run(workload, alloc, order, threads, params);
+    if !workload.repeatable() {
+        return out;
+    }
+    while out.shortest_phase() < min && out.passes < max_passes {
+        out.absorb(run(workload, alloc, order, threads, params));
+    }
+    out
+}
+
+fn run_once(
     workload: Workload,
     alloc: &dyn BlockAlloc,
     order: u32,

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
-use buddybench::allocs::AllocSpec;
+use buddybench::allocs::{AllocSpec, Lock};
 use buddyfree::registry::DynAlloc;
 use buddyfree::{BlockAlloc, Config, Error};
 
@@ -28,7 +28,10 @@ impl Counting {
 
     pub fn with(name: &str, config: Config) -> Counting {
         Counting {
-            inner: AllocSpec::find(name).unwrap().build(config).unwrap(),
+            inner: AllocSpec::find(name)
+                .unwrap()
+                .build(config, Lock::Ticket)
+                .unwrap(),
             allocs: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             frees: AtomicU64::new(0),

@@ -274,6 +274,61 @@ static void check_order_0_allocator(const char *name) {
     printf("%s (order 0 only): ok\n", name);
 }
 
+/* A memory map: every unit reserved, two usable ranges with ragged ends freed, a block
+ * taken at a position, frees by address alone; then a device instance of addresses above
+ * 4 GiB. Allocators that cannot place blocks answer UNSUPPORTED. */
+static void check_memory_map(const char *name) {
+    BuddyfreeConfig c = {UNIT, UNITS, MAX_ORDER, 2, name};
+    Buddyfree *bf = NULL;
+    CHECK_STATUS(buddyfree_create(&c, NULL, 0, &bf), BUDDYFREE_STATUS_OK);
+    BuddyfreeStatus st = buddyfree_reserve_range(bf, 0, UNITS);
+    if (st == BUDDYFREE_STATUS_UNSUPPORTED) {
+        buddyfree_destroy(bf);
+        return;
+    }
+    CHECK_STATUS(st, BUDDYFREE_STATUS_OK);
+    CHECK(free_units(bf) == 0);
+    CHECK_STATUS(buddyfree_free_range(bf, 3, 500), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_free_range(bf, 600, UNITS - 600), BUDDYFREE_STATUS_OK);
+    CHECK(free_units(bf) == UNITS - 3 - 97);
+    CHECK_STATUS(buddyfree_free_range(bf, 550, 10), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_free_range(bf, 550, 10), BUDDYFREE_STATUS_NOT_ALLOCATED);
+    CHECK_STATUS(buddyfree_alloc_at(bf, 640, 6), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_alloc_at(bf, 640, 0), BUDDYFREE_STATUS_OCCUPIED);
+    CHECK_STATUS(buddyfree_alloc_at(bf, 1, 0), BUDDYFREE_STATUS_OCCUPIED);
+    BuddyfreeStats s;
+    CHECK_STATUS(buddyfree_stats(bf, &s), BUDDYFREE_STATUS_OK);
+    unsigned char *block = (unsigned char *)s.base + 640 * UNIT;
+    uint32_t order = 99;
+    CHECK_STATUS(buddyfree_order_at(bf, block, &order), BUDDYFREE_STATUS_OK);
+    CHECK(order == 6);
+    CHECK_STATUS(buddyfree_order_at(bf, block + UNIT, &order), BUDDYFREE_STATUS_NOT_ALLOCATED);
+    CHECK_STATUS(buddyfree_free_at(bf, block), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_free_at(bf, block), BUDDYFREE_STATUS_NOT_ALLOCATED);
+    size_t index = 0;
+    void *p = NULL;
+    st = buddyfree_try_alloc_order(bf, 2, &index, &p);
+    CHECK(st == BUDDYFREE_STATUS_OK || st == BUDDYFREE_STATUS_UNSUPPORTED);
+    if (st == BUDDYFREE_STATUS_OK) {
+        CHECK(p == (unsigned char *)s.base + index * UNIT);
+        CHECK_STATUS(buddyfree_free_at(bf, p), BUDDYFREE_STATUS_OK);
+    }
+    buddyfree_destroy(bf);
+
+    BuddyfreeDevice *dev = NULL;
+    CHECK_STATUS(buddyfree_device_create(&c, 0x100000000ull + 1, &dev), BUDDYFREE_STATUS_BAD_REGION);
+    CHECK_STATUS(buddyfree_device_create(&c, 0x100000000ull, &dev), BUDDYFREE_STATUS_OK);
+    uint64_t a = 0, b = 0;
+    CHECK_STATUS(buddyfree_device_alloc(dev, 3 * UNIT, 0, &a), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_device_alloc(dev, UNIT, 1024, &b), BUDDYFREE_STATUS_OK);
+    CHECK(a >= 0x100000000ull && b % 1024 == 0 && a != b);
+    CHECK_STATUS(buddyfree_device_free(dev, a), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_device_free(dev, a), BUDDYFREE_STATUS_NOT_ALLOCATED);
+    CHECK_STATUS(buddyfree_device_free(dev, 5), BUDDYFREE_STATUS_FOREIGN_POINTER);
+    CHECK_STATUS(buddyfree_device_free(dev, b), BUDDYFREE_STATUS_OK);
+    buddyfree_device_destroy(dev);
+}
+
 int main(void) {
     check_strerror();
     size_t count = buddyfree_allocator_count();
@@ -290,6 +345,7 @@ int main(void) {
             continue;
         }
         check_bad_configs(name);
+        check_memory_map(name);
 
         BuddyfreeConfig c = {UNIT, UNITS, MAX_ORDER, THREADS, name};
         Buddyfree *bf = NULL;

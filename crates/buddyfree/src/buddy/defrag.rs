@@ -1,4 +1,4 @@
-//! On-demand defragmentation of a buddy heap (`papers/realtime-buddy.txt` §2.8): when a
+//! On-demand defragmentation of a buddy heap ([Donahue et al. 2001](crate#references) §2.8): when a
 //! request of order `k` fails although enough units are free, relocate busy blocks so that
 //! one aligned block of order `k` becomes free, and no more.
 //!
@@ -40,8 +40,8 @@ pub trait Defrag: SeqBlockAlloc {
     /// (an estranged pair of order `o` is one entry of order `o + 1`).
     fn free_entry(&self, index: usize) -> Option<(usize, u32)>;
     /// Makes the wholly free block `(index, order)` live, as if `alloc` had returned it.
-    /// Fails, changing nothing, with the errors of [`crate::check_block`] for a bad block and
-    /// `OrderMismatch` if any of its units is in use.
+    /// Fails, changing nothing, with `BadOrder`, `OutOfRange` or `Misaligned` for a bad block
+    /// (as `free` would) and `OrderMismatch` if any of its units is in use.
     fn claim(&mut self, index: usize, order: u32) -> Result<(), Error>;
 }
 

@@ -1,4 +1,4 @@
-//! The estranged buddy system (`papers/realtime-buddy.txt` §2.5–2.7): Knuth's buddy with
+//! The estranged buddy system ([Donahue et al. 2001](crate#references) §2.5–2.7): Knuth's buddy with
 //! delayed recombination. A freed block is "estranged" from its buddy and is not merged; per
 //! order there are two lists:
 //!
@@ -20,11 +20,11 @@
 
 use core::cell::Cell;
 
-use alloc::vec::Vec;
-
 use super::lists::{Links, ListHead};
 use super::tags::{Tag, Tags};
-use super::{buddy_of, carve, initial_blocks, Entries};
+use super::Entries;
+use super::{buddy_of, carve, initial_blocks, Parts};
+use crate::table::{Metadata, Table};
 use crate::{check_block, Config, Error, SeqBlockAlloc};
 
 /// Which step of the allocation heuristic served a request (§2.7).
@@ -106,7 +106,7 @@ pub struct Estranged {
     links: Links<Cell<usize>>,
     tags: Tags<Cell<u8>>,
     /// The buddy-busy and the buddy-free list of every order, indexed by [`List`].
-    heads: [Vec<ListHead>; 2],
+    heads: [Table<ListHead>; 2],
     /// Bit `k` of `masks[list]` set iff that list of order `k` is non-empty.
     masks: [u64; 2],
     free_units: usize,
@@ -116,18 +116,35 @@ pub struct Estranged {
 }
 
 impl Estranged {
-    /// An allocator of `config.units` free units (any number).
+    /// An allocator of `config.units` free units (any number), its metadata on the heap.
+    ///
+    /// ```
+    /// use buddyfree::buddy::Estranged;
+    /// use buddyfree::{Config, SeqBlockAlloc};
+    ///
+    /// let mut buddy = Estranged::new(Config::new(1 << 10, 6))?;
+    /// let index = buddy.alloc(0)?;
+    /// buddy.free(index, 0)?;
+    /// assert_eq!(buddy.free_units(), 1 << 10);
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
+    #[cfg(feature = "alloc")]
     pub fn new(config: Config) -> Result<Self, Error> {
-        config.validate()?;
-        let lists = || {
-            (0..=config.max_order)
-                .map(|_| ListHead::EMPTY)
-                .collect::<Vec<_>>()
-        };
+        crate::table::build_on_heap(super::plan(config), |parts, meta| {
+            Estranged::build(config, parts, meta)
+        })
+    }
+
+    /// The allocator of [`Estranged::new`], its tables made in `meta` at `parts`.
+    fn build(config: Config, parts: Parts<2>, meta: &Metadata) -> Result<Self, Error> {
+        let [busy, paired] = parts.heads;
         let mut estranged = Estranged {
-            links: Links::new(config.units)?,
-            tags: Tags::new(config.units)?,
-            heads: [lists(), lists()],
+            links: Links::new(meta, parts.links)?,
+            tags: Tags::new(meta, parts.tags)?,
+            heads: [
+                meta.table(busy, |_| ListHead::EMPTY)?,
+                meta.table(paired, |_| ListHead::EMPTY)?,
+            ],
             masks: [0; 2],
             free_units: config.units,
             total_units: config.units,
@@ -295,6 +312,15 @@ impl SeqBlockAlloc for Estranged {
     fn max_order(&self) -> u32 {
         self.max_order
     }
+
+    fn alloc_at(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        check_block(index, order, self.max_order, self.total_units)?;
+        super::claim(self, index, order)
+    }
+
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        super::block_of(&self.tags, index, self.max_order, self.total_units)
+    }
 }
 
 impl Entries for Estranged {
@@ -325,11 +351,20 @@ impl Entries for Estranged {
     }
 }
 
+caller_metadata!(
+    Estranged,
+    super::plan::<2>,
+    Estranged::build,
+    example: "buddy::Estranged", "SeqBlockAlloc", "let mut a", "alloc(3)", "free(block, 3)"
+);
+
+#[cfg(feature = "alloc")]
 defrag_via_entries!(Estranged);
 
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use alloc::vec::Vec;
 
     #[test]
     fn steps_follow_the_heuristic() {
@@ -362,7 +397,7 @@ mod tests {
         assert_eq!(e.free_entry(3), Some((2, 1)));
         assert_eq!(e.claim(2, 2), Err(Error::Misaligned));
         e.claim(0, 2).unwrap();
-        assert_eq!(e.claim(0, 0), Err(Error::OrderMismatch));
+        assert_eq!(e.claim(0, 0), Err(Error::Occupied));
         assert_eq!((e.list_lengths(0), e.free_units()), ((0, 0), 4));
         assert_eq!(e.live_at(0), Some(2));
         e.free(0, 2).unwrap();

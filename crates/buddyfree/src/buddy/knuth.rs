@@ -1,4 +1,4 @@
-//! Knuth's buddy system (`papers/realtime-buddy.txt` §2.2–2.4): segregated doubly linked
+//! Knuth's buddy system ([Donahue et al. 2001](crate#references) §2.2–2.4): segregated doubly linked
 //! free lists per order, a tag per block start, eager merging on free.
 //!
 //! Allocation finds the lowest non-empty list at or above the order in O(1) (a bit mask of
@@ -9,11 +9,11 @@
 
 use core::cell::Cell;
 
-use alloc::vec::Vec;
-
 use super::lists::{Links, ListHead};
 use super::tags::{Tag, Tags};
-use super::{buddy_of, carve, initial_blocks, Entries};
+use super::Entries;
+use super::{buddy_of, carve, initial_blocks, Parts};
+use crate::table::{Metadata, Table};
 use crate::{check_block, Config, Error, SeqBlockAlloc};
 
 /// Counters of Knuth's buddy, to compare with [`super::EstrangedStats`].
@@ -33,7 +33,7 @@ pub struct KnuthStats {
 pub struct Knuth {
     links: Links<Cell<usize>>,
     tags: Tags<Cell<u8>>,
-    heads: Vec<ListHead>,
+    heads: Table<ListHead>,
     /// Bit `k` set iff the list of order `k` is non-empty.
     nonempty: u64,
     free_units: usize,
@@ -44,13 +44,32 @@ pub struct Knuth {
 
 impl Knuth {
     /// An allocator of `config.units` free units (any number: the tail beyond the last block of
-    /// `max_order` is cut into smaller blocks).
+    /// `max_order` is cut into smaller blocks), its metadata on the heap.
+    ///
+    /// ```
+    /// use buddyfree::buddy::Knuth;
+    /// use buddyfree::{BlockAlloc, Config, Locked};
+    ///
+    /// // 100 units: blocks of 64, 32 and 4 units, up to order 6.
+    /// let buddy = Locked::<Knuth>::new(Knuth::new(Config::new(100, 6))?);
+    /// let index = buddy.alloc(5, 0)?;
+    /// buddy.free(index, 5, 0)?;
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
+    #[cfg(feature = "alloc")]
     pub fn new(config: Config) -> Result<Self, Error> {
-        config.validate()?;
+        crate::table::build_on_heap(super::plan(config), |parts, meta| {
+            Knuth::build(config, parts, meta)
+        })
+    }
+
+    /// The allocator of [`Knuth::new`], its tables made in `meta` at `parts`.
+    fn build(config: Config, parts: Parts<1>, meta: &Metadata) -> Result<Self, Error> {
+        let [heads] = parts.heads;
         let mut knuth = Knuth {
-            links: Links::new(config.units)?,
-            tags: Tags::new(config.units)?,
-            heads: (0..=config.max_order).map(|_| ListHead::EMPTY).collect(),
+            links: Links::new(meta, parts.links)?,
+            tags: Tags::new(meta, parts.tags)?,
+            heads: meta.table(heads, |_| ListHead::EMPTY)?,
             nonempty: 0,
             free_units: config.units,
             total_units: config.units,
@@ -158,6 +177,15 @@ impl SeqBlockAlloc for Knuth {
     fn max_order(&self) -> u32 {
         self.max_order
     }
+
+    fn alloc_at(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        check_block(index, order, self.max_order, self.total_units)?;
+        super::claim(self, index, order)
+    }
+
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        super::block_of(&self.tags, index, self.max_order, self.total_units)
+    }
 }
 
 impl Entries for Knuth {
@@ -182,6 +210,14 @@ impl Entries for Knuth {
     }
 }
 
+caller_metadata!(
+    Knuth,
+    super::plan::<1>,
+    Knuth::build,
+    example: "buddy::Knuth", "SeqBlockAlloc", "let mut a", "alloc(3)", "free(block, 3)"
+);
+
+#[cfg(feature = "alloc")]
 defrag_via_entries!(Knuth);
 
 #[cfg(all(test, not(loom)))]
@@ -215,7 +251,7 @@ mod tests {
         assert_eq!(k.claim(5, 1), Err(Error::Misaligned));
         assert_eq!(k.claim(4, 3), Err(Error::BadOrder));
         k.claim(5, 0).unwrap();
-        assert_eq!(k.claim(4, 1), Err(Error::OrderMismatch));
+        assert_eq!(k.claim(4, 1), Err(Error::Occupied));
         assert_eq!((k.live_at(5), k.free_units()), (Some(0), 11));
         assert_eq!(k.free(5, 0), Ok(()));
         assert_eq!(k.free_blocks(2), 3);

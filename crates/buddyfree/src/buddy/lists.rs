@@ -1,5 +1,5 @@
 //! Doubly linked free lists threaded through index arrays (Knuth's segregated free lists,
-//! `papers/realtime-buddy.txt` §2.4): `next[i]`/`prev[i]` link the block starting at unit `i`
+//! [Donahue et al. 2001](crate#references) §2.4): `next[i]`/`prev[i]` link the block starting at unit `i`
 //! into the one list it is on, so insertion, removal of a known block and pop are O(1) and
 //! no operation allocates.
 //!
@@ -7,11 +7,10 @@
 //! per-level buddy, where each list is guarded by its level's lock and a block start moves
 //! between lists only through a thread that owns it (the locks order those hand-overs).
 
-use alloc::vec::Vec;
 use core::cell::Cell;
 
-use crate::config::filled;
 use crate::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use crate::table::{Metadata, Part, Plan, Table};
 use crate::Error;
 
 /// "No element": the end of a list.
@@ -86,16 +85,28 @@ impl ListHead {
 
 /// The `next`/`prev` links of every unit.
 pub(crate) struct Links<S> {
-    next: Vec<S>,
-    prev: Vec<S>,
+    next: Table<S>,
+    prev: Table<S>,
 }
 
 impl<S: Slot<usize>> Links<S> {
-    pub(crate) fn new(units: usize) -> Result<Self, Error> {
+    /// Places the links of `units` units in `plan`.
+    pub(crate) fn plan(plan: &mut Plan, units: usize) -> Result<[Part<S>; 2], Error> {
+        plan.add_each(units)
+    }
+
+    /// The links at `parts` of `meta`, every unit on no list.
+    pub(crate) fn new(meta: &Metadata, [next, prev]: [Part<S>; 2]) -> Result<Self, Error> {
         Ok(Links {
-            next: filled(units, |_| S::new(NIL))?.into_vec(),
-            prev: filled(units, |_| S::new(NIL))?.into_vec(),
+            next: meta.table(next, |_| S::new(NIL))?,
+            prev: meta.table(prev, |_| S::new(NIL))?,
         })
+    }
+
+    /// The links of `units` units, on the heap.
+    #[cfg(feature = "alloc")]
+    pub(crate) fn on_heap(units: usize) -> Result<Self, Error> {
+        Links::new(&Metadata::heap(), Links::plan(&mut Plan::new(), units)?)
     }
 
     /// Puts `index` at the front of `head`'s list. It must be on no list.
@@ -130,7 +141,7 @@ mod tests {
 
     #[test]
     fn push_remove_pop_keep_the_list_consistent() {
-        let links = Links::<Cell<usize>>::new(8).unwrap();
+        let links = Links::<Cell<usize>>::on_heap(8).unwrap();
         let mut head = ListHead::EMPTY;
         for i in [1, 3, 5, 7] {
             links.push(&mut head, i);

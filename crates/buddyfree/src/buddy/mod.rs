@@ -1,4 +1,5 @@
-//! Buddy systems after Knuth and the real-time buddy paper (`papers/realtime-buddy.txt`):
+//! Buddy systems after Knuth and the real-time buddy paper
+//! ([Donahue et al. 2001](crate#references)):
 //! Knuth's buddy with eager merging ([`Knuth`]), the estranged buddy with delayed
 //! recombination ([`Estranged`]), and on-demand defragmentation for both ([`defrag`](mod@defrag)).
 //!
@@ -16,6 +17,7 @@
 //! heads      [order 0][order 1]...[max_order] : first element and length of each list
 //! ```
 
+#[cfg(feature = "alloc")]
 /// Implements [`Defrag`] for a sequential buddy with `tags`, `max_order` and `total_units`
 /// fields over its [`Entries`]: one definition for Knuth's and the estranged buddy.
 macro_rules! defrag_via_entries {
@@ -34,24 +36,50 @@ macro_rules! defrag_via_entries {
             }
 
             fn claim(&mut self, index: usize, order: u32) -> Result<(), $crate::Error> {
-                $crate::check_block(index, order, self.max_order, self.total_units)?;
-                $crate::buddy::claim(self, index, order)
+                $crate::SeqBlockAlloc::alloc_at(self, index, order)
             }
         }
     };
 }
 
+#[cfg(feature = "alloc")]
 pub mod defrag;
 pub mod estranged;
 pub mod knuth;
 pub(crate) mod lists;
 pub(crate) mod tags;
 
+#[cfg(feature = "alloc")]
 pub use defrag::{alloc_or_defrag, defrag, Defrag, Move};
 pub use estranged::{Estranged, EstrangedStats, Step};
 pub use knuth::{Knuth, KnuthStats};
 
-use crate::Error;
+use core::cell::Cell;
+
+use crate::table::{Part, Plan};
+use crate::{Config, Error};
+use lists::{Links, ListHead};
+use tags::Tags;
+
+/// Where the tables of a sequential buddy lie in its metadata: `N` free lists per order, and
+/// the links and tag of every unit.
+pub(crate) struct Parts<const N: usize> {
+    pub(crate) heads: [Part<ListHead>; N],
+    pub(crate) links: [Part<Cell<usize>>; 2],
+    pub(crate) tags: Part<Cell<u8>>,
+}
+
+/// Lays out the metadata of a sequential buddy of `config` with `N` free lists per order.
+pub(crate) fn plan<const N: usize>(config: Config) -> Result<(Plan, Parts<N>), Error> {
+    config.validate()?;
+    let mut plan = Plan::new();
+    let parts = Parts {
+        heads: plan.add_each(config.max_order as usize + 1)?,
+        links: Links::plan(&mut plan, config.units)?,
+        tags: Tags::plan(&mut plan, config.units)?,
+    };
+    Ok((plan, parts))
+}
 
 /// The blocks a region of `units` units starts with: blocks of `max_order` from unit 0, then
 /// the tail beyond the last whole one cut into ever smaller aligned blocks (the binary digits
@@ -103,18 +131,20 @@ pub(crate) trait Entries {
 
 /// Takes the free units `(index, order)` off the lists and makes them a live block, as if
 /// allocated there: removes the entries inside the block and carves it out of an entry that
-/// contains it. Fails with `OrderMismatch` (an overlap, as [`crate::model::Model::take`]
-/// says), changing nothing, if a unit is in use.
+/// contains it. Fails with [`Error::Occupied`], changing nothing, if a unit is in use.
+/// Two walks over the entries (check, then take) rather than a list of them: no heap.
 pub(crate) fn claim<A: Entries>(a: &mut A, index: usize, order: u32) -> Result<(), Error> {
     let end = index + (1 << order);
-    let mut entries = alloc::vec::Vec::new();
     let mut unit = index;
     while unit < end {
-        let (start, from) = a.entry_at(unit).ok_or(Error::OrderMismatch)?;
-        entries.push((start, from));
+        let (start, from) = a.entry_at(unit).ok_or(Error::Occupied)?;
         unit = start + (1 << from);
     }
-    for &(start, from) in &entries {
+    let mut unit = index;
+    while unit < end {
+        // Pieces carved off lie outside `index..end`, so the walk ahead is unchanged.
+        let (start, from) = a.entry_at(unit).expect("checked above");
+        unit = start + (1 << from);
         a.unlink_entry(start, from);
         if start < index || start + (1 << from) > end {
             carve(start, from, index, order, |piece, k| a.push_piece(piece, k));
@@ -122,6 +152,22 @@ pub(crate) fn claim<A: Entries>(a: &mut A, index: usize, order: u32) -> Result<(
     }
     a.set_used(index, order);
     Ok(())
+}
+
+/// The live block containing `index` by the tags of a sequential buddy: the aligned start at
+/// or below it tagged as held at that order.
+pub(crate) fn block_of<S: lists::Slot<u8>>(
+    tags: &tags::Tags<S>,
+    index: usize,
+    max_order: u32,
+    total_units: usize,
+) -> Result<Option<(usize, u32)>, Error> {
+    if index >= total_units {
+        return Err(Error::OutOfRange);
+    }
+    Ok((0..=max_order)
+        .map(|order| (index & !((1 << order) - 1), order))
+        .find(|&(start, order)| tags.get(start).used_order() == Some(order)))
 }
 
 /// The buddy of the block of `2^order` units at `index`.

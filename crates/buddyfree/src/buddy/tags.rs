@@ -8,11 +8,10 @@
 //! entry of its buddy-free list, and none otherwise (inner units of blocks, the right half of
 //! a pair, and blocks in transit inside one operation).
 
-use alloc::vec::Vec;
-
 use super::lists::Slot;
-use crate::config::filled;
+#[cfg(feature = "alloc")]
 use crate::sync::atomic::{AtomicU8, Ordering};
+use crate::table::{Metadata, Part, Plan, Table};
 use crate::Error;
 
 /// One unit's tag.
@@ -53,11 +52,23 @@ impl Tag {
 }
 
 /// One tag per unit.
-pub(crate) struct Tags<S>(Vec<S>);
+pub(crate) struct Tags<S>(Table<S>);
 
 impl<S: Slot<u8>> Tags<S> {
-    pub(crate) fn new(units: usize) -> Result<Self, Error> {
-        Ok(Tags(filled(units, |_| S::new(Tag::NONE.0))?.into_vec()))
+    /// Places the tags of `units` units in `plan`.
+    pub(crate) fn plan(plan: &mut Plan, units: usize) -> Result<Part<S>, Error> {
+        plan.add(units)
+    }
+
+    /// The tags at `part` of `meta`, every unit untagged.
+    pub(crate) fn new(meta: &Metadata, part: Part<S>) -> Result<Self, Error> {
+        meta.table(part, |_| S::new(Tag::NONE.0)).map(Tags)
+    }
+
+    /// The tags of `units` units, on the heap.
+    #[cfg(feature = "alloc")]
+    pub(crate) fn on_heap(units: usize) -> Result<Self, Error> {
+        Tags::new(&Metadata::heap(), Tags::plan(&mut Plan::new(), units)?)
     }
 
     #[inline]
@@ -78,6 +89,7 @@ impl<S: Slot<u8>> Tags<S> {
     }
 }
 
+#[cfg(feature = "alloc")]
 impl Tags<AtomicU8> {
     /// Tags a block handed to a caller. Release: a thread that later claims it for `free`
     /// (Acquire) sees the allocator's writes before the hand-out.
@@ -117,7 +129,7 @@ mod loom_tests {
     #[test]
     fn loom_racing_frees_claim_a_block_once() {
         loom::model(|| {
-            let tags = Arc::new(Tags::<AtomicU8>::new(4).unwrap());
+            let tags = Arc::new(Tags::<AtomicU8>::on_heap(4).unwrap());
             tags.mark_used(0, 1);
             let racers: Vec<_> = [1, 1, 0]
                 .into_iter()

@@ -93,6 +93,7 @@ unsafe impl<A: BlockAlloc> allocator_api2::alloc::Allocator for Heap<A> {
 
 // SAFETY: as for `allocator_api2::alloc::Allocator` above.
 #[cfg(feature = "nightly")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nightly")))]
 unsafe impl<A: BlockAlloc> core::alloc::Allocator for Heap<A> {
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, core::alloc::AllocError> {
         self.allocate_block(layout)

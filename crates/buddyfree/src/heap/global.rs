@@ -29,7 +29,8 @@ std::thread_local! {
 /// }
 ///
 /// #[global_allocator]
-/// static HEAP: GlobalHeap<Backend> = GlobalHeap::new(64, Config::new(1 << 14, 14), build);
+/// static HEAP: GlobalHeap<Backend> =
+///     GlobalHeap::with_system_fallback(64, Config::new(1 << 16, 14), build);
 /// # fn main() {}
 /// ```
 ///
@@ -55,6 +56,7 @@ impl<A: BlockAlloc> GlobalHeap<A> {
     /// A heap of `config.units` units of `unit` bytes, its allocator built by `build` on first
     /// use. The mapping is aligned to the largest block, so every alignment up to
     /// `unit << config.max_order` is honoured.
+    #[must_use]
     pub const fn new(unit: usize, config: Config, build: fn(Config) -> Result<A, Error>) -> Self {
         Self::make(unit, config, build, false)
     }
@@ -62,6 +64,7 @@ impl<A: BlockAlloc> GlobalHeap<A> {
     /// As [`new`](GlobalHeap::new), but requests the heap refuses (too large, too aligned, out
     /// of memory) are served by [`System`] instead of failing. Programs that may ask for more
     /// than the largest block (a panic's backtrace, a big buffer) want this.
+    #[must_use]
     pub const fn with_system_fallback(
         unit: usize,
         config: Config,

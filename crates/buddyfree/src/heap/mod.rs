@@ -17,10 +17,12 @@
 //! `#[global_allocator]` statics; [`TypedPool`] hands out typed, dropping handles.
 
 mod api;
+mod device;
 #[cfg(all(feature = "std", unix, not(loom)))]
 mod global;
 mod pool;
 mod region;
+mod static_heap;
 
 use core::alloc::Layout;
 use core::fmt;
@@ -29,10 +31,13 @@ use core::ptr::NonNull;
 use crate::sync::atomic::{AtomicUsize, Ordering};
 use crate::{BlockAlloc, Config, Error};
 
+pub use device::DeviceHeap;
 #[cfg(all(feature = "std", unix, not(loom)))]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "std", unix))))]
 pub use global::GlobalHeap;
 pub use pool::{PoolBox, PoolSlice, TypedPool};
 pub use region::Region;
+pub use static_heap::{NoFallback, StaticHeap};
 
 /// What went wrong in a heap operation.
 #[non_exhaustive]
@@ -87,6 +92,7 @@ impl fmt::Display for HeapError {
 }
 
 #[cfg(feature = "std")]
+#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 impl std::error::Error for HeapError {}
 
 /// A block allocator over a region of memory: unit `i` lives at `base + i * unit`.
@@ -117,6 +123,21 @@ unsafe impl<A: BlockAlloc> Sync for Heap<A> {}
 impl<A: BlockAlloc> Heap<A> {
     /// A heap of `alloc.total_units()` units of `unit` bytes in `region`, starting at the
     /// first `unit`-aligned address of the region.
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// use buddyfree::heap::{Heap, Region};
+    /// use buddyfree::{Config, Nbbs};
+    ///
+    /// // 1 MiB of 64-byte units, blocks up to 4 KiB (64 bytes more for aligning the start).
+    /// let memory = vec![0u8; (1 << 20) + 64].into_boxed_slice();
+    /// let heap = Heap::new(Region::from_box(memory), 64, Nbbs::new(Config::new(1 << 14, 6))?)
+    ///     .unwrap();
+    /// let layout = Layout::from_size_align(100, 8).unwrap();
+    /// let block = heap.alloc(layout).unwrap();
+    /// heap.free(block.as_ptr(), layout).unwrap();
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
     pub fn new(region: Region, unit: usize, alloc: A) -> Result<Self, HeapError> {
         let (skip, units) = first_unit(&region, unit).ok_or(HeapError::BadRegion)?;
         if alloc.total_units() > units {
@@ -144,6 +165,16 @@ impl<A: BlockAlloc> Heap<A> {
     /// A heap filling `region` with as many units as fit, its allocator built by `build`
     /// (e.g. a [`registry`](crate::registry) entry's) from that many units, `max_order` and
     /// `cores`. A region without room for one unit is [`HeapError::BadRegion`].
+    ///
+    /// ```
+    /// use buddyfree::heap::{Heap, Region};
+    /// use buddyfree::registry;
+    ///
+    /// let region = Region::from_box(vec![0u8; 1 << 20].into_boxed_slice());
+    /// let heap = Heap::build(region, 4096, 4, 2, registry::find("knuth-locked").unwrap().build)
+    ///     .unwrap();
+    /// assert!(heap.allocator().total_units() >= 255); // 256 if the box happens to be page-aligned
+    /// ```
     pub fn build(
         region: Region,
         unit: usize,
@@ -161,6 +192,7 @@ impl<A: BlockAlloc> Heap<A> {
 
     /// How many whole units of `unit` bytes fit in `region` after aligning its start to
     /// `unit` (possibly 0); `None` if `unit` is not a power of two.
+    #[must_use]
     pub fn units_fitting(region: &Region, unit: usize) -> Option<usize> {
         first_unit(region, unit).map(|(_, units)| units)
     }
@@ -208,28 +240,11 @@ impl<A: BlockAlloc> Heap<A> {
 
     /// The order of the block serving `layout`.
     pub fn order_of(&self, layout: Layout) -> Result<u32, HeapError> {
-        if layout.size() == 0 {
-            return Err(HeapError::ZeroSize);
-        }
-        if layout.align() > self.max_align {
-            return Err(HeapError::BadAlign);
-        }
-        let units = layout.size().div_ceil(self.unit());
-        // `units <= usize::MAX / unit`, so the next power of two cannot overflow unless the
-        // request is absurd; then it is too large for any heap.
-        let by_size = units
-            .checked_next_power_of_two()
-            .ok_or(HeapError::TooLarge)?
-            .trailing_zeros();
-        let by_align = (layout.align() >> self.unit_shift).max(1).trailing_zeros();
-        let order = by_size.max(by_align);
-        if order > self.max_order {
-            return Err(HeapError::TooLarge);
-        }
-        Ok(order)
+        order_for(layout, self.unit_shift, self.max_align, self.max_order)
     }
 
     /// The address of unit `index`, or `None` past the last unit.
+    #[must_use]
     pub fn ptr_of(&self, index: usize) -> Option<NonNull<u8>> {
         if index >= self.units {
             return None;
@@ -258,6 +273,7 @@ impl<A: BlockAlloc> Heap<A> {
     }
 
     /// Whether `ptr` points into the heap's units.
+    #[must_use]
     pub fn contains(&self, ptr: *const u8) -> bool {
         !matches!(self.index_of(ptr), Err(HeapError::Foreign))
     }
@@ -294,6 +310,7 @@ impl<A: BlockAlloc> Heap<A> {
 
     /// Frees that failed where no error could be returned (`GlobalAlloc::dealloc`, the
     /// `Allocator` traits). Each left the heap unchanged.
+    #[must_use]
     pub fn bad_frees(&self) -> usize {
         self.bad_frees.load(Ordering::Relaxed)
     }
@@ -331,6 +348,35 @@ fn first_unit(region: &Region, unit: usize) -> Option<(usize, usize)> {
         Some(rest) => Some((skip, rest / unit)),
         None => Some((region.len(), 0)),
     }
+}
+
+/// The order of the block serving `layout` with units of `2^unit_shift` bytes, blocks up to
+/// `max_order` and block starts aligned to at most `max_align` bytes (see the module docs).
+fn order_for(
+    layout: Layout,
+    unit_shift: u32,
+    max_align: usize,
+    max_order: u32,
+) -> Result<u32, HeapError> {
+    if layout.size() == 0 {
+        return Err(HeapError::ZeroSize);
+    }
+    if layout.align() > max_align {
+        return Err(HeapError::BadAlign);
+    }
+    let units = layout.size().div_ceil(1 << unit_shift);
+    // `units <= usize::MAX / unit`, so the next power of two cannot overflow unless the
+    // request is absurd; then it is too large for any heap.
+    let by_size = units
+        .checked_next_power_of_two()
+        .ok_or(HeapError::TooLarge)?
+        .trailing_zeros();
+    let by_align = (layout.align() >> unit_shift).max(1).trailing_zeros();
+    let order = by_size.max(by_align);
+    if order > max_order {
+        return Err(HeapError::TooLarge);
+    }
+    Ok(order)
 }
 
 /// The bytes in a block of `2^order` units of `unit` bytes, if that fits in a `usize`.

@@ -21,6 +21,18 @@ pub struct TypedPool<T, A> {
 impl<T, A: BlockAlloc> TypedPool<T, A> {
     /// A pool over `heap`; fails if the heap cannot hold even one `T` (too large, or more
     /// aligned than the region can honour).
+    ///
+    /// ```
+    /// use buddyfree::heap::{Heap, Region, TypedPool};
+    /// use buddyfree::{buddy::Knuth, Config, Locked};
+    ///
+    /// let memory = vec![0u8; (64 << 10) + 64].into_boxed_slice(); // + 64 to align the start
+    /// let alloc = Locked::<Knuth>::new(Knuth::new(Config::new(1 << 10, 4)).unwrap());
+    /// let heap = Heap::new(Region::from_box(memory), 64, alloc).unwrap();
+    /// let pool = TypedPool::<[u64; 4], _>::new(heap).unwrap();
+    /// let block = pool.alloc([1, 2, 3, 4]).map_err(|(e, _)| e).unwrap();
+    /// assert_eq!(block[2], 3);
+    /// ```
     pub fn new(heap: Heap<A>) -> Result<Self, HeapError> {
         let layout = Layout::new::<T>();
         if layout.size() != 0 {

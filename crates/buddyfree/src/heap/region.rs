@@ -1,5 +1,6 @@
 //! The memory a heap lives in, and who gives it back.
 
+#[cfg(feature = "alloc")]
 use alloc::boxed::Box;
 use core::fmt;
 use core::ptr::NonNull;
@@ -23,6 +24,7 @@ pub struct Region {
 
 enum Owner {
     Borrowed,
+    #[cfg(feature = "alloc")]
     Boxed,
     #[cfg(all(feature = "std", unix))]
     Mapped {
@@ -49,6 +51,7 @@ impl Region {
     }
 
     /// A region owning a boxed slice, deallocated when the region is dropped.
+    #[cfg(feature = "alloc")]
     ///
     /// A box's start is only as aligned as its allocator made it (often 16 bytes); a heap over
     /// it refuses larger alignments. Use [`Region::mmap`] or an aligned static for more.
@@ -144,6 +147,7 @@ impl Drop for Region {
     fn drop(&mut self) {
         match self.owner {
             Owner::Borrowed => {}
+            #[cfg(feature = "alloc")]
             Owner::Boxed => {
                 let slice = core::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len);
                 // SAFETY: `ptr`/`len` came from `Box::leak` of a `Box<[u8]>` in `from_box`

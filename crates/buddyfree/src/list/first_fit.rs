@@ -1,5 +1,5 @@
 //! A first-fit allocator over an unstructured free list: the baseline of the real-time buddy
-//! paper (`papers/realtime-buddy.txt` §3.1, JDK 1.1.8's allocator), shaped to the trait.
+//! paper ([Donahue et al. 2001](crate#references) §3.1, JDK 1.1.8's allocator), shaped to the trait.
 //!
 //! The free memory is one list of extents `(start, length)` in address order, coalesced on
 //! free so that no two extents touch. A request of `2^order` units walks the list from the
@@ -36,6 +36,16 @@ pub struct FirstFit {
 
 impl FirstFit {
     /// An allocator of `config.units` free units, one extent.
+    ///
+    /// ```
+    /// use buddyfree::list::FirstFit;
+    /// use buddyfree::{Config, SeqBlockAlloc};
+    ///
+    /// let mut list = FirstFit::new(Config::new(1000, 4))?;
+    /// let index = list.alloc(4)?;
+    /// list.free(index, 4)?;
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
     pub fn new(config: Config) -> Result<Self, Error> {
         config.validate()?;
         Ok(FirstFit {

@@ -101,6 +101,18 @@ impl<S: FreeStack> ListAlloc<S> {
     /// only hand out order 0, so `config.max_order` must be 0. Fails with
     /// [`Error::InvalidConfig`] for a larger maximum order, zero units, cores outside
     /// `1..=MAX_CORES`, or `u32::MAX` units or more.
+    ///
+    /// ```
+    /// use buddyfree::list::CasList;
+    /// use buddyfree::{BlockAlloc, Config};
+    ///
+    /// // Order 0 only: one unit per block.
+    /// let frames = CasList::new(Config::new(4096, 0).with_cores(2))?;
+    /// let frame = frames.alloc(0, 1)?;
+    /// frames.free(frame, 0, 0)?;
+    /// assert!(CasList::new(Config::new(4096, 1)).is_err());
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
     pub fn new(config: Config) -> Result<Self, Error> {
         config.validate()?;
         if config.max_order != 0 {

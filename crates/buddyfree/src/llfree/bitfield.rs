@@ -1,4 +1,5 @@
-//! Pure bit tricks on one 64-bit word of a bit field (a set bit is a taken unit).
+//! Pure bit tricks on one 64-bit word: runs of zero bits (free units' slots in LLFree's bit
+//! fields, where a unit has two bits).
 
 /// Bits at the positions a block of `2^order` units may start at (multiples of `2^order`),
 /// for `order <= 6`.

@@ -1,14 +1,12 @@
-//! The child entry of one huge frame (2 MiB, 512 units), the paper's `cL` and `a`, plus what
-//! our bad-free detection needs. Two children share one 64-bit word, so the two children of an
-//! order-10 block change in one compare-and-swap (§4.2.1).
+//! The child entry of one huge frame (2 MiB, 512 units), the paper's `cL` and `a`. Two
+//! children share one 64-bit word, so the two children of an order-10 block change in one
+//! compare-and-swap (§4.2.1).
 //!
 //! ```text
-//!  31      21  20    19   18        10 9          0
-//! [ unused ][pair][huge][ multi (9 b) ][ free (10 b) ]
+//!  31      21  20    19   18     10 9          0
+//! [ unused ][pair][huge][ unused ][ free (10 b) ]
 //! ```
 //! - `free`: free units in the bit field (0..=512); 0 while the frame is handed out whole.
-//! - `multi`: live (or reserved) blocks of orders 1..=8 in the frame. While it is 0, every taken
-//!   bit is an order-0 block, so frees of order 0 need not read the start table.
 //! - `huge`: the frame is handed out as one order-9 block, or as half of an order-10 block if
 //!   `pair` is set too.
 
@@ -19,8 +17,6 @@ use super::HUGE_UNITS;
 pub(crate) struct Child(u32);
 
 const FREE_MASK: u32 = 0x3FF;
-const MULTI_SHIFT: u32 = 10;
-const MULTI_MASK: u32 = 0x1FF << MULTI_SHIFT;
 const HUGE: u32 = 1 << 19;
 const PAIR: u32 = 1 << 20;
 
@@ -38,21 +34,9 @@ impl Child {
         Child(free as u32)
     }
 
-    /// A frame (not handed out whole) with `free` free units and `multi` live blocks of
-    /// orders 1..=8 (recovery).
-    #[cfg(all(feature = "persist", not(loom)))]
-    pub(crate) const fn with_counts(free: usize, multi: u32) -> Child {
-        Child(free as u32 | multi << MULTI_SHIFT)
-    }
-
     #[inline]
     pub(crate) const fn free(self) -> usize {
         (self.0 & FREE_MASK) as usize
-    }
-
-    #[inline]
-    pub(crate) const fn multi(self) -> u32 {
-        (self.0 & MULTI_MASK) >> MULTI_SHIFT
     }
 
     #[inline]
@@ -66,19 +50,17 @@ impl Child {
     }
 
     #[inline]
-    /// Fig. 14a (2a): reserves `n` units of the bit field for a block of order 0 (`multi`
-    /// false) or 1..=8, before the bits are searched. `None` if too few are free.
-    pub(crate) fn take(self, n: usize, multi: bool) -> Option<Child> {
-        (!self.huge() && self.free() >= n)
-            .then(|| Child(self.0 - n as u32 + ((multi as u32) << MULTI_SHIFT)))
+    /// Fig. 14a (2a): reserves `n` units of the bit field for a block of order 0..=8, before
+    /// the bits are searched. `None` if too few are free.
+    pub(crate) fn take(self, n: usize) -> Option<Child> {
+        (!self.huge() && self.free() >= n).then(|| Child(self.0 - n as u32))
     }
 
     #[inline]
     /// The inverse of [`Child::take`]: a block's units are back in the bit field (Fig. 14b (3)).
-    pub(crate) fn give(self, n: usize, multi: bool) -> Child {
+    pub(crate) fn give(self, n: usize) -> Child {
         debug_assert!(!self.huge() && self.free() + n <= HUGE_UNITS);
-        debug_assert!(!multi || self.multi() > 0);
-        Child(self.0 + n as u32 - ((multi as u32) << MULTI_SHIFT))
+        Child(self.0 + n as u32)
     }
 
     #[inline]
@@ -122,11 +104,11 @@ mod tests {
 
     #[test]
     fn take_and_give_are_inverse_and_keep_the_flags_apart() {
-        let c = Child::FREE.take(128, true).unwrap();
-        assert_eq!((c.free(), c.multi(), c.huge()), (384, 1, false));
-        assert_eq!(c.take(385, false), None);
-        assert_eq!(c.give(128, true), Child::FREE);
-        assert_eq!(Child::HUGE.take(1, false), None);
+        let c = Child::FREE.take(128).unwrap();
+        assert_eq!((c.free(), c.huge()), (384, false));
+        assert_eq!(c.take(385), None);
+        assert_eq!(c.give(128), Child::FREE);
+        assert_eq!(Child::HUGE.take(1), None);
         let p = ChildPair::new(Child::FREE, Child::PAIR);
         assert_eq!(p.get(0), Child::FREE);
         assert!(p.get(1).pair() && p.get(1).huge() && p.get(1).free() == 0);

@@ -15,13 +15,14 @@ fn check(f: impl Fn() + Send + Sync + 'static) {
     builder.check(f);
 }
 
-/// An order-`order` (7 or 8) allocation races an order-0 one on a frame where exactly one
+/// An order-`order` (6, 7 or 8: 2, 4 or 8 words) allocation races an order-0 one on a frame where exactly one
 /// group of words is free for it, plus one unit elsewhere (so both pass the child counter).
 /// The order-0 search may take a unit of a word the big claim has not reached yet: then the
 /// big claim must undo its words and fail, never report the half-claimed block.
 fn multiword_against_order0(order: u32) {
     check(move || {
         let lower = Arc::new(Lower::new(512));
+        // Frames are set up in 64-unit words here.
         let span = 1 << (order - 6);
         let mut words = [u64::MAX; 8];
         words[..span].fill(0);
@@ -49,6 +50,11 @@ fn multiword_against_order0(order: u32) {
         lower.free(small, 0).unwrap();
         lower.assert_consistent();
     });
+}
+
+#[test]
+fn loom_order6_never_reports_a_partial_claim() {
+    multiword_against_order0(6);
 }
 
 #[test]
@@ -135,7 +141,8 @@ fn loom_order10_takes_both_children_or_none() {
             lower.free(p, 10).unwrap();
         }
         if let Some(h) = huge {
-            assert_eq!(lower.free(h, 10), Err(Error::NotAllocated));
+            // An order-9 block starts there: the wrong order, not a free unit.
+            assert_eq!(lower.free(h, 10), Err(Error::OrderMismatch));
             lower.free(h, 9).unwrap();
         }
         assert_eq!(lower.child(HugeId(0)), super::child::Child::FREE);
@@ -277,5 +284,29 @@ fn loom_fallback_waits_for_a_reservation_in_flight() {
         alloc.drain();
         assert_eq!(alloc.free_units(), 1024);
         alloc.assert_consistent();
+    });
+}
+
+/// Issue 15: a double free of an order-0 unit races its owner's free and an order-2
+/// allocation that covers the unit. Exactly one free of the unit succeeds, and the order-2
+/// block stays whole.
+#[test]
+fn loom_a_double_free_never_clears_a_unit_of_a_larger_block() {
+    check(|| {
+        let lower = Arc::new(Lower::new(512));
+        let i = lower.alloc(HugeId(0), 0, 0).unwrap();
+        let double = {
+            let lower = lower.clone();
+            thread::spawn(move || lower.free(i, 0))
+        };
+        let mine = lower.free(i, 0);
+        let big = lower.alloc(HugeId(0), 2, 0);
+        let double = double.join().unwrap();
+        assert!(mine.is_ok() != double.is_ok(), "{mine:?} {double:?}");
+        lower.assert_consistent();
+        if let Some(b) = big {
+            assert_eq!(lower.free(b, 2), Ok(()));
+        }
+        lower.assert_consistent();
     });
 }

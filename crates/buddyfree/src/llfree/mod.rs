@@ -60,13 +60,16 @@ mod writeback;
 #[cfg(all(test, loom))]
 mod loom_tests;
 
-use alloc::boxed::Box;
+#[cfg(feature = "alloc")]
 use alloc::vec::Vec;
 
-use crate::config::filled;
-use crate::sync::atomic::Ordering;
+use crate::sync::atomic::{AtomicU32, Ordering};
 use crate::sync::{spin_loop, CachePadded};
+#[cfg(feature = "alloc")]
+use crate::table::build_on_heap;
+use crate::table::{Metadata, Part, Plan, Table};
 use crate::{check_block, BlockAlloc, Config, ConfigRule, Error};
+use lines::Line;
 use local::{Local, Reservation};
 use lower::Lower;
 use moves::Moves;
@@ -131,7 +134,7 @@ impl Default for Options {
 pub struct LLFree<W: WriteBack = Volatile> {
     lower: Lower<W>,
     trees: Trees,
-    locals: Box<[CachePadded<Local>]>,
+    locals: Table<CachePadded<Local>>,
     units: usize,
     max_order: u32,
     tree_children: usize,
@@ -142,16 +145,71 @@ pub struct LLFree<W: WriteBack = Volatile> {
     moves: Moves,
 }
 
+/// Where the tables of LLFree lie in its metadata, and its tuning.
+pub(crate) struct Parts {
+    options: Options,
+    lower: Part<Line>,
+    upper: Upper,
+}
+
+/// Where the upper level's tables lie.
+pub(crate) struct Upper {
+    trees: Part<AtomicU32>,
+    locals: Part<CachePadded<Local>>,
+}
+
+impl Upper {
+    /// Places the upper level of LLFree over `config` tuned by `options` in `plan`.
+    fn plan(plan: &mut Plan, config: Config, options: Options) -> Result<Upper, Error> {
+        let huges = config.units.div_ceil(HUGE_UNITS);
+        Ok(Upper {
+            trees: plan.add(huges.div_ceil(options.tree_children))?,
+            locals: plan.add(config.cores)?,
+        })
+    }
+}
+
 impl LLFree {
-    /// LLFree with the paper's tuning ([`Options::default`]).
+    /// LLFree with the paper's tuning ([`Options::default`]), its metadata on the heap.
+    #[cfg(feature = "alloc")]
     pub fn new(config: Config) -> Result<LLFree, Error> {
         LLFree::with_options(config, Options::default())
     }
 
-    /// LLFree with the given tuning.
+    /// LLFree with the given tuning, its metadata on the heap.
+    #[cfg(feature = "alloc")]
     pub fn with_options(config: Config, options: Options) -> Result<LLFree, Error> {
+        build_on_heap(LLFree::plan(config, options), |parts, meta| {
+            LLFree::build(config, parts, meta)
+        })
+    }
+
+    /// Lays out the metadata of LLFree over `config` with the paper's tuning.
+    fn default_plan(config: Config) -> Result<(Plan, Parts), Error> {
+        LLFree::plan(config, Options::default())
+    }
+
+    /// Lays out the metadata of LLFree over `config` tuned by `options`: the lower level's
+    /// lines, the tree entries and the per-core state.
+    fn plan(config: Config, options: Options) -> Result<(Plan, Parts), Error> {
         LLFree::check(config, options)?;
-        LLFree::on(config, options, Lower::try_new(config.units)?)
+        let mut plan = Plan::new();
+        let lower = Lower::plan(&mut plan, config.units)?;
+        let upper = Upper::plan(&mut plan, config, options)?;
+        Ok((
+            plan,
+            Parts {
+                options,
+                lower,
+                upper,
+            },
+        ))
+    }
+
+    /// LLFree with every unit free, its tables made in `meta` at `parts`.
+    fn build(config: Config, parts: Parts, meta: &Metadata) -> Result<LLFree, Error> {
+        let lower = Lower::build(meta, parts.lower, config.units)?;
+        LLFree::on(config, parts.options, lower, meta, parts.upper)
     }
 
     /// Rejects configurations LLFree cannot serve.
@@ -177,17 +235,39 @@ impl LLFree {
     }
 }
 
+caller_metadata!(
+    LLFree,
+    LLFree::default_plan,
+    LLFree::build,
+    example: "llfree::LLFree", "BlockAlloc", "let a", "alloc(3, 0)", "free(block, 3, 0)"
+);
+
 impl<W: WriteBack> LLFree<W> {
+    /// LLFree over a checked configuration and a lower level (fresh, recovered or reopened),
+    /// its upper level on the heap.
+    #[cfg(all(feature = "persist", not(loom)))]
+    fn upper_on_heap(config: Config, options: Options, lower: Lower<W>) -> Result<Self, Error> {
+        let upper = Upper::plan(&mut Plan::new(), config, options)?;
+        LLFree::on(config, options, lower, &Metadata::heap(), upper)
+    }
+
     /// LLFree over a checked configuration and a lower level (fresh, recovered or reopened):
-    /// the upper level is built from its child counters, with no reservations. Fails only
-    /// when the upper level's memory cannot be reserved.
-    fn on(config: Config, options: Options, lower: Lower<W>) -> Result<LLFree<W>, Error> {
+    /// the upper level is built at `upper` of `meta` from its child counters, with no
+    /// reservations. Fails only when the upper level's memory cannot be had.
+    fn on(
+        config: Config,
+        options: Options,
+        lower: Lower<W>,
+        meta: &Metadata,
+        upper: Upper,
+    ) -> Result<LLFree<W>, Error> {
         let children = options.tree_children;
         let tree_units = children * HUGE_UNITS;
         let permille = |p: usize| tree_units * p / 1000;
         let huges = lower.huges();
         let trees = Trees::new(
-            huges.div_ceil(children),
+            meta,
+            upper.trees,
             |t| {
                 (t * children..((t + 1) * children).min(huges))
                     .map(|h| lower.child(HugeId(h)).free())
@@ -201,7 +281,7 @@ impl<W: WriteBack> LLFree<W> {
         Ok(LLFree {
             lower,
             trees,
-            locals: filled(config.cores, |_| CachePadded::new(Local::new()))?,
+            locals: meta.table(upper.locals, |_| CachePadded::new(Local::new()))?,
             units: config.units,
             max_order: config.max_order,
             tree_children: children,
@@ -222,6 +302,7 @@ impl<W: WriteBack> LLFree<W> {
     }
 
     /// Free units per tree (its counter plus the counter of the core holding it).
+    #[cfg(feature = "alloc")]
     pub fn free_per_tree(&self) -> Vec<usize> {
         let mut free: Vec<usize> = (0..self.trees.len())
             .map(|t| self.trees.get(TreeId(t)).free())
@@ -257,7 +338,7 @@ impl<W: WriteBack> LLFree<W> {
         let step = if order == MAX_ORDER { 2 } else { 1 };
         let near = (hint / HUGE_UNITS).clamp(children.start, children.end - 1);
         let mut h = children.start + ((near - children.start) & !(step - 1));
-        let mut word = (hint % HUGE_UNITS) / 64;
+        let mut word = (hint % HUGE_UNITS) / lower::SLOTS;
         for _ in (0..children.len()).step_by(step) {
             // `Lower::alloc` reads the child entry first and refuses a frame without room.
             if let Some(index) = self.lower.alloc(HugeId(h), order, word) {
@@ -353,23 +434,40 @@ impl<W: WriteBack> LLFree<W> {
     /// the rounds are bounded by [`FALLBACK_ROUNDS`] (then the allocation fails as before),
     /// so the fallback stays lock-free and takes at most about `FALLBACK_ROUNDS` scans and
     /// `FALLBACK_ROUNDS * MAX_PAUSE` spins.
-    fn alloc_anywhere(&self, order: u32) -> Result<usize, Error> {
+    ///
+    /// `busy` is the answer when the last of `rounds` rounds still met a move in flight.
+    fn alloc_anywhere(&self, order: u32, rounds: usize, busy: Error) -> Result<usize, Error> {
+        self.until_quiet(rounds, || self.drain(), || self.scan(order))
+            .map_err(|quiet| if quiet { Error::OutOfMemory } else { busy })
+    }
+
+    /// Runs `attempt` (after `prepare`) until it gives an answer, or fails in a round during
+    /// which no reservation move was in flight; at most `rounds` rounds, with a growing pause
+    /// between them. If every round failed, says whether the last one was quiet.
+    fn until_quiet<T>(
+        &self,
+        rounds: usize,
+        prepare: impl Fn(),
+        mut attempt: impl FnMut() -> Option<T>,
+    ) -> Result<T, bool> {
         let mut pause = 1;
-        for _ in 0..FALLBACK_ROUNDS {
-            self.drain();
+        for round in 1..=rounds {
+            prepare();
             let before = self.moves.snapshot();
-            if let Some(index) = self.scan(order) {
-                return Ok(index);
+            if let Some(answer) = attempt() {
+                return Ok(answer);
             }
             if self.moves.quiet_since(before) {
-                break;
+                return Err(true);
             }
-            for _ in 0..pause {
-                spin_loop();
+            if round < rounds {
+                for _ in 0..pause {
+                    spin_loop();
+                }
+                pause = (pause * 2).min(MAX_PAUSE);
             }
-            pause = (pause * 2).min(MAX_PAUSE);
         }
-        Err(Error::OutOfMemory)
+        Err(false)
     }
 
     /// One round of the complete fallback over every tree.
@@ -383,14 +481,19 @@ impl<W: WriteBack> LLFree<W> {
             if let Some(index) = self.alloc_in(t, order, first) {
                 return Some(index);
             }
-            match source {
-                Counter::Core(core) => {
-                    self.credit(core, t, n);
-                }
-                Counter::Tree => self.trees.add(t, n),
-            }
+            self.give_back(source, t, n);
         }
         None
+    }
+
+    /// Returns `n` units taken by [`LLFree::take_any`] to the counter they came from.
+    fn give_back(&self, source: Counter, t: TreeId, n: usize) {
+        match source {
+            Counter::Core(core) => {
+                self.credit(core, t, n);
+            }
+            Counter::Tree => self.trees.add(t, n),
+        }
     }
 
     /// Takes `n` units of `t` from its tree counter or from the counter of a core holding it.
@@ -465,8 +568,16 @@ const MAX_PAUSE: usize = 1 << 10;
 #[cfg(loom)]
 const MAX_PAUSE: usize = 1;
 
-impl<W: WriteBack> BlockAlloc for LLFree<W> {
-    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+impl<W: WriteBack> LLFree<W> {
+    /// The allocation, with at most `rounds` rounds of the complete fallback, answering
+    /// `busy` if they all met a reservation move of another core in flight.
+    fn alloc_with(
+        &self,
+        order: u32,
+        core: usize,
+        rounds: usize,
+        busy: Error,
+    ) -> Result<usize, Error> {
         if order > self.max_order {
             return Err(Error::BadOrder);
         }
@@ -499,7 +610,19 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
                 break;
             }
         }
-        self.alloc_anywhere(order)
+        self.alloc_anywhere(order, rounds, busy)
+    }
+}
+
+impl<W: WriteBack> BlockAlloc for LLFree<W> {
+    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        self.alloc_with(order, core, FALLBACK_ROUNDS, Error::OutOfMemory)
+    }
+
+    /// One round of the fallback and no pause: where [`BlockAlloc::alloc`] would wait for a
+    /// reservation move of another core to finish, this answers [`Error::WouldBlock`].
+    fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        self.alloc_with(order, core, 1, Error::WouldBlock)
     }
 
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
@@ -538,6 +661,40 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
 
     fn drain(&self) {
         self.moves.bracket(|| ((), self.release_all(None)));
+    }
+
+    /// Takes the units from whichever counter holds the tree's (as the fallback scan does),
+    /// then the block itself. A failed take counts only if no reservation move was in flight
+    /// meanwhile (the count may be in a moving core's hands); it is retried, bounded as the
+    /// fallback is.
+    fn alloc_at(&self, index: usize, order: u32, _core: usize) -> Result<(), Error> {
+        check_block(index, order, self.max_order, self.units)?;
+        let t = self.tree_of(index);
+        let n = 1 << order;
+        let taken = || {
+            // A reserved tree's free units may be split: the holder's counter has some, and
+            // the frees other cores made since are in the tree entry. Gathered in the holder,
+            // they count together.
+            let source = self.take_any(t, n).or_else(|| {
+                let holder =
+                    (0..self.locals.len()).find(|&c| self.locals[c].get().tree() == Some(t))?;
+                self.sync(holder, t).then(|| self.take_any(t, n))?
+            })?;
+            if self.lower.alloc_at(index, order) {
+                return Some(Ok(()));
+            }
+            self.give_back(source, t, n);
+            Some(Err(Error::Occupied))
+        };
+        self.until_quiet(FALLBACK_ROUNDS, || {}, taken)
+            .unwrap_or(Err(Error::Occupied))
+    }
+
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        if index >= self.units {
+            return Err(Error::OutOfRange);
+        }
+        Ok(self.lower.block_of(index))
     }
 }
 

@@ -8,20 +8,21 @@
 //!
 //! [`PersistentLLFree::create`] makes a new zone file (never over an existing file),
 //! [`PersistentLLFree::open`] opens one, and [`PersistentLLFree::close`] writes everything
-//! back, records a checksum of the lower level and marks it clean. Opening a clean zone
-//! verifies the lower level against that checksum, then trusts its child counters (the
-//! paper's "re-initialisation"); a zone changed after its clean close is refused
-//! ([`PersistError::LowerChecksum`]) with the file untouched. The checksum reads the lower
-//! level (0.016% of the zone) once at close and once at open: about 0.04 ms per GiB of zone
-//! (40 µs for 1 GiB, 17 ms for 256 GiB; `lower_checksum_cost` in `persist/header.rs`).
-//! Opening a zone that was not closed (its user
-//! crashed, or dropped it) recovers: the bit fields and huge flags are the truth, the
+//! back, records a checksum of the lower level (and of the header's fixed fields) and marks
+//! it clean. Opening a clean zone verifies the lower level against that checksum, then
+//! trusts its child counters (the paper's "re-initialisation"); a zone changed after its
+//! clean close is refused ([`PersistError::LowerChecksum`]) with the file untouched. The
+//! checksum reads the lower level (0.019% of the zone) once at close and once at open: about
+//! 0.05-0.09 ms per GiB of zone (45 µs for 1 GiB, 14-22 ms for 256 GiB;
+//! `lower_checksum_cost` in `persist/header.rs`). Opening a zone that was not closed (its
+//! user crashed, or dropped it) recovers: the bit fields and huge flags are the truth, the
 //! counters and the start table are rebuilt from them (see `lower/recover.rs`), then the
-//! trees; a state no run leaves is refused ([`PersistError::Corrupt`]).
+//! trees; a state no run leaves (a block above the header's largest order among them) is
+//! refused ([`PersistError::Corrupt`]).
 //!
 //! # What survives a crash
 //! Every allocation and free commits with one atomic change of one word (one cache line):
-//! the bits for orders 0..=8 (orders 7 and 8: the words of one line, set one by one), the
+//! the bits for orders 0..=8 (orders 6..=8: the words of one line, set one by one), the
 //! child's huge flags for orders 9 and 10; a block of order 1..=8 is also named by its start
 //! entry, written after its bits. After recovery:
 //! - every block whose `alloc` returned, and whose `free` was not called, is allocated with
@@ -42,6 +43,13 @@
 //! One process at a time: the file is locked (`flock`) while a zone is open, and opening it
 //! again fails with [`PersistError::Locked`].
 
+#![cfg_attr(docsrs, doc(cfg(feature = "persist")))]
+
+// The fault-injection harness (re-executes the process as a killed worker) is test
+// machinery, not part of the allocator's API: built only for buddyfree's own tests and
+// buddybench's `crash` workload, which enable `testing`.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
 pub mod crash;
 mod flush;
 mod header;
@@ -108,8 +116,9 @@ pub enum PersistError {
     BadChecksum,
     /// A header field that no zone can have (despite a good checksum).
     BadHeader(&'static str),
-    /// The zone was closed cleanly, but its lower level no longer matches the checksum
-    /// written at that close: it was damaged since. Nothing is trusted or written.
+    /// The zone was closed cleanly, but its lower level (or a header field, its own
+    /// checksum made good) no longer matches the checksum written at that close: it was
+    /// damaged since. Nothing is trusted or written.
     LowerChecksum,
     /// Recovery found a state no run of the allocator leaves (a damaged lower level).
     Corrupt {
@@ -200,6 +209,17 @@ unsafe impl Sync for PersistentLLFree {}
 impl PersistentLLFree {
     /// Creates a zone file at `path` (which must not exist) with every unit free, with the
     /// paper's tuning, and opens it.
+    ///
+    /// ```
+    /// use buddyfree::llfree::persist::{Durability, PersistentLLFree};
+    /// use buddyfree::Config;
+    ///
+    /// let path = std::env::temp_dir().join(format!("buddyfree-create-{}.zone", std::process::id()));
+    /// let zone = PersistentLLFree::create(&path, Config::new(1 << 14, 10), Durability::None)?;
+    /// zone.close()?;
+    /// std::fs::remove_file(&path)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn create(
         path: impl AsRef<Path>,
         config: Config,
@@ -209,6 +229,19 @@ impl PersistentLLFree {
     }
 
     /// [`create`](Self::create) with the given tuning (kept in the header).
+    ///
+    /// ```
+    /// use buddyfree::llfree::persist::{Durability, PersistentLLFree};
+    /// use buddyfree::llfree::Options;
+    /// use buddyfree::Config;
+    ///
+    /// let path = std::env::temp_dir().join(format!("buddyfree-options-{}.zone", std::process::id()));
+    /// let config = Config::new(1 << 14, 10);
+    /// let zone = PersistentLLFree::create_with_options(&path, config, Options::default(), Durability::None)?;
+    /// zone.close()?;
+    /// std::fs::remove_file(&path)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn create_with_options(
         path: impl AsRef<Path>,
         config: Config,
@@ -247,6 +280,19 @@ impl PersistentLLFree {
 
     /// Opens the zone file at `path` with `cores` per-core reservations, recovering it if it
     /// was not closed cleanly.
+    ///
+    /// ```
+    /// use buddyfree::llfree::persist::{Durability, PersistentLLFree};
+    /// use buddyfree::Config;
+    ///
+    /// let path = std::env::temp_dir().join(format!("buddyfree-open-{}.zone", std::process::id()));
+    /// PersistentLLFree::create(&path, Config::new(1 << 14, 10), Durability::None)?.close()?;
+    /// let (zone, recovery) = PersistentLLFree::open(&path, 2, Durability::None)?;
+    /// assert!(recovery.clean);
+    /// zone.close()?;
+    /// std::fs::remove_file(&path)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn open(
         path: impl AsRef<Path>,
         cores: usize,
@@ -290,13 +336,13 @@ impl PersistentLLFree {
         let mapped = Mapped::new(file, header, durability, false)?;
         // Before anything is trusted or written: a clean zone is taken as it is, so it must
         // be exactly as it was closed.
-        if state == CLEAN && lower_checksum(&mapped.map[PAGE..]) != word_at(LOWER_SUM_AT) {
+        if state == CLEAN && lower_checksum(&mapped.map) != word_at(LOWER_SUM_AT) {
             return Err(PersistError::LowerChecksum);
         }
         if state != CLEAN {
             mapped
                 .lower
-                .recover(header.units)
+                .recover(header.units, header.max_order)
                 .map_err(|c| PersistError::Corrupt {
                     frame: c.frame,
                     what: c.what,
@@ -323,7 +369,7 @@ impl PersistentLLFree {
         self.map.flush()?;
         // `self` is owned, so no operation runs: the lower level is still. Its checksum is
         // on the medium before the marker that makes the next open rely on it.
-        self.write_header_word(LOWER_SUM_AT, lower_checksum(&self.map[PAGE..]))?;
+        self.write_header_word(LOWER_SUM_AT, lower_checksum(&self.map))?;
         self.set_state(CLEAN)
     }
 
@@ -341,6 +387,7 @@ impl PersistentLLFree {
     /// 1..=10 with their order, every other taken unit as an order-0 block. After a crash
     /// this is how a user finds units lost by operations in flight (those its own records
     /// do not hold), to free them. Only meaningful while no operation is running.
+    #[must_use]
     pub fn blocks(&self) -> Vec<(usize, u32)> {
         let mut blocks = Vec::new();
         self.alloc
@@ -410,11 +457,12 @@ impl Mapped {
         })
     }
 
-    /// Builds the upper level from the child counters.
+    /// Builds the upper level from the child counters, on the heap.
     fn into_zone(self, config: Config) -> Result<PersistentLLFree, PersistError> {
+        let options = self.header.options;
+        let alloc = LLFree::upper_on_heap(config, options, self.lower);
         Ok(PersistentLLFree {
-            alloc: LLFree::on(config, self.header.options, self.lower)
-                .map_err(PersistError::Config)?,
+            alloc: alloc.map_err(PersistError::Config)?,
             map: self.map,
             base: self.base,
             _file: self.file,

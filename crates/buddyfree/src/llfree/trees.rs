@@ -2,12 +2,10 @@
 //! `cU` and a reserved flag `r` in one 32-bit word, 16 trees to a cache line, and the search
 //! for a tree to reserve.
 
-use alloc::boxed::Box;
-
 use super::atomic::Atom;
 use super::TreeId;
-use crate::config::filled;
 use crate::sync::atomic::{AtomicU32, Ordering};
+use crate::table::{Metadata, Part, Table};
 use crate::Error;
 
 /// Tree entries sharing one cache line: the "neighbourhood" of step 1 of the search.
@@ -43,7 +41,7 @@ enum Class {
 
 /// The tree entries and the class thresholds.
 pub(crate) struct Trees {
-    entries: Box<[AtomicU32]>,
+    entries: Table<AtomicU32>,
     /// A tree with fewer free units than this is "allocated".
     allocated_below: usize,
     /// A tree with more free units than this is "free".
@@ -51,15 +49,16 @@ pub(crate) struct Trees {
 }
 
 impl Trees {
-    /// `len` trees with the free counts `free(t)`, none reserved; thresholds in units. Fails
-    /// only when the entries cannot be reserved.
+    /// Trees at `part` of `meta` with the free counts `free(tree)`, none reserved;
+    /// thresholds in units.
     pub(crate) fn new(
-        len: usize,
+        meta: &Metadata,
+        part: Part<AtomicU32>,
         free: impl Fn(usize) -> usize,
         thresholds: (usize, usize),
     ) -> Result<Trees, Error> {
         Ok(Trees {
-            entries: filled(len, |t| AtomicU32::new(free(t) as u32))?,
+            entries: meta.table(part, |t| AtomicU32::new(free(t) as u32))?,
             allocated_below: thresholds.0,
             free_above: thresholds.1,
         })
@@ -173,7 +172,8 @@ mod tests {
 
     /// Trees of 1000 units: below 125 allocated, above 875 free.
     fn trees(free: &[usize]) -> Trees {
-        Trees::new(free.len(), |t| free[t], (125, 875)).unwrap()
+        let part = crate::table::Plan::new().add(free.len()).unwrap();
+        Trees::new(&Metadata::heap(), part, |t| free[t], (125, 875)).unwrap()
     }
 
     /// 48 trees, all full but the given ones; the search starts on the first cache line

@@ -1,16 +1,20 @@
 //! Lock wrappers that lift a sequential allocator into a [`BlockAlloc`].
 
+#[cfg(feature = "alloc")]
 pub mod per_level;
 pub mod yield_mutex;
 
 use lock_api::{Mutex, RawMutex};
 
+#[cfg(feature = "alloc")]
 pub use per_level::{PerLevel, PerLevelSpin, PerLevelYield};
 pub use yield_mutex::YieldMutex;
 
 use crate::{BlockAlloc, Error, SeqBlockAlloc};
 
+#[cfg(feature = "alloc")]
 mod percpu;
+#[cfg(feature = "alloc")]
 pub use percpu::PerCpu;
 
 /// A sequential allocator behind one global lock: the "spin-locked buddy" of the NBBS paper
@@ -23,6 +27,20 @@ pub struct Locked<A, R = spin::Mutex<()>> {
 
 impl<A: SeqBlockAlloc, R: RawMutex> Locked<A, R> {
     /// Wraps `alloc` in a lock.
+    ///
+    /// ```
+    /// use buddyfree::buddy::Knuth;
+    /// use buddyfree::{BlockAlloc, Config, Locked};
+    ///
+    /// // Any `SeqBlockAlloc` behind one spinlock becomes a thread-safe `BlockAlloc`.
+    /// let shared = Locked::<Knuth>::new(Knuth::new(Config::new(256, 4))?);
+    /// std::thread::scope(|s| {
+    ///     s.spawn(|| shared.alloc(4, 1).unwrap());
+    /// });
+    /// assert_eq!(shared.free_units(), 256 - 16);
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
+    #[must_use]
     pub fn new(alloc: A) -> Self {
         Locked {
             total_units: alloc.total_units(),
@@ -61,5 +79,32 @@ impl<A: SeqBlockAlloc, R: RawMutex + Sync + Send> BlockAlloc for Locked<A, R> {
 
     fn max_order(&self) -> u32 {
         self.max_order
+    }
+
+    /// Only if the lock is free at once: a lock holder may be the interrupted code itself.
+    fn try_alloc(&self, order: u32, _core: usize) -> Result<usize, Error> {
+        self.inner.try_lock().ok_or(Error::WouldBlock)?.alloc(order)
+    }
+
+    fn alloc_at(&self, index: usize, order: u32, _core: usize) -> Result<(), Error> {
+        self.inner.lock().alloc_at(index, order)
+    }
+
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        self.inner.lock().block_of(index)
+    }
+
+    /// The whole range under one lock: no other operation sees it half done.
+    fn free_range(&self, start: usize, len: usize, _core: usize) -> Result<(), Error> {
+        crate::range::free_range(
+            &mut crate::range::Exclusive(&mut *self.inner.lock()),
+            start,
+            len,
+        )
+    }
+
+    fn reserve_range(&self, start: usize, len: usize, _core: usize) -> Result<(), Error> {
+        let mut inner = self.inner.lock();
+        crate::range::reserve_range(&mut crate::range::Exclusive(&mut *inner), start, len)
     }
 }

@@ -1,5 +1,5 @@
-//! The parallel binary buddy (`papers/parallel-binary-buddy.txt`, after Johnson & Davis,
-//! ICCI'92): Knuth's buddy with one lock per level instead of one global lock, so requests
+//! The parallel binary buddy ("Parallel Binary Buddy", after Johnson & Davis, ICCI'92; see
+//! [References](crate#references)): Knuth's buddy with one lock per level instead of one global lock, so requests
 //! of different sizes, and the split and merge steps of different requests, run in parallel.
 //!
 //! ```text
@@ -99,6 +99,16 @@ pub struct LevelStats {
 impl<R: RawMutex> PerLevel<R> {
     /// An allocator of `config.units` free units (any number; the tail beyond the last block
     /// of `max_order` is cut into smaller blocks). It keeps no per-core state.
+    ///
+    /// ```
+    /// use buddyfree::locked::PerLevelSpin;
+    /// use buddyfree::{BlockAlloc, Config};
+    ///
+    /// let buddy = PerLevelSpin::new(Config::new(1 << 12, 8))?;
+    /// let index = buddy.alloc(3, 0)?;
+    /// buddy.free(index, 3, 0)?;
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
     pub fn new(config: Config) -> Result<Self, Error> {
         config.validate()?;
         let mut alloc = PerLevel {
@@ -117,8 +127,8 @@ impl<R: RawMutex> PerLevel<R> {
                     })
                 })
                 .collect(),
-            links: Links::new(config.units)?,
-            tags: Tags::new(config.units)?,
+            links: Links::on_heap(config.units)?,
+            tags: Tags::on_heap(config.units)?,
             free_units: CachePadded::new(AtomicUsize::new(config.units)),
             total_units: config.units,
             max_order: config.max_order,

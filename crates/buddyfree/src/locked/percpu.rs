@@ -19,26 +19,41 @@ mod states;
 
 use alloc::boxed::Box;
 
+use lock_api::RawMutex;
+
 use crate::sync::CachePadded;
 use crate::{check_block, BlockAlloc, Config, ConfigRule, Error, Locked, SeqBlockAlloc};
 use cache::CoreCache;
 use states::{BlockStates, State};
 
-/// A sequential buddy `A` behind one spinlock, with Linux-like per-core caches. With Knuth's
-/// buddy as `A` this is the "Linux" baseline of the NBBS and LLFree papers.
+/// A sequential buddy `A` behind one lock `R` (by default a test-and-set spinlock), with
+/// Linux-like per-core caches. With Knuth's buddy as `A` this is the "Linux" baseline of the
+/// NBBS and LLFree papers; Linux's zone lock is a fair queued lock, so a fair `R` (a ticket
+/// lock) is the closer model under contention.
 ///
 /// An allocation that the buddy cannot serve drains every cache and tries once more, so it
 /// fails only if no free aligned block exists (with no concurrent frees in flight).
-pub struct PerCpu<A> {
-    buddy: Locked<A>,
+pub struct PerCpu<A, R = spin::Mutex<()>> {
+    buddy: Locked<A, R>,
     caches: Box<[CachePadded<spin::Mutex<CoreCache>>]>,
     states: BlockStates,
 }
 
-impl<A: SeqBlockAlloc> PerCpu<A> {
+impl<A: SeqBlockAlloc, R: RawMutex + Send + Sync> PerCpu<A, R> {
     /// Puts per-core caches for `cores` cores in front of the (empty) buddy `inner`.
     /// Fails with [`Error::InvalidConfig`] if `cores` is not in `1..=MAX_CORES` or `inner` has
     /// blocks allocated.
+    ///
+    /// ```
+    /// use buddyfree::buddy::Knuth;
+    /// use buddyfree::locked::PerCpu;
+    /// use buddyfree::{BlockAlloc, Config};
+    ///
+    /// let linux = PerCpu::<_>::new(Knuth::new(Config::new(1 << 12, 9))?, 2)?;
+    /// let page = linux.alloc(0, 1)?; // served through core 1's cache
+    /// linux.free(page, 0, 1)?;
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
     pub fn new(inner: A, cores: usize) -> Result<Self, Error> {
         crate::config::check_cores(cores)?;
         if inner.free_units() != inner.total_units() {
@@ -52,6 +67,17 @@ impl<A: SeqBlockAlloc> PerCpu<A> {
     }
 
     /// Builds the buddy with `build` over `config` and puts `config.cores` caches in front.
+    ///
+    /// ```
+    /// use buddyfree::buddy::Knuth;
+    /// use buddyfree::locked::PerCpu;
+    /// use buddyfree::{BlockAlloc, Config};
+    ///
+    /// // `PerCpu<Knuth>`: the default lock (name another with `PerCpu::<Knuth, MyLock>`).
+    /// let linux = PerCpu::<Knuth>::with_config(Config::new(1 << 12, 9).with_cores(4), Knuth::new)?;
+    /// assert_eq!(linux.total_units(), 1 << 12);
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
     pub fn with_config(
         config: Config,
         build: impl FnOnce(Config) -> Result<A, Error>,
@@ -96,7 +122,7 @@ impl<A: SeqBlockAlloc> PerCpu<A> {
     }
 }
 
-impl<A: SeqBlockAlloc> BlockAlloc for PerCpu<A> {
+impl<A: SeqBlockAlloc, R: RawMutex + Send + Sync> BlockAlloc for PerCpu<A, R> {
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
         if order > self.max_order() {
             return Err(Error::BadOrder);
@@ -184,7 +210,8 @@ mod tests {
 
     #[test]
     fn refills_one_batch_and_spills_above_the_watermark() {
-        let alloc = PerCpu::with_config(Config::new(1024, 9).with_cores(2), Model::new).unwrap();
+        let alloc =
+            PerCpu::<Model>::with_config(Config::new(1024, 9).with_cores(2), Model::new).unwrap();
         let first = alloc.alloc(0, 1).unwrap();
         assert_eq!(cached_units(&alloc, 1), cache::batch(0) - 1);
         assert_eq!(cached_units(&alloc, 0), 0);
@@ -206,12 +233,12 @@ mod tests {
         let mut used = Model::new(Config::new(16, 2)).unwrap();
         used.alloc(0).unwrap();
         assert_eq!(
-            PerCpu::new(used, 1).err(),
+            PerCpu::<Model>::new(used, 1).err(),
             Some(Error::InvalidConfig(ConfigRule::InnerInUse))
         );
         let fresh = Model::new(Config::new(16, 2)).unwrap();
         assert_eq!(
-            PerCpu::new(fresh, 0).err(),
+            PerCpu::<Model>::new(fresh, 0).err(),
             Some(Error::InvalidConfig(ConfigRule::NoCores))
         );
     }

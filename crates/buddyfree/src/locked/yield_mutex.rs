@@ -1,15 +1,16 @@
 //! A lock that spins briefly, then gives the processor away: the "mutex" side of the
-//! parallel binary buddy's spinlock-vs-mutex comparison (`papers/parallel-binary-buddy.txt`).
+//! parallel binary buddy's spinlock-vs-mutex comparison
+//! ("Parallel Binary Buddy", see [References](crate#references)).
 //!
 //! `std::sync::Mutex` is not a `lock_api::RawMutex`, so this wraps the spinlock's raw lock and
-//! changes only how a waiter waits: test-and-test-and-set for [`SPINS`] rounds, then
+//! changes only how a waiter waits: test-and-test-and-set for `SPINS` (64) rounds, then
 //! `std::thread::yield_now()` between attempts (plain spinning in `no_std` builds, where there
 //! is no scheduler to yield to).
 
 use lock_api::{GuardSend, RawMutex};
 
 /// Rounds a waiter spins before it starts yielding.
-pub const SPINS: u32 = 64;
+const SPINS: u32 = 64;
 
 /// A spin-then-yield raw mutex, usable as the `R` of [`lock_api::Mutex`],
 /// [`crate::Locked`] and [`super::per_level::PerLevel`].

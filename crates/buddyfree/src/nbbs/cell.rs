@@ -4,16 +4,17 @@
 //! the cell (`j = 1` its top, `2j` and `2j + 1` the children of `j`), and the links to its
 //! `2^K` child cells (child `ch` hangs below bottom node `2^(K-1) + ch/2`, on side `ch & 1`).
 //! `K = 1` is the paper's 1-level tree (one node per word, Sections 3.2-3.4); `K = 4` is its
-//! 4-level bunch (Section 3.6.2), 15 nodes in one `u64`. Every change inside a cell is one
+//! 4-level bunch (Section 3.6.2), 15 nodes in one word. Every change inside a cell is one
 //! CAS, so the state of the nodes inside a cell is never transient: only the links between
 //! cells go through the paper's marking protocol.
 //!
 //! ```text
-//!  bit:  0 .. N        N .. N+C           N+C .. N+2C        N+2C .. W
+//!  bit:  0 .. N        N .. N+C           N+C .. N+2C        G .. G+B
 //!        OCC(j)        OCC_CHILD(ch)      COAL_CHILD(ch)     GEN
 //!        j = 1..=N     ch = 0..C          ch = 0..C
-//!  N = 2^K - 1 nodes, C = 2^K child cells, W the word's width;
-//!  K = 1: 5 state bits + 27 GEN bits (a u32);  K = 4: 47 state bits + 17 GEN bits (a u64)
+//!  N = 2^K - 1 nodes, C = 2^K child cells, GEN a B-bit field at bit G >= N + 2C;
+//!  K = 1: 5 state bits + a 59-bit GEN at bit 5 (a u64);
+//!  K = 4: 47 state bits in the low u64 + a 64-bit GEN in the high u64 (a u128)
 //!  ALLOCATED(j) = the OCC bit of j's left child: OCC(2j) inside the cell, or for a bottom
 //!                 node OCC_CHILD of its left child cell
 //! ```
@@ -32,12 +33,20 @@
 //! - `OCC_CHILD(ch)` / `COAL_CHILD(ch)`: the paper's OCC_LEFT/RIGHT and COAL_LEFT/RIGHT of
 //!   the bottom node above child cell `ch`: something in that child's sub-tree is allocated,
 //!   or a free there is propagating upwards.
-//! - `GEN`: a counter bumped (wrapping) by every allocation's mark of one of the cell's links
-//!   (Alg. 3, T13). An UNMARK that checked the child sub-tree free clears the link only if
-//!   no mark passed the cell since before that check (module `forest`, `Forest::unmark`).
+//! - `GEN`: a counter bumped by every allocation's mark of one of the cell's links (Alg. 3,
+//!   T13). An UNMARK that checked the child sub-tree free clears the link only if no mark
+//!   passed the cell since before that check (module `forest`, `Forest::unmark`). It is as
+//!   wide as the word allows, so that equal generations mean "no mark in between" (the
+//!   argument, and why it cannot wrap, is in the module docs of `nbbs`).
+//!
+//! Every state is handled as a [`State`] (`u128`) whatever the word's width; the bits above
+//! the word's width are always zero.
 //!
 //! The paper's partial-occupancy bits of the inner nodes of a bunch are derived from the
 //! nodes below them (Fig. 5) rather than stored.
+
+/// A cell's state, for cells of any width.
+pub type State = u128;
 
 /// The masks of a cell of `levels` levels. Built at compile time for each cell kind.
 #[derive(Clone, Copy, Debug)]
@@ -46,21 +55,22 @@ pub struct Shape {
     pub levels: u32,
     nodes: u32,
     children: u32,
-    all_occ: u64,
-    all_occ_child: u64,
-    all_coal_child: u64,
-    /// The `GEN` field and its unit.
-    gen_mask: u64,
-    gen_one: u64,
+    all_occ: State,
+    all_occ_child: State,
+    all_coal_child: State,
+    /// The `GEN` field, its first bit and its unit.
+    gen_mask: State,
+    gen_at: u32,
+    gen_one: State,
     /// Per node `j`: the bit that says it is allocated (with `OCC(j)`).
-    allocated: [u64; 16],
+    allocated: [State; 16],
     /// Per node `j`: the state that must be clear for `j` to be free: `OCC` of `j` and of its
     /// in-cell descendants, and the links of the child cells below it.
-    below: [u64; 16],
+    below: [State; 16],
     /// Per node `j`: `OCC` of its strict in-cell ancestors.
-    above: [u64; 16],
+    above: [State; 16],
     /// Per child cell `ch`: `OCC` of the in-cell nodes it hangs below (its ancestors here).
-    above_child: [u64; 16],
+    above_child: [State; 16],
 }
 
 const fn depth(j: u32) -> u32 {
@@ -68,22 +78,24 @@ const fn depth(j: u32) -> u32 {
 }
 
 impl Shape {
-    /// The masks of a cell of `levels` (1 to 4) levels in a word of `bits` bits.
-    pub const fn new(levels: u32, bits: u32) -> Shape {
+    /// The masks of a cell of `levels` (1 to 4) levels with a generation of `gen_bits` (at
+    /// most 64) bits from bit `gen_at` on, above the state bits.
+    pub const fn new(levels: u32, gen_at: u32, gen_bits: u32) -> Shape {
         assert!(levels >= 1 && levels <= 4);
         let nodes = (1u32 << levels) - 1;
         let children = 1u32 << levels;
-        let state = nodes + 2 * children;
-        assert!(state < bits && bits <= 64);
+        assert!(Self::state_bits(levels) <= gen_at);
+        assert!(gen_bits >= 1 && gen_bits <= 64 && gen_at + gen_bits <= State::BITS);
         let mut s = Shape {
             levels,
             nodes,
             children,
-            all_occ: (1u64 << nodes) - 1,
-            all_occ_child: ((1u64 << children) - 1) << nodes,
-            all_coal_child: ((1u64 << children) - 1) << (nodes + children),
-            gen_mask: (u64::MAX >> (64 - bits)) & !((1u64 << state) - 1),
-            gen_one: 1 << state,
+            all_occ: (1 << nodes) - 1,
+            all_occ_child: ((1 << children) - 1) << nodes,
+            all_coal_child: ((1 << children) - 1) << (nodes + children),
+            gen_mask: ((1 << gen_bits) - 1) << gen_at,
+            gen_at,
+            gen_one: 1 << gen_at,
             allocated: [0; 16],
             below: [0; 16],
             above: [0; 16],
@@ -129,38 +141,49 @@ impl Shape {
         s
     }
 
+    /// The state bits of a cell of `levels` levels: `OCC` of its nodes, `OCC_CHILD` and
+    /// `COAL_CHILD` of its links.
+    pub const fn state_bits(levels: u32) -> u32 {
+        (1 << levels) - 1 + 2 * (1 << levels)
+    }
+
+    /// The bits a word needs to hold the cell.
+    pub const fn width(&self) -> u32 {
+        State::BITS - self.gen_mask.leading_zeros()
+    }
+
     /// Child cells per cell, `2^K`.
     pub const fn children(&self) -> u32 {
         self.children
     }
 
-    const fn occ(&self, j: u32) -> u64 {
+    const fn occ(&self, j: u32) -> State {
         1 << (j - 1)
     }
 
-    const fn occ_child(&self, ch: u32) -> u64 {
+    const fn occ_child(&self, ch: u32) -> State {
         1 << (self.nodes + ch)
     }
 
-    const fn coal_child(&self, ch: u32) -> u64 {
+    const fn coal_child(&self, ch: u32) -> State {
         1 << (self.nodes + self.children + ch)
     }
 
     /// The highest in-cell node among `occ` bits (ancestors have smaller numbers).
-    fn highest(occ: u64) -> u32 {
+    fn highest(occ: State) -> u32 {
         occ.trailing_zeros() + 1
     }
 
-    /// The cell's generation: how many links allocations have marked in it (wrapping; fewer
-    /// than 32 bits).
+    /// The cell's generation: how many links allocations have marked in it, modulo the
+    /// field's width.
     #[inline]
-    pub fn gen(&self, w: u64) -> u32 {
-        ((w & self.gen_mask) >> self.gen_one.trailing_zeros()) as u32
+    pub fn gen(&self, w: State) -> u64 {
+        ((w & self.gen_mask) >> self.gen_at) as u64
     }
 
     /// Whether node `j` looks free (the paper's IS_FREE, also checking in-cell ancestors).
     #[inline]
-    pub fn is_free(&self, w: u64, j: u32) -> bool {
+    pub fn is_free(&self, w: State, j: u32) -> bool {
         w & (self.below[j as usize] | self.above[j as usize]) == 0
     }
 
@@ -168,7 +191,7 @@ impl Shape {
     /// ancestor is occupied; `done` marks it allocated at once (no climb to follow).
     /// Otherwise the node that made it fail: the highest occupied ancestor, or `j`.
     #[inline]
-    pub fn reserve(&self, w: u64, j: u32, done: bool) -> Result<u64, u32> {
+    pub fn reserve(&self, w: State, j: u32, done: bool) -> Result<State, u32> {
         let above = w & self.above[j as usize];
         if above != 0 {
             return Err(Self::highest(above));
@@ -182,7 +205,7 @@ impl Shape {
 
     /// Completes the allocation of a held node `j`.
     #[inline]
-    pub fn allocated_bit(&self, j: u32) -> u64 {
+    pub fn allocated_bit(&self, j: u32) -> State {
         self.allocated[j as usize]
     }
 
@@ -190,7 +213,7 @@ impl Shape {
     /// generation, unless a node above it in this cell is occupied: then that node (the
     /// highest such).
     #[inline]
-    pub fn mark(&self, w: u64, ch: u32) -> Result<u64, u32> {
+    pub fn mark(&self, w: State, ch: u32) -> Result<State, u32> {
         let above = w & self.above_child[ch as usize];
         if above != 0 {
             return Err(Self::highest(above));
@@ -201,34 +224,34 @@ impl Shape {
 
     /// Whether node `j` is allocated (occupied, allocation complete, not being freed).
     #[inline]
-    pub fn is_allocated(&self, w: u64, j: u32) -> bool {
+    pub fn is_allocated(&self, w: State, j: u32) -> bool {
         let both = self.occ(j) | self.allocated[j as usize];
         w & both == both
     }
 
     /// Claims allocated node `j` for a free: it stays occupied but is no longer allocated.
     #[inline]
-    pub fn claim(&self, w: u64, j: u32) -> Option<u64> {
+    pub fn claim(&self, w: State, j: u32) -> Option<State> {
         self.is_allocated(w, j)
             .then(|| w & !self.allocated[j as usize])
     }
 
     /// Alg. 4, F20: the bits to keep when clearing node `j`.
     #[inline]
-    pub fn clear_mask(&self, j: u32) -> u64 {
+    pub fn clear_mask(&self, j: u32) -> State {
         !(self.occ(j) | self.allocated[j as usize])
     }
 
     /// Alg. 4, F9: the coalescing bit of child `ch`.
     #[inline]
-    pub fn coal_bit(&self, ch: u32) -> u64 {
+    pub fn coal_bit(&self, ch: u32) -> State {
         self.coal_child(ch)
     }
 
     /// Whether the link to child `ch` is live: no node above it in the cell is occupied.
     /// A free climbing through `ch` always finds it live (see `ALLOCATED` in the module docs).
     #[inline]
-    pub fn link_live(&self, w: u64, ch: u32) -> bool {
+    pub fn link_live(&self, w: State, ch: u32) -> bool {
         w & self.above_child[ch as usize] == 0
     }
 
@@ -238,7 +261,7 @@ impl Shape {
     /// further than needed only leaves coalescing bits that later climbs clear; stopping too
     /// early would strand an occupied bit, so any doubt climbs.
     #[inline]
-    pub fn keeps_climbing(&self, w: u64, own: u64) -> bool {
+    pub fn keeps_climbing(&self, w: State, own: State) -> bool {
         let rest = w & !own;
         if rest & (self.all_occ | self.all_occ_child) == 0 || rest & self.all_coal_child != 0 {
             return true;
@@ -256,19 +279,19 @@ impl Shape {
 
     /// The bits a free of node `j` owns in its cell (for [`Shape::keeps_climbing`]).
     #[inline]
-    pub fn node_bits(&self, j: u32) -> u64 {
+    pub fn node_bits(&self, j: u32) -> State {
         self.below[j as usize]
     }
 
     /// The bits a free coming up from child `ch` owns in its parent cell.
     #[inline]
-    pub fn child_bits(&self, ch: u32) -> u64 {
+    pub fn child_bits(&self, ch: u32) -> State {
         self.occ_child(ch) | self.coal_child(ch)
     }
 
     /// Whether child `ch` is coalescing (U8).
     #[inline]
-    pub fn coalescing(&self, w: u64, ch: u32) -> bool {
+    pub fn coalescing(&self, w: State, ch: u32) -> bool {
         w & self.coal_child(ch) != 0
     }
 
@@ -276,7 +299,7 @@ impl Shape {
     /// bits if it is still coalescing and no allocation has marked a link of this cell since
     /// generation `expect` was seen; `None` otherwise (or when `expect` is unknown).
     #[inline]
-    pub fn unmark(&self, w: u64, ch: u32, expect: Option<u32>) -> Option<u64> {
+    pub fn unmark(&self, w: State, ch: u32, expect: Option<u64>) -> Option<State> {
         (self.coalescing(w, ch) && expect == Some(self.gen(w))).then(|| {
             debug_assert!(self.link_live(w, ch), "coalescing below a node: {w:x} {ch}");
             w & !self.child_bits(ch)
@@ -285,7 +308,7 @@ impl Shape {
 
     /// Whether nothing in the cell is occupied (Alg. 5, U13: the free may merge upwards).
     #[inline]
-    pub fn looks_free(&self, w: u64) -> bool {
+    pub fn looks_free(&self, w: State) -> bool {
         w & (self.all_occ | self.all_occ_child) == 0
     }
 }
@@ -296,12 +319,13 @@ mod tests {
 
     #[test]
     fn one_level_cell_is_the_papers_node() {
-        let s = Shape::new(1, 32);
+        let s = Shape::new(1, 5, 59);
         assert_eq!(s.below[1], 0b1_1111);
         assert_eq!(s.above[1], 0);
         assert_eq!(s.above_child[0], 1);
         assert_eq!(s.above_child[1], 1);
-        assert_eq!(s.gen_mask, 0xffff_ffe0);
+        assert_eq!(s.gen_mask, 0xffff_ffff_ffff_ffe0);
+        assert_eq!(s.width(), 64);
         let w = s.reserve(0, 1, false).unwrap();
         assert_eq!(s.reserve(w, 1, false), Err(1));
         assert_eq!(s.claim(w, 1), None);
@@ -315,9 +339,11 @@ mod tests {
 
     #[test]
     fn bunch_fits_47_bits_and_derives_inner_nodes() {
-        let s = Shape::new(4, 64);
-        assert_eq!(s.all_coal_child.leading_zeros(), 17);
-        assert_eq!(s.gen_mask.count_ones(), 17);
+        let s = Shape::new(4, 64, 64);
+        assert_eq!(State::BITS - s.all_coal_child.leading_zeros(), 47);
+        assert_eq!(Shape::state_bits(4), 47);
+        assert_eq!(s.gen_mask, State::from(u64::MAX) << 64);
+        assert_eq!(s.width(), 128);
         // Node 8 (bottom, leftmost) covers children 0 and 1; node 2 covers children 0..8.
         assert_eq!(s.below[8], 1 << 7 | s.child_bits(0) | s.child_bits(1));
         assert_eq!(s.above[8], 0b1011);
@@ -342,7 +368,12 @@ mod tests {
 
     #[test]
     fn marks_bump_the_generation_and_stale_unmarks_refuse() {
-        for (s, bits) in [(Shape::new(1, 32), 27), (Shape::new(4, 64), 17)] {
+        for (s, bits) in [
+            (Shape::new(1, 5, 59), 59),
+            (Shape::new(4, 64, 64), 64),
+            (Shape::new(1, 5, 2), 2),
+            (Shape::new(4, 47, 2), 2),
+        ] {
             let w = s.mark(0, 1).unwrap() | s.coal_bit(1);
             let g = s.gen(w);
             assert_eq!(s.unmark(w, 1, Some(g)), Some(w & s.gen_mask));

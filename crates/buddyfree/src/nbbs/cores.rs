@@ -1,9 +1,7 @@
 //! Per-core state: free-slot hints (Section 3.6.1) and the sharded counters behind
 //! `free_units`, the full-heap fast path and the `release_count` retry (Alg. 2, A4/A15).
 
-use alloc::boxed::Box;
-
-use crate::config::filled;
+use crate::table::{Metadata, Part, Plan, Table};
 use crate::Error;
 
 use crate::sync::atomic::{AtomicUsize, Ordering};
@@ -31,14 +29,23 @@ pub struct Slot {
 
 /// The per-core slots.
 pub struct Cores {
-    slots: Box<[CachePadded<Slot>]>,
+    slots: Table<CachePadded<Slot>>,
 }
 
 impl Cores {
-    /// `cores` slots whose hints start at `start(core, order)`, scattered so that cores with
-    /// no history search different places.
-    pub fn new(cores: usize, start: impl Fn(usize, u32) -> usize) -> Result<Self, Error> {
-        let slots = filled(cores, |core| {
+    /// Places the slots of `cores` cores in `plan`.
+    pub fn plan(plan: &mut Plan, cores: usize) -> Result<Part<CachePadded<Slot>>, Error> {
+        plan.add(cores)
+    }
+
+    /// The slots at `part` of `meta`, their hints starting at `start(core, order)`, scattered
+    /// so that cores with no history search different places.
+    pub fn new(
+        meta: &Metadata,
+        part: Part<CachePadded<Slot>>,
+        start: impl Fn(usize, u32) -> usize,
+    ) -> Result<Self, Error> {
+        let slots = meta.table(part, |core| {
             CachePadded::new(Slot {
                 allocated: AtomicUsize::new(0),
                 freed: AtomicUsize::new(0),

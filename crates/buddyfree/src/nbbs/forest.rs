@@ -1,14 +1,17 @@
 //! The NBBS algorithms (Alg. 2-5) over a forest of cells, written once for any cell height.
 
-use alloc::boxed::Box;
+#[cfg(all(test, loom))]
 use alloc::vec::Vec;
 use core::marker::PhantomData;
 
-use super::cell::Shape;
-use super::cores::Cores;
-use super::word::Word;
-use crate::config::filled;
-use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use super::cell::{Shape, State};
+use super::cores::{Cores, Slot};
+use super::word::{AtomicU128, Word};
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::CachePadded;
+#[cfg(feature = "alloc")]
+use crate::table::build_on_heap;
+use crate::table::{Metadata, Part, Plan, Table};
 use crate::{check_block, BlockAlloc, Config, ConfigRule, Error};
 
 /// Records protocol steps under loom tests, printed when a check fails.
@@ -32,19 +35,31 @@ pub trait Kind: Send + Sync + 'static {
     const LINE: usize;
 }
 
-/// The paper's 1-level tree: one node per `AtomicU32` (5 state bits, 27 generation bits).
+/// The paper's 1-level tree: one node per `AtomicU64` (5 state bits, 59 generation bits).
 pub struct OneLevel;
 impl Kind for OneLevel {
-    type Atomic = AtomicU32;
-    const SHAPE: Shape = Shape::new(1, 32);
-    const LINE: usize = 16;
+    type Atomic = AtomicU64;
+    const SHAPE: Shape = Shape::new(1, Shape::state_bits(1), 59);
+    const LINE: usize = 8;
 }
 
-/// The paper's 4-level bunches: 15 nodes per `AtomicU64` (47 state bits, 17 generation bits).
+/// The paper's 4-level bunches: 15 nodes per 128-bit cell (47 state bits in the low half, a
+/// 64-bit generation in the high half).
 pub struct FourLevel;
 impl Kind for FourLevel {
+    type Atomic = AtomicU128;
+    const SHAPE: Shape = Shape::new(4, 64, 64);
+    const LINE: usize = 4;
+}
+
+/// Cells of `LEVELS` levels in an `AtomicU64` with a generation of only `GEN` bits, which
+/// wraps after `2^GEN` marks: for tests showing that they catch a generation too narrow.
+#[cfg(test)]
+pub struct Narrow<const LEVELS: u32, const GEN: u32>;
+#[cfg(test)]
+impl<const LEVELS: u32, const GEN: u32> Kind for Narrow<LEVELS, GEN> {
     type Atomic = AtomicU64;
-    const SHAPE: Shape = Shape::new(4, 64);
+    const SHAPE: Shape = Shape::new(LEVELS, Shape::state_bits(LEVELS), GEN);
     const LINE: usize = 8;
 }
 
@@ -57,13 +72,14 @@ struct Seen {
     /// The cell level of the freed node.
     home: usize,
     /// By levels climbed, from the node's parent cell up.
-    gens: [u32; Seen::LEVELS],
+    gens: [u64; Seen::LEVELS],
 }
 
 impl Seen {
     const LEVELS: usize = 32;
-    /// No generation seen (a generation is narrower than 32 bits).
-    const NONE: u32 = u32::MAX;
+    /// No generation seen. A 64-bit generation can take this value too; it then only costs
+    /// the UNMARK a re-check of the child, as an unknown generation does.
+    const NONE: u64 = u64::MAX;
 
     #[inline]
     fn new(home: usize) -> Self {
@@ -74,17 +90,24 @@ impl Seen {
     }
 
     #[inline]
-    fn set(&mut self, level: usize, gen: u32) {
+    fn set(&mut self, level: usize, gen: u64) {
         if let Some(g) = self.gens.get_mut(self.home - 1 - level) {
             *g = gen;
         }
     }
 
     #[inline]
-    fn get(&self, level: usize) -> Option<u32> {
+    fn get(&self, level: usize) -> Option<u64> {
         let g = *self.gens.get(self.home - 1 - level)?;
         (g != Self::NONE).then_some(g)
     }
+}
+
+/// Where the tables of a forest lie in its metadata ([`Forest::plan`]).
+pub(crate) struct Parts<K: Kind> {
+    cells: Part<K::Atomic>,
+    level_start: Part<usize>,
+    slots: Part<CachePadded<Slot>>,
 }
 
 /// A block of `2^order` units at `pos * 2^order`: one node of the tree.
@@ -99,7 +122,7 @@ struct Node {
 pub struct Stalled {
     node: Node,
     at: Place,
-    now: u64,
+    now: State,
     seen: Seen,
 }
 
@@ -122,9 +145,9 @@ struct Place {
 ///                     cell pos >> r, in-cell number 2^r + pos mod 2^r
 /// ```
 pub struct Forest<K: Kind> {
-    cells: Box<[K::Atomic]>,
+    cells: Table<K::Atomic>,
     /// First cell of each cell level.
-    level_start: Box<[usize]>,
+    level_start: Table<usize>,
     units: usize,
     /// `roots << max_order`: the units the trees cover, `units` rounded up.
     span: usize,
@@ -134,43 +157,82 @@ pub struct Forest<K: Kind> {
 }
 
 impl<K: Kind> Forest<K> {
-    const S: Shape = K::SHAPE;
+    const S: Shape = {
+        assert!(
+            K::SHAPE.width() <= K::Atomic::BITS,
+            "the cell does not fit its word"
+        );
+        K::SHAPE
+    };
     const LEVELS: u32 = K::SHAPE.levels;
 
-    /// A forest managing `config.units` units. When `units` is not a multiple of
-    /// `2^max_order`, the last tree is cut short: its units past the end are occupied once,
-    /// at construction, by aligned blocks no caller can free (they are out of range).
+    /// A forest managing `config.units` units, its tables on the heap.
+    #[cfg(feature = "alloc")]
     pub fn new(config: Config) -> Result<Self, Error> {
+        build_on_heap(Self::plan(config), |parts, meta| {
+            Self::build(config, parts, meta)
+        })
+    }
+
+    /// The metadata of a forest of `config`: its cells, the first cell of each cell level,
+    /// and the per-core slots.
+    pub(crate) fn plan(config: Config) -> Result<(Plan, Parts<K>), Error> {
         config.validate()?;
-        let max_order = config.max_order;
-        let roots = config.units.div_ceil(1 << max_order);
-        let span = roots
-            .checked_mul(1 << max_order)
+        let roots = config.units.div_ceil(1 << config.max_order);
+        roots
+            .checked_mul(1 << config.max_order)
             .ok_or(ConfigRule::MetadataOverflow)?;
-        let mut level_start = Vec::new();
+        let levels = (config.max_order / Self::LEVELS) as usize + 1;
         let mut total = 0usize;
-        for level in 0..=max_order / Self::LEVELS {
-            level_start.push(total);
-            let cells = roots
-                .checked_mul(1usize << (level * Self::LEVELS))
-                .ok_or(ConfigRule::MetadataOverflow)?;
-            // Each level starts one cache line further from a power-of-two boundary than the
-            // one above: level sizes are powers of two times `roots`, so the cells of one
-            // root-to-leaf path would otherwise share an L1 set (more lines than ways for a
-            // deep 1-level tree: a conflict miss per level on every climb).
+        for level in 0..levels {
             total = total
-                .checked_add(cells)
-                .and_then(|t| t.checked_add(K::LINE))
+                .checked_add(Self::level_cells(roots, level).ok_or(ConfigRule::MetadataOverflow)?)
                 .ok_or(ConfigRule::MetadataOverflow)?;
         }
+        let mut plan = Plan::new();
+        let parts = Parts {
+            cells: plan.add(total)?,
+            level_start: plan.add(levels)?,
+            slots: Cores::plan(&mut plan, config.cores)?,
+        };
+        Ok((plan, parts))
+    }
+
+    /// The cells of cell level `level`, with the cache line of unused cells after them.
+    /// Each level starts one cache line further from a power-of-two boundary than the one
+    /// above: level sizes are powers of two times `roots`, so the cells of one root-to-leaf
+    /// path would otherwise share an L1 set (more lines than ways for a deep 1-level tree: a
+    /// conflict miss per level on every climb).
+    fn level_cells(roots: usize, level: usize) -> Option<usize> {
+        roots
+            .checked_mul(1usize << (level as u32 * Self::LEVELS))?
+            .checked_add(K::LINE)
+    }
+
+    /// A forest managing `config.units` units, its tables made in `meta` at the places
+    /// `parts` (from [`Forest::plan`] of the same `config`) gives. When `units` is not a
+    /// multiple of `2^max_order`, the last tree is cut short: its units past the end are
+    /// occupied once, at construction, by aligned blocks no caller can free (they are out of
+    /// range).
+    pub(crate) fn build(config: Config, parts: Parts<K>, meta: &Metadata) -> Result<Self, Error> {
+        let max_order = config.max_order;
+        let roots = config.units.div_ceil(1 << max_order);
+        // `plan` checked that neither this nor the level sizes below overflow.
+        let span = roots << max_order;
+        let mut next = 0;
+        let level_start = meta.table(parts.level_start, |level| {
+            let start = next;
+            next += Self::level_cells(roots, level).unwrap_or(0);
+            start
+        })?;
         let cores = config.cores;
         let forest = Forest {
-            cells: filled(total, |_| K::Atomic::new(0))?,
-            level_start: level_start.into(),
+            cells: meta.table(parts.cells, |_| K::Atomic::new(0))?,
+            level_start,
             units: config.units,
             span,
             max_order,
-            cores: Cores::new(cores, |core, order| {
+            cores: Cores::new(meta, parts.slots, |core, order| {
                 let len = span >> order.min(max_order);
                 (len as u128 * core as u128 / cores as u128) as usize
             })?,
@@ -274,7 +336,7 @@ impl<K: Kind> Forest<K> {
     /// (occupied, not allocated); `now` is its cell's state as of the caller's last RMW on it.
     /// Climbs no higher than cell level `stop` (0 for a free, the last marked level for a
     /// rollback).
-    fn release(&self, at: Place, now: u64, stop: usize) {
+    fn release(&self, at: Place, now: State, stop: usize) {
         let mut seen = Seen::new(at.level);
         self.mark_coalescing(at, now, stop, &mut seen);
         let now = self.clear(at);
@@ -283,7 +345,7 @@ impl<K: Kind> Forest<K> {
 
     /// F6-F19: marks the ancestors coalescing, as far as the merge may reach, recording the
     /// generation of each cell marked.
-    fn mark_coalescing(&self, at: Place, now: u64, stop: usize, seen: &mut Seen) {
+    fn mark_coalescing(&self, at: Place, now: State, stop: usize, seen: &mut Seen) {
         if at.level <= stop || !Self::S.keeps_climbing(now, Self::S.node_bits(at.j)) {
             return;
         }
@@ -311,7 +373,7 @@ impl<K: Kind> Forest<K> {
     /// F20: clears the node, returning its cell's new state. Release: the caller's writes to
     /// the block happen before its next owner's. An RMW, not the paper's store: other nodes
     /// of a bunch change concurrently.
-    fn clear(&self, at: Place) -> u64 {
+    fn clear(&self, at: Place) -> State {
         let keep = Self::S.clear_mask(at.j);
         let now = self
             .cell(at.level, at.cell)
@@ -349,15 +411,10 @@ impl<K: Kind> Forest<K> {
     /// occupies the child will unmark it (an allocation through its free or rollback, a
     /// free through its own UNMARK, which finds this coalescing bit still set).
     ///
-    /// Residual window (ABA of the generation): a generation has 27 bits (1-level) or 17
-    /// bits (bunches). A free stalled between its reading (its coalescing mark, or the
-    /// refusing CAS) and its unlinking CAS at a cell, while exactly a multiple of 2^27 (or
-    /// 2^17 = 131 072) allocation marks land on that one cell and the coalescing bit is set
-    /// again at the end, is not detected and can still unlink a live branch. At some 10 ns a
-    /// mark, 2^17 marks on one cell take over a millisecond of back-to-back allocations
-    /// through it, so a bunch free preempted for that long under such traffic is exposed;
-    /// the 1-level tree needs 2^27 (over a second).
-    fn unmark(&self, at: Place, now: u64, stop: usize, seen: &Seen) {
+    /// Equal generations mean that no mark came in between, because a generation does not
+    /// wrap: 59 bits per 1-level node, 64 per bunch, so coming back to a value takes 2^59
+    /// marks of one cell, over 18 years of them back to back (module docs of `nbbs`).
+    fn unmark(&self, at: Place, now: State, stop: usize, seen: &Seen) {
         if !Self::S.looks_free(now) {
             return;
         }
@@ -480,7 +537,7 @@ impl<K: Kind> Forest<K> {
 
     /// The cell states, for failure reports.
     #[cfg(all(test, loom))]
-    pub fn dump(&self) -> Vec<u64> {
+    pub fn dump(&self) -> Vec<State> {
         self.cells
             .iter()
             .map(|c| c.load(Ordering::Relaxed))
@@ -585,6 +642,28 @@ impl<K: Kind> BlockAlloc for Forest<K> {
     fn max_order(&self) -> u32 {
         self.max_order
     }
+
+    /// TRYALLOC (Alg. 3) on the node of the block: it succeeds only if neither the node, nor
+    /// a node below it, nor an ancestor is occupied.
+    fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        check_block(index, order, self.max_order, self.units)?;
+        self.try_alloc(Node {
+            order,
+            pos: index >> order,
+        })
+        .map_err(|_| Error::Occupied)?;
+        self.cores.slot(core).allocated(1 << order);
+        Ok(())
+    }
+
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        if index >= self.units {
+            return Err(Error::OutOfRange);
+        }
+        Ok((0..=self.max_order)
+            .map(|order| (index & !((1 << order) - 1), order))
+            .find(|&(start, order)| self.is_allocated(start, order)))
+    }
 }
 
 #[cfg(all(test, not(loom)))]
@@ -594,14 +673,21 @@ mod tests {
     /// A free's UNMARK stalls after its clear while its units are allocated again: V takes
     /// unit 0 and starts freeing it, Y takes unit 1 and completes, then V's coalescing mark
     /// lands above Y's marks and the stalled UNMARK finds it. The published UNMARK clears
-    /// the link to Y's branch, making the root look free while Y holds unit 1.
-    fn stale_unmark_races_realloc<K: Kind>(units: usize, max_order: u32) {
+    /// the link to Y's branch, making the root look free while Y holds unit 1. Before V,
+    /// unit 0 is allocated and freed `reallocs` times: with V's and Y's, `reallocs + 2`
+    /// marks land above X's cell during the stall, which a generation wrapping at that
+    /// count would not notice.
+    fn stale_unmark_races_realloc<K: Kind>(units: usize, max_order: u32, reallocs: usize) {
         let f = Forest::<K>::new(Config::new(units, max_order)).unwrap();
         let s = K::SHAPE;
         assert_eq!(f.alloc(1, 0), Ok(0));
         // X: frees the order-1 block at 0 up to its clear (F20), then stalls.
         let x = f.place(Node { order: 1, pos: 0 });
         let stalled = f.free_until_unmark(0, 1);
+        for _ in 0..reallocs {
+            assert_eq!(f.alloc(0, 0), Ok(0));
+            f.free(0, 0, 0).unwrap();
+        }
         // V: allocates unit 0 and marks its free coalescing up to X's cell.
         assert_eq!(f.alloc(0, 0), Ok(0));
         let v = f.place(Node { order: 0, pos: 0 });
@@ -624,7 +710,9 @@ mod tests {
         f.count_free(Node { order: 0, pos: 0 }, 0);
         // X: its UNMARK resumes.
         f.resume(stalled, 0);
-        assert_eq!(f.alloc(max_order, 0), Err(Error::OutOfMemory));
+        if let Ok(top) = f.alloc(max_order, 0) {
+            panic!("top block {top} allocated while unit 1 is held");
+        }
         f.free(1, 0, 0).unwrap();
         assert_eq!(f.free_units(), units);
         let top = f.alloc(max_order, 0).unwrap();
@@ -645,7 +733,33 @@ mod tests {
 
     #[test]
     fn stale_unmark_cannot_free_a_reused_branch() {
-        stale_unmark_races_realloc::<FourLevel>(32, 5);
-        stale_unmark_races_realloc::<OneLevel>(4, 2);
+        for reallocs in [0, 2, 6, 1000] {
+            stale_unmark_races_realloc::<FourLevel>(32, 5, reallocs);
+            stale_unmark_races_realloc::<OneLevel>(4, 2, reallocs);
+        }
+    }
+
+    /// The replay catches a generation that wraps: with 2 bits, the 4 marks of 2 reallocations
+    /// and V's and Y's bring it back to X's value.
+    #[test]
+    #[should_panic(expected = "allocated while unit 1 is held")]
+    fn stale_unmark_replay_catches_a_narrow_generation_one_level() {
+        stale_unmark_races_realloc::<Narrow<1, 2>>(4, 2, 2);
+    }
+
+    #[test]
+    #[should_panic(expected = "allocated while unit 1 is held")]
+    fn stale_unmark_replay_catches_a_narrow_generation_bunch() {
+        stale_unmark_races_realloc::<Narrow<4, 2>>(32, 5, 2);
+    }
+
+    /// The generation check is what refuses the stale UNMARK: short of a wrap, the narrow
+    /// cells pass the replay too.
+    #[test]
+    fn narrow_generation_refuses_short_of_a_wrap() {
+        for reallocs in [0, 1, 3] {
+            stale_unmark_races_realloc::<Narrow<1, 2>>(4, 2, reallocs);
+            stale_unmark_races_realloc::<Narrow<4, 2>>(32, 5, reallocs);
+        }
     }
 }

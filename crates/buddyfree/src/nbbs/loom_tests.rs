@@ -11,7 +11,8 @@ use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;
 
-use super::forest::{Forest, FourLevel, Kind, OneLevel};
+use super::cell::State;
+use super::forest::{Forest, FourLevel, Kind, Narrow, OneLevel};
 use super::{Nbbs, Nbbs4};
 use crate::{BlockAlloc, Config, Error};
 
@@ -19,17 +20,17 @@ type Build = fn(Config) -> Box<dyn Dump>;
 
 /// An allocator whose cells can be printed when a check fails.
 trait Dump: BlockAlloc + Send {
-    fn dump(&self) -> Vec<u64>;
+    fn dump(&self) -> Vec<State>;
 }
 
 impl Dump for Nbbs {
-    fn dump(&self) -> Vec<u64> {
+    fn dump(&self) -> Vec<State> {
         self.0.dump()
     }
 }
 
 impl Dump for Nbbs4 {
-    fn dump(&self) -> Vec<u64> {
+    fn dump(&self) -> Vec<State> {
         self.0.dump()
     }
 }
@@ -236,11 +237,36 @@ fn loom_nbbs_stale_unmark() {
     // check, unlinks Y's branch, so the top block can be allocated while Y holds unit 1.
     // Both layouts with the block's link between two cells: `Nbbs` on 4 units, `Nbbs4` on 32
     // units of 6 levels (orders 0-1 in cells below the root cell).
-    stale_unmark::<OneLevel>(4, 2);
-    stale_unmark::<FourLevel>(32, 5);
+    stale_unmark::<OneLevel>(4, 2, 1);
+    stale_unmark::<FourLevel>(32, 5, 1);
 }
 
-fn stale_unmark<K: Kind>(units: usize, max_order: u32) {
+#[test]
+fn loom_nbbs_stale_unmark_over_reallocations() {
+    // The same race with V reallocating unit 0 three times, so that 4 marks (V's 3 and Y's)
+    // can land above X's block while X's UNMARK is stalled: a generation that came back to
+    // X's value after them would let X unlink Y's branch (the narrow-generation test below).
+    stale_unmark::<OneLevel>(4, 2, 3);
+    stale_unmark::<FourLevel>(32, 5, 3);
+}
+
+#[test]
+#[should_panic(expected = "top block")]
+fn loom_nbbs_stale_unmark_catches_a_narrow_generation_one_level() {
+    // The model is strong enough to see a wrap: a 2-bit generation is back where X read it
+    // after V's 3 marks and Y's, and loom finds the schedule that double-allocates.
+    stale_unmark::<Narrow<1, 2>>(4, 2, 3);
+}
+
+#[test]
+#[should_panic(expected = "top block")]
+fn loom_nbbs_stale_unmark_catches_a_narrow_generation_bunch() {
+    stale_unmark::<Narrow<4, 2>>(32, 5, 3);
+}
+
+/// X's UNMARK, stalled after its clear, races V, which allocates and frees a unit of X's
+/// block `reallocs` times, and Y, which allocates the other unit.
+fn stale_unmark<K: Kind>(units: usize, max_order: u32, reallocs: usize) {
     let mut model = loom::model::Builder::new();
     model.preemption_bound = Some(2);
     model.check(move || {
@@ -258,8 +284,10 @@ fn stale_unmark<K: Kind>(units: usize, max_order: u32) {
         let x = thread::spawn(move || fx.resume(stalled, 0));
         let fv = f.clone();
         let v = thread::spawn(move || {
-            if let Ok(i) = fv.alloc(0, 0) {
-                fv.free(i, 0, 0).unwrap();
+            for _ in 0..reallocs {
+                if let Ok(i) = fv.alloc(0, 0) {
+                    fv.free(i, 0, 0).unwrap();
+                }
             }
         });
         let fy = f.clone();

@@ -1,15 +1,16 @@
 //! NBBS, the non-blocking buddy system of Marotta, Ianni, Pellegrini and Quaglia
-//! (`papers/nbbs-tc.md`, Sections 3-4): a complete binary tree of node states updated only by
+//! ([IEEE TC 2022](crate#references), Sections 3-4): a complete binary tree of node states updated only by
 //! CAS, with allocation by reserving a free node and marking its ancestors, and release by
 //! marking the ancestors coalescing, clearing the node and unmarking.
 //!
 //! Two layouts share one implementation (module `forest`, generic over a cell of `K` levels,
 //! module `cell`):
-//! - [`Nbbs`]: the 1-level tree, one `AtomicU32` per node: 5 state bits and a 27-bit
-//!   generation, about 8 bytes per unit (2 nodes per unit; no reverse map: `free` takes the
-//!   order).
-//! - [`Nbbs4`]: 4-level bunches (3.6.2), 15 nodes per `AtomicU64` (47 state bits and a
-//!   17-bit generation), so a climb does one CAS per four levels.
+//! - [`Nbbs`]: the 1-level tree, one `AtomicU64` per node: 5 state bits and a 59-bit
+//!   generation, about 16 bytes per unit (2 nodes per unit; no reverse map: `free` takes the
+//!   order): 4 MiB per GiB of 4 KiB units.
+//! - [`Nbbs4`]: 4-level bunches (3.6.2), 15 nodes per 128-bit cell (47 state bits and a
+//!   64-bit generation, updated by a double-width CAS), so a climb does one CAS per four
+//!   levels: 2.1 MiB per GiB of 4 KiB units with `max_order` 9, 1.1 MiB with 18.
 //!
 //! The managed units form a forest of `ceil(units / 2^max_order)` trees of height `max_order`
 //! (the paper's `base_level` is the roots); a last partial tree has its missing units
@@ -27,9 +28,27 @@
 //!   the second free's coalescing bit looks like the first one's. Every mark bumps a
 //!   per-cell generation; UNMARK clears a link only if the generation is the one it read
 //!   before it found the child free, and otherwise re-checks the child (`Forest::unmark`
-//!   has the argument and the residual wrap-around window: 2^27 or 2^17 marks on one cell
-//!   during one stalled UNMARK step). Found by the unit test
-//!   `stale_unmark_cannot_free_a_reused_branch` and the loom test `loom_nbbs_stale_unmark`.
+//!   has the argument). Found by the unit test `stale_unmark_cannot_free_a_reused_branch`
+//!   and the loom test `loom_nbbs_stale_unmark`.
+//!
+//!   The generation is what makes the check sound, so it is as wide as a word allows and
+//!   does not wrap: 59 bits in a 1-level node, a full 64 bits beside the 47 state bits of a
+//!   bunch (hence its 128-bit cell). A stale UNMARK could only pass if the generation came
+//!   back to the value it read, i.e. after 2^59 (or 2^64) marks of that one cell while it
+//!   was stalled. The marks of a cell are successful RMWs on one cache line, which the
+//!   hardware serialises, at well under one per nanosecond: 2^59 of them take over 18 years
+//!   of back-to-back marking of that cell (2^64: over 580 years), longer than any run of
+//!   the allocator, stalled or not. Narrower generations did wrap within milliseconds
+//!   (17 bits); tests with a deliberately 2-bit generation (`Narrow` in module `forest`)
+//!   show that the replay and the loom model `loom_nbbs_stale_unmark_over_reallocations`
+//!   catch a wrap, and the real cells pass them.
+//!
+//!   The cost: cells twice as wide, and on x86_64 a `cmpxchg16b` (selected at run time)
+//!   for every change of a bunch; single-threaded, an `Nbbs4` alloc+free pair takes about
+//!   1.5-2x as long as with 64-bit cells and an `Nbbs` pair about 1.1x (`nbbs_timing`).
+//!   Builds that may assume the instruction (`-C target-feature=+cmpxchg16b`, or a
+//!   `target-cpu` that has it) inline it and skip the run-time selection, about a tenth of
+//!   the cost.
 //! - Every refusal of a CAS step is confirmed by an RMW: the paper assumes sequential
 //!   consistency, and a stale plain read made UNMARK give up and strand an occupied bit
 //!   (found by loom). UNMARK also goes on over a cell that is free even when its own
@@ -49,6 +68,7 @@ mod forest;
 mod loom_tests;
 mod word;
 
+use crate::table::Metadata;
 use crate::{BlockAlloc, Config, Error};
 use forest::{Forest, FourLevel, OneLevel};
 
@@ -59,11 +79,34 @@ macro_rules! nbbs_type {
 
         impl $name {
             /// An allocator of `config.units` free units, blocks up to `2^config.max_order`
-            /// units, with free-slot hints for `config.cores` cores.
+            /// units, with free-slot hints for `config.cores` cores; its metadata on the heap.
+            ///
+            #[doc = concat!("```\nuse buddyfree::{BlockAlloc, Config, ", stringify!($name), "};\n")]
+            #[doc = concat!("let frames = ", stringify!($name), "::new(Config::new(1 << 12, 9).with_cores(2))?;")]
+            /// let huge = frames.alloc(9, 0)?;
+            /// frames.free(huge, 9, 1)?;
+            /// # Ok::<(), buddyfree::Error>(())
+            /// ```
+            #[cfg(feature = "alloc")]
             pub fn new(config: Config) -> Result<Self, Error> {
                 Forest::new(config).map($name)
             }
+
+            fn build(
+                config: Config,
+                parts: forest::Parts<$kind>,
+                meta: &Metadata,
+            ) -> Result<Self, Error> {
+                Forest::build(config, parts, meta).map($name)
+            }
         }
+
+        caller_metadata!(
+            $name,
+            Forest::<$kind>::plan,
+            $name::build,
+            example: stringify!($name), "BlockAlloc", "let a", "alloc(3, 0)", "free(block, 3, 0)"
+        );
 
         impl BlockAlloc for $name {
             #[inline]
@@ -82,6 +125,18 @@ macro_rules! nbbs_type {
             }
             fn max_order(&self) -> u32 {
                 self.0.max_order()
+            }
+            /// The same as `alloc`: NBBS never waits for another thread. Its scan is
+            /// repeated only when frees completed meanwhile (Alg. 2, A15), each of them
+            /// progress of another thread.
+            fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+                self.0.alloc(order, core)
+            }
+            fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+                self.0.alloc_at(index, order, core)
+            }
+            fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+                self.0.block_of(index)
             }
         }
     };

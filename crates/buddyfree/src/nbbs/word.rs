@@ -1,27 +1,35 @@
 //! The atomic words that hold cell states, and the one CAS loop every protocol step goes
 //! through.
+//!
+//! A 4-level bunch needs 47 state bits and a 64-bit generation, so its word is 128 bits wide
+//! ([`AtomicU128`]), updated only as a whole: every access to a cell is an access of the
+//! cell's full width, never of one half.
 
-use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use super::cell::State;
+use crate::sync::atomic::{AtomicU64, Ordering};
 
-/// An atomic word holding one cell's state, seen as a `u64` whatever its width, so that the
-/// protocol is written once for 1-level nodes (`AtomicU32`) and 4-level bunches (`AtomicU64`).
+/// An atomic word holding one cell's state, seen as a [`State`] whatever its width, so that
+/// the protocol is written once for 1-level nodes (`AtomicU64`) and 4-level bunches
+/// ([`AtomicU128`]).
 pub trait Word: Send + Sync {
+    /// The word's width: a cell's [`Shape::width`](super::cell::Shape::width) must fit.
+    const BITS: u32;
     /// A word holding `value`.
-    fn new(value: u64) -> Self;
+    fn new(value: State) -> Self;
     /// Atomic load.
-    fn load(&self, order: Ordering) -> u64;
+    fn load(&self, order: Ordering) -> State;
     /// Atomic OR, returning the previous state.
-    fn fetch_or(&self, bits: u64, order: Ordering) -> u64;
+    fn fetch_or(&self, bits: State, order: Ordering) -> State;
     /// Atomic AND, returning the previous state.
-    fn fetch_and(&self, bits: u64, order: Ordering) -> u64;
+    fn fetch_and(&self, bits: State, order: Ordering) -> State;
     /// Weak compare-and-swap.
     fn compare_exchange_weak(
         &self,
-        current: u64,
-        new: u64,
+        current: State,
+        new: State,
         success: Ordering,
         failure: Ordering,
-    ) -> Result<u64, u64>;
+    ) -> Result<State, State>;
 
     /// Applies `step` to the state until a CAS installs its result: `Ok(new state)`, or
     /// `Err(state)` when `step` refuses the state with `None`.
@@ -36,8 +44,8 @@ pub trait Word: Send + Sync {
     fn try_update(
         &self,
         success: Ordering,
-        mut step: impl FnMut(u64) -> Option<u64>,
-    ) -> Result<u64, u64> {
+        mut step: impl FnMut(State) -> Option<State>,
+    ) -> Result<State, State> {
         let mut current = self.load(Ordering::Relaxed);
         loop {
             let new = step(current);
@@ -57,30 +65,31 @@ pub trait Word: Send + Sync {
 macro_rules! word {
     ($atomic:ty, $int:ty) => {
         impl Word for $atomic {
+            const BITS: u32 = <$int>::BITS;
             #[inline]
-            fn new(value: u64) -> Self {
+            fn new(value: State) -> Self {
                 <$atomic>::new(value as $int)
             }
             #[inline]
-            fn load(&self, order: Ordering) -> u64 {
-                <$atomic>::load(self, order) as u64
+            fn load(&self, order: Ordering) -> State {
+                <$atomic>::load(self, order) as State
             }
             #[inline]
-            fn fetch_or(&self, bits: u64, order: Ordering) -> u64 {
-                <$atomic>::fetch_or(self, bits as $int, order) as u64
+            fn fetch_or(&self, bits: State, order: Ordering) -> State {
+                <$atomic>::fetch_or(self, bits as $int, order) as State
             }
             #[inline]
-            fn fetch_and(&self, bits: u64, order: Ordering) -> u64 {
-                <$atomic>::fetch_and(self, bits as $int, order) as u64
+            fn fetch_and(&self, bits: State, order: Ordering) -> State {
+                <$atomic>::fetch_and(self, bits as $int, order) as State
             }
             #[inline]
             fn compare_exchange_weak(
                 &self,
-                current: u64,
-                new: u64,
+                current: State,
+                new: State,
                 success: Ordering,
                 failure: Ordering,
-            ) -> Result<u64, u64> {
+            ) -> Result<State, State> {
                 <$atomic>::compare_exchange_weak(
                     self,
                     current as $int,
@@ -88,12 +97,113 @@ macro_rules! word {
                     success,
                     failure,
                 )
-                .map(|v| v as u64)
-                .map_err(|v| v as u64)
+                .map(|v| v as State)
+                .map_err(|v| v as State)
             }
         }
     };
 }
 
-word!(AtomicU32, u32);
 word!(AtomicU64, u64);
+
+/// A 128-bit atomic cell.
+///
+/// Normally `portable_atomic::AtomicU128`: `cmpxchg16b` on x86_64 (detected at run time when
+/// the build does not assume it, loads by `vmovdqa` where AVX makes them atomic), `casp` or
+/// `ldxp`/`stxp` on aarch64, and elsewhere, or on a CPU without a double-width CAS, a
+/// lock-based fallback. `portable-atomic` rather than our own `asm!`: the detection, the
+/// `rbx` juggling `cmpxchg16b` needs, and the per-target fallbacks are already written and
+/// tested there, and it builds on stable Rust.
+///
+/// Under loom, and under ThreadSanitizer (`--cfg buddyfree_tsan`, which does not see inside
+/// inline assembly and would miss the cell's synchronisation), a value behind a lock that
+/// those tools do see. Every operation then orders as a lock does, at least as strongly as
+/// asked; the 64-bit cells of [`Nbbs`](super::Nbbs) run the same protocol code on plain
+/// atomics, so loom still checks the orderings it chooses.
+#[cfg(not(any(loom, buddyfree_tsan)))]
+pub struct AtomicU128(portable_atomic::AtomicU128);
+
+/// A 128-bit atomic cell: see the non-loom, non-TSan build for the real one.
+#[cfg(any(loom, buddyfree_tsan))]
+pub struct AtomicU128(Lock<u128>);
+
+#[cfg(loom)]
+type Lock<T> = loom::sync::Mutex<T>;
+#[cfg(all(buddyfree_tsan, not(loom)))]
+type Lock<T> = spin::Mutex<T>;
+
+#[cfg(not(any(loom, buddyfree_tsan)))]
+impl Word for AtomicU128 {
+    const BITS: u32 = u128::BITS;
+    #[inline]
+    fn new(value: State) -> Self {
+        AtomicU128(portable_atomic::AtomicU128::new(value))
+    }
+    #[inline]
+    fn load(&self, order: Ordering) -> State {
+        self.0.load(order)
+    }
+    #[inline]
+    fn fetch_or(&self, bits: State, order: Ordering) -> State {
+        self.0.fetch_or(bits, order)
+    }
+    #[inline]
+    fn fetch_and(&self, bits: State, order: Ordering) -> State {
+        self.0.fetch_and(bits, order)
+    }
+    #[inline]
+    fn compare_exchange_weak(
+        &self,
+        current: State,
+        new: State,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<State, State> {
+        self.0.compare_exchange_weak(current, new, success, failure)
+    }
+}
+
+#[cfg(any(loom, buddyfree_tsan))]
+impl AtomicU128 {
+    /// Runs `f` on the value under the lock.
+    fn with<R>(&self, f: impl FnOnce(&mut u128) -> R) -> R {
+        #[cfg(loom)]
+        let mut value = self.0.lock().unwrap();
+        #[cfg(not(loom))]
+        let mut value = self.0.lock();
+        f(&mut value)
+    }
+}
+
+#[cfg(any(loom, buddyfree_tsan))]
+impl Word for AtomicU128 {
+    const BITS: u32 = u128::BITS;
+    fn new(value: State) -> Self {
+        AtomicU128(Lock::new(value))
+    }
+    fn load(&self, _: Ordering) -> State {
+        self.with(|v| *v)
+    }
+    fn fetch_or(&self, bits: State, _: Ordering) -> State {
+        self.with(|v| core::mem::replace(v, *v | bits))
+    }
+    fn fetch_and(&self, bits: State, _: Ordering) -> State {
+        self.with(|v| core::mem::replace(v, *v & bits))
+    }
+    fn compare_exchange_weak(
+        &self,
+        current: State,
+        new: State,
+        _: Ordering,
+        _: Ordering,
+    ) -> Result<State, State> {
+        self.with(|v| {
+            if *v == current {
+                *v = new;
+                Ok(current)
+            } else {
+                Err(*v)
+            }
+        })
+    }
+}

@@ -355,6 +355,96 @@ pub fn stress_with(
     allocs.into_inner()
 }
 
+/// Raced double frees against allocations of other orders over the same units. Thread 0
+/// alone allocates blocks of `order`; it frees each one and then frees it again. The other
+/// threads fill the allocator with blocks of the other orders (up to `max_order`, at most 3),
+/// free them all and repeat, so that a block of theirs often covers the unit thread 0 has
+/// just freed. As nobody else allocates `order`, every second free must fail, and the
+/// ownership map catches any unit handed out twice. The allocator must be whole at the end.
+pub fn double_free_against_other_orders(
+    alloc: &dyn BlockAlloc,
+    threads: usize,
+    rounds: usize,
+    order: u32,
+) {
+    use std::sync::atomic::AtomicBool;
+    let others: Vec<u32> = (0..=alloc.max_order().min(3))
+        .filter(|&o| o != order)
+        .collect();
+    assert!(!others.is_empty(), "needs a second order");
+    let owners = Owners::new(alloc.total_units());
+    let done = AtomicBool::new(false);
+    let stamp_of = |index: usize, order: u32, t: usize| {
+        (index as u64) << 16 | (order as u64) << 8 | t as u64 | 1 << 63
+    };
+    run_threads(threads, |t| {
+        if t == 0 {
+            // Set even if this thread panics, so that the others stop and the panic shows.
+            struct Done<'a>(&'a AtomicBool);
+            impl Drop for Done<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, Ordering::Release);
+                }
+            }
+            let _done = Done(&done);
+            for _ in 0..rounds {
+                let Ok(index) = alloc.alloc(order, t) else {
+                    continue;
+                };
+                owners.claim(index, order, stamp_of(index, order, t));
+                owners.release(index, order, stamp_of(index, order, t));
+                alloc.free(index, order, t).unwrap();
+                match alloc.free(index, order, t) {
+                    Err(Error::NotAllocated | Error::OrderMismatch) => {}
+                    other => panic!("second free of ({index}, order {order}) gave {other:?}"),
+                }
+            }
+            return;
+        }
+        let mut mine = Vec::new();
+        let mut round = t;
+        while !done.load(Ordering::Acquire) {
+            let o = others[round % others.len()];
+            round += 1;
+            while let Ok(index) = alloc.alloc(o, t) {
+                owners.claim(index, o, stamp_of(index, o, t));
+                mine.push((index, o));
+                if done.load(Ordering::Relaxed) {
+                    break;
+                }
+            }
+            for (index, o) in mine.drain(..) {
+                owners.release(index, o, stamp_of(index, o, t));
+                alloc.free(index, o, t).unwrap();
+            }
+        }
+    });
+    assert_whole(alloc);
+}
+
+/// Stress at scale: rounds of [`stress`] (ownership-checked, cross-thread frees, the
+/// allocator whole after each) alternating with a [`double_free_race`] (orders cycling
+/// through `0..=max_order`), until at least `ops` allocator operations were made. Every
+/// successful allocation is freed exactly once, so two operations are counted for each;
+/// failed allocations and rejected double frees come on top. Returns the operations counted.
+pub fn stress_rounds(alloc: &dyn BlockAlloc, threads: usize, ops: usize, max_order: u32) -> usize {
+    /// Steps per thread and round: long enough to fill the allocator and churn it, short
+    /// enough that double-free races come often.
+    const ROUND_STEPS: usize = 100_000;
+    let steps = ROUND_STEPS.min(ops.div_ceil(threads)).max(1);
+    let mut done = 0;
+    let mut round = 0u32;
+    while done < ops {
+        done += 2 * stress(alloc, threads, steps, max_order);
+        let order = round % (max_order + 1);
+        let blocks = (alloc.total_units() >> order).min(256);
+        double_free_race(alloc, threads, blocks, order);
+        done += 2 * blocks;
+        round += 1;
+    }
+    done
+}
+
 /// Raced double frees: `threads` threads all free the same `blocks` blocks of `order`, in
 /// the same order, while nothing else allocates. Each block must be freed exactly once (one
 /// `Ok`, the rest `NotAllocated`), and the allocator must be whole afterwards.

@@ -103,6 +103,18 @@ pub fn units_needed(order: u32, threads: usize, p: &Params) -> usize {
     co.max(larson).max(p.rt.latency_units)
 }
 
+/// Its parameters with their values, for `--list`.
+pub fn parameters(p: &Params) -> String {
+    format!(
+        "{} steps per thread of Constant Occupancy and of the fragmented heap ({} units, {}% full, orders k..k+{FRAG_SPAN}); {} Larson generations of {} steps",
+        p.rt.latency_steps,
+        p.rt.latency_units,
+        p.rt.latency_fill_percent,
+        p.rt.latency_larson_generations,
+        p.larson_steps
+    )
+}
+
 /// Timed operations of one run (the fragmented pattern's failed allocations aside).
 pub fn timed_ops(threads: usize, p: &Params) -> usize {
     let co = nbbs::POOL_BLOCKS + 2 * p.rt.latency_steps;

@@ -1,4 +1,5 @@
-//! The real-time suite (`papers/realtime-buddy.txt` §3, and tail latency): what a real-time
+//! The real-time suite (Donahue et al., "Storage Allocation for Real-Time,
+//! Embedded Systems", EMSOFT 2001, §3, and tail latency): what a real-time
 //! user judges an allocator by, its worst cases rather than its throughput.
 //!
 //! - [`latency`]: each alloc's and free's own time, as percentiles, on Constant Occupancy,

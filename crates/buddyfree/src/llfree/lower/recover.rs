@@ -2,13 +2,14 @@
 //!
 //! The truth after a crash is what one atomic change of one word commits: the bit fields
 //! (orders 0..=8) and the huge and pair flags of the child entries (orders 9 and 10). The
-//! child counters (`free`, `multi`) are derived and rebuilt. The start table is persisted
-//! too and kept where it is consistent with the bits: an entry `order + 1` names a live
-//! block only if it is aligned, not inside another named block, and all its bits are taken.
+//! child counters are derived and rebuilt. The start table is persisted too and kept where
+//! it is consistent with the slots: an entry `order + 1` names a live block only if it is
+//! aligned, not inside another named block, and all its slots are `11`. Every other taken
+//! slot becomes an order-0 block (`01`).
 //!
 //! What a crash in the middle of an operation leaves, and what recovery makes of it:
 //! - an allocation that set its bits but not yet its start entry (orders 1..=8), or set only
-//!   some words (orders 7 and 8): the taken units are order-0 blocks nobody holds ("orphans",
+//!   some words (orders 6..=8): the taken units are order-0 blocks nobody holds ("orphans",
 //!   the paper's lost frames); a stale start entry over bits not all taken is cleared;
 //! - a free that claimed its start entry ([`FREEING`]) but had not cleared (all) its bits:
 //!   the entry is cleared, the units still taken are orphans. Recovery never frees a unit,
@@ -32,20 +33,18 @@ pub(crate) struct Corrupt {
     pub(crate) what: &'static str,
 }
 
-/// Start-table words per huge frame.
-const START_WORDS: usize = WORDS * 4;
-
 impl<W: WriteBack> Lower<W> {
     /// Rebuilds the child counters and cleans the start table from the bit fields and huge
-    /// flags. Returns the units allocated. Runs alone (no operation in flight). Every frame
-    /// is checked before any is changed, so a damaged lower level is reported untouched.
-    pub(crate) fn recover(&self, units: usize) -> Result<usize, Corrupt> {
+    /// flags of a zone of `units` units and blocks up to `max_order`. Returns the units
+    /// allocated. Runs alone (no operation in flight). Every frame is checked before any is
+    /// changed, so a damaged lower level is reported untouched.
+    pub(crate) fn recover(&self, units: usize, max_order: u32) -> Result<usize, Corrupt> {
         for h in (0..self.huges).map(HugeId) {
-            self.check_frame(h, units)?;
+            self.check_frame(h, units, max_order)?;
         }
         let mut allocated = 0;
         for h in (0..self.huges).map(HugeId) {
-            let (taken, child) = self.check_frame(h, units)?;
+            let (taken, child) = self.check_frame(h, units, max_order)?;
             let fixed = if child.huge() {
                 // Nothing names a block inside a huge frame.
                 for s in 0..START_WORDS {
@@ -60,7 +59,9 @@ impl<W: WriteBack> Lower<W> {
             } else {
                 allocated += taken;
                 let real = units.saturating_sub(h.first_unit()).min(HUGE_UNITS);
-                Child::with_counts(real - taken, self.rebuild_starts(h))
+                self.rebuild_starts(h);
+                self.rebuild_slots(h, real);
+                Child::with_free(real - taken)
             };
             let _ = self.update_child(h, |_| Some(fixed));
         }
@@ -68,9 +69,15 @@ impl<W: WriteBack> Lower<W> {
     }
 
     /// Checks what recovery trusts in frame `h`: the padding past the last unit is taken, a
-    /// huge frame has no taken bits and its pair flag a partner. Returns the taken units
-    /// (without padding) and the child entry.
-    fn check_frame(&self, h: HugeId, units: usize) -> Result<(usize, Child), Corrupt> {
+    /// huge frame has no taken bits and its pair flag a partner, and no block is above
+    /// `max_order` (one could never be freed). Returns the taken units (without padding) and
+    /// the child entry.
+    fn check_frame(
+        &self,
+        h: HugeId,
+        units: usize,
+        max_order: u32,
+    ) -> Result<(usize, Child), Corrupt> {
         let real = units.saturating_sub(h.first_unit()).min(HUGE_UNITS);
         let corrupt = |what| Corrupt { frame: h.0, what };
         let mut taken = 0;
@@ -80,9 +87,22 @@ impl<W: WriteBack> Lower<W> {
             if bits & padding != padding {
                 return Err(corrupt("a unit past the end is free"));
             }
-            taken += (bits & !padding).count_ones() as usize;
+            if bits >> 1 & !bits & LOW_BITS != 0 {
+                return Err(corrupt("a slot that is neither free nor taken"));
+            }
+            taken += taken_slots(bits & !padding) as usize;
         }
         let child = self.child(h);
+        let order = match (child.huge(), child.pair()) {
+            (true, true) => Some(HUGE_ORDER + 1),
+            (true, false) => Some(HUGE_ORDER),
+            // Start entries name orders up to 8: only a smaller limit needs them read.
+            _ if max_order < HUGE_ORDER - 1 => self.largest_start(h),
+            _ => None,
+        };
+        if order.is_some_and(|o| o > max_order) {
+            return Err(corrupt("a block above the largest order"));
+        }
         if child.huge() {
             let partner = HugeId(h.0 ^ 1);
             if taken != 0 || real != HUGE_UNITS {
@@ -97,10 +117,17 @@ impl<W: WriteBack> Lower<W> {
         Ok((taken, child))
     }
 
-    /// Clears every start entry of frame `h` that names no live block; returns the number of
-    /// live blocks of orders 1..=8 (the child's `multi`).
-    fn rebuild_starts(&self, h: HugeId) -> u32 {
-        let mut multi = 0;
+    /// The largest order a start entry of frame `h` names, if it names any.
+    fn largest_start(&self, h: HugeId) -> Option<u32> {
+        (0..START_WORDS)
+            .map(|s| self.start_word(h, s).load(Ordering::Relaxed))
+            .flat_map(|word| (0..STARTS_PER_WORD).map(move |e| word >> (4 * e) & 0xF))
+            .filter_map(live_order)
+            .max()
+    }
+
+    /// Clears every start entry of frame `h` that names no live block.
+    fn rebuild_starts(&self, h: HugeId) {
         // Blocks are aligned, so one that starts before a unit and covers it was seen last.
         let mut covered = 0;
         for s in 0..START_WORDS {
@@ -117,9 +144,8 @@ impl<W: WriteBack> Lower<W> {
                     Some(order)
                         if unit.is_multiple_of(1 << order)
                             && unit >= covered
-                            && self.all_taken(h, unit, order) =>
+                            && self.all_larger(h, unit, order) =>
                     {
-                        multi += 1;
                         covered = unit + (1 << order);
                     }
                     _ => kept &= !(0xF << (4 * e)),
@@ -129,16 +155,37 @@ impl<W: WriteBack> Lower<W> {
                 word.store(kept, Ordering::Relaxed);
             }
         }
-        multi
     }
 
-    /// Whether every unit of the block of `order` at unit `unit` of frame `h` is taken.
-    fn all_taken(&self, h: HugeId, unit: usize, order: u32) -> bool {
-        if order <= 6 {
-            let mask = block_mask(order) << (unit % 64);
-            self.bits(h, unit / 64).get() & mask == mask
+    /// Whether every slot of the block of `order` at unit `unit` of frame `h` is `11`.
+    fn all_larger(&self, h: HugeId, unit: usize, order: u32) -> bool {
+        if order <= WORD_ORDER {
+            let mask = block_mask(order + 1) << (unit % SLOTS * 2);
+            self.bits(h, unit / SLOTS).get() & mask == mask
         } else {
-            (unit / 64..unit / 64 + (1 << (order - 6))).all(|w| self.bits(h, w).get() == u64::MAX)
+            let first = unit / SLOTS;
+            (first..first + (1 << (order - WORD_ORDER))).all(|w| self.bits(h, w).get() == u64::MAX)
+        }
+    }
+
+    /// Makes every taken slot of frame `h` that no start entry names (cut-off operations)
+    /// an order-0 block, keeping the padding past `real` units.
+    fn rebuild_slots(&self, h: HugeId, real: usize) {
+        let mut named = [0u64; WORDS];
+        self.blocks_of(h, real, |unit, order| {
+            if order > 0 {
+                for u in unit..unit + (1 << order) {
+                    named[u / SLOTS] |= LARGER_SLOT << (u % SLOTS * 2);
+                }
+            }
+        });
+        for (w, named) in named.into_iter().enumerate() {
+            let word = self.bits(h, w);
+            let old = word.load(Ordering::Relaxed);
+            let fixed = (old | old >> 1) & LOW_BITS | named | padding(real, w);
+            if fixed != old {
+                word.store(fixed, Ordering::Relaxed);
+            }
         }
     }
 
@@ -157,19 +204,25 @@ impl<W: WriteBack> Lower<W> {
                 continue;
             }
             let real = units.saturating_sub(h.first_unit()).min(HUGE_UNITS);
-            let mut unit = 0;
-            while unit < real {
-                let index = h.first_unit() + unit;
-                if let Some(order) = live_order(self.start(index)) {
-                    f(index, order);
-                    unit += 1 << order;
-                } else {
-                    let (word, shift) = self.bit_of(index);
-                    if word.get() >> shift & 1 == 1 {
-                        f(index, 0);
-                    }
-                    unit += 1;
+            self.blocks_of(h, real, |unit, order| f(h.first_unit() + unit, order));
+        }
+    }
+
+    /// Calls `f(unit, order)` for every block of orders 0..=8 among the first `real` units of
+    /// frame `h`: start entries name orders 1..=8, and any other taken unit is an order-0
+    /// block.
+    fn blocks_of(&self, h: HugeId, real: usize, mut f: impl FnMut(usize, u32)) {
+        let mut unit = 0;
+        while unit < real {
+            let index = h.first_unit() + unit;
+            if let Some(order) = live_order(self.start(index)) {
+                f(unit, order);
+                unit += 1 << order;
+            } else {
+                if self.slot(index) != FREE_SLOT {
+                    f(unit, 0);
                 }
+                unit += 1;
             }
         }
     }
@@ -179,37 +232,12 @@ impl<W: WriteBack> Lower<W> {
     }
 }
 
-/// The order a start entry names a block of, if it names one (orders 1..=8).
-fn live_order(entry: u64) -> Option<u32> {
-    (2..=9).contains(&entry).then(|| entry as u32 - 1)
-}
-
-/// The bits of word `w` of a frame with `real` units that lie past its end.
-fn padding(real: usize, w: usize) -> u64 {
-    let first = w * 64;
-    if real <= first {
-        u64::MAX
-    } else if real >= first + 64 {
-        0
-    } else {
-        u64::MAX << (real - first)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use alloc::vec::Vec;
 
     use super::*;
-
-    #[test]
-    fn padding_marks_units_past_the_end() {
-        assert_eq!(padding(512, 7), 0);
-        assert_eq!(padding(0, 0), u64::MAX);
-        assert_eq!(padding(70, 1), u64::MAX << 6);
-        assert_eq!(padding(70, 0), 0);
-        assert_eq!(padding(70, 2), u64::MAX);
-    }
+    use crate::llfree::MAX_ORDER;
 
     /// A frame with a live order-3 block, an order-4 allocation cut off after its bits, a
     /// free of order 2 cut off after its claim, and a stale entry over free bits.
@@ -226,7 +254,7 @@ mod tests {
         let _ = lower.update_start(128, |_| Some(6));
         // The counters are wrong after a crash; recovery must not read them.
         let _ = lower.update_child(HugeId(0), |_| Some(Child::with_free(3)));
-        assert_eq!(lower.recover(1024), Ok(8 + 16 + 4));
+        assert_eq!(lower.recover(1024, MAX_ORDER), Ok(8 + 16 + 4));
         lower.assert_consistent();
         let mut blocks = Vec::new();
         lower.blocks(1024, |i, o| blocks.push((i, o)));
@@ -235,7 +263,6 @@ mod tests {
         want.extend((c..c + 4).map(|i| (i, 0)));
         want.sort();
         assert_eq!(blocks, want);
-        assert_eq!(lower.child(HugeId(0)).multi(), 1);
         assert_eq!(lower.free(a, 3), Ok(()));
         assert_eq!(lower.free(b + 1, 0), Ok(()));
     }
@@ -243,18 +270,40 @@ mod tests {
     #[test]
     fn recovery_rejects_impossible_states() {
         let lower = Lower::new(1000);
-        assert_eq!(lower.recover(1000), Ok(0));
+        assert_eq!(lower.recover(1000, MAX_ORDER), Ok(0));
         // A padding unit of the partial last frame freed.
-        lower.bits(HugeId(1), 7).store(0, Ordering::Relaxed);
-        assert_eq!(lower.recover(1000).unwrap_err().frame, 1);
+        lower.bits(HugeId(1), WORDS - 1).store(0, Ordering::Relaxed);
+        assert_eq!(lower.recover(1000, MAX_ORDER).unwrap_err().frame, 1);
         let lower = Lower::new(2048);
         let _ = lower.update_child(HugeId(2), |_| Some(Child::PAIR));
-        assert_eq!(lower.recover(2048).unwrap_err().frame, 2);
+        assert_eq!(lower.recover(2048, MAX_ORDER).unwrap_err().frame, 2);
         let lower = Lower::new(2048);
         assert_eq!(lower.alloc(HugeId(2), 10, 0), Some(1024));
         assert_eq!(lower.alloc(HugeId(0), 9, 0), Some(0));
-        assert_eq!(lower.recover(2048), Ok(1536));
+        assert_eq!(lower.recover(2048, MAX_ORDER), Ok(1536));
         lower.bits(HugeId(0), 3).store(1, Ordering::Relaxed);
-        assert_eq!(lower.recover(2048).unwrap_err().frame, 0);
+        assert_eq!(lower.recover(2048, MAX_ORDER).unwrap_err().frame, 0);
+    }
+
+    /// A zone whose header says a smaller largest order than its blocks have (damage that
+    /// fixed up the header's checksum): those blocks could never be freed.
+    #[test]
+    fn recovery_rejects_blocks_above_the_largest_order() {
+        let refused = |lower: &Lower, max_order| {
+            lower
+                .recover(2048, max_order)
+                .map_err(|c| (c.frame, c.what))
+        };
+        let above = "a block above the largest order";
+        let lower = Lower::new(2048);
+        assert_eq!(lower.alloc(HugeId(2), 10, 0), Some(1024));
+        assert_eq!(refused(&lower, 9), Err((2, above)));
+        let lower = Lower::new(2048);
+        assert_eq!(lower.alloc(HugeId(1), 9, 0), Some(512));
+        assert_eq!(refused(&lower, 8), Err((1, above)));
+        let a = lower.alloc(HugeId(0), 3, 0).unwrap();
+        assert_eq!(refused(&lower, 2), Err((0, above)));
+        assert_eq!(lower.recover(2048, 9), Ok(512 + 8));
+        assert_eq!(lower.free(a, 3), Ok(()));
     }
 }

@@ -72,7 +72,11 @@ impl FlushKind {
 fn cache_line() -> FlushKind {
     use core::arch::x86_64::{__cpuid, __cpuid_count};
     // The maximum leaf is checked first, so an old CPU is never asked for a leaf it lacks.
-    let leaf7 = (__cpuid(0).eax >= 7).then(|| __cpuid_count(7, 0));
+    // Compilers before the intrinsics became safe (the MSRV among them) declare them `unsafe`.
+    #[allow(unused_unsafe)]
+    // SAFETY: `cpuid` exists on every x86_64 processor and only reads identification
+    // registers; leaf 7 is asked for only when leaf 0 says it exists.
+    let leaf7 = unsafe { (__cpuid(0).eax >= 7).then(|| __cpuid_count(7, 0)) };
     match leaf7.map(|l| l.ebx) {
         Some(ebx) if ebx & 1 << 24 != 0 => FlushKind::Clwb,
         Some(ebx) if ebx & 1 << 23 != 0 => FlushKind::Clflushopt,

@@ -1,0 +1,409 @@
+//! Metadata tables in memory the allocator owns (the heap) or borrows (caller memory carved
+//! at boot, a file mapping).
+//!
+//! An allocator's metadata is a few tables. A [`Plan`] lays them out one after another, each
+//! at its alignment, and yields the [`Layout`] the whole needs; the same plan then places
+//! the tables, either in the caller's memory ([`Metadata::caller`]) or each in its own heap
+//! allocation ([`Metadata::heap`]). Size and placement come from one computation, so
+//! `metadata_layout` and the constructors cannot disagree.
+//!
+//! ```text
+//!  caller memory: | table 0 | pad | table 1 | pad | table 2 | ... unused ... |
+//!                 ^ aligned to the largest alignment of the tables
+//! ```
+
+use core::alloc::Layout;
+use core::marker::PhantomData;
+use core::mem::MaybeUninit;
+use core::ops::{Deref, DerefMut};
+use core::ptr::NonNull;
+
+use crate::{ConfigRule, Error};
+
+/// `len` values of `T` at a pointer: owned (a heap allocation freed on drop) or borrowed
+/// (memory that outlives the table). Either way the hot path indexes it like a boxed slice.
+pub(crate) struct Table<T> {
+    ptr: NonNull<T>,
+    len: usize,
+    /// Whether `ptr` is a heap allocation of `Layout::array::<T>(len)` made by this module.
+    #[cfg(feature = "alloc")]
+    owned: bool,
+}
+
+// SAFETY: a table is its values, like a `Box<[T]>`: it hands out references to them only
+// through `Deref` and `DerefMut`, and no other table or value aliases its memory.
+unsafe impl<T: Send> Send for Table<T> {}
+// SAFETY: as above.
+unsafe impl<T: Sync> Sync for Table<T> {}
+
+impl<T> Table<T> {
+    /// Writes `len` values made by `make` at `ptr` and takes them as a table.
+    ///
+    /// # Safety
+    /// `ptr` must be aligned for `T` and valid for writes of `len` values, and it must stay
+    /// valid, and used by nothing else, for as long as the table lives.
+    unsafe fn init(ptr: NonNull<T>, len: usize, mut make: impl FnMut(usize) -> T) -> Table<T> {
+        for i in 0..len {
+            // SAFETY: `i < len`, within the memory the caller vouches for.
+            unsafe { ptr.as_ptr().add(i).write(make(i)) };
+        }
+        Table {
+            ptr,
+            len,
+            #[cfg(feature = "alloc")]
+            owned: false,
+        }
+    }
+
+    /// The `len` values already at `ptr`, borrowed, taken as they are.
+    ///
+    /// # Safety
+    /// `ptr` must be aligned for `T`, valid for reads and writes of `len` initialised values
+    /// for as long as the table lives, and accessed by nothing else in this process other than
+    /// through shared references of the same type (for atomics: atomic operations).
+    #[cfg(all(feature = "persist", not(loom)))]
+    pub(crate) unsafe fn borrowed(ptr: NonNull<T>, len: usize) -> Table<T> {
+        Table {
+            ptr,
+            len,
+            #[cfg(feature = "alloc")]
+            owned: false,
+        }
+    }
+
+    /// `len` values made by `make`, in a heap allocation of their own
+    /// ([`crate::config::filled`]: a configuration too large fails rather than aborts).
+    #[cfg(feature = "alloc")]
+    pub(crate) fn filled(len: usize, make: impl FnMut(usize) -> T) -> Result<Table<T>, Error> {
+        let values = crate::config::filled(len, make)?;
+        // `Box` allocates nothing for no values or values of no size.
+        let owned = core::mem::size_of_val::<[T]>(&values) != 0;
+        Ok(Table {
+            ptr: NonNull::from(alloc::boxed::Box::leak(values)).cast::<T>(),
+            len,
+            owned,
+        })
+    }
+}
+
+impl<T> Deref for Table<T> {
+    type Target = [T];
+
+    #[inline(always)]
+    fn deref(&self) -> &[T] {
+        // SAFETY: `ptr` holds `len` initialised values for our lifetime (owned, or by the
+        // contract of the constructor that borrowed it).
+        unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T> DerefMut for Table<T> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as for `deref`; `&mut self` makes this the only access.
+        unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T> Drop for Table<T> {
+    fn drop(&mut self) {
+        let values = core::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len);
+        // SAFETY: the values are initialised and ours; nothing reads them after this.
+        unsafe { core::ptr::drop_in_place(values) };
+        #[cfg(feature = "alloc")]
+        if let (true, Ok(layout)) = (self.owned, Layout::array::<T>(self.len)) {
+            // SAFETY: an owned `ptr` is a leaked `Box<[T]>` of `len` values (`Table::filled`),
+            // which the global allocator allocated with this layout; freed only here, once.
+            unsafe { alloc::alloc::dealloc(self.ptr.as_ptr().cast(), layout) };
+        }
+    }
+}
+
+/// Where one table lies in a [`Plan`]: its offset in bytes and its length in values.
+pub(crate) struct Part<T> {
+    offset: usize,
+    len: usize,
+    kind: PhantomData<fn() -> T>,
+}
+
+/// The layout of an allocator's metadata: tables one after another, each at its alignment.
+pub(crate) struct Plan {
+    size: usize,
+    align: usize,
+}
+
+impl Plan {
+    pub(crate) const fn new() -> Plan {
+        Plan { size: 0, align: 1 }
+    }
+
+    /// Places a table of `len` values of `T` after the ones placed so far;
+    /// [`ConfigRule::MetadataOverflow`] if the metadata would not fit in the address space.
+    pub(crate) fn add<T>(&mut self, len: usize) -> Result<Part<T>, Error> {
+        let table = Layout::array::<T>(len).map_err(|_| ConfigRule::MetadataOverflow)?;
+        let offset = self
+            .size
+            .checked_next_multiple_of(table.align())
+            .ok_or(ConfigRule::MetadataOverflow)?;
+        self.size = offset
+            .checked_add(table.size())
+            .ok_or(ConfigRule::MetadataOverflow)?;
+        self.align = self.align.max(table.align());
+        Ok(Part {
+            offset,
+            len,
+            kind: PhantomData,
+        })
+    }
+
+    /// `N` tables of `len` values each, one after another.
+    pub(crate) fn add_each<T, const N: usize>(
+        &mut self,
+        len: usize,
+    ) -> Result<[Part<T>; N], Error> {
+        let all = self.add::<T>(len.checked_mul(N).ok_or(ConfigRule::MetadataOverflow)?)?;
+        Ok(core::array::from_fn(|i| Part {
+            offset: all.offset + i * len * core::mem::size_of::<T>(),
+            len,
+            kind: PhantomData,
+        }))
+    }
+
+    /// The bytes and alignment the tables need in caller memory.
+    pub(crate) fn layout(&self) -> Result<Layout, Error> {
+        Layout::from_size_align(self.size, self.align)
+            .map_err(|_| ConfigRule::MetadataOverflow.into())
+    }
+}
+
+/// The memory a [`Plan`]'s tables are made in.
+pub(crate) struct Metadata {
+    /// The caller's memory, checked against the plan; `None`: a heap allocation per table.
+    base: Option<NonNull<u8>>,
+}
+
+impl Metadata {
+    /// Each table in a heap allocation of its own.
+    #[cfg(feature = "alloc")]
+    pub(crate) const fn heap() -> Metadata {
+        Metadata { base: None }
+    }
+
+    /// The caller's `len` bytes at `base`, if they hold `plan`'s layout:
+    /// [`Error::MetadataMisaligned`] or [`Error::MetadataTooSmall`] otherwise.
+    ///
+    /// # Safety
+    /// `base` must be valid for reads and writes of `len` bytes, used by nothing else, for as
+    /// long as the tables made in it live.
+    pub(crate) unsafe fn caller(plan: &Plan, base: NonNull<u8>, len: usize) -> Result<Self, Error> {
+        let layout = plan.layout()?;
+        if !(base.as_ptr() as usize).is_multiple_of(layout.align()) {
+            return Err(Error::MetadataMisaligned);
+        }
+        if len < layout.size() {
+            return Err(Error::MetadataTooSmall);
+        }
+        Ok(Metadata { base: Some(base) })
+    }
+
+    /// The table `part` of the plan this memory was checked against, its values made by
+    /// `make` in place.
+    pub(crate) fn table<T>(
+        &self,
+        part: Part<T>,
+        make: impl FnMut(usize) -> T,
+    ) -> Result<Table<T>, Error> {
+        match self.base {
+            Some(base) => {
+                // SAFETY: `part` lies inside the plan's layout at an offset aligned for `T`,
+                // and `base` holds that layout (checked in `Metadata::caller`); the plan's
+                // parts do not overlap, so this table's memory is its own.
+                Ok(unsafe { Table::init(base.add(part.offset).cast::<T>(), part.len, make) })
+            }
+            #[cfg(feature = "alloc")]
+            None => Table::filled(part.len, make),
+            #[cfg(not(feature = "alloc"))]
+            None => unreachable!("heap metadata needs the `alloc` feature"),
+        }
+    }
+}
+
+/// The constructors over caller memory of an allocator `$name`, written once: an associated
+/// `metadata_layout`, `in_metadata` and `from_raw_metadata`, from the allocator's
+/// `$plan(config) -> Result<(Plan, Parts), Error>` and `$build(config, parts, &Metadata)`.
+/// The rest shapes the doc examples: the allocator's path in the crate, its trait, how the example binds the
+/// allocator, and its alloc and free calls.
+macro_rules! caller_metadata {
+    (
+        $name:ident, $plan:path, $build:path,
+        example: $path:expr, $trait:literal, $bind:literal, $alloc:literal, $free:literal
+    ) => {
+        impl $name {
+            /// The bytes and alignment of the metadata for `config`, for
+            #[doc = concat!("[`", stringify!($name), "::in_metadata`] and [`", stringify!($name), "::from_raw_metadata`];")]
+            /// [`Error::InvalidConfig`] for a configuration that cannot be built.
+            pub fn metadata_layout(config: Config) -> Result<core::alloc::Layout, Error> {
+                $plan(config)?.0.layout()
+            }
+
+            #[doc = concat!("As `", stringify!($name), "::new` (feature `alloc`), with the metadata in `meta`")]
+            /// (at least [`metadata_layout`](Self::metadata_layout) bytes at its alignment;
+            /// the memory is free again once the allocator is dropped): no heap allocation
+            /// at all. Memory too small or misaligned is [`Error::MetadataTooSmall`] or
+            /// [`Error::MetadataMisaligned`], with nothing written.
+            ///
+            /// ```
+            /// use core::mem::MaybeUninit;
+            #[doc = concat!("use buddyfree::{", $trait, ", Config};")]
+            #[doc = concat!("use buddyfree::", $path, ";")]
+            ///
+            /// // At boot: a static array (or memory carved from the memory map).
+            /// #[repr(C, align(128))]
+            /// struct Meta([MaybeUninit<u8>; 1 << 20]);
+            /// static mut META: Meta = Meta([MaybeUninit::uninit(); 1 << 20]);
+            ///
+            /// let config = Config::new(1 << 14, 10).with_cores(4);
+            #[doc = concat!("let layout = ", stringify!($name), "::metadata_layout(config)?;")]
+            /// assert!(layout.size() <= 1 << 20 && layout.align() <= 128);
+            /// // SAFETY: the one place that borrows the array.
+            /// let meta = unsafe { &mut (*core::ptr::addr_of_mut!(META)).0 };
+            #[doc = concat!($bind, " = ", stringify!($name), "::in_metadata(config, meta)?;")]
+            #[doc = concat!("let block = a.", $alloc, "?;")]
+            #[doc = concat!("a.", $free, "?;")]
+            /// # Ok::<(), buddyfree::Error>(())
+            /// ```
+            pub fn in_metadata(
+                config: Config,
+                meta: &'static mut [core::mem::MaybeUninit<u8>],
+            ) -> Result<Self, Error> {
+                $crate::table::build_in_static($plan(config), meta, |parts, meta| {
+                    $build(config, parts, meta)
+                })
+            }
+
+            #[doc = concat!("As [`", stringify!($name), "::in_metadata`], with the metadata in the `len` bytes at `meta`.")]
+            ///
+            /// # Safety
+            /// `meta` must be valid for reads and writes of `len` bytes, used by nothing else,
+            /// for as long as the allocator lives (the memory is free again once it is
+            /// dropped).
+            ///
+            /// ```
+            /// use core::ptr::NonNull;
+            #[doc = concat!("use buddyfree::{", $trait, ", Config};")]
+            #[doc = concat!("use buddyfree::", $path, ";")]
+            ///
+            /// let config = Config::new(1 << 16, 10);
+            #[doc = concat!("let layout = ", stringify!($name), "::metadata_layout(config)?;")]
+            /// // Memory carved at boot; here from the system allocator.
+            /// // SAFETY: the layout is not empty.
+            /// let meta = NonNull::new(unsafe { std::alloc::alloc(layout) }).unwrap();
+            /// // SAFETY: `layout.size()` bytes, ours alone until freed below.
+            #[doc = concat!($bind, " = unsafe { ", stringify!($name), "::from_raw_metadata(config, meta, layout.size())? };")]
+            #[doc = concat!("let block = a.", $alloc, "?;")]
+            #[doc = concat!("a.", $free, "?;")]
+            /// drop(a);
+            /// // SAFETY: allocated above with this layout; the allocator is gone.
+            /// unsafe { std::alloc::dealloc(meta.as_ptr(), layout) };
+            /// # Ok::<(), buddyfree::Error>(())
+            /// ```
+            pub unsafe fn from_raw_metadata(
+                config: Config,
+                meta: core::ptr::NonNull<u8>,
+                len: usize,
+            ) -> Result<Self, Error> {
+                // SAFETY: passed on to our caller.
+                unsafe {
+                    $crate::table::build_in($plan(config), meta, len, |parts, meta| {
+                        $build(config, parts, meta)
+                    })
+                }
+            }
+        }
+    };
+}
+
+/// Builds an allocator by `build` from its `plan` (its tables' layout and places) in the
+/// caller's `len` bytes at `base`, once they are checked to hold the layout: the body of
+/// every `from_raw_metadata`.
+///
+/// # Safety
+/// As for [`Metadata::caller`].
+pub(crate) unsafe fn build_in<P, A>(
+    plan: Result<(Plan, P), Error>,
+    base: NonNull<u8>,
+    len: usize,
+    build: impl FnOnce(P, &Metadata) -> Result<A, Error>,
+) -> Result<A, Error> {
+    let (plan, parts) = plan?;
+    // SAFETY: passed on to our caller.
+    let meta = unsafe { Metadata::caller(&plan, base, len)? };
+    build(parts, &meta)
+}
+
+/// [`build_in`] over a `'static` exclusive borrow: the body of every `in_metadata`.
+pub(crate) fn build_in_static<P, A>(
+    plan: Result<(Plan, P), Error>,
+    meta: &'static mut [MaybeUninit<u8>],
+    build: impl FnOnce(P, &Metadata) -> Result<A, Error>,
+) -> Result<A, Error> {
+    let len = meta.len();
+    let base = NonNull::from(meta).cast::<u8>();
+    // SAFETY: a `'static` exclusive borrow: valid for `len` bytes, forever, ours alone.
+    unsafe { build_in(plan, base, len, build) }
+}
+
+/// Builds an allocator by `build` from its `plan` with every table on the heap: the body of
+/// every convenience `new`.
+#[cfg(feature = "alloc")]
+pub(crate) fn build_on_heap<P, A>(
+    plan: Result<(Plan, P), Error>,
+    build: impl FnOnce(P, &Metadata) -> Result<A, Error>,
+) -> Result<A, Error> {
+    let (plan, parts) = plan?;
+    // The same configurations as in caller memory: none whose metadata the address space
+    // cannot hold, even though each table is allocated on its own.
+    plan.layout()?;
+    build(parts, &Metadata::heap())
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use alloc::boxed::Box;
+
+    #[test]
+    fn plan_aligns_each_table_and_checks_the_memory() {
+        let mut plan = Plan::new();
+        let bytes = plan.add::<u8>(3).unwrap();
+        let words = plan.add::<u64>(2).unwrap();
+        assert_eq!((bytes.offset, words.offset), (0, 8));
+        let layout = plan.layout().unwrap();
+        assert_eq!((layout.size(), layout.align()), (24, 8));
+        let mut memory = Box::new([0u64; 4]);
+        let base = NonNull::from(&mut *memory).cast::<u8>();
+        // SAFETY: `memory` outlives every use below.
+        unsafe {
+            assert!(matches!(
+                Metadata::caller(&plan, base, 23),
+                Err(Error::MetadataTooSmall)
+            ));
+            assert!(matches!(
+                Metadata::caller(&plan, base.add(1), 31),
+                Err(Error::MetadataMisaligned)
+            ));
+            let meta = Metadata::caller(&plan, base, 24).unwrap();
+            let t = meta.table(words, |i| i as u64 + 7).unwrap();
+            assert_eq!(*t, [7, 8]);
+        }
+        assert_eq!(memory[1..3], [7, 8]);
+    }
+
+    #[test]
+    fn plan_refuses_tables_past_the_address_space() {
+        let mut plan = Plan::new();
+        assert!(plan.add::<u64>(usize::MAX / 4).is_err());
+        plan.add::<u8>(usize::MAX / 2).unwrap();
+        assert!(plan.add::<u8>(usize::MAX / 2 + 2).is_err());
+    }
+}

@@ -1,0 +1,222 @@
+//! Zones: several allocators over disjoint ranges of one index space, as a kernel keeps one
+//! per NUMA node, or a small DMA32 zone below 4 GiB beside the rest.
+
+// Statistics only, never part of a protocol, so loom need not model them, and `Zone::new` can
+// stay `const` (loom's atomics are not).
+use crate::{BlockAlloc, ConfigRule, Error};
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+/// One zone: an allocator whose unit `i` is unit `first + i` of the whole index space.
+pub struct Zone<A> {
+    first: usize,
+    alloc: A,
+    served: AtomicUsize,
+    fell_back: AtomicUsize,
+    refused: AtomicUsize,
+}
+
+/// What a zone did since it was built.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ZoneStats {
+    /// Its first unit in the whole index space.
+    pub first: usize,
+    /// Its units.
+    pub units: usize,
+    /// Its free units now.
+    pub free: usize,
+    /// Allocations it served.
+    pub served: usize,
+    /// Of those, allocations that preferred another zone (which had no block).
+    pub fell_back: usize,
+    /// Allocations it was asked for and could not serve.
+    pub refused: usize,
+}
+
+impl<A> Zone<A> {
+    /// The allocator `alloc`, placed at unit `first` of the whole index space.
+    pub const fn new(first: usize, alloc: A) -> Self {
+        Zone {
+            first,
+            alloc,
+            served: AtomicUsize::new(0),
+            fell_back: AtomicUsize::new(0),
+            refused: AtomicUsize::new(0),
+        }
+    }
+
+    /// The zone's allocator.
+    pub fn allocator(&self) -> &A {
+        &self.alloc
+    }
+}
+
+/// `N` zones on disjoint, ascending index ranges. Allocation takes a preference order
+/// ([`Zones::alloc_from`]); frees, `alloc_at` and `block_of` are routed by index. As a
+/// [`BlockAlloc`] (so that memory maps, heaps and the registry's tests apply) it prefers the
+/// zones in order; indices between zones belong to none and are out of range.
+///
+/// ```
+/// use buddyfree::nbbs::Nbbs4;
+/// use buddyfree::zones::{Zone, Zones};
+/// use buddyfree::{BlockAlloc, Config};
+///
+/// // Node 0: frames 0..4096 (its first 1024 also the DMA zone), node 1: frames 8192..12288.
+/// let zones = Zones::new([
+///     Zone::new(0, Nbbs4::new(Config::new(1024, 10))?),
+///     Zone::new(1024, Nbbs4::new(Config::new(3072, 10))?),
+///     Zone::new(8192, Nbbs4::new(Config::new(4096, 10))?),
+/// ])?;
+/// let on_node1 = zones.alloc_from(&[2, 1, 0], 3, 0)?;
+/// assert!((8192..12288).contains(&on_node1));
+/// zones.free(on_node1, 3, 0)?; // routed by index
+/// assert_eq!(zones.stats()[2].served, 1);
+/// # Ok::<(), buddyfree::Error>(())
+/// ```
+pub struct Zones<A, const N: usize> {
+    zones: [Zone<A>; N],
+    max_order: u32,
+}
+
+impl<A: BlockAlloc, const N: usize> Zones<A, N> {
+    /// The zones, which must be in ascending order of `first` without overlapping
+    /// ([`ConfigRule::ZoneLayout`] otherwise, or for no zone at all).
+    pub fn new(zones: [Zone<A>; N]) -> Result<Self, Error> {
+        let ascending = zones.windows(2).all(|w| {
+            w[0].first
+                .checked_add(w[0].alloc.total_units())
+                .is_some_and(|end| end <= w[1].first)
+        });
+        let last_fits = zones
+            .last()
+            .is_some_and(|z| z.first.checked_add(z.alloc.total_units()).is_some());
+        if !ascending || !last_fits {
+            return Err(ConfigRule::ZoneLayout.into());
+        }
+        let max_order = zones.iter().map(|z| z.alloc.max_order()).max().unwrap_or(0);
+        Ok(Zones { zones, max_order })
+    }
+
+    /// Allocates a block of `order` from the first zone in `preference` that has one;
+    /// returns its index in the whole space. [`Error::OutOfMemory`] if none has; a zone
+    /// number past `N` is [`Error::OutOfRange`].
+    pub fn alloc_from(
+        &self,
+        preference: &[usize],
+        order: u32,
+        core: usize,
+    ) -> Result<usize, Error> {
+        let mut last = Error::OutOfMemory;
+        for (rank, &z) in preference.iter().enumerate() {
+            let zone = self.zones.get(z).ok_or(Error::OutOfRange)?;
+            match zone.alloc.alloc(order, core) {
+                Ok(index) => {
+                    zone.served.fetch_add(1, Ordering::Relaxed);
+                    if rank > 0 {
+                        zone.fell_back.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return Ok(zone.first + index);
+                }
+                Err(e) => {
+                    zone.refused.fetch_add(1, Ordering::Relaxed);
+                    // A zone too small for the order says BadOrder; the answer for the
+                    // whole request is the most telling one.
+                    if e != Error::BadOrder {
+                        last = e;
+                    }
+                }
+            }
+        }
+        Err(last)
+    }
+
+    /// The zone holding unit `index` and the unit's index inside it.
+    pub fn zone_of(&self, index: usize) -> Result<(usize, usize), Error> {
+        let z = self.zones.partition_point(|z| z.first <= index);
+        let zone = z.checked_sub(1).map(|z| (z, &self.zones[z]));
+        match zone {
+            Some((z, zone)) if index - zone.first < zone.alloc.total_units() => {
+                Ok((z, index - zone.first))
+            }
+            _ => Err(Error::OutOfRange),
+        }
+    }
+
+    /// Every zone's counters.
+    pub fn stats(&self) -> [ZoneStats; N] {
+        core::array::from_fn(|z| {
+            let zone = &self.zones[z];
+            ZoneStats {
+                first: zone.first,
+                units: zone.alloc.total_units(),
+                free: zone.alloc.free_units(),
+                served: zone.served.load(Ordering::Relaxed),
+                fell_back: zone.fell_back.load(Ordering::Relaxed),
+                refused: zone.refused.load(Ordering::Relaxed),
+            }
+        })
+    }
+
+    /// The zones.
+    pub fn zones(&self) -> &[Zone<A>; N] {
+        &self.zones
+    }
+
+    /// Runs `f` on the zone of `index` with the index inside it.
+    fn routed<T>(&self, index: usize, f: impl FnOnce(&Zone<A>, usize) -> T) -> Result<T, Error> {
+        let (z, inner) = self.zone_of(index)?;
+        Ok(f(&self.zones[z], inner))
+    }
+}
+
+impl<A: BlockAlloc, const N: usize> BlockAlloc for Zones<A, N> {
+    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        let mut last = Error::OutOfMemory;
+        for z in 0..N {
+            match self.alloc_from(&[z], order, core) {
+                Ok(index) => return Ok(index),
+                Err(Error::OutOfMemory) => {}
+                Err(e) => last = e,
+            }
+        }
+        Err(if order > self.max_order {
+            Error::BadOrder
+        } else {
+            last
+        })
+    }
+
+    fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        self.routed(index, |zone, inner| zone.alloc.free(inner, order, core))?
+    }
+
+    fn free_units(&self) -> usize {
+        self.zones.iter().map(|z| z.alloc.free_units()).sum()
+    }
+
+    /// The end of the last zone (units between zones are counted, though never free).
+    fn total_units(&self) -> usize {
+        self.zones
+            .last()
+            .map_or(0, |z| z.first + z.alloc.total_units())
+    }
+
+    fn max_order(&self) -> u32 {
+        self.max_order
+    }
+
+    fn drain(&self) {
+        self.zones.iter().for_each(|z| z.alloc.drain());
+    }
+
+    fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        self.routed(index, |zone, inner| zone.alloc.alloc_at(inner, order, core))?
+    }
+
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        self.routed(index, |zone, inner| {
+            zone.alloc
+                .block_of(inner)
+                .map(|b| b.map(|(start, order)| (zone.first + start, order)))
+        })?
+    }
+}

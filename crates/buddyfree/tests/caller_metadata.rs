@@ -1,0 +1,228 @@
+//! Caller metadata: the constructors over caller memory and a run of alloc/free on what they
+//! build allocate nothing (a global allocator that aborts on any use while armed), and
+//! `metadata_layout` is exactly what they need. Without the test harness, whose threads and
+//! output capture would allocate alongside.
+
+mod metadata;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::io::Write;
+use std::mem::MaybeUninit;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use buddyfree::{BlockAlloc, Config, ConfigRule, Error, MAX_CORES};
+use metadata::{each, leaked, CallerMetadata, Visit};
+
+/// Set around the code under test: any allocation or deallocation then aborts.
+static ARMED: AtomicBool = AtomicBool::new(false);
+
+/// The system allocator, refusing all use while [`ARMED`]. It aborts rather than panics: a
+/// global allocator must not unwind.
+struct NoHeap;
+
+impl NoHeap {
+    fn check(&self) {
+        if ARMED.swap(false, Ordering::SeqCst) {
+            let _ = std::io::stderr().write_all(b"heap used while armed: see the last step\n");
+            std::process::abort();
+        }
+    }
+}
+
+// SAFETY: forwards to `System` unchanged, when it does not abort.
+unsafe impl GlobalAlloc for NoHeap {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        self.check();
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        self.check();
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: NoHeap = NoHeap;
+
+/// Runs `f` with the heap forbidden.
+fn without_heap<T>(step: &str, f: impl FnOnce() -> T) -> T {
+    println!("  {step}");
+    ARMED.store(true, Ordering::SeqCst);
+    let out = f();
+    ARMED.store(false, Ordering::SeqCst);
+    out
+}
+
+/// Allocations and frees of every order with a fixed-size record of live blocks (no heap),
+/// bad frees included; ends with everything freed and checks the allocator is whole.
+fn churn(a: &dyn BlockAlloc, cores: usize) {
+    let mut live = [(0usize, 0u32); 64];
+    let mut n = 0;
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for step in 0..5000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let core = step % cores;
+        if n < live.len() && (n == 0 || !x.is_multiple_of(3)) {
+            let order = (x >> 8) as u32 % (a.max_order() + 1);
+            match a.alloc(order, core) {
+                Ok(index) => {
+                    live[n] = (index, order);
+                    n += 1;
+                }
+                Err(e) => assert_eq!(e, Error::OutOfMemory),
+            }
+        } else {
+            let k = (x >> 16) as usize % n;
+            let (index, order) = live[k];
+            live[k] = live[n - 1];
+            n -= 1;
+            a.free(index, order, core).unwrap();
+            assert_eq!(a.free(index, order, core), Err(Error::NotAllocated));
+        }
+    }
+    for &(index, order) in &live[..n] {
+        a.free(index, order, 0).unwrap();
+    }
+    a.drain();
+    assert_eq!(a.free_units(), a.total_units());
+    let top = a.alloc(a.max_order(), 0).unwrap();
+    a.free(top, a.max_order(), 0).unwrap();
+}
+
+/// A partial last tree or frame, orders up to 10, one and sixteen cores.
+const CONFIGS: [Config; 3] = [
+    Config::new((1 << 14) + 300, 10),
+    Config::new((1 << 14) + 300, 10).with_cores(16),
+    Config::new(1 << 12, 4).with_cores(3),
+];
+
+/// Builds over `config` in caller memory (both constructors) and churns, with the heap
+/// forbidden from construction to drop.
+struct NoAllocation;
+
+impl Visit for NoAllocation {
+    fn visit<A: CallerMetadata>(&mut self) {
+        println!("{}", A::NAME);
+        for config in CONFIGS {
+            let layout = A::metadata_layout(config).unwrap();
+            let meta = leaked(layout.size(), layout.align());
+            let raw = leaked(layout.size(), layout.align());
+            let raw = NonNull::new(raw.as_mut_ptr().cast::<u8>()).unwrap();
+            without_heap(&format!("{config:?}: in_metadata"), || {
+                let a = A::in_metadata(config, meta).unwrap().shared();
+                churn(&a, config.cores);
+            });
+            without_heap(&format!("{config:?}: from_raw_metadata"), || {
+                // SAFETY: leaked memory of the layout's size, used by nothing else.
+                let a = unsafe { A::from_raw_metadata(config, raw, layout.size()) };
+                churn(&a.unwrap().shared(), config.cores);
+            });
+        }
+    }
+}
+
+/// Fills `meta` with a pattern, so that a refused construction can be seen to write nothing.
+fn pattern(meta: &mut [MaybeUninit<u8>]) {
+    meta.fill(MaybeUninit::new(0x5a));
+}
+
+fn untouched(meta: &[MaybeUninit<u8>]) -> bool {
+    // SAFETY: every byte was written by `pattern` or by an allocator's initialisation.
+    meta.iter().all(|b| unsafe { b.assume_init() } == 0x5a)
+}
+
+/// `metadata_layout` is exactly what the constructors need: one byte less is refused, and so
+/// is memory off the alignment, without writing to it; the exact size works. Bad
+/// configurations are refused by all three.
+struct LayoutIsExact;
+
+impl Visit for LayoutIsExact {
+    fn visit<A: CallerMetadata>(&mut self) {
+        println!("{}", A::NAME);
+        for config in CONFIGS {
+            let layout = A::metadata_layout(config).unwrap();
+            assert!(layout.size() > 0 && layout.align().is_power_of_two());
+            let meta = leaked(layout.size() + layout.align(), layout.align());
+            let base = NonNull::new(meta.as_mut_ptr().cast::<u8>()).unwrap();
+            pattern(meta);
+            without_heap(&format!("{config:?}: refusals"), || {
+                // SAFETY: `meta` is leaked, ours alone, with `layout.size() + layout.align()`
+                // bytes from `base`.
+                let short = unsafe { A::from_raw_metadata(config, base, layout.size() - 1) };
+                assert_eq!(short.err(), Some(Error::MetadataTooSmall));
+                if layout.align() > 1 {
+                    // SAFETY: as above, one byte in.
+                    let misaligned =
+                        unsafe { A::from_raw_metadata(config, base.add(1), layout.size()) };
+                    assert_eq!(misaligned.err(), Some(Error::MetadataMisaligned));
+                }
+            });
+            assert!(
+                untouched(meta),
+                "a refused construction wrote to the memory"
+            );
+            let exact = leaked(layout.size(), layout.align());
+            without_heap(&format!("{config:?}: exact size"), || {
+                let a = A::in_metadata(config, exact).unwrap().shared();
+                assert_eq!(a.free_units(), config.units);
+            });
+        }
+        for (bad, rule) in [
+            (Config::new(0, 0), ConfigRule::NoUnits),
+            (Config::new(16, 5), ConfigRule::OrderAboveUnits),
+            (Config::new(16, 2).with_cores(0), ConfigRule::NoCores),
+            (
+                Config::new(16, 2).with_cores(MAX_CORES + 1),
+                ConfigRule::TooManyCores,
+            ),
+            (Config::new(usize::MAX, 3), ConfigRule::MetadataOverflow),
+        ] {
+            let refused = Some(Error::InvalidConfig(rule));
+            assert_eq!(A::metadata_layout(bad).err(), refused, "{bad:?}");
+            let meta = leaked(1 << 12, 1 << 8);
+            pattern(meta);
+            let base = NonNull::new(meta.as_mut_ptr().cast::<u8>()).unwrap();
+            // SAFETY: leaked, ours alone, 4096 bytes.
+            let r = unsafe { A::from_raw_metadata(bad, base, 1 << 12) };
+            assert_eq!(r.err(), refused, "{bad:?}");
+            assert!(untouched(meta));
+        }
+    }
+}
+
+/// Prints the metadata each allocator needs per GiB of 4 KiB units (orders up to 10), for the
+/// crate documentation.
+struct Sizes;
+
+impl Visit for Sizes {
+    fn visit<A: CallerMetadata>(&mut self) {
+        let per_gib = |cores| {
+            let units = (1 << 30) / 4096;
+            let one = A::metadata_layout(Config::new(units, 10).with_cores(cores)).unwrap();
+            let four = A::metadata_layout(Config::new(4 * units, 10).with_cores(cores)).unwrap();
+            (one.size(), four.size() / 4, one.align())
+        };
+        println!(
+            "{:10} 1 core: {:?}, 16 cores: {:?}",
+            A::NAME,
+            per_gib(1),
+            per_gib(16)
+        );
+    }
+}
+
+fn main() {
+    println!("no heap use:");
+    each(&mut NoAllocation);
+    println!("layouts:");
+    each(&mut LayoutIsExact);
+    println!("metadata per GiB of 4 KiB units (1 GiB, per GiB of 4 GiB, align):");
+    each(&mut Sizes);
+    println!("caller_metadata: ok");
+}

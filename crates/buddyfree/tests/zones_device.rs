@@ -1,0 +1,138 @@
+//! Zones (routing, preference, per-zone statistics, stress with gaps) and the device-memory
+//! heap (addresses only, frees without the size).
+
+mod common;
+
+use core::alloc::Layout;
+use std::collections::BTreeMap;
+
+use buddyfree::heap::{DeviceHeap, HeapError};
+use buddyfree::registry::{self, DynAlloc};
+use buddyfree::zones::{Zone, Zones};
+use buddyfree::{BlockAlloc, Config, Error};
+use common::{Owners, Rng};
+
+fn build(name: &str, units: usize, max_order: u32) -> DynAlloc {
+    (registry::find(name).unwrap().build)(Config::new(units, max_order).with_cores(2)).unwrap()
+}
+
+/// Three zones with gaps between them, of one registry allocator.
+fn zones(name: &str) -> Zones<DynAlloc, 3> {
+    Zones::new([
+        Zone::new(0, build(name, 1000, 6)),
+        Zone::new(1024, build(name, 3072, 6)),
+        Zone::new(8192, build(name, 2048, 6)),
+    ])
+    .unwrap()
+}
+
+const NAMES: [&str; 5] = [
+    "nbbs",
+    "nbbs4",
+    "llfree",
+    "knuth-locked",
+    "estranged-locked",
+];
+
+#[test]
+fn zones_route_by_index_and_fall_back_in_the_order_asked() {
+    for name in NAMES {
+        let z = zones(name);
+        let a = z.alloc_from(&[2, 0], 4, 0).unwrap();
+        assert!((8192..10240).contains(&a), "{name}");
+        assert_eq!(z.zone_of(a), Ok((2, a - 8192)));
+        assert_eq!(z.zone_of(1010), Err(Error::OutOfRange), "{name}: a gap");
+        assert_eq!(z.free(1010, 0, 0), Err(Error::OutOfRange));
+        assert_eq!(z.alloc_at(1010, 0, 0), Err(Error::OutOfRange));
+        // Fill zone 0, then ask it first: the request falls back to zone 1.
+        while z.zones()[0].allocator().alloc(0, 0).is_ok() {}
+        let b = z.alloc_from(&[0, 1], 0, 1).unwrap();
+        assert!((1024..4096).contains(&b), "{name}: {b}");
+        let stats = z.stats();
+        assert_eq!((stats[1].served, stats[1].fell_back), (1, 1), "{name}");
+        assert!(stats[0].refused >= 1);
+        assert_eq!(stats[2].free, 2048 - 16);
+        assert_eq!(z.order_at(a), Ok(4));
+        assert_eq!(z.block_of(a + 3), Ok(Some((a, 4))));
+        z.free(a, 4, 0).unwrap();
+        assert_eq!(z.free(a, 4, 0), Err(Error::NotAllocated));
+        assert_eq!(z.alloc_from(&[3], 0, 0), Err(Error::OutOfRange));
+    }
+    assert!(Zones::new([
+        Zone::new(100, build("nbbs", 64, 3)),
+        Zone::new(0, build("nbbs", 64, 3)),
+    ])
+    .is_err());
+}
+
+/// The shared stress over zones: units in the gaps are claimed in the ownership map, so a
+/// block handed out across a zone's end or in a gap fails the claim.
+#[test]
+fn zones_under_stress_keep_to_their_ranges() {
+    for name in NAMES {
+        let z = zones(name);
+        let owners = Owners::new(z.total_units());
+        for unit in (1000..1024).chain(4096..8192) {
+            owners.claim(unit, 0, u64::MAX);
+        }
+        common::stress_with(&z, &owners, 2, 3000, 5);
+        z.drain();
+        assert_eq!(z.free_units(), 1000 + 3072 + 2048, "{name}");
+    }
+}
+
+#[test]
+fn a_device_heap_hands_out_aligned_disjoint_addresses_and_frees_by_address() {
+    let base = 0x40_0000_0000u64;
+    for name in NAMES {
+        let heap = DeviceHeap::new(base, 4096, build(name, 4096, 10)).unwrap();
+        let mut rng = Rng::new(3);
+        let mut live: BTreeMap<u64, u64> = BTreeMap::new();
+        for step in 0..3000 {
+            if rng.below(3) > 0 || live.is_empty() {
+                let size = 1 + rng.below(40_000);
+                let align = 1 << rng.below(16);
+                let layout = Layout::from_size_align(size, align).unwrap();
+                match heap.alloc(layout, step % 2) {
+                    Ok(addr) => {
+                        assert_eq!(addr % align as u64, 0, "{name}");
+                        assert!(addr >= base && addr + size as u64 <= base + (4096 << 12));
+                        let len = 4096u64 << heap.order_of(layout).unwrap();
+                        let before = live.range(..addr + len).next_back();
+                        assert!(
+                            before.is_none_or(|(&a, &l)| a + l <= addr),
+                            "{name}: overlap"
+                        );
+                        live.insert(addr, len);
+                    }
+                    Err(HeapError::Block(Error::OutOfMemory)) => {}
+                    Err(e) => panic!("{name}: {e}"),
+                }
+            } else {
+                let pick = *live.keys().nth(rng.below(live.len())).unwrap();
+                let len = live.remove(&pick).unwrap();
+                assert_eq!(heap.order_at(pick), Ok((len / 4096).trailing_zeros()));
+                heap.free_at(pick, step % 2).unwrap();
+                assert_eq!(
+                    heap.free_at(pick, 0),
+                    Err(HeapError::Block(Error::NotAllocated))
+                );
+            }
+        }
+        for &addr in live.keys() {
+            heap.free_at(addr, 0).unwrap();
+        }
+        assert_eq!(heap.free_at(base - 4096, 0), Err(HeapError::Foreign));
+        assert_eq!(
+            heap.free_at(base + 1, 0),
+            Err(HeapError::Block(Error::Misaligned))
+        );
+        assert_eq!(
+            heap.free_at(base + (4096 << 12), 0),
+            Err(HeapError::Foreign)
+        );
+        common::assert_whole(heap.allocator());
+    }
+    assert!(DeviceHeap::new(4097, 4096, build("nbbs", 64, 3)).is_err());
+    assert!(DeviceHeap::new(u64::MAX - 4095, 4096, build("nbbs", 64, 3)).is_err());
+}

@@ -1,0 +1,269 @@
+//! buddyfree where a kernel uses it: no `std`, no heap, no global allocator, no C start-up.
+//!
+//! A static array stands in for physical memory and another for the allocators' metadata.
+//! From an e820-style memory map with holes and reserved ranges, the program builds `nbbs`,
+//! `nbbs4`, `llfree` and `knuth` in turn over caller metadata, reserves every frame, frees
+//! the usable ranges (ragged ends included), runs mixed-order allocation and free cycles and
+//! allocations at given frames, and checks that no block ever touches a hole or a reserved
+//! range and that every frame comes back. It prints `N passed, 0 failed` and exits 0, or
+//! names each failed check and exits 1.
+//!
+//! `cargo run --release -p freestanding` (Linux, x86_64).
+
+// `cargo clippy --all-targets` also checks this file as a test harness, with std: then the
+// entry, the panic handler and the personality are left out.
+#![cfg_attr(not(test), no_std)]
+#![cfg_attr(not(test), no_main)]
+#![cfg_attr(test, allow(dead_code))]
+
+mod report;
+mod sys;
+
+use core::cell::UnsafeCell;
+use core::ptr::NonNull;
+
+use buddyfree::buddy::Knuth;
+use buddyfree::llfree::LLFree;
+use buddyfree::nbbs::{Nbbs, Nbbs4};
+use buddyfree::{range, BlockAlloc, Config, Error, Locked};
+use report::Report;
+
+/// 4 KiB frames of "physical memory".
+const FRAMES: usize = 2048;
+const FRAME: usize = 4096;
+
+/// What the firmware says about a range of frames.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Usable,
+    Reserved,
+}
+
+/// The memory map, in frames: the real-mode page, a BIOS hole, the kernel image, ACPI
+/// tables, and MMIO at the top; the usable ranges start and end off any block boundary.
+const MAP: [(usize, usize, Kind); 9] = [
+    (0, 1, Kind::Reserved),
+    (1, 158, Kind::Usable),
+    (159, 97, Kind::Reserved),
+    (256, 44, Kind::Reserved),
+    (300, 1200, Kind::Usable),
+    (1500, 3, Kind::Reserved),
+    (1503, 401, Kind::Usable),
+    (1904, 17, Kind::Reserved),
+    (1921, 127, Kind::Usable),
+];
+
+/// Memory shared with nothing but this single-threaded program.
+#[repr(C, align(4096))]
+struct Static<const N: usize>(UnsafeCell<[u8; N]>);
+
+// SAFETY: the program has one thread.
+unsafe impl<const N: usize> Sync for Static<N> {}
+
+static PHYSICAL: Static<{ FRAMES * FRAME }> = Static(UnsafeCell::new([0; FRAMES * FRAME]));
+static METADATA: Static<{ 256 << 10 }> = Static(UnsafeCell::new([0; 256 << 10]));
+
+fn usable(frame: usize) -> bool {
+    MAP.iter()
+        .any(|&(start, len, kind)| kind == Kind::Usable && (start..start + len).contains(&frame))
+}
+
+fn usable_frames() -> usize {
+    MAP.iter()
+        .filter(|r| r.2 == Kind::Usable)
+        .map(|r| r.1)
+        .sum()
+}
+
+/// The stamp written into a block's first frame: its index and order.
+fn stamp(index: usize, order: u32) -> u64 {
+    (index as u64) << 8 | order as u64 | 0xB0D5 << 48
+}
+
+fn frame_word(frame: usize) -> *mut u64 {
+    // SAFETY: `frame < FRAMES`, so the offset stays inside the array.
+    unsafe { PHYSICAL.0.get().cast::<u8>().add(frame * FRAME).cast() }
+}
+
+/// A small xorshift generator (there is no `rand` here).
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+/// The boot sequence and the checks, on one allocator.
+fn exercise(name: &'static str, alloc: &dyn BlockAlloc, report: &mut Report) {
+    report.section(name);
+    report.check(
+        "every frame reserved",
+        range::reserve_all(alloc).is_ok() && alloc.free_units() == 0,
+    );
+    for &(start, len, kind) in &MAP {
+        if kind == Kind::Usable {
+            report.check(
+                "usable range freed",
+                alloc.free_range(start, len, 0).is_ok(),
+            );
+        }
+    }
+    report.check(
+        "free frames = usable frames",
+        alloc.free_units() == usable_frames(),
+    );
+    let reserved_still_held = (0..FRAMES)
+        .filter(|&f| !usable(f))
+        .all(|f| matches!(alloc.block_of(f), Ok(Some(_))));
+    report.check("reserved frames still allocated", reserved_still_held);
+
+    // Mixed-order cycles, every block checked against the map and stamped in memory.
+    let max_order = alloc.max_order().min(6);
+    let mut live = [(0usize, 0u32); 64];
+    let mut count = 0;
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut outside = 0;
+    let mut corrupted = 0;
+    let mut bad_frees = 0;
+    for _ in 0..20_000 {
+        if count < live.len() && rng.below(2) == 0 {
+            let order = rng.below(max_order as usize + 1) as u32;
+            if let Ok(index) = alloc.alloc(order, 0) {
+                if !(index..index + (1 << order)).all(usable) {
+                    outside += 1;
+                }
+                // SAFETY: a frame of the array; this program alone writes it.
+                unsafe { frame_word(index).write(stamp(index, order)) };
+                live[count] = (index, order);
+                count += 1;
+            }
+        } else if count > 0 {
+            let (index, order) = live[rng.below(count)];
+            // SAFETY: as above.
+            if unsafe { frame_word(index).read() } != stamp(index, order) {
+                corrupted += 1;
+            }
+            let pos = live[..count]
+                .iter()
+                .position(|&b| b == (index, order))
+                .unwrap_or(0);
+            live[pos] = live[count - 1];
+            count -= 1;
+            if alloc.free(index, order, 0).is_err()
+                || alloc.free(index, order, 0) != Err(Error::NotAllocated)
+            {
+                bad_frees += 1;
+            }
+        }
+    }
+    report.check("no block touched a hole or reserved range", outside == 0);
+    report.check("no block overlapped another", corrupted == 0);
+    report.check("frees exact, double frees refused", bad_frees == 0);
+    for &(index, order) in &live[..count] {
+        report.check("live block freed", alloc.free(index, order, 0).is_ok());
+    }
+
+    // Allocation at given frames.
+    report.check("alloc_at a free block", alloc.alloc_at(320, 4, 0).is_ok());
+    report.check(
+        "alloc_at a taken block refused",
+        alloc.alloc_at(320, 0, 0) == Err(Error::Occupied),
+    );
+    report.check(
+        "alloc_at in a reserved range refused",
+        alloc.alloc_at(160, 0, 0) == Err(Error::Occupied),
+    );
+    report.check("order known at a block start", alloc.order_at(320) == Ok(4));
+    report.check("alloc_at block freed", alloc.free(320, 4, 0).is_ok());
+    report.check(
+        "every frame came back",
+        alloc.free_units() == usable_frames(),
+    );
+}
+
+/// Builds an allocator over the metadata array, runs `exercise` on it and drops it.
+fn with_metadata<A: BlockAlloc>(
+    name: &'static str,
+    config: Config,
+    report: &mut Report,
+    layout: Result<core::alloc::Layout, Error>,
+    build: unsafe fn(Config, NonNull<u8>, usize) -> Result<A, Error>,
+) {
+    let fits = layout.is_ok_and(|l| l.size() <= 256 << 10 && l.align() <= 4096);
+    report.check("metadata fits the static array", fits);
+    let meta = NonNull::new(METADATA.0.get().cast::<u8>()).expect("a static");
+    // SAFETY: the array is valid for its length and used by one allocator at a time: the
+    // previous one was dropped at the end of its call.
+    match unsafe { build(config, meta, 256 << 10) } {
+        Ok(alloc) => exercise(name, &alloc, report),
+        Err(_) => report.check("built over caller metadata", false),
+    }
+}
+
+type KnuthLocked = Locked<Knuth, spin::Mutex<()>>;
+
+/// Knuth's buddy behind the kernel's lock of choice (here a spinlock).
+///
+/// # Safety
+/// As for [`Knuth::from_raw_metadata`].
+unsafe fn knuth(config: Config, meta: NonNull<u8>, len: usize) -> Result<KnuthLocked, Error> {
+    // SAFETY: passed on to our caller.
+    unsafe { Knuth::from_raw_metadata(config, meta, len) }.map(Locked::new)
+}
+
+/// Called by `_start` (see `sys.rs`).
+extern "C" fn main() -> ! {
+    let mut report = Report::default();
+    let config = Config::new(FRAMES, 10);
+    with_metadata(
+        "nbbs",
+        config,
+        &mut report,
+        Nbbs::metadata_layout(config),
+        Nbbs::from_raw_metadata,
+    );
+    with_metadata(
+        "nbbs4",
+        config,
+        &mut report,
+        Nbbs4::metadata_layout(config),
+        Nbbs4::from_raw_metadata,
+    );
+    with_metadata(
+        "llfree",
+        config,
+        &mut report,
+        LLFree::metadata_layout(config),
+        LLFree::from_raw_metadata,
+    );
+    with_metadata(
+        "knuth",
+        config,
+        &mut report,
+        Knuth::metadata_layout(config),
+        knuth,
+    );
+    sys::exit(report.finish())
+}
+
+/// The precompiled `core` names an unwinding personality; with `panic = "abort"` nothing
+/// ever unwinds, so it is never called.
+#[cfg(not(test))]
+#[no_mangle]
+extern "C" fn rust_eh_personality() {}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo) -> ! {
+    sys::write(2, b"panic");
+    if let Some(location) = info.location() {
+        sys::write(2, b" at ");
+        sys::write(2, location.file().as_bytes());
+    }
+    sys::write(2, b"\n");
+    sys::exit(101)
+}

@@ -1,0 +1,56 @@
+//! Random alloc / free / double-free / wrong-order / arbitrary-free sequences on every
+//! registered allocator, each checked step by step against the reference model by the test
+//! battery's own checker (`crates/buddyfree/tests/common`).
+//!
+//! Input: one byte picks the configuration, then 4 bytes per operation.
+
+#![no_main]
+
+use buddyfree::registry;
+use buddyfree::Config;
+use libfuzzer_sys::fuzz_target;
+
+#[path = "../../crates/buddyfree/tests/common/mod.rs"]
+mod common;
+
+use common::Op;
+
+/// Enough steps to fill and drain the small configurations, few enough to keep executions
+/// fast.
+const MAX_OPS: usize = 512;
+
+/// The operation mix of `common::ops`: mostly allocations and frees, some bad frees.
+fn decode(bytes: &[u8], units: usize) -> Vec<Op> {
+    bytes
+        .chunks_exact(4)
+        .take(MAX_OPS)
+        .map(|c| {
+            let (kind, a, b) = (c[0] % 18, usize::from(c[1]), u32::from(c[2]));
+            let wide = usize::from(u16::from_le_bytes([c[1], c[3]]));
+            match kind {
+                0..=7 => Op::Alloc(b),
+                8..=13 => Op::Free(a),
+                14 => Op::DoubleFree(a),
+                15 => Op::WrongOrder(a, b),
+                _ => Op::Arbitrary(wide % (units + 4), b),
+            }
+        })
+        .collect()
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&pick, rest)) = data.split_first() else {
+        return;
+    };
+    let (units, widest) = common::CONFIGS[usize::from(pick) % common::CONFIGS.len()];
+    let raw = decode(rest, units);
+    for entry in registry::entries() {
+        let max_order = widest.min(entry.max_order);
+        let config = Config::new(units, max_order).with_cores(3);
+        // A configuration the allocator refuses is an error value, which is all we ask.
+        let Ok(alloc) = (entry.build)(config) else {
+            continue;
+        };
+        common::check_against_model(&alloc, config, &common::clamp(&raw, max_order));
+    }
+});
