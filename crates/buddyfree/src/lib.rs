@@ -7,7 +7,8 @@
 //!
 //! The crate is `#![no_std]`. The `alloc` feature (on by default) puts metadata on the heap
 //! (the `new` constructors) and adds what needs a heap (the registry, list allocators, the
-//! model, defragmentation, the per-level and per-CPU baselines); the `std` feature (on by
+//! model, defragmentation, the per-level and per-CPU baselines, the per-core
+//! [`magazine`]s); the `std` feature (on by
 //! default, implies `alloc`) adds a thread-local [`core_hint`] and other conveniences.
 //!
 //! # Metadata from the caller
@@ -84,6 +85,8 @@ extern crate std;
 mod table;
 
 pub mod buddy;
+#[cfg(feature = "alloc")]
+mod cached;
 mod config;
 mod error;
 pub mod heap;
@@ -91,6 +94,8 @@ pub mod heap;
 pub mod list;
 pub mod llfree;
 pub mod locked;
+#[cfg(feature = "alloc")]
+pub mod magazine;
 #[cfg(feature = "alloc")]
 pub mod model;
 pub mod nbbs;

@@ -7,6 +7,7 @@ use crate::buddy::{Estranged, Knuth};
 use crate::list::{CasList, FirstFit, LockedList, PerCoreLists};
 use crate::llfree::LLFree;
 use crate::locked::{PerCpu, PerLevelSpin, PerLevelYield};
+use crate::magazine::Magazine;
 use crate::model::Model;
 use crate::{BlockAlloc, Config, Error, Locked, Nbbs, Nbbs4};
 
@@ -58,6 +59,18 @@ const ENTRIES: &[Entry] = &[
         about: "NBBS with 4-level bunches: 15 nodes per 64-bit word, one CAS per 4 levels",
         max_order: ANY_ORDER,
         build: |c| Ok(Box::new(Nbbs4::new(c)?)),
+    },
+    Entry {
+        name: "nbbs-magazine",
+        about: "nbbs behind per-core magazines of orders 0-3 (the NBBS paper's per-thread cache)",
+        max_order: ANY_ORDER,
+        build: |c| Ok(Box::new(Magazine::with_config(c, Nbbs::new)?)),
+    },
+    Entry {
+        name: "nbbs4-magazine",
+        about: "nbbs4 behind per-core magazines of orders 0-3 (the NBBS paper's per-thread cache)",
+        max_order: ANY_ORDER,
+        build: |c| Ok(Box::new(Magazine::with_config(c, Nbbs4::new)?)),
     },
     Entry {
         name: "knuth-locked",
@@ -112,6 +125,12 @@ const ENTRIES: &[Entry] = &[
         about: "LLFree (ATC'23): bit fields per 2 MiB, 64 MiB trees, per-core reservations; orders 0..=10",
         max_order: 10,
         build: |c| Ok(Box::new(LLFree::new(c)?)),
+    },
+    Entry {
+        name: "llfree-magazine",
+        about: "llfree behind per-core magazines of orders 0-3 (the NBBS paper's per-thread cache)",
+        max_order: 10,
+        build: |c| Ok(Box::new(Magazine::with_config(c, LLFree::new)?)),
     },
     Entry {
         name: "first-fit-locked",

@@ -200,6 +200,10 @@ fn every_scalable_and_bounded_time_allocator_takes_blocks_at_a_position() {
         "knuth-locked",
         "estranged-locked",
         "llfree",
+        "linux",
+        "nbbs-magazine",
+        "nbbs4-magazine",
+        "llfree-magazine",
     ] {
         assert!(names.contains(&want), "{want} missing from {names:?}");
     }

@@ -4,27 +4,35 @@
 //!
 //! ```text
 //!  PerCpu
-//!  ├── buddy:  Locked<A>              one spinlock, serialises every split and merge
-//!  ├── caches: [CachePadded<spin::Mutex<CoreCache>>; cores]
-//!  │             per cached order: a list of free blocks (allocated in the buddy)
-//!  └── states: [u8; units]            Free | Live(order) | Cached(order) per block start
+//!  └── Cached<Locked<A>>
+//!      ├── backend: Locked<A>           one spinlock, serialises every split and merge
+//!      ├── caches:  [CachePadded<spin::Mutex<CoreCache>>; cores]
+//!      │              per cached order: a list of free blocks (allocated in the buddy)
+//!      └── states:  [u8; units]         Free | Live(order) | Cached(order) per block start
 //! ```
 //!
-//! A block in a cache is allocated as far as the buddy knows, so the buddy cannot classify
-//! frees; `states` does, exactly, and one CAS there decides a raced double free. Locks are
-//! taken in the order cache, then buddy, and never two caches at once.
-
-mod cache;
-mod states;
-
-use alloc::boxed::Box;
+//! The caches and the table of block states are the crate's one per-core cache
+//! implementation (`cached`), shared with [`Magazine`](crate::magazine::Magazine): a block
+//! in a cache is allocated as far as the buddy knows, so the buddy cannot classify frees;
+//! `states` does, exactly, and one CAS there decides a raced double free. Locks are taken in
+//! the order cache, then buddy, and never two caches at once. Refills and spills take the
+//! buddy's lock once per batch.
 
 use lock_api::RawMutex;
 
-use crate::sync::CachePadded;
-use crate::{check_block, BlockAlloc, Config, ConfigRule, Error, Locked, SeqBlockAlloc};
-use cache::CoreCache;
-use states::{BlockStates, State};
+use crate::cached::{block_alloc_via_cached, Cached, Policy};
+use crate::{BlockAlloc, Config, Error, Locked, SeqBlockAlloc};
+
+/// Linux's per-CPU lists: orders 0–3 and the 2 MiB huge frame, order 9 (since 5.13; LLFree
+/// paper §2); a batch of 64 units (Linux's per-CPU batch is 63 pages for zones of a gigabyte
+/// and more); a high watermark of 256 units per small order, two blocks of order 9 (1024
+/// frames, the size the LLFree paper gives for Linux's order-9 per-CPU caches).
+static LINUX: Policy = Policy {
+    orders: &[0, 1, 2, 3, 9],
+    batch_units: 64,
+    high_units: 256,
+}
+.checked();
 
 /// A sequential buddy `A` behind one lock `R` (by default a test-and-set spinlock), with
 /// Linux-like per-core caches. With Knuth's buddy as `A` this is the "Linux" baseline of the
@@ -33,10 +41,11 @@ use states::{BlockStates, State};
 ///
 /// An allocation that the buddy cannot serve drains every cache and tries once more, so it
 /// fails only if no free aligned block exists (with no concurrent frees in flight).
+///
+/// `alloc_at`, `block_of` and `try_alloc` work as the buddy's do, with cached blocks free: see
+/// [`Magazine`](crate::magazine::Magazine), which shares this implementation.
 pub struct PerCpu<A, R = spin::Mutex<()>> {
-    buddy: Locked<A, R>,
-    caches: Box<[CachePadded<spin::Mutex<CoreCache>>]>,
-    states: BlockStates,
+    cached: Cached<Locked<A, R>>,
 }
 
 impl<A: SeqBlockAlloc, R: RawMutex + Send + Sync> PerCpu<A, R> {
@@ -55,14 +64,8 @@ impl<A: SeqBlockAlloc, R: RawMutex + Send + Sync> PerCpu<A, R> {
     /// # Ok::<(), buddyfree::Error>(())
     /// ```
     pub fn new(inner: A, cores: usize) -> Result<Self, Error> {
-        crate::config::check_cores(cores)?;
-        if inner.free_units() != inner.total_units() {
-            return Err(ConfigRule::InnerInUse.into());
-        }
         Ok(PerCpu {
-            caches: crate::config::filled(cores, |_| CachePadded::default())?,
-            states: BlockStates::new(inner.total_units())?,
-            buddy: Locked::new(inner),
+            cached: Cached::new(Locked::new(inner), cores, &LINUX)?,
         })
     }
 
@@ -85,116 +88,10 @@ impl<A: SeqBlockAlloc, R: RawMutex + Send + Sync> PerCpu<A, R> {
         config.validate()?;
         PerCpu::new(build(config)?, config.cores)
     }
-
-    /// The cache slot of `order`, if this allocator caches it.
-    fn slot(&self, order: u32) -> Option<usize> {
-        cache::slot(order).filter(|_| order <= self.max_order())
-    }
-
-    fn cache(&self, core: usize) -> &spin::Mutex<CoreCache> {
-        &self.caches[crate::core_slot(core, self.caches.len())]
-    }
-
-    /// Takes a block of the order at `slot` from `core`'s cache, refilling it with one batch
-    /// from the buddy if it is empty.
-    fn alloc_cached(&self, slot: usize, order: u32, core: usize) -> Result<usize, Error> {
-        let mut cache = self.cache(core).lock();
-        if let Some(index) = cache.pop(slot) {
-            return Ok(index);
-        }
-        self.buddy.with(|buddy| {
-            let first = buddy.alloc(order)?;
-            for _ in 1..cache::batch(order) {
-                let Ok(index) = buddy.alloc(order) else { break };
-                self.states.set(index, State::Cached(order));
-                cache.push(slot, index);
-            }
-            Ok(first)
-        })
-    }
-
-    /// Returns a block that left every cache (its state already `Free`) to the buddy.
-    fn give_back(buddy: &mut A, index: usize, order: u32) {
-        // `states` had the block as cached or live, so the buddy has it allocated.
-        buddy
-            .free(index, order)
-            .expect("the buddy refused a block the per-core caches owned");
-    }
 }
 
 impl<A: SeqBlockAlloc, R: RawMutex + Send + Sync> BlockAlloc for PerCpu<A, R> {
-    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        if order > self.max_order() {
-            return Err(Error::BadOrder);
-        }
-        let found = match self.slot(order) {
-            Some(slot) => self.alloc_cached(slot, order, core),
-            None => self.buddy.with(|buddy| buddy.alloc(order)),
-        };
-        let index = match found {
-            // Free blocks may sit in caches (this core's of other orders, or other cores'):
-            // give them back so they merge, then ask once more.
-            Err(Error::OutOfMemory) => {
-                self.drain();
-                self.buddy.with(|buddy| buddy.alloc(order))?
-            }
-            other => other?,
-        };
-        self.states.set(index, State::Live(order));
-        Ok(index)
-    }
-
-    fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        check_block(index, order, self.max_order(), self.total_units())?;
-        let Some(slot) = self.slot(order) else {
-            self.states.release(index, order, State::Free)?;
-            self.buddy
-                .with(|buddy| Self::give_back(buddy, index, order));
-            return Ok(());
-        };
-        self.states.release(index, order, State::Cached(order))?;
-        let mut cache = self.cache(core).lock();
-        cache.push(slot, index);
-        let mut spill = cache.spill(slot).peekable();
-        if spill.peek().is_some() {
-            self.buddy.with(|buddy| {
-                for index in spill {
-                    self.states.set(index, State::Free);
-                    Self::give_back(buddy, index, order);
-                }
-            });
-        }
-        Ok(())
-    }
-
-    fn free_units(&self) -> usize {
-        let cached: usize = self.caches.iter().map(|c| c.lock().units()).sum();
-        self.buddy.with(|buddy| buddy.free_units()) + cached
-    }
-
-    fn total_units(&self) -> usize {
-        // `Locked` keeps both without taking its lock.
-        self.buddy.total_units()
-    }
-
-    fn max_order(&self) -> u32 {
-        self.buddy.max_order()
-    }
-
-    fn drain(&self) {
-        for cache in self.caches.iter() {
-            let mut cache = cache.lock();
-            if cache.units() == 0 {
-                continue;
-            }
-            self.buddy.with(|buddy| {
-                for (index, order) in cache.take_all() {
-                    self.states.set(index, State::Free);
-                    Self::give_back(buddy, index, order);
-                }
-            });
-        }
-    }
+    block_alloc_via_cached!(cached);
 }
 
 #[cfg(all(test, not(loom)))]
@@ -203,9 +100,10 @@ mod tests {
 
     use super::*;
     use crate::model::Model;
+    use crate::ConfigRule;
 
     fn cached_units(alloc: &PerCpu<Model>, core: usize) -> usize {
-        alloc.cache(core).lock().units()
+        alloc.cached.cached_units(core)
     }
 
     #[test]
@@ -213,7 +111,7 @@ mod tests {
         let alloc =
             PerCpu::<Model>::with_config(Config::new(1024, 9).with_cores(2), Model::new).unwrap();
         let first = alloc.alloc(0, 1).unwrap();
-        assert_eq!(cached_units(&alloc, 1), cache::batch(0) - 1);
+        assert_eq!(cached_units(&alloc, 1), LINUX.batch(0) - 1);
         assert_eq!(cached_units(&alloc, 0), 0);
         let mut blocks: Vec<usize> = (0..400).map(|_| alloc.alloc(0, 1).unwrap()).collect();
         blocks.push(first);
@@ -221,11 +119,11 @@ mod tests {
             alloc.free(i, 0, 1).unwrap();
             assert!(cached_units(&alloc, 1) <= 256, "above the watermark");
         }
-        assert!(cached_units(&alloc, 1) > 256 - cache::batch(0));
+        assert!(cached_units(&alloc, 1) > 256 - LINUX.batch(0));
         assert_eq!(alloc.free_units(), 1024);
         alloc.drain();
         assert_eq!(cached_units(&alloc, 1), 0);
-        assert_eq!(alloc.buddy.with(|b| b.free_units()), 1024);
+        assert_eq!(alloc.cached.backend().with(|b| b.free_units()), 1024);
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! What starts at each unit: nothing, a block handed to a caller, or a block in a cache.
 //!
-//! The inner buddy sees cached blocks as allocated, so it cannot tell a caller's block from
+//! The backend sees cached blocks as allocated, so it cannot tell a caller's block from
 //! a cached (free) one. This map can, and it alone decides every `free`: one CAS from
 //! `Live(order)` lets exactly one of racing frees through, whether the block then goes to a
-//! cache or back to the buddy.
+//! cache or back to the backend.
 
 use alloc::boxed::Box;
 
@@ -11,15 +11,15 @@ use crate::sync::atomic::{AtomicU8, Ordering};
 use crate::Error;
 
 /// The state of the block starting at a unit. Units inside a block (not its first) and
-/// units free in the buddy are `Free`.
+/// units free in the backend are `Free`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum State {
+pub(crate) enum State {
     /// No caller's or cached block starts here.
     Free,
     /// A block of this order starting here is allocated by a caller.
     Live(u32),
     /// A block of this order starting here sits in a per-core cache (free to callers,
-    /// allocated in the buddy).
+    /// allocated in the backend).
     Cached(u32),
 }
 
@@ -48,24 +48,29 @@ impl State {
 }
 
 /// One [`State`] per unit, all `Free` at first.
-pub(super) struct BlockStates(Box<[AtomicU8]>);
+pub(crate) struct BlockStates(Box<[AtomicU8]>);
 
 impl BlockStates {
-    pub(super) fn new(units: usize) -> Result<Self, Error> {
+    pub(crate) fn new(units: usize) -> Result<Self, Error> {
         Ok(BlockStates(crate::config::filled(units, |_| {
             AtomicU8::new(0)
         })?))
     }
 
     /// Records the block at `index`, which the caller owns exclusively (just taken from the
-    /// buddy or a cache, or about to be given back to the buddy).
-    pub(super) fn set(&self, index: usize, state: State) {
+    /// backend or a cache, or about to be given back to the backend).
+    pub(crate) fn set(&self, index: usize, state: State) {
         self.0[index].store(state.encode(), Ordering::Release);
+    }
+
+    /// The state recorded at `index` (a snapshot).
+    pub(crate) fn get(&self, index: usize) -> State {
+        State::decode(self.0[index].load(Ordering::Acquire))
     }
 
     /// Ends the caller's block `(index, order)` by moving it to `to`: `OrderMismatch` if a
     /// caller's block of another order starts there, `NotAllocated` if none does.
-    pub(super) fn release(&self, index: usize, order: u32, to: State) -> Result<(), Error> {
+    pub(crate) fn release(&self, index: usize, order: u32, to: State) -> Result<(), Error> {
         let live = State::Live(order).encode();
         match self.0[index].compare_exchange(live, to.encode(), Ordering::AcqRel, Ordering::Acquire)
         {

@@ -1,0 +1,385 @@
+//! Per-core caches of free blocks in front of a backend allocator, with exact answers to bad
+//! frees: the one implementation behind [`PerCpu`](crate::locked::PerCpu) (a locked
+//! sequential buddy behind Linux-like caches) and [`Magazine`](crate::magazine::Magazine)
+//! (a lock-free allocator behind per-core magazines).
+//!
+//! ```text
+//!  Cached<B>
+//!  ├── backend: B                     allocates and frees in batches (Backend)
+//!  ├── caches:  [CachePadded<spin::Mutex<CoreCache>>; cores]
+//!  │              per cached order: a list of free blocks (allocated in the backend)
+//!  └── states:  [u8; units]           Free | Live(order) | Cached(order) per block start
+//! ```
+//!
+//! A block in a cache is allocated as far as the backend knows, so the backend cannot
+//! classify frees; `states` does, exactly, and one CAS there decides a raced double free.
+//! Locks are taken in the order cache, then backend (if it has one), and never two caches at
+//! once.
+
+mod cache;
+mod states;
+
+use alloc::boxed::Box;
+
+use lock_api::RawMutex;
+
+use cache::CoreCache;
+pub(crate) use cache::Policy;
+use states::{BlockStates, State};
+
+use crate::sync::CachePadded;
+use crate::{check_block, BlockAlloc, ConfigRule, Error, Locked, SeqBlockAlloc};
+
+/// What the caches need of the allocator behind them: a [`BlockAlloc`], and batches.
+pub(crate) trait Backend {
+    /// The allocator.
+    type Alloc: BlockAlloc + ?Sized;
+
+    /// The allocator, for single operations.
+    fn shared(&self) -> &Self::Alloc;
+
+    /// Allocates one block of `order` and returns it, then up to `more` others, each passed
+    /// to `put` (fewer if the backend runs out).
+    fn alloc_batch(
+        &self,
+        order: u32,
+        core: usize,
+        more: usize,
+        mut put: impl FnMut(usize),
+    ) -> Result<usize, Error> {
+        let alloc = self.shared();
+        let first = alloc.alloc(order, core)?;
+        for _ in 0..more {
+            let Ok(index) = alloc.alloc(order, core) else {
+                break;
+            };
+            put(index);
+        }
+        Ok(first)
+    }
+
+    /// Frees `blocks`, which left every cache and which the backend has allocated.
+    fn give_back(&self, blocks: impl Iterator<Item = (usize, u32)>, core: usize) {
+        let alloc = self.shared();
+        for (index, order) in blocks {
+            // `states` had the block as cached or live, so the backend has it allocated.
+            alloc
+                .free(index, order, core)
+                .expect("the backend refused a block the per-core caches owned");
+        }
+    }
+}
+
+/// A thread-safe allocator as a backend: batches are single operations in a row.
+pub(crate) struct Direct<A>(pub(crate) A);
+
+impl<A: BlockAlloc> Backend for Direct<A> {
+    type Alloc = A;
+
+    #[inline]
+    fn shared(&self) -> &A {
+        &self.0
+    }
+}
+
+/// A locked sequential allocator as a backend: one lock acquisition per batch.
+impl<A: SeqBlockAlloc, R: RawMutex + Send + Sync> Backend for Locked<A, R> {
+    type Alloc = Self;
+
+    fn shared(&self) -> &Self {
+        self
+    }
+
+    fn alloc_batch(
+        &self,
+        order: u32,
+        _core: usize,
+        more: usize,
+        mut put: impl FnMut(usize),
+    ) -> Result<usize, Error> {
+        self.with(|buddy| {
+            let first = buddy.alloc(order)?;
+            for _ in 0..more {
+                let Ok(index) = buddy.alloc(order) else {
+                    break;
+                };
+                put(index);
+            }
+            Ok(first)
+        })
+    }
+
+    fn give_back(&self, blocks: impl Iterator<Item = (usize, u32)>, _core: usize) {
+        let mut blocks = blocks.peekable();
+        if blocks.peek().is_none() {
+            return;
+        }
+        self.with(|buddy| {
+            for (index, order) in blocks {
+                buddy
+                    .free(index, order)
+                    .expect("the buddy refused a block the per-core caches owned");
+            }
+        });
+    }
+}
+
+/// Per-core caches of the orders in a [`Policy`] in front of a [`Backend`]. The allocators
+/// built on it implement [`BlockAlloc`] by calling the methods of the same names.
+pub(crate) struct Cached<B> {
+    backend: B,
+    policy: &'static Policy,
+    caches: Box<[CachePadded<spin::Mutex<CoreCache>>]>,
+    states: BlockStates,
+}
+
+impl<B: Backend> Cached<B> {
+    /// Puts `cores` caches in front of `backend`, which must have nothing allocated:
+    /// [`Error::InvalidConfig`] if `cores` is not in `1..=MAX_CORES` or it has.
+    pub(crate) fn new(backend: B, cores: usize, policy: &'static Policy) -> Result<Self, Error> {
+        let alloc = backend.shared();
+        crate::config::check_cores(cores)?;
+        if alloc.free_units() != alloc.total_units() {
+            return Err(ConfigRule::InnerInUse.into());
+        }
+        Ok(Cached {
+            states: BlockStates::new(alloc.total_units())?,
+            caches: crate::config::filled(cores, |_| CachePadded::default())?,
+            policy,
+            backend,
+        })
+    }
+
+    /// The backend.
+    pub(crate) fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// Units in `core`'s cache.
+    #[cfg(test)]
+    pub(crate) fn cached_units(&self, core: usize) -> usize {
+        self.cache(core).lock().units(self.policy)
+    }
+
+    /// The cache slot of `order`, if it is cached.
+    #[inline]
+    fn slot(&self, order: u32) -> Option<usize> {
+        self.policy
+            .slot(order)
+            .filter(|_| order <= self.max_order())
+    }
+
+    #[inline]
+    fn cache(&self, core: usize) -> &spin::Mutex<CoreCache> {
+        &self.caches[crate::core_slot(core, self.caches.len())]
+    }
+
+    /// Takes a block of the order at `slot` from `core`'s cache, refilling it with one batch
+    /// from the backend if it is empty.
+    fn alloc_cached(&self, slot: usize, order: u32, core: usize) -> Result<usize, Error> {
+        let mut cache = self.cache(core).lock();
+        if let Some(index) = cache.pop(slot) {
+            return Ok(index);
+        }
+        let more = self.policy.batch(order) - 1;
+        self.backend.alloc_batch(order, core, more, |index| {
+            self.states.set(index, State::Cached(order));
+            cache.push(slot, index);
+        })
+    }
+
+    /// Returns every cached block to the backend; whether there were any.
+    fn drain_caches(&self, core: usize) -> bool {
+        let mut any = false;
+        for cache in self.caches.iter() {
+            let mut cache = cache.lock();
+            if cache.units(self.policy) == 0 {
+                continue;
+            }
+            any = true;
+            let blocks = cache.take_all(self.policy).map(|(index, order)| {
+                self.states.set(index, State::Free);
+                (index, order)
+            });
+            self.backend.give_back(blocks, core);
+        }
+        any
+    }
+
+    /// See [`BlockAlloc::alloc`].
+    pub(crate) fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        if order > self.max_order() {
+            return Err(Error::BadOrder);
+        }
+        let found = match self.slot(order) {
+            Some(slot) => self.alloc_cached(slot, order, core),
+            None => self.backend.shared().alloc(order, core),
+        };
+        let index = match found {
+            // Free blocks may sit in caches (this core's of other orders, or other cores'):
+            // give them back so they merge, then ask once more.
+            Err(Error::OutOfMemory) => {
+                self.drain(core);
+                self.backend.shared().alloc(order, core)?
+            }
+            other => other?,
+        };
+        self.states.set(index, State::Live(order));
+        Ok(index)
+    }
+
+    /// See [`BlockAlloc::free`].
+    pub(crate) fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        check_block(index, order, self.max_order(), self.total_units())?;
+        let Some(slot) = self.slot(order) else {
+            self.states.release(index, order, State::Free)?;
+            self.backend
+                .give_back(core::iter::once((index, order)), core);
+            return Ok(());
+        };
+        self.states.release(index, order, State::Cached(order))?;
+        let mut cache = self.cache(core).lock();
+        cache.push(slot, index);
+        let spill = cache.spill(self.policy, slot).map(|index| {
+            self.states.set(index, State::Free);
+            (index, order)
+        });
+        self.backend.give_back(spill, core);
+        Ok(())
+    }
+
+    /// See [`BlockAlloc::free_units`]: cached blocks count as free.
+    pub(crate) fn free_units(&self) -> usize {
+        let cached: usize = self
+            .caches
+            .iter()
+            .map(|c| c.lock().units(self.policy))
+            .sum();
+        self.backend.shared().free_units() + cached
+    }
+
+    /// See [`BlockAlloc::total_units`].
+    #[inline]
+    pub(crate) fn total_units(&self) -> usize {
+        self.backend.shared().total_units()
+    }
+
+    /// See [`BlockAlloc::max_order`].
+    #[inline]
+    pub(crate) fn max_order(&self) -> u32 {
+        self.backend.shared().max_order()
+    }
+
+    /// See [`BlockAlloc::drain`]: the caches, then the backend's own.
+    pub(crate) fn drain(&self, core: usize) {
+        self.drain_caches(core);
+        self.backend.shared().drain();
+    }
+
+    /// See [`BlockAlloc::try_alloc`]: `core`'s cache if its lock is free at once, else the
+    /// backend's `try_alloc`. Where the backend has nothing, giving back cached blocks could
+    /// wait (for a cache's lock or a locked backend), so the answer is [`Error::WouldBlock`]
+    /// while any cache holds a block or is busy, and [`Error::OutOfMemory`] only when every
+    /// cache was seen empty.
+    pub(crate) fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        if order > self.max_order() {
+            return Err(Error::BadOrder);
+        }
+        if let Some(slot) = self.slot(order) {
+            if let Some(index) = self.cache(core).try_lock().and_then(|mut c| c.pop(slot)) {
+                self.states.set(index, State::Live(order));
+                return Ok(index);
+            }
+        }
+        let index = match self.backend.shared().try_alloc(order, core) {
+            Err(Error::OutOfMemory) => {
+                let holding = self
+                    .caches
+                    .iter()
+                    .any(|c| c.try_lock().is_none_or(|c| c.units(self.policy) != 0));
+                return Err(if holding {
+                    Error::WouldBlock
+                } else {
+                    Error::OutOfMemory
+                });
+            }
+            other => other?,
+        };
+        self.states.set(index, State::Live(order));
+        Ok(index)
+    }
+
+    /// See [`BlockAlloc::alloc_at`]. The backend sees cached blocks as allocated, so they are
+    /// given back first (every cache, if any overlaps the block): a unit never goes to two
+    /// owners, and a free unit is refused only if a concurrent free parks it meanwhile.
+    pub(crate) fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        check_block(index, order, self.max_order(), self.total_units())?;
+        if self.overlaps_cached(index, order) {
+            self.drain_caches(core);
+        }
+        self.backend.shared().alloc_at(index, order, core)?;
+        self.states.set(index, State::Live(order));
+        Ok(())
+    }
+
+    /// Whether a cached block may overlap the block `(index, order)`: one of a cached order
+    /// at least `order` containing `index`, or one of a smaller cached order starting inside.
+    fn overlaps_cached(&self, index: usize, order: u32) -> bool {
+        self.policy.orders.iter().any(|&cached| {
+            if cached >= order {
+                let start = index & !((1usize << cached) - 1);
+                start + (1 << cached) <= self.total_units()
+                    && self.states.get(start) == State::Cached(cached)
+            } else {
+                (index..index + (1 << order))
+                    .step_by(1 << cached)
+                    .any(|start| self.states.get(start) == State::Cached(cached))
+            }
+        })
+    }
+
+    /// See [`BlockAlloc::block_of`]: the backend's answer, except that a cached block is
+    /// free.
+    pub(crate) fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        Ok(match self.backend.shared().block_of(index)? {
+            Some((start, order)) if self.states.get(start) == State::Cached(order) => None,
+            other => other,
+        })
+    }
+}
+
+/// Implements [`BlockAlloc`] for a type whose field `$field` is a [`Cached`], by calling it.
+macro_rules! block_alloc_via_cached {
+    ($field:ident) => {
+        #[inline]
+        fn alloc(&self, order: u32, core: usize) -> Result<usize, $crate::Error> {
+            self.$field.alloc(order, core)
+        }
+        #[inline]
+        fn free(&self, index: usize, order: u32, core: usize) -> Result<(), $crate::Error> {
+            self.$field.free(index, order, core)
+        }
+        fn free_units(&self) -> usize {
+            self.$field.free_units()
+        }
+        fn total_units(&self) -> usize {
+            self.$field.total_units()
+        }
+        fn max_order(&self) -> u32 {
+            self.$field.max_order()
+        }
+        fn drain(&self) {
+            self.$field.drain(0);
+        }
+        fn try_alloc(&self, order: u32, core: usize) -> Result<usize, $crate::Error> {
+            self.$field.try_alloc(order, core)
+        }
+        fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), $crate::Error> {
+            self.$field.alloc_at(index, order, core)
+        }
+        fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, $crate::Error> {
+            self.$field.block_of(index)
+        }
+    };
+}
+pub(crate) use block_alloc_via_cached;

@@ -1,0 +1,240 @@
+//! A per-core fast path for the scalable allocators: small per-core magazines of recently
+//! freed blocks of orders 0–3 in front of any [`BlockAlloc`], the per-thread cache of the
+//! NBBS paper (Marotta et al., §3.6.1).
+//!
+//! ```text
+//!  Magazine<A>
+//!  └── Cached<A>                       the crate's one per-core cache (shared with PerCpu)
+//!      ├── backend: A                   Nbbs4, LLFree, Nbbs, ... (lock-free)
+//!      ├── caches:  [CachePadded<spin::Mutex<CoreCache>>; cores]
+//!      │              per order 0..=3: recently freed blocks (allocated in A)
+//!      └── states:  [u8; units]         Free | Live(order) | Cached(order) per block start
+//! ```
+//!
+//! A free of a small block parks it in the calling core's magazine, and an allocation takes
+//! the most recently parked one (cache-hot), so the common pair costs one uncontended
+//! per-core lock, a list push or pop and one byte of `states`, instead of the backend's
+//! tree or bit-field walk and its shared cache lines. An empty magazine is refilled with a
+//! batch of 32 units from the backend; one holding more than 128 units gives its oldest 32
+//! back. Other orders go straight to the backend.
+//!
+//! # What it trades
+//!
+//! - **Parked blocks are free but reachable only by their core.** Until a spill or
+//!   [`BlockAlloc::drain`], up to 128 units per order and core sit in a magazine: other
+//!   cores cannot take them and they cannot merge into larger blocks. An allocation the
+//!   backend refuses drains every magazine (and the backend's own per-core state) and asks
+//!   once more, so it fails only if no free aligned block exists (with no concurrent frees
+//!   in flight). [`BlockAlloc::free_units`] counts parked blocks as free, as
+//!   [`PerCpu`](crate::locked::PerCpu) does.
+//! - **Metadata**: one byte per unit for `states` (256 KiB per GiB of 4 KiB units) on top
+//!   of the backend's, plus a cache line and a few small lists per core. The backend sees
+//!   parked blocks as allocated, so it cannot tell a double free of a parked block from a
+//!   good free; `states` can, and one CAS there decides racing frees: a double free of a
+//!   parked block is [`Error::NotAllocated`], a wrong order [`Error::OrderMismatch`], and an
+//!   erroring free changes nothing.
+//! - **Blocking**: a magazine's lock is per core and uncontended when `core` names the
+//!   calling core, but it is a lock: a thread preempted while holding it delays that core's
+//!   other threads, and [`BlockAlloc::try_alloc`] answers [`Error::WouldBlock`] rather than
+//!   wait for it (or when the backend is out of blocks while magazines hold some).
+//! - **Placement**: reused blocks come from the magazine, not from where the backend would
+//!   place them (LLFree's per-core trees, say); `docs/results.md` measures the effect on
+//!   fragmentation.
+//!
+//! [`BlockAlloc::alloc_at`] gives back every magazine first when a parked block overlaps the
+//! requested one, then asks the backend; [`BlockAlloc::block_of`] answers the backend's
+//! block, or `None` for a parked one; the range operations build on these two.
+
+use crate::cached::{block_alloc_via_cached, Cached, Direct, Policy};
+use crate::{BlockAlloc, Config, Error};
+
+/// Orders 0–3, refilled and spilled 32 units at a time, spilling above 128 units per order.
+static MAGAZINE: Policy = Policy {
+    orders: &[0, 1, 2, 3],
+    batch_units: 32,
+    high_units: 128,
+}
+.checked();
+
+/// Per-core magazines of free blocks of orders 0–3 in front of the allocator `A`: see the
+/// [module documentation](self) for what it trades.
+pub struct Magazine<A> {
+    cached: Cached<Direct<A>>,
+}
+
+impl<A: BlockAlloc> Magazine<A> {
+    /// Puts magazines for `cores` cores in front of the (empty) allocator `inner`.
+    /// Fails with [`Error::InvalidConfig`] if `cores` is not in `1..=MAX_CORES` or `inner` has
+    /// blocks allocated.
+    ///
+    /// ```
+    /// use buddyfree::magazine::Magazine;
+    /// use buddyfree::{BlockAlloc, Config, Nbbs4};
+    ///
+    /// let fast = Magazine::new(Nbbs4::new(Config::new(1 << 12, 9).with_cores(2))?, 2)?;
+    /// let page = fast.alloc(0, 1)?; // refills core 1's magazine with a batch
+    /// fast.free(page, 0, 1)?; // parked in core 1's magazine
+    /// assert_eq!(fast.free(page, 0, 1), Err(buddyfree::Error::NotAllocated));
+    /// fast.drain(); // every parked block back to the backend
+    /// assert_eq!(fast.free_units(), 1 << 12);
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
+    pub fn new(inner: A, cores: usize) -> Result<Self, Error> {
+        Ok(Magazine {
+            cached: Cached::new(Direct(inner), cores, &MAGAZINE)?,
+        })
+    }
+
+    /// Builds the allocator with `build` over `config` and puts `config.cores` magazines in
+    /// front.
+    ///
+    /// ```
+    /// use buddyfree::llfree::LLFree;
+    /// use buddyfree::magazine::Magazine;
+    /// use buddyfree::{BlockAlloc, Config};
+    ///
+    /// let fast = Magazine::with_config(Config::new(1 << 12, 10).with_cores(4), LLFree::new)?;
+    /// assert_eq!(fast.total_units(), 1 << 12);
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
+    pub fn with_config(
+        config: Config,
+        build: impl FnOnce(Config) -> Result<A, Error>,
+    ) -> Result<Self, Error> {
+        config.validate()?;
+        Magazine::new(build(config)?, config.cores)
+    }
+
+    /// The allocator behind the magazines.
+    pub fn inner(&self) -> &A {
+        &self.cached.backend().0
+    }
+}
+
+impl<A: BlockAlloc> BlockAlloc for Magazine<A> {
+    block_alloc_via_cached!(cached);
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use alloc::vec::Vec;
+
+    use super::*;
+    use crate::llfree::LLFree;
+    use crate::{ConfigRule, Nbbs4};
+
+    fn nbbs4(units: usize, cores: usize) -> Magazine<Nbbs4> {
+        Magazine::with_config(Config::new(units, 6).with_cores(cores), Nbbs4::new).unwrap()
+    }
+
+    #[test]
+    fn a_double_free_of_a_parked_block_is_an_error_and_changes_nothing() {
+        let alloc = nbbs4(1024, 2);
+        let a = alloc.alloc(0, 0).unwrap();
+        let b = alloc.alloc(1, 0).unwrap();
+        alloc.free(a, 0, 0).unwrap();
+        alloc.free(b, 1, 0).unwrap();
+        assert!(alloc.cached.cached_units(0) >= 3, "both parked");
+        let free = alloc.free_units();
+        // From this core, from another, with the right or a wrong order.
+        assert_eq!(alloc.free(a, 0, 0), Err(Error::NotAllocated));
+        assert_eq!(alloc.free(a, 0, 1), Err(Error::NotAllocated));
+        assert_eq!(alloc.free(b, 1, 1), Err(Error::NotAllocated));
+        assert_eq!(alloc.free(b, 0, 0), Err(Error::NotAllocated));
+        assert_eq!(alloc.free_units(), free);
+        // A live block freed with the wrong order, and a unit never handed out.
+        let c = alloc.alloc(2, 1).unwrap();
+        assert_eq!(alloc.free(c, 1, 1), Err(Error::OrderMismatch));
+        assert_eq!(alloc.free(c + 1, 0, 1), Err(Error::NotAllocated));
+        assert_eq!(alloc.order_at(c), Ok(2));
+        assert_eq!(alloc.block_of(a), Ok(None), "a parked block is free");
+        alloc.free(c, 2, 1).unwrap();
+        alloc.drain();
+        assert_eq!(alloc.free_units(), 1024);
+        assert_eq!(alloc.inner().free_units(), 1024);
+    }
+
+    #[test]
+    fn out_of_memory_only_after_draining_every_magazine() {
+        for cores in [1, 3] {
+            let alloc = nbbs4(256, cores);
+            // Fill the heap from core 0, park everything in core 0's magazines (of several
+            // orders), then ask from another core for blocks no magazine holds.
+            let blocks: Vec<usize> = (0..256).map(|_| alloc.alloc(0, 0).unwrap()).collect();
+            assert_eq!(alloc.alloc(0, 0), Err(Error::OutOfMemory));
+            for &i in blocks.iter().take(100) {
+                alloc.free(i, 0, 0).unwrap();
+            }
+            assert_eq!(alloc.inner().free_units() + 100, alloc.free_units());
+            // Order 0 from another core: its magazine is empty, the backend's blocks are
+            // parked: found after draining.
+            let got = alloc.alloc(0, cores - 1).unwrap();
+            alloc.free(got, 0, cores - 1).unwrap();
+            // Order 6 (not cached): the parked order-0 blocks must merge first.
+            let mut rest = blocks[100..].to_vec();
+            for i in rest.drain(..) {
+                alloc.free(i, 0, 0).unwrap();
+            }
+            assert!(alloc.inner().free_units() < 256, "some parked");
+            let big = alloc.alloc(6, cores - 1).unwrap();
+            alloc.free(big, 6, 0).unwrap();
+        }
+    }
+
+    #[test]
+    fn drain_returns_everything() {
+        let alloc =
+            Magazine::with_config(Config::new(1 << 14, 10).with_cores(4), LLFree::new).unwrap();
+        let mut held = Vec::new();
+        for core in 0..4 {
+            for order in 0..=4 {
+                for _ in 0..20 {
+                    held.push((alloc.alloc(order, core).unwrap(), order, core));
+                }
+            }
+        }
+        for &(i, order, core) in &held {
+            alloc.free(i, order, (core + 1) % 4).unwrap();
+        }
+        assert_eq!(alloc.free_units(), 1 << 14);
+        assert!(alloc.inner().free_units() < 1 << 14, "blocks parked");
+        alloc.drain();
+        for core in 0..4 {
+            assert_eq!(alloc.cached.cached_units(core), 0);
+        }
+        assert_eq!(alloc.inner().free_units(), 1 << 14);
+        // Whole again: the largest block can be allocated everywhere.
+        for _ in 0..16 {
+            alloc.alloc(10, 0).unwrap();
+        }
+        assert_eq!(alloc.alloc(0, 1), Err(Error::OutOfMemory));
+    }
+
+    #[test]
+    fn alloc_at_never_takes_a_parked_block() {
+        let alloc = nbbs4(64, 2);
+        let a = alloc.alloc(0, 0).unwrap();
+        alloc.free(a, 0, 0).unwrap();
+        alloc.alloc_at(a, 0, 1).unwrap();
+        assert_eq!(alloc.order_at(a), Ok(0));
+        // The rest of core 0's batch was given back, not handed out again.
+        let others: Vec<usize> = (0..63).map(|_| alloc.alloc(0, 0).unwrap()).collect();
+        assert!(!others.contains(&a));
+        assert_eq!(alloc.alloc(0, 0), Err(Error::OutOfMemory));
+    }
+
+    #[test]
+    fn rejects_a_used_inner_allocator_and_zero_cores() {
+        let used = Nbbs4::new(Config::new(16, 2)).unwrap();
+        used.alloc(0, 0).unwrap();
+        assert_eq!(
+            Magazine::new(used, 1).err(),
+            Some(Error::InvalidConfig(ConfigRule::InnerInUse))
+        );
+        let fresh = Nbbs4::new(Config::new(16, 2)).unwrap();
+        assert_eq!(
+            Magazine::new(fresh, 0).err(),
+            Some(Error::InvalidConfig(ConfigRule::NoCores))
+        );
+    }
+}
