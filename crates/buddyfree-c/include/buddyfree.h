@@ -125,6 +125,37 @@ BuddyfreeStatus buddyfree_create(const struct BuddyfreeConfig *config,
                                  size_t region_len,
                                  struct Buddyfree **out);
 
+// Stores in `*size` and `*align` the bytes and alignment of the metadata that the allocator
+// `config` names needs for `config` (`units` must be given), for
+// `buddyfree_create_with_metadata` and `buddyfree_device_create_with_metadata`. Allocators
+// that cannot keep their metadata in the caller's memory (only `nbbs`, `nbbs4`, `llfree`,
+// `knuth-locked` and `estranged-locked` can) answer `BUDDYFREE_STATUS_UNSUPPORTED`.
+//
+// # Safety
+// `config` must be null or point to a valid configuration whose `allocator` is null or a
+// NUL-terminated string; `size` and `align` must be null or writable.
+BuddyfreeStatus buddyfree_metadata_size(const struct BuddyfreeConfig *config,
+                                        size_t *size,
+                                        size_t *align);
+
+// As `buddyfree_create`, with the allocator's metadata (its tables) in the caller's
+// `metadata_len` bytes at `metadata` (at least `buddyfree_metadata_size`'s bytes at its
+// alignment), not on the heap; only the small instance handle is. The caller keeps owning
+// that memory and must keep it alive, untouched, until `buddyfree_destroy`. Too little or
+// misaligned memory is `BUDDYFREE_STATUS_METADATA_TOO_SMALL` or
+// `BUDDYFREE_STATUS_METADATA_MISALIGNED`; an allocator that cannot do this is
+// `BUDDYFREE_STATUS_UNSUPPORTED`.
+//
+// # Safety
+// As for `buddyfree_create`; and `metadata` must be null or valid for reads and writes of
+// `metadata_len` bytes and used by nothing else while the instance lives.
+BuddyfreeStatus buddyfree_create_with_metadata(const struct BuddyfreeConfig *config,
+                                               void *region,
+                                               size_t region_len,
+                                               void *metadata,
+                                               size_t metadata_len,
+                                               struct Buddyfree **out);
+
 // A NUL-terminated description of why the last `buddyfree_create` or
 // `buddyfree_device_create` on the calling thread failed, naming the rule a refused
 // configuration broke (e.g. "invalid configuration: more cores than MAX_CORES (4096)") or
@@ -253,6 +284,18 @@ int32_t buddyfree_allocator_max_order(size_t i);
 BuddyfreeStatus buddyfree_device_create(const struct BuddyfreeConfig *config,
                                         uint64_t base,
                                         struct BuddyfreeDevice **out);
+
+// As `buddyfree_device_create`, with the allocator's metadata in the caller's
+// `metadata_len` bytes at `metadata`, as `buddyfree_create_with_metadata` describes.
+//
+// # Safety
+// As for `buddyfree_device_create`; and `metadata` must be null or valid for reads and
+// writes of `metadata_len` bytes and used by nothing else while the instance lives.
+BuddyfreeStatus buddyfree_device_create_with_metadata(const struct BuddyfreeConfig *config,
+                                                      uint64_t base,
+                                                      void *metadata,
+                                                      size_t metadata_len,
+                                                      struct BuddyfreeDevice **out);
 
 // Destroys a device-memory instance (null is ignored).
 //

@@ -1,13 +1,16 @@
 //! Device memory from C: an instance of addresses only (GPU memory, a BAR, offsets), never
 //! dereferenced, freed by address alone.
 
-use std::ptr;
+use std::ffi::c_void;
+use std::ptr::{self, NonNull};
 
 use buddyfree::heap::DeviceHeap;
 use buddyfree::registry::DynAlloc;
-use buddyfree::Config;
 
-use super::{created, layout, named_entry, status, BuddyfreeConfig, BuddyfreeStatus, Refusal};
+use super::{
+    build, config_of, created, layout, named_entry, status, BuddyfreeConfig, BuddyfreeStatus,
+    Refusal, Tables,
+};
 
 /// A device-memory instance (opaque).
 pub struct BuddyfreeDevice {
@@ -28,6 +31,39 @@ pub unsafe extern "C" fn buddyfree_device_create(
     base: u64,
     out: *mut *mut BuddyfreeDevice,
 ) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `config` and `out`.
+    unsafe { create(config, base, Tables::Heap, out) }
+}
+
+/// As `buddyfree_device_create`, with the allocator's metadata in the caller's
+/// `metadata_len` bytes at `metadata`, as `buddyfree_create_with_metadata` describes.
+///
+/// # Safety
+/// As for `buddyfree_device_create`; and `metadata` must be null or valid for reads and
+/// writes of `metadata_len` bytes and used by nothing else while the instance lives.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_device_create_with_metadata(
+    config: *const BuddyfreeConfig,
+    base: u64,
+    metadata: *mut c_void,
+    metadata_len: usize,
+    out: *mut *mut BuddyfreeDevice,
+) -> BuddyfreeStatus {
+    let Some(metadata) = NonNull::new(metadata.cast()) else {
+        return BuddyfreeStatus::NullArgument;
+    };
+    // SAFETY: the caller's contract on `config`, `metadata` and `out`.
+    unsafe { create(config, base, Tables::Caller(metadata, metadata_len), out) }
+}
+
+/// # Safety
+/// As for [`buddyfree_device_create`], and for [`build`] on `tables`.
+unsafe fn create(
+    config: *const BuddyfreeConfig,
+    base: u64,
+    tables: Tables,
+    out: *mut *mut BuddyfreeDevice,
+) -> BuddyfreeStatus {
     if config.is_null() || out.is_null() {
         return BuddyfreeStatus::NullArgument;
     }
@@ -36,8 +72,8 @@ pub unsafe extern "C" fn buddyfree_device_create(
     let result = (|| -> Result<BuddyfreeDevice, Refusal> {
         // SAFETY: the caller's contract on `config.allocator`.
         let entry = unsafe { named_entry(&config)? };
-        let cores = (config.cores as usize).max(1);
-        let alloc = (entry.build)(Config::new(config.units, config.max_order).with_cores(cores))?;
+        // SAFETY: the caller's contract on `tables`.
+        let alloc = unsafe { build(entry, config_of(&config, config.units), tables)? };
         let heap = DeviceHeap::new(base, config.unit_size, alloc)?;
         Ok(BuddyfreeDevice { heap })
     })();

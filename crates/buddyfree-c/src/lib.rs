@@ -251,9 +251,120 @@ pub unsafe extern "C" fn buddyfree_create(
     // SAFETY: non-null and valid by the caller's contract.
     let config = unsafe { *config };
     // SAFETY: the caller's contract on `config.allocator` and `region`.
-    let result = unsafe { create(config, region.cast(), region_len) };
+    let result = unsafe { create(config, region.cast(), region_len, Tables::Heap) };
     // SAFETY: `out` is non-null and writable by the caller's contract.
     unsafe { created(result, out) }
+}
+
+/// Stores in `*size` and `*align` the bytes and alignment of the metadata that the allocator
+/// `config` names needs for `config` (`units` must be given), for
+/// `buddyfree_create_with_metadata` and `buddyfree_device_create_with_metadata`. Allocators
+/// that cannot keep their metadata in the caller's memory (only `nbbs`, `nbbs4`, `llfree`,
+/// `knuth-locked` and `estranged-locked` can) answer `BUDDYFREE_STATUS_UNSUPPORTED`.
+///
+/// # Safety
+/// `config` must be null or point to a valid configuration whose `allocator` is null or a
+/// NUL-terminated string; `size` and `align` must be null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_metadata_size(
+    config: *const BuddyfreeConfig,
+    size: *mut usize,
+    align: *mut usize,
+) -> BuddyfreeStatus {
+    if config.is_null() || size.is_null() || align.is_null() {
+        return BuddyfreeStatus::NullArgument;
+    }
+    // SAFETY: non-null and valid by the caller's contract.
+    let config = unsafe { *config };
+    let layout = (|| {
+        // SAFETY: the caller's contract on `config.allocator`.
+        let entry = unsafe { named_entry(&config)? };
+        let caller = entry.metadata.ok_or(BuddyfreeStatus::Unsupported)?;
+        Ok((caller.layout)(config_of(&config, config.units))?)
+    })();
+    // SAFETY: `size` and `align` are non-null and writable by the caller's contract.
+    unsafe {
+        status(
+            layout.map(|l| {
+                align.write(l.align());
+                l.size()
+            }),
+            size,
+        )
+    }
+}
+
+/// As `buddyfree_create`, with the allocator's metadata (its tables) in the caller's
+/// `metadata_len` bytes at `metadata` (at least `buddyfree_metadata_size`'s bytes at its
+/// alignment), not on the heap; only the small instance handle is. The caller keeps owning
+/// that memory and must keep it alive, untouched, until `buddyfree_destroy`. Too little or
+/// misaligned memory is `BUDDYFREE_STATUS_METADATA_TOO_SMALL` or
+/// `BUDDYFREE_STATUS_METADATA_MISALIGNED`; an allocator that cannot do this is
+/// `BUDDYFREE_STATUS_UNSUPPORTED`.
+///
+/// # Safety
+/// As for `buddyfree_create`; and `metadata` must be null or valid for reads and writes of
+/// `metadata_len` bytes and used by nothing else while the instance lives.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_create_with_metadata(
+    config: *const BuddyfreeConfig,
+    region: *mut c_void,
+    region_len: usize,
+    metadata: *mut c_void,
+    metadata_len: usize,
+    out: *mut *mut Buddyfree,
+) -> BuddyfreeStatus {
+    let Some(metadata) = NonNull::new(metadata.cast()) else {
+        return BuddyfreeStatus::NullArgument;
+    };
+    if config.is_null() || out.is_null() {
+        return BuddyfreeStatus::NullArgument;
+    }
+    // SAFETY: non-null and valid by the caller's contract.
+    let config = unsafe { *config };
+    let tables = Tables::Caller(metadata, metadata_len);
+    // SAFETY: the caller's contract on `config.allocator`, `region` and `metadata`.
+    let result = unsafe { create(config, region.cast(), region_len, tables) };
+    // SAFETY: `out` is non-null and writable by the caller's contract.
+    unsafe { created(result, out) }
+}
+
+/// Where an allocator's own tables (its metadata) live.
+#[derive(Clone, Copy)]
+enum Tables {
+    /// On the heap.
+    Heap,
+    /// In the caller's `len` bytes at the pointer.
+    Caller(NonNull<u8>, usize),
+}
+
+/// The library's configuration of `units` units from C's.
+fn config_of(config: &BuddyfreeConfig, units: usize) -> Config {
+    let cores = (config.cores as usize).max(1);
+    Config::new(units, config.max_order).with_cores(cores)
+}
+
+/// Builds `entry` over `config` with its tables where `tables` says.
+///
+/// # Safety
+/// Caller tables must be valid for reads and writes, used by nothing else, and outlive the
+/// allocator.
+unsafe fn build(
+    entry: &registry::Entry,
+    config: Config,
+    tables: Tables,
+) -> Result<DynAlloc, Refusal> {
+    match tables {
+        Tables::Heap => Ok((entry.build)(config)?),
+        Tables::Caller(meta, len) => {
+            let caller = entry.metadata.ok_or_else(|| Refusal {
+                status: BuddyfreeStatus::Unsupported,
+                detail: format!("{} cannot keep its metadata in caller memory", entry.name),
+            })?;
+            // SAFETY: the caller's contract.
+            Ok(unsafe { (caller.build)(config, meta, len) }?)
+        }
+    }
 }
 
 /// Ends a create call: on success the instance goes into `*out`, boxed, and this thread's
@@ -314,11 +425,12 @@ enum Memory {
 }
 
 /// # Safety
-/// As for [`buddyfree_create`].
+/// As for [`buddyfree_create`], and for [`build`] on `tables`.
 unsafe fn create(
     config: BuddyfreeConfig,
     region: *mut u8,
     region_len: usize,
+    tables: Tables,
 ) -> Result<Buddyfree, Refusal> {
     // SAFETY: the caller's contract on `config.allocator`.
     let entry = unsafe { named_entry(&config)? };
@@ -341,10 +453,10 @@ unsafe fn create(
         (Memory::Given(region), 0) => Heap::<DynAlloc>::units_fitting(region, unit).unwrap_or(0),
         (_, n) => n,
     };
-    let cores = (config.cores as usize).max(1);
     // Built before anything is mapped: a refused configuration is reported by the rule it
     // breaks, not as a mapping of a bad size.
-    let alloc = (entry.build)(Config::new(units, config.max_order).with_cores(cores))?;
+    // SAFETY: the caller's contract on `tables`.
+    let alloc = unsafe { build(entry, config_of(&config, units), tables)? };
     let region = match memory {
         Memory::Given(region) => region,
         Memory::ToMap { bytes, largest } => Region::mmap(bytes, largest)?,

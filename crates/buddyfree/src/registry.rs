@@ -2,6 +2,9 @@
 //! can build any of them from a [`Config`].
 
 use alloc::boxed::Box;
+use core::alloc::Layout;
+use core::convert::identity;
+use core::ptr::NonNull;
 
 use crate::buddy::{Estranged, Knuth};
 use crate::list::{CasList, FirstFit, LockedList, PerCoreLists};
@@ -25,6 +28,39 @@ pub struct Entry {
     pub max_order: u32,
     /// Builds it over a configuration.
     pub build: fn(Config) -> Result<DynAlloc, Error>,
+    /// How to build it with its tables in the caller's memory, for the allocators whose
+    /// design allows it.
+    pub metadata: Option<CallerMetadata>,
+}
+
+/// Builds an allocator whose tables live in memory the caller provides (the boxed handle
+/// itself still comes from the heap): what `metadata_layout` and `from_raw_metadata` are on
+/// the concrete types, for code that picks the allocator by name (the C ABI).
+#[derive(Clone, Copy)]
+pub struct CallerMetadata {
+    /// The bytes and alignment of the metadata for a configuration.
+    pub layout: fn(Config) -> Result<Layout, Error>,
+    /// Builds the allocator with its metadata in the `len` bytes at `meta`: too small or
+    /// misaligned memory is [`Error::MetadataTooSmall`] or [`Error::MetadataMisaligned`].
+    ///
+    /// # Safety
+    /// As for the type's `from_raw_metadata`: `meta` must be valid for reads and writes of
+    /// `len` bytes, and used by nothing else for as long as the allocator lives.
+    pub build: unsafe fn(Config, NonNull<u8>, usize) -> Result<DynAlloc, Error>,
+}
+
+/// The [`CallerMetadata`] of `$alloc`, wrapped by `$wrap` (a lock, or `identity`).
+macro_rules! caller_metadata {
+    ($alloc:ty, $wrap:expr) => {
+        Some(CallerMetadata {
+            layout: <$alloc>::metadata_layout,
+            build: |config, meta, len| {
+                // SAFETY: passed on from the contract of `CallerMetadata::build`.
+                let alloc = unsafe { <$alloc>::from_raw_metadata(config, meta, len) }?;
+                Ok(Box::new($wrap(alloc)))
+            },
+        })
+    };
 }
 
 /// The `max_order` of entries that accept any order `Config::validate` accepts.
@@ -47,96 +83,112 @@ const ENTRIES: &[Entry] = &[
         about: "the reference model (first-fit unit map) behind a spinlock; O(units) per allocation",
         max_order: ANY_ORDER,
         build: |c| Ok(Box::new(Locked::<Model>::new(Model::new(c)?))),
+        metadata: None,
     },
     Entry {
         name: "nbbs",
         about: "NBBS, the non-blocking buddy system: 1-level tree, 4 bytes per node, per-core hints",
         max_order: ANY_ORDER,
         build: |c| Ok(Box::new(Nbbs::new(c)?)),
+        metadata: caller_metadata!(Nbbs, identity),
     },
     Entry {
         name: "nbbs4",
         about: "NBBS with 4-level bunches: 15 nodes per 64-bit word, one CAS per 4 levels",
         max_order: ANY_ORDER,
         build: |c| Ok(Box::new(Nbbs4::new(c)?)),
+        metadata: caller_metadata!(Nbbs4, identity),
     },
     Entry {
         name: "nbbs-magazine",
         about: "nbbs behind per-core magazines of orders 0-3 (the NBBS paper's per-thread cache)",
         max_order: ANY_ORDER,
         build: |c| Ok(Box::new(Magazine::with_config(c, Nbbs::new)?)),
+        metadata: None,
     },
     Entry {
         name: "nbbs4-magazine",
         about: "nbbs4 behind per-core magazines of orders 0-3 (the NBBS paper's per-thread cache)",
         max_order: ANY_ORDER,
         build: |c| Ok(Box::new(Magazine::with_config(c, Nbbs4::new)?)),
+        metadata: None,
     },
     Entry {
         name: "knuth-locked",
         about: "Knuth's buddy (segregated free lists, eager merge) behind one global spinlock",
         max_order: ANY_ORDER,
         build: |c| Ok(Box::new(Locked::<Knuth>::new(Knuth::new(c)?))),
+        metadata: caller_metadata!(Knuth, Locked::<Knuth>::new),
     },
     Entry {
         name: "linux",
         about: "Linux-like: Knuth's buddy behind a spinlock plus per-core caches (orders 0-3, 9)",
         max_order: ANY_ORDER,
         build: |c| Ok(Box::new(PerCpu::<Knuth>::with_config(c, Knuth::new)?)),
+        metadata: None,
     },
     Entry {
         name: "estranged-locked",
         about: "the estranged buddy (delayed recombination, 5-step heuristic) behind one spinlock",
         max_order: ANY_ORDER,
         build: |c| Ok(Box::new(Locked::<Estranged>::new(Estranged::new(c)?))),
+        metadata: caller_metadata!(Estranged, Locked::<Estranged>::new),
     },
     Entry {
         name: "perlevel-spin",
         about: "parallel binary buddy (Johnson & Davis): one spinlock per level",
         max_order: ANY_ORDER,
         build: |c| Ok(Box::new(PerLevelSpin::new(c)?)),
+        metadata: None,
     },
     Entry {
         name: "perlevel-yield",
         about: "parallel binary buddy: one spin-then-yield lock per level (the mutex variant)",
         max_order: ANY_ORDER,
         build: |c| Ok(Box::new(PerLevelYield::new(c)?)),
+        metadata: None,
     },
     Entry {
         name: "list-locked",
         about: "a singly linked free list behind a spinlock (LLFree paper's ListLocked); order 0 only",
         max_order: 0,
         build: |c| Ok(Box::new(LockedList::new(c)?)),
+        metadata: None,
     },
     Entry {
         name: "list-cas",
         about: "a lock-free LIFO free list with an ABA-tagged head (LLFree paper's ListCAS); order 0 only",
         max_order: 0,
         build: |c| Ok(Box::new(CasList::new(c)?)),
+        metadata: None,
     },
     Entry {
         name: "list-percore",
         about: "lock-free per-core free lists, stealing when empty (LLFree paper's ListLocal); order 0 only",
         max_order: 0,
         build: |c| Ok(Box::new(PerCoreLists::new(c)?)),
+        metadata: None,
     },
     Entry {
         name: "llfree",
         about: "LLFree (ATC'23): bit fields per 2 MiB, 64 MiB trees, per-core reservations; orders 0..=10",
         max_order: 10,
         build: |c| Ok(Box::new(LLFree::new(c)?)),
+        metadata: caller_metadata!(LLFree, identity),
     },
     Entry {
         name: "llfree-magazine",
         about: "llfree behind per-core magazines of orders 0-3 (the NBBS paper's per-thread cache)",
         max_order: 10,
         build: |c| Ok(Box::new(Magazine::with_config(c, LLFree::new)?)),
+        metadata: None,
     },
     Entry {
         name: "first-fit-locked",
         about: "first-fit over an address-ordered free list of extents, behind a spinlock (real-time paper's unstructured-list baseline); O(extents) per allocation",
         max_order: ANY_ORDER,
         build: |c| Ok(Box::new(Locked::<FirstFit>::new(FirstFit::new(c)?))),
+        metadata: None,
     },
 ];
 
@@ -166,5 +218,33 @@ mod tests {
             assert!(find(e.name).is_some());
         }
         assert!(find("no such allocator").is_none());
+    }
+
+    #[test]
+    fn entries_with_caller_metadata_build_in_it() {
+        use alloc::vec;
+        let config = Config::new(1000, 9).with_cores(2);
+        let with: alloc::vec::Vec<_> = entries().iter().filter(|e| e.metadata.is_some()).collect();
+        assert_eq!(with.len(), 5);
+        for e in with {
+            let m = e.metadata.unwrap();
+            let layout = (m.layout)(config).unwrap();
+            // u128 words: aligned for every table (at most 16 bytes, or a cache line below).
+            let mut words = vec![0u128; (layout.size() + layout.align()) / 16 + 1];
+            let base = words.as_mut_ptr().cast::<u8>();
+            let skip = base.align_offset(layout.align());
+            // SAFETY: `skip + layout.size()` bytes lie inside `words`, which outlives `a`.
+            let meta = unsafe { NonNull::new_unchecked(base.add(skip)) };
+            // SAFETY: as above; nothing else uses `words` while `a` lives.
+            let small = unsafe { (m.build)(config, meta, layout.size() - 1) };
+            assert_eq!(small.err(), Some(Error::MetadataTooSmall), "{}", e.name);
+            // SAFETY: as above.
+            let a = unsafe { (m.build)(config, meta, layout.size()) }.unwrap();
+            let block = a.alloc(3, 1).unwrap();
+            assert_eq!(a.free(block, 2, 1), Err(Error::OrderMismatch), "{}", e.name);
+            a.free(block, 3, 1).unwrap();
+            assert_eq!(a.free_units(), 1000, "{}", e.name);
+            drop(a);
+        }
     }
 }

@@ -33,6 +33,8 @@
 enum { UNIT = 64, UNITS = 1024, MAX_ORDER = 6, THREADS = 4, STEPS = 2000 };
 
 static _Alignas(4096) unsigned char caller_region[UNIT * UNITS];
+/* Metadata for the allocators that keep theirs in the caller's memory (no heap for tables). */
+static _Alignas(4096) unsigned char caller_metadata[256 << 10];
 
 static size_t free_units(const Buddyfree *bf) {
     BuddyfreeStats s;
@@ -329,6 +331,51 @@ static void check_memory_map(const char *name) {
     buddyfree_device_destroy(dev);
 }
 
+/* The allocator's tables in the caller's memory: sized by buddyfree_metadata_size, refused
+ * when too small or misaligned, and then the full suite on it, over a caller's region too. */
+static void check_caller_metadata(const char *name) {
+    BuddyfreeConfig c = {UNIT, UNITS, MAX_ORDER, THREADS, name};
+    size_t size = 0, align = 0;
+    Buddyfree *bf = NULL;
+    BuddyfreeStatus st = buddyfree_metadata_size(&c, &size, &align);
+    if (st == BUDDYFREE_STATUS_UNSUPPORTED) {
+        CHECK_STATUS(buddyfree_create_with_metadata(&c, NULL, 0, caller_metadata,
+                                                    sizeof caller_metadata, &bf),
+                     BUDDYFREE_STATUS_UNSUPPORTED);
+        CHECK(strstr(buddyfree_last_error(), "metadata") != NULL);
+        return;
+    }
+    CHECK_STATUS(st, BUDDYFREE_STATUS_OK);
+    CHECK(size > 0 && size <= sizeof caller_metadata && align > 0 && align <= 4096);
+    CHECK_STATUS(buddyfree_metadata_size(&c, NULL, &align), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(buddyfree_create_with_metadata(&c, NULL, 0, NULL, size, &bf),
+                 BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(buddyfree_create_with_metadata(&c, NULL, 0, caller_metadata, size - 1, &bf),
+                 BUDDYFREE_STATUS_METADATA_TOO_SMALL);
+    if (align > 1) {
+        CHECK_STATUS(buddyfree_create_with_metadata(&c, NULL, 0, caller_metadata + 1, size, &bf),
+                     BUDDYFREE_STATUS_METADATA_MISALIGNED);
+    }
+    CHECK(bf == NULL); /* untouched on failure */
+    BuddyfreeConfig fit = c;
+    fit.units = 0; /* as many as fit in the region: the metadata is sized for UNITS */
+    CHECK_STATUS(buddyfree_create_with_metadata(&fit, caller_region, sizeof caller_region,
+                                                caller_metadata, size, &bf),
+                 BUDDYFREE_STATUS_OK);
+    run_suite(bf, name, "caller metadata and region");
+    buddyfree_destroy(bf);
+
+    BuddyfreeDevice *dev = NULL;
+    CHECK_STATUS(buddyfree_device_create_with_metadata(&c, 0x100000000ull, caller_metadata, size,
+                                                       &dev),
+                 BUDDYFREE_STATUS_OK);
+    uint64_t a = 0;
+    CHECK_STATUS(buddyfree_device_alloc(dev, 3 * UNIT, 0, &a), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_device_free(dev, a), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_device_free(dev, a), BUDDYFREE_STATUS_NOT_ALLOCATED);
+    buddyfree_device_destroy(dev);
+}
+
 int main(void) {
     check_strerror();
     size_t count = buddyfree_allocator_count();
@@ -346,6 +393,7 @@ int main(void) {
         }
         check_bad_configs(name);
         check_memory_map(name);
+        check_caller_metadata(name);
 
         BuddyfreeConfig c = {UNIT, UNITS, MAX_ORDER, THREADS, name};
         Buddyfree *bf = NULL;
