@@ -1,5 +1,5 @@
 //! The allocators the tool can run: every entry of the library's registry, plus the system
-//! allocator adapter.
+//! allocator adapter and persistent LLFree zones over temporary files.
 
 use buddyfree::buddy::Knuth;
 use buddyfree::locked::PerCpu;
@@ -7,6 +7,7 @@ use buddyfree::registry::{self, DynAlloc, Entry};
 use buddyfree::{Config, Error, Locked};
 
 use crate::system::SystemAlloc;
+use crate::zone::{Mode, ZoneAlloc, MODES};
 
 /// The default suite's allocators, in table order. Names not in the registry are skipped with
 /// a note, so the list may name allocators that are still being written.
@@ -86,15 +87,18 @@ pub enum AllocSpec {
     Registry(&'static Entry),
     /// `std::alloc::System` (see [`SystemAlloc`]).
     System,
+    /// A persistent LLFree zone (see [`ZoneAlloc`]).
+    Zone(&'static Mode),
 }
 
 impl AllocSpec {
-    /// Every allocator: the registry's, then `system`.
+    /// Every allocator: the registry's, then `system`, then the persistent zones.
     pub fn all() -> Vec<AllocSpec> {
         registry::entries()
             .iter()
             .map(AllocSpec::Registry)
             .chain([AllocSpec::System])
+            .chain(MODES.iter().map(AllocSpec::Zone))
             .collect()
     }
 
@@ -102,6 +106,9 @@ impl AllocSpec {
     pub fn find(name: &str) -> Option<AllocSpec> {
         if name == SYSTEM {
             return Some(AllocSpec::System);
+        }
+        if let Some(m) = MODES.iter().find(|m| m.name == name) {
+            return Some(AllocSpec::Zone(m));
         }
         registry::find(name).map(AllocSpec::Registry)
     }
@@ -111,6 +118,7 @@ impl AllocSpec {
         match self {
             AllocSpec::Registry(e) => e.name,
             AllocSpec::System => SYSTEM,
+            AllocSpec::Zone(m) => m.name,
         }
     }
 
@@ -121,34 +129,57 @@ impl AllocSpec {
             AllocSpec::System => {
                 "std::alloc::System (malloc), blocks of 4096<<order bytes; size-based workloads only"
             }
+            AllocSpec::Zone(m) => m.about,
         }
     }
 
     /// Whether its block indices are positions in `0..units` (false for `system`, whose
     /// indices are addresses).
     pub fn has_region(&self) -> bool {
-        matches!(self, AllocSpec::Registry(_))
+        !matches!(self, AllocSpec::System)
+    }
+
+    /// The most allocator calls one run may make on it, where each is slow enough (a system
+    /// call) that a run of the usual size would take minutes.
+    pub fn max_calls(&self) -> Option<u64> {
+        match self {
+            AllocSpec::Zone(m) => m.max_calls(),
+            _ => None,
+        }
     }
 
     /// Builds a fresh instance, with `config.max_order` lowered to the largest the allocator
     /// accepts (the list allocators serve order 0 only); workloads needing more skip it. The
-    /// locked baselines get `lock`.
-    pub fn build(&self, config: Config, lock: Lock) -> Result<DynAlloc, Error> {
+    /// locked baselines get `lock`. The error says why it cannot be built.
+    pub fn build(&self, config: Config, lock: Lock) -> Result<DynAlloc, String> {
+        let lowered = |max: u32| Config {
+            max_order: config.max_order.min(max),
+            ..config
+        };
         match self {
             AllocSpec::Registry(e) => {
-                let config = Config {
-                    max_order: config.max_order.min(e.max_order),
-                    ..config
-                };
+                let config = lowered(e.max_order);
                 let ticket = TICKET_BUILDS.iter().find(|(n, _)| *n == e.name);
                 match (lock, ticket) {
                     (Lock::Ticket, Some((_, build))) => build(config),
                     _ => (e.build)(config),
                 }
+                .map_err(|e| e.to_string())
             }
-            // SAFETY: the workloads free exactly the blocks they allocated, once, with their
-            // orders (checked by the tests' counting allocator).
-            AllocSpec::System => Ok(Box::new(unsafe { SystemAlloc::new(config) }?)),
+            AllocSpec::System => {
+                // SAFETY: the workloads free exactly the blocks they allocated, once, with
+                // their orders (checked by the tests' counting allocator).
+                let system = unsafe { SystemAlloc::new(config) }.map_err(|e| e.to_string())?;
+                Ok(Box::new(system))
+            }
+            AllocSpec::Zone(m) => {
+                // A zone takes the orders the volatile LLFree takes.
+                let max = registry::find("llfree").map_or(config.max_order, |e| e.max_order);
+                match ZoneAlloc::new(lowered(max), m.durability) {
+                    Ok(z) => Ok(Box::new(z)),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
         }
     }
 }

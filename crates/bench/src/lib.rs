@@ -13,3 +13,4 @@ pub mod runner;
 pub mod suite;
 pub mod system;
 pub mod workloads;
+pub mod zone;

@@ -13,17 +13,18 @@ use clap::Parser;
 
 /// Compares back-end allocators on the workloads of the NBBS and LLFree papers.
 ///
-/// With no arguments, runs the default suite: every workload, on the default allocators that
-/// are registered, at 1, 2, 4, ... threads up to the core count, over one 16 GiB heap,
-/// printing a table and writing JSON, CSV and plots to `results/<date-time>/` (linked from
-/// `results/latest`).
+/// With no arguments, runs the default suite: every workload but full-heap, on the default
+/// allocators that are registered, at 1, 2, 4, ... threads up to the core count, over one
+/// 16 GiB heap, printing a table and writing JSON, CSV and plots to `results/<date-time>/`
+/// (linked from `results/latest`).
 #[derive(Parser, Debug)]
 #[command(name = "buddybench", version)]
 struct Cli {
     /// Allocators to run, comma-separated (see --list).
     #[arg(long, value_delimiter = ',')]
     alloc: Option<Vec<String>>,
-    /// Workloads to run, comma-separated; also the suites `nbbs`, `llfree`, `realtime` and `all`.
+    /// Workloads to run, comma-separated; also the suites `nbbs`, `llfree`, `realtime` (their
+    /// workloads of the default suite) and `all` (every workload but crash).
     #[arg(long, value_delimiter = ',')]
     workload: Option<Vec<String>>,
     /// Thread counts, comma-separated.
@@ -100,17 +101,18 @@ fn list() {
         };
         println!("  {mark} {:width$}  {}", a.name(), a.about());
     }
-    println!("\nworkloads (k = 2^order units of 4 KiB per block, P = threads), with the default suite's parameters:");
+    println!("\nworkloads (* = in the default suite; k = 2^order units of 4 KiB per block, P = threads), with the default suite's parameters:");
     let p = buddybench::workloads::Params::default();
     for w in Workload::ALL {
-        println!("    {:18}  {}", w.name(), w.about());
+        let mark = if w.in_default_suite() { '*' } else { ' ' };
+        println!("  {mark} {:18}  {}", w.name(), w.about());
         println!("    {:18}    parameters: {}", "", w.parameters(&p));
     }
     println!("    {:18}  {}", "crash", CRASH_ABOUT);
     println!(
         "
-suites: nbbs, llfree, realtime, all (crash runs alone, never in a suite)
-the default suite: every workload, --heap 16G for every case but the real-time ones, --work 1G, 5 counted repetitions after one warm-up, phases of at least 10 ms, --lock ticket, --clock wall"
+suites: nbbs, llfree, realtime (each: its workloads marked *), all (every workload; crash runs alone, never in a suite)
+the default suite: the workloads marked *, --heap 16G for every case but the real-time ones, --work 1G, 5 counted repetitions after one warm-up, phases of at least 10 ms, --lock ticket, --clock wall"
     );
 }
 

@@ -1,14 +1,15 @@
 //! What to run (a [`Plan`], checked into [`Case`]s) and running it.
 //!
-//! The default suite (no arguments): the registered allocators of [`DEFAULT_ALLOCS`], the
-//! locked baselines behind a ticket lock, baseline `knuth-locked` (else `linux`, else the
-//! first); thread counts 1, 2, 4, ... up to the usable cores; one heap of 16 GiB of 4 KiB
-//! units for every case (only the allocators' metadata is written; the memory itself is never
-//! touched), except the real-time workloads, which size their own; the NBBS workloads at 4K,
-//! 32K and 256K blocks, the LLFree workloads at 4K and 2M (frag: order 0, one thread, on
-//! [`FRAG_ALLOCS`]); each case runs on every allocator in turn (A B C A B C ...), one warm-up
-//! round uncounted and 5 counted, each timed phase repeated until it lasted 10 ms; blocks up
-//! to order 10 (4 MiB); sizes from [`Params::default`].
+//! The default suite (no arguments): the workloads [`Workload::in_default_suite`] (not full-heap,
+//! which runs only when named or with `all`), the registered allocators of [`DEFAULT_ALLOCS`], the
+//! locked baselines behind a ticket lock, baseline `knuth-locked` (else `linux`, else the first);
+//! thread counts 1, 2, 4, ... up to the usable cores; one heap of 16 GiB of 4 KiB units for every
+//! case (only the allocators' metadata is written; the memory itself is never touched), except the
+//! real-time workloads, which size their own; the NBBS workloads at 4K, 32K and 256K blocks, the
+//! LLFree workloads at 4K and 2M (frag: order 0, one thread, on [`FRAG_ALLOCS`]); each case runs on
+//! every allocator in turn (A B C A B C ...), one warm-up round uncounted and 5 counted, each timed
+//! phase repeated until it lasted 10 ms; blocks up to order 10 (4 MiB); sizes from
+//! [`Params::default`].
 
 use std::fmt;
 use std::time::Duration;
@@ -150,7 +151,7 @@ fn workload_names(names: &[String]) -> Result<Vec<Workload>, PlanError> {
             n => match Suite::ALL.into_iter().find(|s| s.name() == n) {
                 Some(suite) => Workload::ALL
                     .into_iter()
-                    .filter(|w| w.suite() == suite)
+                    .filter(|w| w.suite() == suite && w.in_default_suite())
                     .collect(),
                 None => match Workload::find(n) {
                     Some(w) => vec![w],
@@ -246,7 +247,10 @@ impl Plan {
         }
         let workloads = match &req.workloads {
             Some(n) => workload_names(n)?,
-            None => Workload::ALL.to_vec(),
+            None => Workload::ALL
+                .into_iter()
+                .filter(|w| w.in_default_suite())
+                .collect(),
         };
         if workloads.is_empty() {
             return err("no workload to run");
@@ -339,7 +343,7 @@ impl Plan {
                 _ => &threads,
             };
             for &order in &orders {
-                let top = order + w.order_span(&params);
+                let top = w.top_order(order, &params);
                 if top > max_order {
                     return err(format!(
                         "order {order} ({}) is too large for {}: it allocates up to order {top}, above the maximum order {max_order}",
@@ -551,11 +555,21 @@ impl Plan {
         if case.workload.needs_region() && !a.has_region() {
             return Err("hands out addresses, not positions in a region".into());
         }
+        if let Some(limit) = a.max_calls() {
+            let calls = case
+                .workload
+                .calls(case.order, case.threads, case.units, &self.params);
+            if calls.is_some_and(|n| n > limit) {
+                return Err(format!(
+                    "a system call per operation: runs only cases of at most {limit} calls"
+                ));
+            }
+        }
         // Heaps smaller than a block of `max_order` (the contrived case's smallest) get the
         // largest order that fits.
         let max_order = self.max_order.min(case.units.max(1).ilog2());
         let config = Config::new(case.units, max_order).with_cores(case.threads);
-        let top = case.order + case.workload.order_span(&self.params);
+        let top = case.workload.top_order(case.order, &self.params);
         let alloc = a
             .build(config, self.lock)
             .map_err(|e| format!("cannot be built: {e}"))?;
@@ -715,14 +729,60 @@ mod tests {
     }
 
     #[test]
-    fn defaults_cover_every_workload_and_fit_their_needs() {
+    fn defaults_cover_every_default_workload_and_fit_their_needs() {
         let p = Plan::new(&Request::default()).unwrap();
         for w in Workload::ALL {
-            assert!(p.cases.iter().any(|c| c.workload == w), "{}", w.name());
+            let ran = p.cases.iter().any(|c| c.workload == w);
+            assert_eq!(ran, w.in_default_suite(), "{}", w.name());
         }
         for c in &p.cases {
             assert!(c.units >= c.workload.units_needed(c.order, c.threads, &p.params));
         }
         assert!(p.allocs.iter().all(|a| a.name() != "model"));
+    }
+
+    #[test]
+    fn full_heap_runs_when_named_or_with_all_only() {
+        let workloads = |names: &[&str]| {
+            let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+            workload_names(&names).unwrap()
+        };
+        assert!(!workloads(&["nbbs"]).contains(&Workload::FullHeap));
+        assert!(workloads(&["all"]).contains(&Workload::FullHeap));
+        assert_eq!(workloads(&["full-heap"]), [Workload::FullHeap]);
+        // Its 2 MiB request needs allocators built for order 9, whatever its blocks.
+        assert!(Plan::new(&Request {
+            workloads: Some(vec!["full-heap".into()]),
+            max_order: Some(8),
+            orders: Some(vec![0]),
+            ..req()
+        })
+        .err()
+        .expect("order 9 above the maximum")
+        .0
+        .contains("up to order 9"));
+    }
+
+    #[test]
+    fn msync_zones_skip_cases_of_too_many_calls() {
+        let plan = |work: u64| {
+            Plan::new(&Request {
+                allocs: Some(vec!["llfree-zone-msync".into()]),
+                workloads: Some(vec!["bulk".into()]),
+                threads: Some(vec![1]),
+                orders: Some(vec![0]),
+                work_bytes: Some(work),
+                heap_bytes: Some(1 << 30),
+                quick: true,
+                ..Request::default()
+            })
+            .unwrap()
+        };
+        // 1 GiB of work: 2^17 gets and as many puts, each a system call.
+        let p = plan(1 << 30);
+        let why = p.build(&p.allocs[0], &p.cases[0]).err().expect("skipped");
+        assert!(why.contains("system call per operation"), "{why}");
+        let p = plan(16 << 20);
+        assert!(p.build(&p.allocs[0], &p.cases[0]).is_ok());
     }
 }

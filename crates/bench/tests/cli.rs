@@ -301,3 +301,27 @@ fn an_allocator_has_one_colour_in_every_plot() {
     assert_eq!(seen.len(), 3, "{seen:?}");
     let _ = std::fs::remove_dir_all(&out_dir);
 }
+
+#[test]
+fn full_heap_and_zones_run_when_named() {
+    let dir = temp_dir("full-heap");
+    let out = bench(&[
+        "--quick",
+        "--alloc",
+        "nbbs,llfree-zone-none",
+        "--workload",
+        "full-heap",
+        "--threads",
+        "1",
+        "--no-plots",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    for needle in ["full-heap", "fail 4K", "fail 2M", "llfree-zone-none"] {
+        assert!(stdout.contains(needle), "{needle} missing:\n{stdout}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

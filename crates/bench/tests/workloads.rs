@@ -184,3 +184,43 @@ fn failures_are_counted_not_fatal() {
     assert_eq!(ops(&out), [("op", 8 * 16 + 8 * 8)]);
     assert_eq!(c.free_units(), 32);
 }
+
+#[test]
+fn full_heap_counts_its_failing_requests_as_failures() {
+    let p = Params::quick();
+    let n = p.full_heap_fails as u64;
+    for (alloc, order, threads) in [
+        ("model", 0, 1),
+        ("model", 9, 1),
+        ("model", 2, 2),
+        ("nbbs", 0, 1),
+        ("nbbs4", 9, 1),
+        ("llfree", 0, 1),
+    ] {
+        let c = Counting::new(alloc, UNITS, threads);
+        let out = workloads::run(Workload::FullHeap, &c, order, threads, &p);
+        let t = threads as u64;
+        let blocks = (UNITS >> order) as u64;
+        // The fill: every block of the heap and one failure per thread; then the failing
+        // requests, timed; then the blocks freed.
+        let what = format!("{alloc} order {order} x{threads}");
+        assert_eq!(
+            ops(&out),
+            [("fail 4K", t * n), ("fail 2M", t * n)],
+            "{what}"
+        );
+        assert_eq!(
+            c.counts(),
+            (blocks + t + 2 * t * n, blocks, t + 2 * t * n),
+            "{what}"
+        );
+        assert_eq!(
+            (out.allocs, out.frees, out.failures, out.bad_frees),
+            (blocks + t + 2 * t * n, blocks, t + 2 * t * n, 0),
+            "{what}"
+        );
+        let calls = Workload::FullHeap.calls(order, threads, UNITS, &p);
+        assert_eq!(calls, Some(out.allocs + out.frees), "{what}: the estimate");
+        c.assert_whole(UNITS);
+    }
+}

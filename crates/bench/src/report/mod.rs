@@ -18,7 +18,7 @@ use crate::system::UNIT_BYTES;
 use crate::workloads::Outcome;
 
 /// The phase names, in table order.
-const PHASES: &[&str] = &["op", "get", "put", "get+put"];
+const PHASES: &[&str] = &["op", "get", "put", "get+put", "fail 4K", "fail 2M"];
 
 /// All repetitions of one case on one allocator.
 pub struct RunSet {
@@ -93,7 +93,8 @@ pub struct Record {
     pub alloc: String,
     /// Workload name.
     pub workload: String,
-    /// What one operation is ("op" = an alloc or a free; "get", "put", "get+put").
+    /// What one operation is ("op" = an alloc or a free; "get", "put", "get+put"; "fail 4K",
+    /// "fail 2M" = a failing allocation of that size).
     pub phase: String,
     /// Block order (the smallest, for workloads mixing sizes).
     pub order: u32,

@@ -55,6 +55,8 @@ pub enum Workload {
     ConstantOccupancy,
     /// NBBS: alloc immediately followed by free.
     Cached,
+    /// Not in the default suite: allocations that fail, on a heap full of blocks of one size.
+    FullHeap,
     /// LLFree: allocate half the memory, then free it.
     Bulk,
     /// LLFree: with half the memory held, alloc+free pairs.
@@ -75,12 +77,13 @@ pub enum Workload {
 
 impl Workload {
     /// Every workload, in the order the suite runs them.
-    pub const ALL: [Workload; 13] = [
+    pub const ALL: [Workload; 14] = [
         Workload::LinuxScalability,
         Workload::ThreadTest,
         Workload::Larson,
         Workload::ConstantOccupancy,
         Workload::Cached,
+        Workload::FullHeap,
         Workload::Bulk,
         Workload::Repeat,
         Workload::Rand,
@@ -99,6 +102,7 @@ impl Workload {
             Workload::Larson => "larson",
             Workload::ConstantOccupancy => "constant-occupancy",
             Workload::Cached => "cached",
+            Workload::FullHeap => "full-heap",
             Workload::Bulk => "bulk",
             Workload::Repeat => "repeat",
             Workload::Rand => "rand",
@@ -126,6 +130,9 @@ impl Workload {
                 "NBBS: hold 1x16k, 2x8k, 4x4k, 8x2k, 16xk units, then N/P times free a random one and reallocate its size"
             }
             Workload::Cached => "NBBS: per thread N alloc+free pairs of one size",
+            Workload::FullHeap => {
+                "not in the papers: fill the heap with blocks of k units, then per thread N allocations of 4K and N of 2M, which fail (fail 4K, fail 2M)"
+            }
             Workload::Bulk => {
                 "LLFree: each thread allocates units/P/2/2^order blocks, barrier, frees them (get and put)"
             }
@@ -160,13 +167,21 @@ impl Workload {
             | Workload::ThreadTest
             | Workload::Larson
             | Workload::ConstantOccupancy
-            | Workload::Cached => Suite::Nbbs,
+            | Workload::Cached
+            | Workload::FullHeap => Suite::Nbbs,
             Workload::Bulk | Workload::Repeat | Workload::Rand | Workload::Frag => Suite::Llfree,
             Workload::Latency
             | Workload::Contrived
             | Workload::EstrangedShare
             | Workload::Defrag => Suite::Realtime,
         }
+    }
+
+    /// Whether the default suite runs it (and a suite's name selects it): the ones that are
+    /// not would lengthen the default run for a question it does not ask. `all` and its name
+    /// select it.
+    pub const fn in_default_suite(self) -> bool {
+        !matches!(self, Workload::FullHeap)
     }
 
     /// The workload named `name`.
@@ -186,6 +201,15 @@ impl Workload {
         }
     }
 
+    /// The largest order it allocates at `order`: full-heap asks for a huge frame whatever
+    /// the blocks filling the heap.
+    pub fn top_order(self, order: u32, params: &Params) -> u32 {
+        match self {
+            Workload::FullHeap => order.max(nbbs::FULL_HEAP_LARGE),
+            _ => order + self.order_span(params),
+        }
+    }
+
     /// Whether it runs once on allocators of its own choosing (Knuth's and the estranged
     /// buddy, built as concrete types to reach their counters) rather than once per allocator
     /// of the run.
@@ -193,10 +217,10 @@ impl Workload {
         matches!(self, Workload::EstrangedShare | Workload::Defrag)
     }
 
-    /// Whether it reads block indices as positions in the region (and so cannot run on an
-    /// allocator whose indices are addresses).
+    /// Whether it reads block indices as positions in the region, or needs a region that
+    /// fills up (and so cannot run on an allocator whose indices are addresses: malloc).
     pub const fn needs_region(self) -> bool {
-        matches!(self.suite(), Suite::Llfree)
+        matches!(self.suite(), Suite::Llfree) || matches!(self, Workload::FullHeap)
     }
 
     /// Whether it is measured for the memory it leaves usable, not for time: run once per
@@ -246,6 +270,10 @@ impl Workload {
                 p.co_steps
             ),
             Workload::Cached => format!("N = {} alloc+free pairs per thread", p.cached_pairs),
+            Workload::FullHeap => format!(
+                "N = {} failing allocations per thread of each size; the heap is filled (untimed) and emptied on every pass, so give it a small --heap (e.g. 1G); needs --max-order 9 or more",
+                p.full_heap_fails
+            ),
             Workload::Bulk | Workload::Repeat | Workload::Rand => format!(
                 "W = {} units of work ({} MiB; the paper: half the memory); each of P threads handles W/P/2/2^order blocks, at least {}/P",
                 p.llfree_units,
@@ -282,7 +310,7 @@ impl Workload {
             }
             Workload::Larson => threads * params.larson_chunks * (k << params.larson_span),
             Workload::ConstantOccupancy => threads * nbbs::POOL_UNITS * k,
-            Workload::Cached => threads * k,
+            Workload::Cached | Workload::FullHeap => threads * k,
             // The blocks of the work, held at once.
             Workload::Bulk | Workload::Repeat | Workload::Rand => {
                 llfree::blocks_per_thread(params, threads, order) * threads * k + threads * k
@@ -315,6 +343,8 @@ impl Workload {
             },
             Workload::ConstantOccupancy => t * (2 * nbbs::POOL_BLOCKS + 2 * (params.co_steps / t)),
             Workload::Cached => t * params.cached_pairs * 2,
+            // Fill until one failure per thread, the failing requests, free the blocks.
+            Workload::FullHeap => 2 * (units >> order) + t + t * 2 * params.full_heap_fails,
             Workload::Bulk | Workload::Rand => 2 * n,
             Workload::Repeat => 4 * n,
             Workload::Frag => {
@@ -366,6 +396,8 @@ pub struct Params {
     pub co_steps: usize,
     /// Cached Allocation: alloc+free pairs per thread (paper: 5M).
     pub cached_pairs: usize,
+    /// full-heap: failing allocations per thread of each size (not in the papers).
+    pub full_heap_fails: usize,
     /// bulk, repeat, rand: units of work, `P` threads handle `W/P/2/2^order` blocks each
     /// (paper: the heap's units, 125 GiB).
     pub llfree_units: usize,
@@ -391,6 +423,7 @@ impl Default for Params {
             larson_stop: Stop::Time(Duration::from_millis(20)),
             co_steps: 200_000,
             cached_pairs: 50_000,
+            full_heap_fails: 100_000,
             llfree_units: 1 << 18,
             llfree_min_blocks: 1 << 12,
             frag_rounds: 100,
@@ -413,6 +446,7 @@ impl Params {
             larson_stop: Stop::Generations(3),
             co_steps: 256,
             cached_pairs: 256,
+            full_heap_fails: 256,
             llfree_units: 1 << 12,
             llfree_min_blocks: 0,
             frag_rounds: 5,
@@ -425,7 +459,8 @@ impl Params {
 /// One timed phase of a run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Phase {
-    /// What one operation is: "op" (an alloc or a free), "get", "put", "get+put".
+    /// What one operation is: "op" (an alloc or a free), "get", "put", "get+put", or a
+    /// failing allocation of 4 KiB or 2 MiB ("fail 4K", "fail 2M").
     pub name: &'static str,
     /// Operations over all threads.
     pub ops: u64,
@@ -625,6 +660,7 @@ fn run_once(
         Workload::Larson => nbbs::larson(alloc, order, threads, params),
         Workload::ConstantOccupancy => nbbs::constant_occupancy(alloc, order, threads, params),
         Workload::Cached => nbbs::cached(alloc, order, threads, params),
+        Workload::FullHeap => nbbs::full_heap(alloc, order, threads, params),
         Workload::Bulk => llfree::bulk(alloc, order, threads, params),
         Workload::Repeat => llfree::repeat(alloc, order, threads, params),
         Workload::Rand => llfree::rand(alloc, order, threads, params),

@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+use buddyfree::stats::HUGE_FRAME_UNITS;
 use buddyfree::BlockAlloc;
 
 use super::{phase, Counts, Outcome, Params, Recorder, Rng, Stop};
@@ -103,6 +104,65 @@ pub fn cached(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Out
             total: c,
         }
     }))
+}
+
+/// full-heap's large request: one huge frame (2 MiB), order 9.
+pub const FULL_HEAP_LARGE: u32 = HUGE_FRAME_UNITS.trailing_zeros();
+
+/// Failing allocation on a full heap: each thread allocates blocks of `k` units until one
+/// fails (untimed), then, once every thread has, makes `full_heap_fails` requests of 4 KiB
+/// ("fail 4K") and as many of 2 MiB ("fail 2M"), which should all fail; then it frees what it
+/// holds. A request that cannot be served is the slow path of every allocator (a search
+/// that finds nothing), and the one a caller under memory pressure keeps hitting.
+pub fn full_heap(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Outcome {
+    let parts = run_workers(threads, |w| {
+        let core = w.id;
+        let mut setup = Counts::default();
+        // One more than the heap can hold: filling stops at the first failure, but an
+        // allocator that never fails (malloc) must not fill the machine.
+        let most = (a.total_units() >> order) + 1;
+        let mut held = Vec::with_capacity(most / threads + 1);
+        for _ in 0..most {
+            match setup.alloc(a, order, core) {
+                Some(i) => held.push((i, order)),
+                None => break,
+            }
+        }
+        let mut timed = |o: u32| {
+            let mut c = Counts::default();
+            let ((), time) = w.timed(|| {
+                for _ in 0..p.full_heap_fails {
+                    // Not full after all (another thread's spurious failure stopped its
+                    // fill early): keep the block, which fills the heap further.
+                    if let Some(i) = c.alloc(a, o, core) {
+                        held.push((i, o));
+                    }
+                }
+            });
+            (c, time)
+        };
+        let small = timed(0);
+        let large = timed(FULL_HEAP_LARGE);
+        // A thread freeing early would serve the requests of one still timing them.
+        w.sync();
+        for &(i, o) in &held {
+            setup.free(a, i, o, core);
+        }
+        (setup, small, large)
+    });
+    let small: Vec<_> = parts.iter().map(|p| p.1).collect();
+    let large: Vec<_> = parts.iter().map(|p| p.2).collect();
+    let mut out = Outcome {
+        phases: vec![phase("fail 4K", &small), phase("fail 2M", &large)],
+        ..Outcome::default()
+    };
+    out.count(
+        &parts
+            .iter()
+            .flat_map(|p| [p.0, p.1 .0, p.2 .0])
+            .collect::<Vec<_>>(),
+    );
+    out
 }
 
 /// Frees every block of a pool (after the timed part).

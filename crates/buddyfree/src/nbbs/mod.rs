@@ -45,7 +45,9 @@
 //!
 //!   The cost: cells twice as wide, and on x86_64 a `cmpxchg16b` (selected at run time)
 //!   for every change of a bunch; single-threaded, an `Nbbs4` alloc+free pair takes about
-//!   1.5-2x as long as with 64-bit cells and an `Nbbs` pair about 1.1x (`nbbs_timing`).
+//!   1.5-2x as long as with 64-bit cells and an `Nbbs` pair about 1.1x (docs/results.md,
+//!   "What does closing the NBBS ABA window cost?"; buddybench's `cached` workload on one
+//!   thread measures it now).
 //!   Builds that may assume the instruction (`-C target-feature=+cmpxchg16b`, or a
 //!   `target-cpu` that has it) inline it and skip the run-time selection, about a tenth of
 //!   the cost.
