@@ -87,14 +87,14 @@ const ENTRIES: &[Entry] = &[
     },
     Entry {
         name: "nbbs",
-        about: "NBBS, the non-blocking buddy system: 1-level tree, 4 bytes per node, per-core hints",
+        about: "NBBS, the non-blocking buddy system: 1-level tree, 8 bytes per node, per-core hints",
         max_order: ANY_ORDER,
         build: |c| Ok(Box::new(Nbbs::new(c)?)),
         metadata: caller_metadata!(Nbbs, identity),
     },
     Entry {
         name: "nbbs4",
-        about: "NBBS with 4-level bunches: 15 nodes per 64-bit word, one CAS per 4 levels",
+        about: "NBBS with 4-level bunches: 15 nodes per 128-bit cell, one CAS per 4 levels",
         max_order: ANY_ORDER,
         build: |c| Ok(Box::new(Nbbs4::new(c)?)),
         metadata: caller_metadata!(Nbbs4, identity),

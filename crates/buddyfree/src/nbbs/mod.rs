@@ -145,12 +145,13 @@ macro_rules! nbbs_type {
 }
 
 nbbs_type!(
-    /// NBBS over the 1-level tree: 4 bytes of node state per node.
+    /// NBBS over the 1-level tree: 8 bytes per node (its state and a 59-bit generation).
     Nbbs,
     OneLevel
 );
 nbbs_type!(
-    /// NBBS over 4-level bunches: 15 nodes per 64-bit word, one CAS per four levels climbed.
+    /// NBBS over 4-level bunches: 15 nodes and a 64-bit generation per 128-bit cell, one
+    /// double-width CAS per four levels climbed.
     Nbbs4,
     FourLevel
 );
