@@ -788,10 +788,12 @@ mod tests {
     #[test]
     fn four_frees_into_a_partial_tree_reserve_it() {
         let alloc = tiny(2, 1, 2048);
-        // Core 0 fills tree 0 halfway and moves on to tree 1.
+        // Core 0 fills tree 0 halfway; core 1, finding it reserved, takes another; then core
+        // 0 lets tree 0 go, partial. (Were core 1 to search after that, it would pick the
+        // partial tree 0 itself.)
         let mine: Vec<usize> = (0..256).map(|_| alloc.alloc(0, 0).unwrap()).collect();
-        alloc.drain();
         let _ = alloc.alloc(0, 1).unwrap();
+        alloc.release_all(Some(1));
         let core1 = alloc.locals[1].get().tree();
         assert_ne!(core1, Some(TreeId(0)));
         for (i, &b) in mine.iter().enumerate().take(4) {
