@@ -24,9 +24,9 @@
 //!
 //! | allocator | 1 core | 16 cores | alignment | mostly |
 //! |---|---|---|---|---|
-//! | [`Nbbs`] | 2048 KiB | 2054 KiB | 128 | 8 bytes per unit (two 4-byte nodes) |
-//! | [`Nbbs4`] | 547 KiB | 552 KiB | 128 | 15 nodes per 8-byte word |
-//! | [`LLFree`](llfree::LLFree) | 194 KiB | 196 KiB | 128 | 2 bits and a 4-bit start entry per unit |
+//! | [`Nbbs`] | 4095 KiB | 4101 KiB | 128 | 16 bytes per unit (two 8-byte nodes) |
+//! | [`Nbbs4`] | 1093 KiB | 1098 KiB | 128 | 15 nodes per 16-byte cell |
+//! | [`LLFree`](llfree::LLFree) | 66 KiB | 68 KiB | 128 | 2 bits per unit |
 //! | [`Knuth`](buddy::Knuth) | 4352 KiB | 4352 KiB | 8 | links (16 bytes) and a tag per unit |
 //! | [`Estranged`](buddy::Estranged) | 4352 KiB | 4352 KiB | 8 | as Knuth's |
 //!
