@@ -26,7 +26,7 @@
 //! |---|---|---|---|---|
 //! | [`Nbbs`] | 4095 KiB | 4101 KiB | 128 | 16 bytes per unit (two 8-byte nodes: state and generation) |
 //! | [`Nbbs4`] | 1093 KiB | 1098 KiB | 128 | 15 nodes and a 64-bit generation per 16-byte cell |
-//! | [`LLFree`](llfree::LLFree) | 194 KiB | 196 KiB | 128 | 2 bits and a 4-bit start entry per unit |
+//! | [`LLFree`](llfree::LLFree) | 66 KiB | 68 KiB | 128 | 2 bits per unit |
 //! | [`Knuth`](buddy::Knuth) | 4352 KiB | 4352 KiB | 8 | links (16 bytes) and a tag per unit |
 //! | [`Estranged`](buddy::Estranged) | 4352 KiB | 4352 KiB | 8 | as Knuth's |
 //!

@@ -213,6 +213,20 @@ fn bad_and_foreign_files_give_named_errors_and_stay_untouched() {
         matches!(err, PersistError::BadVersion { found: 7 }),
         "{err}"
     );
+    // A zone of the previous layout (version 3, with a start table), its header intact: the
+    // error names both versions.
+    let err = open_damaged(&dir, "version 3", |p| {
+        patch_field(p, 8, &3u32.to_le_bytes())
+    });
+    assert!(
+        matches!(err, PersistError::BadVersion { found: 3 }),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("version 3, this build reads version 4"),
+        "{err}"
+    );
     let err = open_damaged(&dir, "checksum", |p| patch(p, 16, &[0xFF]));
     assert!(matches!(err, PersistError::BadChecksum), "{err}");
     let err = open_damaged(&dir, "truncated", |p| resize(p, len(p) - 64));

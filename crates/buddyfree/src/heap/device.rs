@@ -13,7 +13,7 @@ use crate::{BlockAlloc, Error};
 ///
 /// Frees need not repeat the size: [`free_at`](DeviceHeap::free_at) asks the allocator for
 /// the order of the block that starts there ([`BlockAlloc::order_at`]), which `nbbs`,
-/// `nbbs4`, `llfree`, `knuth` and `estranged` record (their node states, start table or
+/// `nbbs4`, `llfree`, `knuth` and `estranged` record (their node states, two-bit slots or
 /// tags), at no extra memory.
 ///
 /// ```

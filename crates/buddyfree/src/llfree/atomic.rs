@@ -1,6 +1,6 @@
 //! The one compare-and-swap loop of LLFree: every packed entry (bit-field word, child pair,
-//! tree entry, per-core entry, start-table word) is updated through [`Atom::try_change`], so
-//! each protocol step reads as a pure function from the old value to the new one.
+//! tree entry, per-core entry) is updated through [`Atom::try_change`], so each protocol
+//! step reads as a pure function from the old value to the new one.
 
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 

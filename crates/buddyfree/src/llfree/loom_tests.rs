@@ -101,10 +101,11 @@ fn loom_order7_claims_exclude_each_other_while_freeing() {
 }
 
 /// Racing double frees of one block: exactly one wins, the other sees `NotAllocated`, for the
-/// three claims (order 7: start entry; order 9: child; order 10: child pair).
+/// four claims (order 3: the word, checked and cleared in one CAS; order 7: the start word,
+/// turned FREEING; order 9: child; order 10: child pair).
 #[test]
 fn loom_double_frees_are_serialised() {
-    for order in [7, 9, 10] {
+    for order in [3, 7, 9, 10] {
         check(move || {
             let lower = Arc::new(Lower::new(1024));
             let b = lower.alloc(HugeId(0), order, 0).unwrap();
@@ -233,8 +234,8 @@ fn loom_shared_reservation_and_sync_conserve_counters() {
 }
 
 /// An order-0 allocation that took its count before an order-3 block was allocated at unit 0
-/// claims unit 0 while that block's free is still marking its start entry FREEING: the unit
-/// must still be freeable as an order-0 block.
+/// claims unit 0 as soon as that block's free has cleared it: the unit must then be freeable
+/// as an order-0 block, and the order-3 free must have succeeded exactly once.
 #[test]
 fn loom_order0_reuse_of_a_block_start_being_freed() {
     check(|| {
@@ -284,6 +285,46 @@ fn loom_fallback_waits_for_a_reservation_in_flight() {
         alloc.drain();
         assert_eq!(alloc.free_units(), 1024);
         alloc.assert_consistent();
+    });
+}
+
+/// A free of a multi-word block (order 7) races a free of the wrong order at its start (order
+/// 6) and an allocation of order 6 that may take the freed words: the right free succeeds,
+/// the wrong one never does (it sees the block as order 7, FREEING or gone, or a new order-6
+/// block it must not free: then the new block stays whole).
+#[test]
+fn loom_a_wrong_order_free_races_a_multi_word_free() {
+    check(|| {
+        let lower = Arc::new(Lower::new(512));
+        let mut words = [u64::MAX; 8];
+        words[..2].fill(0);
+        lower.set_frame(HugeId(0), words);
+        let b = lower.alloc(HugeId(0), 7, 0).unwrap();
+        assert_eq!(b, 0);
+        let wrong = {
+            let lower = lower.clone();
+            thread::spawn(move || lower.free(b, 6))
+        };
+        assert_eq!(lower.free(b, 7), Ok(()));
+        let new = lower.alloc(HugeId(0), 6, 0);
+        let wrong = wrong.join().unwrap();
+        match (new, wrong) {
+            // The wrong-order free came after the new block: that is a legal free of it.
+            (Some(n), Ok(())) => assert_eq!(n, b),
+            (new, Err(e)) => {
+                assert!(
+                    matches!(e, Error::OrderMismatch | Error::NotAllocated),
+                    "{e:?}"
+                );
+                if let Some(n) = new {
+                    assert_eq!(lower.block_of(n + 63), Some((n, 6)));
+                    lower.free(n, 6).unwrap();
+                }
+            }
+            (None, Ok(())) => panic!("an order-6 free of an order-7 block succeeded"),
+        }
+        lower.assert_consistent();
+        assert_eq!(lower.child(HugeId(0)).free(), 128);
     });
 }
 

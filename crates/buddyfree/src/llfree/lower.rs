@@ -1,31 +1,59 @@
-//! The lower level (§3.2.1, §4.2.1): per huge frame a bit field and a child entry, plus a
-//! start table that tells bad frees apart. It holds no pointers and lives in one contiguous
-//! run of cache lines, on the heap or in a file mapping (`persist.rs`; then every change that
-//! recovery reads is written back through its [`WriteBack`], see `recover.rs`).
+//! The lower level (§3.2.1, §4.2.1): per huge frame a bit field and a child entry. It holds
+//! no pointers and lives in one contiguous run of cache lines, on the heap or in a file
+//! mapping (`persist.rs`; then every change that recovery reads is written back through its
+//! [`WriteBack`], see `recover.rs`).
 //!
 //! ```text
-//! line 0                     children_at / 8                 starts_at / 8
-//! | bit fields: 16 words per | children: 2 per word, padded | start table: 32 words per |
-//! | huge frame (2 lines)     | to a line (16 per line)      | huge frame (4 lines)      |
+//! line 0                        children_at / 8
+//! | bit fields: 16 words per    | children: 2 per word, padded |
+//! | huge frame (2 lines)        | to a line (16 per line)      |
 //! ```
 //!
-//! The bit field gives every unit two bits, a *slot*: `00` free, `01` an order-0 block, `11` a
-//! unit of a block of order 1..=8 (the paper has one bit per unit). The second bit is what
-//! makes an order-0 free exact under races: whether unit `i` is an order-0 block and the
-//! clearing of it are one compare-and-swap on one word, so no allocation of another order
-//! can slip between the two. (With one bit per unit a free has to classify the unit from
-//! other words first, and a larger block claimed in between was freed unit by unit.)
-//! A 64-bit word holds 32 slots, so orders 0..=5 are claimed in one word and orders 6..=8
-//! take 2, 4 or 8 whole words.
+//! That is 64 KiB of bit fields and 2 KiB of children per GiB of 4 KiB units (issue 14 puts
+//! llfree-rs at 41.5 KB: one bit per unit). There is no other per-unit table: the bit field
+//! gives every unit two bits, a *slot*, and the slots also record where blocks start:
 //!
-//! The start table holds, per unit, a 4-bit entry: `order + 1` where a block of order 1..=8
-//! starts, [`FREEING`] while such a block is being freed, 0 elsewhere. Order-0 blocks write
-//! nothing there, so the hot order-0 path never touches it. It costs 256 bytes per 2 MiB.
+//! | slot | meaning |
+//! |------|---------|
+//! | `00` | free |
+//! | `01` | an order-0 block |
+//! | `10` | the first unit of a block of order 1..=5, a marker slot of a multi-word start word, or padding past the last unit |
+//! | `11` | any other unit of a block of order 1..=8 |
 //!
-//! Racing frees are serialised by one compare-and-swap each: the slot for order 0, the start
-//! entry for orders 1..=8, the child entry for orders 9 and 10; exactly one wins and the
-//! others see an error. A bad free never changes a slot it did not classify in that same
-//! compare-and-swap (order 0) or claim through the start entry (orders 1..=8).
+//! A 64-bit word holds 32 slots (slot `p` in bits `2p + 1` and `2p`, written high bit
+//! first below, slot 0 first), so orders 0..=5 lie inside one word and orders 6..=8 take 2,
+//! 4 or 8 whole words:
+//!
+//! ```text
+//! orders 1..=5, at slot p:  p: 10, p+1 ..= p+2^k-1: 11       (one word)
+//! orders 6..=8, word g:     g: START(k) = 10 10 11 .. with slot 3 (k = 7) or 5 (k = 8) 10
+//!                           g+1 ..= g+2^(k-5)-1: all 11      ("continuation words")
+//! a multi-word free:        g: FREEING  = 11 10 11 ..        while its words are cleared
+//! ```
+//!
+//! No in-word state has a `10` slot followed by another `10` or starts with `11`, so
+//! `START(k)` and `FREEING` are never taken for in-word blocks, and they hold no `01` and no
+//! `10` at an even slot followed by `11`, so no order-0 or in-word free ever matches them. An
+//! all-`11` word is only ever a continuation word (padding is `10`: as `11`, the slot after
+//! a block that ends at the padding would read as a larger block going on).
+//!
+//! A block's slots are its record of its order, so every free is exact: a free of order
+//! `k <= 5` at slot `p` succeeds iff slot `p` is `10` (`01` for order 0), the next
+//! `2^k - 1` slots are `11` and the slot after them, if it lies in the word, is not `11` (a
+//! block of a larger order would go on with `11` there; after a block of order `k` comes a
+//! free unit, another block's first unit or padding, never `11`). That classification and the
+//! clearing of the slots are one compare-and-swap on one word, so no allocation can slip
+//! between the two (issue 15). A free of order 6..=8 turns the start word from exactly
+//! `START(k)` into `FREEING` in one compare-and-swap, then clears the continuation words and
+//! last the start word; an allocation writes the continuation words first and publishes the
+//! start word last, so a start word names only a block whose words are all set.
+//!
+//! Racing frees are serialised by one compare-and-swap each: the word for orders 0..=5, the
+//! start word for orders 6..=8, the child entry for orders 9 and 10; exactly one wins and the
+//! others see an error. A bad free changes nothing: the compare-and-swap that would change
+//! slots is the one that classified them. Its error is read from the slots after the fact
+//! ([`Lower::wrong_free`]): `OrderMismatch` where a block of another order starts at the
+//! unit (a `01` slot, an in-word block's `10` or a start word), `NotAllocated` elsewhere.
 
 use super::atomic::Atom;
 use super::bitfield::{block_mask, find_run};
@@ -44,25 +72,77 @@ mod recover;
 pub(crate) const SLOTS: usize = 32;
 /// Bit-field words per huge frame.
 pub(crate) const WORDS: usize = HUGE_UNITS / SLOTS;
-/// Start-table entries per word.
-const STARTS_PER_WORD: usize = 16;
-/// Start-table words per huge frame.
-const START_WORDS: usize = HUGE_UNITS / STARTS_PER_WORD;
 /// A free unit's slot.
-#[cfg_attr(not(all(feature = "persist", not(loom))), allow(dead_code))]
 const FREE_SLOT: u64 = 0b00;
 /// The slot of an order-0 block.
 const ORDER0_SLOT: u64 = 0b01;
-/// The slot of a unit of a block of order 1..=8 (and of the padding past the last unit).
-#[cfg_attr(not(all(feature = "persist", not(loom))), allow(dead_code))]
+/// The slot of the first unit of a block of order 1..=5 (and of the padding past the last
+/// unit, and the marker slots of [`start_word`] and [`FREEING`]).
+const START_SLOT: u64 = 0b10;
+/// The slot of every other unit of a block of order 1..=8.
 const LARGER_SLOT: u64 = 0b11;
+/// The low bit of every slot.
+const LOW_BITS: u64 = 0x5555_5555_5555_5555;
+/// The high bit of every slot (every slot `10`: padding).
+const HIGH_BITS: u64 = 0xAAAA_AAAA_AAAA_AAAA;
 /// The highest order claimed inside one word.
 const WORD_ORDER: u32 = 5;
-/// Start-table entry of a block of order 1..=8 that a free has claimed but not yet cleared.
-const FREEING: u64 = 0xF;
+/// The start word of a block of order 6..=8 that a free has claimed but not yet cleared:
+/// slot 1 `10`, every other slot `11`.
+const FREEING: u64 = !(1 << 2);
 /// Order-0 allocations retry their word search this often before giving the units back; the
 /// child counter promises a free slot, so only heavy contention in one frame gets this far.
 const ORDER0_PASSES: usize = 64;
+
+/// The start word of a live block of order 6..=8: slots 0 and 1 `10` (no in-word block
+/// starts so), slot 3 `10` for order 7 or slot 5 `10` for order 8 (odd slots, where no
+/// block of order 1..=5 can start), every other slot `11`.
+const fn start_word(order: u32) -> u64 {
+    let marker = !(1u64 | 1 << 2);
+    match order {
+        6 => marker,
+        7 => marker & !(1 << 6),
+        _ => marker & !(1 << 10),
+    }
+}
+
+/// The order of the multi-word block whose start word is `word`, if it is one.
+#[inline]
+fn multi_order(word: u64) -> Option<u32> {
+    (6..=8).find(|&order| word == start_word(order))
+}
+
+/// The slot of unit `p` (0..32) in `word`.
+#[inline]
+const fn slot_in(word: u64, p: usize) -> u64 {
+    word >> (2 * p) & 0b11
+}
+
+/// Whether a live block of exactly `order` (0..=5) starts at slot `p` of `word`: slot `p` is
+/// `01` (order 0), or `10` followed by `2^order - 1` slots `11` and, where the word goes on,
+/// a slot that is not `11` (a larger block would go on with `11`). `p` is a multiple of
+/// `2^order`. Exact on every state the allocator leaves: a block of another order, a unit
+/// inside a block, a free unit, a multi-word start word or continuation word all fail.
+#[inline(always)]
+fn is_block(word: u64, p: usize, order: u32) -> bool {
+    let below = word >> (2 * p);
+    if order == 0 {
+        return below & 0b11 == ORDER0_SLOT;
+    }
+    let n = 1usize << order;
+    let mask = block_mask(order + 1);
+    below & mask == slots_of(order) && (p + n >= SLOTS || below >> (2 * n) & 0b11 != LARGER_SLOT)
+}
+
+/// The order of the in-word block (1..=5) that starts at slot `p` of `word`, if one does.
+#[inline]
+fn in_word_order(word: u64, p: usize) -> Option<u32> {
+    // Slot `p` `10` and slot `p + 1` `11`: the cheap part every order shares.
+    if !p.is_multiple_of(2) || word >> (2 * p) & 0b1111 != 0b1110 {
+        return None;
+    }
+    (1..=WORD_ORDER).find(|&order| p.is_multiple_of(1 << order) && is_block(word, p, order))
+}
 
 /// A test's way into the window between what a free reads and what it changes: the hook set
 /// on a thread runs once, at the first [`window::pass`] of that thread.
@@ -88,14 +168,13 @@ pub(crate) mod window {
     }
 }
 
-/// Bit fields, child entries and the start table of `units` units.
+/// Bit fields and child entries of `units` units.
 pub(crate) struct Lower<W: WriteBack = Volatile> {
     lines: Lines,
     huges: usize,
     children_at: usize,
-    starts_at: usize,
-    /// Called after every change that recovery reads (bits, start entries, huge flags);
-    /// nothing at all for volatile memory.
+    /// Called after every change that recovery reads (bits, huge flags); nothing at all for
+    /// volatile memory.
     write_back: W,
 }
 
@@ -103,7 +182,6 @@ pub(crate) struct Lower<W: WriteBack = Volatile> {
 struct Layout {
     huges: usize,
     children_at: usize,
-    starts_at: usize,
     lines: usize,
 }
 
@@ -111,12 +189,10 @@ impl Layout {
     fn of(units: usize) -> Layout {
         let huges = units.div_ceil(HUGE_UNITS);
         let children_at = huges * WORDS;
-        let starts_at = children_at + huges.div_ceil(2).next_multiple_of(LINE_WORDS);
-        let words = starts_at + huges * START_WORDS;
+        let words = children_at + huges.div_ceil(2).next_multiple_of(LINE_WORDS);
         Layout {
             huges,
             children_at,
-            starts_at,
             lines: words / LINE_WORDS,
         }
     }
@@ -160,7 +236,6 @@ impl<W: WriteBack> Lower<W> {
             lines,
             huges: layout.huges,
             children_at: layout.children_at,
-            starts_at: layout.starts_at,
             write_back,
         }
     }
@@ -195,14 +270,16 @@ impl<W: WriteBack> Lower<W> {
             let word = self.pair_word(HugeId(h));
             let pair = ChildPair(word.load(Ordering::Relaxed)).set(half, Child::with_free(real));
             word.store(pair.0, Ordering::Relaxed);
-            // A partial last frame: its missing units are taken for good, as units of a
-            // larger block that no start entry names, so that no free can clear them. (A
-            // missing odd frame has only its child entry, with nothing free.)
+            // A partial last frame: its missing units are taken for good, as `10` slots that
+            // no free matches (a `10` followed by `10`), so that no free can clear them. Not
+            // `11`: the slot after a block of order 1..=4 would then read as a larger block
+            // going on. (A missing odd frame has only its child entry, with nothing free.)
             if h < self.huges {
                 for w in 0..WORDS {
                     let padding = padding(real, w);
                     if padding != 0 {
-                        self.bits(HugeId(h), w).fetch_or(padding, Ordering::Relaxed);
+                        self.bits(HugeId(h), w)
+                            .fetch_or(padding & HIGH_BITS, Ordering::Relaxed);
                     }
                 }
             }
@@ -271,6 +348,7 @@ impl<W: WriteBack> Lower<W> {
     }
 
     /// The live block that contains unit `index` (in range), as `(first unit, order)`.
+    /// Reads one word, or a continuation word and then its start word.
     pub(crate) fn block_of(&self, index: usize) -> Option<(usize, u32)> {
         let h = HugeId(index / HUGE_UNITS);
         let child = self.child(h);
@@ -281,12 +359,31 @@ impl<W: WriteBack> Lower<W> {
                 (h.first_unit(), 9)
             });
         }
-        match self.slot(index) {
+        let (word, _) = self.bit_of(index);
+        let v = word.get();
+        let p = index % SLOTS;
+        let first = index - p;
+        match slot_in(v, p) {
+            FREE_SLOT => None,
             ORDER0_SLOT => Some((index, 0)),
-            LARGER_SLOT => (1..=8)
-                .map(|order| (index & !((1 << order) - 1), order))
-                .find(|&(start, order)| live_order(self.start(start)) == Some(order)),
-            _ => None,
+            _ => {
+                if let Some(order) = multi_order(v) {
+                    return Some((first, order));
+                }
+                if v == u64::MAX {
+                    // A continuation word: its block starts at an aligned word before it.
+                    let w = (index % HUGE_UNITS) / SLOTS;
+                    return (6..=8).find_map(|order| {
+                        let g = w & !((1 << (order - WORD_ORDER)) - 1);
+                        (g != w && self.bits(h, g).get() == start_word(order))
+                            .then(|| (h.first_unit() + g * SLOTS, order))
+                    });
+                }
+                (1..=WORD_ORDER).find_map(|order| {
+                    let start = p & !((1 << order) - 1);
+                    is_block(v, start, order).then_some((first + start, order))
+                })
+            }
         }
     }
 
@@ -294,8 +391,9 @@ impl<W: WriteBack> Lower<W> {
     pub(crate) fn free(&self, index: usize, order: u32) -> Result<(), Error> {
         let h = HugeId(index / HUGE_UNITS);
         match order {
-            0 => self.free_order0(h, index),
-            1..=8 => self.free_larger(h, index, order),
+            0 => self.free_in_word(h, index, 0),
+            1..=WORD_ORDER => self.free_in_word(h, index, order),
+            6..=8 => self.free_words(h, index, order),
             9 => match self.update_child(h, |c| (c == Child::HUGE).then_some(Child::FREE)) {
                 Ok(_) => {
                     self.persist(|| self.pair_word(h));
@@ -334,18 +432,14 @@ impl<W: WriteBack> Lower<W> {
             let _ = self.update_child(h, |c| Some(c.give(n)));
             return None;
         };
-        // The slots must be written back before the start entry that names the block
-        // (recovery trusts an entry only over slots of a larger block). The words of a
-        // multi-word claim share one cache line.
+        // The words of a multi-word block share the start word's cache line, so this one
+        // write-back takes the whole block to the medium.
         self.persist(|| self.bit_of(index).0);
-        if order > 0 {
-            let _ = self.update_start(index, |_| Some(order as u64 + 1));
-        }
         Some(index)
     }
 
-    /// Orders 0..=5: one CAS on one word, setting the slots of an aligned run of free units
-    /// to `01` (order 0) or `11` (orders 1..=5).
+    /// Orders 0..=5: one CAS on one word, writing the slots of an aligned run of free units
+    /// (`01` for order 0; `10` and then `11` for orders 1..=5).
     fn claim_in_word(&self, h: HugeId, order: u32, hint: usize) -> Option<usize> {
         let passes = if order == 0 { ORDER0_PASSES } else { 1 };
         let slots = slots_of(order);
@@ -374,78 +468,97 @@ impl<W: WriteBack> Lower<W> {
             word.try_change(|v| (v & mask == 0).then_some(v | slots_of(order) << shift))
                 .is_ok()
         } else {
-            self.claim_group(h, (index % HUGE_UNITS) / SLOTS, 1 << (order - WORD_ORDER))
+            self.claim_group(h, (index % HUGE_UNITS) / SLOTS, order)
         }
     }
 
-    /// Orders 6..=8: the first group of 2, 4 or 8 whole free words.
+    /// Orders 6..=8: the first group of 2, 4 or 8 whole free words. Kept out of line, so
+    /// that the order-0 path it shares `alloc_small` with stays small.
+    #[inline(never)]
     fn claim_words(&self, h: HugeId, order: u32) -> Option<usize> {
         let span = 1 << (order - WORD_ORDER);
         (0..WORDS)
             .step_by(span)
-            .find(|&g| self.claim_group(h, g, span))
+            .find(|&g| self.claim_group(h, g, order))
             .map(|g| h.first_unit() + g * SLOTS)
     }
 
-    /// The `span` words from word `g`, set one after the other. If a racing allocation took a
-    /// unit of a word we have not set yet, every word we set is cleared again and the group
-    /// counts as taken (§4.2.1); success is reported only once all words are ours.
-    fn claim_group(&self, h: HugeId, g: usize, span: usize) -> bool {
+    /// The words of a block of `order` (6..=8) from word `g`, set one after the other: the
+    /// continuation words, then the start word, which publishes the block (a free matches
+    /// only a start word, so none can take a block whose words are not all set). If a racing
+    /// allocation took a unit of a word not set yet, every word set is cleared again and the
+    /// group counts as taken (§4.2.1); success is reported only once all words are ours.
+    fn claim_group(&self, h: HugeId, g: usize, order: u32) -> bool {
+        let span = 1 << (order - WORD_ORDER);
         if (g..g + span).any(|w| self.bits(h, w).get() != 0) {
             return false;
         }
-        for w in g..g + span {
-            if self
-                .bits(h, w)
-                .try_change(|v| (v == 0).then_some(u64::MAX))
-                .is_err()
-            {
-                for set in g..w {
-                    // We own these whole words: nothing else writes a word it did not find
-                    // with a free slot, and no free clears a `11` slot without the start
-                    // entry we have not written.
-                    self.bits(h, set).store(0, Ordering::Release);
-                }
-                self.persist(|| self.bits(h, g));
-                return false;
+        let set = |w: usize, value: u64| {
+            self.bits(h, w)
+                .try_change(|v| (v == 0).then_some(value))
+                .is_ok()
+        };
+        let undo = |words: core::ops::Range<usize>| {
+            for w in words {
+                // We own these whole continuation words: nothing else writes a word it did
+                // not find with a free slot, and no free clears a continuation word without
+                // the start word we have not written.
+                self.bits(h, w).store(0, Ordering::Release);
             }
+            self.persist(|| self.bits(h, g));
+            false
+        };
+        for w in g + 1..g + span {
+            if !set(w, u64::MAX) {
+                return undo(g + 1..w);
+            }
+        }
+        if !set(g, start_word(order)) {
+            return undo(g + 1..g + span);
         }
         true
     }
 
-    /// Fig. 14b for order 0: the slot says whether `index` is an order-0 block and is cleared
-    /// in the same compare-and-swap, so the answer cannot go stale before it takes effect.
-    fn free_order0(&self, h: HugeId, index: usize) -> Result<(), Error> {
+    /// Fig. 14b for orders 0..=5: the slots say whether a block of exactly `order` starts at
+    /// `index` ([`is_block`]) and are cleared in the same compare-and-swap, so the answer
+    /// cannot go stale before it takes effect. Inlined, so that order 0 (a constant at the
+    /// call) compiles to its own one-slot check.
+    #[inline(always)]
+    fn free_in_word(&self, h: HugeId, index: usize, order: u32) -> Result<(), Error> {
         let (word, shift) = self.bit_of(index);
+        let p = index % SLOTS;
+        let clear = !(block_mask(order + 1) << shift);
         word.try_change(|v| {
             window::pass();
-            (v >> shift & 0b11 == ORDER0_SLOT).then(|| v & !(0b11 << shift))
+            is_block(v, p, order).then_some(v & clear)
         })
         .map_err(|_| self.wrong_free(h, index))?;
         self.persist(|| word);
-        let _ = self.update_child(h, |c| Some(c.give(1)));
+        let _ = self.update_child(h, |c| Some(c.give(1 << order)));
         Ok(())
     }
 
-    /// Fig. 14b (1)–(3) for orders 1..=8. The start entry is the claim: of racing frees of one
-    /// block exactly one turns it into [`FREEING`]. It stays FREEING (not 0) until the slots
-    /// are clear, so that a losing double free never sees the block as free yet taken.
-    fn free_larger(&self, h: HugeId, index: usize, order: u32) -> Result<(), Error> {
+    /// Fig. 14b (1)–(3) for orders 6..=8. The start word is the claim: of racing frees of one
+    /// block exactly one turns it into [`FREEING`]. It stays FREEING (no free slot, no match
+    /// for any free) until the continuation words are clear, so that a losing double free
+    /// never sees the block as free yet taken, and no allocation can take the start word
+    /// while a word of the block is still set.
+    #[inline(never)]
+    fn free_words(&self, h: HugeId, index: usize, order: u32) -> Result<(), Error> {
+        let g = (index % HUGE_UNITS) / SLOTS;
+        let start = self.bits(h, g);
         window::pass();
-        self.update_start(index, |s| (s == order as u64 + 1).then_some(FREEING))
+        start
+            .try_change(|v| (v == start_word(order)).then_some(FREEING))
             .map_err(|_| self.wrong_free(h, index))?;
-        let (word, shift) = self.bit_of(index);
-        if order <= WORD_ORDER {
-            word.fetch_and(!(block_mask(order + 1) << shift), Ordering::AcqRel);
-        } else {
-            let first = (index % HUGE_UNITS) / SLOTS;
-            for w in first..first + (1 << (order - WORD_ORDER)) {
-                self.bits(h, w).store(0, Ordering::Release);
-            }
+        for w in g + 1..g + (1 << (order - WORD_ORDER)) {
+            // Ours since the claim: a continuation word is changed by nothing else.
+            self.bits(h, w).store(0, Ordering::Release);
         }
-        self.persist(|| word);
-        // A new block may already have reused the entry; then it is no longer ours.
-        let _ = self.update_start(index, |s| (s == FREEING).then_some(0));
+        start.store(0, Ordering::Release);
+        // One line holds all the block's words (a crash before this write-back leaves the
+        // block allocated, or its remaining words orphans: see `recover.rs`).
+        self.persist(|| start);
         let _ = self.update_child(h, |c| Some(c.give(1 << order)));
         Ok(())
     }
@@ -459,38 +572,17 @@ impl<W: WriteBack> Lower<W> {
             // A whole frame starts at its first unit; the odd half of a pair starts nothing.
             index == h.first_unit() && !(child.pair() && h.0 % 2 == 1)
         } else {
-            self.slot(index) == ORDER0_SLOT || live_order(self.start(index)).is_some()
+            let v = self.bit_of(index).0.get();
+            let p = index % SLOTS;
+            slot_in(v, p) == ORDER0_SLOT
+                || in_word_order(v, p).is_some()
+                || (p == 0 && multi_order(v).is_some())
         };
         if starts {
             Error::OrderMismatch
         } else {
             Error::NotAllocated
         }
-    }
-
-    /// The two bits of unit `index`.
-    fn slot(&self, index: usize) -> u64 {
-        let (word, shift) = self.bit_of(index);
-        word.get() >> shift & 0b11
-    }
-
-    fn start(&self, index: usize) -> u64 {
-        let (word, shift) = self.start_of(index);
-        word.get() >> shift & 0xF
-    }
-
-    fn update_start(
-        &self,
-        index: usize,
-        mut f: impl FnMut(u64) -> Option<u64>,
-    ) -> Result<u64, u64> {
-        let (word, shift) = self.start_of(index);
-        let changed =
-            word.try_change(|v| f(v >> shift & 0xF).map(|s| v & !(0xF << shift) | s << shift));
-        if changed.is_ok() {
-            self.persist(|| word);
-        }
-        changed
     }
 
     fn update_child(
@@ -522,21 +614,40 @@ impl<W: WriteBack> Lower<W> {
         self.word(self.children_at + h.0 / 2)
     }
 
-    fn start_of(&self, index: usize) -> (&AtomicU64, u32) {
-        let word = self.word(self.starts_at + index / STARTS_PER_WORD);
-        (word, (index % STARTS_PER_WORD) as u32 * 4)
+    /// The bit-field words of frame `h` (one read each: meaningful with no operation in
+    /// flight).
+    #[cfg(any(test, all(feature = "persist", not(loom))))]
+    fn frame_words(&self, h: HugeId) -> [u64; WORDS] {
+        core::array::from_fn(|w| self.bits(h, w).load(Ordering::Acquire))
     }
 
-    /// Checks that every child counter matches its bit field (quiescent state only).
+    /// Checks that every child counter matches its bit field and every taken slot belongs
+    /// to a block its slots name in full (quiescent state only).
     #[cfg(test)]
     pub(crate) fn assert_consistent(&self) {
         for h in (0..self.huges).map(HugeId) {
             let c = self.child(h);
-            let taken: u32 = (0..WORDS).map(|w| taken_slots(self.bits(h, w).get())).sum();
+            let words = self.frame_words(h);
+            let taken: u32 = words.iter().map(|&v| taken_slots(v)).sum();
             if c.huge() {
                 assert_eq!((taken, c.free()), (0, 0), "huge frame {h:?} with bits");
             } else {
                 assert_eq!(c.free(), HUGE_UNITS - taken as usize, "frame {h:?}");
+                // The padding is `10` and counted taken; real units end at the first word
+                // that is all padding, or inside the last one.
+                let real = (0..HUGE_UNITS)
+                    .find(|&u| {
+                        let v = words[u / SLOTS];
+                        let rest = u64::MAX.checked_shl(2 * (u % SLOTS) as u32).unwrap_or(0);
+                        v & rest == HIGH_BITS & rest
+                    })
+                    .unwrap_or(HUGE_UNITS);
+                frame_blocks(&words, real, |unit, order, named| {
+                    assert!(
+                        named,
+                        "frame {h:?}: unit {unit} taken by no block (order {order})"
+                    )
+                });
             }
         }
     }
@@ -566,31 +677,81 @@ enum Search {
     At(usize),
 }
 
-/// The slots of a block of `order` (0..=5) at bit 0 of a word: `01` for order 0, all `11`.
+/// The slots of a block of `order` (0..=5) at bit 0 of a word: `01` for order 0, else `10`
+/// and then `11`.
 const fn slots_of(order: u32) -> u64 {
     if order == 0 {
         ORDER0_SLOT
     } else {
-        block_mask(order + 1)
+        block_mask(order + 1) & !0b11 | START_SLOT
     }
 }
 
-/// The order a start entry names a block of, if it names one (orders 1..=8).
-fn live_order(entry: u64) -> Option<u32> {
-    (2..=9).contains(&entry).then(|| entry as u32 - 1)
+/// Calls `f(unit, order, named)` for every block among the first `real` units of a frame
+/// whose bit-field words are `words`, in address order: blocks of orders 1..=8 where their
+/// slots name them in full (`named`), `01` slots as order-0 blocks (`named`), and every
+/// other taken slot as an order-0 block that nothing names (`!named`: what an operation cut
+/// off by a crash leaves, or damage). Units past `real` are padding and skipped.
+#[cfg(any(test, all(feature = "persist", not(loom))))]
+fn frame_blocks(words: &[u64; WORDS], real: usize, mut f: impl FnMut(usize, u32, bool)) {
+    let mut w = 0;
+    while w < WORDS && w * SLOTS < real {
+        let v = words[w];
+        let first = w * SLOTS;
+        if let Some(order) = multi_order(v) {
+            let span = 1 << (order - WORD_ORDER);
+            let whole = w % span == 0
+                && w + span <= WORDS
+                && first + span * SLOTS <= real
+                && words[w + 1..w + span].iter().all(|&c| c == u64::MAX);
+            if whole {
+                f(first, order, true);
+                w += span;
+                continue;
+            }
+        }
+        let end = (real - first).min(SLOTS);
+        // The low bit of every taken slot: free slots are skipped a run at a time.
+        let taken = (v | v >> 1) & LOW_BITS;
+        let mut p = 0;
+        while p < end {
+            let rest = taken & (u64::MAX << (2 * p));
+            if rest == 0 {
+                break;
+            }
+            p = rest.trailing_zeros() as usize / 2;
+            if p >= end {
+                break;
+            }
+            match slot_in(v, p) {
+                ORDER0_SLOT => {
+                    f(first + p, 0, true);
+                    p += 1;
+                }
+                _ => match in_word_order(v, p).filter(|&o| p + (1 << o) <= end) {
+                    Some(order) => {
+                        f(first + p, order, true);
+                        p += 1 << order;
+                    }
+                    None => {
+                        f(first + p, 0, false);
+                        p += 1;
+                    }
+                },
+            }
+        }
+        w += 1;
+    }
 }
 
-/// The low bit of every slot.
-#[cfg_attr(not(all(feature = "persist", not(loom))), allow(dead_code))]
-const LOW_BITS: u64 = 0x5555_5555_5555_5555;
-
 /// The number of taken (not free) slots in a bit-field word.
-#[cfg_attr(not(all(feature = "persist", not(loom))), allow(dead_code))]
+#[cfg_attr(not(any(test, all(feature = "persist", not(loom)))), allow(dead_code))]
 fn taken_slots(word: u64) -> u32 {
     ((word | word >> 1) & LOW_BITS).count_ones()
 }
 
-/// The slots of word `w` of a frame with `real` units that lie past its end.
+/// The slots of word `w` of a frame with `real` units that lie past its end (a mask of both
+/// bits of each).
 fn padding(real: usize, w: usize) -> u64 {
     let first = w * SLOTS;
     if real <= first {
@@ -616,6 +777,7 @@ fn spread(units: u32) -> u64 {
 #[cfg(all(test, feature = "std", not(loom)))]
 mod tests {
     use std::rc::Rc;
+    use std::vec::Vec;
 
     use super::*;
 
@@ -647,11 +809,38 @@ mod tests {
         assert_eq!(lower.free(big, 2), Ok(()));
     }
 
+    /// The same window for an in-word block of order 3 and a multi-word block of order 7: in
+    /// the window the owner frees the block and a block of the next order up takes its
+    /// place (starting at the same unit). The stale free must fail, and leave that block.
+    #[test]
+    fn a_stale_free_raced_by_a_reallocation_of_another_order_fails() {
+        for order in [3, 7] {
+            let lower = Rc::new(Lower::new(512));
+            let i = lower.alloc(HugeId(0), order, 0).unwrap();
+            let big = Rc::new(core::cell::Cell::new(None));
+            {
+                let (lower, big) = (lower.clone(), big.clone());
+                window::open_once(move || {
+                    lower.free(i, order).unwrap();
+                    big.set(lower.alloc(HugeId(0), order + 1, 0));
+                });
+            }
+            let stale = lower.free(i, order);
+            assert_eq!(big.get(), Some(i), "order {order}");
+            assert_eq!(stale, Err(Error::OrderMismatch), "order {order}");
+            lower.assert_consistent();
+            assert_eq!(lower.block_of(i + 1), Some((i, order + 1)));
+            assert_eq!(lower.free(i, order + 1), Ok(()));
+            assert_eq!(lower.child(HugeId(0)), Child::FREE);
+        }
+    }
+
     #[test]
     fn slots_spread_and_padding() {
         assert_eq!(spread(0b1011), 0b01_00_01_01);
         assert_eq!(spread(u32::MAX), LOW_BITS);
         assert_eq!(taken_slots(0b11_00_01_11), 3);
+        assert_eq!(taken_slots(0b10_00_01_10), 3);
         assert_eq!(padding(512, 15), 0);
         assert_eq!(padding(0, 0), u64::MAX);
         assert_eq!(padding(40, 1), u64::MAX << 16);
@@ -659,7 +848,35 @@ mod tests {
         assert_eq!(padding(40, 2), u64::MAX);
     }
 
-    /// Every kind of bad free of every order is refused by the slots and start entries alone.
+    /// The encoding's promises: the multi-word words are no in-word state, and no free of
+    /// order 0..=5 matches them at any unit.
+    #[test]
+    fn multi_word_markers_match_no_in_word_free() {
+        for word in [
+            start_word(6),
+            start_word(7),
+            start_word(8),
+            FREEING,
+            u64::MAX,
+        ] {
+            for p in 0..SLOTS {
+                for order in (0..=WORD_ORDER).filter(|&o| p.is_multiple_of(1 << o)) {
+                    assert!(!is_block(word, p, order), "{word:#x} at {p}, order {order}");
+                }
+                assert_eq!(in_word_order(word, p), None, "{word:#x} at {p}");
+            }
+            assert_eq!(taken_slots(word), 32);
+        }
+        assert_eq!(multi_order(start_word(7)), Some(7));
+        assert_eq!(multi_order(FREEING), None);
+        assert_eq!(multi_order(u64::MAX), None);
+        assert_eq!(slots_of(3), 0xFFFE);
+        for order in 1..=WORD_ORDER {
+            assert_eq!(in_word_order(slots_of(order), 0), Some(order));
+        }
+    }
+
+    /// Every kind of bad free of every order is refused by the slots alone.
     #[test]
     fn bad_frees_inside_and_across_blocks_are_refused() {
         let lower = Lower::new(1024);
@@ -679,5 +896,153 @@ mod tests {
             assert_eq!(lower.free(i, o), Err(Error::NotAllocated));
         }
         assert_eq!(lower.child(HugeId(0)), Child::FREE);
+    }
+
+    /// Frees of `(i, o)` for every aligned `i` in `units` and every order `o` that fits,
+    /// with the error each must give: `OrderMismatch` where one of `blocks` starts at `i`,
+    /// else `NotAllocated`. `blocks` are all live; none of these frees may change a thing.
+    fn refuse_all_bad_frees(
+        lower: &Lower,
+        units: core::ops::Range<usize>,
+        blocks: &[(usize, u32)],
+    ) {
+        let before: Vec<u64> = (0..lower.huges() * WORDS)
+            .map(|w| lower.word(w).get())
+            .collect();
+        for order in 0..=10 {
+            for i in units.clone().filter(|i| i.is_multiple_of(1 << order)) {
+                if i + (1 << order) > units.end || blocks.contains(&(i, order)) {
+                    continue;
+                }
+                let want = if blocks.iter().any(|&(s, _)| s == i) {
+                    Error::OrderMismatch
+                } else {
+                    Error::NotAllocated
+                };
+                assert_eq!(
+                    lower.free(i, order),
+                    Err(want),
+                    "free({i}, {order}) of {blocks:?}"
+                );
+            }
+        }
+        let after: Vec<u64> = (0..lower.huges() * WORDS)
+            .map(|w| lower.word(w).get())
+            .collect();
+        assert_eq!(before, after, "a bad free changed a slot");
+        for &(s, o) in blocks {
+            for u in s..s + (1 << o) {
+                assert_eq!(lower.block_of(u), Some((s, o)), "unit {u}");
+            }
+        }
+        lower.assert_consistent();
+    }
+
+    /// Per order 1..=8 (in-word and multi-word): a block with its buddy allocated as the same
+    /// order, as order 0 units or free, and the block after it of every kind, then every bad
+    /// free over them: double frees, smaller and larger orders at a block start, frees inside
+    /// a block, frees at a unit covered by a neighbour and frees spanning two blocks.
+    #[test]
+    fn every_bad_free_of_every_order_gets_its_exact_error() {
+        for order in 1..=8u32 {
+            let n = 1usize << order;
+            for neighbour in 0..4 {
+                let lower = Lower::new(1024);
+                // The block at `n` (the upper buddy in a run of `2n`), and one at `4n` (a lower
+                // buddy, aligned to `2n`, so a larger block could start there).
+                let mut blocks = Vec::new();
+                for at in [n, 4 * n].into_iter().filter(|&at| at + n <= 512) {
+                    assert!(lower.alloc_at(at, order), "order {order} at {at}");
+                    blocks.push((at, order));
+                }
+                // Its neighbours: the buddy below `n` and the run after `4n`.
+                let others: Vec<(usize, u32)> = match neighbour {
+                    0 => Vec::new(),
+                    1 => [(0, order), (5 * n, order)].into(),
+                    2 => [(0, 0), (n - 1, 0), (5 * n, 0)].into(),
+                    _ => [(0, order - 1), (5 * n, order - 1), (6 * n, order + 1)].into(),
+                };
+                for (at, o) in others {
+                    if at + (1 << o) <= 512 {
+                        assert!(lower.alloc_at(at, o), "order {o} at {at}");
+                        blocks.push((at, o));
+                    }
+                }
+                refuse_all_bad_frees(&lower, 0..1024, &blocks);
+                for &(s, o) in &blocks {
+                    assert_eq!(lower.free(s, o), Ok(()), "free({s}, {o})");
+                    assert_eq!(
+                        lower.free(s, o),
+                        Err(Error::NotAllocated),
+                        "double ({s}, {o})"
+                    );
+                }
+                assert_eq!(lower.child(HugeId(0)), Child::FREE);
+                lower.assert_consistent();
+            }
+        }
+    }
+
+    /// Huge frames next to blocks of every order: a free of any order inside or at the
+    /// start of a huge frame gets the child entry's answer.
+    #[test]
+    fn bad_frees_around_huge_frames_get_their_exact_error() {
+        let lower = Lower::new(2048);
+        assert!(lower.alloc_at(0, 9));
+        assert!(lower.alloc_at(1024, 10));
+        assert!(lower.alloc_at(512, 8));
+        assert!(lower.alloc_at(768, 5));
+        refuse_all_bad_frees(&lower, 0..2048, &[(0, 9), (1024, 10), (512, 8), (768, 5)]);
+    }
+
+    /// A block ends where the padding of a partial last frame begins: the slot after it is
+    /// padding (`10`), so its free is not mistaken for a part of a larger block.
+    #[test]
+    fn a_block_against_the_padding_frees() {
+        for units in [2, 34, 36, 40, 48, 96, 520] {
+            let lower = Lower::new(units);
+            let last = units - 1;
+            let mut blocks = Vec::new();
+            for order in (0..=5).rev() {
+                let at = (units & !((1 << order) - 1)).saturating_sub(1 << order);
+                if at + (1 << order) == units && lower.alloc_at(at, order) {
+                    blocks.push((at, order));
+                }
+            }
+            assert!(!blocks.is_empty(), "{units}");
+            assert_eq!(lower.block_of(last).map(|b| b.0 + (1 << b.1)), Some(units));
+            refuse_all_bad_frees(&lower, 0..units, &blocks);
+            for (at, order) in blocks {
+                assert_eq!(lower.free(at, order), Ok(()), "{units}: ({at}, {order})");
+            }
+            lower.assert_consistent();
+            assert_eq!(
+                lower.child(HugeId((units - 1) / 512)).free(),
+                (units - 1) % 512 + 1
+            );
+        }
+    }
+
+    /// A multi-word block whose free has claimed its start word (FREEING) is no block: frees
+    /// of it and inside it are `NotAllocated`, `block_of` finds nothing, no claim takes it.
+    #[test]
+    fn a_block_being_freed_is_no_block() {
+        let lower = Lower::new(512);
+        let b = lower.alloc(HugeId(0), 7, 0).unwrap();
+        lower
+            .bits(HugeId(0), b / SLOTS)
+            .store(FREEING, Ordering::Relaxed);
+        for order in [0, 1, 5, 6, 7, 8] {
+            assert_eq!(
+                lower.free(b, order),
+                Err(Error::NotAllocated),
+                "order {order}"
+            );
+        }
+        assert_eq!(lower.free(b + 32, 5), Err(Error::NotAllocated));
+        assert_eq!(lower.block_of(b), None);
+        assert_eq!(lower.block_of(b + 100), None);
+        assert!(!lower.alloc_at(b, 7));
+        assert!(!lower.alloc_at(b + 1, 0));
     }
 }

@@ -1,7 +1,7 @@
 //! LLFree (Wrenger et al., USENIX ATC'23): the lock- and log-free page-frame allocator.
 //!
 //! A unit is a 4 KiB frame; a huge frame is 512 units (order 9); orders 0..=10 are served.
-//! The lower level (`lower.rs`) keeps per huge frame a 512-bit bit field and a child entry
+//! The lower level (`lower.rs`) keeps per huge frame a 1024-bit bit field and a child entry
 //! (free counter, huge flag); the upper level groups huge frames into trees (32 by default,
 //! 64 MiB) with a free counter and a reserved flag (`trees.rs`), and gives every core a
 //! reserved tree with a core-local counter (`local.rs`).
@@ -20,15 +20,18 @@
 //! no operation is running.
 //!
 //! Beyond the paper:
-//! - Orders 7 and 8 claim 2 or 4 whole bit-field words one after the other; if a racing
-//!   allocation took a unit of a word not yet claimed, every claimed word is cleared again and
-//!   the group counts as taken. Success is reported only for a complete claim.
-//! - Bad frees (never allocated, freed twice, wrong order) are told apart by a per-unit 4-bit
-//!   start table and a per-frame count of blocks of orders 1..=8 in the child entry (see
-//!   `lower.rs`), which a bit field alone cannot do (eight order-0 blocks look like one
-//!   order-3 block). The classification is exact unless a bad free races an operation on the
-//!   same units; racing double frees of one block are exact (one wins, the rest get
-//!   `NotAllocated`).
+//! - Orders 6, 7 and 8 claim 2, 4 or 8 whole bit-field words one after the other; if a
+//!   racing allocation took a unit of a word not yet claimed, every claimed word is cleared
+//!   again and the group counts as taken. Success is reported only for a complete claim.
+//! - Bad frees (never allocated, freed twice, wrong order) are told apart by two bits per
+//!   unit instead of the paper's one (see `lower.rs`): a one-bit field cannot (eight order-0
+//!   blocks look like one order-3 block). A block's first slot and, for orders 6..=8, its
+//!   start word record its order, so whether a free matches a live block of its order is
+//!   decided by the same compare-and-swap that clears it: a bad free never succeeds, even
+//!   racing other operations on the same units, and racing double frees of one block are
+//!   exact (one wins, the rest get `NotAllocated`). Which error a bad free gets
+//!   (`OrderMismatch` where a block of another order starts, else `NotAllocated`) is read
+//!   after the fact, so a racing operation may tip it from one to the other.
 //! - The paper's design may fail an allocation with `OutOfMemory` while another core is
 //!   between reserving a tree and installing it (its count is then in no counter). Here every
 //!   reservation change (reserve, install, steal, drain, sync, reserve-on-free) is bracketed

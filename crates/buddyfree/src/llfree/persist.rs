@@ -2,7 +2,7 @@
 //! (`MAP_SHARED`), so that its allocations survive the process, with recovery after a crash.
 //!
 //! ```text
-//! file: | header page (4 KiB) | lower level: bit fields | child entries | start table |
+//! file: | header page (4 KiB) | lower level: bit fields | child entries |
 //! DRAM: upper level (trees, per-core reservations), rebuilt from the child entries at open
 //! ```
 //!
@@ -12,19 +12,19 @@
 //! it clean. Opening a clean zone verifies the lower level against that checksum, then
 //! trusts its child counters (the paper's "re-initialisation"); a zone changed after its
 //! clean close is refused ([`PersistError::LowerChecksum`]) with the file untouched. The
-//! checksum reads the lower level (0.019% of the zone) once at close and once at open: about
-//! 0.05-0.09 ms per GiB of zone (45 µs for 1 GiB, 14-22 ms for 256 GiB;
-//! `lower_checksum_cost` in `persist/header.rs`). Opening a zone that was not closed (its
+//! checksum reads the lower level (0.0063% of the zone) once at close and once at open: about
+//! 0.02 ms per GiB of zone (17 µs for 1 GiB, 5.6 ms for 256 GiB; `lower_checksum_cost` in
+//! `persist/header.rs`). Opening a zone that was not closed (its
 //! user crashed, or dropped it) recovers: the bit fields and huge flags are the truth, the
-//! counters and the start table are rebuilt from them (see `lower/recover.rs`), then the
-//! trees; a state no run leaves (a block above the header's largest order among them) is
-//! refused ([`PersistError::Corrupt`]).
+//! counters are rebuilt from them and taken slots that name no block become order-0 blocks
+//! (see `lower/recover.rs`), then the trees; a state no run leaves (a block above the
+//! header's largest order among them) is refused ([`PersistError::Corrupt`]).
 //!
 //! # What survives a crash
 //! Every allocation and free commits with one atomic change of one word (one cache line):
-//! the bits for orders 0..=8 (orders 6..=8: the words of one line, set one by one), the
-//! child's huge flags for orders 9 and 10; a block of order 1..=8 is also named by its start
-//! entry, written after its bits. After recovery:
+//! the bits for orders 0..=8, which also name the block's order (orders 6..=8: the words of
+//! one line, set one by one, the start word that names the block last), the child's huge
+//! flags for orders 9 and 10. After recovery:
 //! - every block whose `alloc` returned, and whose `free` was not called, is allocated with
 //!   its order (it can be freed as before);
 //! - every block whose `free` returned is free;
@@ -37,8 +37,10 @@
 //! (SIGKILL, abort) loses nothing, because stores to a shared mapping live in the page cache
 //! (or the CPU caches, on DAX) and the kernel writes them back; a power failure needs
 //! `CacheLine` on a DAX mapping of persistent memory (the line is written back before the
-//! operation goes on, so the order of bits before start entry holds on the medium), or
-//! `Msync` on an ordinary file (the page is written before the operation goes on).
+//! operation goes on), or `Msync` on an ordinary file (the page is written before the
+//! operation goes on). A multi-word block's words share one line, and a start word that
+//! reaches the medium without its continuation words names nothing: its units are lost,
+//! never handed out twice.
 //!
 //! One process at a time: the file is locked (`flock`) while a zone is open, and opening it
 //! again fails with [`PersistError::Locked`].
