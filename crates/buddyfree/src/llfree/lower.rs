@@ -9,9 +9,10 @@
 //! | huge frame (2 lines)        | to a line (16 per line)      |
 //! ```
 //!
-//! That is 64 KiB of bit fields and 2 KiB of children per GiB of 4 KiB units (issue 14 puts
-//! llfree-rs at 41.5 KB: one bit per unit). There is no other per-unit table: the bit field
-//! gives every unit two bits, a *slot*, and the slots also record where blocks start:
+//! That is 64 KiB of bit fields and 2 KiB of children per GiB of 4 KiB units (llfree-rs, the
+//! authors' implementation, keeps one bit per unit: about 41.5 KB). There is no other
+//! per-unit table: the bit field gives every unit two bits, a *slot*, and the slots also
+//! record where blocks start:
 //!
 //! | slot | meaning |
 //! |------|---------|
@@ -43,9 +44,9 @@
 //! block of a larger order would go on with `11` there; after a block of order `k` comes a
 //! free unit, another block's first unit or padding, never `11`). That classification and the
 //! clearing of the slots are one compare-and-swap on one word, so no allocation can slip
-//! between the two (issue 15). A free of order 6..=8 turns the start word from exactly
-//! `START(k)` into `FREEING` in one compare-and-swap, then clears the continuation words and
-//! last the start word; an allocation writes the continuation words first and publishes the
+//! between the two (else a raced double free could clear a unit of a new, larger block). A
+//! free of order 6..=8 turns the start word from exactly `START(k)` into `FREEING` in one
+//! compare-and-swap, then clears the continuation words and last the start word; an allocation writes the continuation words first and publishes the
 //! start word last, so a start word names only a block whose words are all set.
 //!
 //! Racing frees are serialised by one compare-and-swap each: the word for orders 0..=5, the
