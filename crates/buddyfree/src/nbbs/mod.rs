@@ -64,8 +64,8 @@
 //!   a root-to-leaf path do not all fall in one L1 set.
 //!
 //! Known issue: under heavy preemption (the large stress, 8 threads on 2 cores, 10^7
-//! operations) `Nbbs` has twice been left, with everything freed, with one node whose own
-//! order could not be allocated while both its halves could: a link bit left set on a node
+//! operations) `Nbbs` has been left, in about one run of twenty, with everything freed and
+//! one node whose own order could not be allocated while both its halves could: a link bit left set on a node
 //! with nothing below it. No block was ever handed out twice; the lost capacity comes back
 //! when an allocation passes through that link. The cause is not yet found.
 
