@@ -65,9 +65,10 @@
 //!
 //! Known issue: under heavy preemption (the large stress, 8 threads on 2 cores, 10^7
 //! operations) `Nbbs` has been left, in about one run of twenty, with everything freed and
-//! one node whose own order could not be allocated while both its halves could: a link bit left set on a node
-//! with nothing below it. No block was ever handed out twice; the lost capacity comes back
-//! when an allocation passes through that link. The cause is not yet found.
+//! one node whose own order could not be allocated while both its halves could: a link bit
+//! left set on a node with nothing below it. No block was ever handed out twice; the lost
+//! capacity comes back when an allocation passes through that link. The cause is not yet
+//! found.
 
 mod cell;
 mod cores;
