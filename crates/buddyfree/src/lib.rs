@@ -133,6 +133,26 @@ pub trait BlockAlloc: Sync {
     /// returns the matching [`Error`] and leaves the allocator exactly as it was.
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error>;
 
+    /// Allocates up to `out.len()` blocks of `order` and writes their first units to the front
+    /// of `out`; returns how many (at least one for a non-empty `out`). Fails as
+    /// [`BlockAlloc::alloc`] does when not even one block can be had. Each block is freed on
+    /// its own, as if `alloc` had returned it. The default calls `alloc` for each; allocators
+    /// that claim several blocks in one step override it (LLFree: a run of up to 32 units of
+    /// orders 0..=4 with one compare-and-swap), which is what per-core caches refill with.
+    fn alloc_bulk(&self, order: u32, core: usize, out: &mut [usize]) -> Result<usize, Error> {
+        alloc_each(self, order, core, out)
+    }
+
+    /// Frees `blocks`, each of `order`, as [`BlockAlloc::free`] would one after the other,
+    /// stopping at the first one refused: its position in `blocks` and the error (it and the
+    /// blocks after it stay as they were). The default calls `free` for each; allocators that
+    /// free several blocks in one step override it (LLFree: blocks of orders 0..=4 that come
+    /// one after another in `blocks` and share a bit-field word, with one compare-and-swap),
+    /// which is what per-core caches spill with.
+    fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
+        free_each(self, blocks, order, core)
+    }
+
     /// Units not handed out to callers (blocks held in internal caches count as free).
     #[must_use]
     fn free_units(&self) -> usize;
@@ -201,6 +221,36 @@ pub trait BlockAlloc: Sync {
     }
 }
 
+/// [`BlockAlloc::alloc_bulk`] by one [`BlockAlloc::alloc`] per block.
+pub(crate) fn alloc_each<A: BlockAlloc + ?Sized>(
+    a: &A,
+    order: u32,
+    core: usize,
+    out: &mut [usize],
+) -> Result<usize, Error> {
+    for (n, slot) in out.iter_mut().enumerate() {
+        match a.alloc(order, core) {
+            Ok(index) => *slot = index,
+            Err(e) if n == 0 => return Err(e),
+            Err(_) => return Ok(n),
+        }
+    }
+    Ok(out.len())
+}
+
+/// [`BlockAlloc::free_bulk`] by one [`BlockAlloc::free`] per block.
+pub(crate) fn free_each<A: BlockAlloc + ?Sized>(
+    a: &A,
+    blocks: &[usize],
+    order: u32,
+    core: usize,
+) -> Result<(), (usize, Error)> {
+    for (k, &index) in blocks.iter().enumerate() {
+        a.free(index, order, core).map_err(|e| (k, e))?;
+    }
+    Ok(())
+}
+
 #[cfg(feature = "alloc")]
 impl<A: BlockAlloc + ?Sized> BlockAlloc for alloc::boxed::Box<A> {
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
@@ -208,6 +258,12 @@ impl<A: BlockAlloc + ?Sized> BlockAlloc for alloc::boxed::Box<A> {
     }
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         (**self).free(index, order, core)
+    }
+    fn alloc_bulk(&self, order: u32, core: usize, out: &mut [usize]) -> Result<usize, Error> {
+        (**self).alloc_bulk(order, core, out)
+    }
+    fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
+        (**self).free_bulk(blocks, order, core)
     }
     fn free_units(&self) -> usize {
         (**self).free_units()

@@ -1,5 +1,5 @@
 //! A per-core fast path for the scalable allocators: small per-core magazines of recently
-//! freed blocks of orders 0–3 in front of any [`BlockAlloc`], the per-thread cache of the
+//! freed blocks of orders 0–7 in front of any [`BlockAlloc`], the per-thread cache of the
 //! NBBS paper (Marotta et al., §3.6.1).
 //!
 //! ```text
@@ -7,7 +7,7 @@
 //!  └── Cached<A>                       the crate's one per-core cache (shared with PerCpu)
 //!      ├── backend: A                   Nbbs4, LLFree, Nbbs, ... (lock-free)
 //!      ├── caches:  [CachePadded<spin::Mutex<CoreCache>>; cores]
-//!      │              per order 0..=3: recently freed blocks (allocated in A)
+//!      │              per order 0..=7: recently freed blocks (allocated in A)
 //!      └── states:  [u8; units]         Free | Live(order) | Cached(order) per block start
 //! ```
 //!
@@ -15,13 +15,18 @@
 //! the most recently parked one (cache-hot), so the common pair costs one uncontended
 //! per-core lock, a list push or pop and one byte of `states`, instead of the backend's
 //! tree or bit-field walk and its shared cache lines. An empty magazine is refilled with a
-//! batch of 32 units from the backend; one holding more than 128 units gives its oldest 32
-//! back. Other orders go straight to the backend.
+//! batch of 32 units (at least one block) from the backend's [`BlockAlloc::alloc_bulk`]; one
+//! holding more than 128 units (at least two blocks) gives its oldest batch back through
+//! [`BlockAlloc::free_bulk`]. With LLFree behind it, a batch of orders 0–4 is one run in one
+//! bit-field word, claimed and given back with one compare-and-swap each (and one update of
+//! each counter) instead of one per block. Orders 0–7 cover the sizes of the NBBS paper's
+//! workloads at 4 KiB and 32 KiB (k to 16k); larger orders go straight to the backend.
 //!
 //! # What it trades
 //!
 //! - **Parked blocks are free but reachable only by their core.** Until a spill or
-//!   [`BlockAlloc::drain`], up to 128 units per order and core sit in a magazine: other
+//!   [`BlockAlloc::drain`], up to 128 units per order and core (order 7: two blocks, 256
+//!   units), 1 152 units in all (4.5 MiB of 4 KiB units), sit in a core's magazine: other
 //!   cores cannot take them and they cannot merge into larger blocks. An allocation the
 //!   backend refuses drains every magazine (and the backend's own per-core state) and asks
 //!   once more, so it fails only if no free aligned block exists (with no concurrent frees
@@ -48,15 +53,10 @@
 use crate::cached::{block_alloc_via_cached, Cached, Direct, Policy};
 use crate::{BlockAlloc, Config, Error};
 
-/// Orders 0–3, refilled and spilled 32 units at a time, spilling above 128 units per order.
-static MAGAZINE: Policy = Policy {
-    orders: &[0, 1, 2, 3],
-    batch_units: 32,
-    high_units: 128,
-}
-.checked();
+/// Orders 0–7, refilled and spilled 32 units at a time, spilling above 128 units per order.
+static MAGAZINE: Policy = Policy::new(&[0, 1, 2, 3, 4, 5, 6, 7], 32, 128);
 
-/// Per-core magazines of free blocks of orders 0–3 in front of the allocator `A`: see the
+/// Per-core magazines of free blocks of orders 0–7 in front of the allocator `A`: see the
 /// [module documentation](self) for what it trades.
 pub struct Magazine<A> {
     cached: Cached<Direct<A>>,
@@ -170,7 +170,7 @@ mod tests {
             // parked: found after draining.
             let got = alloc.alloc(0, cores - 1).unwrap();
             alloc.free(got, 0, cores - 1).unwrap();
-            // Order 6 (not cached): the parked order-0 blocks must merge first.
+            // Order 6 (none parked): the parked order-0 blocks must merge first.
             let mut rest = blocks[100..].to_vec();
             for i in rest.drain(..) {
                 alloc.free(i, 0, 0).unwrap();

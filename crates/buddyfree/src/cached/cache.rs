@@ -2,35 +2,62 @@
 //! high watermark, as Linux's per-CPU page lists do. Which orders, and how many blocks move
 //! at once, is a [`Policy`].
 
-use alloc::collections::VecDeque;
+use alloc::vec::Vec;
 
 /// The most orders one policy may cache.
-const MAX_SLOTS: usize = 5;
+const MAX_SLOTS: usize = 8;
+
+/// Orders a policy can name: `0..ORDERS`.
+const ORDERS: usize = 64;
+
+/// `Policy::slot_of` for an order that is not cached.
+const NOT_CACHED: u8 = u8::MAX;
 
 /// Which orders a front caches per core and how many units move between a cache and the
 /// backend at once.
 pub(crate) struct Policy {
     /// The cached orders (at most [`MAX_SLOTS`]); a block's list is its order's position here.
     pub(crate) orders: &'static [u32],
+    /// Each order's position in `orders`, or [`NOT_CACHED`]: the lookup on every operation.
+    slot_of: [u8; ORDERS],
     /// Units moved per refill or spill: orders above 0 move `batch_units >> order` blocks, at
     /// least 1.
-    pub(crate) batch_units: usize,
+    batch_units: usize,
     /// A list holding more than `high_units >> order` blocks (at least 2) spills one batch,
     /// oldest blocks first.
-    pub(crate) high_units: usize,
+    high_units: usize,
 }
 
 impl Policy {
-    /// Checks, at compile time where `self` is a constant, that the orders fit the lists.
-    pub(crate) const fn checked(self) -> Self {
-        assert!(self.orders.len() <= MAX_SLOTS, "too many cached orders");
-        self
+    /// Caches `orders` (distinct, at most [`MAX_SLOTS`], each below 64), moving `batch_units`
+    /// units at a time and spilling above `high_units` per order; checked at compile time
+    /// where the policy is a constant.
+    pub(crate) const fn new(orders: &'static [u32], batch_units: usize, high_units: usize) -> Self {
+        assert!(orders.len() <= MAX_SLOTS, "too many cached orders");
+        let mut slot_of = [NOT_CACHED; ORDERS];
+        let mut slot = 0;
+        while slot < orders.len() {
+            let order = orders[slot] as usize;
+            assert!(order < ORDERS, "order out of range");
+            assert!(slot_of[order] == NOT_CACHED, "an order cached twice");
+            slot_of[order] = slot as u8;
+            slot += 1;
+        }
+        Policy {
+            orders,
+            slot_of,
+            batch_units,
+            high_units,
+        }
     }
 
     /// The position of `order` among the cached orders, if it is cached.
     #[inline]
     pub(crate) fn slot(&self, order: u32) -> Option<usize> {
-        self.orders.iter().position(|&o| o == order)
+        match self.slot_of.get(order as usize) {
+            Some(&slot) if slot != NOT_CACHED => Some(usize::from(slot)),
+            _ => None,
+        }
     }
 
     /// Blocks of `order` moved per refill or spill.
@@ -50,20 +77,20 @@ impl Policy {
 /// recently freed block (cache-hot), a spill gives back the oldest.
 #[derive(Default)]
 pub(crate) struct CoreCache {
-    lists: [VecDeque<usize>; MAX_SLOTS],
+    lists: [Vec<usize>; MAX_SLOTS],
 }
 
 impl CoreCache {
     /// Takes a block of the order at `slot`.
     #[inline]
     pub(crate) fn pop(&mut self, slot: usize) -> Option<usize> {
-        self.lists[slot].pop_back()
+        self.lists[slot].pop()
     }
 
     /// Adds a free block of the order at `slot`.
     #[inline]
     pub(crate) fn push(&mut self, slot: usize, index: usize) {
-        self.lists[slot].push_back(index);
+        self.lists[slot].push(index);
     }
 
     /// If the list at `slot` is above `policy`'s watermark, takes one batch of its oldest
@@ -73,15 +100,14 @@ impl CoreCache {
         &mut self,
         policy: &Policy,
         slot: usize,
-    ) -> impl Iterator<Item = usize> + '_ {
+    ) -> Option<impl Iterator<Item = usize> + '_> {
         let order = policy.orders[slot];
         let list = &mut self.lists[slot];
-        let n = if list.len() > policy.high(order) {
-            policy.batch(order).min(list.len())
-        } else {
-            0
-        };
-        list.drain(..n)
+        if list.len() <= policy.high(order) {
+            return None;
+        }
+        // The oldest blocks are the front: the others move down, once per batch.
+        Some(list.drain(..policy.batch(order).min(list.len())))
     }
 
     /// Takes every block, as (index, order).

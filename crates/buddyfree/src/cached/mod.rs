@@ -30,6 +30,9 @@ use states::{BlockStates, State};
 use crate::sync::CachePadded;
 use crate::{check_block, BlockAlloc, ConfigRule, Error, Locked, SeqBlockAlloc};
 
+/// Blocks asked for in one [`BlockAlloc::alloc_bulk`] call.
+const BULK: usize = 32;
+
 /// What the caches need of the allocator behind them: a [`BlockAlloc`], and batches.
 pub(crate) trait Backend {
     /// The allocator.
@@ -48,24 +51,50 @@ pub(crate) trait Backend {
         mut put: impl FnMut(usize),
     ) -> Result<usize, Error> {
         let alloc = self.shared();
-        let first = alloc.alloc(order, core)?;
-        for _ in 0..more {
-            let Ok(index) = alloc.alloc(order, core) else {
+        let mut got = [0; BULK];
+        let mut want = more + 1;
+        let n = alloc.alloc_bulk(order, core, &mut got[..want.min(BULK)])?;
+        let first = got[0];
+        got[1..n].iter().for_each(|&index| put(index));
+        want -= n;
+        // A bulk allocation may come in parts (LLFree: one run per bit-field word).
+        while want > 0 {
+            let Ok(n) = alloc.alloc_bulk(order, core, &mut got[..want.min(BULK)]) else {
                 break;
             };
-            put(index);
+            got[..n].iter().for_each(|&index| put(index));
+            want -= n;
         }
         Ok(first)
     }
 
-    /// Frees `blocks`, which left every cache and which the backend has allocated.
+    /// Frees `blocks`, which left every cache and which the backend has allocated: runs of
+    /// one order in bulk.
     fn give_back(&self, blocks: impl Iterator<Item = (usize, u32)>, core: usize) {
         let alloc = self.shared();
+        let mut run = [0; BULK];
+        let mut len = 0;
+        let mut run_order = 0;
+        let flush = |run: &[usize], order: u32| {
+            // `states` had each block as cached or live, so the backend has it allocated.
+            if let Err((k, e)) = alloc.free_bulk(run, order, core) {
+                panic!(
+                    "the backend refused block {} the per-core caches owned: {e}",
+                    run[k]
+                );
+            }
+        };
         for (index, order) in blocks {
-            // `states` had the block as cached or live, so the backend has it allocated.
-            alloc
-                .free(index, order, core)
-                .expect("the backend refused a block the per-core caches owned");
+            if len == BULK || (len > 0 && order != run_order) {
+                flush(&run[..len], run_order);
+                len = 0;
+            }
+            run[len] = index;
+            run_order = order;
+            len += 1;
+        }
+        if len > 0 {
+            flush(&run[..len], run_order);
         }
     }
 }
@@ -240,11 +269,13 @@ impl<B: Backend> Cached<B> {
         self.states.release(index, order, State::Cached(order))?;
         let mut cache = self.cache(core).lock();
         cache.push(slot, index);
-        let spill = cache.spill(self.policy, slot).map(|index| {
-            self.states.set(index, State::Free);
-            (index, order)
-        });
-        self.backend.give_back(spill, core);
+        if let Some(spill) = cache.spill(self.policy, slot) {
+            let spill = spill.map(|index| {
+                self.states.set(index, State::Free);
+                (index, order)
+            });
+            self.backend.give_back(spill, core);
+        }
         Ok(())
     }
 

@@ -87,7 +87,7 @@ const LOW_BITS: u64 = 0x5555_5555_5555_5555;
 /// The high bit of every slot (every slot `10`: padding).
 const HIGH_BITS: u64 = 0xAAAA_AAAA_AAAA_AAAA;
 /// The highest order claimed inside one word.
-const WORD_ORDER: u32 = 5;
+pub(crate) const WORD_ORDER: u32 = 5;
 /// The start word of a block of order 6..=8 that a free has claimed but not yet cleared:
 /// slot 1 `10`, every other slot `11`.
 const FREEING: u64 = !(1 << 2);
@@ -310,9 +310,23 @@ impl<W: WriteBack> Lower<W> {
     /// starting at `h`), starting the bit-field search at word `hint`. Returns its first unit.
     pub(crate) fn alloc(&self, h: HugeId, order: u32, hint: usize) -> Option<usize> {
         match order {
-            0..=8 => self.alloc_small(h, order, Search::From(hint)),
+            0..=8 => self.alloc_small(h, order, order, Search::From(hint)),
             _ => self.take_huge(h, order).then(|| h.first_unit()),
         }
+    }
+
+    /// Allocates `2^(order - piece)` blocks of order `piece` side by side, a run of `order`
+    /// (at most 5: inside one word) in huge frame `h`, with one compare-and-swap of the bit
+    /// field; returns the first unit. Each block is freed on its own, as if allocated alone.
+    pub(crate) fn alloc_run(
+        &self,
+        h: HugeId,
+        order: u32,
+        piece: u32,
+        hint: usize,
+    ) -> Option<usize> {
+        debug_assert!(piece <= order && order <= WORD_ORDER);
+        self.alloc_small(h, order, piece, Search::From(hint))
     }
 
     /// Allocates the block of `order` at `index` (already checked for range and alignment)
@@ -320,7 +334,9 @@ impl<W: WriteBack> Lower<W> {
     pub(crate) fn alloc_at(&self, index: usize, order: u32) -> bool {
         let h = HugeId(index / HUGE_UNITS);
         match order {
-            0..=8 => self.alloc_small(h, order, Search::At(index)).is_some(),
+            0..=8 => self
+                .alloc_small(h, order, order, Search::At(index))
+                .is_some(),
             _ => self.take_huge(h, order),
         }
     }
@@ -421,12 +437,16 @@ impl<W: WriteBack> Lower<W> {
 
     /// Fig. 14a (2a) for orders 0..=8: take the units from the child counter first (this
     /// settles races for the last free units), then claim the slots, else give them back.
-    fn alloc_small(&self, h: HugeId, order: u32, search: Search) -> Option<usize> {
+    /// The slots written are those of blocks of order `piece` filling the block (`piece ==
+    /// order` but for [`Lower::alloc_run`]).
+    fn alloc_small(&self, h: HugeId, order: u32, piece: u32, search: Search) -> Option<usize> {
         let n = 1 << order;
         self.update_child(h, |c| c.take(n)).ok()?;
         let claimed = match search {
             Search::At(index) => self.claim_at(h, index, order).then_some(index),
-            Search::From(hint) if order <= WORD_ORDER => self.claim_in_word(h, order, hint),
+            Search::From(hint) if order <= WORD_ORDER => {
+                self.claim_in_word(h, order, run_slots(order, piece), hint)
+            }
             Search::From(_) => self.claim_words(h, order),
         };
         let Some(index) = claimed else {
@@ -439,11 +459,11 @@ impl<W: WriteBack> Lower<W> {
         Some(index)
     }
 
-    /// Orders 0..=5: one CAS on one word, writing the slots of an aligned run of free units
-    /// (`01` for order 0; `10` and then `11` for orders 1..=5).
-    fn claim_in_word(&self, h: HugeId, order: u32, hint: usize) -> Option<usize> {
+    /// Orders 0..=5: one CAS on one word, writing `slots` (from bit 0) over an aligned run of
+    /// `2^order` free units (`01` for order 0; `10` and then `11` for orders 1..=5; several
+    /// such blocks for a run).
+    fn claim_in_word(&self, h: HugeId, order: u32, slots: u64, hint: usize) -> Option<usize> {
         let passes = if order == 0 { ORDER0_PASSES } else { 1 };
-        let slots = slots_of(order);
         for _ in 0..passes {
             for i in 0..WORDS {
                 let w = (hint + i) % WORDS;
@@ -537,6 +557,37 @@ impl<W: WriteBack> Lower<W> {
         self.persist(|| word);
         let _ = self.update_child(h, |c| Some(c.give(1 << order)));
         Ok(())
+    }
+
+    /// Frees blocks of `order` (0..=4) that all lie in one bit-field word with one
+    /// compare-and-swap, which checks each as [`Lower::free`] would: false, and nothing
+    /// changed, if one is not a live block of `order` or one is named twice.
+    pub(crate) fn free_group(&self, blocks: &[usize], order: u32) -> bool {
+        debug_assert!(order < WORD_ORDER);
+        let (word, _) = self.bit_of(blocks[0]);
+        let mut clear = 0;
+        for &index in blocks {
+            debug_assert_eq!(index / SLOTS, blocks[0] / SLOTS);
+            let mask = block_mask(order + 1) << (index % SLOTS * 2);
+            if clear & mask != 0 {
+                return false;
+            }
+            clear |= mask;
+        }
+        let freed = word.try_change(|v| {
+            window::pass();
+            let all = blocks
+                .iter()
+                .all(|&index| is_block(v, index % SLOTS, order));
+            all.then_some(v & !clear)
+        });
+        if freed.is_err() {
+            return false;
+        }
+        self.persist(|| word);
+        let h = HugeId(blocks[0] / HUGE_UNITS);
+        let _ = self.update_child(h, |c| Some(c.give(blocks.len() << order)));
+        true
     }
 
     /// Fig. 14b (1)–(3) for orders 6..=8. The start word is the claim: of racing frees of one
@@ -686,6 +737,18 @@ const fn slots_of(order: u32) -> u64 {
     } else {
         block_mask(order + 1) & !0b11 | START_SLOT
     }
+}
+
+/// The slots of `2^(order - piece)` blocks of order `piece` side by side at bit 0 of a word
+/// (`order` at most 5).
+const fn run_slots(order: u32, piece: u32) -> u64 {
+    let mut slots = 0;
+    let mut block = 0;
+    while block < 1 << (order - piece) {
+        slots |= slots_of(piece) << (2 * (block << piece));
+        block += 1;
+    }
+    slots
 }
 
 /// Calls `f(unit, order, named)` for every block among the first `real` units of a frame

@@ -334,8 +334,9 @@ impl<W: WriteBack> LLFree<W> {
     }
 
     /// Searches the children of `t` for a block, starting at the child and word of `hint`
-    /// (the last allocation: next fit, as the paper's start PFN) and wrapping around.
-    fn alloc_in(&self, t: TreeId, order: u32, hint: usize) -> Option<usize> {
+    /// (the last allocation: next fit, as the paper's start PFN) and wrapping around. With
+    /// `piece < order` the block is a run of blocks of order `piece` ([`Lower::alloc_run`]).
+    fn alloc_in(&self, t: TreeId, order: u32, piece: u32, hint: usize) -> Option<usize> {
         let children = self.children(t);
         // Order 10 looks at even children only.
         let step = if order == MAX_ORDER { 2 } else { 1 };
@@ -344,7 +345,12 @@ impl<W: WriteBack> LLFree<W> {
         let mut word = (hint % HUGE_UNITS) / lower::SLOTS;
         for _ in (0..children.len()).step_by(step) {
             // `Lower::alloc` reads the child entry first and refuses a frame without room.
-            if let Some(index) = self.lower.alloc(HugeId(h), order, word) {
+            let found = if piece == order {
+                self.lower.alloc(HugeId(h), order, word)
+            } else {
+                self.lower.alloc_run(HugeId(h), order, piece, word)
+            };
+            if let Some(index) = found {
                 return Some(index);
             }
             word = 0;
@@ -481,7 +487,7 @@ impl<W: WriteBack> LLFree<W> {
                 continue;
             };
             let first = self.children(t).start * HUGE_UNITS;
-            if let Some(index) = self.alloc_in(t, order, first) {
+            if let Some(index) = self.alloc_in(t, order, order, first) {
                 return Some(index);
             }
             self.give_back(source, t, n);
@@ -507,6 +513,15 @@ impl<W: WriteBack> LLFree<W> {
         (0..self.locals.len())
             .find(|&core| self.locals[core].take(t, n))
             .map(Counter::Core)
+    }
+
+    /// Counts `n` units freed at `index` (taken off the bit field) as free, for `core`.
+    fn freed(&self, index: usize, n: usize, core: usize) {
+        let core = self.core(core);
+        let t = self.tree_of(index);
+        if !self.credit(core, t, n) {
+            self.free_elsewhere(core, t);
+        }
     }
 
     /// Reserve-on-free (§3.2.2): a core that freed F times in a row into the partial tree
@@ -584,6 +599,17 @@ impl<W: WriteBack> LLFree<W> {
         if order > self.max_order {
             return Err(Error::BadOrder);
         }
+        match self.alloc_reserved(order, order, core) {
+            Some(index) => Ok(index),
+            None => self.alloc_anywhere(order, rounds, busy),
+        }
+    }
+
+    /// Allocates a block of `order` (a run of blocks of order `piece`, see
+    /// [`LLFree::alloc_in`]) in the tree `core` holds, reserving another when it has too
+    /// few free units or is too fragmented; `None` when the reservations ran out and only
+    /// the complete fallback is left.
+    fn alloc_reserved(&self, order: u32, piece: u32, core: usize) -> Option<usize> {
         let core = self.core(core);
         let local = &self.locals[core];
         let n = 1 << order;
@@ -591,9 +617,9 @@ impl<W: WriteBack> LLFree<W> {
             let near = match local.take_any(n) {
                 Ok(t) => {
                     let hint = local.last.load(Ordering::Relaxed) as usize;
-                    if let Some(index) = self.alloc_in(t, order, hint) {
+                    if let Some(index) = self.alloc_in(t, order, piece, hint) {
                         local.last.store(index as u64, Ordering::Relaxed);
-                        return Ok(index);
+                        return Some(index);
                     }
                     // Too fragmented for this order: give the units back, move on.
                     self.credit(core, t, n);
@@ -613,13 +639,34 @@ impl<W: WriteBack> LLFree<W> {
                 break;
             }
         }
-        self.alloc_anywhere(order, rounds, busy)
+        None
     }
 }
 
 impl<W: WriteBack> BlockAlloc for LLFree<W> {
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
         self.alloc_with(order, core, FALLBACK_ROUNDS, Error::OutOfMemory)
+    }
+
+    /// Blocks of orders 0..=4 come as a run in one bit-field word, claimed with one
+    /// compare-and-swap (and one update of each counter): up to 32 units, the largest power
+    /// of two of blocks that `out` holds. Where the held tree has no such run, one by one.
+    fn alloc_bulk(&self, order: u32, core: usize, out: &mut [usize]) -> Result<usize, Error> {
+        let fit = match order < lower::WORD_ORDER {
+            true => out.len().min(lower::SLOTS >> order),
+            false => 0,
+        };
+        if fit >= 2 {
+            let run = order + fit.ilog2();
+            if let Some(first) = self.alloc_reserved(run, order, core) {
+                let blocks = 1 << fit.ilog2();
+                for (k, slot) in out[..blocks].iter_mut().enumerate() {
+                    *slot = first + (k << order);
+                }
+                return Ok(blocks);
+            }
+        }
+        crate::alloc_each(self, order, core, out)
     }
 
     /// One round of the fallback and no pause: where [`BlockAlloc::alloc`] would wait for a
@@ -631,10 +678,35 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         check_block(index, order, self.max_order, self.units)?;
         self.lower.free(index, order)?;
-        let core = self.core(core);
-        let t = self.tree_of(index);
-        if !self.credit(core, t, 1 << order) {
-            self.free_elsewhere(core, t);
+        self.freed(index, 1 << order, core);
+        Ok(())
+    }
+
+    /// Blocks of orders 0..=4 that follow each other in `blocks` and lie in one bit-field
+    /// word are freed together, with one compare-and-swap (and one update of each counter)
+    /// that checks every one; if one of them is bad, that group goes one by one.
+    fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
+        let mut done = 0;
+        while done < blocks.len() {
+            let rest = &blocks[done..];
+            let word = rest[0] / lower::SLOTS;
+            let group = rest
+                .iter()
+                .take_while(|&&i| i / lower::SLOTS == word)
+                .count();
+            let group = &rest[..group];
+            let together = order < lower::WORD_ORDER
+                && group.len() > 1
+                && group
+                    .iter()
+                    .all(|&i| check_block(i, order, self.max_order, self.units).is_ok())
+                && self.lower.free_group(group, order);
+            if together {
+                self.freed(group[0], group.len() << order, core);
+            } else {
+                crate::free_each(self, group, order, core).map_err(|(k, e)| (done + k, e))?;
+            }
+            done += group.len();
         }
         Ok(())
     }
@@ -819,5 +891,72 @@ mod tests {
         assert_eq!(lower.alloc(HugeId(0), 7, 0), Some(256));
         assert_eq!(lower.alloc(HugeId(0), 7, 0), None);
         lower.assert_consistent();
+    }
+
+    #[test]
+    fn a_bulk_allocation_is_a_run_of_separate_blocks_in_one_word() {
+        let alloc = LLFree::new(Config::new(4096, 10).with_cores(2)).unwrap();
+        for (order, len, got) in [(0, 32, 32), (0, 7, 4), (2, 9, 8), (3, 64, 4), (4, 2, 2)] {
+            let mut out = [0; 64];
+            let n = alloc.alloc_bulk(order, 1, &mut out[..len]).unwrap();
+            assert_eq!(n, got, "order {order}, room for {len}");
+            let run = &out[..n];
+            assert_eq!(run[0] / lower::SLOTS, run[n - 1] / lower::SLOTS, "one word");
+            for (k, &b) in run.iter().enumerate() {
+                assert_eq!(b, run[0] + (k << order));
+                assert_eq!(alloc.block_of(b), Ok(Some((b, order))));
+                if order > 0 {
+                    assert_eq!(alloc.free(b + 1, 0, 0), Err(Error::NotAllocated));
+                }
+                assert!(alloc.free(b, order + 1, 0).is_err());
+            }
+            alloc.assert_consistent();
+            // One by one, and in bulk.
+            alloc.free(run[0], order, 0).unwrap();
+            assert_eq!(alloc.free(run[0], order, 0), Err(Error::NotAllocated));
+            alloc.free_bulk(&run[1..], order, 1).unwrap();
+            alloc.assert_consistent();
+        }
+        assert_eq!(alloc.free_units(), 4096);
+        // Orders that fill a word or more come one at a time.
+        let mut out = [0; 4];
+        assert_eq!(alloc.alloc_bulk(5, 0, &mut out), Ok(4));
+        alloc.free_bulk(&out, 5, 0).unwrap();
+        assert_eq!(alloc.alloc_bulk(0, 0, &mut []), Ok(0));
+        assert_eq!(alloc.free_units(), 4096);
+    }
+
+    #[test]
+    fn a_bulk_free_with_a_bad_block_frees_exactly_those_before_it() {
+        let alloc = LLFree::new(Config::new(1024, 10)).unwrap();
+        let mut out = [0; 8];
+        assert_eq!(alloc.alloc_bulk(0, 0, &mut out), Ok(8));
+        let [a, b, c, d, e, f, g, h] = out;
+        let free = alloc.free_units();
+        // Named twice in one word: the group's check refuses it, one by one stops there.
+        assert_eq!(
+            alloc.free_bulk(&[a, b, a, c], 0, 0),
+            Err((2, Error::NotAllocated))
+        );
+        assert_eq!(alloc.free_units(), free + 2);
+        assert_eq!(alloc.block_of(c), Ok(Some((c, 0))));
+        // A wrong order, then a unit never handed out, in the middle of a group.
+        assert_eq!(
+            alloc.free_bulk(&[c, d], 1, 0),
+            Err((0, Error::OrderMismatch))
+        );
+        assert_eq!(
+            alloc.free_bulk(&[c, h + 1, d], 0, 0),
+            Err((1, Error::NotAllocated))
+        );
+        assert_eq!(alloc.block_of(d), Ok(Some((d, 0))));
+        // Out of range.
+        assert_eq!(
+            alloc.free_bulk(&[d, 1 << 20], 0, 0),
+            Err((1, Error::OutOfRange))
+        );
+        assert_eq!(alloc.free_bulk(&[e, f, g, h], 0, 0), Ok(()));
+        assert_eq!(alloc.free_units(), 1024);
+        alloc.assert_consistent();
     }
 }

@@ -27,12 +27,7 @@ use crate::{BlockAlloc, Config, Error, Locked, SeqBlockAlloc};
 /// paper §2); a batch of 64 units (Linux's per-CPU batch is 63 pages for zones of a gigabyte
 /// and more); a high watermark of 256 units per small order, two blocks of order 9 (1024
 /// frames, the size the LLFree paper gives for Linux's order-9 per-CPU caches).
-static LINUX: Policy = Policy {
-    orders: &[0, 1, 2, 3, 9],
-    batch_units: 64,
-    high_units: 256,
-}
-.checked();
+static LINUX: Policy = Policy::new(&[0, 1, 2, 3, 9], 64, 256);
 
 /// A sequential buddy `A` behind one lock `R` (by default a test-and-set spinlock), with
 /// Linux-like per-core caches. With Knuth's buddy as `A` this is the "Linux" baseline of the
