@@ -353,9 +353,10 @@ fn loom_a_double_free_never_clears_a_unit_of_a_larger_block() {
 }
 
 /// A bulk free of two order-0 blocks of one word races a double free of one of them: the
-/// group's one compare-and-swap checks both blocks, so exactly one free of the raced block
-/// wins. If the double free is first, the group goes one by one and stops at that block
-/// (the error names its position); otherwise the double free sees it free.
+/// word's one compare-and-swap checks both blocks, so exactly one free of the raced block
+/// wins. If the double free is first, the bulk free frees neither (the allocator's bulk
+/// free then goes one by one and stops at that block); otherwise the double free sees it
+/// free.
 #[test]
 fn loom_a_bulk_free_races_a_double_free_of_one_of_its_blocks() {
     check(|| {
@@ -367,11 +368,10 @@ fn loom_a_bulk_free_races_a_double_free_of_one_of_its_blocks() {
             let lower = lower.clone();
             thread::spawn(move || lower.free(b, 0))
         };
-        let group = lower.free_group(&[a, b], 0);
+        let freed = lower.free_many(&[a, b], 0);
         let double = double.join().unwrap();
-        assert!(group != double.is_ok(), "{group} {double:?}");
-        if !group {
-            // What the allocator's bulk free then does: one by one, `a` and then `b`.
+        assert!((freed == 2) != double.is_ok(), "{freed} {double:?}");
+        if freed == 0 {
             assert_eq!(lower.free(a, 0), Ok(()));
             assert_eq!(lower.free(b, 0), Err(Error::NotAllocated));
         }
@@ -380,25 +380,30 @@ fn loom_a_bulk_free_races_a_double_free_of_one_of_its_blocks() {
     });
 }
 
-/// A run of four order-0 blocks claimed in one compare-and-swap races an order-0
-/// allocation in the same frame: they never share a unit, and each of the run's blocks
-/// frees on its own.
+/// A bulk claim of four order-0 blocks races an order-0 allocation in the same frame: they
+/// never share a unit, the counter ends exact, and each claimed block frees on its own.
 #[test]
-fn loom_a_run_and_a_single_claim_share_no_unit() {
+fn loom_a_bulk_claim_and_a_single_claim_share_no_unit() {
     check(|| {
         let lower = Arc::new(Lower::new(512));
-        let run = {
+        let bulk = {
             let lower = lower.clone();
-            thread::spawn(move || lower.alloc_run(HugeId(0), 2, 0, 0))
+            thread::spawn(move || {
+                let mut out = [0; 4];
+                let got = lower.alloc_many(HugeId(0), 0, 0, &mut out);
+                (out, got)
+            })
         };
         let single = lower.alloc(HugeId(0), 0, 0).unwrap();
-        let run = run.join().unwrap().expect("the frame has room");
-        assert!(!(run..run + 4).contains(&single), "{run} {single}");
+        let (out, got) = bulk.join().unwrap();
+        assert_eq!(got, 4, "the frame has room");
+        assert!(!out.contains(&single), "{out:?} {single}");
         lower.assert_consistent();
-        for i in run..run + 4 {
+        for i in out {
             assert_eq!(lower.free(i, 0), Ok(()));
         }
         assert_eq!(lower.free(single, 0), Ok(()));
         lower.assert_consistent();
+        assert_eq!(lower.child(HugeId(0)).free(), 512);
     });
 }

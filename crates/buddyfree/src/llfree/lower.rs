@@ -310,23 +310,67 @@ impl<W: WriteBack> Lower<W> {
     /// starting at `h`), starting the bit-field search at word `hint`. Returns its first unit.
     pub(crate) fn alloc(&self, h: HugeId, order: u32, hint: usize) -> Option<usize> {
         match order {
-            0..=8 => self.alloc_small(h, order, order, Search::From(hint)),
+            0..=8 => self.alloc_small(h, order, Search::From(hint)),
             _ => self.take_huge(h, order).then(|| h.first_unit()),
         }
     }
 
-    /// Allocates `2^(order - piece)` blocks of order `piece` side by side, a run of `order`
-    /// (at most 5: inside one word) in huge frame `h`, with one compare-and-swap of the bit
-    /// field; returns the first unit. Each block is freed on its own, as if allocated alone.
-    pub(crate) fn alloc_run(
+    /// Allocates up to `out.len()` blocks of `order` (0..=5) in huge frame `h`, writing
+    /// their first units to `out`; returns how many. The child counter is taken once for all
+    /// of them (what is not found goes back once), and each bit-field word, from `hint` on,
+    /// gives every free aligned block it has that is still wanted in one compare-and-swap.
+    /// Each block is freed on its own, as if allocated alone.
+    pub(crate) fn alloc_many(
         &self,
         h: HugeId,
         order: u32,
-        piece: u32,
         hint: usize,
-    ) -> Option<usize> {
-        debug_assert!(piece <= order && order <= WORD_ORDER);
-        self.alloc_small(h, order, piece, Search::From(hint))
+        out: &mut [usize],
+    ) -> usize {
+        debug_assert!(order <= WORD_ORDER && out.len() << order <= HUGE_UNITS);
+        let n = 1 << order;
+        if self.update_child(h, |c| c.take(out.len() * n)).is_err() {
+            return 0;
+        }
+        let mask = block_mask(order + 1);
+        let mut got = 0;
+        for i in 0..WORDS {
+            if got == out.len() {
+                break;
+            }
+            let w = (hint + i) % WORDS;
+            // The positions claimed in this word, one bit per block of `order`.
+            let mut claimed = 0u32;
+            let claim = |v: u64| {
+                claimed = 0;
+                let mut new = v;
+                for k in 0..SLOTS >> order {
+                    if got + claimed.count_ones() as usize == out.len() {
+                        break;
+                    }
+                    let shift = 2 * (k << order);
+                    if v >> shift & mask == 0 {
+                        new |= slots_of(order) << shift;
+                        claimed |= 1 << k;
+                    }
+                }
+                (claimed != 0).then_some(new)
+            };
+            let word = self.bits(h, w);
+            if word.try_change(claim).is_err() {
+                continue;
+            }
+            self.persist(|| word);
+            let first = h.first_unit() + w * SLOTS;
+            for k in (0..SLOTS >> order).filter(|k| claimed & 1 << k != 0) {
+                out[got] = first + (k << order);
+                got += 1;
+            }
+        }
+        if got < out.len() {
+            let _ = self.update_child(h, |c| Some(c.give((out.len() - got) * n)));
+        }
+        got
     }
 
     /// Allocates the block of `order` at `index` (already checked for range and alignment)
@@ -334,9 +378,7 @@ impl<W: WriteBack> Lower<W> {
     pub(crate) fn alloc_at(&self, index: usize, order: u32) -> bool {
         let h = HugeId(index / HUGE_UNITS);
         match order {
-            0..=8 => self
-                .alloc_small(h, order, order, Search::At(index))
-                .is_some(),
+            0..=8 => self.alloc_small(h, order, Search::At(index)).is_some(),
             _ => self.take_huge(h, order),
         }
     }
@@ -437,16 +479,12 @@ impl<W: WriteBack> Lower<W> {
 
     /// Fig. 14a (2a) for orders 0..=8: take the units from the child counter first (this
     /// settles races for the last free units), then claim the slots, else give them back.
-    /// The slots written are those of blocks of order `piece` filling the block (`piece ==
-    /// order` but for [`Lower::alloc_run`]).
-    fn alloc_small(&self, h: HugeId, order: u32, piece: u32, search: Search) -> Option<usize> {
+    fn alloc_small(&self, h: HugeId, order: u32, search: Search) -> Option<usize> {
         let n = 1 << order;
         self.update_child(h, |c| c.take(n)).ok()?;
         let claimed = match search {
             Search::At(index) => self.claim_at(h, index, order).then_some(index),
-            Search::From(hint) if order <= WORD_ORDER => {
-                self.claim_in_word(h, order, run_slots(order, piece), hint)
-            }
+            Search::From(hint) if order <= WORD_ORDER => self.claim_in_word(h, order, hint),
             Search::From(_) => self.claim_words(h, order),
         };
         let Some(index) = claimed else {
@@ -459,11 +497,11 @@ impl<W: WriteBack> Lower<W> {
         Some(index)
     }
 
-    /// Orders 0..=5: one CAS on one word, writing `slots` (from bit 0) over an aligned run of
-    /// `2^order` free units (`01` for order 0; `10` and then `11` for orders 1..=5; several
-    /// such blocks for a run).
-    fn claim_in_word(&self, h: HugeId, order: u32, slots: u64, hint: usize) -> Option<usize> {
+    /// Orders 0..=5: one CAS on one word, writing the slots of an aligned run of free units
+    /// (`01` for order 0; `10` and then `11` for orders 1..=5).
+    fn claim_in_word(&self, h: HugeId, order: u32, hint: usize) -> Option<usize> {
         let passes = if order == 0 { ORDER0_PASSES } else { 1 };
+        let slots = slots_of(order);
         for _ in 0..passes {
             for i in 0..WORDS {
                 let w = (hint + i) % WORDS;
@@ -559,15 +597,38 @@ impl<W: WriteBack> Lower<W> {
         Ok(())
     }
 
-    /// Frees blocks of `order` (0..=4) that all lie in one bit-field word with one
-    /// compare-and-swap, which checks each as [`Lower::free`] would: false, and nothing
-    /// changed, if one is not a live block of `order` or one is named twice.
-    pub(crate) fn free_group(&self, blocks: &[usize], order: u32) -> bool {
-        debug_assert!(order < WORD_ORDER);
+    /// Frees blocks of `order` (0..=5, checked for range and alignment) that all lie in one
+    /// huge frame, in order: the blocks that follow each other in `blocks` and share a
+    /// bit-field word with one compare-and-swap that checks each as [`Lower::free`] would,
+    /// and the child counter once for all. Stops before the first such group that has a
+    /// block that is not a live block of `order`, or one named twice (that group unchanged);
+    /// returns how many blocks it freed.
+    pub(crate) fn free_many(&self, blocks: &[usize], order: u32) -> usize {
+        debug_assert!(order <= WORD_ORDER);
+        let mut done = 0;
+        while done < blocks.len() {
+            let rest = &blocks[done..];
+            let w = rest[0] / SLOTS;
+            let group = rest.iter().take_while(|&&i| i / SLOTS == w).count();
+            if !self.clear_group(&rest[..group], order) {
+                break;
+            }
+            done += group;
+        }
+        if done > 0 {
+            let h = HugeId(blocks[0] / HUGE_UNITS);
+            let _ = self.update_child(h, |c| Some(c.give(done << order)));
+        }
+        done
+    }
+
+    /// Clears the blocks of `order`, all in one bit-field word, with one compare-and-swap
+    /// that checks each: false, and nothing changed, if one is not a live block of `order`
+    /// or one is named twice. The child counter is the caller's.
+    fn clear_group(&self, blocks: &[usize], order: u32) -> bool {
         let (word, _) = self.bit_of(blocks[0]);
         let mut clear = 0;
         for &index in blocks {
-            debug_assert_eq!(index / SLOTS, blocks[0] / SLOTS);
             let mask = block_mask(order + 1) << (index % SLOTS * 2);
             if clear & mask != 0 {
                 return false;
@@ -585,8 +646,6 @@ impl<W: WriteBack> Lower<W> {
             return false;
         }
         self.persist(|| word);
-        let h = HugeId(blocks[0] / HUGE_UNITS);
-        let _ = self.update_child(h, |c| Some(c.give(blocks.len() << order)));
         true
     }
 
@@ -737,18 +796,6 @@ const fn slots_of(order: u32) -> u64 {
     } else {
         block_mask(order + 1) & !0b11 | START_SLOT
     }
-}
-
-/// The slots of `2^(order - piece)` blocks of order `piece` side by side at bit 0 of a word
-/// (`order` at most 5).
-const fn run_slots(order: u32, piece: u32) -> u64 {
-    let mut slots = 0;
-    let mut block = 0;
-    while block < 1 << (order - piece) {
-        slots |= slots_of(piece) << (2 * (block << piece));
-        block += 1;
-    }
-    slots
 }
 
 /// Calls `f(unit, order, named)` for every block among the first `real` units of a frame

@@ -334,9 +334,8 @@ impl<W: WriteBack> LLFree<W> {
     }
 
     /// Searches the children of `t` for a block, starting at the child and word of `hint`
-    /// (the last allocation: next fit, as the paper's start PFN) and wrapping around. With
-    /// `piece < order` the block is a run of blocks of order `piece` ([`Lower::alloc_run`]).
-    fn alloc_in(&self, t: TreeId, order: u32, piece: u32, hint: usize) -> Option<usize> {
+    /// (the last allocation: next fit, as the paper's start PFN) and wrapping around.
+    fn alloc_in(&self, t: TreeId, order: u32, hint: usize) -> Option<usize> {
         let children = self.children(t);
         // Order 10 looks at even children only.
         let step = if order == MAX_ORDER { 2 } else { 1 };
@@ -345,12 +344,7 @@ impl<W: WriteBack> LLFree<W> {
         let mut word = (hint % HUGE_UNITS) / lower::SLOTS;
         for _ in (0..children.len()).step_by(step) {
             // `Lower::alloc` reads the child entry first and refuses a frame without room.
-            let found = if piece == order {
-                self.lower.alloc(HugeId(h), order, word)
-            } else {
-                self.lower.alloc_run(HugeId(h), order, piece, word)
-            };
-            if let Some(index) = found {
+            if let Some(index) = self.lower.alloc(HugeId(h), order, word) {
                 return Some(index);
             }
             word = 0;
@@ -487,7 +481,7 @@ impl<W: WriteBack> LLFree<W> {
                 continue;
             };
             let first = self.children(t).start * HUGE_UNITS;
-            if let Some(index) = self.alloc_in(t, order, order, first) {
+            if let Some(index) = self.alloc_in(t, order, first) {
                 return Some(index);
             }
             self.give_back(source, t, n);
@@ -599,17 +593,6 @@ impl<W: WriteBack> LLFree<W> {
         if order > self.max_order {
             return Err(Error::BadOrder);
         }
-        match self.alloc_reserved(order, order, core) {
-            Some(index) => Ok(index),
-            None => self.alloc_anywhere(order, rounds, busy),
-        }
-    }
-
-    /// Allocates a block of `order` (a run of blocks of order `piece`, see
-    /// [`LLFree::alloc_in`]) in the tree `core` holds, reserving another when it has too
-    /// few free units or is too fragmented; `None` when the reservations ran out and only
-    /// the complete fallback is left.
-    fn alloc_reserved(&self, order: u32, piece: u32, core: usize) -> Option<usize> {
         let core = self.core(core);
         let local = &self.locals[core];
         let n = 1 << order;
@@ -617,9 +600,9 @@ impl<W: WriteBack> LLFree<W> {
             let near = match local.take_any(n) {
                 Ok(t) => {
                     let hint = local.last.load(Ordering::Relaxed) as usize;
-                    if let Some(index) = self.alloc_in(t, order, piece, hint) {
+                    if let Some(index) = self.alloc_in(t, order, hint) {
                         local.last.store(index as u64, Ordering::Relaxed);
-                        return Some(index);
+                        return Ok(index);
                     }
                     // Too fragmented for this order: give the units back, move on.
                     self.credit(core, t, n);
@@ -639,7 +622,41 @@ impl<W: WriteBack> LLFree<W> {
                 break;
             }
         }
-        None
+        self.alloc_anywhere(order, rounds, busy)
+    }
+
+    /// Allocates up to `out.len()` blocks of `order` (0..=5) from `core`'s units, in the
+    /// frame of its last allocation only ([`Lower::alloc_many`]): no search beyond it and no
+    /// change of reservation, so that bulk allocations leave LLFree's placement as it is.
+    /// Returns how many (0: that frame or the core's tree has too few free units).
+    fn alloc_near(&self, order: u32, core: usize, out: &mut [usize]) -> usize {
+        let core = self.core(core);
+        let local = &self.locals[core];
+        let fit = (local.get().free() >> order).min(HUGE_UNITS >> order);
+        let len = out.len().min(fit);
+        let out = &mut out[..len];
+        let n = out.len() << order;
+        if n == 0 {
+            return 0;
+        }
+        let Ok(t) = local.take_any(n) else {
+            return 0;
+        };
+        let hint = local.last.load(Ordering::Relaxed) as usize;
+        let children = self.children(t);
+        let h = (hint / HUGE_UNITS).clamp(children.start, children.end - 1);
+        let word = match hint / HUGE_UNITS == h {
+            true => (hint % HUGE_UNITS) / lower::SLOTS,
+            false => 0,
+        };
+        let got = self.lower.alloc_many(HugeId(h), order, word, out);
+        if got < out.len() {
+            self.credit(core, t, (out.len() - got) << order);
+        }
+        if got > 0 {
+            local.last.store(out[got - 1] as u64, Ordering::Relaxed);
+        }
+        got
     }
 }
 
@@ -648,25 +665,29 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
         self.alloc_with(order, core, FALLBACK_ROUNDS, Error::OutOfMemory)
     }
 
-    /// Blocks of orders 0..=4 come as a run in one bit-field word, claimed with one
-    /// compare-and-swap (and one update of each counter): up to 32 units, the largest power
-    /// of two of blocks that `out` holds. Where the held tree has no such run, one by one.
+    /// Blocks of orders 0..=5 come from the frame of the core's last allocation, each
+    /// bit-field word giving all the free blocks it has in one compare-and-swap, with one
+    /// update of each counter for them all. When that frame (or the core's tree) has too few,
+    /// one block as [`BlockAlloc::alloc`] places it, which moves the next claim on.
     fn alloc_bulk(&self, order: u32, core: usize, out: &mut [usize]) -> Result<usize, Error> {
-        let fit = match order < lower::WORD_ORDER {
-            true => out.len().min(lower::SLOTS >> order),
-            false => 0,
-        };
-        if fit >= 2 {
-            let run = order + fit.ilog2();
-            if let Some(first) = self.alloc_reserved(run, order, core) {
-                let blocks = 1 << fit.ilog2();
-                for (k, slot) in out[..blocks].iter_mut().enumerate() {
-                    *slot = first + (k << order);
+        let mut n = 0;
+        while n < out.len() {
+            let rest = &mut out[n..];
+            if order <= lower::WORD_ORDER && rest.len() > 1 {
+                let got = self.alloc_near(order, core, rest);
+                if got > 0 {
+                    n += got;
+                    continue;
                 }
-                return Ok(blocks);
             }
+            match self.alloc(order, core) {
+                Ok(index) => rest[0] = index,
+                Err(e) if n == 0 => return Err(e),
+                Err(_) => break,
+            }
+            n += 1;
         }
-        crate::alloc_each(self, order, core, out)
+        Ok(n)
     }
 
     /// One round of the fallback and no pause: where [`BlockAlloc::alloc`] would wait for a
@@ -682,30 +703,32 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
         Ok(())
     }
 
-    /// Blocks of orders 0..=4 that follow each other in `blocks` and lie in one bit-field
-    /// word are freed together, with one compare-and-swap (and one update of each counter)
-    /// that checks every one; if one of them is bad, that group goes one by one.
+    /// Blocks of orders 0..=5 that follow each other in `blocks` are freed together: one
+    /// compare-and-swap per bit-field word that checks every block in it, and one update of
+    /// each counter per huge frame. From a word with a bad block on, one by one.
     fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
         let mut done = 0;
         while done < blocks.len() {
             let rest = &blocks[done..];
-            let word = rest[0] / lower::SLOTS;
+            let frame = rest[0] / HUGE_UNITS;
             let group = rest
                 .iter()
-                .take_while(|&&i| i / lower::SLOTS == word)
+                .take_while(|&&i| i / HUGE_UNITS == frame)
                 .count();
             let group = &rest[..group];
-            let together = order < lower::WORD_ORDER
-                && group.len() > 1
+            let checked = order <= lower::WORD_ORDER
                 && group
                     .iter()
-                    .all(|&i| check_block(i, order, self.max_order, self.units).is_ok())
-                && self.lower.free_group(group, order);
-            if together {
-                self.freed(group[0], group.len() << order, core);
-            } else {
-                crate::free_each(self, group, order, core).map_err(|(k, e)| (done + k, e))?;
+                    .all(|&i| check_block(i, order, self.max_order, self.units).is_ok());
+            let freed = match checked {
+                true => self.lower.free_many(group, order),
+                false => 0,
+            };
+            if freed > 0 {
+                self.freed(group[0], freed << order, core);
             }
+            crate::free_each(self, &group[freed..], order, core)
+                .map_err(|(k, e)| (done + freed + k, e))?;
             done += group.len();
         }
         Ok(())
@@ -894,16 +917,21 @@ mod tests {
     }
 
     #[test]
-    fn a_bulk_allocation_is_a_run_of_separate_blocks_in_one_word() {
+    fn a_bulk_allocation_takes_the_free_blocks_of_the_frame_word_by_word() {
         let alloc = LLFree::new(Config::new(4096, 10).with_cores(2)).unwrap();
-        for (order, len, got) in [(0, 32, 32), (0, 7, 4), (2, 9, 8), (3, 64, 4), (4, 2, 2)] {
-            let mut out = [0; 64];
-            let n = alloc.alloc_bulk(order, 1, &mut out[..len]).unwrap();
-            assert_eq!(n, got, "order {order}, room for {len}");
-            let run = &out[..n];
-            assert_eq!(run[0] / lower::SLOTS, run[n - 1] / lower::SLOTS, "one word");
-            for (k, &b) in run.iter().enumerate() {
-                assert_eq!(b, run[0] + (k << order));
+        // The first allocation reserves core 1's tree; the bulk claims follow it.
+        let first = alloc.alloc(0, 1).unwrap();
+        let mut out = [0; 64];
+        assert_eq!(alloc.alloc_bulk(0, 1, &mut out[..32]), Ok(32));
+        assert!(out[..32].iter().copied().eq(first + 1..first + 33));
+        alloc.free_bulk(&out[..32], 0, 1).unwrap();
+        for (order, len) in [(0, 7), (2, 9), (3, 64), (4, 2), (5, 3)] {
+            assert_eq!(alloc.alloc_bulk(order, 1, &mut out[..len]), Ok(len));
+            let blocks = &out[..len];
+            let mut sorted = blocks.to_vec();
+            sorted.sort_unstable();
+            assert!(sorted.windows(2).all(|w| w[0] < w[1]), "{blocks:?}");
+            for &b in blocks {
                 assert_eq!(alloc.block_of(b), Ok(Some((b, order))));
                 if order > 0 {
                     assert_eq!(alloc.free(b + 1, 0, 0), Err(Error::NotAllocated));
@@ -912,16 +940,17 @@ mod tests {
             }
             alloc.assert_consistent();
             // One by one, and in bulk.
-            alloc.free(run[0], order, 0).unwrap();
-            assert_eq!(alloc.free(run[0], order, 0), Err(Error::NotAllocated));
-            alloc.free_bulk(&run[1..], order, 1).unwrap();
+            alloc.free(blocks[0], order, 0).unwrap();
+            assert_eq!(alloc.free(blocks[0], order, 0), Err(Error::NotAllocated));
+            alloc.free_bulk(&blocks[1..], order, 1).unwrap();
             alloc.assert_consistent();
         }
+        alloc.free(first, 0, 1).unwrap();
         assert_eq!(alloc.free_units(), 4096);
-        // Orders that fill a word or more come one at a time.
+        // Orders of several words come one at a time.
         let mut out = [0; 4];
-        assert_eq!(alloc.alloc_bulk(5, 0, &mut out), Ok(4));
-        alloc.free_bulk(&out, 5, 0).unwrap();
+        assert_eq!(alloc.alloc_bulk(6, 0, &mut out), Ok(4));
+        alloc.free_bulk(&out, 6, 0).unwrap();
         assert_eq!(alloc.alloc_bulk(0, 0, &mut []), Ok(0));
         assert_eq!(alloc.free_units(), 4096);
     }
@@ -931,6 +960,9 @@ mod tests {
         let alloc = LLFree::new(Config::new(1024, 10)).unwrap();
         let mut out = [0; 8];
         assert_eq!(alloc.alloc_bulk(0, 0, &mut out), Ok(8));
+        let word = out[0] / lower::SLOTS;
+        assert!(out.iter().all(|&i| i / lower::SLOTS == word), "one word");
+        let never = (word * lower::SLOTS..).find(|i| !out.contains(i)).unwrap();
         let [a, b, c, d, e, f, g, h] = out;
         let free = alloc.free_units();
         // Named twice in one word: the group's check refuses it, one by one stops there.
@@ -941,14 +973,16 @@ mod tests {
         assert_eq!(alloc.free_units(), free + 2);
         assert_eq!(alloc.block_of(c), Ok(Some((c, 0))));
         // A wrong order, then a unit never handed out, in the middle of a group.
+        let even = [c, d, e, f, g, h].into_iter().find(|i| i % 2 == 0).unwrap();
         assert_eq!(
-            alloc.free_bulk(&[c, d], 1, 0),
+            alloc.free_bulk(&[even, h], 1, 0),
             Err((0, Error::OrderMismatch))
         );
         assert_eq!(
-            alloc.free_bulk(&[c, h + 1, d], 0, 0),
+            alloc.free_bulk(&[c, never, d], 0, 0),
             Err((1, Error::NotAllocated))
         );
+        assert_eq!(alloc.free_units(), free + 3);
         assert_eq!(alloc.block_of(d), Ok(Some((d, 0))));
         // Out of range.
         assert_eq!(
