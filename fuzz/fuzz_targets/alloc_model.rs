@@ -25,14 +25,17 @@ fn decode(bytes: &[u8], units: usize) -> Vec<Op> {
         .chunks_exact(4)
         .take(MAX_OPS)
         .map(|c| {
-            let (kind, a, b) = (c[0] % 18, usize::from(c[1]), u32::from(c[2]));
+            let (kind, a, b) = (c[0] % 20, usize::from(c[1]), u32::from(c[2]));
             let wide = usize::from(u16::from_le_bytes([c[1], c[3]]));
+            let many = usize::from(c[3]) % common::BULK_MAX;
             match kind {
                 0..=7 => Op::Alloc(b),
                 8..=13 => Op::Free(a),
                 14 => Op::DoubleFree(a),
                 15 => Op::WrongOrder(a, b),
-                _ => Op::Arbitrary(wide % (units + 4), b),
+                16 | 17 => Op::Arbitrary(wide % (units + 4), b),
+                18 => Op::AllocBulk(b, many),
+                _ => Op::FreeBulk(a, many.max(1), c[2] & 1 == 1),
             }
         })
         .collect()

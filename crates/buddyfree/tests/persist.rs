@@ -10,6 +10,7 @@ use std::io::{ErrorKind, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{PoisonError, RwLock, RwLockReadGuard};
 use std::time::Duration;
 
 use buddyfree::llfree::persist::crash::{self, Injector, Plan, Run};
@@ -19,26 +20,49 @@ use buddyfree::{BlockAlloc, Config};
 use common::{Owners, Rng};
 use proptest::prelude::*;
 
+/// A child process holds copies of its parent's open files, and so the `flock` of every zone
+/// open in this process, from its fork until its exec. A test that closes a zone and opens it
+/// again while `crash_injections` starts a worker would see it locked, so the tests hold this
+/// shared (through their [`TempDir`]) and `crash_injections` holds it alone.
+static SPAWNS: RwLock<()> = RwLock::new(());
+
 /// A fresh folder under the system's temporary folder, removed on drop.
-struct TempDir(PathBuf);
+struct TempDir {
+    path: PathBuf,
+    _no_spawns: Option<RwLockReadGuard<'static, ()>>,
+}
 
 impl TempDir {
+    /// For a test that starts no worker: no worker starts while it lives.
     fn new(name: &str) -> TempDir {
-        let dir =
+        let no_spawns = SPAWNS.read().unwrap_or_else(PoisonError::into_inner);
+        TempDir::at(name, Some(no_spawns))
+    }
+
+    /// For the test that starts workers, holding [`SPAWNS`] itself.
+    fn for_spawner(name: &str) -> TempDir {
+        TempDir::at(name, None)
+    }
+
+    fn at(name: &str, no_spawns: Option<RwLockReadGuard<'static, ()>>) -> TempDir {
+        let path =
             std::env::temp_dir().join(format!("buddyfree-persist-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
+        let _ = fs::remove_dir_all(&path);
+        fs::create_dir_all(&path).unwrap();
+        TempDir {
+            path,
+            _no_spawns: no_spawns,
+        }
     }
 
     fn file(&self, name: &str) -> PathBuf {
-        self.0.join(name)
+        self.path.join(name)
     }
 }
 
 impl Drop for TempDir {
     fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
+        let _ = fs::remove_dir_all(&self.path);
     }
 }
 
@@ -499,7 +523,8 @@ fn worker_command() -> Command {
 /// twice, and once everything is freed the zone is whole.
 #[test]
 fn crash_injections() {
-    let dir = TempDir::new("crash");
+    let _spawns = SPAWNS.write().unwrap_or_else(PoisonError::into_inner);
+    let dir = TempDir::for_spawner("crash");
     let mut rng = Rng::new(0xC4A5);
     let mut in_flight_somewhere = 0;
     for (name, max_order, rounds) in [("mixed", 10, 100), ("order0", 0, 30)] {

@@ -673,7 +673,7 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
         let mut n = 0;
         while n < out.len() {
             let rest = &mut out[n..];
-            if order <= lower::WORD_ORDER && rest.len() > 1 {
+            if order <= self.max_order.min(lower::WORD_ORDER) && rest.len() > 1 {
                 let got = self.alloc_near(order, core, rest);
                 if got > 0 {
                     n += got;

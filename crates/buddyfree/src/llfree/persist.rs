@@ -43,7 +43,9 @@
 //! never handed out twice.
 //!
 //! One process at a time: the file is locked (`flock`) while a zone is open, and opening it
-//! again fails with [`PersistError::Locked`].
+//! again fails with [`PersistError::Locked`]. A child process shares its parent's open files,
+//! and with them the lock, from its fork until its exec: a program that starts processes on
+//! one thread while it closes and reopens a zone on another can see `Locked` for that moment.
 
 #![cfg_attr(docsrs, doc(cfg(feature = "persist")))]
 

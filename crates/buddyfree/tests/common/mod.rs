@@ -22,7 +22,16 @@ pub enum Op {
     WrongOrder(usize, u32),
     /// Free an arbitrary (index, order), usually not a live block.
     Arbitrary(usize, u32),
+    /// `alloc_bulk` of up to this many blocks (0..BULK_MAX) of this order.
+    AllocBulk(u32, usize),
+    /// `free_bulk` of up to this many live blocks of one order (the order of the block
+    /// picked by the first number, starting there), with the first of them named again at
+    /// the end if the flag is set (a double free inside the batch).
+    FreeBulk(usize, usize, bool),
 }
+
+/// The most blocks a bulk operation of the battery names, plus one.
+pub const BULK_MAX: usize = 9;
 
 /// Random operation sequences over orders `0..=max_order` (some above, to test `BadOrder`)
 /// and indices up to `units` (some past it).
@@ -34,6 +43,9 @@ pub fn ops(units: usize, max_order: u32, len: usize) -> impl Strategy<Value = Ve
         1 => any::<usize>().prop_map(Op::DoubleFree),
         1 => (any::<usize>(), 0..=max_order + 1).prop_map(|(p, o)| Op::WrongOrder(p, o)),
         1 => (0..units + 4, 0..=max_order + 1).prop_map(|(i, o)| Op::Arbitrary(i, o)),
+        1 => (0..=max_order, 0..BULK_MAX).prop_map(|(o, n)| Op::AllocBulk(o, n)),
+        1 => (any::<usize>(), 1..BULK_MAX, any::<bool>())
+            .prop_map(|(p, n, twice)| Op::FreeBulk(p, n, twice)),
     ];
     proptest::collection::vec(op, 1..len)
 }
@@ -50,6 +62,7 @@ pub fn clamp(ops: &[Op], max_order: u32) -> Vec<Op> {
             Op::Alloc(o) => Op::Alloc(fold(o)),
             Op::WrongOrder(p, o) => Op::WrongOrder(p, fold(o)),
             Op::Arbitrary(i, o) => Op::Arbitrary(i, fold(o)),
+            Op::AllocBulk(o, n) => Op::AllocBulk(fold(o), n),
             ref other => other.clone(),
         })
         .collect()
@@ -104,6 +117,32 @@ pub fn check_against_model(alloc: &dyn BlockAlloc, config: Config, ops: &[Op]) {
                 }
             }
             Op::Arbitrary(index, order) => free_both(alloc, &mut model, index, order, step),
+            Op::AllocBulk(order, n) => alloc_bulk_both(alloc, &mut model, order, n, step),
+            Op::FreeBulk(p, n, twice) => {
+                if let Some((_, order)) = pick(p) {
+                    let start = p % live.len();
+                    let mut blocks: Vec<usize> = live[start..]
+                        .iter()
+                        .filter(|&&(_, o)| o == order)
+                        .take(n)
+                        .map(|&(index, _)| index)
+                        .collect();
+                    if twice {
+                        blocks.push(blocks[0]);
+                    }
+                    let want = blocks
+                        .iter()
+                        .enumerate()
+                        .find_map(|(k, &index)| model.free(index, order).err().map(|e| (k, e)));
+                    let got = alloc.free_bulk(&blocks, order, core_of(step.wrapping_add(1)));
+                    assert_eq!(
+                        got,
+                        want.map_or(Ok(()), Err),
+                        "step {step}: free_bulk({blocks:?}, {order})"
+                    );
+                    freed.extend(blocks.iter().map(|&index| (index, order)));
+                }
+            }
         }
         assert_eq!(
             alloc.free_units(),
@@ -116,6 +155,35 @@ pub fn check_against_model(alloc: &dyn BlockAlloc, config: Config, ops: &[Op]) {
         free_both(alloc, &mut model, index, order, usize::MAX);
     }
     assert_whole(alloc);
+}
+
+/// `alloc_bulk` of up to `n` blocks of `order` against the model: the blocks it hands out are
+/// free in the model, and it stops short only where the model has no free block of `order`
+/// left; its errors are `alloc`'s.
+fn alloc_bulk_both(alloc: &dyn BlockAlloc, model: &mut Model, order: u32, n: usize, step: usize) {
+    let mut out = [0; BULK_MAX];
+    match alloc.alloc_bulk(order, core_of(step), &mut out[..n]) {
+        Ok(got) => {
+            assert!(got <= n && (got > 0 || n == 0), "step {step}: {got} of {n}");
+            for &index in &out[..got] {
+                model.take(index, order).unwrap_or_else(|e| {
+                    panic!("step {step}: alloc_bulk({order}) gave {index}: {e}")
+                });
+            }
+            assert!(
+                got == n || !model.can_alloc(order),
+                "step {step}: alloc_bulk({order}) gave {got} of {n}, the model has a free block"
+            );
+        }
+        Err(Error::OutOfMemory) => assert!(
+            n > 0 && !model.can_alloc(order),
+            "step {step}: alloc_bulk({order}) failed, the model has a free block"
+        ),
+        Err(e) => {
+            let want = model.clone().alloc(order).unwrap_err();
+            assert_eq!(e, want, "step {step}: alloc_bulk({order})");
+        }
+    }
 }
 
 /// The core hint of step `step` of a differential run.
