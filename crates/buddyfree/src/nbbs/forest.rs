@@ -334,30 +334,57 @@ impl<K: Kind> Forest<K> {
 
     /// Alg. 4 (FREENODE, F6-F22) and Alg. 5 (UNMARK) for the node at `at`, held by the caller
     /// (occupied, not allocated); `now` is its cell's state as of the caller's last RMW on it.
-    /// Climbs no higher than cell level `stop` (0 for a free, the last marked level for a
-    /// rollback).
-    fn release(&self, at: Place, now: State, stop: usize) {
+    /// The caller's marks reach up to cell level `marked` (0 for a free, the last level a
+    /// rolled-back allocation marked).
+    ///
+    /// A rollback climbs on above `marked`, where the paper's FREENODE stops (T11): while
+    /// its marks were up, a free below one of them stopped its own climb there, since an
+    /// occupied link that is not coalescing means "whoever holds it climbs on" (F15-F17),
+    /// and left the links above set, for the holder to clear. The links above `marked`
+    /// were free or dead (an occupied ancestor) when the allocation gave up, but that
+    /// ancestor may have been freed and the links above reused and left since (the unit
+    /// test `rollback_unlinks_a_cell_emptied_after_reuse`). Above `marked` the rollback
+    /// only marks links that are set and live, and its UNMARK re-checks them (no generation
+    /// seen), as a free's does where its coalescing bit was taken.
+    fn release(&self, at: Place, now: State, marked: usize) {
         let mut seen = Seen::new(at.level);
-        self.mark_coalescing(at, now, stop, &mut seen);
+        self.mark_coalescing(at, now, marked, &mut seen);
         let now = self.clear(at);
-        self.unmark(at, now, stop, &seen);
+        self.unmark(at, now, &seen);
     }
 
     /// F6-F19: marks the ancestors coalescing, as far as the merge may reach, recording the
-    /// generation of each cell marked.
-    fn mark_coalescing(&self, at: Place, now: State, stop: usize, seen: &mut Seen) {
-        if at.level <= stop || !Self::S.keeps_climbing(now, Self::S.node_bits(at.j)) {
+    /// generation of each cell marked. Above cell level `marked` (see `release`) only links
+    /// that are set and live.
+    fn mark_coalescing(&self, at: Place, now: State, marked: usize, seen: &mut Seen) {
+        if !Self::S.keeps_climbing(now, Self::S.node_bits(at.j)) {
             return;
         }
         let (mut level, mut cell) = (at.level, at.cell);
-        while level > stop {
+        while level > 0 {
             let (up, ch) = Self::parent(cell);
             level -= 1;
             cell = up;
-            // Acquire: the generation read here vouches for every mark before it (`unmark`).
-            let old = self
-                .cell(level, cell)
-                .fetch_or(Self::S.coal_bit(ch), Ordering::Acquire);
+            let coal = Self::S.coal_bit(ch);
+            let here = self.cell(level, cell);
+            let old = if level >= marked {
+                // Acquire: the generation read here vouches for every mark before it
+                // (`unmark`).
+                here.fetch_or(coal, Ordering::Acquire)
+            } else {
+                // A link left set by a free that stopped at one of our marks, or by one that
+                // stopped above such a free. A clear link has no such history (it would be
+                // set up to here), and a dead one is clear and stays so while its ancestor
+                // is occupied: a free that reuses the branch after that sees our coalescing
+                // bits below. Release: that free's mark then also sees those bits.
+                match here.try_update(Ordering::AcqRel, |w| {
+                    (Self::S.link_live(w, ch) && w & Self::S.child_bits(ch) != 0)
+                        .then_some(w | coal)
+                }) {
+                    Ok(new) => new,
+                    Err(_) => return,
+                }
+            };
             trace!("coal {level}/{cell} ch {ch} old {old:x}");
             debug_assert!(
                 Self::S.link_live(old, ch),
@@ -414,12 +441,12 @@ impl<K: Kind> Forest<K> {
     /// Equal generations mean that no mark came in between, because a generation does not
     /// wrap: 59 bits per 1-level node, 64 per bunch, so coming back to a value takes 2^59
     /// marks of one cell, over 18 years of them back to back (module docs of `nbbs`).
-    fn unmark(&self, at: Place, now: State, stop: usize, seen: &Seen) {
+    fn unmark(&self, at: Place, now: State, seen: &Seen) {
         if !Self::S.looks_free(now) {
             return;
         }
         let (mut level, mut cell) = (at.level, at.cell);
-        while level > stop {
+        while level > 0 {
             let child = self.cell(level, cell);
             let ch;
             (cell, ch) = Self::parent(cell);
@@ -531,7 +558,7 @@ impl<K: Kind> Forest<K> {
             now,
             seen,
         } = stalled;
-        self.unmark(at, now, 0, &seen);
+        self.unmark(at, now, &seen);
         self.count_free(node, core);
     }
 
@@ -696,7 +723,18 @@ mod tests {
             .try_update(Ordering::Relaxed, |w| s.claim(w, v.j))
             .unwrap();
         let mut v_seen = Seen::new(v.level);
-        f.mark_coalescing(v, now, x.level, &mut v_seen);
+        assert!(s.keeps_climbing(now, s.node_bits(v.j)));
+        let (mut level, mut cell) = (v.level, v.cell);
+        while level > x.level {
+            let ch;
+            (cell, ch) = Forest::<K>::parent(cell);
+            level -= 1;
+            let old = f
+                .cell(level, cell)
+                .fetch_or(s.coal_bit(ch), Ordering::Relaxed);
+            v_seen.set(level, s.gen(old));
+            assert!(s.keeps_climbing(old, s.child_bits(ch)));
+        }
         // Y: allocates unit 1, marking the whole path.
         assert_eq!(f.alloc(0, 0), Ok(1));
         // V: marks the link above X's cell coalescing, after Y's mark there, and finishes.
@@ -706,7 +744,7 @@ mod tests {
             .fetch_or(s.coal_bit(ch), Ordering::Relaxed);
         v_seen.set(x.level - 1, s.gen(old));
         let now = f.clear(v);
-        f.unmark(v, now, 0, &v_seen);
+        f.unmark(v, now, &v_seen);
         f.count_free(Node { order: 0, pos: 0 }, 0);
         // X: its UNMARK resumes.
         f.resume(stalled, 0);
@@ -717,6 +755,100 @@ mod tests {
         assert_eq!(f.free_units(), units);
         let top = f.alloc(max_order, 0).unwrap();
         f.free(top, max_order, 0).unwrap();
+    }
+
+    /// An allocation of unit 0 marks the link above it (in cell C, at the level below
+    /// P) and finds P occupied; before its rollback, P is freed and unit 1, whose link is
+    /// C's other one, is allocated (marking P's link to C) and freed. That free stops its
+    /// coalescing climb at C, whose other link is occupied and not coalescing, leaving
+    /// P's link to C to whoever empties C last: the rollback.
+    fn rollback_after_reuse<K: Kind>(units: usize, max_order: u32, p_order: u32) {
+        let f = Forest::<K>::new(Config::new(units, max_order)).unwrap();
+        let s = K::SHAPE;
+        // P: the block of `p_order` at 0, allocated.
+        f.alloc_at(0, p_order, 0).unwrap();
+        // The allocation of unit 0: reserve, mark C, fail at P.
+        let at = f.place(Node { order: 0, pos: 0 });
+        assert!(at.level >= 2, "unit 0 needs two cell levels above it");
+        let home = f.cell(at.level, at.cell);
+        home.try_update(Ordering::Relaxed, |w| s.reserve(w, at.j, false).ok())
+            .unwrap();
+        let (c, ch) = Forest::<K>::parent(at.cell);
+        f.cell(at.level - 1, c)
+            .try_update(Ordering::Relaxed, |w| s.mark(w, ch).ok())
+            .unwrap();
+        let (p, pch) = Forest::<K>::parent(c);
+        let above = f.cell(at.level - 2, p).load(Ordering::Relaxed);
+        assert!(s.mark(above, pch).is_err(), "P is occupied");
+        // P is freed; unit 1 is allocated below C's other link, and freed.
+        f.free(0, p_order, 0).unwrap();
+        let one = f.place(Node { order: 0, pos: 1 });
+        assert_eq!(Forest::<K>::parent(one.cell), (c, ch ^ 1));
+        f.alloc_at(1, 0, 0).unwrap();
+        f.free(1, 0, 0).unwrap();
+        // The rollback (T11), as `try_alloc` does it.
+        let now = home.fetch_or(0, Ordering::Relaxed);
+        f.release(at, now, at.level - 1);
+        assert_whole(&f);
+    }
+
+    /// The same inside a bunch, where the allocation's first mark fails: unit 1, a node of
+    /// unit 0's cell, is allocated and freed in between; its free climbs past the held unit
+    /// 0 (a held node keeps a free climbing), but its UNMARK stops at the cell, which that
+    /// node still occupies, leaving the links above to the rollback.
+    fn rollback_in_cell_after_reuse<K: Kind>(units: usize, max_order: u32, p_order: u32) {
+        let f = Forest::<K>::new(Config::new(units, max_order)).unwrap();
+        let s = K::SHAPE;
+        f.alloc_at(0, p_order, 0).unwrap();
+        let at = f.place(Node { order: 0, pos: 0 });
+        let home = f.cell(at.level, at.cell);
+        home.try_update(Ordering::Relaxed, |w| s.reserve(w, at.j, false).ok())
+            .unwrap();
+        let (p, pch) = Forest::<K>::parent(at.cell);
+        let above = f.cell(at.level - 1, p).load(Ordering::Relaxed);
+        assert!(s.mark(above, pch).is_err(), "P is occupied");
+        f.free(0, p_order, 0).unwrap();
+        let one = f.place(Node { order: 0, pos: 1 });
+        assert_eq!((one.level, one.cell), (at.level, at.cell));
+        f.alloc_at(1, 0, 0).unwrap();
+        f.free(1, 0, 0).unwrap();
+        let now = home.fetch_or(0, Ordering::Relaxed);
+        f.release(at, now, at.level);
+        assert_whole(&f);
+    }
+
+    /// Everything free: every top block allocatable at once (checked first: an allocation
+    /// through a stranded link clears it), then every order.
+    fn assert_whole<K: Kind>(f: &Forest<K>) {
+        assert_eq!(f.free_units(), f.units);
+        let cells = || -> alloc::vec::Vec<_> {
+            f.cells.iter().map(|c| c.load(Ordering::Relaxed)).collect()
+        };
+        let tops: alloc::vec::Vec<_> = (0..f.span >> f.max_order)
+            .map(|_| {
+                f.alloc(f.max_order, 0)
+                    .unwrap_or_else(|e| panic!("top block: {e}: cells {:x?}", cells()))
+            })
+            .collect();
+        for top in tops {
+            f.free(top, f.max_order, 0).unwrap();
+        }
+        for order in 0..f.max_order {
+            let i = f
+                .alloc(order, 0)
+                .unwrap_or_else(|e| panic!("order {order}: {e}: cells {:x?}", cells()));
+            f.free(i, order, 0).unwrap();
+        }
+    }
+
+    #[test]
+    fn rollback_unlinks_a_cell_emptied_after_reuse() {
+        rollback_after_reuse::<OneLevel>(4, 2, 2);
+        rollback_after_reuse::<OneLevel>(64, 6, 2);
+        rollback_after_reuse::<FourLevel>(512, 8, 5);
+        rollback_after_reuse::<FourLevel>(512, 8, 8);
+        rollback_in_cell_after_reuse::<FourLevel>(32, 5, 2);
+        rollback_in_cell_after_reuse::<FourLevel>(32, 5, 5);
     }
 
     #[test]

@@ -264,6 +264,52 @@ fn loom_nbbs_stale_unmark_catches_a_narrow_generation_bunch() {
     stale_unmark::<Narrow<4, 2>>(32, 5, 3);
 }
 
+#[test]
+fn loom_nbbs_rollback_after_reuse() {
+    // X allocates unit 0 (`alloc_at`: one TRYALLOC, no scan) while the order-2 block P above
+    // it is allocated, and Y frees P, then allocates and frees unit 1. The bad schedule (no
+    // preemption needed): X reserves unit 0, marks its link (in `Nbbs`; in `Nbbs4` units 0
+    // and 1 share a cell below P's, so there is nothing to mark) and finds P occupied; Y
+    // runs; unit 1's free stops its coalescing climb under X's link, or (`Nbbs4`) climbs
+    // past X's held unit but stops its UNMARK at their cell, leaving P's link set for X to
+    // clear; X's rollback, if it stopped at its own marks, strands that link.
+    rollback_after_reuse::<OneLevel>(4, 2);
+    rollback_after_reuse::<FourLevel>(32, 5);
+}
+
+/// X's allocation of unit 0 fails on the allocated order-2 block at 0 and rolls back while
+/// Y frees that block and allocates and frees unit 1.
+fn rollback_after_reuse<K: Kind>(units: usize, max_order: u32) {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(2);
+    model.check(move || {
+        super::forest::TRACE.lock().unwrap().clear();
+        let f = Arc::new(Forest::<K>::new(Config::new(units, max_order).with_cores(2)).unwrap());
+        f.alloc_at(0, 2, 0).unwrap();
+        let fx = f.clone();
+        let x = thread::spawn(move || {
+            if fx.alloc_at(0, 0, 0).is_ok() {
+                fx.free(0, 0, 0).unwrap();
+            }
+        });
+        let fy = f.clone();
+        let y = thread::spawn(move || {
+            fy.free(0, 2, 1).unwrap();
+            if fy.alloc_at(1, 0, 1).is_ok() {
+                fy.free(1, 0, 1).unwrap();
+            }
+        });
+        x.join().unwrap();
+        y.join().unwrap();
+        assert_eq!(f.free_units(), units);
+        let top = f.alloc(max_order, 0).unwrap_or_else(|e| {
+            let trace = super::forest::TRACE.lock().unwrap().join("\n");
+            panic!("top block: {e}: cells {:x?}\n{trace}", f.dump())
+        });
+        f.free(top, max_order, 0).unwrap();
+    });
+}
+
 /// X's UNMARK, stalled after its clear, races V, which allocates and frees a unit of X's
 /// block `reallocs` times, and Y, which allocates the other unit.
 fn stale_unmark<K: Kind>(units: usize, max_order: u32, reallocs: usize) {

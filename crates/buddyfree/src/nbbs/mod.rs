@@ -55,6 +55,16 @@
 //!   consistency, and a stale plain read made UNMARK give up and strand an occupied bit
 //!   (found by loom). UNMARK also goes on over a cell that is free even when its own
 //!   coalescing bit was consumed by another free.
+//! - A rolled-back allocation (Alg. 3, T11) releases like a free, past the last link it
+//!   marked, where the paper's FREENODE stops. A free stops its coalescing climb under a
+//!   link that is occupied and not coalescing, leaving the links above to that link's
+//!   holder, and the holder may be an allocation about to roll back: the ancestor that
+//!   failed it was freed, and the branch above reused, meanwhile. Stopping at its own marks,
+//!   the rollback left such a link occupied over a free sub-tree (in the large stress, one
+//!   `Nbbs` run in twenty lost a top block that way; `Nbbs4` has the same path). Above its
+//!   own marks it marks only links that are set and live, and its UNMARK re-checks them.
+//!   Found by the unit test `rollback_unlinks_a_cell_emptied_after_reuse` (and the loom
+//!   test `loom_nbbs_rollback_after_reuse`).
 //! - Full-heap fast path: per-core unit counters (also the `release_count`) answer "fewer
 //!   than `2^order` free units" in O(cores) loads after the hinted node fails, instead of a
 //!   scan of the level. A heap with enough free units that are all fragmented still scans
@@ -62,13 +72,6 @@
 //! - Free-slot hints per core and order (3.6.1), scattered initially.
 //! - Each level of cells starts one cache line off a power-of-two boundary, so the cells of
 //!   a root-to-leaf path do not all fall in one L1 set.
-//!
-//! Known issue: under heavy preemption (the large stress, 8 threads on 2 cores, 10^7
-//! operations) `Nbbs` has been left, in about one run of twenty, with everything freed and
-//! one node whose own order could not be allocated while both its halves could: a link bit
-//! left set on a node with nothing below it. No block was ever handed out twice; the lost
-//! capacity comes back when an allocation passes through that link. The cause is not yet
-//! found.
 
 mod cell;
 mod cores;
