@@ -202,6 +202,35 @@ BuddyfreeStatus buddyfree_alloc_order(const struct Buddyfree *bf,
 // `bf` must be null or a live instance.
 BuddyfreeStatus buddyfree_free_order(const struct Buddyfree *bf, size_t index, uint32_t order);
 
+// Allocates up to `n` blocks of `2^order` units in one call and stores their unit indices
+// in `indices[0 .. *got_out]`: fewer than `n` only where a further allocation would fail
+// (LLFree claims the free blocks of one bit-field word with one compare-and-swap). Where
+// not even one block can be had, returns that error (`BUDDYFREE_STATUS_OUT_OF_MEMORY`,
+// `BUDDYFREE_STATUS_BAD_ORDER`) with `*got_out` 0. `got_out` may be NULL.
+//
+// # Safety
+// `bf` must be null or a live instance; `indices` must be null or writable for `n`
+// entries; `got_out` must be null or writable.
+BuddyfreeStatus buddyfree_alloc_bulk(const struct Buddyfree *bf,
+                                     uint32_t order,
+                                     size_t *indices,
+                                     size_t n,
+                                     size_t *got_out);
+
+// Frees the `n` blocks of `2^order` units whose unit indices are `indices[0 .. n]`, in that
+// order, with the checks of `buddyfree_free_order`, stopping at the first one refused: its
+// status is returned, `*done_out` gets its position, and it and the blocks after it stay
+// allocated. On success `*done_out` is `n`. `done_out` may be NULL.
+//
+// # Safety
+// `bf` must be null or a live instance; `indices` must be null or readable for `n` entries;
+// `done_out` must be null or writable.
+BuddyfreeStatus buddyfree_free_bulk(const struct Buddyfree *bf,
+                                    const size_t *indices,
+                                    size_t n,
+                                    uint32_t order,
+                                    size_t *done_out);
+
 // Like `buddyfree_alloc_order`, but never waits (for interrupt or signal context): where
 // the allocator would wait for a lock or another thread, returns
 // `BUDDYFREE_STATUS_WOULD_BLOCK`; allocators without that guarantee return

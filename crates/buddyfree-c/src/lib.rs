@@ -11,6 +11,7 @@
 use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::ptr::{self, NonNull};
+use std::slice;
 use std::sync::OnceLock;
 
 use buddyfree::heap::{block_bytes, Heap, HeapError, Region};
@@ -599,6 +600,89 @@ pub unsafe extern "C" fn buddyfree_free_order(
     let result = unsafe { instance(bf) }.and_then(|bf| Ok(bf.heap.free_index(index, order)?));
     // SAFETY: a null `out` is allowed.
     unsafe { status(result, ptr::null_mut()) }
+}
+
+/// Allocates up to `n` blocks of `2^order` units in one call and stores their unit indices
+/// in `indices[0 .. *got_out]`: fewer than `n` only where a further allocation would fail
+/// (LLFree claims the free blocks of one bit-field word with one compare-and-swap). Where
+/// not even one block can be had, returns that error (`BUDDYFREE_STATUS_OUT_OF_MEMORY`,
+/// `BUDDYFREE_STATUS_BAD_ORDER`) with `*got_out` 0. `got_out` may be NULL.
+///
+/// # Safety
+/// `bf` must be null or a live instance; `indices` must be null or writable for `n`
+/// entries; `got_out` must be null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_alloc_bulk(
+    bf: *const Buddyfree,
+    order: u32,
+    indices: *mut usize,
+    n: usize,
+    got_out: *mut usize,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf`.
+    let result = unsafe { instance(bf) }.and_then(|bf| {
+        if indices.is_null() {
+            return Err(BuddyfreeStatus::NullArgument);
+        }
+        // SAFETY: not null, and writable for `n` entries by the caller's contract.
+        let out = unsafe { slice::from_raw_parts_mut(indices, n) };
+        Ok(bf.heap.alloc_bulk(order, out)?)
+    });
+    // SAFETY: the caller's contract on `got_out`.
+    unsafe { counted(result.map_err(|e| (0, e)), got_out) }
+}
+
+/// Frees the `n` blocks of `2^order` units whose unit indices are `indices[0 .. n]`, in that
+/// order, with the checks of `buddyfree_free_order`, stopping at the first one refused: its
+/// status is returned, `*done_out` gets its position, and it and the blocks after it stay
+/// allocated. On success `*done_out` is `n`. `done_out` may be NULL.
+///
+/// # Safety
+/// `bf` must be null or a live instance; `indices` must be null or readable for `n` entries;
+/// `done_out` must be null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_free_bulk(
+    bf: *const Buddyfree,
+    indices: *const usize,
+    n: usize,
+    order: u32,
+    done_out: *mut usize,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf`.
+    let result = match unsafe { instance(bf) } {
+        Err(e) => Err((0, e)),
+        Ok(_) if indices.is_null() => Err((0, BuddyfreeStatus::NullArgument)),
+        Ok(bf) => {
+            // SAFETY: not null, and readable for `n` entries by the caller's contract.
+            let blocks = unsafe { slice::from_raw_parts(indices, n) };
+            bf.heap
+                .free_bulk(blocks, order)
+                .map(|()| n)
+                .map_err(|(k, e)| (k, e.into()))
+        }
+    };
+    // SAFETY: the caller's contract on `done_out`.
+    unsafe { counted(result, done_out) }
+}
+
+/// Turns a count, or an error and the count before it, into a status, writing the count
+/// through `out` where it is not null.
+///
+/// # Safety
+/// `out` must be null or writable.
+unsafe fn counted(
+    result: Result<usize, (usize, BuddyfreeStatus)>,
+    out: *mut usize,
+) -> BuddyfreeStatus {
+    let (count, code) = match result {
+        Ok(n) => (n, BuddyfreeStatus::Ok),
+        Err(failed) => failed,
+    };
+    if !out.is_null() {
+        // SAFETY: writable by the caller's contract.
+        unsafe { out.write(count) };
+    }
+    code
 }
 
 /// Runs `f` on a live instance's block allocator and turns its answer into a status.

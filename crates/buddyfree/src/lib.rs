@@ -134,11 +134,13 @@ pub trait BlockAlloc: Sync {
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error>;
 
     /// Allocates up to `out.len()` blocks of `order` and writes their first units to the front
-    /// of `out`; returns how many (at least one for a non-empty `out`). Fails as
-    /// [`BlockAlloc::alloc`] does when not even one block can be had. Each block is freed on
-    /// its own, as if `alloc` had returned it. The default calls `alloc` for each; allocators
-    /// that claim several blocks in one step override it (LLFree: a run of up to 32 units of
-    /// orders 0..=4 with one compare-and-swap), which is what per-core caches refill with.
+    /// of `out`; returns how many (at least one for a non-empty `out`), fewer than asked only
+    /// where [`BlockAlloc::alloc`] would have failed. Fails as `alloc` does when not even one
+    /// block can be had. Each block is freed on its own, as if `alloc` had returned it. The
+    /// default calls `alloc` for each; allocators that claim several blocks in one step
+    /// override it (LLFree: the free blocks of orders 0..=5 in the huge frame of the core's
+    /// last allocation, one compare-and-swap per bit-field word), which is what per-core
+    /// caches refill with.
     fn alloc_bulk(&self, order: u32, core: usize, out: &mut [usize]) -> Result<usize, Error> {
         alloc_each(self, order, core, out)
     }
@@ -146,9 +148,9 @@ pub trait BlockAlloc: Sync {
     /// Frees `blocks`, each of `order`, as [`BlockAlloc::free`] would one after the other,
     /// stopping at the first one refused: its position in `blocks` and the error (it and the
     /// blocks after it stay as they were). The default calls `free` for each; allocators that
-    /// free several blocks in one step override it (LLFree: blocks of orders 0..=4 that come
-    /// one after another in `blocks` and share a bit-field word, with one compare-and-swap),
-    /// which is what per-core caches spill with.
+    /// free several blocks in one step override it (LLFree: blocks of orders 0..=5 that come
+    /// one after another in `blocks` and lie in one huge frame, one compare-and-swap per
+    /// bit-field word), which is what per-core caches spill with.
     fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
         free_each(self, blocks, order, core)
     }

@@ -17,9 +17,9 @@
 //! tree or bit-field walk and its shared cache lines. An empty magazine is refilled with a
 //! batch of 32 units (at least one block) from the backend's [`BlockAlloc::alloc_bulk`]; one
 //! holding more than 128 units (at least two blocks) gives its oldest batch back through
-//! [`BlockAlloc::free_bulk`]. With LLFree behind it, a batch of orders 0–4 is one run in one
-//! bit-field word, claimed and given back with one compare-and-swap each (and one update of
-//! each counter) instead of one per block. Orders 0–7 cover the sizes of the NBBS paper's
+//! [`BlockAlloc::free_bulk`]. With LLFree behind it, a batch of orders 0–5 comes from one
+//! huge frame, claimed and given back with one compare-and-swap per bit-field word (and one
+//! update of each counter) instead of one per block. Orders 0–7 cover the sizes of the NBBS paper's
 //! workloads at 4 KiB and 32 KiB (k to 16k); larger orders go straight to the backend.
 //!
 //! # What it trades

@@ -169,6 +169,50 @@ static void check_exhaustion(Buddyfree *bf) {
     CHECK(free_units(bf) == before);
 }
 
+/* Bulk allocation and free: distinct aligned blocks, as many as asked while any is free,
+ * the exact count at exhaustion, and a free that stops at the first bad block. */
+static void check_bulk(Buddyfree *bf) {
+    size_t before = free_units(bf);
+    size_t idx[UNITS];
+    size_t got = 99, done = 99, none = 99;
+    CHECK_STATUS(buddyfree_alloc_bulk(NULL, 1, idx, 8, &got), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK(got == 0);
+    CHECK_STATUS(buddyfree_alloc_bulk(bf, 1, NULL, 8, &got), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(buddyfree_alloc_bulk(bf, MAX_ORDER + 1, idx, 8, &got), BUDDYFREE_STATUS_BAD_ORDER);
+    CHECK(got == 0);
+    CHECK_STATUS(buddyfree_free_bulk(bf, NULL, 8, 1, &done), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK(done == 0);
+    CHECK_STATUS(buddyfree_alloc_bulk(bf, 1, idx, 0, &got), BUDDYFREE_STATUS_OK);
+    CHECK(got == 0);
+    CHECK(free_units(bf) == before);
+
+    CHECK_STATUS(buddyfree_alloc_bulk(bf, 1, idx, 8, &got), BUDDYFREE_STATUS_OK);
+    CHECK(got == 8);
+    for (size_t i = 0; i < got; i++) {
+        CHECK(idx[i] % 2 == 0 && idx[i] < UNITS);
+        for (size_t j = 0; j < i; j++)
+            CHECK(idx[i] != idx[j]);
+    }
+    CHECK(free_units(bf) == before - 16);
+    /* The fifth block again at the end: the eight are freed, the ninth is refused. */
+    idx[8] = idx[4];
+    CHECK_STATUS(buddyfree_free_bulk(bf, idx, 9, 1, &done), BUDDYFREE_STATUS_NOT_ALLOCATED);
+    CHECK(done == 8);
+    CHECK(free_units(bf) == before);
+
+    /* Every block of the largest order, then none; a free of the wrong order changes nothing. */
+    size_t n = before >> MAX_ORDER;
+    CHECK_STATUS(buddyfree_alloc_bulk(bf, MAX_ORDER, idx, UNITS, &got), BUDDYFREE_STATUS_OK);
+    CHECK(got == n);
+    CHECK_STATUS(buddyfree_alloc_bulk(bf, MAX_ORDER, idx + got, 1, &none), BUDDYFREE_STATUS_OUT_OF_MEMORY);
+    CHECK(none == 0);
+    CHECK(free_units(bf) == 0);
+    CHECK_STATUS(buddyfree_free_bulk(bf, idx, got, MAX_ORDER - 1, &done), BUDDYFREE_STATUS_ORDER_MISMATCH);
+    CHECK(done == 0 && free_units(bf) == 0);
+    CHECK_STATUS(buddyfree_free_bulk(bf, idx, got, MAX_ORDER, NULL), BUDDYFREE_STATUS_OK);
+    CHECK(free_units(bf) == before);
+}
+
 struct worker {
     Buddyfree *bf;
     unsigned id;
@@ -253,6 +297,7 @@ static void run_suite(Buddyfree *bf, const char *name, const char *kind) {
     CHECK(s.max_align >= (size_t)UNIT << MAX_ORDER && s.base != NULL);
     check_bad_requests(bf);
     check_exhaustion(bf);
+    check_bulk(bf);
     check_threads(bf);
     printf("%s over %s: ok\n", name, kind);
 }

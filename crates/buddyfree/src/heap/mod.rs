@@ -224,6 +224,23 @@ impl<A: BlockAlloc> Heap<A> {
         Ok(self.alloc.free(index, order, core())?)
     }
 
+    /// Allocates up to `out.len()` blocks of `2^order` units in one call and writes their
+    /// first units' indices to the front of `out`; returns how many, as
+    /// [`BlockAlloc::alloc_bulk`] does (fewer only where a further allocation would fail).
+    pub fn alloc_bulk(&self, order: u32, out: &mut [usize]) -> Result<usize, HeapError> {
+        Ok(self.alloc.alloc_bulk(order, core(), out)?)
+    }
+
+    /// Frees the blocks of `2^order` units starting at the unit indices `blocks`, with the
+    /// checks of [`Heap::free_index`], stopping at the first one refused: its position in
+    /// `blocks` and the error (it and the blocks after it stay allocated), as
+    /// [`BlockAlloc::free_bulk`] does.
+    pub fn free_bulk(&self, blocks: &[usize], order: u32) -> Result<(), (usize, HeapError)> {
+        self.alloc
+            .free_bulk(blocks, order, core())
+            .map_err(|(k, e)| (k, e.into()))
+    }
+
     /// Frees the block at `ptr` allocated for `layout`.
     ///
     /// A null or foreign pointer, a pointer not at the start of a live block, a layout giving
