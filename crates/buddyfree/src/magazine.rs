@@ -15,19 +15,23 @@
 //! the most recently parked one (cache-hot), so the common pair costs one uncontended
 //! per-core lock, a list push or pop and one byte of `states`, instead of the backend's
 //! tree or bit-field walk and its shared cache lines. An empty magazine is refilled with a
-//! batch of 32 units (at least one block) from the backend's [`BlockAlloc::alloc_bulk`]; one
-//! holding more than 128 units (at least two blocks) gives its oldest batch back through
+//! batch from the backend's [`BlockAlloc::alloc_bulk`] (order 0: 32 units; orders 1–7: 128
+//! units, at least one block); one holding more than 128 units of order 0 or 512 of a
+//! larger order (at least two blocks) gives its oldest batch back through
 //! [`BlockAlloc::free_bulk`]. With LLFree behind it, a batch of orders 0–5 comes from one
 //! huge frame, claimed and given back with one compare-and-swap per bit-field word (and one
-//! update of each counter) instead of one per block. Orders 0–7 cover the sizes of the NBBS paper's
-//! workloads at 4 KiB and 32 KiB (k to 16k); larger orders go straight to the backend.
+//! update of each counter) instead of one per block. Orders 0–7 cover the sizes of the NBBS
+//! paper's workloads at 4 KiB and 32 KiB (k to 16k); larger orders go straight to the
+//! backend.
 //!
 //! # What it trades
 //!
 //! - **Parked blocks are free but reachable only by their core.** Until a spill or
-//!   [`BlockAlloc::drain`], up to 128 units per order and core (order 7: two blocks, 256
-//!   units), 1 152 units in all (4.5 MiB of 4 KiB units), sit in a core's magazine: other
-//!   cores cannot take them and they cannot merge into larger blocks. An allocation the
+//!   [`BlockAlloc::drain`], up to 128 units of order 0 and 512 of each of orders 1–7 per
+//!   core, 3 712 units in all (14.5 MiB of 4 KiB units), sit in a core's magazine: other
+//!   cores cannot take them and they cannot merge into larger blocks. Order 0, the one that
+//!   fragments huge frames, keeps the small figures (`buddybench`'s `frag` is unchanged by
+//!   the magazine over LLFree; docs/results.md). An allocation the
 //!   backend refuses drains every magazine (and the backend's own per-core state) and asks
 //!   once more, so it fails only if no free aligned block exists (with no concurrent frees
 //!   in flight). [`BlockAlloc::free_units`] counts parked blocks as free, as
@@ -53,8 +57,11 @@
 use crate::cached::{block_alloc_via_cached, Cached, Direct, Policy};
 use crate::{BlockAlloc, Config, Error};
 
-/// Orders 0–7, refilled and spilled 32 units at a time, spilling above 128 units per order.
-static MAGAZINE: Policy = Policy::new(&[0, 1, 2, 3, 4, 5, 6, 7], 32, 128);
+/// Orders 0–7. Order 0 is refilled and spilled 32 units at a time, spilling above 128 units;
+/// orders 1–7 move 128 units at a time and spill above 512, since a batch of a larger order
+/// holds fewer blocks to spread a backend call over (32 KiB blocks, order 3: 16 a batch).
+/// Order 0 stays small: it is what fragments huge frames.
+static MAGAZINE: Policy = Policy::new(&[0, 1, 2, 3, 4, 5, 6, 7], 128, 512).with_units(0, 32, 128);
 
 /// Per-core magazines of free blocks of orders 0–7 in front of the allocator `A`: see the
 /// [module documentation](self) for what it trades.
@@ -178,6 +185,27 @@ mod tests {
             assert!(alloc.inner().free_units() < 256, "some parked");
             let big = alloc.alloc(6, cores - 1).unwrap();
             alloc.free(big, 6, 0).unwrap();
+        }
+    }
+
+    /// The figures of the module docs: a core parks at most 128 units of order 0 and 512 of
+    /// each larger order, however many blocks it frees.
+    #[test]
+    fn each_order_parks_at_most_its_watermark() {
+        let alloc =
+            Magazine::with_config(Config::new(1 << 14, 10).with_cores(1), LLFree::new).unwrap();
+        for (order, high_units) in [(0, 128), (1, 512), (3, 512), (7, 512)] {
+            let blocks: Vec<usize> = (0..3 * (high_units >> order) + 5)
+                .map(|_| alloc.alloc(order, 0).unwrap())
+                .collect();
+            let mut most = 0;
+            for &i in &blocks {
+                alloc.free(i, order, 0).unwrap();
+                most = most.max(alloc.cached.cached_units(0));
+            }
+            assert_eq!(most, high_units, "order {order}");
+            alloc.drain();
+            assert_eq!(alloc.inner().free_units(), 1 << 14);
         }
     }
 

@@ -13,42 +13,59 @@ const ORDERS: usize = 64;
 /// `Policy::slot_of` for an order that is not cached.
 const NOT_CACHED: u8 = u8::MAX;
 
-/// Which orders a front caches per core and how many units move between a cache and the
+/// Which orders a front caches per core and how many blocks move between a cache and the
 /// backend at once.
 pub(crate) struct Policy {
     /// The cached orders (at most [`MAX_SLOTS`]); a block's list is its order's position here.
     pub(crate) orders: &'static [u32],
     /// Each order's position in `orders`, or [`NOT_CACHED`]: the lookup on every operation.
     slot_of: [u8; ORDERS],
-    /// Units moved per refill or spill: orders above 0 move `batch_units >> order` blocks, at
-    /// least 1.
-    batch_units: usize,
-    /// A list holding more than `high_units >> order` blocks (at least 2) spills one batch,
-    /// oldest blocks first.
-    high_units: usize,
+    /// Blocks moved per refill or spill, per slot.
+    batch: [usize; MAX_SLOTS],
+    /// A list holding more than this many blocks spills one batch, oldest blocks first; per
+    /// slot.
+    high: [usize; MAX_SLOTS],
 }
 
 impl Policy {
     /// Caches `orders` (distinct, at most [`MAX_SLOTS`], each below 64), moving `batch_units`
-    /// units at a time and spilling above `high_units` per order; checked at compile time
-    /// where the policy is a constant.
+    /// units at a time (at least one block) and spilling above `high_units` per order (at
+    /// least two blocks); checked at compile time where the policy is a constant.
     pub(crate) const fn new(orders: &'static [u32], batch_units: usize, high_units: usize) -> Self {
         assert!(orders.len() <= MAX_SLOTS, "too many cached orders");
-        let mut slot_of = [NOT_CACHED; ORDERS];
+        let mut policy = Policy {
+            orders,
+            slot_of: [NOT_CACHED; ORDERS],
+            batch: [0; MAX_SLOTS],
+            high: [0; MAX_SLOTS],
+        };
         let mut slot = 0;
         while slot < orders.len() {
             let order = orders[slot] as usize;
             assert!(order < ORDERS, "order out of range");
-            assert!(slot_of[order] == NOT_CACHED, "an order cached twice");
-            slot_of[order] = slot as u8;
+            assert!(policy.slot_of[order] == NOT_CACHED, "an order cached twice");
+            policy.slot_of[order] = slot as u8;
+            policy = policy.with_units(orders[slot], batch_units, high_units);
             slot += 1;
         }
-        Policy {
-            orders,
-            slot_of,
-            batch_units,
-            high_units,
-        }
+        policy
+    }
+
+    /// The same, with `order` (a cached one) moving `batch_units` units at a time and
+    /// spilling above `high_units`.
+    pub(crate) const fn with_units(
+        mut self,
+        order: u32,
+        batch_units: usize,
+        high_units: usize,
+    ) -> Self {
+        let slot = self.slot_of[order as usize];
+        assert!(slot != NOT_CACHED, "not a cached order");
+        let batch = batch_units >> order;
+        let high = high_units >> order;
+        self.batch[slot as usize] = if batch > 1 { batch } else { 1 };
+        self.high[slot as usize] = if high > 2 { high } else { 2 };
+        self
     }
 
     /// The position of `order` among the cached orders, if it is cached.
@@ -60,16 +77,16 @@ impl Policy {
         }
     }
 
-    /// Blocks of `order` moved per refill or spill.
+    /// Blocks moved per refill or spill of the order at `slot`.
     #[inline]
-    pub(crate) fn batch(&self, order: u32) -> usize {
-        (self.batch_units >> order).max(1)
+    pub(crate) fn batch(&self, slot: usize) -> usize {
+        self.batch[slot]
     }
 
-    /// Blocks of `order` a cache list may hold.
+    /// Blocks a cache list at `slot` may hold.
     #[inline]
-    fn high(&self, order: u32) -> usize {
-        (self.high_units >> order).max(2)
+    fn high(&self, slot: usize) -> usize {
+        self.high[slot]
     }
 }
 
@@ -101,13 +118,12 @@ impl CoreCache {
         policy: &Policy,
         slot: usize,
     ) -> Option<impl Iterator<Item = usize> + '_> {
-        let order = policy.orders[slot];
         let list = &mut self.lists[slot];
-        if list.len() <= policy.high(order) {
+        if list.len() <= policy.high(slot) {
             return None;
         }
         // The oldest blocks are the front: the others move down, once per batch.
-        Some(list.drain(..policy.batch(order).min(list.len())))
+        Some(list.drain(..policy.batch(slot).min(list.len())))
     }
 
     /// Takes every block, as (index, order).

@@ -210,7 +210,7 @@ impl<B: Backend> Cached<B> {
         if let Some(index) = cache.pop(slot) {
             return Ok(index);
         }
-        let more = self.policy.batch(order) - 1;
+        let more = self.policy.batch(slot) - 1;
         self.backend.alloc_batch(order, core, more, |index| {
             self.states.set(index, State::Cached(order));
             cache.push(slot, index);
