@@ -52,18 +52,18 @@ pub(crate) trait Backend {
     ) -> Result<usize, Error> {
         let alloc = self.shared();
         let mut got = [0; BULK];
-        let mut want = more + 1;
-        let n = alloc.alloc_bulk(order, core, &mut got[..want.min(BULK)])?;
-        let first = got[0];
+        let n = alloc.alloc_bulk(order, core, &mut got[..(more + 1).min(BULK)])?;
         got[1..n].iter().for_each(|&index| put(index));
-        want -= n;
-        // A bulk allocation may come in parts (LLFree: one run per bit-field word).
-        while want > 0 {
-            let Ok(n) = alloc.alloc_bulk(order, core, &mut got[..want.min(BULK)]) else {
-                break;
-            };
-            got[..n].iter().for_each(|&index| put(index));
-            want -= n;
+        let first = got[0];
+        // In chunks of `BULK`; a short one means the backend has no more.
+        let mut want = more + 1 - n;
+        let mut last = n;
+        while want > 0 && last == BULK {
+            last = alloc
+                .alloc_bulk(order, core, &mut got[..want.min(BULK)])
+                .unwrap_or(0);
+            got[..last].iter().for_each(|&index| put(index));
+            want -= last;
         }
         Ok(first)
     }

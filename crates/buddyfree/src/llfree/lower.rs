@@ -368,7 +368,7 @@ impl<W: WriteBack> Lower<W> {
             }
         }
         if got < out.len() {
-            let _ = self.update_child(h, |c| Some(c.give((out.len() - got) * n)));
+            self.give_child(h, (out.len() - got) * n);
         }
         got
     }
@@ -488,7 +488,7 @@ impl<W: WriteBack> Lower<W> {
             Search::From(_) => self.claim_words(h, order),
         };
         let Some(index) = claimed else {
-            let _ = self.update_child(h, |c| Some(c.give(n)));
+            self.give_child(h, n);
             return None;
         };
         // The words of a multi-word block share the start word's cache line, so this one
@@ -593,7 +593,7 @@ impl<W: WriteBack> Lower<W> {
         })
         .map_err(|_| self.wrong_free(h, index))?;
         self.persist(|| word);
-        let _ = self.update_child(h, |c| Some(c.give(1 << order)));
+        self.give_child(h, 1 << order);
         Ok(())
     }
 
@@ -616,8 +616,7 @@ impl<W: WriteBack> Lower<W> {
             done += group;
         }
         if done > 0 {
-            let h = HugeId(blocks[0] / HUGE_UNITS);
-            let _ = self.update_child(h, |c| Some(c.give(done << order)));
+            self.give_child(HugeId(blocks[0] / HUGE_UNITS), done << order);
         }
         done
     }
@@ -670,7 +669,7 @@ impl<W: WriteBack> Lower<W> {
         // One line holds all the block's words (a crash before this write-back leaves the
         // block allocated, or its remaining words orphans: see `recover.rs`).
         self.persist(|| start);
-        let _ = self.update_child(h, |c| Some(c.give(1 << order)));
+        self.give_child(h, 1 << order);
         Ok(())
     }
 
@@ -694,6 +693,11 @@ impl<W: WriteBack> Lower<W> {
         } else {
             Error::NotAllocated
         }
+    }
+
+    /// Counts `units` of frame `h` free again in its child counter (always succeeds).
+    fn give_child(&self, h: HugeId, units: usize) {
+        let _ = self.update_child(h, |c| Some(c.give(units)));
     }
 
     fn update_child(

@@ -670,10 +670,11 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
     /// update of each counter for them all. When that frame (or the core's tree) has too few,
     /// one block as [`BlockAlloc::alloc`] places it, which moves the next claim on.
     fn alloc_bulk(&self, order: u32, core: usize, out: &mut [usize]) -> Result<usize, Error> {
+        let near = order <= self.max_order.min(lower::WORD_ORDER);
         let mut n = 0;
         while n < out.len() {
             let rest = &mut out[n..];
-            if order <= self.max_order.min(lower::WORD_ORDER) && rest.len() > 1 {
+            if near && rest.len() > 1 {
                 let got = self.alloc_near(order, core, rest);
                 if got > 0 {
                     n += got;
