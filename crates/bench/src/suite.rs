@@ -97,6 +97,8 @@ pub struct Request {
     pub no_warmup: bool,
     /// bulk, repeat, rand: the work in bytes.
     pub work_bytes: Option<u64>,
+    /// The workloads' random seed (default [`Params::default`]'s).
+    pub seed: Option<u64>,
 }
 
 /// One workload at one order and thread count over a heap of `units` units.
@@ -239,6 +241,9 @@ impl Plan {
         } else {
             Params::default()
         };
+        if let Some(seed) = req.seed {
+            params.seed = seed;
+        }
         if let Some(b) = req.work_bytes {
             params.llfree_units = usize::try_from(b / UNIT_BYTES as u64).unwrap_or(usize::MAX);
             if params.llfree_units == 0 {
@@ -761,6 +766,18 @@ mod tests {
         .expect("order 9 above the maximum")
         .0
         .contains("up to order 9"));
+    }
+
+    #[test]
+    fn the_seed_reaches_the_workloads() {
+        let seed = |s| {
+            Plan::new(&Request { seed: s, ..req() })
+                .unwrap()
+                .params
+                .seed
+        };
+        assert_eq!(seed(None), Params::quick().seed);
+        assert_eq!(seed(Some(7)), 7);
     }
 
     #[test]

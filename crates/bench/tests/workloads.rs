@@ -160,6 +160,20 @@ fn frag_counts_rounds_and_measures_each() {
 }
 
 #[test]
+fn frag_follows_its_seed() {
+    let frag = |seed| {
+        let p = Params {
+            seed,
+            ..Params::quick()
+        };
+        let c = Counting::new("model", 8 * 512, 1);
+        workloads::run(Workload::Frag, &c, 0, 1, &p).frag
+    };
+    assert_eq!(frag(1), frag(1));
+    assert_ne!(frag(1), frag(2));
+}
+
+#[test]
 fn system_runs_the_size_based_workloads() {
     // The real-time workloads have their own counts (tests/realtime.rs).
     for w in Workload::ALL
