@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::Report;
+use super::{FragRound, Report};
 use crate::suite::bytes;
 
 /// The allocators `--lock` applies to, for the table's header.
@@ -51,6 +51,19 @@ fn ns(x: f64) -> String {
         format!("{x:.0}")
     } else {
         format!("{x:.1}")
+    }
+}
+
+/// The mean of `value` over the second half of frag's rounds after the initial one, which a
+/// single round's figure can miss by a third (docs/results.md).
+fn late_mean(rounds: &[FragRound], value: impl Fn(&FragRound) -> usize) -> String {
+    let late = &rounds[rounds.len().div_ceil(2)..];
+    match late.len() {
+        0 => "-".into(),
+        n => format!(
+            "{:.0}",
+            late.iter().map(value).sum::<usize>() as f64 / n as f64
+        ),
     }
 }
 
@@ -135,6 +148,8 @@ pub fn render(report: &Report) -> String {
             "free huge (start -> end)",
             "possible",
             "compaction cost (start -> end)",
+            "free huge, late mean",
+            "cost, late mean",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -150,10 +165,18 @@ pub fn render(report: &Report) -> String {
                 format!("{} -> {}", a.free_huge, z.free_huge),
                 format!("{} -> {}", a.possible_huge, z.possible_huge),
                 format!("{} -> {}", a.compaction_cost, z.compaction_cost),
+                late_mean(&f.rounds, |r| r.free_huge),
+                late_mean(&f.rounds, |r| r.compaction_cost),
             ]);
         }
         out.push('\n');
-        out.push_str(&columns(&rows, &[false, true, true, true, true, true]));
+        out.push_str(&columns(
+            &rows,
+            &[false, true, true, true, true, true, true, true],
+        ));
+        out.push_str(
+            "late mean: over the second half of the rounds (one round's figures swing from round to round)\n",
+        );
     }
     out.push_str(&super::latency::render(&report.realtime));
     if !report.notes.is_empty() {
@@ -163,4 +186,37 @@ pub fn render(report: &Report) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rounds(costs: &[usize]) -> Vec<FragRound> {
+        costs
+            .iter()
+            .enumerate()
+            .map(|(round, &compaction_cost)| FragRound {
+                round,
+                free_huge: 2 * round,
+                possible_huge: 0,
+                compaction_cost,
+                free_units: 0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn late_mean_takes_the_second_half_after_round_zero() {
+        // Rounds 1..=4 after the initial one: the second half is rounds 3 and 4.
+        let r = rounds(&[1000, 50, 60, 70, 90]);
+        assert_eq!(late_mean(&r, |r| r.compaction_cost), "80");
+        assert_eq!(late_mean(&r, |r| r.free_huge), "7");
+        // Rounds 1..=5: rounds 3, 4, 5.
+        assert_eq!(
+            late_mean(&rounds(&[0, 0, 0, 3, 6, 9]), |r| r.compaction_cost),
+            "6"
+        );
+        assert_eq!(late_mean(&rounds(&[5]), |r| r.compaction_cost), "-");
+    }
 }
