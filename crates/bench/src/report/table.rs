@@ -175,7 +175,7 @@ pub fn render(report: &Report) -> String {
             &[false, true, true, true, true, true, true, true],
         ));
         out.push_str(
-            "late mean: over the second half of the rounds (one round's figures swing from round to round)\n",
+            "late mean: over the second half of the rounds (a single round's figures swing)\n",
         );
     }
     out.push_str(&super::latency::render(&report.realtime));
