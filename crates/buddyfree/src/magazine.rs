@@ -30,8 +30,10 @@
 //!   [`BlockAlloc::drain`], up to 128 units of order 0 and 512 of each of orders 1–7 per
 //!   core, 3 712 units in all (14.5 MiB of 4 KiB units), sit in a core's magazine: other
 //!   cores cannot take them and they cannot merge into larger blocks. Order 0, the one that
-//!   fragments huge frames, keeps the small figures (`buddybench`'s `frag` is unchanged by
-//!   the magazine over LLFree; docs/results.md). An allocation the
+//!   fragments huge frames, keeps the small figures: over LLFree, `buddybench`'s `frag`
+//!   ends with as many free huge frames, and a compaction cost within 1% at one thread and
+//!   1–6% higher at two (median over 15 seeds; over NBBS no worse; docs/results.md). An
+//!   allocation the
 //!   backend refuses drains every magazine (and the backend's own per-core state) and asks
 //!   once more, so it fails only if no free aligned block exists (with no concurrent frees
 //!   in flight). [`BlockAlloc::free_units`] counts parked blocks as free, as
