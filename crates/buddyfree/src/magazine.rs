@@ -33,10 +33,9 @@
 //!   fragments huge frames, keeps the small figures: over LLFree, `buddybench`'s `frag`
 //!   ends with as many free huge frames, and a compaction cost within 1% at one thread and
 //!   1–6% higher at two (median over 15 seeds; over NBBS no worse; docs/results.md). An
-//!   allocation the
-//!   backend refuses drains every magazine (and the backend's own per-core state) and asks
-//!   once more, so it fails only if no free aligned block exists (with no concurrent frees
-//!   in flight). [`BlockAlloc::free_units`] counts parked blocks as free, as
+//!   allocation the backend refuses drains every magazine (and the backend's own per-core
+//!   state) and asks once more, so it fails only if no free aligned block exists (with no
+//!   concurrent frees in flight). [`BlockAlloc::free_units`] counts parked blocks as free, as
 //!   [`PerCpu`](crate::locked::PerCpu) does.
 //! - **Metadata**: one byte per unit for `states` (256 KiB per GiB of 4 KiB units) on top
 //!   of the backend's, plus a cache line and a few small lists per core. The backend sees
