@@ -6,7 +6,7 @@
 //!  Magazine<A>
 //!  └── Cached<A>                       the crate's one per-core cache (shared with PerCpu)
 //!      ├── backend: A                   Nbbs4, LLFree, Nbbs, ... (lock-free)
-//!      ├── caches:  [CachePadded<spin::Mutex<CoreCache>>; cores]
+//!      ├── caches:  [CachePadded<Mutex<YieldMutex, CoreCache>>; cores]
 //!      │              per order 0..=7: recently freed blocks (allocated in A)
 //!      └── states:  [u8; units]         Free | Live(order) | Cached(order) per block start
 //! ```
@@ -45,8 +45,10 @@
 //!   erroring free changes nothing.
 //! - **Blocking**: a magazine's lock is per core and uncontended when `core` names the
 //!   calling core, but it is a lock: a thread preempted while holding it delays that core's
-//!   other threads, and [`BlockAlloc::try_alloc`] answers [`Error::WouldBlock`] rather than
-//!   wait for it (or when the backend is out of blocks while magazines hold some).
+//!   other threads and every drain (waiters spin briefly, then yield the processor in `std`
+//!   builds; in `no_std` they spin, as a kernel's per-CPU lists expect preemption to be off),
+//!   and [`BlockAlloc::try_alloc`] answers [`Error::WouldBlock`] rather than wait for it (or
+//!   when the backend is out of blocks while magazines hold some).
 //! - **Placement**: reused blocks come from the magazine, not from where the backend would
 //!   place them (LLFree's per-core trees, say); `docs/results.md` measures the effect on
 //!   fragmentation.

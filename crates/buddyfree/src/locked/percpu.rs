@@ -6,7 +6,7 @@
 //!  PerCpu
 //!  └── Cached<Locked<A>>
 //!      ├── backend: Locked<A>           one spinlock, serialises every split and merge
-//!      ├── caches:  [CachePadded<spin::Mutex<CoreCache>>; cores]
+//!      ├── caches:  [CachePadded<Mutex<YieldMutex, CoreCache>>; cores]
 //!      │              per cached order: a list of free blocks (allocated in the buddy)
 //!      └── states:  [u8; units]         Free | Live(order) | Cached(order) per block start
 //! ```
