@@ -606,14 +606,11 @@ impl<W: WriteBack> Lower<W> {
     pub(crate) fn free_many(&self, blocks: &[usize], order: u32) -> usize {
         debug_assert!(order <= WORD_ORDER);
         let mut done = 0;
-        while done < blocks.len() {
-            let rest = &blocks[done..];
-            let w = rest[0] / SLOTS;
-            let group = rest.iter().take_while(|&&i| i / SLOTS == w).count();
-            if !self.clear_group(&rest[..group], order) {
+        for group in blocks.chunk_by(|a, b| a / SLOTS == b / SLOTS) {
+            if !self.clear_group(group, order) {
                 break;
             }
-            done += group;
+            done += group.len();
         }
         if done > 0 {
             self.give_child(HugeId(blocks[0] / HUGE_UNITS), done << order);

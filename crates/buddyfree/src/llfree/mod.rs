@@ -709,14 +709,7 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
     /// each counter per huge frame. From a word with a bad block on, one by one.
     fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
         let mut done = 0;
-        while done < blocks.len() {
-            let rest = &blocks[done..];
-            let frame = rest[0] / HUGE_UNITS;
-            let group = rest
-                .iter()
-                .take_while(|&&i| i / HUGE_UNITS == frame)
-                .count();
-            let group = &rest[..group];
+        for group in blocks.chunk_by(|a, b| a / HUGE_UNITS == b / HUGE_UNITS) {
             let checked = order <= lower::WORD_ORDER
                 && group
                     .iter()
