@@ -10,59 +10,35 @@ use std::io::{ErrorKind, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{PoisonError, RwLock, RwLockReadGuard};
 use std::time::Duration;
 
-use buddyfree::llfree::persist::crash::{self, Injector, Plan, Run};
+use buddyfree::llfree::persist::crash::{self, open_when_unlocked, Injector, Plan, Run};
 use buddyfree::llfree::persist::{Durability, PersistError, PersistentLLFree};
 use buddyfree::llfree::Options;
 use buddyfree::{BlockAlloc, Config};
 use common::{Owners, Rng};
 use proptest::prelude::*;
 
-/// A child process holds copies of its parent's open files, and so the `flock` of every zone
-/// open in this process, from its fork until its exec. A test that closes a zone and opens it
-/// again while `crash_injections` starts a worker would see it locked, so the tests hold this
-/// shared (through their [`TempDir`]) and `crash_injections` holds it alone.
-static SPAWNS: RwLock<()> = RwLock::new(());
-
 /// A fresh folder under the system's temporary folder, removed on drop.
-struct TempDir {
-    path: PathBuf,
-    _no_spawns: Option<RwLockReadGuard<'static, ()>>,
-}
+struct TempDir(PathBuf);
 
 impl TempDir {
-    /// For a test that starts no worker: no worker starts while it lives.
     fn new(name: &str) -> TempDir {
-        let no_spawns = SPAWNS.read().unwrap_or_else(PoisonError::into_inner);
-        TempDir::at(name, Some(no_spawns))
-    }
-
-    /// For the test that starts workers, holding [`SPAWNS`] itself.
-    fn for_spawner(name: &str) -> TempDir {
-        TempDir::at(name, None)
-    }
-
-    fn at(name: &str, no_spawns: Option<RwLockReadGuard<'static, ()>>) -> TempDir {
         let path =
             std::env::temp_dir().join(format!("buddyfree-persist-{}-{name}", std::process::id()));
         let _ = fs::remove_dir_all(&path);
         fs::create_dir_all(&path).unwrap();
-        TempDir {
-            path,
-            _no_spawns: no_spawns,
-        }
+        TempDir(path)
     }
 
     fn file(&self, name: &str) -> PathBuf {
-        self.path.join(name)
+        self.0.join(name)
     }
 }
 
 impl Drop for TempDir {
     fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.path);
+        let _ = fs::remove_dir_all(&self.0);
     }
 }
 
@@ -112,7 +88,7 @@ fn a_clean_close_and_open_keeps_every_block() {
     let taken: usize = live.iter().map(|&(_, o)| 1 << o).sum();
     assert_eq!(zone.blocks(), live);
     zone.close().unwrap();
-    let (zone, recovery) = PersistentLLFree::open(&path, 3, Durability::None).unwrap();
+    let (zone, recovery) = open_when_unlocked(&path, 3, Durability::None).unwrap();
     assert!(recovery.clean);
     assert_eq!(recovery.allocated_units, taken);
     assert_eq!(zone.free_units(), 9000 - taken);
@@ -144,7 +120,7 @@ fn an_unclosed_zone_is_recovered_with_every_block() {
         })
         .collect();
     patch(&path, children_at as u64, &damaged);
-    let (zone, recovery) = PersistentLLFree::open(&path, 2, Durability::None).unwrap();
+    let (zone, recovery) = open_when_unlocked(&path, 2, Durability::None).unwrap();
     assert!(!recovery.clean);
     assert_eq!(recovery.allocated_units, taken);
     assert_eq!(zone.free_units(), (1 << 14) - taken);
@@ -153,7 +129,7 @@ fn an_unclosed_zone_is_recovered_with_every_block() {
     free_all(&zone, &live);
     common::assert_whole(&zone);
     zone.close().unwrap();
-    let (zone, recovery) = PersistentLLFree::open(&path, 2, Durability::None).unwrap();
+    let (zone, recovery) = open_when_unlocked(&path, 2, Durability::None).unwrap();
     assert_eq!((recovery.clean, recovery.allocated_units), (true, 0));
     zone.close().unwrap();
 }
@@ -180,7 +156,7 @@ fn open_damaged(dir: &TempDir, name: &str, damage: impl FnOnce(&Path)) -> Persis
     create(&path, 5000, Durability::None).close().unwrap();
     damage(&path);
     let before = fs::read(&path).unwrap();
-    let err = PersistentLLFree::open(&path, 1, Durability::None)
+    let err = open_when_unlocked(&path, 1, Durability::None)
         .err()
         .unwrap_or_else(|| panic!("{name}: a damaged zone opened"));
     assert_eq!(fs::read(&path).unwrap(), before, "{name}: the file changed");
@@ -277,7 +253,7 @@ fn bad_and_foreign_files_give_named_errors_and_stay_untouched() {
         matches!(err, PersistError::Corrupt { frame: 9, .. }),
         "{err}"
     );
-    let err = PersistentLLFree::open(dir.file("missing"), 1, Durability::None)
+    let err = open_when_unlocked(dir.file("missing"), 1, Durability::None)
         .err()
         .unwrap();
     assert!(matches!(&err, PersistError::Io(e) if e.kind() == ErrorKind::NotFound));
@@ -300,7 +276,7 @@ fn a_header_claiming_a_smaller_largest_order_is_refused() {
     let clean = fs::read(&path).unwrap();
     let refused = |what: &str| {
         let before = fs::read(&path).unwrap();
-        let err = PersistentLLFree::open(&path, 1, Durability::None)
+        let err = open_when_unlocked(&path, 1, Durability::None)
             .err()
             .unwrap_or_else(|| panic!("{what}: opened"));
         assert_eq!(fs::read(&path).unwrap(), before, "{what}: the file changed");
@@ -322,7 +298,7 @@ fn a_header_claiming_a_smaller_largest_order_is_refused() {
         "{err}"
     );
     fs::write(&path, &clean).unwrap();
-    let (zone, recovery) = PersistentLLFree::open(&path, 1, Durability::None).unwrap();
+    let (zone, recovery) = open_when_unlocked(&path, 1, Durability::None).unwrap();
     assert!(recovery.clean);
     free_all(&zone, &blocks);
     zone.close().unwrap();
@@ -333,7 +309,7 @@ fn a_header_claiming_a_smaller_largest_order_is_refused() {
 /// block past the end or over a held unit. Returns whether it opened.
 fn refused_or_consistent(path: &Path, units: usize, held: &[(usize, u32)], what: &str) -> bool {
     let before = fs::read(path).unwrap();
-    let (zone, _) = match PersistentLLFree::open(path, 2, Durability::None) {
+    let (zone, _) = match open_when_unlocked(path, 2, Durability::None) {
         Err(e) => {
             assert_eq!(
                 fs::read(path).unwrap(),
@@ -430,7 +406,7 @@ fn a_zone_damaged_after_a_clean_close_is_refused_untouched_or_consistent() {
     }
     // The undamaged zone still opens, clean, with every block.
     restore();
-    let (zone, recovery) = PersistentLLFree::open(&path, 2, Durability::None).unwrap();
+    let (zone, recovery) = open_when_unlocked(&path, 2, Durability::None).unwrap();
     assert!(recovery.clean);
     assert_eq!(zone.blocks(), held);
     zone.close().unwrap();
@@ -446,11 +422,11 @@ fn an_open_zone_is_locked() {
         .unwrap();
     assert!(matches!(err, PersistError::Locked), "{err}");
     zone.close().unwrap();
-    let err = PersistentLLFree::open(&path, 0, Durability::None)
+    let err = open_when_unlocked(&path, 0, Durability::None)
         .err()
         .unwrap();
     assert!(matches!(err, PersistError::Config(_)), "{err}");
-    PersistentLLFree::open(&path, 1, Durability::None)
+    open_when_unlocked(&path, 1, Durability::None)
         .unwrap()
         .0
         .close()
@@ -523,8 +499,7 @@ fn worker_command() -> Command {
 /// twice, and once everything is freed the zone is whole.
 #[test]
 fn crash_injections() {
-    let _spawns = SPAWNS.write().unwrap_or_else(PoisonError::into_inner);
-    let dir = TempDir::for_spawner("crash");
+    let dir = TempDir::new("crash");
     let mut rng = Rng::new(0xC4A5);
     let mut in_flight_somewhere = 0;
     for (name, max_order, rounds) in [("mixed", 10, 100), ("order0", 0, 30)] {
