@@ -10,10 +10,11 @@ use std::io::{ErrorKind, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::thread;
+use std::time::{Duration, Instant};
 
-use buddyfree::llfree::persist::crash::{self, open_when_unlocked, Injector, Plan, Run};
-use buddyfree::llfree::persist::{Durability, PersistError, PersistentLLFree};
+use buddyfree::llfree::persist::crash::{self, Injector, Plan, Run};
+use buddyfree::llfree::persist::{Durability, PersistError, PersistentLLFree, Recovery};
 use buddyfree::llfree::Options;
 use buddyfree::{BlockAlloc, Config};
 use common::{Owners, Rng};
@@ -40,6 +41,16 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = fs::remove_dir_all(&self.0);
     }
+}
+
+/// Opens a zone this test closed: waits out the lock a forked child may share for a moment
+/// (`crash_injections` starts workers; ThreadSanitizer starts its symbolizer).
+fn open_when_unlocked(
+    path: impl AsRef<Path>,
+    cores: usize,
+    durability: Durability,
+) -> Result<(PersistentLLFree, Recovery), PersistError> {
+    PersistentLLFree::open_waiting(path, cores, durability, Duration::from_secs(10))
 }
 
 /// Trees of 4 huge frames, so small zones have several.
@@ -421,6 +432,21 @@ fn an_open_zone_is_locked() {
         .err()
         .unwrap();
     assert!(matches!(err, PersistError::Locked), "{err}");
+    let waited = Instant::now();
+    let err = PersistentLLFree::open_waiting(&path, 1, Durability::None, Duration::from_millis(50))
+        .err()
+        .unwrap();
+    assert!(matches!(err, PersistError::Locked), "{err}");
+    assert!(waited.elapsed() >= Duration::from_millis(50));
+    // Closed on another thread while this one waits: the wait ends in an open zone.
+    let (zone, recovery) = thread::scope(|s| {
+        s.spawn(|| {
+            thread::sleep(Duration::from_millis(20));
+            zone.close().unwrap();
+        });
+        PersistentLLFree::open_waiting(&path, 1, Durability::None, Duration::from_secs(60)).unwrap()
+    });
+    assert!(recovery.clean);
     zone.close().unwrap();
     let err = open_when_unlocked(&path, 0, Durability::None)
         .err()

@@ -45,7 +45,9 @@
 //! One process at a time: the file is locked (`flock`) while a zone is open, and opening it
 //! again fails with [`PersistError::Locked`]. A child process shares its parent's open files,
 //! and with them the lock, from its fork until its exec: a program that starts processes on
-//! one thread while it closes and reopens a zone on another can see `Locked` for that moment.
+//! one thread while it closes and reopens a zone on another can see `Locked` for that moment
+//! ([`PersistentLLFree::open_waiting`] waits it out). Test harnesses fork unasked:
+//! ThreadSanitizer starts `llvm-symbolizer` at its first report, suppressed ones included.
 
 #![cfg_attr(docsrs, doc(cfg(feature = "persist")))]
 
@@ -365,6 +367,28 @@ impl PersistentLLFree {
                 elapsed,
             },
         ))
+    }
+
+    /// Opens a zone as [`open`](Self::open) does, but while it is [`PersistError::Locked`]
+    /// tries again every millisecond for up to `wait`. For a program that starts processes:
+    /// a child holds its parent's lock from its fork until its exec, so a zone this process
+    /// has just closed can still read as locked for that moment. A zone held open for
+    /// longer (by another process) is still answered `Locked` once `wait` has passed.
+    pub fn open_waiting(
+        path: impl AsRef<Path>,
+        cores: usize,
+        durability: Durability,
+        wait: Duration,
+    ) -> Result<(PersistentLLFree, Recovery), PersistError> {
+        let deadline = Instant::now() + wait;
+        loop {
+            match PersistentLLFree::open(path.as_ref(), cores, durability) {
+                Err(PersistError::Locked) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                opened => return opened,
+            }
+        }
     }
 
     /// Writes the whole zone back to the file, records the lower level's checksum and marks

@@ -38,30 +38,8 @@ pub const WORKER_ENV: &str = "BUDDYFREE_CRASH_WORKER";
 const WORKER_LIFETIME: Duration = Duration::from_secs(30);
 /// How long the parent waits for a worker to start.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
-/// How long [`open_when_unlocked`] waits out a lock held by a forked child.
+/// How long the parent and the worker wait out a lock shared with a forked child.
 const LOCK_WAIT: Duration = Duration::from_secs(10);
-
-/// Opens a zone as [`PersistentLLFree::open`] does, but waits (up to 10 s) while it is
-/// [`PersistError::Locked`]: a process that forks while it holds the zone open shares the
-/// `flock` with the child until the child's exec, so a close followed by an open in the same
-/// process can find the zone still locked. Test processes fork at moments they do not choose
-/// (the crash injections' workers; ThreadSanitizer starts `llvm-symbolizer` on its first
-/// report, suppressed ones included). A lock held for longer is still answered `Locked`.
-pub fn open_when_unlocked(
-    path: impl AsRef<Path>,
-    cores: usize,
-    durability: Durability,
-) -> Result<(PersistentLLFree, Recovery), PersistError> {
-    let deadline = Instant::now() + LOCK_WAIT;
-    loop {
-        match PersistentLLFree::open(path.as_ref(), cores, durability) {
-            Err(PersistError::Locked) if Instant::now() < deadline => {
-                thread::sleep(Duration::from_millis(1));
-            }
-            opened => return opened,
-        }
-    }
-}
 
 /// What the workers do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,8 +172,13 @@ impl Injector {
         if status.code().is_some() {
             return Err(format!("worker ended by itself before the kill: {status}"));
         }
-        let (zone, recovery) = open_when_unlocked(&self.zone, self.plan.threads, Durability::None)
-            .map_err(|e| format!("recovery failed: {e}"))?;
+        let (zone, recovery) = PersistentLLFree::open_waiting(
+            &self.zone,
+            self.plan.threads,
+            Durability::None,
+            LOCK_WAIT,
+        )
+        .map_err(|e| format!("recovery failed: {e}"))?;
         if recovery.clean {
             return Err("a killed zone opened as clean".into());
         }
@@ -347,7 +330,8 @@ fn worker(spec: &str) -> Result<(), String> {
     };
     let seed = num(seed)?;
     let (zone, recovery) =
-        open_when_unlocked(zone, plan.threads, durability).map_err(|e| e.to_string())?;
+        PersistentLLFree::open_waiting(zone, plan.threads, durability, LOCK_WAIT)
+            .map_err(|e| e.to_string())?;
     if !recovery.clean {
         return Err("the zone was not closed before the worker started".into());
     }
