@@ -42,7 +42,8 @@
 //!   parked blocks as allocated, so it cannot tell a double free of a parked block from a
 //!   good free; `states` can, and one CAS there decides racing frees: a double free of a
 //!   parked block is [`Error::NotAllocated`], a wrong order [`Error::OrderMismatch`], and an
-//!   erroring free changes nothing.
+//!   erroring free changes nothing. Blocks of orders 8 and up are never parked: `states`
+//!   does not record them and the backend answers their frees, at the backend's own cost.
 //! - **Blocking**: a magazine's lock is per core and uncontended when `core` names the
 //!   calling core, but it is a lock: a thread preempted while holding it delays that core's
 //!   other threads and every drain (waiters spin briefly, then yield the processor in `std`

@@ -12,7 +12,9 @@
 //! ```
 //!
 //! A block in a cache is allocated as far as the backend knows, so the backend cannot
-//! classify frees; `states` does, exactly, and one CAS there decides a raced double free.
+//! classify frees of the cached orders; `states` does, exactly, and one CAS there decides a
+//! raced double free. Blocks of the other orders never enter a cache: the backend answers
+//! their frees as it would without caches, and `states` does not record them.
 //! Locks are taken in the order cache, then backend (if it has one), and never two caches at
 //! once.
 
@@ -247,7 +249,8 @@ impl<B: Backend> Cached<B> {
         if order > self.max_order() {
             return Err(Error::BadOrder);
         }
-        let found = match self.slot(order) {
+        let slot = self.slot(order);
+        let found = match slot {
             Some(slot) => self.alloc_cached(slot, order, core),
             None => self.backend.shared().alloc(order, core),
         };
@@ -260,20 +263,43 @@ impl<B: Backend> Cached<B> {
             }
             other => other?,
         };
-        self.states.set(index, State::Live(order));
+        if slot.is_some() {
+            self.states.set(index, State::Live(order));
+        }
         Ok(index)
+    }
+
+    /// Records a block handed to a caller in the state table if its order is cached. Blocks
+    /// of the other orders never enter a cache, so the backend alone answers their frees
+    /// (exactly, as it does without caches) and the table is not touched for them.
+    #[inline]
+    fn record_live(&self, index: usize, order: u32) {
+        if self.slot(order).is_some() {
+            self.states.set(index, State::Live(order));
+        }
     }
 
     /// See [`BlockAlloc::free`].
     pub(crate) fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         check_block(index, order, self.max_order(), self.total_units())?;
         let Some(slot) = self.slot(order) else {
-            self.states.release(index, order, State::Free)?;
-            self.backend
-                .give_back(core::iter::once((index, order)), core);
-            return Ok(());
+            // The backend sees a cached block as allocated: where one starts, its answer
+            // would be `OrderMismatch`, but the unit is free to callers.
+            return self.backend.shared().free(index, order, core).map_err(|e| {
+                match (e, self.states.get(index)) {
+                    (Error::OrderMismatch, State::Cached(_)) => Error::NotAllocated,
+                    _ => e,
+                }
+            });
         };
-        self.states.release(index, order, State::Cached(order))?;
+        self.states
+            .release(index, order, State::Cached(order))
+            .map_err(|e| match e {
+                // No cached order's block starts here; a caller's block of an uncached order
+                // may (the table does not record those).
+                Error::NotAllocated if self.starts_uncached_block(index) => Error::OrderMismatch,
+                _ => e,
+            })?;
         let mut cache = self.cache(core).lock();
         cache.push(slot, index);
         if let Some(spill) = cache.spill(self.policy, slot) {
@@ -284,6 +310,15 @@ impl<B: Backend> Cached<B> {
             self.backend.give_back(spill, core);
         }
         Ok(())
+    }
+
+    /// Whether the backend holds a block of an uncached order starting at `index` (a
+    /// caller's: such blocks are never cached).
+    fn starts_uncached_block(&self, index: usize) -> bool {
+        matches!(
+            self.backend.shared().block_of(index),
+            Ok(Some((start, order))) if start == index && self.slot(order).is_none()
+        )
     }
 
     /// See [`BlockAlloc::free_units`]: cached blocks count as free.
@@ -343,7 +378,7 @@ impl<B: Backend> Cached<B> {
             }
             other => other?,
         };
-        self.states.set(index, State::Live(order));
+        self.record_live(index, order);
         Ok(index)
     }
 
@@ -356,7 +391,7 @@ impl<B: Backend> Cached<B> {
             self.drain_caches(core);
         }
         self.backend.shared().alloc_at(index, order, core)?;
-        self.states.set(index, State::Live(order));
+        self.record_live(index, order);
         Ok(())
     }
 
@@ -421,3 +456,64 @@ macro_rules! block_alloc_via_cached {
     };
 }
 pub(crate) use block_alloc_via_cached;
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use alloc::vec::Vec;
+
+    use crate::llfree::LLFree;
+    use crate::locked::PerCpu;
+    use crate::magazine::Magazine;
+    use crate::model::Model;
+    use crate::{BlockAlloc, Config, Error};
+
+    /// The state table records only the cached orders, so the errors that need a block of
+    /// an uncached order come from the backend, corrected where a cached block starts.
+    /// `cached` and `uncached` are a cached and an uncached order of `alloc`.
+    fn bad_frees_across_cached_and_uncached_orders(
+        alloc: &dyn BlockAlloc,
+        cached: u32,
+        uncached: u32,
+    ) {
+        let free = alloc.free_units();
+        let live = alloc.alloc(uncached, 0).unwrap();
+        // A caller's block of an uncached order, freed with a cached order.
+        if live.is_multiple_of(1 << cached) {
+            assert_eq!(alloc.free(live, cached, 0), Err(Error::OrderMismatch));
+        }
+        // A cached block where a block of the uncached order could start.
+        let mut others = Vec::new();
+        let parked = loop {
+            let b = alloc.alloc(cached, 0).unwrap();
+            if b.is_multiple_of(1 << uncached) {
+                break b;
+            }
+            others.push(b);
+        };
+        alloc.free(parked, cached, 0).unwrap();
+        let before = alloc.free_units();
+        assert_eq!(alloc.free(parked, uncached, 0), Err(Error::NotAllocated));
+        assert_eq!(alloc.free(parked, cached, 0), Err(Error::NotAllocated));
+        assert_eq!(alloc.free_units(), before, "a bad free changed something");
+        alloc.free(live, uncached, 0).unwrap();
+        for b in others {
+            alloc.free(b, cached, 0).unwrap();
+        }
+        alloc.drain();
+        assert_eq!(alloc.free_units(), free);
+    }
+
+    #[test]
+    fn bad_frees_across_cached_and_uncached_orders_get_exact_errors() {
+        let config = Config::new(1 << 14, 10).with_cores(1);
+        // Magazines cache orders 0-7.
+        let magazine = Magazine::with_config(config, LLFree::new).unwrap();
+        bad_frees_across_cached_and_uncached_orders(&magazine, 0, 8);
+        bad_frees_across_cached_and_uncached_orders(&magazine, 7, 8);
+        // `linux` caches orders 0-3 and 9.
+        let linux = PerCpu::<Model>::with_config(config, Model::new).unwrap();
+        bad_frees_across_cached_and_uncached_orders(&linux, 0, 5);
+        bad_frees_across_cached_and_uncached_orders(&linux, 9, 5);
+        bad_frees_across_cached_and_uncached_orders(&linux, 9, 8);
+    }
+}

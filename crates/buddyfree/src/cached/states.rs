@@ -1,20 +1,21 @@
 //! What starts at each unit: nothing, a block handed to a caller, or a block in a cache.
 //!
 //! The backend sees cached blocks as allocated, so it cannot tell a caller's block from
-//! a cached (free) one. This map can, and it alone decides every `free`: one CAS from
-//! `Live(order)` lets exactly one of racing frees through, whether the block then goes to a
-//! cache or back to the backend.
+//! a cached (free) one. This map can, and it alone decides every `free` of a cached order:
+//! one CAS from `Live(order)` lets exactly one of racing frees through, whether the block
+//! then goes to a cache or back to the backend. Blocks of orders that are never cached are
+//! not recorded: the backend decides their frees.
 
 use alloc::boxed::Box;
 
 use crate::sync::atomic::{AtomicU8, Ordering};
 use crate::Error;
 
-/// The state of the block starting at a unit. Units inside a block (not its first) and
-/// units free in the backend are `Free`.
+/// The state of the block of a cached order starting at a unit. Units inside a block (not
+/// its first), units free in the backend and blocks of uncached orders are `Free`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum State {
-    /// No caller's or cached block starts here.
+    /// No caller's block of a cached order, and no cached block, starts here.
     Free,
     /// A block of this order starting here is allocated by a caller.
     Live(u32),

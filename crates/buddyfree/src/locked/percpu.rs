@@ -13,10 +13,11 @@
 //!
 //! The caches and the table of block states are the crate's one per-core cache
 //! implementation (`cached`), shared with [`Magazine`](crate::magazine::Magazine): a block
-//! in a cache is allocated as far as the buddy knows, so the buddy cannot classify frees;
-//! `states` does, exactly, and one CAS there decides a raced double free. Locks are taken in
-//! the order cache, then buddy, and never two caches at once. Refills and spills take the
-//! buddy's lock once per batch.
+//! in a cache is allocated as far as the buddy knows, so the buddy cannot classify frees of
+//! the cached orders; `states` does, exactly, and one CAS there decides a raced double free
+//! (blocks of the uncached orders are not recorded: the buddy answers their frees). Locks
+//! are taken in the order cache, then buddy, and never two caches at once. Refills and
+//! spills take the buddy's lock once per batch.
 
 use lock_api::RawMutex;
 
