@@ -263,18 +263,17 @@ impl<B: Backend> Cached<B> {
             }
             other => other?,
         };
-        if slot.is_some() {
-            self.states.set(index, State::Live(order));
-        }
+        self.record_live(slot, index, order);
         Ok(index)
     }
 
-    /// Records a block handed to a caller in the state table if its order is cached. Blocks
-    /// of the other orders never enter a cache, so the backend alone answers their frees
-    /// (exactly, as it does without caches) and the table is not touched for them.
+    /// Records a block handed to a caller in the state table if its order is cached (`slot`
+    /// is its order's, from [`Self::slot`]). Blocks of the other orders never enter a cache,
+    /// so the backend alone answers their frees (exactly, as it does without caches) and the
+    /// table is not touched for them.
     #[inline]
-    fn record_live(&self, index: usize, order: u32) {
-        if self.slot(order).is_some() {
+    fn record_live(&self, slot: Option<usize>, index: usize, order: u32) {
+        if slot.is_some() {
             self.states.set(index, State::Live(order));
         }
     }
@@ -378,7 +377,7 @@ impl<B: Backend> Cached<B> {
             }
             other => other?,
         };
-        self.record_live(index, order);
+        self.record_live(self.slot(order), index, order);
         Ok(index)
     }
 
@@ -391,7 +390,7 @@ impl<B: Backend> Cached<B> {
             self.drain_caches(core);
         }
         self.backend.shared().alloc_at(index, order, core)?;
-        self.record_live(index, order);
+        self.record_live(self.slot(order), index, order);
         Ok(())
     }
 
