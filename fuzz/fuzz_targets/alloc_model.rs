@@ -1,19 +1,21 @@
 //! Random alloc / free / double-free / wrong-order / arbitrary-free sequences on every
-//! registered allocator, each checked step by step against the reference model by the test
-//! battery's own checker (`crates/buddyfree/tests/common`).
+//! registered allocator, and the magazines again through pinned cores, each checked step by
+//! step against the reference model by the test battery's own checker
+//! (`crates/buddyfree/tests/common`).
 //!
 //! Input: one byte picks the configuration, then 4 bytes per operation.
 
 #![no_main]
 
-use buddyfree::registry;
-use buddyfree::Config;
+use buddyfree::llfree::LLFree;
+use buddyfree::magazine::Magazine;
+use buddyfree::{registry, BlockAlloc, Config, Error, Nbbs4};
 use libfuzzer_sys::fuzz_target;
 
 #[path = "../../crates/buddyfree/tests/common/mod.rs"]
 mod common;
 
-use common::Op;
+use common::{Op, PinEachCall};
 
 /// Enough steps to fill and drain the small configurations, few enough to keep executions
 /// fast.
@@ -56,4 +58,21 @@ fuzz_target!(|data: &[u8]| {
         };
         common::check_against_model(&alloc, config, &common::clamp(&raw, max_order));
     }
+    pinned(units, widest, LLFree::new, &raw);
+    pinned(units, widest, Nbbs4::new, &raw);
 });
+
+/// The magazine over `build`'s allocator, every allocation and free through a pinned core.
+fn pinned<A: BlockAlloc>(
+    units: usize,
+    max_order: u32,
+    build: fn(Config) -> Result<A, Error>,
+    raw: &[Op],
+) {
+    let config = Config::new(units, max_order).with_cores(3);
+    // Refused as the registry's loop allows.
+    let Ok(magazine) = Magazine::with_config(config, build) else {
+        return;
+    };
+    common::check_against_model(&PinEachCall(magazine), config, &common::clamp(raw, max_order));
+}

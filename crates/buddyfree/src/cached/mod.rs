@@ -212,10 +212,16 @@ impl<B: Backend> Cached<B> {
         &self.caches[crate::core_slot(core, self.caches.len())]
     }
 
-    /// Takes a block of the order at `slot` from `core`'s cache, refilling it with one batch
-    /// from the backend if it is empty.
-    fn alloc_cached(&self, slot: usize, order: u32, core: usize) -> Result<usize, Error> {
-        let mut cache = self.cache(core).lock();
+    /// Takes a block of the order at `slot` from `cache` (`core`'s, held by the caller),
+    /// refilling it with one batch from the backend if it is empty.
+    #[inline]
+    fn take(
+        &self,
+        cache: &mut CoreCache,
+        slot: usize,
+        order: u32,
+        core: usize,
+    ) -> Result<usize, Error> {
         if let Some(index) = cache.pop(slot) {
             return Ok(index);
         }
@@ -251,7 +257,7 @@ impl<B: Backend> Cached<B> {
         }
         let slot = self.slot(order);
         let found = match slot {
-            Some(slot) => self.alloc_cached(slot, order, core),
+            Some(slot) => self.take(&mut self.cache(core).lock(), slot, order, core),
             None => self.backend.shared().alloc(order, core),
         };
         let index = match found {
@@ -291,6 +297,15 @@ impl<B: Backend> Cached<B> {
                 }
             });
         };
+        self.release_cached(index, order)?;
+        self.park(&mut self.cache(core).lock(), slot, index, order, core);
+        Ok(())
+    }
+
+    /// Ends the caller's block `(index, order)` of a cached order in the state table: the
+    /// one CAS that decides racing frees. The caller then parks it.
+    #[inline]
+    fn release_cached(&self, index: usize, order: u32) -> Result<(), Error> {
         self.states
             .release(index, order, State::Cached(order))
             .map_err(|e| match e {
@@ -298,8 +313,13 @@ impl<B: Backend> Cached<B> {
                 // may (the table does not record those).
                 Error::NotAllocated if self.starts_uncached_block(index) => Error::OrderMismatch,
                 _ => e,
-            })?;
-        let mut cache = self.cache(core).lock();
+            })
+    }
+
+    /// Parks the released block `(index, order)` in `cache` (`core`'s, held by the caller),
+    /// giving its oldest batch back to the backend if the list is above its watermark.
+    #[inline]
+    fn park(&self, cache: &mut CoreCache, slot: usize, index: usize, order: u32, core: usize) {
         cache.push(slot, index);
         if let Some(spill) = cache.spill(self.policy, slot) {
             let spill = spill.map(|index| {
@@ -308,7 +328,6 @@ impl<B: Backend> Cached<B> {
             });
             self.backend.give_back(spill, core);
         }
-        Ok(())
     }
 
     /// Whether the backend holds a block of an uncached order starting at `index` (a
@@ -417,6 +436,71 @@ impl<B: Backend> Cached<B> {
             Some((start, order)) if self.states.get(start) == State::Cached(order) => None,
             other => other,
         })
+    }
+}
+
+/// `core`'s cache held by one caller from [`Cached::pin`] until dropped: its operations on
+/// cached orders take no lock. Whatever else needs the cache waits meanwhile; paths that may
+/// need other caches (uncached orders, an empty backend) let it go for their duration, so
+/// a pinned cache is never held while another is taken.
+pub(crate) struct Pinned<'a, B> {
+    cached: &'a Cached<B>,
+    cache: lock_api::MutexGuard<'a, YieldMutex, CoreCache>,
+    core: usize,
+}
+
+impl<B: Backend> Cached<B> {
+    /// Holds `core`'s cache (waiting for it if another caller has it).
+    pub(crate) fn pin(&self, core: usize) -> Pinned<'_, B> {
+        Pinned {
+            cached: self,
+            cache: self.cache(core).lock(),
+            core,
+        }
+    }
+}
+
+impl<B: Backend> Pinned<'_, B> {
+    /// The core whose cache is held.
+    pub(crate) fn core(&self) -> usize {
+        self.core
+    }
+
+    /// See [`BlockAlloc::alloc`].
+    #[inline]
+    pub(crate) fn alloc(&mut self, order: u32) -> Result<usize, Error> {
+        let cached = self.cached;
+        if order > cached.max_order() {
+            return Err(Error::BadOrder);
+        }
+        if let Some(slot) = cached.slot(order) {
+            match cached.take(&mut self.cache, slot, order, self.core) {
+                Ok(index) => {
+                    cached.record_live(Some(slot), index, order);
+                    return Ok(index);
+                }
+                Err(Error::OutOfMemory) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        // The shared path drains every cache, ours included, before it answers
+        // `OutOfMemory`.
+        let core = self.core;
+        lock_api::MutexGuard::unlocked(&mut self.cache, || cached.alloc(order, core))
+    }
+
+    /// See [`BlockAlloc::free`].
+    #[inline]
+    pub(crate) fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        let cached = self.cached;
+        check_block(index, order, cached.max_order(), cached.total_units())?;
+        let Some(slot) = cached.slot(order) else {
+            // Takes no cache.
+            return cached.free(index, order, self.core);
+        };
+        cached.release_cached(index, order)?;
+        cached.park(&mut self.cache, slot, index, order, self.core);
+        Ok(())
     }
 }
 

@@ -5,6 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use buddyfree::magazine::Magazine;
 use buddyfree::model::Model;
 use buddyfree::{BlockAlloc, Config, Error, SeqBlockAlloc};
 use proptest::prelude::*;
@@ -540,4 +541,39 @@ pub fn double_free_race(alloc: &dyn BlockAlloc, threads: usize, blocks: usize, o
         );
     }
     assert_whole(alloc);
+}
+
+/// A magazine whose allocations and frees each go through a pin of the named core
+/// ([`Magazine::pin`], taken for the one call), everything else through the shared path: the
+/// battery's checks, run over the pinned path.
+pub struct PinEachCall<A>(pub Magazine<A>);
+
+impl<A: BlockAlloc> BlockAlloc for PinEachCall<A> {
+    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        self.0.pin(core).alloc(order)
+    }
+    fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        self.0.pin(core).free(index, order)
+    }
+    fn free_units(&self) -> usize {
+        self.0.free_units()
+    }
+    fn total_units(&self) -> usize {
+        self.0.total_units()
+    }
+    fn max_order(&self) -> u32 {
+        self.0.max_order()
+    }
+    fn drain(&self) {
+        self.0.drain();
+    }
+    fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        self.0.try_alloc(order, core)
+    }
+    fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        self.0.alloc_at(index, order, core)
+    }
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        self.0.block_of(index)
+    }
 }

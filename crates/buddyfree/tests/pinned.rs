@@ -1,0 +1,236 @@
+//! Pinned cores of a magazine ([`Magazine::pin`]) among threads that use the shared path,
+//! drain, and pin the same cores: no unit goes to two owners, none is lost, no thread waits
+//! forever, and racing double frees through pins are decided exactly once.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use buddyfree::llfree::LLFree;
+use buddyfree::magazine::{Magazine, PinnedCore};
+use buddyfree::{BlockAlloc, Config, Error, Nbbs4};
+use common::{assert_whole, run_threads, Owners, PinEachCall, Rng};
+use proptest::prelude::*;
+
+/// Small enough that the threads run out of units often (every out-of-memory answer drains
+/// every magazine, pinned ones included), with orders past the cached 0–7.
+const UNITS: usize = 1 << 12;
+const MAX_ORDER: u32 = 10;
+const THREADS: usize = 4;
+/// Fewer cores than threads: pins of one core wait for each other.
+const CORES: usize = 2;
+
+fn magazines<A: BlockAlloc>(build: fn(Config) -> Result<A, Error>) -> Magazine<A> {
+    Magazine::with_config(Config::new(UNITS, MAX_ORDER).with_cores(CORES), build).unwrap()
+}
+
+/// A random order, small ones more often, now and then one that is never parked.
+fn order(rng: &mut Rng) -> u32 {
+    if rng.below(16) == 0 {
+        8 + rng.below(3) as u32
+    } else {
+        (rng.below(8) as u32).min(rng.below(8) as u32)
+    }
+}
+
+fn stamp(index: usize, order: u32) -> u64 {
+    (index as u64) << 8 | order as u64 | 1 << 63
+}
+
+/// How a thread calls the magazine: through its pin, or the shared way on its core.
+enum Via<'p, 'm, A> {
+    Pin(&'p mut PinnedCore<'m, A>),
+    Shared(&'m Magazine<A>, usize),
+}
+
+impl<A: BlockAlloc> Via<'_, '_, A> {
+    fn alloc(&mut self, order: u32) -> Result<usize, Error> {
+        match self {
+            Via::Pin(pin) => pin.alloc(order),
+            Via::Shared(m, core) => m.alloc(order, *core),
+        }
+    }
+
+    fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        match self {
+            Via::Pin(pin) => pin.free(index, order),
+            Via::Shared(m, core) => m.free(index, order, *core),
+        }
+    }
+}
+
+const EMPTY: usize = usize::MAX;
+
+/// What the threads share: who owns each unit, blocks handed between threads, and how often
+/// the heap ran out.
+struct Shared {
+    owners: Owners,
+    mailbox: Vec<AtomicUsize>,
+    out_of_memory: AtomicUsize,
+}
+
+impl Shared {
+    fn pack(index: usize, order: u32) -> usize {
+        index << 6 | order as usize
+    }
+
+    fn unpack(packed: usize) -> (usize, u32) {
+        (packed >> 6, (packed & 63) as u32)
+    }
+
+    /// One random step of a thread holding `mine`: allocate, free one of its blocks, post
+    /// one to the mailbox, or free a posted one (another thread's, from another core).
+    fn step<A: BlockAlloc>(&self, via: &mut Via<A>, rng: &mut Rng, mine: &mut Vec<(usize, u32)>) {
+        match rng.below(8) {
+            0..=3 => {
+                let o = order(rng);
+                match via.alloc(o) {
+                    Ok(index) => {
+                        self.owners.claim(index, o, stamp(index, o));
+                        mine.push((index, o));
+                    }
+                    Err(Error::OutOfMemory) => {
+                        self.out_of_memory.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => panic!("alloc({o}): {e}"),
+                }
+            }
+            4 | 5 if !mine.is_empty() => {
+                let (index, o) = mine.swap_remove(rng.below(mine.len()));
+                self.owners.release(index, o, stamp(index, o));
+                via.free(index, o).unwrap();
+            }
+            6 if !mine.is_empty() => {
+                let (index, o) = mine[mine.len() - 1];
+                let slot = &self.mailbox[rng.below(self.mailbox.len())];
+                if slot
+                    .compare_exchange(
+                        EMPTY,
+                        Self::pack(index, o),
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_ok()
+                {
+                    mine.pop();
+                }
+            }
+            _ => {
+                let slot = &self.mailbox[rng.below(self.mailbox.len())];
+                let packed = slot.swap(EMPTY, Ordering::AcqRel);
+                if packed != EMPTY {
+                    let (index, o) = Self::unpack(packed);
+                    self.owners.release(index, o, stamp(index, o));
+                    via.free(index, o).unwrap();
+                }
+            }
+        }
+    }
+}
+
+/// Each thread alternates bursts through a pin of its core with shared calls, hands blocks
+/// to the others through a mailbox (freed from another core, pinned or not), and sometimes
+/// drains.
+fn pinned_and_shared_callers<A: BlockAlloc>(m: &Magazine<A>, rounds: usize) {
+    let shared = Shared {
+        owners: Owners::new(UNITS),
+        mailbox: (0..16).map(|_| AtomicUsize::new(EMPTY)).collect(),
+        out_of_memory: AtomicUsize::new(0),
+    };
+    run_threads(THREADS, |t| {
+        let core = t % CORES;
+        let mut rng = Rng::new(t as u64 + 7);
+        let mut mine = Vec::new();
+        for round in 0..rounds {
+            let burst = 1 + rng.below(64);
+            if round % 3 != 2 {
+                let mut pin = m.pin(core);
+                assert_eq!(pin.core(), core);
+                for _ in 0..burst {
+                    shared.step(&mut Via::Pin(&mut pin), &mut rng, &mut mine);
+                }
+            } else {
+                for _ in 0..burst {
+                    shared.step(&mut Via::Shared(m, core), &mut rng, &mut mine);
+                }
+                if round % 7 == 0 {
+                    m.drain();
+                }
+            }
+        }
+        for (index, o) in mine {
+            shared.owners.release(index, o, stamp(index, o));
+            m.free(index, o, core).unwrap();
+        }
+    });
+    for slot in &shared.mailbox {
+        let packed = slot.swap(EMPTY, Ordering::AcqRel);
+        if packed != EMPTY {
+            let (index, o) = Shared::unpack(packed);
+            shared.owners.release(index, o, stamp(index, o));
+            m.free(index, o, 0).unwrap();
+        }
+    }
+    assert!(
+        shared.out_of_memory.into_inner() > 0,
+        "the heap never ran out: the drains were not exercised"
+    );
+    assert_whole(m);
+}
+
+#[test]
+fn pinned_cores_share_no_unit_and_lose_none_over_llfree() {
+    pinned_and_shared_callers(&magazines(LLFree::new), 3_000);
+}
+
+#[test]
+fn pinned_cores_share_no_unit_and_lose_none_over_nbbs4() {
+    pinned_and_shared_callers(&magazines(Nbbs4::new), 3_000);
+}
+
+/// Every thread frees the same blocks, each through a pin of its own core: one free of each
+/// block succeeds, the others are `NotAllocated`.
+#[test]
+fn racing_double_frees_through_pins_succeed_once() {
+    let m = magazines(LLFree::new);
+    for order in [0, 3, 9] {
+        let live: Vec<usize> = (0..(UNITS >> order).min(256))
+            .map(|_| m.alloc(order, 0).unwrap())
+            .collect();
+        let wins: Vec<AtomicUsize> = live.iter().map(|_| AtomicUsize::new(0)).collect();
+        run_threads(THREADS, |t| {
+            // A pin per block, so that threads of one core interleave.
+            for (&index, won) in live.iter().zip(&wins) {
+                match m.pin(t % CORES).free(index, order) {
+                    Ok(()) => {
+                        won.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => assert_eq!(e, Error::NotAllocated, "double free of {index}"),
+                }
+            }
+        });
+        for (index, won) in live.iter().zip(&wins) {
+            assert_eq!(
+                won.load(Ordering::Relaxed),
+                1,
+                "block {index}, order {order}"
+            );
+        }
+        assert_whole(&m);
+    }
+}
+
+proptest! {
+    /// The battery's differential check against the model, every allocation and free
+    /// through a pin: the same answers as the model's, bad frees included.
+    #[test]
+    fn pinned_cores_match_the_model(pick in 0..common::CONFIGS.len(), ops in common::ops(100, 5, 300)) {
+        let (units, max_order) = common::CONFIGS[pick];
+        let config = Config::new(units, max_order).with_cores(3);
+        let ops = common::clamp(&ops, max_order);
+        let over_llfree = PinEachCall(Magazine::with_config(config, LLFree::new).unwrap());
+        common::check_against_model(&over_llfree, config, &ops);
+        let over_nbbs4 = PinEachCall(Magazine::with_config(config, Nbbs4::new).unwrap());
+        common::check_against_model(&over_nbbs4, config, &ops);
+    }
+}
