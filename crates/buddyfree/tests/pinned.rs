@@ -188,35 +188,14 @@ fn pinned_cores_share_no_unit_and_lose_none_over_nbbs4() {
     pinned_and_shared_callers(&magazines(Nbbs4::new), 3_000);
 }
 
-/// Every thread frees the same blocks, each through a pin of its own core: one free of each
-/// block succeeds, the others are `NotAllocated`.
+/// Every thread frees the same blocks, each free through a pin of its own core (threads of
+/// one core interleave between pins): one free of each block succeeds, the others are
+/// `NotAllocated`.
 #[test]
 fn racing_double_frees_through_pins_succeed_once() {
-    let m = magazines(LLFree::new);
     for order in [0, 3, 9] {
-        let live: Vec<usize> = (0..(UNITS >> order).min(256))
-            .map(|_| m.alloc(order, 0).unwrap())
-            .collect();
-        let wins: Vec<AtomicUsize> = live.iter().map(|_| AtomicUsize::new(0)).collect();
-        run_threads(THREADS, |t| {
-            // A pin per block, so that threads of one core interleave.
-            for (&index, won) in live.iter().zip(&wins) {
-                match m.pin(t % CORES).free(index, order) {
-                    Ok(()) => {
-                        won.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(e) => assert_eq!(e, Error::NotAllocated, "double free of {index}"),
-                }
-            }
-        });
-        for (index, won) in live.iter().zip(&wins) {
-            assert_eq!(
-                won.load(Ordering::Relaxed),
-                1,
-                "block {index}, order {order}"
-            );
-        }
-        assert_whole(&m);
+        let blocks = (UNITS >> order).min(256);
+        common::double_free_race(&PinEachCall(magazines(LLFree::new)), THREADS, blocks, order);
     }
 }
 
