@@ -31,8 +31,8 @@
 //!   core, 3 712 units in all (14.5 MiB of 4 KiB units), sit in a core's magazine: other
 //!   cores cannot take them and they cannot merge into larger blocks. Order 0, the one that
 //!   fragments huge frames, keeps the small figures: over LLFree, `buddybench`'s `frag`
-//!   ends with as many free huge frames, and a compaction cost within 1% at one thread and
-//!   1–6% higher at two (median over 15 seeds; over NBBS no worse; docs/results.md). An
+//!   ends with as many free huge frames, and a compaction cost within 1% at one thread (15
+//!   seeds) and 1–2% lower at two (45 seeds; over NBBS no worse; docs/results.md). An
 //!   allocation the backend refuses drains every magazine (and the backend's own per-core
 //!   state) and asks once more, so it fails only if no free aligned block exists (with no
 //!   concurrent frees in flight). [`BlockAlloc::free_units`] counts parked blocks as free, as
@@ -135,8 +135,9 @@ impl<A: BlockAlloc> Magazine<A> {
     /// Holds `core`'s magazine until the handle is dropped (waiting for it if another
     /// thread has it), so that the handle's allocations and frees of orders 0–7 take no
     /// lock: a pair costs the state table's one compare-and-swap (in the free) and a store,
-    /// as a kernel's per-CPU lists do with preemption off. Other orders, and an allocation
-    /// the magazine cannot serve, go the shared way, letting the magazine go meanwhile.
+    /// as a kernel's per-CPU lists do with preemption off. Allocations of other orders, and
+    /// those the magazine cannot serve, go the shared way and let the magazine go meanwhile
+    /// (they may drain every magazine); frees of other orders go straight to the backend.
     ///
     /// A pin is a held lock. Hold it for a burst of operations, not across waits for other
     /// threads: other threads calling with `core`, and every drain (another thread's

@@ -440,9 +440,9 @@ impl<B: Backend> Cached<B> {
 }
 
 /// `core`'s cache held by one caller from [`Cached::pin`] until dropped: its operations on
-/// cached orders take no lock. Whatever else needs the cache waits meanwhile; paths that may
-/// need other caches (uncached orders, an empty backend) let it go for their duration, so
-/// a pinned cache is never held while another is taken.
+/// cached orders take no lock. Whatever else needs the cache waits meanwhile; allocations
+/// that may need other caches (uncached orders, an empty backend: both may drain) let it go
+/// for their duration, so a pinned cache is never held while another is taken.
 pub(crate) struct Pinned<'a, B> {
     cached: &'a Cached<B>,
     cache: lock_api::MutexGuard<'a, YieldMutex, CoreCache>,
