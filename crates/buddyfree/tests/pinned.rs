@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use buddyfree::llfree::LLFree;
 use buddyfree::magazine::{Magazine, PinnedCore};
 use buddyfree::{BlockAlloc, Config, Error, Nbbs4};
-use common::{assert_whole, run_threads, Owners, PinEachCall, Rng};
+use common::{assert_whole, run_threads, stamp, Mailbox, Owners, PinEachCall, Rng};
 use proptest::prelude::*;
 
 /// Small enough that the threads run out of units often (every out-of-memory answer drains
@@ -31,10 +31,6 @@ fn order(rng: &mut Rng) -> u32 {
     } else {
         (rng.below(8) as u32).min(rng.below(8) as u32)
     }
-}
-
-fn stamp(index: usize, order: u32) -> u64 {
-    (index as u64) << 8 | order as u64 | 1 << 63
 }
 
 /// How a thread calls the magazine: through its pin, or the shared way on its core.
@@ -59,25 +55,15 @@ impl<A: BlockAlloc> Via<'_, '_, A> {
     }
 }
 
-const EMPTY: usize = usize::MAX;
-
 /// What the threads share: who owns each unit, blocks handed between threads, and how often
 /// the heap ran out.
 struct Shared {
     owners: Owners,
-    mailbox: Vec<AtomicUsize>,
+    mailbox: Mailbox,
     out_of_memory: AtomicUsize,
 }
 
 impl Shared {
-    fn pack(index: usize, order: u32) -> usize {
-        index << 6 | order as usize
-    }
-
-    fn unpack(packed: usize) -> (usize, u32) {
-        (packed >> 6, (packed & 63) as u32)
-    }
-
     /// One random step of a thread holding `mine`: allocate, free one of its blocks, post
     /// one to the mailbox, or free a posted one (another thread's, from another core).
     fn step<A: BlockAlloc>(&self, via: &mut Via<A>, rng: &mut Rng, mine: &mut Vec<(usize, u32)>) {
@@ -102,24 +88,12 @@ impl Shared {
             }
             6 if !mine.is_empty() => {
                 let (index, o) = mine[mine.len() - 1];
-                let slot = &self.mailbox[rng.below(self.mailbox.len())];
-                if slot
-                    .compare_exchange(
-                        EMPTY,
-                        Self::pack(index, o),
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    )
-                    .is_ok()
-                {
+                if self.mailbox.post(rng, index, o) {
                     mine.pop();
                 }
             }
             _ => {
-                let slot = &self.mailbox[rng.below(self.mailbox.len())];
-                let packed = slot.swap(EMPTY, Ordering::AcqRel);
-                if packed != EMPTY {
-                    let (index, o) = Self::unpack(packed);
+                if let Some((index, o)) = self.mailbox.take(rng) {
                     self.owners.release(index, o, stamp(index, o));
                     via.free(index, o).unwrap();
                 }
@@ -134,7 +108,7 @@ impl Shared {
 fn pinned_and_shared_callers<A: BlockAlloc>(m: &Magazine<A>, rounds: usize) {
     let shared = Shared {
         owners: Owners::new(UNITS),
-        mailbox: (0..16).map(|_| AtomicUsize::new(EMPTY)).collect(),
+        mailbox: Mailbox::new(16),
         out_of_memory: AtomicUsize::new(0),
     };
     run_threads(THREADS, |t| {
@@ -163,13 +137,9 @@ fn pinned_and_shared_callers<A: BlockAlloc>(m: &Magazine<A>, rounds: usize) {
             m.free(index, o, core).unwrap();
         }
     });
-    for slot in &shared.mailbox {
-        let packed = slot.swap(EMPTY, Ordering::AcqRel);
-        if packed != EMPTY {
-            let (index, o) = Shared::unpack(packed);
-            shared.owners.release(index, o, stamp(index, o));
-            m.free(index, o, 0).unwrap();
-        }
+    for (index, o) in shared.mailbox.take_all() {
+        shared.owners.release(index, o, stamp(index, o));
+        m.free(index, o, 0).unwrap();
     }
     assert!(
         shared.out_of_memory.into_inner() > 0,

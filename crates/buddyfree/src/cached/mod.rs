@@ -288,18 +288,24 @@ impl<B: Backend> Cached<B> {
     pub(crate) fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         check_block(index, order, self.max_order(), self.total_units())?;
         let Some(slot) = self.slot(order) else {
-            // The backend sees a cached block as allocated: where one starts, its answer
-            // would be `OrderMismatch`, but the unit is free to callers.
-            return self.backend.shared().free(index, order, core).map_err(|e| {
-                match (e, self.states.get(index)) {
-                    (Error::OrderMismatch, State::Cached(_)) => Error::NotAllocated,
-                    _ => e,
-                }
-            });
+            return self.free_uncached(index, order, core);
         };
         self.release_cached(index, order)?;
         self.park(&mut self.cache(core).lock(), slot, index, order, core);
         Ok(())
+    }
+
+    /// Frees the checked block `(index, order)` of an uncached order: the backend's answer,
+    /// taking no cache.
+    fn free_uncached(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        // The backend sees a cached block as allocated: where one starts, its answer would be
+        // `OrderMismatch`, but the unit is free to callers.
+        self.backend.shared().free(index, order, core).map_err(|e| {
+            match (e, self.states.get(index)) {
+                (Error::OrderMismatch, State::Cached(_)) => Error::NotAllocated,
+                _ => e,
+            }
+        })
     }
 
     /// Ends the caller's block `(index, order)` of a cached order in the state table: the
@@ -495,8 +501,7 @@ impl<B: Backend> Pinned<'_, B> {
         let cached = self.cached;
         check_block(index, order, cached.max_order(), cached.total_units())?;
         let Some(slot) = cached.slot(order) else {
-            // Takes no cache.
-            return cached.free(index, order, self.core);
+            return cached.free_uncached(index, order, self.core);
         };
         cached.release_cached(index, order)?;
         cached.park(&mut self.cache, slot, index, order, self.core);

@@ -282,7 +282,51 @@ impl Rng {
     }
 }
 
-const EMPTY: usize = usize::MAX;
+/// The stamp the stress tests claim a block with in the ownership map.
+pub fn stamp(index: usize, order: u32) -> u64 {
+    (index as u64) << 8 | order as u64 | 1 << 63
+}
+
+/// Slots through which threads hand blocks to each other, so that blocks are freed by a
+/// thread (and core) other than the one that allocated them.
+pub struct Mailbox(Vec<AtomicUsize>);
+
+impl Mailbox {
+    const EMPTY: usize = usize::MAX;
+
+    pub fn new(slots: usize) -> Self {
+        Mailbox((0..slots).map(|_| AtomicUsize::new(Self::EMPTY)).collect())
+    }
+
+    /// Posts the block `(index, order)` to a random slot; whether that slot was empty (if
+    /// not, the block stays the caller's).
+    pub fn post(&self, rng: &mut Rng, index: usize, order: u32) -> bool {
+        self.0[rng.below(self.0.len())]
+            .compare_exchange(
+                Self::EMPTY,
+                index << 6 | order as usize,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+    }
+
+    /// Takes the block in a random slot, if there is one.
+    pub fn take(&self, rng: &mut Rng) -> Option<(usize, u32)> {
+        Self::unpack(self.0[rng.below(self.0.len())].swap(Self::EMPTY, Ordering::AcqRel))
+    }
+
+    /// Takes every block posted.
+    pub fn take_all(&self) -> impl Iterator<Item = (usize, u32)> + '_ {
+        self.0
+            .iter()
+            .filter_map(|slot| Self::unpack(slot.swap(Self::EMPTY, Ordering::AcqRel)))
+    }
+
+    fn unpack(packed: usize) -> Option<(usize, u32)> {
+        (packed != Self::EMPTY).then_some((packed >> 6, (packed & 63) as u32))
+    }
+}
 
 /// Releases waiting threads together. Unlike `std::sync::Barrier` it is built from atomics in
 /// this (instrumented) crate, so ThreadSanitizer sees its happens-before edges even though the
@@ -356,11 +400,8 @@ pub fn stress_with(
     steps: usize,
     max_order: u32,
 ) -> usize {
-    let mailbox: Vec<AtomicUsize> = (0..threads * 4).map(|_| AtomicUsize::new(EMPTY)).collect();
+    let mailbox = Mailbox::new(threads * 4);
     let allocs = AtomicUsize::new(0);
-    let pack = |index: usize, order: u32| index << 6 | order as usize;
-    let unpack = |packed: usize| (packed >> 6, (packed & 63) as u32);
-    let stamp_of = |index: usize, order: u32| (index as u64) << 8 | order as u64 | 1 << 63;
     run_threads(threads, |t| {
         let mut rng = Rng::new(t as u64 + 1);
         let mut mine: Vec<(usize, u32)> = Vec::new();
@@ -371,55 +412,39 @@ pub fn stress_with(
                     let order = (rng.below(max_order as usize + 1) as u32)
                         .min(rng.below(max_order as usize + 1) as u32);
                     if let Ok(index) = alloc.alloc(order, t) {
-                        owners.claim(index, order, stamp_of(index, order));
+                        owners.claim(index, order, stamp(index, order));
                         mine.push((index, order));
                         ok += 1;
                     }
                 }
                 5..=7 if !mine.is_empty() => {
                     let (index, order) = mine.swap_remove(rng.below(mine.len()));
-                    owners.release(index, order, stamp_of(index, order));
+                    owners.release(index, order, stamp(index, order));
                     alloc.free(index, order, t).unwrap();
                 }
                 8 if !mine.is_empty() => {
-                    let slot = &mailbox[rng.below(mailbox.len())];
                     let (index, order) = mine[mine.len() - 1];
-                    if slot
-                        .compare_exchange(
-                            EMPTY,
-                            pack(index, order),
-                            Ordering::AcqRel,
-                            Ordering::Acquire,
-                        )
-                        .is_ok()
-                    {
+                    if mailbox.post(&mut rng, index, order) {
                         mine.pop();
                     }
                 }
                 _ => {
-                    let slot = &mailbox[rng.below(mailbox.len())];
-                    let packed = slot.swap(EMPTY, Ordering::AcqRel);
-                    if packed != EMPTY {
-                        let (index, order) = unpack(packed);
-                        owners.release(index, order, stamp_of(index, order));
+                    if let Some((index, order)) = mailbox.take(&mut rng) {
+                        owners.release(index, order, stamp(index, order));
                         alloc.free(index, order, t).unwrap();
                     }
                 }
             }
         }
         for (index, order) in mine {
-            owners.release(index, order, stamp_of(index, order));
+            owners.release(index, order, stamp(index, order));
             alloc.free(index, order, t).unwrap();
         }
         allocs.fetch_add(ok, Ordering::Relaxed);
     });
-    for slot in &mailbox {
-        let packed = slot.swap(EMPTY, Ordering::AcqRel);
-        if packed != EMPTY {
-            let (index, order) = unpack(packed);
-            owners.release(index, order, stamp_of(index, order));
-            alloc.free(index, order, 0).unwrap();
-        }
+    for (index, order) in mailbox.take_all() {
+        owners.release(index, order, stamp(index, order));
+        alloc.free(index, order, 0).unwrap();
     }
     allocs.into_inner()
 }
