@@ -139,8 +139,9 @@ pub trait BlockAlloc: Sync {
     /// block can be had. Each block is freed on its own, as if `alloc` had returned it. The
     /// default calls `alloc` for each; allocators that claim several blocks in one step
     /// override it (LLFree: the free blocks of orders 0..=5 in the huge frame of the core's
-    /// last allocation, one compare-and-swap per bit-field word), which is what per-core
-    /// caches refill with.
+    /// last allocation, one compare-and-swap per bit-field word; NBBS-4: groups of 2 to 8
+    /// blocks under one node of a cell, one climb per group), which is what per-core caches
+    /// refill with.
     fn alloc_bulk(&self, order: u32, core: usize, out: &mut [usize]) -> Result<usize, Error> {
         alloc_each(self, order, core, out)
     }
@@ -150,7 +151,8 @@ pub trait BlockAlloc: Sync {
     /// blocks after it stay as they were). The default calls `free` for each; allocators that
     /// free several blocks in one step override it (LLFree: blocks of orders 0..=5 that come
     /// one after another in `blocks` and lie in one huge frame, one compare-and-swap per
-    /// bit-field word), which is what per-core caches spill with.
+    /// bit-field word; NBBS-4: runs that are exactly the blocks under one node of a cell, one
+    /// climb per run), which is what per-core caches spill with.
     fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
         free_each(self, blocks, order, core)
     }

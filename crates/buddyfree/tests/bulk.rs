@@ -6,7 +6,7 @@
 mod common;
 
 use buddyfree::{registry, BlockAlloc, Config, Error};
-use common::{Owners, Rng};
+use common::{stamp, Owners};
 
 const UNITS: usize = 1024;
 
@@ -16,10 +16,6 @@ fn every_allocator(mut f: impl FnMut(&str, &dyn BlockAlloc, u32)) {
         let alloc = (entry.build)(Config::new(UNITS, max_order).with_cores(2)).unwrap();
         f(entry.name, &*alloc, max_order);
     }
-}
-
-fn stamp(index: usize, order: u32) -> u64 {
-    (index as u64) << 8 | u64::from(order) | 1 << 63
 }
 
 #[test]
@@ -90,66 +86,8 @@ fn a_bulk_free_stops_at_its_first_bad_block() {
 
 #[test]
 fn threads_mixing_bulk_and_single_operations_never_share_a_unit() {
-    const THREADS: usize = 4;
-    const STEPS: usize = 4000;
     every_allocator(|name, alloc, max_order| {
-        let owners = Owners::new(UNITS);
-        // Blocks left for another thread to free, in bulk.
-        // A spin lock: built from atomics, so ThreadSanitizer sees its edges.
-        let handoff: spin::Mutex<Vec<(usize, u32)>> = spin::Mutex::new(Vec::new());
-        let free_all = |blocks: &mut Vec<(usize, u32)>, core: usize| {
-            for order in 0..=max_order {
-                let same: Vec<usize> = blocks
-                    .iter()
-                    .filter(|&&(_, o)| o == order)
-                    .map(|&(b, _)| b)
-                    .collect();
-                for &b in &same {
-                    owners.release(b, order, stamp(b, order));
-                }
-                alloc.free_bulk(&same, order, core).unwrap();
-            }
-            blocks.clear();
-        };
-        common::run_threads(THREADS, |t| {
-            let mut rng = Rng::new(t as u64 + 7);
-            let mut mine: Vec<(usize, u32)> = Vec::new();
-            let mut out = [0; 32];
-            for _ in 0..STEPS {
-                let order = (rng.below(max_order as usize + 1) as u32).min(3);
-                match rng.below(8) {
-                    0..=2 => {
-                        let len = 1 + rng.below(32);
-                        if let Ok(n) = alloc.alloc_bulk(order, t, &mut out[..len]) {
-                            for &b in &out[..n] {
-                                owners.claim(b, order, stamp(b, order));
-                                mine.push((b, order));
-                            }
-                        }
-                    }
-                    3 => {
-                        if let Ok(b) = alloc.alloc(order, t) {
-                            owners.claim(b, order, stamp(b, order));
-                            mine.push((b, order));
-                        }
-                    }
-                    4 if !mine.is_empty() => {
-                        let (b, order) = mine.swap_remove(rng.below(mine.len()));
-                        owners.release(b, order, stamp(b, order));
-                        alloc.free(b, order, t).unwrap();
-                    }
-                    5 => free_all(&mut mine, t),
-                    6 => handoff.lock().append(&mut mine),
-                    _ => {
-                        let mut theirs = std::mem::take(&mut *handoff.lock());
-                        free_all(&mut theirs, t);
-                    }
-                }
-            }
-            free_all(&mut mine, t);
-        });
-        free_all(&mut handoff.lock(), 0);
+        common::bulk_stress(alloc, 4, 4000, max_order);
         assert_eq!(alloc.free_units(), UNITS, "{name}");
-        common::assert_whole(alloc);
     });
 }

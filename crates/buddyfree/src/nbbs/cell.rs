@@ -209,6 +209,44 @@ impl Shape {
         self.allocated[j as usize]
     }
 
+    /// The bits of the in-cell nodes `rows` rows below `j`, each allocated: their `OCC` and
+    /// `ALLOCATED` bits. `j`'s row plus `rows` must be a row of the cell.
+    #[inline]
+    fn group(&self, j: u32, rows: u32) -> State {
+        debug_assert!(
+            ((j + 1) << rows) - 1 <= self.nodes,
+            "node {j} has no row {rows} below"
+        );
+        let mut bits = 0;
+        for k in j << rows..(j + 1) << rows {
+            bits |= self.occ(k) | self.allocated[k as usize];
+        }
+        bits
+    }
+
+    /// Completes the allocation of a held node `j` (one the caller reserved): allocated
+    /// itself (`rows == 0`), or handed out as its `2^rows` descendants `rows` rows down, each
+    /// allocated and `j` cleared (a bulk allocation). The latter is the state that single
+    /// allocations of those nodes leave, their climbs having met above `j` (the module docs of
+    /// `nbbs` on bulk operations).
+    #[inline]
+    pub fn complete(&self, w: State, j: u32, rows: u32) -> State {
+        if rows == 0 {
+            w | self.allocated[j as usize]
+        } else {
+            (w & !self.occ(j)) | self.group(j, rows)
+        }
+    }
+
+    /// The reverse of [`Shape::complete`] for a bulk free: if all `2^rows` nodes `rows` rows
+    /// below `j` are allocated, clears them and leaves `j` held, as a free of `j` would
+    /// after its claim; `None` if any of them is not allocated.
+    #[inline]
+    pub fn join(&self, w: State, j: u32, rows: u32) -> Option<State> {
+        let group = self.group(j, rows);
+        (w & group == group).then(|| (w & !group) | self.occ(j))
+    }
+
     /// Alg. 3, T10-T14: marks child `ch` occupied, clears its coalescing bit and bumps the
     /// generation, unless a node above it in this cell is occupied: then that node (the
     /// highest such).
@@ -304,6 +342,12 @@ impl Shape {
             debug_assert!(self.link_live(w, ch), "coalescing below a node: {w:x} {ch}");
             w & !self.child_bits(ch)
         })
+    }
+
+    /// The state bits of `w`, its generation cleared.
+    #[cfg(all(test, not(loom)))]
+    pub fn without_gen(&self, w: State) -> State {
+        w & !self.gen_mask
     }
 
     /// Whether nothing in the cell is occupied (Alg. 5, U13: the free may merge upwards).

@@ -246,10 +246,13 @@ impl<K: Kind> Forest<K> {
                 .unwrap_or(0);
             // Cannot fail on a fresh forest; an error here would be a broken size computation.
             forest
-                .try_alloc(Node {
-                    order,
-                    pos: pos >> order,
-                })
+                .try_alloc(
+                    Node {
+                        order,
+                        pos: pos >> order,
+                    },
+                    0,
+                )
                 .map_err(|_| ConfigRule::MetadataOverflow)?;
             pos += 1 << order;
         }
@@ -291,18 +294,28 @@ impl<K: Kind> Forest<K> {
     }
 
     /// Alg. 3 (TRYALLOC): reserves `node`, then climbs marking the ancestors occupied up to
-    /// the roots. On failure returns the node that made it fail (`node` or an occupied
-    /// ancestor), having rolled back its marks.
-    fn try_alloc(&self, node: Node) -> Result<(), Node> {
+    /// the roots, and completes it: allocated, or for a bulk allocation (`rows > 0`) handed
+    /// out as the `2^rows` nodes `rows` rows below it in its cell ([`Shape::complete`]). On
+    /// failure returns the node that made it fail (`node` or an occupied ancestor), having
+    /// rolled back its marks.
+    fn try_alloc(&self, node: Node, rows: u32) -> Result<(), Node> {
         let at = self.place(node);
         let done = at.level == 0;
         let home = self.cell(at.level, at.cell);
         // T2. Acquire: the node, or an in-cell ancestor, may have just been freed by another
-        // thread; its writes to those units must happen before the caller's.
-        let r = home.try_update(Ordering::Acquire, |w| Self::S.reserve(w, at.j, done).ok());
+        // thread; its writes to those units must happen before the caller's. In a root cell
+        // there is no climb: the reservation completes the allocation.
+        let r = home.try_update(Ordering::Acquire, |w| {
+            let w = Self::S.reserve(w, at.j, false).ok()?;
+            Some(if done {
+                Self::S.complete(w, at.j, rows)
+            } else {
+                w
+            })
+        });
         trace!("reserve {node:?} {at:?} -> {r:x?}");
         if let Err(seen) = r {
-            let failed = Self::S.reserve(seen, at.j, done).unwrap_err();
+            let failed = Self::S.reserve(seen, at.j, false).unwrap_err();
             return Err(self.node(at.level, at.cell, failed));
         }
         let (mut level, mut cell) = (at.level, at.cell);
@@ -327,8 +340,12 @@ impl<K: Kind> Forest<K> {
         }
         // Relaxed: a free of this block learns of it through the caller, which orders it
         // after this, and its claim is an RMW, which reads the latest state anyway.
-        home.fetch_or(Self::S.allocated_bit(at.j), Ordering::Relaxed);
-        trace!("allocated {node:?}");
+        if rows == 0 {
+            home.fetch_or(Self::S.allocated_bit(at.j), Ordering::Relaxed);
+        } else {
+            let _ = home.try_update(Ordering::Relaxed, |w| Some(Self::S.complete(w, at.j, rows)));
+        }
+        trace!("allocated {node:?} rows {rows}");
         Ok(())
     }
 
@@ -485,14 +502,15 @@ impl<K: Kind> Forest<K> {
         }
     }
 
-    /// Tries `node` if it looks free; otherwise, or on failure, the next position worth
-    /// trying at its order (past the sub-tree of the node that made it fail; Alg. 2, A13-A14).
+    /// Tries `node` if it looks free (for `rows`, see [`Forest::try_alloc`]); otherwise, or
+    /// on failure, the next position worth trying at its order (past the sub-tree of the node
+    /// that made it fail; Alg. 2, A13-A14).
     #[inline]
-    fn attempt(&self, node: Node) -> Result<(), usize> {
+    fn attempt(&self, node: Node, rows: u32) -> Result<(), usize> {
         let at = self.place(node);
         let w = self.cell(at.level, at.cell).load(Ordering::Relaxed);
         let failed = if Self::S.is_free(w, at.j) {
-            match self.try_alloc(node) {
+            match self.try_alloc(node, rows) {
                 Ok(()) => return Ok(()),
                 Err(failed) => failed,
             }
@@ -508,7 +526,7 @@ impl<K: Kind> Forest<K> {
         for (from, to) in [(start, len), (0, start)] {
             let mut pos = from;
             while pos < to {
-                match self.attempt(Node { order, pos }) {
+                match self.attempt(Node { order, pos }, 0) {
                     Ok(()) => return Some(pos),
                     Err(next) => pos = next,
                 }
@@ -517,10 +535,11 @@ impl<K: Kind> Forest<K> {
         None
     }
 
-    /// F4: counts a completed free and hints its node to the core's next allocation.
-    fn count_free(&self, node: Node, core: usize) {
+    /// F4: counts a completed free of `units` units and hints `node` to the core's next
+    /// allocation of its order.
+    fn count_free(&self, units: usize, node: Node, core: usize) {
         let slot = self.cores.slot(core);
-        slot.freed(1 << node.order);
+        slot.freed(units);
         slot.set_hint(node.order, node.pos);
     }
 
@@ -559,7 +578,7 @@ impl<K: Kind> Forest<K> {
             seen,
         } = stalled;
         self.unmark(at, now, &seen);
-        self.count_free(node, core);
+        self.count_free(1 << node.order, node, core);
     }
 
     /// The cell states, for failure reports.
@@ -569,6 +588,101 @@ impl<K: Kind> Forest<K> {
             .iter()
             .map(|c| c.load(Ordering::Relaxed))
             .collect()
+    }
+
+    /// The position an allocation of `order` by `core` (whose slot is `slot`) tries first: the
+    /// core's hint, or, for an order without one, a position scattered by core.
+    #[inline]
+    fn start(&self, slot: &Slot, order: u32, core: usize) -> usize {
+        let len = self.span >> order;
+        let start = slot
+            .hint(order)
+            .unwrap_or(core.wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as usize));
+        // Hints are always in range, so the division is off the common path.
+        if start < len {
+            start
+        } else {
+            start % len
+        }
+    }
+
+    /// Counts an allocation of `units` units that ended at position `pos` of `order`, and
+    /// hints the next position of that order.
+    #[inline]
+    fn count_alloc(&self, slot: &Slot, units: usize, order: u32, pos: usize) {
+        slot.allocated(units);
+        let len = self.span >> order;
+        slot.set_hint(order, if pos + 1 == len { 0 } else { pos + 1 });
+    }
+
+    /// How many rows up a bulk operation of `order` may group blocks: the order's row in its
+    /// cell, so that a group's node and its blocks share the cell and one compare-and-swap
+    /// turns one into the other.
+    #[inline]
+    fn group_rows(&self, order: u32) -> u32 {
+        (self.max_order - order) % Self::LEVELS
+    }
+
+    /// A bulk allocation's try for `2^rows` blocks of `order`: the node `rows` rows above
+    /// the position an `alloc` of `order` would try first (the core's hint), if it is free.
+    /// Only there, so that groups go where single allocations would (frees hint their
+    /// holes: a group would otherwise break up free blocks while those holes stay empty); the
+    /// group's first unit.
+    fn alloc_group(&self, order: u32, rows: u32, core: usize) -> Option<usize> {
+        let slot = self.cores.slot(core);
+        let top = order + rows;
+        let pos = self.start(slot, order, core) >> rows;
+        self.attempt(Node { order: top, pos }, rows).ok()?;
+        self.count_alloc(slot, 1 << top, order, ((pos + 1) << rows) - 1);
+        Some(pos << top)
+    }
+
+    /// Frees `group` (blocks of `order`) as one free of the node `rows` rows above them, if
+    /// they are exactly that node's blocks and all allocated; whether it did.
+    fn free_group(&self, group: &[usize], order: u32, core: usize) -> bool {
+        let rows = group.len().ilog2();
+        let top = order + rows;
+        let base = group[0] & !((1 << top) - 1);
+        let mut seen = 0u32;
+        for &index in group {
+            let k = index.wrapping_sub(base);
+            if k >> top != 0 || k & ((1 << order) - 1) != 0 || index >= self.units {
+                return false;
+            }
+            seen |= 1 << (k >> order);
+        }
+        if seen.count_ones() as usize != group.len() {
+            return false;
+        }
+        let node = Node {
+            order: top,
+            pos: base >> top,
+        };
+        let at = self.place(node);
+        let home = self.cell(at.level, at.cell);
+        if at.level == 0 {
+            // Nothing to climb: the join is the clear, released as in `free`.
+            let cleared = home.try_update(Ordering::Release, |w| {
+                Some(Self::S.join(w, at.j, rows)? & Self::S.clear_mask(at.j))
+            });
+            if cleared.is_err() {
+                return false;
+            }
+        } else {
+            // Relaxed, as `free`'s claim.
+            match home.try_update(Ordering::Relaxed, |w| Self::S.join(w, at.j, rows)) {
+                Ok(now) => self.release(at, now, 0),
+                Err(_) => return false,
+            }
+        }
+        trace!("freed group {node:?} rows {rows}");
+        // The hint single frees of the blocks would leave, for the next group or block.
+        let first = Node {
+            order,
+            pos: base >> order,
+        };
+        self.count_free(1 << top, first, core);
+        true
     }
 
     /// Whether the block (`index`, `order`) is allocated.
@@ -590,14 +704,8 @@ impl<K: Kind> BlockAlloc for Forest<K> {
             return Err(Error::BadOrder);
         }
         let slot = self.cores.slot(core);
-        let len = self.span >> order;
-        // Orders without a hint start at a position scattered by core. Hints are always in
-        // range, so the division is off the common path.
-        let start = slot
-            .hint(order)
-            .unwrap_or(core.wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as usize));
-        let start = if start < len { start } else { start % len };
-        let pos = match self.attempt(Node { order, pos: start }) {
+        let start = self.start(slot, order, core);
+        let pos = match self.attempt(Node { order, pos: start }, 0) {
             Ok(()) => start,
             Err(_) => loop {
                 // The full-heap fast path: too few free units means no block, without a scan.
@@ -613,9 +721,70 @@ impl<K: Kind> BlockAlloc for Forest<K> {
                 }
             },
         };
-        slot.allocated(1 << order);
-        slot.set_hint(order, if pos + 1 == len { 0 } else { pos + 1 });
+        self.count_alloc(slot, 1 << order, order, pos);
         Ok(pos << order)
+    }
+
+    /// Groups of `2^r` blocks under one node of their cell, each group taken by one TRYALLOC
+    /// of that node ([`Forest::try_alloc`]): one reservation and one climb for the group.
+    /// `r` is at most the order's row in its cell (with 4-level cells and `max_order` 10:
+    /// 4 blocks of order 0, 8 of order 3; the 1-level tree has no groups). A group is taken
+    /// only where `alloc` would look first, at the core's hint, if the group is free there
+    /// (one load when it is not); otherwise the next block comes from `alloc`.
+    fn alloc_bulk(&self, order: u32, core: usize, out: &mut [usize]) -> Result<usize, Error> {
+        if order > self.max_order {
+            return Err(Error::BadOrder);
+        }
+        let rows = self.group_rows(order);
+        let mut n = 0;
+        while n < out.len() {
+            let r = rows.min((out.len() - n).ilog2());
+            if r > 0 {
+                if let Some(first) = self.alloc_group(order, r, core) {
+                    for (k, slot) in out[n..n + (1 << r)].iter_mut().enumerate() {
+                        *slot = first + (k << order);
+                    }
+                    n += 1 << r;
+                    continue;
+                }
+            }
+            match self.alloc(order, core) {
+                Ok(index) => out[n] = index,
+                Err(e) if n == 0 => return Err(e),
+                Err(_) => break,
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Frees runs of `blocks` that are exactly the `2^r` blocks under one node of their cell
+    /// (in any order within the run) as one free of that node, after one compare-and-swap
+    /// that checks and clears them all ([`Shape::join`]); any other block, and a run with a
+    /// block that is not allocated, one by one, as `free` would, which gives the exact
+    /// answer and position of a bad one.
+    fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
+        let rows = if order <= self.max_order {
+            self.group_rows(order)
+        } else {
+            0
+        };
+        let mut i = 0;
+        while i < blocks.len() {
+            let most = rows.min((blocks.len() - i).ilog2());
+            let group = (1..=most)
+                .rev()
+                .map(|r| &blocks[i..i + (1 << r)])
+                .find(|group| self.free_group(group, order, core));
+            i += match group {
+                Some(group) => group.len(),
+                None => {
+                    self.free(blocks[i], order, core).map_err(|e| (i, e))?;
+                    1
+                }
+            };
+        }
+        Ok(())
     }
 
     /// Alg. 4 (NBFREE): claims the allocated node (the one check that makes double frees
@@ -654,7 +823,7 @@ impl<K: Kind> BlockAlloc for Forest<K> {
         if !root_cell {
             self.release(at, now, 0);
         }
-        self.count_free(node, core);
+        self.count_free(1 << node.order, node, core);
         Ok(())
     }
 
@@ -674,10 +843,13 @@ impl<K: Kind> BlockAlloc for Forest<K> {
     /// a node below it, nor an ancestor is occupied.
     fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         check_block(index, order, self.max_order, self.units)?;
-        self.try_alloc(Node {
-            order,
-            pos: index >> order,
-        })
+        self.try_alloc(
+            Node {
+                order,
+                pos: index >> order,
+            },
+            0,
+        )
         .map_err(|_| Error::Occupied)?;
         self.cores.slot(core).allocated(1 << order);
         Ok(())
@@ -745,7 +917,7 @@ mod tests {
         v_seen.set(x.level - 1, s.gen(old));
         let now = f.clear(v);
         f.unmark(v, now, &v_seen);
-        f.count_free(Node { order: 0, pos: 0 }, 0);
+        f.count_free(1, Node { order: 0, pos: 0 }, 0);
         // X: its UNMARK resumes.
         f.resume(stalled, 0);
         if let Ok(top) = f.alloc(max_order, 0) {
@@ -839,6 +1011,97 @@ mod tests {
                 .unwrap_or_else(|e| panic!("order {order}: {e}: cells {:x?}", cells()));
             f.free(i, order, 0).unwrap();
         }
+    }
+
+    /// The cells' state bits, without the generations.
+    fn states<K: Kind>(f: &Forest<K>) -> alloc::vec::Vec<State> {
+        f.cells
+            .iter()
+            .map(|c| K::SHAPE.without_gen(c.load(Ordering::Relaxed)))
+            .collect()
+    }
+
+    /// A bulk allocation of a group leaves the cells as single allocations of its blocks
+    /// would, and a bulk free of it as single frees would: in a root cell, in a cell below
+    /// one, and with groups of 2, 4 and 8.
+    #[test]
+    fn groups_leave_the_states_of_single_operations() {
+        for (units, max_order, order, len) in [
+            (8, 2, 0, 4),
+            (1 << 12, 10, 0, 4),
+            (1 << 12, 10, 1, 2),
+            (1 << 12, 10, 3, 8),
+            (64, 6, 0, 32),
+        ] {
+            let config = Config::new(units, max_order);
+            let bulk = Forest::<FourLevel>::new(config).unwrap();
+            let single = Forest::<FourLevel>::new(config).unwrap();
+            let mut out = alloc::vec![0; len];
+            assert_eq!(bulk.alloc_bulk(order, 0, &mut out), Ok(len));
+            for &index in &out {
+                single.alloc_at(index, order, 0).unwrap();
+            }
+            // Something else in the cells, freed last.
+            let other = bulk.alloc(order, 0).unwrap();
+            single.alloc_at(other, order, 0).unwrap();
+            let case = (units, max_order, order, len);
+            assert_eq!(states(&bulk), states(&single), "{case:?}");
+            assert_eq!(bulk.free_units(), single.free_units(), "{case:?}");
+            // Below a root cell, fewer climbs marked (bumped a generation) than single
+            // allocations did: the groups took one climb each.
+            let marks = |f: &Forest<FourLevel>| -> u64 {
+                f.cells
+                    .iter()
+                    .map(|c| FourLevel::SHAPE.gen(c.load(Ordering::Relaxed)))
+                    .sum()
+            };
+            if max_order - order >= FourLevel::SHAPE.levels {
+                assert!(marks(&bulk) < marks(&single), "{case:?}");
+            }
+            out.reverse();
+            assert_eq!(bulk.free_bulk(&out, order, 0), Ok(()));
+            for &index in &out {
+                single.free(index, order, 0).unwrap();
+            }
+            assert_eq!(states(&bulk), states(&single), "{case:?}");
+            bulk.free(other, order, 0).unwrap();
+            assert_whole(&bulk);
+        }
+    }
+
+    /// A group with a block that is not allocated at its order is freed one block at a time:
+    /// the blocks before the bad one are freed, it and the rest stay as they were.
+    #[test]
+    fn a_group_with_a_bad_block_frees_up_to_it() {
+        let f = Forest::<FourLevel>::new(Config::new(1 << 12, 10)).unwrap();
+        let mut g = [0; 4];
+        assert_eq!(f.alloc_bulk(0, 0, &mut g), Ok(4));
+        assert_eq!(g[0] % 4, 0, "one group of 4: {g:?}");
+        let [a, b, c, d] = g;
+        f.free(c, 0, 0).unwrap();
+        assert_eq!(
+            f.free_bulk(&[b, a, c, d], 0, 0),
+            Err((2, Error::NotAllocated))
+        );
+        assert_eq!(f.free(a, 0, 0), Err(Error::NotAllocated));
+        assert_eq!(f.free(b, 0, 0), Err(Error::NotAllocated));
+        // Named twice: the group check refuses it, the second naming is the error.
+        f.alloc_at(a, 0, 0).unwrap();
+        f.alloc_at(b, 0, 0).unwrap();
+        f.alloc_at(c, 0, 0).unwrap();
+        assert_eq!(
+            f.free_bulk(&[a, a, c, d], 0, 0),
+            Err((1, Error::NotAllocated))
+        );
+        // A block of the group's node's order where the group would be.
+        f.free_bulk(&[b, c, d], 0, 0).unwrap();
+        f.alloc_at(a, 2, 0).unwrap();
+        assert_eq!(
+            f.free_bulk(&[a, b, c, d], 0, 0),
+            Err((0, Error::OrderMismatch))
+        );
+        f.free(a, 2, 0).unwrap();
+        assert_whole(&f);
     }
 
     #[test]

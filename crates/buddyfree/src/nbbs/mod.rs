@@ -69,6 +69,27 @@
 //!   than `2^order` free units" in O(cores) loads after the hinted node fails, instead of a
 //!   scan of the level. A heap with enough free units that are all fragmented still scans
 //!   (skipping occupied sub-trees).
+//! - Bulk operations in groups (`alloc_bulk`, `free_bulk`, what per-core magazines refill
+//!   and spill with). `2^r` blocks of one order under one node `j` of their cell (`r` up to
+//!   the order's row in the cell: with 4-level cells and `max_order` 10, four blocks of
+//!   order 0, eight of order 3; none in the 1-level tree) are allocated by one TRYALLOC of
+//!   `j` whose last CAS, instead of setting `ALLOCATED(j)`, clears `OCC(j)` and sets `OCC`
+//!   and `ALLOCATED` of the blocks' nodes: the state that single allocations of those nodes
+//!   leave once their climbs met above `j`, but for the generations, bumped once per cell
+//!   rather than once per block. That is sound because UNMARK compares generations for
+//!   equality: one mark after its reading refuses it as several would. Between the
+//!   reservation and that CAS, `j` is held like any node being allocated, and nothing below
+//!   it can be reserved. A bulk free of such a run (the blocks of one node, in any order)
+//!   checks and clears them in one CAS that leaves `j` held, the state of a free of `j`
+//!   after its claim, and frees `j` from there. Neither step changes whether the cell is
+//!   occupied, so no other thread's climb or UNMARK can tell a group from single blocks. A
+//!   run with a block that is not allocated at that order fails the CAS and is freed one
+//!   block at a time, which gives `free`'s exact answer. A group is sought only near the
+//!   core's hint (8 positions of `j`'s order), so a fragmented heap never makes a bulk
+//!   allocation scan a level twice; the blocks past a miss come from `alloc`. Model checked
+//!   by `loom_nbbs_bulk_*` (a group racing a single allocation of the same leaves; a group
+//!   freed while its neighbour is freed and its node allocated), stressed by
+//!   `bulk_groups_race_single_operations_on_small_trees`.
 //! - Free-slot hints per core and order (3.6.1), scattered initially.
 //! - Each level of cells starts one cache line off a power-of-two boundary, so the cells of
 //!   a root-to-leaf path do not all fall in one L1 set.
@@ -128,6 +149,22 @@ macro_rules! nbbs_type {
             #[inline]
             fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
                 self.0.free(index, order, core)
+            }
+            fn alloc_bulk(
+                &self,
+                order: u32,
+                core: usize,
+                out: &mut [usize],
+            ) -> Result<usize, Error> {
+                self.0.alloc_bulk(order, core, out)
+            }
+            fn free_bulk(
+                &self,
+                blocks: &[usize],
+                order: u32,
+                core: usize,
+            ) -> Result<(), (usize, Error)> {
+                self.0.free_bulk(blocks, order, core)
             }
             fn free_units(&self) -> usize {
                 self.0.free_units()

@@ -449,6 +449,72 @@ pub fn stress_with(
     allocs.into_inner()
 }
 
+/// Threads mixing `alloc_bulk` and `free_bulk` with single operations of orders up to
+/// `max_order` (at most 3), freeing in bulk both their own blocks and blocks other threads
+/// handed them, under the ownership map; the allocator must be whole at the end. Bulk
+/// allocations come out in runs that bulk frees then name together, so allocators that
+/// take or give back several blocks in one step (LLFree's words, NBBS-4's groups under one
+/// node) race those steps against single operations on the same words and cells.
+pub fn bulk_stress(alloc: &dyn BlockAlloc, threads: usize, steps: usize, max_order: u32) {
+    let owners = Owners::new(alloc.total_units());
+    // Blocks left for another thread to free, in bulk.
+    // A spin lock: built from atomics, so ThreadSanitizer sees its edges.
+    let handoff: spin::Mutex<Vec<(usize, u32)>> = spin::Mutex::new(Vec::new());
+    let free_all = |blocks: &mut Vec<(usize, u32)>, core: usize| {
+        for order in 0..=max_order {
+            let same: Vec<usize> = blocks
+                .iter()
+                .filter(|&&(_, o)| o == order)
+                .map(|&(b, _)| b)
+                .collect();
+            for &b in &same {
+                owners.release(b, order, stamp(b, order));
+            }
+            alloc.free_bulk(&same, order, core).unwrap();
+        }
+        blocks.clear();
+    };
+    run_threads(threads, |t| {
+        let mut rng = Rng::new(t as u64 + 7);
+        let mut mine: Vec<(usize, u32)> = Vec::new();
+        let mut out = [0; 32];
+        for _ in 0..steps {
+            let order = (rng.below(max_order as usize + 1) as u32).min(3);
+            match rng.below(8) {
+                0..=2 => {
+                    let len = 1 + rng.below(32);
+                    if let Ok(n) = alloc.alloc_bulk(order, t, &mut out[..len]) {
+                        for &b in &out[..n] {
+                            owners.claim(b, order, stamp(b, order));
+                            mine.push((b, order));
+                        }
+                    }
+                }
+                3 => {
+                    if let Ok(b) = alloc.alloc(order, t) {
+                        owners.claim(b, order, stamp(b, order));
+                        mine.push((b, order));
+                    }
+                }
+                4 if !mine.is_empty() => {
+                    let (b, order) = mine.swap_remove(rng.below(mine.len()));
+                    owners.release(b, order, stamp(b, order));
+                    alloc.free(b, order, t).unwrap();
+                }
+                5 => free_all(&mut mine, t),
+                6 => handoff.lock().append(&mut mine),
+                _ => {
+                    let mut theirs = std::mem::take(&mut *handoff.lock());
+                    free_all(&mut theirs, t);
+                }
+            }
+        }
+        free_all(&mut mine, t);
+    });
+    free_all(&mut handoff.lock(), 0);
+    assert_whole(alloc);
+}
+
 /// Raced double frees against allocations of other orders over the same units. Thread 0
 /// alone allocates blocks of `order`; it frees each one and then frees it again. The other
 /// threads fill the allocator with blocks of the other orders (up to `max_order`, at most 3),
