@@ -20,8 +20,10 @@
 //! larger order (at least two blocks) gives its oldest batch back through
 //! [`BlockAlloc::free_bulk`]. With LLFree behind it, a batch of orders 0–5 comes from one
 //! huge frame, claimed and given back with one compare-and-swap per bit-field word (and one
-//! update of each counter) instead of one per block. Orders 0–7 cover the sizes of the NBBS
-//! paper's workloads at 4 KiB and 32 KiB (k to 16k); larger orders go straight to the
+//! update of each counter) instead of one per block; with NBBS-4, in groups of up to 4
+//! blocks of order 0 (8 of order 3, with `max_order` 10) under one node of a cell, one tree
+//! walk per group (the module docs of [`nbbs`](crate::nbbs)). Orders 0–7 cover the sizes of
+//! the NBBS paper's workloads at 4 KiB and 32 KiB (k to 16k); larger orders go straight to the
 //! backend.
 //!
 //! # What it trades

@@ -73,10 +73,11 @@ fn survives_stress_small_heap_high_contention() {
 
 #[test]
 fn bulk_groups_race_single_operations_on_small_trees() {
-    // NBBS-4 takes and gives back groups of blocks under one node of a cell: in a root cell
-    // (64 units of order 3 on a tree of 6 levels, 4 of order 0 on 2 levels) and below it (order
-    // 0 in fours on 6 levels, in twos on 5). Few cells: groups, rollbacks and single
-    // operations collide on the same words.
+    // NBBS-4 takes and gives back groups of blocks under one node of a cell: with max_order
+    // 6, four blocks of order 0 below the root cell and eight of order 3 in it; with 5, two
+    // of order 0 below it; with 2 and 3 (six roots of 8 units), four and eight of order 0 in
+    // root cells. Few cells: groups, rollbacks and single operations collide on the same
+    // words.
     for (units, max_order) in [(64, 6), (32, 5), (16, 2), (48, 3)] {
         for (name, alloc) in both(Config::new(units, max_order).with_cores(4)) {
             common::bulk_stress(&*alloc, 4, 20_000, max_order);

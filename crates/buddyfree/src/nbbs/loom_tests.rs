@@ -286,9 +286,9 @@ fn loom_nbbs_bulk_alloc_races_alloc() {
 
 #[test]
 fn loom_nbbs_bulk_free_races_free_and_alloc() {
-    // A group freed in one step (its join, then the free of its node) while the block next
-    // to it is freed, and while the group's node is allocated: the merge must reach the root,
-    // and the node must be had only once the group is gone.
+    // A group freed in one step (its join, then the free of its node) while another block
+    // is freed (in the 4-unit tree, the group's buddy) and the group's node is allocated:
+    // the merge must reach the root, and the node must be had only once the group is gone.
     check_cases(&GROUP_CASES, 3, |heap| {
         let pair = heap.alloc_pair(0, 0);
         let other = heap.alloc(0, 1).unwrap();

@@ -84,11 +84,14 @@
 //!   after its claim, and frees `j` from there. Neither step changes whether the cell is
 //!   occupied, so no other thread's climb or UNMARK can tell a group from single blocks. A
 //!   run with a block that is not allocated at that order fails the CAS and is freed one
-//!   block at a time, which gives `free`'s exact answer. A group is sought only near the
-//!   core's hint (8 positions of `j`'s order), so a fragmented heap never makes a bulk
-//!   allocation scan a level twice; the blocks past a miss come from `alloc`. Model checked
-//!   by `loom_nbbs_bulk_*` (a group racing a single allocation of the same leaves; a group
-//!   freed while its neighbour is freed and its node allocated), stressed by
+//!   block at a time, which gives `free`'s exact answer. A group is taken only where `alloc`
+//!   would look first (the node above the core's hint of the blocks' order) and only if it
+//!   is free there; otherwise the next block comes from `alloc`. So groups go where single
+//!   allocations would, and a fragmented heap costs a bulk allocation one load per miss,
+//!   never a scan (searching for free groups instead broke up free blocks while the holes
+//!   that frees hint stayed empty: frag's compaction cost doubled, docs/results.md). Model
+//!   checked by `loom_nbbs_bulk_*` (a group racing a single allocation of the same leaves;
+//!   a group freed while another block is freed and its node allocated), stressed by
 //!   `bulk_groups_race_single_operations_on_small_trees`.
 //! - Free-slot hints per core and order (3.6.1), scattered initially.
 //! - Each level of cells starts one cache line off a power-of-two boundary, so the cells of
