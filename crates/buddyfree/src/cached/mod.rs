@@ -22,6 +22,7 @@ mod cache;
 mod states;
 
 use alloc::boxed::Box;
+use core::ops::DerefMut;
 
 use lock_api::RawMutex;
 
@@ -286,12 +287,26 @@ impl<B: Backend> Cached<B> {
 
     /// See [`BlockAlloc::free`].
     pub(crate) fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        self.free_into(index, order, core, || self.cache(core).lock())
+    }
+
+    /// Frees `(index, order)` for `core`, parking a block of a cached order in the cache
+    /// `cache` gives: `core`'s, locked only once the block has passed the state table (the
+    /// shared path), or already held (a pin).
+    #[inline]
+    fn free_into<C: DerefMut<Target = CoreCache>>(
+        &self,
+        index: usize,
+        order: u32,
+        core: usize,
+        cache: impl FnOnce() -> C,
+    ) -> Result<(), Error> {
         check_block(index, order, self.max_order(), self.total_units())?;
         let Some(slot) = self.slot(order) else {
             return self.free_uncached(index, order, core);
         };
         self.release_cached(index, order)?;
-        self.park(&mut self.cache(core).lock(), slot, index, order, core);
+        self.park(&mut cache(), slot, index, order, core);
         Ok(())
     }
 
@@ -498,14 +513,9 @@ impl<B: Backend> Pinned<'_, B> {
     /// See [`BlockAlloc::free`].
     #[inline]
     pub(crate) fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
-        let cached = self.cached;
-        check_block(index, order, cached.max_order(), cached.total_units())?;
-        let Some(slot) = cached.slot(order) else {
-            return cached.free_uncached(index, order, self.core);
-        };
-        cached.release_cached(index, order)?;
-        cached.park(&mut self.cache, slot, index, order, self.core);
-        Ok(())
+        let cache = &mut self.cache;
+        self.cached
+            .free_into(index, order, self.core, || &mut **cache)
     }
 }
 

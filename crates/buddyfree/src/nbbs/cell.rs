@@ -187,11 +187,11 @@ impl Shape {
         w & (self.below[j as usize] | self.above[j as usize]) == 0
     }
 
-    /// Alg. 3, T2: occupies node `j` if it and everything below it is clear and no in-cell
-    /// ancestor is occupied; `done` marks it allocated at once (no climb to follow).
-    /// Otherwise the node that made it fail: the highest occupied ancestor, or `j`.
+    /// Alg. 3, T2: holds node `j` (occupied, not yet allocated: [`Shape::complete`] ends its
+    /// allocation) if it and everything below it is clear and no in-cell ancestor is
+    /// occupied. Otherwise the node that made it fail: the highest occupied ancestor, or `j`.
     #[inline]
-    pub fn reserve(&self, w: State, j: u32, done: bool) -> Result<State, u32> {
+    pub fn reserve(&self, w: State, j: u32) -> Result<State, u32> {
         let above = w & self.above[j as usize];
         if above != 0 {
             return Err(Self::highest(above));
@@ -199,8 +199,7 @@ impl Shape {
         if w & self.below[j as usize] != 0 {
             return Err(j);
         }
-        let allocated = if done { self.allocated[j as usize] } else { 0 };
-        Ok(w | self.occ(j) | allocated)
+        Ok(w | self.occ(j))
     }
 
     /// Completes the allocation of a held node `j`.
@@ -370,8 +369,8 @@ mod tests {
         assert_eq!(s.above_child[1], 1);
         assert_eq!(s.gen_mask, 0xffff_ffff_ffff_ffe0);
         assert_eq!(s.width(), 64);
-        let w = s.reserve(0, 1, false).unwrap();
-        assert_eq!(s.reserve(w, 1, false), Err(1));
+        let w = s.reserve(0, 1).unwrap();
+        assert_eq!(s.reserve(w, 1), Err(1));
         assert_eq!(s.claim(w, 1), None);
         let w = w | s.allocated_bit(1);
         assert_eq!(s.claim(w, 1), Some(1));
@@ -394,17 +393,17 @@ mod tests {
         let w = s.mark(0, 3).unwrap(); // something below node 9
         assert!(!s.is_free(w, 1) && !s.is_free(w, 2) && !s.is_free(w, 4) && !s.is_free(w, 9));
         assert!(s.is_free(w, 3) && s.is_free(w, 5) && s.is_free(w, 8));
-        let w = s.reserve(w, 3, true).unwrap();
+        let w = s.complete(s.reserve(w, 3).unwrap(), 3, 0);
         assert!(s.is_allocated(w, 3));
         assert!(!s.is_allocated(w, 6) && !s.is_allocated(w, 7));
-        assert_eq!(s.reserve(w, 13, true), Err(3));
-        assert_eq!(s.reserve(w, 6, true), Err(3));
+        assert_eq!(s.reserve(w, 13), Err(3));
+        assert_eq!(s.reserve(w, 6), Err(3));
         assert_eq!(s.mark(w, 12), Err(3));
         assert!(!s.looks_free(w));
         let w = w & s.clear_mask(3);
         assert!(s.is_free(w, 3) && !s.is_free(w, 9));
         // Bottom node 15 keeps its ALLOCATED in the link to child 14.
-        let w = s.reserve(w, 15, true).unwrap();
+        let w = s.complete(s.reserve(w, 15).unwrap(), 15, 0);
         assert!(s.is_allocated(w, 15) && !s.is_free(w, 7));
         assert_eq!(s.mark(w, 14), Err(15));
         assert_eq!(w & s.clear_mask(15), s.mark(0, 3).unwrap());

@@ -306,7 +306,7 @@ impl<K: Kind> Forest<K> {
         // thread; its writes to those units must happen before the caller's. In a root cell
         // there is no climb: the reservation completes the allocation.
         let r = home.try_update(Ordering::Acquire, |w| {
-            let w = Self::S.reserve(w, at.j, false).ok()?;
+            let w = Self::S.reserve(w, at.j).ok()?;
             Some(if done {
                 Self::S.complete(w, at.j, rows)
             } else {
@@ -315,7 +315,7 @@ impl<K: Kind> Forest<K> {
         });
         trace!("reserve {node:?} {at:?} -> {r:x?}");
         if let Err(seen) = r {
-            let failed = Self::S.reserve(seen, at.j, false).unwrap_err();
+            let failed = Self::S.reserve(seen, at.j).unwrap_err();
             return Err(self.node(at.level, at.cell, failed));
         }
         let (mut level, mut cell) = (at.level, at.cell);
@@ -943,7 +943,7 @@ mod tests {
         let at = f.place(Node { order: 0, pos: 0 });
         assert!(at.level >= 2, "unit 0 needs two cell levels above it");
         let home = f.cell(at.level, at.cell);
-        home.try_update(Ordering::Relaxed, |w| s.reserve(w, at.j, false).ok())
+        home.try_update(Ordering::Relaxed, |w| s.reserve(w, at.j).ok())
             .unwrap();
         let (c, ch) = Forest::<K>::parent(at.cell);
         f.cell(at.level - 1, c)
@@ -974,7 +974,7 @@ mod tests {
         f.alloc_at(0, p_order, 0).unwrap();
         let at = f.place(Node { order: 0, pos: 0 });
         let home = f.cell(at.level, at.cell);
-        home.try_update(Ordering::Relaxed, |w| s.reserve(w, at.j, false).ok())
+        home.try_update(Ordering::Relaxed, |w| s.reserve(w, at.j).ok())
             .unwrap();
         let (p, pch) = Forest::<K>::parent(at.cell);
         let above = f.cell(at.level - 1, p).load(Ordering::Relaxed);
