@@ -14,9 +14,11 @@ use crate::zone::{Mode, ZoneAlloc, MODES};
 pub const DEFAULT_ALLOCS: &[&str] = &[
     "nbbs",
     "nbbs4",
+    "nbbs4-magazine",
     "knuth-locked",
     "linux",
     "llfree",
+    "llfree-magazine",
     "list-locked",
     "list-cas",
     "list-percore",
