@@ -52,6 +52,14 @@
 //!   builds; in `no_std` they spin, as a kernel's per-CPU lists expect preemption to be off),
 //!   and [`BlockAlloc::try_alloc`] answers [`Error::WouldBlock`] rather than wait for it (or
 //!   when the backend is out of blocks while magazines hold some).
+//! - **Bursts of orders the backend does not take in bulk** (LLFree above order 5; NBBS-4
+//!   where the order is on the top row of its cell, as order 6 is with `max_order` 10: the
+//!   default suite's 256 KiB blocks): where
+//!   every block is allocated before any is freed, a magazine reuses nothing and each
+//!   operation pays its lock and state-table byte on top of the backend's, 1.2–1.5x the
+//!   plain design's time in `buddybench`'s linux-scalability and thread-test
+//!   (docs/results.md). Skipping the lock when a list looks empty or full won those bursts
+//!   back only in part and cost the common pair 1–1.5 ns, so it was not kept.
 //! - **Placement**: reused blocks come from the magazine, not from where the backend would
 //!   place them (LLFree's per-core trees, say); `docs/results.md` measures the effect on
 //!   fragmentation.
