@@ -407,3 +407,55 @@ fn loom_a_bulk_claim_and_a_single_claim_share_no_unit() {
         assert_eq!(lower.child(HugeId(0)).free(), 512);
     });
 }
+
+/// A bulk claim of two order-6 blocks (groups of two words) races a single order-6
+/// allocation in the same frame: they never share a unit, the counter ends exact, and each
+/// claimed block frees on its own.
+#[test]
+fn loom_a_bulk_claim_of_word_groups_and_a_single_claim_share_no_unit() {
+    check(|| {
+        let lower = Arc::new(Lower::new(512));
+        let bulk = {
+            let lower = lower.clone();
+            thread::spawn(move || {
+                let mut out = [0; 2];
+                let got = lower.alloc_many(HugeId(0), 6, 0, &mut out);
+                (out, got)
+            })
+        };
+        let single = lower.alloc(HugeId(0), 6, 0).unwrap();
+        let (out, got) = bulk.join().unwrap();
+        assert_eq!(got, 2, "the frame has room");
+        assert!(!out.contains(&single), "{out:?} {single}");
+        lower.assert_consistent();
+        for i in out {
+            assert_eq!(lower.free(i, 6), Ok(()));
+        }
+        assert_eq!(lower.free(single, 6), Ok(()));
+        lower.assert_consistent();
+        assert_eq!(lower.child(HugeId(0)).free(), 512);
+    });
+}
+
+/// A bulk free of two order-6 blocks races a double free of the second: exactly one free of
+/// it wins, the first block is freed either way, and the counter ends exact.
+#[test]
+fn loom_a_bulk_free_of_word_groups_races_a_double_free() {
+    check(|| {
+        let lower = Arc::new(Lower::new(512));
+        let a = lower.alloc(HugeId(0), 6, 0).unwrap();
+        let b = lower.alloc(HugeId(0), 6, 0).unwrap();
+        let double = {
+            let lower = lower.clone();
+            thread::spawn(move || lower.free(b, 6))
+        };
+        let freed = lower.free_many(&[a, b], 6);
+        let double = double.join().unwrap();
+        assert!(freed >= 1, "the first block is not raced");
+        assert!((freed == 2) != double.is_ok(), "{freed} {double:?}");
+        assert_eq!(lower.free(a, 6), Err(Error::NotAllocated));
+        assert_eq!(lower.free(b, 6), Err(Error::NotAllocated));
+        lower.assert_consistent();
+        assert_eq!(lower.child(HugeId(0)).free(), 512);
+    });
+}

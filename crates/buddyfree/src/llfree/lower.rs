@@ -88,6 +88,9 @@ const LOW_BITS: u64 = 0x5555_5555_5555_5555;
 const HIGH_BITS: u64 = 0xAAAA_AAAA_AAAA_AAAA;
 /// The highest order claimed inside one word.
 pub(crate) const WORD_ORDER: u32 = 5;
+/// The largest order kept in the bit fields (2, 4 or 8 words from order 6 up); orders 9 and
+/// 10 are flags of the child entries.
+pub(crate) const BITS_ORDER: u32 = 8;
 /// The start word of a block of order 6..=8 that a free has claimed but not yet cleared:
 /// slot 1 `10`, every other slot `11`.
 const FREEING: u64 = !(1 << 2);
@@ -315,11 +318,12 @@ impl<W: WriteBack> Lower<W> {
         }
     }
 
-    /// Allocates up to `out.len()` blocks of `order` (0..=5) in huge frame `h`, writing
+    /// Allocates up to `out.len()` blocks of `order` (0..=8) in huge frame `h`, writing
     /// their first units to `out`; returns how many. The child counter is taken once for all
-    /// of them (what is not found goes back once), and each bit-field word, from `hint` on,
-    /// gives every free aligned block it has that is still wanted in one compare-and-swap.
-    /// Each block is freed on its own, as if allocated alone.
+    /// of them (what is not found goes back once); from word `hint` on, each bit-field word
+    /// gives every free aligned block of orders 0..=5 it has that is still wanted in one
+    /// compare-and-swap, and each group of free words one block of orders 6..=8, claimed as a
+    /// single allocation claims it. Each block is freed on its own, as if allocated alone.
     pub(crate) fn alloc_many(
         &self,
         h: HugeId,
@@ -327,11 +331,24 @@ impl<W: WriteBack> Lower<W> {
         hint: usize,
         out: &mut [usize],
     ) -> usize {
-        debug_assert!(order <= WORD_ORDER && out.len() << order <= HUGE_UNITS);
+        debug_assert!(order <= BITS_ORDER && out.len() << order <= HUGE_UNITS);
         let n = 1 << order;
         if self.update_child(h, |c| c.take(out.len() * n)).is_err() {
             return 0;
         }
+        let got = if order <= WORD_ORDER {
+            self.claim_in_words(h, order, hint, out)
+        } else {
+            self.claim_groups(h, order, hint, out)
+        };
+        if got < out.len() {
+            self.give_child(h, (out.len() - got) * n);
+        }
+        got
+    }
+
+    /// [`Lower::alloc_many`]'s claims for orders 0..=5, the child counter taken.
+    fn claim_in_words(&self, h: HugeId, order: u32, hint: usize, out: &mut [usize]) -> usize {
         let mask = block_mask(order + 1);
         let mut got = 0;
         for i in 0..WORDS {
@@ -367,8 +384,27 @@ impl<W: WriteBack> Lower<W> {
                 got += 1;
             }
         }
-        if got < out.len() {
-            self.give_child(h, (out.len() - got) * n);
+        got
+    }
+
+    /// [`Lower::alloc_many`]'s claims for orders 6..=8, the child counter taken: the groups
+    /// of 2, 4 or 8 words from the one holding word `hint` on, each by
+    /// [`Lower::claim_group`].
+    fn claim_groups(&self, h: HugeId, order: u32, hint: usize, out: &mut [usize]) -> usize {
+        let span = 1 << (order - WORD_ORDER);
+        let groups = WORDS / span;
+        let mut got = 0;
+        for i in 0..groups {
+            if got == out.len() {
+                break;
+            }
+            let g = (hint / span + i) % groups * span;
+            if self.claim_group(h, g, order) {
+                // The block's words share the start word's line (as in `alloc_small`).
+                self.persist(|| self.bits(h, g));
+                out[got] = h.first_unit() + g * SLOTS;
+                got += 1;
+            }
         }
         got
     }
@@ -597,20 +633,33 @@ impl<W: WriteBack> Lower<W> {
         Ok(())
     }
 
-    /// Frees blocks of `order` (0..=5, checked for range and alignment) that all lie in one
-    /// huge frame, in order: the blocks that follow each other in `blocks` and share a
-    /// bit-field word with one compare-and-swap that checks each as [`Lower::free`] would,
-    /// and the child counter once for all. Stops before the first such group that has a
-    /// block that is not a live block of `order`, or one named twice (that group unchanged);
-    /// returns how many blocks it freed.
+    /// Frees blocks of `order` (0..=8, checked for range and alignment) that all lie in one
+    /// huge frame, in order, with the child counter updated once for all: for orders 0..=5
+    /// the blocks that follow each other in `blocks` and share a bit-field word with one
+    /// compare-and-swap that checks each as [`Lower::free`] would; for orders 6..=8 each
+    /// block's words as [`Lower::free`] clears them. Stops before the first such group that
+    /// has a block that is not a live block of `order`, or one named twice (that group
+    /// unchanged); returns how many blocks it freed.
     pub(crate) fn free_many(&self, blocks: &[usize], order: u32) -> usize {
-        debug_assert!(order <= WORD_ORDER);
+        debug_assert!(order <= BITS_ORDER);
         let mut done = 0;
-        for group in blocks.chunk_by(|a, b| a / SLOTS == b / SLOTS) {
-            if !self.clear_group(group, order) {
-                break;
+        if order <= WORD_ORDER {
+            for group in blocks.chunk_by(|a, b| a / SLOTS == b / SLOTS) {
+                if !self.clear_group(group, order) {
+                    break;
+                }
+                done += group.len();
             }
-            done += group.len();
+        } else {
+            for &index in blocks {
+                if self
+                    .clear_words(HugeId(index / HUGE_UNITS), index, order)
+                    .is_err()
+                {
+                    break;
+                }
+                done += 1;
+            }
         }
         if done > 0 {
             self.give_child(HugeId(blocks[0] / HUGE_UNITS), done << order);
@@ -645,13 +694,23 @@ impl<W: WriteBack> Lower<W> {
         true
     }
 
-    /// Fig. 14b (1)–(3) for orders 6..=8. The start word is the claim: of racing frees of one
-    /// block exactly one turns it into [`FREEING`]. It stays FREEING (no free slot, no match
-    /// for any free) until the continuation words are clear, so that a losing double free
-    /// never sees the block as free yet taken, and no allocation can take the start word
-    /// while a word of the block is still set.
+    /// Frees the block of `order` (6..=8) at `index`: [`Lower::clear_words`], then the child
+    /// counter. Out of line, so that the order-0 path it shares `free` with stays small.
     #[inline(never)]
     fn free_words(&self, h: HugeId, index: usize, order: u32) -> Result<(), Error> {
+        self.clear_words(h, index, order)?;
+        self.give_child(h, 1 << order);
+        Ok(())
+    }
+
+    /// Fig. 14b (1)–(3) for orders 6..=8, but for the child counter, which is the caller's.
+    /// The start word is the claim: of racing frees of one block exactly one turns it into
+    /// [`FREEING`]. It stays FREEING (no free slot, no match for any free) until the
+    /// continuation words are clear, so that a losing double free never sees the block as
+    /// free yet taken, and no allocation can take the start word while a word of the block
+    /// is still set.
+    #[inline]
+    fn clear_words(&self, h: HugeId, index: usize, order: u32) -> Result<(), Error> {
         let g = (index % HUGE_UNITS) / SLOTS;
         let start = self.bits(h, g);
         window::pass();
@@ -666,7 +725,6 @@ impl<W: WriteBack> Lower<W> {
         // One line holds all the block's words (a crash before this write-back leaves the
         // block allocated, or its remaining words orphans: see `recover.rs`).
         self.persist(|| start);
-        self.give_child(h, 1 << order);
         Ok(())
     }
 

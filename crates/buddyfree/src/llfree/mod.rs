@@ -625,7 +625,7 @@ impl<W: WriteBack> LLFree<W> {
         self.alloc_anywhere(order, rounds, busy)
     }
 
-    /// Allocates up to `out.len()` blocks of `order` (0..=5) from `core`'s units, in the
+    /// Allocates up to `out.len()` blocks of `order` (0..=8) from `core`'s units, in the
     /// frame of its last allocation only ([`Lower::alloc_many`]): no search beyond it and no
     /// change of reservation, so that bulk allocations leave LLFree's placement as it is.
     /// Returns how many (0: that frame or the core's tree has too few free units).
@@ -665,12 +665,13 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
         self.alloc_with(order, core, FALLBACK_ROUNDS, Error::OutOfMemory)
     }
 
-    /// Blocks of orders 0..=5 come from the frame of the core's last allocation, each
-    /// bit-field word giving all the free blocks it has in one compare-and-swap, with one
-    /// update of each counter for them all. When that frame (or the core's tree) has too few,
-    /// one block as [`BlockAlloc::alloc`] places it, which moves the next claim on.
+    /// Blocks of orders 0..=8 come from the frame of the core's last allocation, with one
+    /// update of each counter for them all: for orders 0..=5 each bit-field word gives all
+    /// the free blocks it has in one compare-and-swap, for orders 6..=8 each group of 2, 4
+    /// or 8 free words one block. When that frame (or the core's tree) has too few, one
+    /// block as [`BlockAlloc::alloc`] places it, which moves the next claim on.
     fn alloc_bulk(&self, order: u32, core: usize, out: &mut [usize]) -> Result<usize, Error> {
-        let near = order <= self.max_order.min(lower::WORD_ORDER);
+        let near = order <= self.max_order.min(lower::BITS_ORDER);
         let mut n = 0;
         while n < out.len() {
             let rest = &mut out[n..];
@@ -704,13 +705,15 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
         Ok(())
     }
 
-    /// Blocks of orders 0..=5 that follow each other in `blocks` are freed together: one
-    /// compare-and-swap per bit-field word that checks every block in it, and one update of
-    /// each counter per huge frame. From a word with a bad block on, one by one.
+    /// Blocks of orders 0..=8 that follow each other in `blocks` within one huge frame are
+    /// freed together, with one update of each counter per frame: for orders 0..=5 one
+    /// compare-and-swap per bit-field word that checks every block in it, for orders 6..=8
+    /// each block's words as [`BlockAlloc::free`] clears them. From a word (or block) with
+    /// a bad block on, one by one.
     fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
         let mut done = 0;
         for group in blocks.chunk_by(|a, b| a / HUGE_UNITS == b / HUGE_UNITS) {
-            let checked = order <= lower::WORD_ORDER
+            let checked = order <= lower::BITS_ORDER
                 && group
                     .iter()
                     .all(|&i| check_block(i, order, self.max_order, self.units).is_ok());
@@ -941,11 +944,48 @@ mod tests {
         }
         alloc.free(first, 0, 1).unwrap();
         assert_eq!(alloc.free_units(), 4096);
-        // Orders of several words come one at a time.
-        let mut out = [0; 4];
-        assert_eq!(alloc.alloc_bulk(6, 0, &mut out), Ok(4));
-        alloc.free_bulk(&out, 6, 0).unwrap();
         assert_eq!(alloc.alloc_bulk(0, 0, &mut []), Ok(0));
+        assert_eq!(alloc.free_units(), 4096);
+    }
+
+    #[test]
+    fn a_bulk_allocation_of_several_words_a_block_takes_whole_groups() {
+        let alloc = LLFree::new(Config::new(4096, 10).with_cores(2)).unwrap();
+        let first = alloc.alloc(6, 1).unwrap();
+        for (order, len) in [(6, 7), (7, 3), (8, 2), (6, 16), (8, 8)] {
+            let mut out = [0; 16];
+            assert_eq!(alloc.alloc_bulk(order, 1, &mut out[..len]), Ok(len));
+            let blocks = &out[..len];
+            let mut sorted = blocks.to_vec();
+            sorted.sort_unstable();
+            assert!(
+                sorted.windows(2).all(|w| w[1] - w[0] >= 1 << order),
+                "{blocks:?}"
+            );
+            for &b in blocks {
+                assert_eq!(b % (1 << order), 0);
+                assert_eq!(alloc.block_of(b + (1 << order) - 1), Ok(Some((b, order))));
+                assert_eq!(alloc.free(b, order - 1, 0), Err(Error::OrderMismatch));
+                assert_eq!(alloc.free(b + 32, 5, 0), Err(Error::NotAllocated));
+            }
+            alloc.assert_consistent();
+            // A bulk free stops at a block named twice, the blocks before it freed.
+            if len >= 3 {
+                let [a, b, c] = [blocks[0], blocks[1], blocks[2]];
+                let free = alloc.free_units();
+                assert_eq!(
+                    alloc.free_bulk(&[a, b, a, c], order, 0),
+                    Err((2, Error::NotAllocated))
+                );
+                assert_eq!(alloc.free_units(), free + (2 << order));
+                assert_eq!(alloc.block_of(c), Ok(Some((c, order))));
+                alloc.free_bulk(&blocks[2..], order, 1).unwrap();
+            } else {
+                alloc.free_bulk(blocks, order, 1).unwrap();
+            }
+            alloc.assert_consistent();
+        }
+        alloc.free(first, 6, 1).unwrap();
         assert_eq!(alloc.free_units(), 4096);
     }
 
