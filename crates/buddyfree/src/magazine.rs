@@ -15,16 +15,16 @@
 //! the most recently parked one (cache-hot), so the common pair costs one uncontended
 //! per-core lock, a list push or pop and one byte of `states`, instead of the backend's
 //! tree or bit-field walk and its shared cache lines. An empty magazine is refilled with a
-//! batch from the backend's [`BlockAlloc::alloc_bulk`] (order 0: 32 units; orders 1–5: 128
-//! units; orders 6–7: 256); one holding more than 128 units of order 0 or 512 of a larger
-//! order gives its oldest batch back through [`BlockAlloc::free_bulk`]. With LLFree behind
-//! it, a batch comes from one huge frame with one update of each counter for all its blocks,
-//! orders 0–5 claimed and given back with one compare-and-swap per bit-field word instead of
-//! one per block, orders 6–7 a group of 2 or 4 words per block; with NBBS-4, in groups of up to 4
-//! blocks of order 0 (8 of order 3, with `max_order` 10) under one node of a cell, one tree
-//! walk per group (the module docs of [`nbbs`](crate::nbbs)). Orders 0–7 cover the sizes of
-//! the NBBS paper's workloads at 4 KiB and 32 KiB (k to 16k); larger orders go straight to the
-//! backend.
+//! batch from the backend's [`BlockAlloc::alloc_bulk`] (order 0: 32 units; orders 1–7: 128
+//! units, at least one block, but order 6: 256); one holding more than 128 units of order 0
+//! or 512 of a larger order gives its oldest batch back through [`BlockAlloc::free_bulk`].
+//! With LLFree behind it, a batch comes from one huge frame with one update of each counter
+//! for all its blocks, orders 0–5 claimed and given back with one compare-and-swap per
+//! bit-field word instead of one per block, orders 6–7 a group of 2 or 4 words per block;
+//! with NBBS-4, in groups of up to 4 blocks of order 0 (8 of order 3, with `max_order` 10)
+//! under one node of a cell, one tree walk per group (the module docs of
+//! [`nbbs`](crate::nbbs)). Orders 0–7 cover the sizes of the NBBS paper's workloads at 4 KiB
+//! and 32 KiB (k to 16k); larger orders go straight to the backend.
 //!
 //! # What it trades
 //!
@@ -52,14 +52,14 @@
 //!   builds; in `no_std` they spin, as a kernel's per-CPU lists expect preemption to be off),
 //!   and [`BlockAlloc::try_alloc`] answers [`Error::WouldBlock`] rather than wait for it (or
 //!   when the backend is out of blocks while magazines hold some).
-//! - **Bursts of orders the backend does not take in bulk** (LLFree above order 5; NBBS-4
-//!   where the order is on the top row of its cell, as order 6 is with `max_order` 10: the
-//!   default suite's 256 KiB blocks): where
-//!   every block is allocated before any is freed, a magazine reuses nothing and each
-//!   operation pays its lock and state-table byte on top of the backend's, 1.2–1.5x the
-//!   plain design's time in `buddybench`'s linux-scalability and thread-test
-//!   (docs/results.md). Skipping the lock when a list looks empty or full won those bursts
-//!   back only in part and cost the common pair 1–1.5 ns, so it was not kept.
+//! - **Bursts of orders the backend does not take in bulk** (NBBS-4 where the order is on
+//!   the top row of its cell, as order 6 is with `max_order` 10: the default suite's 256 KiB
+//!   blocks): where every block is allocated before any is freed, a magazine reuses nothing
+//!   and each operation pays its lock and state-table byte on top of the backend's, about
+//!   1.4x the plain design's time in `buddybench`'s linux-scalability and thread-test
+//!   (docs/results.md). LLFree takes orders 0–8 in bulk, and its bursts run as fast through
+//!   a magazine as without. Skipping the lock when a list looks empty or full won such
+//!   bursts back only in part and cost the common pair 1–1.5 ns, so it was not kept.
 //! - **Placement**: reused blocks come from the magazine, not from where the backend would
 //!   place them (LLFree's per-core trees, say); `docs/results.md` measures the effect on
 //!   fragmentation.
@@ -83,15 +83,14 @@ use crate::cached::{block_alloc_via_cached, Cached, Direct, Pinned, Policy};
 use crate::{BlockAlloc, Config, Error};
 
 /// Orders 0–7. Order 0 is refilled and spilled 32 units at a time, spilling above 128 units;
-/// orders 1–5 move 128 units at a time and orders 6–7 256 (4 and 2 blocks), all spilling
-/// above 512, since a batch of a larger order holds fewer blocks to spread a backend call
-/// over (32 KiB blocks, order 3: 16 a batch; with 128 units, order 6 would move 2 and order
-/// 7 one, and bursts of 256 KiB blocks ran slower than without a magazine). Order 0 stays
-/// small: it is what fragments huge frames.
+/// orders 1–7 move 128 units at a time, except order 6, which moves 256 (4 blocks), all
+/// spilling above 512, since a batch of a larger order holds fewer blocks to spread a
+/// backend call over (32 KiB blocks, order 3: 16 a batch; order 6 with 128 units moved 2,
+/// and LLFree's bursts of 256 KiB blocks ran 1.6x slower than with 4; order 7 gained nothing
+/// from 2). Order 0 stays small: it is what fragments huge frames.
 static MAGAZINE: Policy = Policy::new(&[0, 1, 2, 3, 4, 5, 6, 7], 128, 512)
     .with_units(0, 32, 128)
-    .with_units(6, 256, 512)
-    .with_units(7, 256, 512);
+    .with_units(6, 256, 512);
 
 /// Per-core magazines of free blocks of orders 0–7 in front of the allocator `A`: see the
 /// [module documentation](self) for what it trades.
