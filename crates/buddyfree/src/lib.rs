@@ -138,8 +138,9 @@ pub trait BlockAlloc: Sync {
     /// where [`BlockAlloc::alloc`] would have failed. Fails as `alloc` does when not even one
     /// block can be had. Each block is freed on its own, as if `alloc` had returned it. The
     /// default calls `alloc` for each; allocators that claim several blocks in one step
-    /// override it (LLFree: the free blocks of orders 0..=5 in the huge frame of the core's
-    /// last allocation, one compare-and-swap per bit-field word; NBBS-4: groups of 2 to 8
+    /// override it (LLFree: the free blocks of orders 0..=8 in the huge frame of the core's
+    /// last allocation, one update of each counter for all, and one compare-and-swap per
+    /// bit-field word for orders 0..=5; NBBS-4: groups of 2 to 8
     /// blocks under one node of a cell, one climb per group), which is what per-core caches
     /// refill with.
     fn alloc_bulk(&self, order: u32, core: usize, out: &mut [usize]) -> Result<usize, Error> {
@@ -149,9 +150,9 @@ pub trait BlockAlloc: Sync {
     /// Frees `blocks`, each of `order`, as [`BlockAlloc::free`] would one after the other,
     /// stopping at the first one refused: its position in `blocks` and the error (it and the
     /// blocks after it stay as they were). The default calls `free` for each; allocators that
-    /// free several blocks in one step override it (LLFree: blocks of orders 0..=5 that come
-    /// one after another in `blocks` and lie in one huge frame, one compare-and-swap per
-    /// bit-field word; NBBS-4: runs that are exactly the blocks under one node of a cell, one
+    /// free several blocks in one step override it (LLFree: blocks of orders 0..=8 that come
+    /// one after another in `blocks` and lie in one huge frame, one update of each counter
+    /// for all, and one compare-and-swap per bit-field word for orders 0..=5; NBBS-4: runs that are exactly the blocks under one node of a cell, one
     /// climb per run), which is what per-core caches spill with.
     fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
         free_each(self, blocks, order, core)
