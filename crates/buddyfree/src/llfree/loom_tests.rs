@@ -380,61 +380,44 @@ fn loom_a_bulk_free_races_a_double_free_of_one_of_its_blocks() {
     });
 }
 
-/// A bulk claim of four order-0 blocks races an order-0 allocation in the same frame: they
-/// never share a unit, the counter ends exact, and each claimed block frees on its own.
-#[test]
-fn loom_a_bulk_claim_and_a_single_claim_share_no_unit() {
-    check(|| {
+/// A bulk claim of `N` blocks of `order` races a single claim of that order in the same
+/// frame: they never share a unit, the counter ends exact, and each claimed block frees on
+/// its own.
+fn a_bulk_claim_races_a_single_claim<const N: usize>(order: u32) {
+    check(move || {
         let lower = Arc::new(Lower::new(512));
         let bulk = {
             let lower = lower.clone();
             thread::spawn(move || {
-                let mut out = [0; 4];
-                let got = lower.alloc_many(HugeId(0), 0, 0, &mut out);
+                let mut out = [0; N];
+                let got = lower.alloc_many(HugeId(0), order, 0, &mut out);
                 (out, got)
             })
         };
-        let single = lower.alloc(HugeId(0), 0, 0).unwrap();
+        let single = lower.alloc(HugeId(0), order, 0).unwrap();
         let (out, got) = bulk.join().unwrap();
-        assert_eq!(got, 4, "the frame has room");
+        assert_eq!(got, N, "the frame has room");
         assert!(!out.contains(&single), "{out:?} {single}");
         lower.assert_consistent();
         for i in out {
-            assert_eq!(lower.free(i, 0), Ok(()));
+            assert_eq!(lower.free(i, order), Ok(()));
         }
-        assert_eq!(lower.free(single, 0), Ok(()));
+        assert_eq!(lower.free(single, order), Ok(()));
         lower.assert_consistent();
         assert_eq!(lower.child(HugeId(0)).free(), 512);
     });
 }
 
-/// A bulk claim of two order-6 blocks (groups of two words) races a single order-6
-/// allocation in the same frame: they never share a unit, the counter ends exact, and each
-/// claimed block frees on its own.
+/// Four order-0 blocks claimed in one word's compare-and-swap.
+#[test]
+fn loom_a_bulk_claim_and_a_single_claim_share_no_unit() {
+    a_bulk_claim_races_a_single_claim::<4>(0);
+}
+
+/// Two order-6 blocks, each a group of two words.
 #[test]
 fn loom_a_bulk_claim_of_word_groups_and_a_single_claim_share_no_unit() {
-    check(|| {
-        let lower = Arc::new(Lower::new(512));
-        let bulk = {
-            let lower = lower.clone();
-            thread::spawn(move || {
-                let mut out = [0; 2];
-                let got = lower.alloc_many(HugeId(0), 6, 0, &mut out);
-                (out, got)
-            })
-        };
-        let single = lower.alloc(HugeId(0), 6, 0).unwrap();
-        let (out, got) = bulk.join().unwrap();
-        assert_eq!(got, 2, "the frame has room");
-        assert!(!out.contains(&single), "{out:?} {single}");
-        lower.assert_consistent();
-        for i in out {
-            assert_eq!(lower.free(i, 6), Ok(()));
-        }
-        assert_eq!(lower.free(single, 6), Ok(()));
-        lower.assert_consistent();
-        assert_eq!(lower.child(HugeId(0)).free(), 512);
-    });
+    a_bulk_claim_races_a_single_claim::<2>(6);
 }
 
 /// A bulk free of two order-6 blocks races a double free of the second: exactly one free of
