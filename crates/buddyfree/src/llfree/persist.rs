@@ -214,7 +214,7 @@ unsafe impl Sync for PersistentLLFree {}
 
 impl PersistentLLFree {
     /// Creates a zone file at `path` (which must not exist) with every unit free, with the
-    /// paper's tuning, and opens it.
+    /// paper's tuning for `config` ([`Options::for_config`], kept in the header), and opens it.
     ///
     /// ```
     /// use buddyfree::llfree::persist::{Durability, PersistentLLFree};
@@ -231,7 +231,7 @@ impl PersistentLLFree {
         config: Config,
         durability: Durability,
     ) -> Result<PersistentLLFree, PersistError> {
-        PersistentLLFree::create_with_options(path, config, Options::default(), durability)
+        PersistentLLFree::create_with_options(path, config, Options::for_config(config), durability)
     }
 
     /// [`create`](Self::create) with the given tuning (kept in the header).
