@@ -128,19 +128,16 @@ impl Default for Options {
     }
 }
 
-/// Trees per core that [`Options::for_config`] keeps at least, where the heap allows. Two
-/// per core made a nearly full heap worse for one core (a p99 of 600 ns against 110 ns per
-/// allocation on the real-time workloads' fragmented 64 MiB heap): more, smaller trees
-/// each run out sooner and the core moves its reservation more often.
-const TREES_PER_CORE: usize = 1;
-
 impl Options {
     /// The paper's tuning ([`Options::default`]) for `config`, with the trees halved (down
     /// to 2 huge frames) until there is at least one per core. The paper's 64 MiB trees
     /// assume more trees than cores; with fewer, the cores take the reservations from each
     /// other on almost every allocation (on 64 MiB, one tree, two threads: a median of
     /// 250 ns per Larson allocation and a p99 of 1.6 µs, against 30 and 90 ns with two
-    /// trees). Heaps of `64 MiB × cores` and more keep 64 MiB trees.
+    /// trees). Heaps of `64 MiB × cores` and more keep 64 MiB trees. Not two per core: that
+    /// made a nearly full heap worse for one core (a p99 of 600 ns against 110 ns per
+    /// allocation on the real-time workloads' fragmented 64 MiB heap), since more, smaller
+    /// trees each run out sooner and the core moves its reservation more often.
     ///
     /// ```
     /// use buddyfree::llfree::Options;
@@ -152,9 +149,8 @@ impl Options {
     pub fn for_config(config: Config) -> Options {
         let paper = Options::default();
         let huges = config.units.div_ceil(HUGE_UNITS);
-        let want = config.cores.saturating_mul(TREES_PER_CORE);
         let mut children = paper.tree_children;
-        while children > 2 && huges.div_ceil(children) < want {
+        while children > 2 && huges.div_ceil(children) < config.cores {
             children /= 2;
         }
         Options {

@@ -535,6 +535,32 @@ impl<K: Kind> Forest<K> {
         None
     }
 
+    /// Alg. 4 from the claim: once `claim` (allocated node -> held, or a group's join) takes
+    /// the node at `at` on its cell, clears it and FREENODEs up to the roots; false, with
+    /// nothing changed, if `claim` refuses. The claim is Relaxed (the caller's own ordering
+    /// puts it after the allocation); the release that publishes the block's units is on
+    /// the clear (F20). A node in a root cell has nothing to climb, so there the claim is
+    /// the clear, in one CAS.
+    #[inline]
+    fn free_node(&self, at: Place, claim: impl Fn(State) -> Option<State>) -> bool {
+        let home = self.cell(at.level, at.cell);
+        if at.level == 0 {
+            return home
+                .try_update(Ordering::Release, |w| {
+                    Some(claim(w)? & Self::S.clear_mask(at.j))
+                })
+                .is_ok();
+        }
+        match home.try_update(Ordering::Relaxed, claim) {
+            Ok(now) => {
+                trace!("claim {at:?} -> {now:x}");
+                self.release(at, now, 0);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// F4: counts a completed free of `units` units and hints `node` to the core's next
     /// allocation of its order.
     fn count_free(&self, units: usize, node: Node, core: usize) {
@@ -659,21 +685,8 @@ impl<K: Kind> Forest<K> {
             pos: base >> top,
         };
         let at = self.place(node);
-        let home = self.cell(at.level, at.cell);
-        if at.level == 0 {
-            // Nothing to climb: the join is the clear, released as in `free`.
-            let cleared = home.try_update(Ordering::Release, |w| {
-                Some(Self::S.join(w, at.j, rows)? & Self::S.clear_mask(at.j))
-            });
-            if cleared.is_err() {
-                return false;
-            }
-        } else {
-            // Relaxed, as `free`'s claim.
-            match home.try_update(Ordering::Relaxed, |w| Self::S.join(w, at.j, rows)) {
-                Ok(now) => self.release(at, now, 0),
-                Err(_) => return false,
-            }
+        if !self.free_node(at, |w| Self::S.join(w, at.j, rows)) {
+            return false;
         }
         trace!("freed group {node:?} rows {rows}");
         // The hint single frees of the blocks would leave, for the next group or block.
@@ -796,21 +809,7 @@ impl<K: Kind> BlockAlloc for Forest<K> {
             pos: index >> order,
         };
         let at = self.place(node);
-        let home = self.cell(at.level, at.cell);
-        let root_cell = at.level == 0;
-        // Relaxed claim: the caller's own ordering puts this after the allocation; the
-        // release that publishes the block's units is on the clear (F20). A node in a root
-        // cell has nothing to climb, so its claim is the clear, in one CAS.
-        let claimed = if root_cell {
-            home.try_update(Ordering::Release, |w| {
-                Self::S
-                    .is_allocated(w, at.j)
-                    .then(|| w & Self::S.clear_mask(at.j))
-            })
-        } else {
-            home.try_update(Ordering::Relaxed, |w| Self::S.claim(w, at.j))
-        };
-        let Ok(now) = claimed else {
+        if !self.free_node(at, |w| Self::S.claim(w, at.j)) {
             let other = (0..=self.max_order)
                 .any(|o| o != order && index.is_multiple_of(1 << o) && self.is_allocated(index, o));
             return Err(if other {
@@ -818,10 +817,6 @@ impl<K: Kind> BlockAlloc for Forest<K> {
             } else {
                 Error::NotAllocated
             });
-        };
-        trace!("claim {node:?} -> {now:x}");
-        if !root_cell {
-            self.release(at, now, 0);
         }
         self.count_free(1 << node.order, node, core);
         Ok(())
