@@ -25,22 +25,68 @@ pub(crate) const fn block_mask(order: u32) -> u64 {
     }
 }
 
-/// The first bit position where an aligned run of `2^order` zero bits starts in `word`
-/// (`order <= 6`), if any.
+/// The bit positions where aligned runs of `2^order` zero bits start in `word`
+/// (`order <= 6`), one set bit per run.
 #[inline]
-pub(crate) fn find_run(word: u64, order: u32) -> Option<u32> {
+pub(crate) fn free_runs(word: u64, order: u32) -> u64 {
     let mut free = !word;
     // After step i, bit p is set iff bits p..p + 2^(i+1) are all zero in `word`.
     for i in 0..order {
         free &= free >> (1u32 << i);
     }
-    let starts = free & aligned(order);
+    free & aligned(order)
+}
+
+/// The first bit position where an aligned run of `2^order` zero bits starts in `word`
+/// (`order <= 6`), if any.
+#[inline]
+pub(crate) fn find_run(word: u64, order: u32) -> Option<u32> {
+    let starts = free_runs(word, order);
     (starts != 0).then(|| starts.trailing_zeros())
+}
+
+/// The lowest `n` set bits of `bits` (all of them if it has fewer).
+#[inline]
+pub(crate) fn lowest_bits(mut bits: u64, n: usize) -> u64 {
+    let mut taken = 0;
+    for _ in 0..n {
+        if bits == 0 {
+            break;
+        }
+        let low = bits & bits.wrapping_neg();
+        taken |= low;
+        bits ^= low;
+    }
+    taken
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn takes_the_lowest_bits() {
+        assert_eq!(lowest_bits(0, 3), 0);
+        assert_eq!(lowest_bits(0b1011_0100, 0), 0);
+        assert_eq!(lowest_bits(0b1011_0100, 3), 0b11_0100);
+        assert_eq!(lowest_bits(0b1011_0100, 9), 0b1011_0100);
+        assert_eq!(lowest_bits(u64::MAX, 64), u64::MAX);
+        assert_eq!(lowest_bits(1 << 63, 1), 1 << 63);
+    }
+
+    #[test]
+    fn finds_every_aligned_free_run() {
+        // Bits 0 and 5..=15 free: aligned runs of 8 at 8, of 4 at 8 and 12, of 2 from 6 on.
+        let word = 0b1_1110 | !0xFFFF;
+        assert_eq!(free_runs(word, 0), 1 | 0xFFE0);
+        assert_eq!(free_runs(word, 1), 0b0101_0101_0100_0000);
+        assert_eq!(free_runs(word, 2), 1 << 8 | 1 << 12);
+        assert_eq!(free_runs(word, 3), 1 << 8);
+        assert_eq!(free_runs(word, 4), 0);
+        assert_eq!(free_runs(0, 6), 1);
+        assert_eq!(free_runs(0, 5), 1 | 1 << 32);
+        assert_eq!(free_runs(u64::MAX, 0), 0);
+    }
 
     #[test]
     fn finds_only_aligned_free_runs() {

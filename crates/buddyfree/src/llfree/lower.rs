@@ -57,7 +57,7 @@
 //! unit (a `01` slot, an in-word block's `10` or a start word), `NotAllocated` elsewhere.
 
 use super::atomic::Atom;
-use super::bitfield::{block_mask, find_run};
+use super::bitfield::{block_mask, find_run, free_runs, lowest_bits};
 use super::child::{Child, ChildPair};
 use super::lines::{Line, Lines, LINE_WORDS};
 use super::writeback::{Volatile, WriteBack};
@@ -114,6 +114,21 @@ const fn start_word(order: u32) -> u64 {
 #[inline]
 fn multi_order(word: u64) -> Option<u32> {
     (6..=8).find(|&order| word == start_word(order))
+}
+
+/// Whether a live block of exactly `order` (0..=5) starts at every slot of `word` whose low
+/// bit is set in `starts` (slots at multiples of `2^order`): [`is_block`] for all of them
+/// at once.
+#[inline(always)]
+fn are_blocks(word: u64, starts: u64, order: u32) -> bool {
+    // The blocks are disjoint, so the products have no carries.
+    let mine = starts.wrapping_mul(block_mask(order + 1));
+    if word & mine != starts.wrapping_mul(slots_of(order)) {
+        return false;
+    }
+    // The slot after each block, where the word goes on, must not be `11`.
+    let after = starts.checked_shl(2 << order).unwrap_or(0);
+    order == 0 || word & word >> 1 & after == 0
 }
 
 /// The slot of unit `p` (0..32) in `word`.
@@ -349,29 +364,18 @@ impl<W: WriteBack> Lower<W> {
 
     /// [`Lower::alloc_many`]'s claims for orders 0..=5, the child counter taken.
     fn claim_in_words(&self, h: HugeId, order: u32, hint: usize, out: &mut [usize]) -> usize {
-        let mask = block_mask(order + 1);
         let mut got = 0;
         for i in 0..WORDS {
             if got == out.len() {
                 break;
             }
             let w = (hint + i) % WORDS;
-            // The positions claimed in this word, one bit per block of `order`.
-            let mut claimed = 0u32;
+            // The low bits of the first slots of the blocks claimed in this word.
+            let mut claimed = 0;
             let claim = |v: u64| {
-                claimed = 0;
-                let mut new = v;
-                for k in 0..SLOTS >> order {
-                    if got + claimed.count_ones() as usize == out.len() {
-                        break;
-                    }
-                    let shift = 2 * (k << order);
-                    if v >> shift & mask == 0 {
-                        new |= slots_of(order) << shift;
-                        claimed |= 1 << k;
-                    }
-                }
-                (claimed != 0).then_some(new)
+                claimed = lowest_bits(free_runs(v, order + 1), out.len() - got);
+                // One block's slots per claimed bit; the blocks are disjoint, so no carries.
+                (claimed != 0).then(|| v | claimed.wrapping_mul(slots_of(order)))
             };
             let word = self.bits(h, w);
             if word.try_change(claim).is_err() {
@@ -379,8 +383,9 @@ impl<W: WriteBack> Lower<W> {
             }
             self.persist(|| word);
             let first = h.first_unit() + w * SLOTS;
-            for k in (0..SLOTS >> order).filter(|k| claimed & 1 << k != 0) {
-                out[got] = first + (k << order);
+            while claimed != 0 {
+                out[got] = first + claimed.trailing_zeros() as usize / 2;
+                claimed &= claimed - 1;
                 got += 1;
             }
         }
@@ -672,20 +677,18 @@ impl<W: WriteBack> Lower<W> {
     /// or one is named twice. The child counter is the caller's.
     fn clear_group(&self, blocks: &[usize], order: u32) -> bool {
         let (word, _) = self.bit_of(blocks[0]);
-        let mut clear = 0;
+        // The low bits of the blocks' first slots (aligned blocks overlap only if equal).
+        let mut starts = 0;
         for &index in blocks {
-            let mask = block_mask(order + 1) << (index % SLOTS * 2);
-            if clear & mask != 0 {
+            let start = 1 << (index % SLOTS * 2);
+            if starts & start != 0 {
                 return false;
             }
-            clear |= mask;
+            starts |= start;
         }
         let freed = word.try_change(|v| {
             window::pass();
-            let all = blocks
-                .iter()
-                .all(|&index| is_block(v, index % SLOTS, order));
-            all.then_some(v & !clear)
+            are_blocks(v, starts, order).then_some(v & !starts.wrapping_mul(block_mask(order + 1)))
         });
         if freed.is_err() {
             return false;
@@ -947,6 +950,7 @@ fn spread(units: u32) -> u64 {
 #[cfg(all(test, feature = "std", not(loom)))]
 mod tests {
     use std::rc::Rc;
+    use std::vec;
     use std::vec::Vec;
 
     use super::*;
@@ -1016,6 +1020,62 @@ mod tests {
         assert_eq!(padding(40, 1), u64::MAX << 16);
         assert_eq!(padding(40, 0), 0);
         assert_eq!(padding(40, 2), u64::MAX);
+    }
+
+    /// A batch's one check ([`are_blocks`]) answers as [`is_block`] on each of its blocks, on
+    /// words the allocator leaves (random in-word blocks over a random fill, the multi-word
+    /// words) and on arbitrary ones.
+    #[test]
+    fn a_batch_check_answers_as_one_check_per_block() {
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut words = vec![start_word(6), start_word(8), FREEING, u64::MAX, 0];
+        for _ in 0..2000 {
+            let mut word = 0u64;
+            for _ in 0..next() % 24 {
+                let order = (next() % 6) as u32;
+                let p = (next() as usize % SLOTS) & !((1 << order) - 1);
+                let mask = block_mask(order + 1) << (2 * p);
+                if word & mask == 0 {
+                    word |= slots_of(order) << (2 * p);
+                }
+            }
+            words.push(word);
+            words.push(next());
+        }
+        for &word in &words {
+            for order in 0..=WORD_ORDER {
+                let starts: Vec<usize> = (0..SLOTS).step_by(1 << order).collect();
+                for _ in 0..8 {
+                    let pick = next();
+                    let chosen: Vec<usize> = starts
+                        .iter()
+                        .copied()
+                        .filter(|&p| pick >> (p >> order) & 1 != 0)
+                        .collect();
+                    let bits = chosen.iter().fold(0u64, |b, &p| b | 1 << (2 * p));
+                    let each = chosen.iter().all(|&p| is_block(word, p, order));
+                    assert_eq!(
+                        are_blocks(word, bits, order),
+                        each,
+                        "{word:#x} {bits:#x} {order}"
+                    );
+                }
+                // Exactly the live blocks, all at once: the batch a spill gives back.
+                let live: Vec<usize> = starts
+                    .iter()
+                    .copied()
+                    .filter(|&p| is_block(word, p, order))
+                    .collect();
+                let bits = live.iter().fold(0u64, |b, &p| b | 1 << (2 * p));
+                assert!(are_blocks(word, bits, order), "{word:#x} {order}");
+            }
+        }
     }
 
     /// The encoding's promises: the multi-word words are no in-word state, and no free of
