@@ -15,9 +15,9 @@
 //! the most recently parked one (cache-hot), so the common pair costs one uncontended
 //! per-core lock, a list push or pop and one byte of `states`, instead of the backend's
 //! tree or bit-field walk and its shared cache lines. An empty magazine is refilled with a
-//! batch from the backend's [`BlockAlloc::alloc_bulk`] (order 0: 32 units; orders 1–7: 128
-//! units, at least one block, but order 6: 256); one holding more than 128 units of order 0
-//! or 512 of a larger order gives its oldest batch back through [`BlockAlloc::free_bulk`].
+//! batch from the backend's [`BlockAlloc::alloc_bulk`] (order 0: 32 units; orders 1–6: 256
+//! units; order 7: one block); one holding more than 128 units of order 0 or 512 of a
+//! larger order gives its oldest batch back through [`BlockAlloc::free_bulk`].
 //! With LLFree behind it, a batch comes from one huge frame with one update of each counter
 //! for all its blocks, orders 0–5 claimed and given back with one compare-and-swap per
 //! bit-field word instead of one per block, orders 6–7 a group of 2 or 4 words per block;
@@ -83,14 +83,15 @@ use crate::cached::{block_alloc_via_cached, Cached, Direct, Pinned, Policy};
 use crate::{BlockAlloc, Config, Error};
 
 /// Orders 0–7. Order 0 is refilled and spilled 32 units at a time, spilling above 128 units;
-/// orders 1–7 move 128 units at a time, except order 6, which moves 256 (4 blocks), all
-/// spilling above 512, since a batch of a larger order holds fewer blocks to spread a
-/// backend call over (32 KiB blocks, order 3: 16 a batch; order 6 with 128 units moved 2,
-/// and LLFree's bursts of 256 KiB blocks ran 1.6x slower than with 4; order 7 gained nothing
-/// from 2). Order 0 stays small: it is what fragments huge frames.
-static MAGAZINE: Policy = Policy::new(&[0, 1, 2, 3, 4, 5, 6, 7], 128, 512)
+/// orders 1–6 move 256 units at a time and order 7 128 (one block), all spilling above 512,
+/// since a batch of a larger order holds fewer blocks to spread a backend call over (with
+/// 128 units, 32 KiB blocks, order 3, moved 16 a batch and their bursts ran 1.1x slower
+/// than with 32; order 6 moved 2, and LLFree's bursts of 256 KiB blocks ran 1.6x slower
+/// than with 4; order 7 gained nothing from 2). Order 0 stays small: it is what fragments
+/// huge frames (and 64 a batch gained nothing measurable).
+static MAGAZINE: Policy = Policy::new(&[0, 1, 2, 3, 4, 5, 6, 7], 256, 512)
     .with_units(0, 32, 128)
-    .with_units(6, 256, 512);
+    .with_units(7, 128, 512);
 
 /// Per-core magazines of free blocks of orders 0–7 in front of the allocator `A`: see the
 /// [module documentation](self) for what it trades.
