@@ -152,8 +152,9 @@ pub trait BlockAlloc: Sync {
     /// blocks after it stay as they were). The default calls `free` for each; allocators that
     /// free several blocks in one step override it (LLFree: blocks of orders 0..=8 that come
     /// one after another in `blocks` and lie in one huge frame, one update of each counter
-    /// for all, and one compare-and-swap per bit-field word for orders 0..=5; NBBS-4: runs that are exactly the blocks under one node of a cell, one
-    /// climb per run), which is what per-core caches spill with.
+    /// for all, and one compare-and-swap per bit-field word for orders 0..=5; NBBS-4: runs
+    /// that are exactly the blocks under one node of a cell, one climb per run), which is
+    /// what per-core caches spill with.
     fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
         free_each(self, blocks, order, core)
     }

@@ -678,7 +678,7 @@ impl<W: WriteBack> Lower<W> {
     fn clear_group(&self, blocks: &[usize], order: u32) -> bool {
         let (word, _) = self.bit_of(blocks[0]);
         // The low bits of the blocks' first slots (aligned blocks overlap only if equal).
-        let mut starts = 0;
+        let mut starts = 0u64;
         for &index in blocks {
             let start = 1 << (index % SLOTS * 2);
             if starts & start != 0 {
@@ -686,9 +686,10 @@ impl<W: WriteBack> Lower<W> {
             }
             starts |= start;
         }
+        let keep = !starts.wrapping_mul(block_mask(order + 1));
         let freed = word.try_change(|v| {
             window::pass();
-            are_blocks(v, starts, order).then_some(v & !starts.wrapping_mul(block_mask(order + 1)))
+            are_blocks(v, starts, order).then_some(v & keep)
         });
         if freed.is_err() {
             return false;
