@@ -1,5 +1,7 @@
 //! The lone order-0 alloc+free pair on one thread: the registry's allocators through the
-//! spine trait, and the magazines through a pinned core ([`Magazine::pin`]), in one process.
+//! spine trait, through a core held by [`BlockAlloc::with_core`], the magazines through a
+//! pinned core ([`Magazine::pin`]), and `llfree-magazine` through the C ABI (plain calls, and
+//! inside `buddyfree_with_core`), in one process.
 //!
 //! ```text
 //! cargo bench -p buddybench --bench pair
@@ -8,11 +10,18 @@
 //! No memory is touched (positions only), the same for every allocator; 2^18 units, blocks up
 //! to order 10, one core.
 
+use std::ffi::c_void;
 use std::hint::black_box;
+use std::ptr;
 
 use buddyfree::llfree::LLFree;
 use buddyfree::magazine::Magazine;
 use buddyfree::{registry, BlockAlloc, Config, Error, Nbbs4};
+use buddyfree_c::{
+    buddyfree_alloc_order, buddyfree_core_alloc_order, buddyfree_core_free_order, buddyfree_create,
+    buddyfree_destroy, buddyfree_free_order, buddyfree_with_core, Buddyfree, BuddyfreeConfig,
+    BuddyfreeCore, BuddyfreeStatus,
+};
 use criterion::{criterion_group, criterion_main, Criterion};
 
 const TRAIT: &[&str] = &[
@@ -41,6 +50,21 @@ fn through_the_trait(c: &mut Criterion) {
     }
 }
 
+fn through_a_held_core(c: &mut Criterion) {
+    for &name in TRAIT {
+        let entry = registry::find(name).expect("a registered allocator");
+        let a = (entry.build)(config()).expect("builds");
+        a.with_core(0, &mut |held| {
+            c.bench_function(&format!("{name} held"), |b| {
+                b.iter(|| {
+                    let i = held.alloc(0).expect("a free unit");
+                    held.free(black_box(i), 0).expect("its own block");
+                })
+            });
+        });
+    }
+}
+
 fn pinned<A: BlockAlloc>(c: &mut Criterion, name: &str, build: fn(Config) -> Result<A, Error>) {
     let m = Magazine::with_config(config(), build).expect("builds");
     let mut core = m.pin(0);
@@ -57,5 +81,70 @@ fn through_a_pinned_core(c: &mut Criterion) {
     pinned(c, "nbbs4-magazine pinned", Nbbs4::new);
 }
 
-criterion_group!(pair, through_the_trait, through_a_pinned_core);
+/// `llfree-magazine` as a C caller builds it: the same units, orders and core as above
+/// (64-byte units over an internal mapping; no memory is touched).
+fn c_instance() -> *mut Buddyfree {
+    let c = BuddyfreeConfig {
+        unit_size: 64,
+        units: config().units,
+        max_order: config().max_order,
+        cores: 1,
+        allocator: c"llfree-magazine".as_ptr(),
+    };
+    let mut bf = ptr::null_mut();
+    // SAFETY: a valid configuration and out pointer; no caller region.
+    let status = unsafe { buddyfree_create(&c, ptr::null_mut(), 0, &mut bf) };
+    assert_eq!(status, BuddyfreeStatus::Ok);
+    bf
+}
+
+/// The held pair, run from inside `buddyfree_with_core`'s callback (`arg`: the Criterion).
+unsafe extern "C" fn held_pairs(held: *mut BuddyfreeCore, arg: *mut c_void) {
+    // SAFETY: the bench's `Criterion`, lent for this call.
+    let c = unsafe { &mut *arg.cast::<Criterion>() };
+    c.bench_function("llfree-magazine C held", |b| {
+        b.iter(|| {
+            let mut i = 0;
+            // SAFETY: `held` is held for this callback; `i` is writable.
+            unsafe {
+                let got = buddyfree_core_alloc_order(held, 0, &mut i, ptr::null_mut());
+                assert_eq!(got, BuddyfreeStatus::Ok);
+                let freed = buddyfree_core_free_order(held, black_box(i), 0);
+                assert_eq!(freed, BuddyfreeStatus::Ok);
+            }
+        })
+    });
+}
+
+fn through_the_c_abi(c: &mut Criterion) {
+    let bf = c_instance();
+    c.bench_function("llfree-magazine C", |b| {
+        b.iter(|| {
+            let mut i = 0;
+            // SAFETY: a live instance; `i` is writable.
+            unsafe {
+                let got = buddyfree_alloc_order(bf, 0, &mut i, ptr::null_mut());
+                assert_eq!(got, BuddyfreeStatus::Ok);
+                assert_eq!(
+                    buddyfree_free_order(bf, black_box(i), 0),
+                    BuddyfreeStatus::Ok
+                );
+            }
+        })
+    });
+    let arg = ptr::from_mut(c).cast::<c_void>();
+    // SAFETY: a live instance; the callback is safe with `arg`, the Criterion lent to it.
+    let status = unsafe { buddyfree_with_core(bf, 0, Some(held_pairs), arg) };
+    assert_eq!(status, BuddyfreeStatus::Ok);
+    // SAFETY: the last call on the instance.
+    unsafe { buddyfree_destroy(bf) };
+}
+
+criterion_group!(
+    pair,
+    through_the_trait,
+    through_a_held_core,
+    through_a_pinned_core,
+    through_the_c_abi
+);
 criterion_main!(pair);

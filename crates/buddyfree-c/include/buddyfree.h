@@ -70,6 +70,9 @@ typedef int32_t BuddyfreeStatus;
 // An allocator instance (opaque).
 typedef struct Buddyfree Buddyfree;
 
+// A core held by `buddyfree_with_core` (opaque), valid only inside its callback.
+typedef struct BuddyfreeCore BuddyfreeCore;
+
 // A device-memory instance (opaque).
 typedef struct BuddyfreeDevice BuddyfreeDevice;
 
@@ -104,6 +107,9 @@ typedef struct BuddyfreeStats {
   // The address of unit 0.
   void *base;
 } BuddyfreeStats;
+
+// The callback of `buddyfree_with_core`: the held core and the caller's `arg`.
+typedef void (*BuddyfreeCoreFn)(struct BuddyfreeCore *core, void *arg);
 
 #ifdef __cplusplus
 extern "C" {
@@ -348,6 +354,45 @@ BuddyfreeStatus buddyfree_device_alloc(const struct BuddyfreeDevice *dev,
 // # Safety
 // `dev` must be null or a live instance.
 BuddyfreeStatus buddyfree_device_free(const struct BuddyfreeDevice *dev, uint64_t addr);
+
+// Calls `f(held, arg)` once with core `core` of the instance held for the caller (any value;
+// it is reduced modulo the configured cores): `buddyfree_core_alloc_order` and
+// `buddyfree_core_free_order` on `held` then take no lock. Over the `*-magazine` allocators
+// and `linux` that is the core's cache, held for the whole callback, as a kernel holds its
+// per-CPU lists with preemption off; other allocators run the plain calls on `core`. Keep
+// the callback short: other threads that need that core's cache wait until it returns.
+//
+// Inside the callback, call no other function on this instance (those that reach the held
+// core, `buddyfree_alloc` from this thread among them, would wait for the callback forever);
+// `held` is invalid once it returns. Bad frees through `held` get the same codes as
+// `buddyfree_free_order`.
+//
+// # Safety
+// `bf` must be null or a live instance; `f` must be null or a function that is safe to call
+// with `held` and `arg`.
+BuddyfreeStatus buddyfree_with_core(const struct Buddyfree *bf,
+                                    uint32_t core,
+                                    BuddyfreeCoreFn f,
+                                    void *arg);
+
+// `buddyfree_alloc_order` on a held core: a block of `2^order` units; stores its unit index
+// in `*index_out` and its address in `*ptr_out` (either may be NULL).
+//
+// # Safety
+// `core` must be null or the `held` of a running `buddyfree_with_core` callback;
+// `index_out` and `ptr_out` must be null or writable.
+BuddyfreeStatus buddyfree_core_alloc_order(struct BuddyfreeCore *core,
+                                           uint32_t order,
+                                           size_t *index_out,
+                                           void **ptr_out);
+
+// `buddyfree_free_order` on a held core: frees the block of `2^order` units starting at
+// unit `index` (allocated on any core); a bad or double free returns its code and changes
+// nothing.
+//
+// # Safety
+// `core` must be null or the `held` of a running `buddyfree_with_core` callback.
+BuddyfreeStatus buddyfree_core_free_order(struct BuddyfreeCore *core, size_t index, uint32_t order);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -19,7 +19,9 @@ use buddyfree::registry::{self, DynAlloc};
 use buddyfree::{BlockAlloc, Config, ConfigRule, Error};
 
 mod device;
+mod held;
 pub use device::*;
+pub use held::*;
 
 /// The allocator used when the configuration names none.
 const DEFAULT_ALLOCATOR: &str = "nbbs4";

@@ -2,6 +2,8 @@
 
 use std::ffi::{c_void, CStr};
 use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use buddyfree_c::*;
 
@@ -497,5 +499,80 @@ fn threads_share_an_instance() {
         });
         assert_eq!(stats(bf as *const Buddyfree).free_units, UNITS);
         destroy(bf as *mut Buddyfree);
+    }
+}
+
+/// What the callbacks of `a_held_core_is_held_until_the_callback_returns` share (shared
+/// references only, so every field is atomic or locked).
+struct Hold {
+    /// The instance, as an address (sent to another thread).
+    bf: usize,
+    /// Set by the second holder's callback.
+    second_ran: AtomicBool,
+    /// Whether the second holder had run while the first still held the core.
+    second_ran_while_held: AtomicBool,
+    /// The first holder's block.
+    block: AtomicUsize,
+    /// The second holder's thread, joined by the test.
+    second: Mutex<Option<std::thread::JoinHandle<BuddyfreeStatus>>>,
+}
+
+/// The second holder: marks that it got the core.
+unsafe extern "C" fn mark(_core: *mut BuddyfreeCore, arg: *mut c_void) {
+    // SAFETY: `arg` is the test's `Hold`, alive until the second holder is joined.
+    let hold = unsafe { &*arg.cast::<Hold>() };
+    hold.second_ran.store(true, Ordering::Release);
+}
+
+/// The first holder: allocates through the held core, starts a second holder of the same
+/// core on another thread, gives it 100 ms, and notes whether it got through meanwhile.
+unsafe extern "C" fn hold_and_wait(core: *mut BuddyfreeCore, arg: *mut c_void) {
+    // SAFETY: as in `mark`.
+    let hold = unsafe { &*arg.cast::<Hold>() };
+    let mut index = usize::MAX;
+    // SAFETY: `core` is held for this callback; `index` is writable.
+    let status = unsafe { buddyfree_core_alloc_order(core, 0, &mut index, ptr::null_mut()) };
+    assert_eq!(status, BuddyfreeStatus::Ok);
+    hold.block.store(index, Ordering::Relaxed);
+    let (bf, arg) = (hold.bf, arg as usize);
+    let second = std::thread::spawn(move || {
+        // SAFETY: a live instance and a callback that is safe with its argument.
+        unsafe { buddyfree_with_core(bf as *const Buddyfree, 1, Some(mark), arg as *mut c_void) }
+    });
+    *hold.second.lock().unwrap() = Some(second);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let ran = hold.second_ran.load(Ordering::Acquire);
+    hold.second_ran_while_held.store(ran, Ordering::Relaxed);
+}
+
+/// `buddyfree_with_core` holds the core for the whole callback over the magazines and
+/// `linux` (a second holder of that core waits), and its blocks are ordinary blocks after.
+#[test]
+fn a_held_core_is_held_until_the_callback_returns() {
+    for name in [c"llfree-magazine", c"nbbs4-magazine", c"linux"] {
+        let bf = create(&config(name), ptr::null_mut(), 0).unwrap();
+        let hold = Hold {
+            bf: bf as usize,
+            second_ran: AtomicBool::new(false),
+            second_ran_while_held: AtomicBool::new(false),
+            block: AtomicUsize::new(usize::MAX),
+            second: Mutex::new(None),
+        };
+        let arg = ptr::from_ref(&hold).cast_mut().cast::<c_void>();
+        // SAFETY: a live instance; the callback is safe with `arg`, which outlives both holders.
+        let status = unsafe { buddyfree_with_core(bf, 1, Some(hold_and_wait), arg) };
+        assert_eq!(status, BuddyfreeStatus::Ok);
+        let second = hold.second.lock().unwrap().take().unwrap();
+        assert_eq!(second.join().unwrap(), BuddyfreeStatus::Ok);
+        assert!(hold.second_ran.load(Ordering::Acquire));
+        assert!(
+            !hold.second_ran_while_held.load(Ordering::Relaxed),
+            "{name:?}: core 1 was not held"
+        );
+        let block = hold.block.load(Ordering::Relaxed);
+        assert_eq!(free_order(bf, block, 0), BuddyfreeStatus::Ok);
+        assert_eq!(free_order(bf, block, 0), BuddyfreeStatus::NotAllocated);
+        assert_eq!(stats(bf).free_units, UNITS);
+        destroy(bf);
     }
 }

@@ -225,6 +225,74 @@ pub trait BlockAlloc: Sync {
     fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
         range::reserve_range(&mut range::Shared(self, core), start, len)
     }
+
+    /// Calls `f` once with `core` held for the caller: what `f` allocates and frees through
+    /// its [`HeldCore`] goes to that core's per-core state without taking its lock each
+    /// time. The pin of allocators behind a `dyn BlockAlloc` (the registry, the C ABI):
+    /// [`Magazine`](magazine::Magazine) and [`PerCpu`](locked::PerCpu) hold the core's cache
+    /// for the whole call, as [`Magazine::pin`](magazine::Magazine::pin) does, so a pair
+    /// costs no lock; other callers that need that cache wait until `f` returns. So `f` must
+    /// not call this allocator's own methods: calls naming `core`, and those that take every
+    /// core's cache ([`BlockAlloc::drain`], [`BlockAlloc::free_units`], an allocation that
+    /// finds the backend empty, [`BlockAlloc::alloc_at`] and the range operations over a
+    /// parked block), would wait for `f` forever. Bad frees get the same answers as through
+    /// [`BlockAlloc::free`]. The default, for allocators without a per-core lock to hold,
+    /// hands `f` plain [`BlockAlloc::alloc`] and [`BlockAlloc::free`] calls on `core`.
+    /// Implementations call `f` exactly once; [`hold_core`] wraps it for a closure that
+    /// returns a value.
+    fn with_core(&self, core: usize, f: &mut dyn FnMut(&mut dyn HeldCore)) {
+        f(&mut OnCore(self, core));
+    }
+}
+
+/// The operations of a core held by [`BlockAlloc::with_core`].
+pub trait HeldCore {
+    /// Allocates a block of `2^order` units, as [`BlockAlloc::alloc`] on the held core.
+    fn alloc(&mut self, order: u32) -> Result<usize, Error>;
+
+    /// Frees the block `(index, order)`, as [`BlockAlloc::free`] on the held core: a bad or
+    /// double free is an error and changes nothing, whichever core the block came from.
+    fn free(&mut self, index: usize, order: u32) -> Result<(), Error>;
+}
+
+/// [`BlockAlloc::with_core`] for a closure that returns something: runs `f` on `core` held
+/// by `alloc` and returns its answer.
+///
+/// ```
+/// use buddyfree::{hold_core, registry, Config, Error};
+///
+/// let fast = (registry::find("llfree-magazine").unwrap().build)(Config::new(1 << 12, 10))?;
+/// let pages = hold_core(&*fast, 0, |core| -> Result<_, Error> {
+///     let pages = [core.alloc(0)?, core.alloc(0)?];
+///     core.free(pages[1], 0)?;
+///     Ok(pages)
+/// })?;
+/// assert_eq!(fast.free(pages[1], 0, 0), Err(Error::NotAllocated));
+/// fast.free(pages[0], 0, 0)?;
+/// # Ok::<(), Error>(())
+/// ```
+pub fn hold_core<A: BlockAlloc + ?Sized, R>(
+    alloc: &A,
+    core: usize,
+    f: impl FnOnce(&mut dyn HeldCore) -> R,
+) -> R {
+    let mut f = Some(f);
+    let mut answer = None;
+    alloc.with_core(core, &mut |held| answer = f.take().map(|f| f(held)));
+    answer.expect("BlockAlloc::with_core calls its closure once")
+}
+
+/// The default [`HeldCore`]: the allocator's own calls, naming the core.
+struct OnCore<'a, A: ?Sized>(&'a A, usize);
+
+impl<A: BlockAlloc + ?Sized> HeldCore for OnCore<'_, A> {
+    fn alloc(&mut self, order: u32) -> Result<usize, Error> {
+        self.0.alloc(order, self.1)
+    }
+
+    fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        self.0.free(index, order, self.1)
+    }
 }
 
 /// [`BlockAlloc::alloc_bulk`] by one [`BlockAlloc::alloc`] per block.
@@ -297,6 +365,9 @@ impl<A: BlockAlloc + ?Sized> BlockAlloc for alloc::boxed::Box<A> {
     }
     fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
         (**self).reserve_range(start, len, core)
+    }
+    fn with_core(&self, core: usize, f: &mut dyn FnMut(&mut dyn HeldCore)) {
+        (**self).with_core(core, f)
     }
 }
 

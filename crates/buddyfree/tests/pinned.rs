@@ -1,14 +1,17 @@
-//! Pinned cores of a magazine ([`Magazine::pin`]) among threads that use the shared path,
-//! drain, and pin the same cores: no unit goes to two owners, none is lost, no thread waits
-//! forever, and racing double frees through pins are decided exactly once.
+//! Pinned cores of a magazine ([`Magazine::pin`], and [`BlockAlloc::with_core`] behind a
+//! `dyn BlockAlloc`) among threads that use the shared path, drain, and pin the same cores:
+//! no unit goes to two owners, none is lost, no thread waits forever, and racing double
+//! frees through pins are decided exactly once.
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use buddyfree::buddy::Knuth;
 use buddyfree::llfree::LLFree;
-use buddyfree::magazine::{Magazine, PinnedCore};
-use buddyfree::{BlockAlloc, Config, Error, Nbbs4};
+use buddyfree::locked::PerCpu;
+use buddyfree::magazine::Magazine;
+use buddyfree::{hold_core, registry, BlockAlloc, Config, Error, HeldCore, Nbbs4};
 use common::{assert_whole, run_threads, stamp, Mailbox, Owners, PinEachCall, Rng};
 use proptest::prelude::*;
 
@@ -33,23 +36,23 @@ fn order(rng: &mut Rng) -> u32 {
     }
 }
 
-/// How a thread calls the magazine: through its pin, or the shared way on its core.
+/// How a thread calls the magazine: through a held core, or the shared way on its core.
 enum Via<'p, 'm, A> {
-    Pin(&'p mut PinnedCore<'m, A>),
+    Held(&'p mut dyn HeldCore),
     Shared(&'m Magazine<A>, usize),
 }
 
 impl<A: BlockAlloc> Via<'_, '_, A> {
     fn alloc(&mut self, order: u32) -> Result<usize, Error> {
         match self {
-            Via::Pin(pin) => pin.alloc(order),
+            Via::Held(held) => held.alloc(order),
             Via::Shared(m, core) => m.alloc(order, *core),
         }
     }
 
     fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
         match self {
-            Via::Pin(pin) => pin.free(index, order),
+            Via::Held(held) => held.free(index, order),
             Via::Shared(m, core) => m.free(index, order, *core),
         }
     }
@@ -102,9 +105,9 @@ impl Shared {
     }
 }
 
-/// Each thread alternates bursts through a pin of its core with shared calls, hands blocks
-/// to the others through a mailbox (freed from another core, pinned or not), and sometimes
-/// drains.
+/// Each thread alternates bursts through a pin of its core (a [`Magazine::pin`], or
+/// [`BlockAlloc::with_core`] through `dyn BlockAlloc`) with shared calls, hands blocks to the
+/// others through a mailbox (freed from another core, pinned or not), and sometimes drains.
 fn pinned_and_shared_callers<A: BlockAlloc>(m: &Magazine<A>, rounds: usize) {
     let shared = Shared {
         owners: Owners::new(UNITS),
@@ -117,12 +120,19 @@ fn pinned_and_shared_callers<A: BlockAlloc>(m: &Magazine<A>, rounds: usize) {
         let mut mine = Vec::new();
         for round in 0..rounds {
             let burst = 1 + rng.below(64);
-            if round % 3 != 2 {
+            if round % 3 == 0 {
                 let mut pin = m.pin(core);
                 assert_eq!(pin.core(), core);
                 for _ in 0..burst {
-                    shared.step(&mut Via::Pin(&mut pin), &mut rng, &mut mine);
+                    shared.step(&mut Via::<A>::Held(&mut pin), &mut rng, &mut mine);
                 }
+            } else if round % 3 == 1 {
+                let dyn_m: &dyn BlockAlloc = m;
+                dyn_m.with_core(core, &mut |held| {
+                    for _ in 0..burst {
+                        shared.step(&mut Via::<A>::Held(held), &mut rng, &mut mine);
+                    }
+                });
             } else {
                 for _ in 0..burst {
                     shared.step(&mut Via::Shared(m, core), &mut rng, &mut mine);
@@ -177,9 +187,56 @@ proptest! {
         let (units, max_order) = common::CONFIGS[pick];
         let config = Config::new(units, max_order).with_cores(3);
         let ops = common::clamp(&ops, max_order);
-        let over_llfree = PinEachCall(Magazine::with_config(config, LLFree::new).unwrap());
+        // Through the registry's `Box<dyn BlockAlloc>`, as the C ABI holds a core.
+        let over_llfree = PinEachCall((registry::find("llfree-magazine").unwrap().build)(config).unwrap());
         common::check_against_model(&over_llfree, config, &ops);
         let over_nbbs4 = PinEachCall(Magazine::with_config(config, Nbbs4::new).unwrap());
         common::check_against_model(&over_nbbs4, config, &ops);
+        let linux = PinEachCall(PerCpu::<Knuth>::with_config(config, Knuth::new).unwrap());
+        common::check_against_model(&linux, config, &ops);
+    }
+}
+
+/// [`BlockAlloc::with_core`] through the registry's `Box<dyn BlockAlloc>` really holds the
+/// core's cache where there is one: another thread's allocation on that core waits until the
+/// call returns (it has 100 ms to get through if the core is not held). Allocators without a
+/// per-core cache hold nothing; every one answers a pinned free exactly.
+#[test]
+fn a_core_held_through_the_trait_is_held() {
+    for entry in registry::entries() {
+        let config = Config::new(UNITS, MAX_ORDER.min(entry.max_order)).with_cores(CORES);
+        let Ok(a) = (entry.build)(config) else {
+            continue;
+        };
+        let cached = entry.name.ends_with("-magazine") || entry.name == "linux";
+        let free = a.free_units();
+        let done = AtomicBool::new(false);
+        let (mine, theirs, through_while_held) = std::thread::scope(|s| {
+            // The `Box`, as the C ABI's heap holds it: its `with_core` must reach the cache's.
+            let (mine, waiter, through) = hold_core(&a, 1, |held| {
+                let mine = held.alloc(0).unwrap();
+                let waiter = s.spawn(|| {
+                    let theirs = a.alloc(0, 1).unwrap();
+                    done.store(true, Ordering::Release);
+                    theirs
+                });
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                (mine, waiter, done.load(Ordering::Acquire))
+            });
+            (mine, waiter.join().unwrap(), through)
+        });
+        if cached {
+            assert!(!through_while_held, "{}: core 1 was not held", entry.name);
+        }
+        a.free(theirs, 0, 0).unwrap();
+        assert_eq!(hold_core(&*a, 1, |held| held.free(mine, 0)), Ok(()));
+        assert_eq!(
+            hold_core(&*a, 0, |held| held.free(mine, 0)),
+            Err(Error::NotAllocated),
+            "{}",
+            entry.name
+        );
+        a.drain();
+        assert_eq!(a.free_units(), free, "{}", entry.name);
     }
 }

@@ -213,8 +213,69 @@ static void check_bulk(Buddyfree *bf) {
     CHECK(free_units(bf) == before);
 }
 
+/* What a held-core callback did: how often it ran, and whether its checks passed. */
+struct held_run {
+    unsigned char *base; /* read before: inside the callback, no other call on the instance */
+    int calls;
+    unsigned char stamp;
+    int alone; /* no other thread runs: a double free cannot hit another thread's block */
+};
+
+/* Inside buddyfree_with_core: blocks of orders 0 to 2, written and checked, a free of the
+ * wrong order refused, everything freed again (and, alone, freed twice: refused). */
+static void held_burst(BuddyfreeCore *core, void *arg) {
+    struct held_run *run = arg;
+    run->calls++;
+    size_t idx[12];
+    void *ptr[12];
+    int n = 0;
+    for (; n < 12; n++) {
+        uint32_t order = (uint32_t)n % 3;
+        BuddyfreeStatus st = buddyfree_core_alloc_order(core, order, &idx[n], &ptr[n]);
+        if (st == BUDDYFREE_STATUS_OUT_OF_MEMORY)
+            break;
+        CHECK_STATUS(st, BUDDYFREE_STATUS_OK);
+        CHECK(idx[n] % ((size_t)1 << order) == 0 && idx[n] < UNITS);
+        CHECK(ptr[n] == run->base + idx[n] * UNIT);
+        memset(ptr[n], run->stamp, UNIT << order);
+    }
+    for (int i = n - 1; i >= 0; i--) {
+        uint32_t order = (uint32_t)i % 3;
+        for (size_t b = 0; b < ((size_t)UNIT << order); b++)
+            CHECK(((unsigned char *)ptr[i])[b] == run->stamp);
+        if (order > 0)
+            CHECK_STATUS(buddyfree_core_free_order(core, idx[i], order - 1), BUDDYFREE_STATUS_ORDER_MISMATCH);
+        CHECK_STATUS(buddyfree_core_free_order(core, idx[i], order), BUDDYFREE_STATUS_OK);
+        if (run->alone)
+            CHECK_STATUS(buddyfree_core_free_order(core, idx[i], order), BUDDYFREE_STATUS_NOT_ALLOCATED);
+    }
+}
+
+/* A held core: null arguments refused, the callback run once, its blocks and bad frees as
+ * through the plain calls, nothing lost. */
+static void check_held_core(Buddyfree *bf) {
+    size_t before = free_units(bf);
+    BuddyfreeStats s;
+    CHECK_STATUS(buddyfree_stats(bf, &s), BUDDYFREE_STATUS_OK);
+    struct held_run run = {s.base, 0, 0x5a, 1};
+    CHECK_STATUS(buddyfree_with_core(NULL, 0, held_burst, &run), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(buddyfree_with_core(bf, 0, NULL, &run), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK(run.calls == 0);
+    size_t index = 99;
+    void *p = (void *)1;
+    CHECK_STATUS(buddyfree_core_alloc_order(NULL, 0, &index, &p), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK(index == 0 && p == NULL);
+    CHECK_STATUS(buddyfree_core_free_order(NULL, 0, 0), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    /* Core numbers past the configured cores are reduced, not refused. */
+    CHECK_STATUS(buddyfree_with_core(bf, 0, held_burst, &run), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_with_core(bf, 1000003, held_burst, &run), BUDDYFREE_STATUS_OK);
+    CHECK(run.calls == 2);
+    CHECK(free_units(bf) == before);
+}
+
 struct worker {
     Buddyfree *bf;
+    unsigned char *base;
     unsigned id;
     void *shared_block; /* freed by every thread at once: exactly one must succeed */
     int shared_freed;
@@ -236,7 +297,12 @@ static void *work(void *arg) {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        if (n < 32 && (x & 1)) {
+        if (step % 64 == 0) {
+            /* A burst on a held core; two threads per core, so holds of one core queue. */
+            struct held_run run = {w->base, 0, stamp, 0};
+            CHECK_STATUS(buddyfree_with_core(w->bf, w->id % 2, held_burst, &run), BUDDYFREE_STATUS_OK);
+            CHECK(run.calls == 1);
+        } else if (n < 32 && (x & 1)) {
             size_t size = 1 + (size_t)(x >> 8) % (UNIT * 8);
             size_t align = (size_t)1 << ((x >> 40) % 10);
             void *p;
@@ -269,6 +335,8 @@ static void *work(void *arg) {
 
 static void check_threads(Buddyfree *bf) {
     size_t before = free_units(bf);
+    BuddyfreeStats s;
+    CHECK_STATUS(buddyfree_stats(bf, &s), BUDDYFREE_STATUS_OK);
     void *shared;
     CHECK_STATUS(buddyfree_alloc(bf, UNIT * 3, 0, &shared), BUDDYFREE_STATUS_OK);
     pthread_t threads[THREADS];
@@ -276,7 +344,7 @@ static void check_threads(Buddyfree *bf) {
     pthread_barrier_t barrier;
     CHECK(pthread_barrier_init(&barrier, NULL, THREADS) == 0);
     for (unsigned t = 0; t < THREADS; t++) {
-        workers[t] = (struct worker){bf, t, shared, 0, &barrier};
+        workers[t] = (struct worker){bf, s.base, t, shared, 0, &barrier};
         CHECK(pthread_create(&threads[t], NULL, work, &workers[t]) == 0);
     }
     int shared_frees = 0;
@@ -298,6 +366,7 @@ static void run_suite(Buddyfree *bf, const char *name, const char *kind) {
     check_bad_requests(bf);
     check_exhaustion(bf);
     check_bulk(bf);
+    check_held_core(bf);
     check_threads(bf);
     printf("%s over %s: ok\n", name, kind);
 }

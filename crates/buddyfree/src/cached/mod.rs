@@ -32,7 +32,7 @@ use states::{BlockStates, State};
 
 use crate::locked::YieldMutex;
 use crate::sync::CachePadded;
-use crate::{check_block, BlockAlloc, ConfigRule, Error, Locked, SeqBlockAlloc};
+use crate::{check_block, BlockAlloc, ConfigRule, Error, HeldCore, Locked, SeqBlockAlloc};
 
 /// Blocks asked for in one [`BlockAlloc::alloc_bulk`] call.
 const BULK: usize = 32;
@@ -519,6 +519,18 @@ impl<B: Backend> Pinned<'_, B> {
     }
 }
 
+impl<B: Backend> HeldCore for Pinned<'_, B> {
+    #[inline]
+    fn alloc(&mut self, order: u32) -> Result<usize, Error> {
+        Pinned::alloc(self, order)
+    }
+
+    #[inline]
+    fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        Pinned::free(self, index, order)
+    }
+}
+
 /// Implements [`BlockAlloc`] for a type whose field `$field` is a [`Cached`], by calling it.
 macro_rules! block_alloc_via_cached {
     ($field:ident) => {
@@ -550,6 +562,9 @@ macro_rules! block_alloc_via_cached {
         }
         fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, $crate::Error> {
             self.$field.block_of(index)
+        }
+        fn with_core(&self, core: usize, f: &mut dyn FnMut(&mut dyn $crate::HeldCore)) {
+            f(&mut self.$field.pin(core));
         }
     };
 }

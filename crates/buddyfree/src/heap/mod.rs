@@ -29,7 +29,7 @@ use core::fmt;
 use core::ptr::NonNull;
 
 use crate::sync::atomic::{AtomicUsize, Ordering};
-use crate::{BlockAlloc, Config, Error};
+use crate::{BlockAlloc, Config, Error, HeldCore};
 
 pub use device::DeviceHeap;
 #[cfg(all(feature = "std", unix, not(loom)))]
@@ -209,13 +209,26 @@ impl<A: BlockAlloc> Heap<A> {
 
     /// Allocates a block of `2^order` units; returns its first unit's index and address.
     pub fn alloc_index(&self, order: u32) -> Result<(usize, NonNull<u8>), HeapError> {
-        let index = self.alloc.alloc(order, core())?;
+        self.placed(self.alloc.alloc(order, core())?)
+    }
+
+    /// A block the allocator returned, with its address.
+    fn placed(&self, index: usize) -> Result<(usize, NonNull<u8>), HeapError> {
         // An allocator keeps its indices below its units; anything else is its bug, reported
         // rather than turned into a wild pointer.
         let ptr = self
             .ptr_of(index)
             .ok_or(HeapError::Block(Error::OutOfRange))?;
         Ok((index, ptr))
+    }
+
+    /// Calls `f` with `core` held ([`BlockAlloc::with_core`]: over a magazine, a pair
+    /// through the [`HeldHeap`] takes no lock) and returns its answer. `f` must not call
+    /// this heap's other methods meanwhile: those that reach the held core wait for `f`.
+    pub fn with_core<R>(&self, core: usize, f: impl FnOnce(&mut HeldHeap<'_, A>) -> R) -> R {
+        crate::hold_core(&self.alloc, core, |held| {
+            f(&mut HeldHeap { heap: self, held })
+        })
     }
 
     /// Frees the block of `2^order` units starting at unit `index`, with the same checks as
@@ -407,4 +420,24 @@ fn core() -> usize {
     return crate::core_hint();
     #[cfg(not(all(feature = "std", not(loom))))]
     return 0;
+}
+
+/// A [`Heap`]'s core held by [`Heap::with_core`]: its allocations and frees by order go to
+/// that core without taking its lock.
+pub struct HeldHeap<'a, A> {
+    heap: &'a Heap<A>,
+    held: &'a mut dyn HeldCore,
+}
+
+impl<A: BlockAlloc> HeldHeap<'_, A> {
+    /// [`Heap::alloc_index`] on the held core.
+    pub fn alloc_index(&mut self, order: u32) -> Result<(usize, NonNull<u8>), HeapError> {
+        let index = self.held.alloc(order)?;
+        self.heap.placed(index)
+    }
+
+    /// [`Heap::free_index`] on the held core.
+    pub fn free_index(&mut self, index: usize, order: u32) -> Result<(), HeapError> {
+        Ok(self.held.free(index, order)?)
+    }
 }

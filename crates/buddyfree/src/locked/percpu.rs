@@ -17,7 +17,9 @@
 //! the cached orders; `states` does, exactly, and one CAS there decides a raced double free
 //! (blocks of the uncached orders are not recorded: the buddy answers their frees). Locks
 //! are taken in the order cache, then buddy, and never two caches at once. Refills and
-//! spills take the buddy's lock once per batch.
+//! spills take the buddy's lock once per batch. [`BlockAlloc::with_core`] holds a core's
+//! cache for a closure, as a kernel with preemption off holds its per-CPU lists: its pairs
+//! of cached orders then take no lock.
 
 use lock_api::RawMutex;
 

@@ -5,9 +5,8 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use buddyfree::magazine::Magazine;
 use buddyfree::model::Model;
-use buddyfree::{BlockAlloc, Config, Error, SeqBlockAlloc};
+use buddyfree::{hold_core, BlockAlloc, Config, Error, SeqBlockAlloc};
 use proptest::prelude::*;
 
 /// One step of a random operation sequence.
@@ -634,17 +633,17 @@ pub fn double_free_race(alloc: &dyn BlockAlloc, threads: usize, blocks: usize, o
     assert_whole(alloc);
 }
 
-/// A magazine whose allocations and frees each go through a pin of the named core
-/// ([`Magazine::pin`], taken for the one call), everything else through the shared path: the
-/// battery's checks, run over the pinned path.
-pub struct PinEachCall<A>(pub Magazine<A>);
+/// An allocator whose allocations and frees each go through a core held for the one call
+/// ([`BlockAlloc::with_core`]: a magazine's or `PerCpu`'s pin), everything else through the
+/// shared path: the battery's checks, run over the pinned path.
+pub struct PinEachCall<A>(pub A);
 
 impl<A: BlockAlloc> BlockAlloc for PinEachCall<A> {
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        self.0.pin(core).alloc(order)
+        hold_core(&self.0, core, |held| held.alloc(order))
     }
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        self.0.pin(core).free(index, order)
+        hold_core(&self.0, core, |held| held.free(index, order))
     }
     fn free_units(&self) -> usize {
         self.0.free_units()
