@@ -225,6 +225,25 @@ impl<A: BlockAlloc> Heap<A> {
     /// Calls `f` with `core` held ([`BlockAlloc::with_core`]: over a magazine, a pair
     /// through the [`HeldHeap`] takes no lock) and returns its answer. `f` must not call
     /// this heap's other methods meanwhile: those that reach the held core wait for `f`.
+    ///
+    /// ```
+    /// use buddyfree::heap::{Heap, HeapError, Region};
+    /// use buddyfree::{registry, Error};
+    ///
+    /// let region = Region::from_box(vec![0u8; 1 << 20].into_boxed_slice());
+    /// let build = registry::find("llfree-magazine").unwrap().build;
+    /// let heap = Heap::build(region, 4096, 4, 2, build).unwrap();
+    /// let (index, page) = heap.with_core(1, |core| -> Result<_, HeapError> {
+    ///     let (index, page) = core.alloc_index(0)?;
+    ///     let (other, _) = core.alloc_index(2)?;
+    ///     core.free_index(other, 2)?;
+    ///     assert_eq!(core.free_index(other, 2), Err(HeapError::Block(Error::NotAllocated)));
+    ///     Ok((index, page))
+    /// })?;
+    /// assert_eq!(heap.ptr_of(index), Some(page));
+    /// heap.free_index(index, 0)?;
+    /// # Ok::<(), HeapError>(())
+    /// ```
     pub fn with_core<R>(&self, core: usize, f: impl FnOnce(&mut HeldHeap<'_, A>) -> R) -> R {
         crate::hold_core(&self.alloc, core, |held| {
             f(&mut HeldHeap { heap: self, held })
