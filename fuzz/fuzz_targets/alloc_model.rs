@@ -1,5 +1,6 @@
 //! Random alloc / free / double-free / wrong-order / arbitrary-free sequences on every
-//! registered allocator, and the magazines again through pinned cores, each checked step by
+//! registered allocator, and again with every allocation and free through a held core
+//! (`BlockAlloc::with_core`: the magazines' and `linux`'s pinned path), each checked step by
 //! step against the reference model by the test battery's own checker
 //! (`crates/buddyfree/tests/common`).
 //!
@@ -7,9 +8,7 @@
 
 #![no_main]
 
-use buddyfree::llfree::LLFree;
-use buddyfree::magazine::Magazine;
-use buddyfree::{registry, BlockAlloc, Config, Error, Nbbs4};
+use buddyfree::{registry, Config};
 use libfuzzer_sys::fuzz_target;
 
 #[path = "../../crates/buddyfree/tests/common/mod.rs"]
@@ -56,23 +55,10 @@ fuzz_target!(|data: &[u8]| {
         let Ok(alloc) = (entry.build)(config) else {
             continue;
         };
-        common::check_against_model(&alloc, config, &common::clamp(&raw, max_order));
+        let ops = common::clamp(&raw, max_order);
+        common::check_against_model(&alloc, config, &ops);
+        // Again, every allocation and free through a held core.
+        let alloc = (entry.build)(config).expect("the configuration built above");
+        common::check_against_model(&PinEachCall(alloc), config, &ops);
     }
-    pinned(units, widest, LLFree::new, &raw);
-    pinned(units, widest, Nbbs4::new, &raw);
 });
-
-/// The magazine over `build`'s allocator, every allocation and free through a pinned core.
-fn pinned<A: BlockAlloc>(
-    units: usize,
-    max_order: u32,
-    build: fn(Config) -> Result<A, Error>,
-    raw: &[Op],
-) {
-    let config = Config::new(units, max_order).with_cores(3);
-    // Refused as the registry's loop allows.
-    let Ok(magazine) = Magazine::with_config(config, build) else {
-        return;
-    };
-    common::check_against_model(&PinEachCall(magazine), config, &common::clamp(raw, max_order));
-}
