@@ -50,7 +50,7 @@ fuzz_target!(|data: &[u8]| {
     let mut freed: Vec<(usize, Layout)> = Vec::new();
     for c in ops.chunks_exact(4) {
         let size = usize::from(u16::from_le_bytes([c[1], c[2]])) >> (c[3] & 7);
-        let align = 1usize << (c[3] >> 3) % 16;
+        let align = 1usize << ((c[3] >> 3) % 16);
         match c[0] % 8 {
             0..=3 => {
                 let Ok(layout) = Layout::from_size_align(size, align) else {
