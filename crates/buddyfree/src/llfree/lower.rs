@@ -98,6 +98,14 @@ const FREEING: u64 = !(1 << 2);
 /// child counter promises a free slot, so only heavy contention in one frame gets this far.
 const ORDER0_PASSES: usize = 64;
 
+/// The first words of the groups of 2, 4 or 8 words that blocks of `order` (6..=8) take in
+/// a frame, from the group holding word `hint` on, wrapping around.
+fn groups_from(order: u32, hint: usize) -> impl Iterator<Item = usize> {
+    let span = 1 << (order - WORD_ORDER);
+    let groups = WORDS / span;
+    (0..groups).map(move |i| (hint / span + i) % groups * span)
+}
+
 /// The start word of a live block of order 6..=8: slots 0 and 1 `10` (no in-word block
 /// starts so), slot 3 `10` for order 7 or slot 5 `10` for order 8 (odd slots, where no
 /// block of order 1..=5 can start), every other slot `11`.
@@ -396,14 +404,11 @@ impl<W: WriteBack> Lower<W> {
     /// of 2, 4 or 8 words from the one holding word `hint` on, each by
     /// [`Lower::claim_group`].
     fn claim_groups(&self, h: HugeId, order: u32, hint: usize, out: &mut [usize]) -> usize {
-        let span = 1 << (order - WORD_ORDER);
-        let groups = WORDS / span;
         let mut got = 0;
-        for i in 0..groups {
+        for g in groups_from(order, hint) {
             if got == out.len() {
                 break;
             }
-            let g = (hint / span + i) % groups * span;
             if self.claim_group(h, g, order) {
                 // The block's words share the start word's line (as in `alloc_small`).
                 self.persist(|| self.bits(h, g));
@@ -526,7 +531,7 @@ impl<W: WriteBack> Lower<W> {
         let claimed = match search {
             Search::At(index) => self.claim_at(h, index, order).then_some(index),
             Search::From(hint) if order <= WORD_ORDER => self.claim_in_word(h, order, hint),
-            Search::From(_) => self.claim_words(h, order),
+            Search::From(hint) => self.claim_words(h, order, hint),
         };
         let Some(index) = claimed else {
             self.give_child(h, n);
@@ -572,13 +577,12 @@ impl<W: WriteBack> Lower<W> {
         }
     }
 
-    /// Orders 6..=8: the first group of 2, 4 or 8 whole free words. Kept out of line, so
-    /// that the order-0 path it shares `alloc_small` with stays small.
+    /// Orders 6..=8: the first group of 2, 4 or 8 whole free words from the one holding word
+    /// `hint` on (the frame's last allocation: the groups before it are likely taken). Kept
+    /// out of line, so that the order-0 path it shares `alloc_small` with stays small.
     #[inline(never)]
-    fn claim_words(&self, h: HugeId, order: u32) -> Option<usize> {
-        let span = 1 << (order - WORD_ORDER);
-        (0..WORDS)
-            .step_by(span)
+    fn claim_words(&self, h: HugeId, order: u32, hint: usize) -> Option<usize> {
+        groups_from(order, hint)
             .find(|&g| self.claim_group(h, g, order))
             .map(|g| h.first_unit() + g * SLOTS)
     }
@@ -1228,6 +1232,29 @@ mod tests {
 
     /// A block ends where the padding of a partial last frame begins: the slot after it is
     /// padding (`10`), so its free is not mistaken for a part of a larger block.
+    #[test]
+    fn multi_word_blocks_are_sought_from_the_hint_on_then_from_the_start() {
+        let lower = Lower::new(HUGE_UNITS);
+        let h = HugeId(0);
+        for order in 6..=8 {
+            let span = 1usize << (order - WORD_ORDER);
+            // Word 9 lies in the group that starts at word 8 for every span.
+            assert_eq!(lower.alloc(h, order, 9), Some(8 * SLOTS), "order {order}");
+            let mut got = vec![8 * SLOTS];
+            // The groups after it, then the ones before it, lowest first.
+            let rest = (8 + span..WORDS).chain(0..8).step_by(span);
+            for g in rest {
+                assert_eq!(lower.alloc(h, order, 9), Some(g * SLOTS), "order {order}");
+                got.push(g * SLOTS);
+            }
+            assert_eq!(lower.alloc(h, order, 9), None);
+            for index in got {
+                assert_eq!(lower.free(index, order), Ok(()));
+            }
+            lower.assert_consistent();
+        }
+    }
+
     #[test]
     fn a_block_against_the_padding_frees() {
         for units in [2, 34, 36, 40, 48, 96, 520] {
