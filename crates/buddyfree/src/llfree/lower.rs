@@ -1230,8 +1230,8 @@ mod tests {
         refuse_all_bad_frees(&lower, 0..2048, &[(0, 9), (1024, 10), (512, 8), (768, 5)]);
     }
 
-    /// A block ends where the padding of a partial last frame begins: the slot after it is
-    /// padding (`10`), so its free is not mistaken for a part of a larger block.
+    /// A single allocation of orders 6..=8 takes the first free group from the hint's group
+    /// on, then wraps to the frame's start.
     #[test]
     fn multi_word_blocks_are_sought_from_the_hint_on_then_from_the_start() {
         let lower = Lower::new(HUGE_UNITS);
@@ -1255,6 +1255,8 @@ mod tests {
         }
     }
 
+    /// A block ends where the padding of a partial last frame begins: the slot after it is
+    /// padding (`10`), so its free is not mistaken for a part of a larger block.
     #[test]
     fn a_block_against_the_padding_frees() {
         for units in [2, 34, 36, 40, 48, 96, 520] {
