@@ -99,6 +99,9 @@ fn c_instance() -> *mut Buddyfree {
 }
 
 /// The held pair, run from inside `buddyfree_with_core`'s callback (`arg`: the Criterion).
+///
+/// # Safety
+/// `held` must be the callback's held core and `arg` a `Criterion` lent for the call.
 unsafe extern "C" fn held_pairs(held: *mut BuddyfreeCore, arg: *mut c_void) {
     // SAFETY: the bench's `Criterion`, lent for this call.
     let c = unsafe { &mut *arg.cast::<Criterion>() };

@@ -108,7 +108,8 @@ typedef struct BuddyfreeStats {
   void *base;
 } BuddyfreeStats;
 
-// The callback of `buddyfree_with_core`: the held core and the caller's `arg`.
+// The callback of `buddyfree_with_core`: the held core and the caller's `arg` (`unsafe`:
+// it is the caller's C code, which may use `held` only until it returns).
 typedef void (*BuddyfreeCoreFn)(struct BuddyfreeCore *core, void *arg);
 
 #ifdef __cplusplus

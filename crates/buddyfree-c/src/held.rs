@@ -14,7 +14,8 @@ pub struct BuddyfreeCore {
     _opaque: [u8; 0],
 }
 
-/// The callback of `buddyfree_with_core`: the held core and the caller's `arg`.
+/// The callback of `buddyfree_with_core`: the held core and the caller's `arg` (`unsafe`:
+/// it is the caller's C code, which may use `held` only until it returns).
 pub type BuddyfreeCoreFn = Option<unsafe extern "C" fn(core: *mut BuddyfreeCore, arg: *mut c_void)>;
 
 /// Calls `f(held, arg)` once with core `core` of the instance held for the caller (any value;
@@ -82,10 +83,7 @@ pub unsafe extern "C" fn buddyfree_core_alloc_order(
     ptr_out: *mut *mut c_void,
 ) -> BuddyfreeStatus {
     // SAFETY: the caller's contract on `core`.
-    let result = unsafe { held_core(core) }.and_then(|held| {
-        let (index, p) = held.alloc_index(order)?;
-        Ok((index, p.as_ptr().cast::<c_void>()))
-    });
+    let result = unsafe { held_core(core) }.and_then(|held| Ok(held.alloc_index(order)?));
     // SAFETY: the caller's contract on the outputs.
     unsafe { write_pair(result, index_out, ptr_out) }
 }

@@ -580,10 +580,7 @@ pub unsafe extern "C" fn buddyfree_alloc_order(
     ptr_out: *mut *mut c_void,
 ) -> BuddyfreeStatus {
     // SAFETY: the caller's contract on `bf`.
-    let result = unsafe { instance(bf) }.and_then(|bf| {
-        let (index, p) = bf.heap.alloc_index(order)?;
-        Ok((index, p.as_ptr().cast::<c_void>()))
-    });
+    let result = unsafe { instance(bf) }.and_then(|bf| Ok(bf.heap.alloc_index(order)?));
     // SAFETY: the caller's contract on the outputs.
     unsafe { write_pair(result, index_out, ptr_out) }
 }
@@ -719,7 +716,7 @@ pub unsafe extern "C" fn buddyfree_try_alloc_order(
     let result = unsafe { instance(bf) }.and_then(|bf| {
         let index = bf.heap.allocator().try_alloc(order, 0)?;
         let p = bf.heap.ptr_of(index).ok_or(BuddyfreeStatus::OutOfRange)?;
-        Ok((index, p.as_ptr().cast::<c_void>()))
+        Ok((index, p))
     });
     // SAFETY: the caller's contract on the outputs.
     unsafe { write_pair(result, index_out, ptr_out) }
@@ -817,11 +814,12 @@ pub unsafe extern "C" fn buddyfree_free_at(
 /// # Safety
 /// `index_out` and `ptr_out` must be null or writable.
 unsafe fn write_pair(
-    result: Result<(usize, *mut c_void), BuddyfreeStatus>,
+    result: Result<(usize, NonNull<u8>), BuddyfreeStatus>,
     index_out: *mut usize,
     ptr_out: *mut *mut c_void,
 ) -> BuddyfreeStatus {
     let mut pair = (0, ptr::null_mut());
+    let result = result.map(|(index, p)| (index, p.as_ptr().cast::<c_void>()));
     // SAFETY: `pair` is a local.
     let code = unsafe { status(result, &mut pair) };
     // SAFETY: null or writable by the caller's contract.

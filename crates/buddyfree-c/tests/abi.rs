@@ -518,6 +518,9 @@ struct Hold {
 }
 
 /// The second holder: marks that it got the core.
+///
+/// # Safety
+/// `arg` must be the test's `Hold`, alive until this holder is joined.
 unsafe extern "C" fn mark(_core: *mut BuddyfreeCore, arg: *mut c_void) {
     // SAFETY: `arg` is the test's `Hold`, alive until the second holder is joined.
     let hold = unsafe { &*arg.cast::<Hold>() };
@@ -526,6 +529,10 @@ unsafe extern "C" fn mark(_core: *mut BuddyfreeCore, arg: *mut c_void) {
 
 /// The first holder: allocates through the held core, starts a second holder of the same
 /// core on another thread, gives it 100 ms, and notes whether it got through meanwhile.
+///
+/// # Safety
+/// `core` must be the callback's held core and `arg` the test's `Hold`, alive until both
+/// holders returned.
 unsafe extern "C" fn hold_and_wait(core: *mut BuddyfreeCore, arg: *mut c_void) {
     // SAFETY: as in `mark`.
     let hold = unsafe { &*arg.cast::<Hold>() };

@@ -486,10 +486,12 @@ impl<B: Backend> Pinned<'_, B> {
     pub(crate) fn core(&self) -> usize {
         self.core
     }
+}
 
+impl<B: Backend> HeldCore for Pinned<'_, B> {
     /// See [`BlockAlloc::alloc`].
     #[inline]
-    pub(crate) fn alloc(&mut self, order: u32) -> Result<usize, Error> {
+    fn alloc(&mut self, order: u32) -> Result<usize, Error> {
         let cached = self.cached;
         if order > cached.max_order() {
             return Err(Error::BadOrder);
@@ -512,22 +514,10 @@ impl<B: Backend> Pinned<'_, B> {
 
     /// See [`BlockAlloc::free`].
     #[inline]
-    pub(crate) fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
+    fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
         let cache = &mut self.cache;
         self.cached
             .free_into(index, order, self.core, || &mut **cache)
-    }
-}
-
-impl<B: Backend> HeldCore for Pinned<'_, B> {
-    #[inline]
-    fn alloc(&mut self, order: u32) -> Result<usize, Error> {
-        Pinned::alloc(self, order)
-    }
-
-    #[inline]
-    fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
-        Pinned::free(self, index, order)
     }
 }
 
