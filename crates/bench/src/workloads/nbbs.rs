@@ -310,31 +310,26 @@ pub(crate) fn larson_with<R: Recorder>(
             let start = Instant::now();
             let mut generations = 0;
             loop {
-                lineage = std::thread::scope(|s| {
-                    s.spawn(move || {
-                        w.pin_here();
-                        let Lineage {
-                            mut pool,
-                            mut rng,
-                            mut recorder,
-                        } = lineage;
-                        churn(
-                            a,
-                            &mut pool,
-                            p.larson_steps,
-                            core,
-                            &mut rng,
-                            &mut recorder,
-                            |r, _| larson_order(r, order, span),
-                        );
-                        Lineage {
-                            pool,
-                            rng,
-                            recorder,
-                        }
-                    })
-                    .join()
-                    .unwrap_or_else(|e| std::panic::resume_unwind(e))
+                lineage = w.successor(move || {
+                    let Lineage {
+                        mut pool,
+                        mut rng,
+                        mut recorder,
+                    } = lineage;
+                    churn(
+                        a,
+                        &mut pool,
+                        p.larson_steps,
+                        core,
+                        &mut rng,
+                        &mut recorder,
+                        |r, _| larson_order(r, order, span),
+                    );
+                    Lineage {
+                        pool,
+                        rng,
+                        recorder,
+                    }
                 });
                 generations += 1;
                 let done = match stop {
