@@ -113,6 +113,7 @@ impl Worker<'_> {
     /// barrier makes all workers start their timed section together, so the longest of their
     /// (wall) times is the time from release to the last one finishing. The page faults
     /// taken inside are added to [`timed_faults`].
+    ///
     /// Work that [`Worker::successor`] hands to other threads counts as the worker's: their
     /// CPU time on the CPU clock, and their page faults.
     pub fn timed<R>(&self, f: impl FnOnce() -> R) -> (R, Duration) {
