@@ -16,7 +16,7 @@ use std::ptr;
 
 use buddyfree::llfree::LLFree;
 use buddyfree::magazine::Magazine;
-use buddyfree::{registry, BlockAlloc, Config, Error, Nbbs4};
+use buddyfree::{registry, BlockAlloc, Config, Error, HeldCore, Nbbs4};
 use buddyfree_c::{
     buddyfree_alloc_order, buddyfree_core_alloc_order, buddyfree_core_free_order, buddyfree_create,
     buddyfree_destroy, buddyfree_free_order, buddyfree_with_core, Buddyfree, BuddyfreeConfig,
@@ -50,30 +50,27 @@ fn through_the_trait(c: &mut Criterion) {
     }
 }
 
+/// The pair on a held core: `dyn` behind the trait, the concrete type from a pin.
+fn held_pairs<H: HeldCore + ?Sized>(c: &mut Criterion, name: &str, held: &mut H) {
+    c.bench_function(name, |b| {
+        b.iter(|| {
+            let i = held.alloc(0).expect("a free unit");
+            held.free(black_box(i), 0).expect("its own block");
+        })
+    });
+}
+
 fn through_a_held_core(c: &mut Criterion) {
     for &name in TRAIT {
         let entry = registry::find(name).expect("a registered allocator");
         let a = (entry.build)(config()).expect("builds");
-        a.with_core(0, &mut |held| {
-            c.bench_function(&format!("{name} held"), |b| {
-                b.iter(|| {
-                    let i = held.alloc(0).expect("a free unit");
-                    held.free(black_box(i), 0).expect("its own block");
-                })
-            });
-        });
+        a.with_core(0, &mut |held| held_pairs(c, &format!("{name} held"), held));
     }
 }
 
 fn pinned<A: BlockAlloc>(c: &mut Criterion, name: &str, build: fn(Config) -> Result<A, Error>) {
     let m = Magazine::with_config(config(), build).expect("builds");
-    let mut core = m.pin(0);
-    c.bench_function(name, |b| {
-        b.iter(|| {
-            let i = core.alloc(0).expect("a free unit");
-            core.free(black_box(i), 0).expect("its own block");
-        })
-    });
+    held_pairs(c, name, &mut m.pin(0));
 }
 
 fn through_a_pinned_core(c: &mut Criterion) {
@@ -102,42 +99,48 @@ fn c_instance() -> *mut Buddyfree {
 ///
 /// # Safety
 /// `held` must be the callback's held core and `arg` a `Criterion` lent for the call.
-unsafe extern "C" fn held_pairs(held: *mut BuddyfreeCore, arg: *mut c_void) {
+unsafe extern "C" fn c_held_pairs(held: *mut BuddyfreeCore, arg: *mut c_void) {
     // SAFETY: the bench's `Criterion`, lent for this call.
     let c = unsafe { &mut *arg.cast::<Criterion>() };
     c.bench_function("llfree-magazine C held", |b| {
         b.iter(|| {
-            let mut i = 0;
-            // SAFETY: `held` is held for this callback; `i` is writable.
-            unsafe {
-                let got = buddyfree_core_alloc_order(held, 0, &mut i, ptr::null_mut());
-                assert_eq!(got, BuddyfreeStatus::Ok);
-                let freed = buddyfree_core_free_order(held, black_box(i), 0);
-                assert_eq!(freed, BuddyfreeStatus::Ok);
-            }
+            c_pair(
+                // SAFETY: `held` is held for this callback; `i` is writable.
+                |i| unsafe { buddyfree_core_alloc_order(held, 0, i, ptr::null_mut()) },
+                // SAFETY: as above.
+                |i| unsafe { buddyfree_core_free_order(held, i, 0) },
+            )
         })
     });
+}
+
+/// One order-0 pair through C entry points: `alloc` writes the block's index, `free` frees
+/// it; both must succeed.
+#[inline(always)]
+fn c_pair(
+    alloc: impl FnOnce(&mut usize) -> BuddyfreeStatus,
+    free: impl FnOnce(usize) -> BuddyfreeStatus,
+) {
+    let mut i = 0;
+    assert_eq!(alloc(&mut i), BuddyfreeStatus::Ok);
+    assert_eq!(free(black_box(i)), BuddyfreeStatus::Ok);
 }
 
 fn through_the_c_abi(c: &mut Criterion) {
     let bf = c_instance();
     c.bench_function("llfree-magazine C", |b| {
         b.iter(|| {
-            let mut i = 0;
-            // SAFETY: a live instance; `i` is writable.
-            unsafe {
-                let got = buddyfree_alloc_order(bf, 0, &mut i, ptr::null_mut());
-                assert_eq!(got, BuddyfreeStatus::Ok);
-                assert_eq!(
-                    buddyfree_free_order(bf, black_box(i), 0),
-                    BuddyfreeStatus::Ok
-                );
-            }
+            c_pair(
+                // SAFETY: a live instance; `i` is writable.
+                |i| unsafe { buddyfree_alloc_order(bf, 0, i, ptr::null_mut()) },
+                // SAFETY: a live instance.
+                |i| unsafe { buddyfree_free_order(bf, i, 0) },
+            )
         })
     });
     let arg = ptr::from_mut(c).cast::<c_void>();
     // SAFETY: a live instance; the callback is safe with `arg`, the Criterion lent to it.
-    let status = unsafe { buddyfree_with_core(bf, 0, Some(held_pairs), arg) };
+    let status = unsafe { buddyfree_with_core(bf, 0, Some(c_held_pairs), arg) };
     assert_eq!(status, BuddyfreeStatus::Ok);
     // SAFETY: the last call on the instance.
     unsafe { buddyfree_destroy(bf) };

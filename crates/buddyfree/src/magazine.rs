@@ -167,7 +167,7 @@ impl<A: BlockAlloc> Magazine<A> {
     /// ```
     /// use buddyfree::llfree::LLFree;
     /// use buddyfree::magazine::Magazine;
-    /// use buddyfree::{BlockAlloc, Config, Error};
+    /// use buddyfree::{BlockAlloc, Config, Error, HeldCore};
     ///
     /// let fast = Magazine::with_config(Config::new(1 << 12, 10).with_cores(2), LLFree::new)?;
     /// let mut core1 = fast.pin(1);
@@ -194,21 +194,9 @@ impl<A: BlockAlloc> PinnedCore<'_, A> {
     pub fn core(&self) -> usize {
         self.0.core()
     }
-
-    /// Allocates a block of `2^order` units, as [`BlockAlloc::alloc`] on the held core.
-    #[inline]
-    pub fn alloc(&mut self, order: u32) -> Result<usize, Error> {
-        self.0.alloc(order)
-    }
-
-    /// Frees the block `(index, order)`, as [`BlockAlloc::free`] on the held core: a bad or
-    /// double free is an error and changes nothing, whichever core the block came from.
-    #[inline]
-    pub fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
-        self.0.free(index, order)
-    }
 }
 
+/// Its allocations and frees ([`HeldCore`], a trait to import) take no lock.
 impl<A: BlockAlloc> HeldCore for PinnedCore<'_, A> {
     #[inline]
     fn alloc(&mut self, order: u32) -> Result<usize, Error> {

@@ -134,10 +134,11 @@ impl Options {
     /// assume more trees than cores; with fewer, the cores take the reservations from each
     /// other on almost every allocation (on 64 MiB, one tree, two threads: a median of
     /// 631 ns per Larson allocation and a p99 of 1.6 µs, against 30 and 90 ns with two
-    /// trees; docs/results.md). Heaps of `64 MiB × cores` and more keep 64 MiB trees. Not two per core: that
-    /// made a nearly full heap worse for one core (a p99 of 600 ns against 110 ns per
-    /// allocation on the real-time workloads' fragmented 64 MiB heap), since more, smaller
-    /// trees each run out sooner and the core moves its reservation more often.
+    /// trees; docs/results.md). Heaps of `64 MiB × cores` and more keep 64 MiB trees. Not
+    /// two per core: that made a nearly full heap worse for one core (a p99 of 600 ns
+    /// against 110 ns per allocation on the real-time workloads' fragmented 64 MiB heap),
+    /// since more, smaller trees each run out sooner and the core moves its reservation more
+    /// often.
     ///
     /// ```
     /// use buddyfree::llfree::Options;
