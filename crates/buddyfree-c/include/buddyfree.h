@@ -76,6 +76,10 @@ typedef struct BuddyfreeCore BuddyfreeCore;
 // A device-memory instance (opaque).
 typedef struct BuddyfreeDevice BuddyfreeDevice;
 
+// A core of a device instance held by `buddyfree_device_with_core` (opaque), valid only
+// inside its callback.
+typedef struct BuddyfreeDeviceCore BuddyfreeDeviceCore;
+
 // How to build an instance.
 typedef struct BuddyfreeConfig {
   // Bytes per unit, a power of two.
@@ -107,6 +111,10 @@ typedef struct BuddyfreeStats {
   // The address of unit 0.
   void *base;
 } BuddyfreeStats;
+
+// The callback of `buddyfree_device_with_core`: the held core and the caller's `arg`
+// (`unsafe`: it is the caller's C code, which may use `held` only until it returns).
+typedef void (*BuddyfreeDeviceCoreFn)(struct BuddyfreeDeviceCore *core, void *arg);
 
 // The callback of `buddyfree_with_core`: the held core and the caller's `arg` (`unsafe`:
 // it is the caller's C code, which may use `held` only until it returns).
@@ -341,7 +349,8 @@ BuddyfreeStatus buddyfree_device_create_with_metadata(const struct BuddyfreeConf
 void buddyfree_device_destroy(struct BuddyfreeDevice *dev);
 
 // Allocates `size` bytes aligned to `align` (0 for none) and stores the address in `*out`
-// (0 on failure).
+// (0 on failure). It and `buddyfree_device_free` run on the calling thread's core (one per
+// thread, as for `buddyfree_alloc`).
 //
 // # Safety
 // `dev` must be null or a live instance; `out` must be null or writable.
@@ -355,6 +364,37 @@ BuddyfreeStatus buddyfree_device_alloc(const struct BuddyfreeDevice *dev,
 // # Safety
 // `dev` must be null or a live instance.
 BuddyfreeStatus buddyfree_device_free(const struct BuddyfreeDevice *dev, uint64_t addr);
+
+// `buddyfree_with_core` for a device instance: calls `f(held, arg)` once with core `core`
+// held for the caller; `buddyfree_device_core_alloc` and `buddyfree_device_core_free` on
+// `held` then take no lock over the `*-magazine` allocators and `linux`. The same rules:
+// keep the callback short, call no other function on this instance inside it, and use
+// `held` only until it returns.
+//
+// # Safety
+// `dev` must be null or a live instance; `f` must be null or a function that is safe to
+// call with `held` and `arg`.
+BuddyfreeStatus buddyfree_device_with_core(const struct BuddyfreeDevice *dev,
+                                           uint32_t core,
+                                           BuddyfreeDeviceCoreFn f,
+                                           void *arg);
+
+// `buddyfree_device_alloc` on a held core.
+//
+// # Safety
+// `core` must be null or the `held` of a running `buddyfree_device_with_core` callback;
+// `out` must be null or writable.
+BuddyfreeStatus buddyfree_device_core_alloc(struct BuddyfreeDeviceCore *core,
+                                            size_t size,
+                                            size_t align,
+                                            uint64_t *out);
+
+// `buddyfree_device_free` on a held core: frees the block that starts at `addr` (allocated
+// on any core); a bad or double free returns its code and changes nothing.
+//
+// # Safety
+// `core` must be null or the `held` of a running `buddyfree_device_with_core` callback.
+BuddyfreeStatus buddyfree_device_core_free(struct BuddyfreeDeviceCore *core, uint64_t addr);
 
 // Calls `f(held, arg)` once with core `core` of the instance held for the caller (any value;
 // it is reduced modulo the configured cores): `buddyfree_core_alloc_order` and

@@ -1,10 +1,11 @@
 //! Device memory from C: an instance of addresses only (GPU memory, a BAR, offsets), never
 //! dereferenced, freed by address alone.
 
+use std::alloc::Layout;
 use std::ffi::c_void;
 use std::ptr::{self, NonNull};
 
-use buddyfree::heap::DeviceHeap;
+use buddyfree::heap::{DeviceHeap, HeapError, HeldDevice};
 use buddyfree::registry::DynAlloc;
 
 use super::{
@@ -108,7 +109,8 @@ unsafe fn device<'a>(
 }
 
 /// Allocates `size` bytes aligned to `align` (0 for none) and stores the address in `*out`
-/// (0 on failure).
+/// (0 on failure). It and `buddyfree_device_free` run on the calling thread's core (one per
+/// thread, as for `buddyfree_alloc`).
 ///
 /// # Safety
 /// `dev` must be null or a live instance; `out` must be null or writable.
@@ -119,13 +121,36 @@ pub unsafe extern "C" fn buddyfree_device_alloc(
     align: usize,
     out: *mut u64,
 ) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `dev` and `out`.
+    unsafe {
+        alloc_into(
+            out,
+            size,
+            align,
+            || device(dev),
+            |d, l| d.alloc(l, buddyfree::core_hint()),
+        )
+    }
+}
+
+/// Stores the address of a block of `size` bytes aligned to `align` from `alloc` on what
+/// `target` finds in `*out` (0 on failure): the body of both allocation calls.
+///
+/// # Safety
+/// `out` must be null or writable.
+unsafe fn alloc_into<T>(
+    out: *mut u64,
+    size: usize,
+    align: usize,
+    target: impl FnOnce() -> Result<T, BuddyfreeStatus>,
+    alloc: impl FnOnce(T, Layout) -> Result<u64, HeapError>,
+) -> BuddyfreeStatus {
     if out.is_null() {
         return BuddyfreeStatus::NullArgument;
     }
     // SAFETY: `out` is writable by the caller's contract.
     unsafe { out.write(0) };
-    // SAFETY: the caller's contract on `dev`.
-    let result = unsafe { device(dev) }.and_then(|d| Ok(d.alloc(layout(size, align)?, 0)?));
+    let result = target().and_then(|t| Ok(alloc(t, layout(size, align)?)?));
     // SAFETY: as above.
     unsafe { status(result, out) }
 }
@@ -140,7 +165,95 @@ pub unsafe extern "C" fn buddyfree_device_free(
     addr: u64,
 ) -> BuddyfreeStatus {
     // SAFETY: the caller's contract on `dev`.
-    let result = unsafe { device(dev) }.and_then(|d| Ok(d.free_at(addr, 0)?));
+    let result = unsafe { device(dev) }.and_then(|d| Ok(d.free_at(addr, buddyfree::core_hint())?));
+    // SAFETY: a null `out` is allowed.
+    unsafe { status(result, ptr::null_mut()) }
+}
+
+/// A core of a device instance held by `buddyfree_device_with_core` (opaque), valid only
+/// inside its callback.
+pub struct BuddyfreeDeviceCore {
+    _opaque: [u8; 0],
+}
+
+/// The callback of `buddyfree_device_with_core`: the held core and the caller's `arg`
+/// (`unsafe`: it is the caller's C code, which may use `held` only until it returns).
+pub type BuddyfreeDeviceCoreFn =
+    Option<unsafe extern "C" fn(core: *mut BuddyfreeDeviceCore, arg: *mut c_void)>;
+
+/// `buddyfree_with_core` for a device instance: calls `f(held, arg)` once with core `core`
+/// held for the caller; `buddyfree_device_core_alloc` and `buddyfree_device_core_free` on
+/// `held` then take no lock over the `*-magazine` allocators and `linux`. The same rules:
+/// keep the callback short, call no other function on this instance inside it, and use
+/// `held` only until it returns.
+///
+/// # Safety
+/// `dev` must be null or a live instance; `f` must be null or a function that is safe to
+/// call with `held` and `arg`.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_device_with_core(
+    dev: *const BuddyfreeDevice,
+    core: u32,
+    f: BuddyfreeDeviceCoreFn,
+    arg: *mut c_void,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `dev`.
+    let dev = match unsafe { device(dev) } {
+        Ok(dev) => dev,
+        Err(code) => return code,
+    };
+    let Some(f) = f else {
+        return BuddyfreeStatus::NullArgument;
+    };
+    dev.with_core(core as usize, |held| {
+        let held: *mut HeldDevice<'_, DynAlloc> = held;
+        // SAFETY: `f` is safe to call by the caller's contract; `held` stays valid for the
+        // call, and `held_device` turns it back into the type it has here.
+        unsafe { f(held.cast(), arg) }
+    });
+    BuddyfreeStatus::Ok
+}
+
+/// The held core behind `core`.
+///
+/// # Safety
+/// `core` must be null or the `held` of a running `buddyfree_device_with_core` callback.
+unsafe fn held_device<'a>(
+    core: *mut BuddyfreeDeviceCore,
+) -> Result<&'a mut HeldDevice<'a, DynAlloc>, BuddyfreeStatus> {
+    // SAFETY: by the contract, a `HeldDevice` that `buddyfree_device_with_core` keeps alive
+    // and lends to no one else during the callback.
+    unsafe { core.cast::<HeldDevice<'a, DynAlloc>>().as_mut() }.ok_or(BuddyfreeStatus::NullArgument)
+}
+
+/// `buddyfree_device_alloc` on a held core.
+///
+/// # Safety
+/// `core` must be null or the `held` of a running `buddyfree_device_with_core` callback;
+/// `out` must be null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_device_core_alloc(
+    core: *mut BuddyfreeDeviceCore,
+    size: usize,
+    align: usize,
+    out: *mut u64,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `core` and `out`.
+    unsafe { alloc_into(out, size, align, || held_device(core), |h, l| h.alloc(l)) }
+}
+
+/// `buddyfree_device_free` on a held core: frees the block that starts at `addr` (allocated
+/// on any core); a bad or double free returns its code and changes nothing.
+///
+/// # Safety
+/// `core` must be null or the `held` of a running `buddyfree_device_with_core` callback.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_device_core_free(
+    core: *mut BuddyfreeDeviceCore,
+    addr: u64,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `core`.
+    let result = unsafe { held_device(core) }.and_then(|h| Ok(h.free_at(addr)?));
     // SAFETY: a null `out` is allowed.
     unsafe { status(result, ptr::null_mut()) }
 }

@@ -55,6 +55,12 @@ impl<A> Zone<A> {
 /// [`BlockAlloc`] (so that memory maps, heaps and the registry's tests apply) it prefers the
 /// zones in order; indices between zones belong to none and are out of range.
 ///
+/// Its [`BlockAlloc::with_core`] is the default, plain calls on the core: holding that core
+/// in every zone at once could deadlock two callers, since an allocation that finds a zone
+/// empty drains that zone's per-core caches (waiting for each, held ones too) while the
+/// caller still holds its cores of the other zones. To hold a core, hold one zone's:
+/// `zones.zones()[z].allocator().with_core(core, f)`, with indices inside that zone.
+///
 /// ```
 /// use buddyfree::nbbs::Nbbs4;
 /// use buddyfree::zones::{Zone, Zones};

@@ -5,6 +5,8 @@ mod common;
 
 use core::alloc::Layout;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use buddyfree::heap::{DeviceHeap, HeapError};
 use buddyfree::registry::{self, DynAlloc};
@@ -135,4 +137,58 @@ fn a_device_heap_hands_out_aligned_disjoint_addresses_and_frees_by_address() {
     }
     assert!(DeviceHeap::new(4097, 4096, build("nbbs", 64, 3)).is_err());
     assert!(DeviceHeap::new(u64::MAX - 4095, 4096, build("nbbs", 64, 3)).is_err());
+}
+
+/// A device heap's held core allocates and frees by address as the heap does, with the same
+/// answers to bad frees; over a magazine it really holds the core: another thread's
+/// allocation on that core waits until the call returns (it has 100 ms to get through if the
+/// core is not held).
+#[test]
+fn a_device_heaps_held_core_frees_by_address_and_holds_a_magazines_core() {
+    let base = 0x40_0000_0000u64;
+    let page = Layout::from_size_align(4096, 4096).unwrap();
+    let run = Layout::from_size_align(5 * 4096, 4096).unwrap();
+    for name in NAMES
+        .into_iter()
+        .chain(["llfree-magazine", "nbbs4-magazine"])
+    {
+        let heap = DeviceHeap::new(base, 4096, build(name, 4096, 10)).unwrap();
+        let through = AtomicBool::new(false);
+        let (kept, theirs, through_while_held) = std::thread::scope(|s| {
+            let (kept, waiter, seen) = heap.with_core(1, |core| {
+                let kept = core.alloc(run).unwrap();
+                assert_eq!(heap.order_at(kept), Ok(3), "{name}");
+                let pages = [core.alloc(page).unwrap(), core.alloc(page).unwrap()];
+                core.free(pages[0], page).unwrap();
+                core.free_at(pages[1]).unwrap();
+                for addr in pages {
+                    let gone = Err(HeapError::Block(Error::NotAllocated));
+                    assert_eq!(core.free(addr, page), gone, "{name}");
+                    assert_eq!(core.free_at(addr), gone, "{name}");
+                }
+                let wrong = Err(HeapError::Block(Error::OrderMismatch));
+                assert_eq!(core.free(kept, page), wrong, "{name}");
+                let inside = Err(HeapError::Block(Error::NotAllocated));
+                assert_eq!(core.free(kept + 4096, page), inside, "{name}");
+                assert_eq!(core.free_at(base - 4096), Err(HeapError::Foreign));
+                let misaligned = Err(HeapError::Block(Error::Misaligned));
+                assert_eq!(core.free_at(kept + 1), misaligned, "{name}");
+                let waiter = s.spawn(|| {
+                    let theirs = heap.alloc(page, 1).unwrap();
+                    through.store(true, Ordering::Release);
+                    theirs
+                });
+                std::thread::sleep(Duration::from_millis(100));
+                (kept, waiter, through.load(Ordering::Acquire))
+            });
+            (kept, waiter.join().unwrap(), seen)
+        });
+        if name.ends_with("-magazine") {
+            assert!(!through_while_held, "{name}: core 1 was not held");
+        }
+        heap.with_core(0, |core| core.free_at(kept)).unwrap();
+        heap.free(theirs, page, 0).unwrap();
+        heap.allocator().drain();
+        common::assert_whole(heap.allocator());
+    }
 }

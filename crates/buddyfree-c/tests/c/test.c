@@ -390,6 +390,47 @@ static void check_order_0_allocator(const char *name) {
     printf("%s (order 0 only): ok\n", name);
 }
 
+/* What a held device core's callback did: how often it ran, and the block it kept. */
+struct device_run {
+    int calls;
+    uint64_t kept;
+};
+
+/* Inside buddyfree_device_with_core: blocks of 1 to 3 units, one freed twice (refused), one
+ * kept for after the callback. */
+static void device_burst(BuddyfreeDeviceCore *core, void *arg) {
+    struct device_run *run = arg;
+    run->calls++;
+    uint64_t a = 1, b = 1;
+    CHECK_STATUS(buddyfree_device_core_alloc(core, 3 * UNIT, 0, &a), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_device_core_alloc(core, UNIT, 3, &b), BUDDYFREE_STATUS_BAD_ALIGN);
+    CHECK(b == 0);
+    CHECK_STATUS(buddyfree_device_core_alloc(core, UNIT, 1024, &b), BUDDYFREE_STATUS_OK);
+    CHECK(a >= 0x100000000ull && a % (4 * UNIT) == 0 && b % 1024 == 0 && a != b);
+    CHECK_STATUS(buddyfree_device_core_free(core, a), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_device_core_free(core, a), BUDDYFREE_STATUS_NOT_ALLOCATED);
+    CHECK_STATUS(buddyfree_device_core_free(core, 5), BUDDYFREE_STATUS_FOREIGN_POINTER);
+    CHECK_STATUS(buddyfree_device_core_free(core, b + 1), BUDDYFREE_STATUS_MISALIGNED);
+    run->kept = b;
+}
+
+/* A held core of a device instance: null arguments refused, the callback run once per call,
+ * its blocks ordinary blocks after it. */
+static void check_held_device(BuddyfreeDevice *dev) {
+    struct device_run run = {0, 0};
+    CHECK_STATUS(buddyfree_device_with_core(NULL, 0, device_burst, &run), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(buddyfree_device_with_core(dev, 0, NULL, &run), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    uint64_t addr = 1;
+    CHECK_STATUS(buddyfree_device_core_alloc(NULL, UNIT, 0, &addr), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK(addr == 0);
+    CHECK_STATUS(buddyfree_device_core_free(NULL, 0), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK(run.calls == 0);
+    CHECK_STATUS(buddyfree_device_with_core(dev, 1000003, device_burst, &run), BUDDYFREE_STATUS_OK);
+    CHECK(run.calls == 1);
+    CHECK_STATUS(buddyfree_device_free(dev, run.kept), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_device_free(dev, run.kept), BUDDYFREE_STATUS_NOT_ALLOCATED);
+}
+
 /* A memory map: every unit reserved, two usable ranges with ragged ends freed, a block
  * taken at a position, frees by address alone; then a device instance of addresses above
  * 4 GiB. Allocators that cannot place blocks answer UNSUPPORTED. */
@@ -442,6 +483,7 @@ static void check_memory_map(const char *name) {
     CHECK_STATUS(buddyfree_device_free(dev, a), BUDDYFREE_STATUS_NOT_ALLOCATED);
     CHECK_STATUS(buddyfree_device_free(dev, 5), BUDDYFREE_STATUS_FOREIGN_POINTER);
     CHECK_STATUS(buddyfree_device_free(dev, b), BUDDYFREE_STATUS_OK);
+    check_held_device(dev);
     buddyfree_device_destroy(dev);
 }
 

@@ -3,7 +3,7 @@
 use core::alloc::Layout;
 
 use super::{order_for, HeapError};
-use crate::{BlockAlloc, Error};
+use crate::{BlockAlloc, Error, HeldCore};
 
 /// Sub-allocation of memory the CPU does not touch through this heap (GPU memory, a device
 /// BAR, offsets into a file): unit `i` is the address `base + i * unit`, and blocks are
@@ -66,21 +66,57 @@ impl<A: BlockAlloc> DeviceHeap<A> {
     /// Allocates a block for `layout`; returns its address.
     pub fn alloc(&self, layout: Layout, core: usize) -> Result<u64, HeapError> {
         let order = self.order_of(layout)?;
-        let index = self.alloc.alloc(order, core)?;
-        Ok(self.address_of(index))
+        Ok(self.address_of(self.alloc.alloc(order, core)?))
     }
 
     /// Frees the block at `addr` allocated for `layout`.
     pub fn free(&self, addr: u64, layout: Layout, core: usize) -> Result<(), HeapError> {
-        let order = self.order_of(layout)?;
-        Ok(self.alloc.free(self.index_of(addr)?, order, core)?)
+        let (index, order) = self.block_at(addr, Some(layout))?;
+        Ok(self.alloc.free(index, order, core)?)
     }
 
     /// Frees the block that starts at `addr`, whatever its size.
     pub fn free_at(&self, addr: u64, core: usize) -> Result<(), HeapError> {
-        let index = self.index_of(addr)?;
-        let order = self.alloc.order_at(index)?;
+        let (index, order) = self.block_at(addr, None)?;
         Ok(self.alloc.free(index, order, core)?)
+    }
+
+    /// Calls `f` with `core` held ([`BlockAlloc::with_core`]: over a magazine, a pair
+    /// through the [`HeldDevice`] takes no lock) and returns its answer. `f` must not call
+    /// this heap's other methods meanwhile: those that reach the held core wait for `f`.
+    ///
+    /// ```
+    /// use buddyfree::heap::{DeviceHeap, HeapError};
+    /// use buddyfree::{registry, Config, Error};
+    /// use core::alloc::Layout;
+    ///
+    /// let build = registry::find("llfree-magazine").unwrap().build;
+    /// let vram = DeviceHeap::new(1 << 40, 4096, build(Config::new(1 << 14, 10))?).unwrap();
+    /// let page = Layout::from_size_align(4096, 4096).unwrap();
+    /// let kept = vram.with_core(0, |core| -> Result<_, HeapError> {
+    ///     let (kept, scratch) = (core.alloc(page)?, core.alloc(page)?);
+    ///     core.free_at(scratch)?;
+    ///     assert_eq!(core.free(scratch, page), Err(HeapError::Block(Error::NotAllocated)));
+    ///     Ok(kept)
+    /// })?;
+    /// vram.free_at(kept, 1)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_core<R>(&self, core: usize, f: impl FnOnce(&mut HeldDevice<'_, A>) -> R) -> R {
+        crate::hold_core(&self.alloc, core, |held| {
+            f(&mut HeldDevice { heap: self, held })
+        })
+    }
+
+    /// The unit index and the order of the block at `addr`: the order of `layout`, or without
+    /// one the order of the live block that starts there.
+    fn block_at(&self, addr: u64, layout: Option<Layout>) -> Result<(usize, u32), HeapError> {
+        let order = layout.map(|layout| self.order_of(layout)).transpose()?;
+        let index = self.index_of(addr)?;
+        match order {
+            Some(order) => Ok((index, order)),
+            None => Ok((index, self.alloc.order_at(index)?)),
+        }
     }
 
     /// The order of the live block that starts at `addr`.
@@ -120,5 +156,33 @@ impl<A: BlockAlloc> DeviceHeap<A> {
     /// The block allocator.
     pub fn allocator(&self) -> &A {
         &self.alloc
+    }
+}
+
+/// A [`DeviceHeap`]'s core held by [`DeviceHeap::with_core`]: its allocations and frees go
+/// to that core without taking its lock.
+pub struct HeldDevice<'a, A> {
+    heap: &'a DeviceHeap<A>,
+    held: &'a mut dyn HeldCore,
+}
+
+impl<A: BlockAlloc> HeldDevice<'_, A> {
+    /// [`DeviceHeap::alloc`] on the held core.
+    pub fn alloc(&mut self, layout: Layout) -> Result<u64, HeapError> {
+        let order = self.heap.order_of(layout)?;
+        Ok(self.heap.address_of(self.held.alloc(order)?))
+    }
+
+    /// [`DeviceHeap::free`] on the held core.
+    pub fn free(&mut self, addr: u64, layout: Layout) -> Result<(), HeapError> {
+        let (index, order) = self.heap.block_at(addr, Some(layout))?;
+        Ok(self.held.free(index, order)?)
+    }
+
+    /// [`DeviceHeap::free_at`] on the held core. The order comes from
+    /// [`BlockAlloc::order_at`], which takes no per-core cache in this crate's allocators.
+    pub fn free_at(&mut self, addr: u64) -> Result<(), HeapError> {
+        let (index, order) = self.heap.block_at(addr, None)?;
+        Ok(self.held.free(index, order)?)
     }
 }

@@ -31,7 +31,7 @@ use core::ptr::NonNull;
 use crate::sync::atomic::{AtomicUsize, Ordering};
 use crate::{BlockAlloc, Config, Error, HeldCore};
 
-pub use device::DeviceHeap;
+pub use device::{DeviceHeap, HeldDevice};
 #[cfg(all(feature = "std", unix, not(loom)))]
 #[cfg_attr(docsrs, doc(cfg(all(feature = "std", unix))))]
 pub use global::GlobalHeap;
