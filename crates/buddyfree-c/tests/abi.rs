@@ -583,3 +583,53 @@ fn a_held_core_is_held_until_the_callback_returns() {
         destroy(bf);
     }
 }
+
+/// Allocates through the plain path from inside a held core (`arg`: the instance, which has
+/// one core, so the plain call needs the held cache).
+///
+/// # Safety
+/// `arg` must be a live instance.
+unsafe extern "C" fn alloc_inside(_core: *mut BuddyfreeCore, arg: *mut c_void) {
+    let _ = alloc_order(arg.cast_const().cast(), 0);
+}
+
+/// A call inside a held core's callback that needs that core would wait forever; the
+/// process aborts instead, saying why. Run in a child process of this test binary (the
+/// abort ends it); the parent checks its end and its message.
+#[test]
+fn a_call_that_waits_for_its_own_held_core_aborts_with_the_cause() {
+    const CHILD: &str = "BUDDYFREE_TEST_SELF_WAIT";
+    if std::env::var_os(CHILD).is_some() {
+        let one_core = BuddyfreeConfig {
+            cores: 1,
+            ..config(c"llfree-magazine")
+        };
+        let bf = create(&one_core, ptr::null_mut(), 0).unwrap();
+        // SAFETY: a live instance; the callback is safe with it as `arg`.
+        unsafe { buddyfree_with_core(bf, 0, Some(alloc_inside), bf.cast()) };
+        return; // Not reached: the allocation inside aborts.
+    }
+    let name = "a_call_that_waits_for_its_own_held_core_aborts_with_the_cause";
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("the child still waits for itself after 30 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let child = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&child.stderr);
+    assert!(
+        !child.status.success(),
+        "the child ended normally: {stderr}"
+    );
+    assert!(stderr.contains("holds itself"), "{stderr}");
+}

@@ -235,7 +235,8 @@ pub trait BlockAlloc: Sync {
     /// not call this allocator's own methods: calls naming `core`, and those that take every
     /// core's cache ([`BlockAlloc::drain`], [`BlockAlloc::free_units`], an allocation that
     /// finds the backend empty, [`BlockAlloc::alloc_at`] and the range operations over a
-    /// parked block), would wait for `f` forever. Calls from `f` on another instance can
+    /// parked block), would wait for `f` forever (with `std` they panic instead, naming the
+    /// cause). Calls from `f` on another instance can
     /// deadlock too, where another thread holds one of that instance's cores and calls this
     /// one: a call of either that drains waits for every core of its instance, held ones
     /// included (so [`Zones`](zones::Zones) keeps the default). Bad frees get the same

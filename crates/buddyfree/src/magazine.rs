@@ -161,7 +161,8 @@ impl<A: BlockAlloc> Magazine<A> {
     /// out-of-memory answer, [`BlockAlloc::drain`], an [`BlockAlloc::alloc_at`] over a parked
     /// block) and [`BlockAlloc::free_units`], wait until it is dropped. The same thread
     /// must not call those methods (nor take a second pin of `core`) while it holds the pin:
-    /// they would wait for it forever. Behind a `dyn BlockAlloc` (the registry, the C ABI),
+    /// they would wait for it forever (with `std` they panic instead, naming the cause, once
+    /// their wait stops spinning). Behind a `dyn BlockAlloc` (the registry, the C ABI),
     /// [`BlockAlloc::with_core`] holds the magazine the same way for the length of a call.
     ///
     /// ```
@@ -186,7 +187,20 @@ impl<A: BlockAlloc> Magazine<A> {
     }
 }
 
-/// A core's magazine held by one thread, from [`Magazine::pin`]; released when dropped.
+/// A core's magazine held by one thread, from [`Magazine::pin`]; released when dropped. It
+/// stays on that thread (it is not `Send`), as a lock guard does:
+///
+/// ```compile_fail
+/// use buddyfree::llfree::LLFree;
+/// use buddyfree::magazine::Magazine;
+/// use buddyfree::Config;
+///
+/// let fast = Magazine::with_config(Config::new(1 << 12, 10), LLFree::new).unwrap();
+/// let held = fast.pin(0);
+/// std::thread::scope(|s| {
+///     s.spawn(move || drop(held));
+/// });
+/// ```
 pub struct PinnedCore<'a, A>(Pinned<'a, Direct<A>>);
 
 impl<A: BlockAlloc> PinnedCore<'_, A> {

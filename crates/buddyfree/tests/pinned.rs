@@ -11,7 +11,8 @@ use buddyfree::buddy::Knuth;
 use buddyfree::llfree::LLFree;
 use buddyfree::locked::PerCpu;
 use buddyfree::magazine::Magazine;
-use buddyfree::{hold_core, registry, BlockAlloc, Config, Error, HeldCore, Nbbs4};
+use buddyfree::registry::{self, DynAlloc};
+use buddyfree::{hold_core, BlockAlloc, Config, Error, HeldCore, Nbbs4};
 use common::{assert_whole, run_threads, stamp, Mailbox, Owners, PinEachCall, Rng};
 use proptest::prelude::*;
 
@@ -238,5 +239,48 @@ fn a_core_held_through_the_trait_is_held() {
         );
         a.drain();
         assert_eq!(a.free_units(), free, "{}", entry.name);
+    }
+}
+
+/// A call inside a held core that needs that core's cache is a bug that would wait forever;
+/// it panics instead, naming the cause (within 20 s, or the test fails). The panic lets the
+/// core go: it can be held again.
+#[test]
+fn a_call_that_waits_for_its_own_held_core_panics() {
+    let calls: [(&str, fn(&dyn BlockAlloc)); 3] = [
+        ("alloc on the held core", |a| {
+            let _ = a.alloc(0, 1);
+        }),
+        ("drain", |a| a.drain()),
+        ("free_units", |a| {
+            let _ = a.free_units();
+        }),
+    ];
+    for name in ["llfree-magazine", "linux"] {
+        let entry = registry::find(name).unwrap();
+        let a: &'static DynAlloc = Box::leak(Box::new(
+            (entry.build)(Config::new(UNITS, MAX_ORDER).with_cores(CORES)).unwrap(),
+        ));
+        for (what, call) in calls {
+            let (done, waited) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let held = std::panic::AssertUnwindSafe(|| hold_core(a, 1, |_| call(a)));
+                let answer = std::panic::catch_unwind(held);
+                let message = answer.err().and_then(|m| m.downcast_ref::<&str>().copied());
+                done.send(message).unwrap();
+            });
+            let message = waited
+                .recv_timeout(std::time::Duration::from_secs(20))
+                .unwrap_or_else(|_| panic!("{name}, {what}: still waiting for itself"));
+            let message = message.unwrap_or_else(|| panic!("{name}, {what}: no panic"));
+            assert!(
+                message.contains("holds itself"),
+                "{name}, {what}: {message:?}"
+            );
+            // A pin on another core is another lock: no panic.
+            let other = hold_core(a, 0, |held| held.alloc(0)).unwrap();
+            assert_eq!(hold_core(a, 1, |held| held.free(other, 0)), Ok(()));
+        }
+        assert_whole(a);
     }
 }

@@ -22,6 +22,7 @@ mod cache;
 mod states;
 
 use alloc::boxed::Box;
+use core::marker::PhantomData;
 use core::ops::DerefMut;
 
 use lock_api::RawMutex;
@@ -463,28 +464,46 @@ impl<B: Backend> Cached<B> {
 /// `core`'s cache held by one caller from [`Cached::pin`] until dropped: its operations on
 /// cached orders take no lock. Whatever else needs the cache waits meanwhile; allocations
 /// that may need other caches (uncached orders, an empty backend: both may drain) let it go
-/// for their duration, so a pinned cache is never held while another is taken.
+/// for their duration, so a pinned cache is never held while another is taken. It stays on
+/// the thread that took it (not `Send`), which has noted the pin ([`YieldMutex::pin`]).
 pub(crate) struct Pinned<'a, B> {
     cached: &'a Cached<B>,
     cache: lock_api::MutexGuard<'a, YieldMutex, CoreCache>,
     core: usize,
+    on_this_thread: PhantomData<*const ()>,
 }
 
 impl<B: Backend> Cached<B> {
     /// Holds `core`'s cache (waiting for it if another caller has it).
     pub(crate) fn pin(&self, core: usize) -> Pinned<'_, B> {
-        Pinned {
+        let pinned = Pinned {
             cached: self,
             cache: self.cache(core).lock(),
             core,
-        }
+            on_this_thread: PhantomData,
+        };
+        pinned.lock().pin();
+        pinned
     }
 }
 
-impl<B: Backend> Pinned<'_, B> {
+impl<B> Pinned<'_, B> {
     /// The core whose cache is held.
     pub(crate) fn core(&self) -> usize {
         self.core
+    }
+
+    /// The held cache's raw lock, to note the pin on.
+    fn lock(&self) -> &YieldMutex {
+        // SAFETY: only to note and end the pin (`YieldMutex::pin`), never to unlock: the
+        // guard stays the one owner of the lock.
+        unsafe { lock_api::MutexGuard::mutex(&self.cache).raw() }
+    }
+}
+
+impl<B> Drop for Pinned<'_, B> {
+    fn drop(&mut self) {
+        self.lock().unpin();
     }
 }
 
@@ -509,7 +528,10 @@ impl<B: Backend> HeldCore for Pinned<'_, B> {
         // The shared path drains every cache, ours included, before it answers
         // `OutOfMemory`.
         let core = self.core;
-        lock_api::MutexGuard::unlocked(&mut self.cache, || cached.alloc(order, core))
+        self.lock().unpin();
+        let answer = lock_api::MutexGuard::unlocked(&mut self.cache, || cached.alloc(order, core));
+        self.lock().pin();
+        answer
     }
 
     /// See [`BlockAlloc::free`].

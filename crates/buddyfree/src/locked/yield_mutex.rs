@@ -37,6 +37,15 @@ unsafe impl RawMutex for YieldMutex {
                 round += 1;
                 core::hint::spin_loop();
             } else {
+                if round == SPINS {
+                    round += 1;
+                    assert!(
+                        !pins::held_here(self),
+                        "buddyfree: this thread waits for a per-core cache that it holds itself (a \
+                         call on the allocator inside its own `with_core` callback or pin): it \
+                         would wait forever"
+                    );
+                }
                 relax();
             }
         }
@@ -55,6 +64,72 @@ unsafe impl RawMutex for YieldMutex {
 
     fn is_locked(&self) -> bool {
         RawMutex::is_locked(&self.inner)
+    }
+}
+
+impl YieldMutex {
+    /// Notes that this thread holds the lock for a pin (a held core) until [`Self::unpin`]:
+    /// meanwhile its own wait for the lock can only be a deadlock, which `lock` reports by
+    /// panicking once it stops spinning (with `std`; without it, nothing is noted).
+    #[inline]
+    pub(crate) fn pin(&self) {
+        pins::enter(self);
+    }
+
+    /// Ends a [`Self::pin`].
+    #[inline]
+    pub(crate) fn unpin(&self) {
+        pins::leave(self);
+    }
+}
+
+/// The locks this thread holds for pins, by address.
+#[cfg(all(feature = "std", not(loom)))]
+mod pins {
+    use core::cell::RefCell;
+    use std::vec::Vec;
+
+    use super::YieldMutex;
+
+    std::thread_local! {
+        static HELD: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+    }
+
+    fn address(lock: &YieldMutex) -> usize {
+        core::ptr::from_ref(lock) as usize
+    }
+
+    pub(super) fn enter(lock: &YieldMutex) {
+        // A thread that is exiting has no pins left to check.
+        let _ = HELD.try_with(|held| held.borrow_mut().push(address(lock)));
+    }
+
+    pub(super) fn leave(lock: &YieldMutex) {
+        let _ = HELD.try_with(|held| {
+            let mut held = held.borrow_mut();
+            if let Some(i) = held.iter().rposition(|&a| a == address(lock)) {
+                held.swap_remove(i);
+            }
+        });
+    }
+
+    pub(super) fn held_here(lock: &YieldMutex) -> bool {
+        HELD.try_with(|held| held.borrow().contains(&address(lock)))
+            .unwrap_or(false)
+    }
+}
+
+/// Without thread-locals, nothing is noted.
+#[cfg(not(all(feature = "std", not(loom))))]
+mod pins {
+    use super::YieldMutex;
+
+    pub(super) fn enter(_: &YieldMutex) {}
+
+    pub(super) fn leave(_: &YieldMutex) {}
+
+    pub(super) fn held_here(_: &YieldMutex) -> bool {
+        false
     }
 }
 
