@@ -263,7 +263,7 @@ fn a_call_that_waits_for_its_own_held_core_panics() {
         ));
         for (what, call) in calls {
             let (done, waited) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
+            let caller = std::thread::spawn(move || {
                 let held = std::panic::AssertUnwindSafe(|| hold_core(a, 1, |_| call(a)));
                 let answer = std::panic::catch_unwind(held);
                 let message = answer.err().and_then(|m| m.downcast_ref::<&str>().copied());
@@ -272,6 +272,8 @@ fn a_call_that_waits_for_its_own_held_core_panics() {
             let message = waited
                 .recv_timeout(std::time::Duration::from_secs(20))
                 .unwrap_or_else(|_| panic!("{name}, {what}: still waiting for itself"));
+            // Joined (ThreadSanitizer sees `pthread_join`): it has sent its answer.
+            caller.join().unwrap();
             let message = message.unwrap_or_else(|| panic!("{name}, {what}: no panic"));
             assert!(
                 message.contains("holds itself"),
