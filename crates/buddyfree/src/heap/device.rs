@@ -83,7 +83,8 @@ impl<A: BlockAlloc> DeviceHeap<A> {
 
     /// Calls `f` with `core` held ([`BlockAlloc::with_core`]: over a magazine, a pair
     /// through the [`HeldDevice`] takes no lock) and returns its answer. `f` must not call
-    /// this heap's other methods meanwhile: those that reach the held core wait for `f`.
+    /// this heap's other methods meanwhile: those that reach the held core would wait for `f`
+    /// forever (with `std` they panic instead, naming the cause).
     ///
     /// ```
     /// use buddyfree::heap::{DeviceHeap, HeapError};
