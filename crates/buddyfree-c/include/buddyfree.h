@@ -404,7 +404,8 @@ BuddyfreeStatus buddyfree_device_core_free(struct BuddyfreeDeviceCore *core, uin
 // the callback short: other threads that need that core's cache wait until it returns.
 //
 // Inside the callback, call no other function on this instance (those that reach the held
-// core, `buddyfree_alloc` from this thread among them, would wait for the callback forever);
+// core, `buddyfree_alloc` from this thread among them, would wait for the callback forever:
+// the process aborts with a message saying so instead);
 // `held` is invalid once it returns. Bad frees through `held` get the same codes as
 // `buddyfree_free_order`.
 //

@@ -8,6 +8,7 @@ use std::ptr::{self, NonNull};
 use buddyfree::heap::{DeviceHeap, HeapError, HeldDevice};
 use buddyfree::registry::DynAlloc;
 
+use super::held::{lent, run_held};
 use super::{
     build, config_of, created, layout, named_entry, status, BuddyfreeConfig, BuddyfreeStatus,
     Refusal, Tables,
@@ -197,21 +198,12 @@ pub unsafe extern "C" fn buddyfree_device_with_core(
     f: BuddyfreeDeviceCoreFn,
     arg: *mut c_void,
 ) -> BuddyfreeStatus {
-    // SAFETY: the caller's contract on `dev`.
-    let dev = match unsafe { device(dev) } {
-        Ok(dev) => dev,
-        Err(code) => return code,
-    };
-    let Some(f) = f else {
-        return BuddyfreeStatus::NullArgument;
-    };
-    dev.with_core(core as usize, |held| {
-        let held: *mut HeldDevice<'_, DynAlloc> = held;
-        // SAFETY: `f` is safe to call by the caller's contract; `held` stays valid for the
-        // call, and `held_device` turns it back into the type it has here.
-        unsafe { f(held.cast(), arg) }
-    });
-    BuddyfreeStatus::Ok
+    // SAFETY: the caller's contract on `dev` and `f`.
+    unsafe {
+        run_held(device(dev), f, arg, |dev, call| {
+            dev.with_core(core as usize, |held| call(ptr::from_mut(held).cast()))
+        })
+    }
 }
 
 /// The held core behind `core`.
@@ -221,9 +213,9 @@ pub unsafe extern "C" fn buddyfree_device_with_core(
 unsafe fn held_device<'a>(
     core: *mut BuddyfreeDeviceCore,
 ) -> Result<&'a mut HeldDevice<'a, DynAlloc>, BuddyfreeStatus> {
-    // SAFETY: by the contract, a `HeldDevice` that `buddyfree_device_with_core` keeps alive
-    // and lends to no one else during the callback.
-    unsafe { core.cast::<HeldDevice<'a, DynAlloc>>().as_mut() }.ok_or(BuddyfreeStatus::NullArgument)
+    // SAFETY: the caller's contract on `core`; `buddyfree_device_with_core` lends a
+    // `HeldDevice`.
+    unsafe { lent(core) }
 }
 
 /// `buddyfree_device_alloc` on a held core.

@@ -41,21 +41,48 @@ pub unsafe extern "C" fn buddyfree_with_core(
     f: BuddyfreeCoreFn,
     arg: *mut c_void,
 ) -> BuddyfreeStatus {
-    // SAFETY: the caller's contract on `bf`.
-    let bf = match unsafe { instance(bf) } {
-        Ok(bf) => bf,
+    // SAFETY: the caller's contract on `bf` and `f`.
+    unsafe {
+        run_held(instance(bf), f, arg, |bf, call| {
+            bf.heap
+                .with_core(core as usize, |held| call(ptr::from_mut(held).cast()))
+        })
+    }
+}
+
+/// The body of both `*_with_core` calls: C's callback `f` with `arg` and the held core that
+/// `hold` lends `target`'s core as (a pointer to the Rust type that [`lent`] turns it back
+/// into); `NullArgument` without a target or a callback.
+///
+/// # Safety
+/// `f` must be null or a function that is safe to call with the held core and `arg`.
+pub(crate) unsafe fn run_held<T, C>(
+    target: Result<&T, BuddyfreeStatus>,
+    f: Option<unsafe extern "C" fn(*mut C, *mut c_void)>,
+    arg: *mut c_void,
+    hold: impl FnOnce(&T, &mut dyn FnMut(*mut C)),
+) -> BuddyfreeStatus {
+    let target = match target {
+        Ok(target) => target,
         Err(code) => return code,
     };
     let Some(f) = f else {
         return BuddyfreeStatus::NullArgument;
     };
-    bf.heap.with_core(core as usize, |held| {
-        let held: *mut HeldHeap<'_, DynAlloc> = held;
-        // SAFETY: `f` is safe to call by the caller's contract; `held` stays valid for the
-        // call, and `held_core` turns it back into the type it has here.
-        unsafe { f(held.cast(), arg) }
-    });
+    // SAFETY: `f` is safe to call by the caller's contract; the held core stays valid for
+    // the call.
+    hold(target, &mut |held| unsafe { f(held, arg) });
     BuddyfreeStatus::Ok
+}
+
+/// The held core of type `H` behind the opaque `core` a callback got from [`run_held`].
+///
+/// # Safety
+/// `core` must be null or the `held` of a running callback, lent as an `H`.
+pub(crate) unsafe fn lent<'a, H, C>(core: *mut C) -> Result<&'a mut H, BuddyfreeStatus> {
+    // SAFETY: by the contract, an `H` that the `*_with_core` call keeps alive and lends to no
+    // one else during the callback.
+    unsafe { core.cast::<H>().as_mut() }.ok_or(BuddyfreeStatus::NullArgument)
 }
 
 /// The held core behind `core`.
@@ -65,9 +92,8 @@ pub unsafe extern "C" fn buddyfree_with_core(
 unsafe fn held_core<'a>(
     core: *mut BuddyfreeCore,
 ) -> Result<&'a mut HeldHeap<'a, DynAlloc>, BuddyfreeStatus> {
-    // SAFETY: by the contract, a `HeldHeap` that `buddyfree_with_core` keeps alive and lends
-    // to no one else during the callback.
-    unsafe { core.cast::<HeldHeap<'a, DynAlloc>>().as_mut() }.ok_or(BuddyfreeStatus::NullArgument)
+    // SAFETY: the caller's contract on `core`; `buddyfree_with_core` lends a `HeldHeap`.
+    unsafe { lent(core) }
 }
 
 /// `buddyfree_alloc_order` on a held core: a block of `2^order` units; stores its unit index
