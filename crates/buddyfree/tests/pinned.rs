@@ -247,7 +247,8 @@ fn a_core_held_through_the_trait_is_held() {
 /// core go: it can be held again.
 #[test]
 fn a_call_that_waits_for_its_own_held_core_panics() {
-    let calls: [(&str, fn(&dyn BlockAlloc)); 3] = [
+    type Call = (&'static str, fn(&dyn BlockAlloc));
+    let calls: [Call; 3] = [
         ("alloc on the held core", |a| {
             let _ = a.alloc(0, 1);
         }),

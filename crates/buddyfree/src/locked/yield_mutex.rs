@@ -67,6 +67,8 @@ unsafe impl RawMutex for YieldMutex {
     }
 }
 
+/// Pins belong to the per-core caches, which need `alloc`.
+#[cfg(feature = "alloc")]
 impl YieldMutex {
     /// Notes that this thread holds the lock for a pin (a held core) until [`Self::unpin`]:
     /// meanwhile its own wait for the lock can only be a deadlock, which `lock` reports by
@@ -124,8 +126,10 @@ mod pins {
 mod pins {
     use super::YieldMutex;
 
+    #[cfg(feature = "alloc")]
     pub(super) fn enter(_: &YieldMutex) {}
 
+    #[cfg(feature = "alloc")]
     pub(super) fn leave(_: &YieldMutex) {}
 
     pub(super) fn held_here(_: &YieldMutex) -> bool {
