@@ -85,39 +85,47 @@ impl YieldMutex {
     }
 }
 
-/// The locks this thread holds for pins, by address.
+/// The locks this thread holds for pins, by address. A fixed array, not a `Vec`: noting a
+/// pin must not allocate, since the heap may be a global allocator over this very magazine.
+/// Pins past the first [`NOTED`] at once go unnoted (their self-waits still hang).
 #[cfg(all(feature = "std", not(loom)))]
 mod pins {
-    use core::cell::RefCell;
-    use std::vec::Vec;
+    use core::cell::Cell;
 
     use super::YieldMutex;
 
+    /// Pins one thread can hold at once and have noted.
+    pub(super) const NOTED: usize = 8;
+
     std::thread_local! {
-        static HELD: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+        static HELD: Cell<[usize; NOTED]> = const { Cell::new([0; NOTED]) };
     }
 
     fn address(lock: &YieldMutex) -> usize {
         core::ptr::from_ref(lock) as usize
     }
 
-    pub(super) fn enter(lock: &YieldMutex) {
-        // A thread that is exiting has no pins left to check.
-        let _ = HELD.try_with(|held| held.borrow_mut().push(address(lock)));
+    /// Replaces the first entry equal to `old` by `new`, if there is one.
+    fn swap(old: usize, new: usize) {
+        let mut held = HELD.get();
+        if let Some(entry) = held.iter_mut().find(|a| **a == old) {
+            *entry = new;
+            HELD.set(held);
+        }
     }
 
+    #[cfg(feature = "alloc")]
+    pub(super) fn enter(lock: &YieldMutex) {
+        swap(0, address(lock));
+    }
+
+    #[cfg(feature = "alloc")]
     pub(super) fn leave(lock: &YieldMutex) {
-        let _ = HELD.try_with(|held| {
-            let mut held = held.borrow_mut();
-            if let Some(i) = held.iter().rposition(|&a| a == address(lock)) {
-                held.swap_remove(i);
-            }
-        });
+        swap(address(lock), 0);
     }
 
     pub(super) fn held_here(lock: &YieldMutex) -> bool {
-        HELD.try_with(|held| held.borrow().contains(&address(lock)))
-            .unwrap_or(false)
+        HELD.get().contains(&address(lock))
     }
 }
 
