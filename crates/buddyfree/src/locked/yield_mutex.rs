@@ -27,27 +27,10 @@ unsafe impl RawMutex for YieldMutex {
     };
     type GuardMarker = GuardSend;
 
+    #[inline]
     fn lock(&self) {
-        let mut round = 0;
-        loop {
-            if !self.is_locked() && self.try_lock() {
-                return;
-            }
-            if round < SPINS {
-                round += 1;
-                core::hint::spin_loop();
-            } else {
-                if round == SPINS {
-                    round += 1;
-                    assert!(
-                        !pins::held_here(self),
-                        "buddyfree: this thread waits for a per-core cache that it holds itself (a \
-                         call on the allocator inside its own `with_core` callback or pin): it \
-                         would wait forever"
-                    );
-                }
-                relax();
-            }
+        if !self.try_lock() {
+            self.wait_and_lock();
         }
     }
 
@@ -64,6 +47,37 @@ unsafe impl RawMutex for YieldMutex {
 
     fn is_locked(&self) -> bool {
         RawMutex::is_locked(&self.inner)
+    }
+}
+
+impl YieldMutex {
+    /// The contended path of `lock`, out of line so that the uncontended one stays a single
+    /// compare-and-swap: test-and-test-and-set for [`SPINS`] rounds, then yielding between
+    /// attempts. A thread that waits for a lock it holds through a pin panics then.
+    #[cold]
+    #[inline(never)]
+    fn wait_and_lock(&self) {
+        let mut round = 0;
+        loop {
+            if round < SPINS {
+                round += 1;
+                core::hint::spin_loop();
+            } else {
+                if round == SPINS {
+                    round += 1;
+                    assert!(
+                        !pins::held_here(self),
+                        "buddyfree: this thread waits for a per-core cache that it holds itself (a \
+                         call on the allocator inside its own `with_core` callback or pin): it \
+                         would wait forever"
+                    );
+                }
+                relax();
+            }
+            if !self.is_locked() && self.try_lock() {
+                return;
+            }
+        }
     }
 }
 
