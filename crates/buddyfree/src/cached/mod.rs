@@ -501,6 +501,21 @@ impl<B> Pinned<'_, B> {
     }
 }
 
+impl<B: Backend> Pinned<'_, B> {
+    /// An allocation of an uncached order, or one the backend could not refill: the shared
+    /// path, with the cache let go meanwhile (it drains every cache, ours included, before
+    /// it answers `OutOfMemory`). Out of line, to keep the pinned hot path small.
+    #[cold]
+    #[inline(never)]
+    fn alloc_shared(&mut self, order: u32) -> Result<usize, Error> {
+        let (cached, core) = (self.cached, self.core);
+        self.lock().unpin();
+        let answer = lock_api::MutexGuard::unlocked(&mut self.cache, || cached.alloc(order, core));
+        self.lock().pin();
+        answer
+    }
+}
+
 impl<B> Drop for Pinned<'_, B> {
     fn drop(&mut self) {
         self.lock().unpin();
@@ -525,13 +540,7 @@ impl<B: Backend> HeldCore for Pinned<'_, B> {
                 Err(e) => return Err(e),
             }
         }
-        // The shared path drains every cache, ours included, before it answers
-        // `OutOfMemory`.
-        let core = self.core;
-        self.lock().unpin();
-        let answer = lock_api::MutexGuard::unlocked(&mut self.cache, || cached.alloc(order, core));
-        self.lock().pin();
-        answer
+        self.alloc_shared(order)
     }
 
     /// See [`BlockAlloc::free`].
