@@ -236,11 +236,11 @@ pub trait BlockAlloc: Sync {
     /// core's cache ([`BlockAlloc::drain`], [`BlockAlloc::free_units`], an allocation that
     /// finds the backend empty, [`BlockAlloc::alloc_at`] and the range operations over a
     /// parked block), would wait for `f` forever (with `std` they panic instead, naming the
-    /// cause). Calls from `f` on another instance can
-    /// deadlock too, where another thread holds one of that instance's cores and calls this
-    /// one: a call of either that drains waits for every core of its instance, held ones
-    /// included (so [`Zones`](zones::Zones) keeps the default). Bad frees get the same
-    /// answers as through [`BlockAlloc::free`]. The default, for allocators without a per-core lock to hold,
+    /// cause). Calls from `f` on another instance can deadlock too, where another thread
+    /// holds one of that instance's cores and calls this one: a call of either that drains
+    /// waits for every core of its instance, held ones included (so
+    /// [`Zones`](zones::Zones) keeps the default). Bad frees get the same answers as through
+    /// [`BlockAlloc::free`]. The default, for allocators without a per-core lock to hold,
     /// hands `f` plain [`BlockAlloc::alloc`] and [`BlockAlloc::free`] calls on `core`.
     /// Implementations call `f` exactly once; [`hold_core`] wraps it for a closure that
     /// returns a value.
