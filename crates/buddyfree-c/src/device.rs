@@ -124,18 +124,14 @@ pub unsafe extern "C" fn buddyfree_device_alloc(
 ) -> BuddyfreeStatus {
     // SAFETY: the caller's contract on `dev` and `out`.
     unsafe {
-        alloc_into(
-            out,
-            size,
-            align,
-            || device(dev),
-            |d, l| d.alloc(l, buddyfree::core_hint()),
-        )
+        alloc_into(out, size, align, device(dev), |d, l| {
+            d.alloc(l, buddyfree::core_hint())
+        })
     }
 }
 
-/// Stores the address of a block of `size` bytes aligned to `align` from `alloc` on what
-/// `target` finds in `*out` (0 on failure): the body of both allocation calls.
+/// Stores the address of a block of `size` bytes aligned to `align` from `alloc` on
+/// `target` in `*out` (0 on failure): the body of both allocation calls.
 ///
 /// # Safety
 /// `out` must be null or writable.
@@ -143,7 +139,7 @@ unsafe fn alloc_into<T>(
     out: *mut u64,
     size: usize,
     align: usize,
-    target: impl FnOnce() -> Result<T, BuddyfreeStatus>,
+    target: Result<T, BuddyfreeStatus>,
     alloc: impl FnOnce(T, Layout) -> Result<u64, HeapError>,
 ) -> BuddyfreeStatus {
     if out.is_null() {
@@ -151,7 +147,7 @@ unsafe fn alloc_into<T>(
     }
     // SAFETY: `out` is writable by the caller's contract.
     unsafe { out.write(0) };
-    let result = target().and_then(|t| Ok(alloc(t, layout(size, align)?)?));
+    let result = target.and_then(|t| Ok(alloc(t, layout(size, align)?)?));
     // SAFETY: as above.
     unsafe { status(result, out) }
 }
@@ -231,7 +227,7 @@ pub unsafe extern "C" fn buddyfree_device_core_alloc(
     out: *mut u64,
 ) -> BuddyfreeStatus {
     // SAFETY: the caller's contract on `core` and `out`.
-    unsafe { alloc_into(out, size, align, || held_device(core), |h, l| h.alloc(l)) }
+    unsafe { alloc_into(out, size, align, held_device(core), |h, l| h.alloc(l)) }
 }
 
 /// `buddyfree_device_free` on a held core: frees the block that starts at `addr` (allocated

@@ -128,12 +128,10 @@ mod pins {
         }
     }
 
-    #[cfg(feature = "alloc")]
     pub(super) fn enter(lock: &YieldMutex) {
         swap(0, address(lock));
     }
 
-    #[cfg(feature = "alloc")]
     pub(super) fn leave(lock: &YieldMutex) {
         swap(address(lock), 0);
     }
