@@ -7,7 +7,8 @@
 //!  └── Cached<A>                       the crate's one per-core cache (shared with PerCpu)
 //!      ├── backend: A                   Nbbs4, LLFree, Nbbs, ... (lock-free)
 //!      ├── caches:  [CachePadded<Mutex<YieldMutex, CoreCache>>; cores]
-//!      │              per order 0..=7: recently freed blocks (allocated in A)
+//!      │              per order 0..=7: recently freed blocks (allocated in A), in a
+//!      │              fixed array of 644 blocks per core
 //!      └── states:  [u8; units]         Free | Live(order) | Cached(order) per block start
 //! ```
 //!
@@ -40,7 +41,10 @@
 //!   concurrent frees in flight). [`BlockAlloc::free_units`] counts parked blocks as free, as
 //!   [`PerCpu`](crate::locked::PerCpu) does.
 //! - **Metadata**: one byte per unit for `states` (256 KiB per GiB of 4 KiB units) on top
-//!   of the backend's, plus a cache line and a few small lists per core. The backend sees
+//!   of the backend's, plus 5.2 KiB per core for the lists, which have a fixed room (their
+//!   watermark and one more block per order), so a magazine never allocates: on the heap
+//!   ([`Magazine::new`]) or in caller memory ([`Magazine::in_metadata`], for a kernel at
+//!   boot, with no heap at all). The backend sees
 //!   parked blocks as allocated, so it cannot tell a double free of a parked block from a
 //!   good free; `states` can, and one CAS there decides racing frees: a double free of a
 //!   parked block is [`Error::NotAllocated`], a wrong order [`Error::OrderMismatch`], and an
@@ -81,7 +85,12 @@
 //! the C ABI), [`BlockAlloc::with_core`] holds the magazine for the length of a closure
 //! (7.8 ns per pair). Bad frees get the same answers either way.
 
-use crate::cached::{block_alloc_via_cached, Cached, Direct, Pinned, Policy};
+use core::alloc::Layout;
+use core::mem::MaybeUninit;
+use core::ptr::NonNull;
+
+use crate::cached::{block_alloc_via_cached, plan, Cached, Direct, Parts, Pinned, Policy};
+use crate::table::{build_in, build_in_static, Metadata};
 use crate::{BlockAlloc, Config, Error, HeldCore};
 
 /// Orders 0–7. Order 0 is refilled and spilled 32 units at a time, spilling above 128 units;
@@ -118,6 +127,7 @@ impl<A: BlockAlloc> Magazine<A> {
     /// assert_eq!(fast.free_units(), 1 << 12);
     /// # Ok::<(), buddyfree::Error>(())
     /// ```
+    #[cfg(feature = "alloc")]
     pub fn new(inner: A, cores: usize) -> Result<Self, Error> {
         Ok(Magazine {
             cached: Cached::new(Direct(inner), cores, &MAGAZINE)?,
@@ -136,12 +146,96 @@ impl<A: BlockAlloc> Magazine<A> {
     /// assert_eq!(fast.total_units(), 1 << 12);
     /// # Ok::<(), buddyfree::Error>(())
     /// ```
+    #[cfg(feature = "alloc")]
     pub fn with_config(
         config: Config,
         build: impl FnOnce(Config) -> Result<A, Error>,
     ) -> Result<Self, Error> {
         config.validate()?;
         Magazine::new(build(config)?, config.cores)
+    }
+
+    /// The bytes and alignment of the magazines' own metadata for `config.cores` cores in
+    /// front of an allocator of `config.units` units, for [`Magazine::in_metadata`] and
+    /// [`Magazine::from_raw_metadata`]: the state table (a byte per unit) and a fixed-size
+    /// cache per core (5.2 KiB; lists that never grow, so a magazine never allocates). The
+    /// allocator behind has its own (its `metadata_layout`). [`Error::InvalidConfig`] for a
+    /// configuration that cannot be built.
+    pub fn metadata_layout(config: Config) -> Result<Layout, Error> {
+        config.validate()?;
+        plan(config.units, config.cores)?.0.layout()
+    }
+
+    /// As [`Magazine::new`] (feature `alloc`), with the magazines' metadata in `meta` (at
+    /// least [`Magazine::metadata_layout`] bytes at its alignment, for `cores` and `inner`'s
+    /// units; the memory is free again once the magazine is dropped): with an allocator
+    /// behind that is itself in caller memory, no heap allocation at all, for a kernel at
+    /// boot. Memory too small or misaligned is [`Error::MetadataTooSmall`] or
+    /// [`Error::MetadataMisaligned`], a bad `cores` or a used `inner`
+    /// [`Error::InvalidConfig`], with nothing written.
+    ///
+    /// ```
+    /// use core::mem::MaybeUninit;
+    /// use buddyfree::llfree::LLFree;
+    /// use buddyfree::magazine::Magazine;
+    /// use buddyfree::{BlockAlloc, Config};
+    ///
+    /// // At boot: static arrays (or memory carved from the memory map).
+    /// #[repr(C, align(128))]
+    /// struct Meta([MaybeUninit<u8>; 64 << 10]);
+    /// static mut BACKEND: Meta = Meta([MaybeUninit::uninit(); 64 << 10]);
+    /// static mut MAGAZINES: Meta = Meta([MaybeUninit::uninit(); 64 << 10]);
+    ///
+    /// let config = Config::new(1 << 14, 10).with_cores(4);
+    /// assert!(LLFree::metadata_layout(config)?.size() <= 64 << 10);
+    /// assert!(Magazine::<LLFree>::metadata_layout(config)?.size() <= 64 << 10);
+    /// // SAFETY: the one place that borrows each array.
+    /// let (backend, magazines) = unsafe {
+    ///     (
+    ///         &mut (*core::ptr::addr_of_mut!(BACKEND)).0,
+    ///         &mut (*core::ptr::addr_of_mut!(MAGAZINES)).0,
+    ///     )
+    /// };
+    /// let fast = Magazine::in_metadata(LLFree::in_metadata(config, backend)?, 4, magazines)?;
+    /// let page = fast.alloc(0, 3)?;
+    /// fast.free(page, 0, 3)?; // parked in core 3's magazine
+    /// assert_eq!(fast.free(page, 0, 3), Err(buddyfree::Error::NotAllocated));
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
+    pub fn in_metadata(
+        inner: A,
+        cores: usize,
+        meta: &'static mut [MaybeUninit<u8>],
+    ) -> Result<Self, Error> {
+        let plan = plan(inner.total_units(), cores);
+        build_in_static(plan, meta, |parts, meta| Self::build(inner, parts, meta))
+    }
+
+    /// As [`Magazine::in_metadata`], with the magazines' metadata in the `len` bytes at
+    /// `meta`.
+    ///
+    /// # Safety
+    /// `meta` must be valid for reads and writes of `len` bytes, used by nothing else, for as
+    /// long as the magazine lives (the memory is free again once it is dropped).
+    pub unsafe fn from_raw_metadata(
+        inner: A,
+        cores: usize,
+        meta: NonNull<u8>,
+        len: usize,
+    ) -> Result<Self, Error> {
+        let plan = plan(inner.total_units(), cores);
+        // SAFETY: passed on to our caller.
+        unsafe {
+            build_in(plan, meta, len, |parts, meta| {
+                Self::build(inner, parts, meta)
+            })
+        }
+    }
+
+    fn build(inner: A, parts: Parts, meta: &Metadata) -> Result<Self, Error> {
+        Ok(Magazine {
+            cached: Cached::build(Direct(inner), &MAGAZINE, parts, meta)?,
+        })
     }
 
     /// The allocator behind the magazines.

@@ -11,8 +11,9 @@ use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use buddyfree::magazine::Magazine;
 use buddyfree::{BlockAlloc, Config, ConfigRule, Error, MAX_CORES};
-use metadata::{each, leaked, CallerMetadata, Visit};
+use metadata::{build, each, leaked, CallerMetadata, Visit};
 
 /// Set around the code under test: any allocation or deallocation then aborts.
 static ARMED: AtomicBool = AtomicBool::new(false);
@@ -211,6 +212,91 @@ impl Visit for LayoutIsExact {
     }
 }
 
+/// Magazines in caller memory in front of each allocator in caller memory: no heap use from
+/// construction to drop, `metadata_layout` exact (one byte less or off the alignment refused
+/// without a write), and bad core counts, a used allocator behind and one larger than the
+/// layout's configuration refused without a write.
+struct Magazines;
+
+impl Visit for Magazines {
+    fn visit<A: CallerMetadata>(&mut self) {
+        println!("{} behind magazines", A::NAME);
+        for config in CONFIGS {
+            let layout = Magazine::<A::Shared>::metadata_layout(config).unwrap();
+            let (size, align) = (layout.size(), layout.align());
+            let (first, second) = (build::<A>(config), build::<A>(config));
+            let meta = leaked(size, align);
+            let raw = NonNull::new(leaked(size, align).as_mut_ptr().cast::<u8>()).unwrap();
+            without_heap(&format!("{config:?}: in_metadata"), || {
+                let a = Magazine::in_metadata(first, config.cores, meta).unwrap();
+                churn(&a, config.cores);
+            });
+            without_heap(&format!("{config:?}: from_raw_metadata"), || {
+                // SAFETY: leaked memory of the layout's size, used by nothing else.
+                let a = unsafe { Magazine::from_raw_metadata(second, config.cores, raw, size) };
+                churn(&a.unwrap(), config.cores);
+            });
+
+            let used = build::<A>(config);
+            let kept = used.alloc(0, 0).unwrap();
+            // Past the padding after the state table.
+            let larger = build::<A>(Config::new(config.units + 256, config.max_order));
+            let refusals = [
+                (
+                    build::<A>(config),
+                    config.cores,
+                    0,
+                    size - 1,
+                    Error::MetadataTooSmall,
+                ),
+                (
+                    build::<A>(config),
+                    config.cores,
+                    1,
+                    size,
+                    Error::MetadataMisaligned,
+                ),
+                (build::<A>(config), 0, 0, size, ConfigRule::NoCores.into()),
+                (
+                    build::<A>(config),
+                    MAX_CORES + 1,
+                    0,
+                    size,
+                    ConfigRule::TooManyCores.into(),
+                ),
+                (used, config.cores, 0, size, ConfigRule::InnerInUse.into()),
+                (larger, config.cores, 0, size, Error::MetadataTooSmall),
+            ];
+            let memory = leaked(size + align, align);
+            let base = NonNull::new(memory.as_mut_ptr().cast::<u8>()).unwrap();
+            pattern(memory);
+            let answers = without_heap(&format!("{config:?}: refusals"), || {
+                refusals.map(|(inner, cores, skip, len, error)| {
+                    // SAFETY: `memory` is leaked, ours alone, with `size + align` bytes from
+                    // `base`, and `skip + len` is at most that.
+                    let r =
+                        unsafe { Magazine::from_raw_metadata(inner, cores, base.add(skip), len) };
+                    (r.err(), error)
+                })
+            });
+            for (answer, error) in answers {
+                assert_eq!(answer, Some(error));
+            }
+            assert!(
+                untouched(memory),
+                "a refused construction wrote to the memory"
+            );
+            let exact = leaked(size, align);
+            let inner = build::<A>(config);
+            without_heap(&format!("{config:?}: exact size"), || {
+                let a = Magazine::in_metadata(inner, config.cores, exact).unwrap();
+                assert_eq!(a.free_units(), config.units);
+            });
+            let _ = kept;
+        }
+    }
+}
+
 /// Prints the metadata each allocator needs per GiB of 4 KiB units (orders up to 10), for the
 /// crate documentation.
 struct Sizes;
@@ -223,11 +309,20 @@ impl Visit for Sizes {
             let four = A::metadata_layout(Config::new(4 * units, 10).with_cores(cores)).unwrap();
             (one.size(), four.size() / 4, one.align())
         };
+        let magazines = |cores| {
+            let units = (1 << 30) / 4096;
+            let config = Config::new(units, 10).with_cores(cores);
+            Magazine::<A::Shared>::metadata_layout(config)
+                .unwrap()
+                .size()
+        };
         println!(
-            "{:10} 1 core: {:?}, 16 cores: {:?}",
+            "{:10} 1 core: {:?}, 16 cores: {:?}; magazines in front: {}, {} bytes",
             A::NAME,
             per_gib(1),
-            per_gib(16)
+            per_gib(16),
+            magazines(1),
+            magazines(16)
         );
     }
 }
@@ -237,6 +332,8 @@ fn main() {
     each(&mut NoAllocation);
     println!("layouts:");
     each(&mut LayoutIsExact);
+    println!("magazines:");
+    each(&mut Magazines);
     println!("metadata per GiB of 4 KiB units (1 GiB, per GiB of 4 GiB, align):");
     each(&mut Sizes);
     println!("caller_metadata: ok");

@@ -2,7 +2,8 @@
 //!
 //! A static array stands in for physical memory and another for the allocators' metadata.
 //! From an e820-style memory map with holes and reserved ranges, the program builds `nbbs`,
-//! `nbbs4`, `llfree` and `knuth` in turn over caller metadata, reserves every frame, frees
+//! `nbbs4`, `llfree`, `knuth`, and `llfree` and `nbbs4` behind per-core magazines in turn
+//! over caller metadata, reserves every frame, frees
 //! the usable ranges (ragged ends included), runs mixed-order allocation and free cycles and
 //! allocations at given frames, and checks that no block ever touches a hole or a reserved
 //! range and that every frame comes back. It prints `N passed, 0 failed` and exits 0, or
@@ -19,11 +20,13 @@
 mod report;
 mod sys;
 
+use core::alloc::Layout;
 use core::cell::UnsafeCell;
 use core::ptr::NonNull;
 
 use buddyfree::buddy::Knuth;
 use buddyfree::llfree::LLFree;
+use buddyfree::magazine::Magazine;
 use buddyfree::nbbs::{Nbbs, Nbbs4};
 use buddyfree::{range, BlockAlloc, Config, Error, Locked};
 use report::Report;
@@ -215,6 +218,66 @@ unsafe fn knuth(config: Config, meta: NonNull<u8>, len: usize) -> Result<KnuthLo
     unsafe { Knuth::from_raw_metadata(config, meta, len) }.map(Locked::new)
 }
 
+/// Magazines for `config.cores` cores in front of an allocator `A`, both in the caller's
+/// `len` bytes at `meta`: `A`'s metadata first (`layout`, built by `build`), the magazines'
+/// after it.
+///
+/// # Safety
+/// As for [`Magazine::from_raw_metadata`].
+unsafe fn magazine<A: BlockAlloc>(
+    config: Config,
+    meta: NonNull<u8>,
+    len: usize,
+    layout: Result<Layout, Error>,
+    build: unsafe fn(Config, NonNull<u8>, usize) -> Result<A, Error>,
+) -> Result<Magazine<A>, Error> {
+    let (both, offset) = with_magazines::<A>(config, layout)?;
+    if len < both.size() {
+        return Err(Error::MetadataTooSmall);
+    }
+    // SAFETY: the first `offset` bytes for the allocator and the rest for the magazines: two
+    // parts of our caller's memory that do not overlap.
+    unsafe {
+        let inner = build(config, meta, offset)?;
+        Magazine::from_raw_metadata(inner, config.cores, meta.add(offset), len - offset)
+    }
+}
+
+/// # Safety
+/// As for [`Magazine::from_raw_metadata`].
+unsafe fn llfree_magazine(
+    config: Config,
+    meta: NonNull<u8>,
+    len: usize,
+) -> Result<Magazine<LLFree>, Error> {
+    let layout = LLFree::metadata_layout(config);
+    // SAFETY: passed on to our caller.
+    unsafe { magazine(config, meta, len, layout, LLFree::from_raw_metadata) }
+}
+
+/// # Safety
+/// As for [`Magazine::from_raw_metadata`].
+unsafe fn nbbs4_magazine(
+    config: Config,
+    meta: NonNull<u8>,
+    len: usize,
+) -> Result<Magazine<Nbbs4>, Error> {
+    let layout = Nbbs4::metadata_layout(config);
+    // SAFETY: passed on to our caller.
+    unsafe { magazine(config, meta, len, layout, Nbbs4::from_raw_metadata) }
+}
+
+/// The metadata of an allocator `A` with metadata `layout` and of magazines in front of it,
+/// one after the other, and the offset of the magazines'.
+fn with_magazines<A: BlockAlloc>(
+    config: Config,
+    layout: Result<Layout, Error>,
+) -> Result<(Layout, usize), Error> {
+    layout?
+        .extend(Magazine::<A>::metadata_layout(config)?)
+        .map_err(|_| Error::MetadataTooSmall)
+}
+
 /// Called by `_start` (see `sys.rs`).
 extern "C" fn main() -> ! {
     let mut report = Report::default();
@@ -246,6 +309,20 @@ extern "C" fn main() -> ! {
         &mut report,
         Knuth::metadata_layout(config),
         knuth,
+    );
+    with_metadata(
+        "llfree-magazine",
+        config,
+        &mut report,
+        with_magazines::<LLFree>(config, LLFree::metadata_layout(config)).map(|l| l.0),
+        llfree_magazine,
+    );
+    with_metadata(
+        "nbbs4-magazine",
+        config,
+        &mut report,
+        with_magazines::<Nbbs4>(config, Nbbs4::metadata_layout(config)).map(|l| l.0),
+        nbbs4_magazine,
     );
     sys::exit(report.finish())
 }

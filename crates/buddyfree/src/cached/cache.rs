@@ -2,13 +2,15 @@
 //! high watermark, as Linux's per-CPU page lists do. Which orders, and how many blocks move
 //! at once, is a [`Policy`].
 
-use alloc::vec::Vec;
-
 /// The most orders one policy may cache.
 const MAX_SLOTS: usize = 8;
 
 /// Orders a policy can name: `0..ORDERS`.
 const ORDERS: usize = 64;
+
+/// Blocks one core's cache can hold, over all its lists: room for the lists of
+/// [`Magazine`](crate::magazine::Magazine)'s policy, the largest (644 blocks, 5 KiB per core).
+const CAPACITY: usize = 644;
 
 /// `Policy::slot_of` for an order that is not cached.
 const NOT_CACHED: u8 = u8::MAX;
@@ -25,6 +27,8 @@ pub(crate) struct Policy {
     /// A list holding more than this many blocks spills one batch, oldest blocks first; per
     /// slot.
     high: [usize; MAX_SLOTS],
+    /// Where each slot's list starts in a [`CoreCache`]; `start[slot + 1]` is where it ends.
+    start: [u16; MAX_SLOTS + 1],
 }
 
 impl Policy {
@@ -38,6 +42,7 @@ impl Policy {
             slot_of: [NOT_CACHED; ORDERS],
             batch: [0; MAX_SLOTS],
             high: [0; MAX_SLOTS],
+            start: [0; MAX_SLOTS + 1],
         };
         let mut slot = 0;
         while slot < orders.len() {
@@ -63,8 +68,25 @@ impl Policy {
         assert!(slot != NOT_CACHED, "not a cached order");
         let batch = batch_units >> order;
         let high = high_units >> order;
-        self.batch[slot as usize] = if batch > 1 { batch } else { 1 };
-        self.high[slot as usize] = if high > 2 { high } else { 2 };
+        let slot = slot as usize;
+        self.batch[slot] = if batch > 1 { batch } else { 1 };
+        self.high[slot] = if high > 2 { high } else { 2 };
+        // A refill fills an empty list with one batch; a free pushes one block, then spills
+        // if the list is above the watermark: a list holds at most `high + 1` blocks.
+        assert!(
+            self.batch[slot] <= self.high[slot],
+            "a batch above the watermark"
+        );
+        let mut at = 0;
+        while at < MAX_SLOTS {
+            let room = if at < self.orders.len() {
+                self.high[at] + 1
+            } else {
+                0
+            };
+            self.start[at + 1] = self.start[at] + room as u16;
+            at += 1;
+        }
         self
     }
 
@@ -90,59 +112,168 @@ impl Policy {
     }
 }
 
-/// Free blocks cached for one core (all allocated in the backend). Allocation takes the most
-/// recently freed block (cache-hot), a spill gives back the oldest.
-#[derive(Default)]
+/// Free blocks cached for one core (all allocated in the backend), in one fixed array: each
+/// cached order's list has its own stretch of `blocks`, as long as the most its policy lets
+/// it hold, so a cache never allocates (it works in caller memory, without a heap) and its
+/// size is known when the allocator is laid out. Allocation takes the most recently freed
+/// block (cache-hot), a spill gives back the oldest.
+///
+/// Each slot's list is `blocks[start[slot]..top[slot]]`, and always
+/// `start[slot] <= top[slot] <= start[slot + 1] <= CAPACITY`.
+#[repr(C)]
 pub(crate) struct CoreCache {
-    lists: [Vec<usize>; MAX_SLOTS],
+    /// Per slot: one past its newest block.
+    top: [u32; MAX_SLOTS],
+    /// Per slot: where its list starts; `start[slot + 1]` is where its room ends.
+    start: [u32; MAX_SLOTS + 1],
+    blocks: [usize; CAPACITY],
 }
 
 impl CoreCache {
+    /// An empty cache for `policy`'s lists.
+    pub(crate) fn new(policy: &Policy) -> Self {
+        assert!(
+            usize::from(policy.start[MAX_SLOTS]) <= CAPACITY,
+            "the policy's lists do not fit a core's cache"
+        );
+        let start = policy.start.map(u32::from);
+        let mut top = [0; MAX_SLOTS];
+        top.copy_from_slice(&start[..MAX_SLOTS]);
+        CoreCache {
+            top,
+            start,
+            blocks: [0; CAPACITY],
+        }
+    }
+
+    /// The blocks in the list at `slot`, oldest first.
+    #[inline]
+    fn list(&self, slot: usize) -> &[usize] {
+        &self.blocks[self.start[slot] as usize..self.top[slot] as usize]
+    }
+
+    /// Blocks in the list at `slot`.
+    #[inline]
+    fn len(&self, slot: usize) -> usize {
+        (self.top[slot] - self.start[slot]) as usize
+    }
+
     /// Takes a block of the order at `slot`.
     #[inline]
     pub(crate) fn pop(&mut self, slot: usize) -> Option<usize> {
-        self.lists[slot].pop()
-    }
-
-    /// Adds a free block of the order at `slot`.
-    #[inline]
-    pub(crate) fn push(&mut self, slot: usize, index: usize) {
-        self.lists[slot].push(index);
-    }
-
-    /// If the list at `slot` is above `policy`'s watermark, takes one batch of its oldest
-    /// blocks.
-    #[inline]
-    pub(crate) fn spill(
-        &mut self,
-        policy: &Policy,
-        slot: usize,
-    ) -> Option<impl Iterator<Item = usize> + '_> {
-        let list = &mut self.lists[slot];
-        if list.len() <= policy.high(slot) {
+        if self.top[slot] == self.start[slot] {
             return None;
         }
-        // The oldest blocks are the front: the others move down, once per batch.
-        Some(list.drain(..policy.batch(slot).min(list.len())))
+        self.top[slot] -= 1;
+        let at = self.top[slot] as usize;
+        // SAFETY: `start[slot] <= at < start[slot + 1] <= CAPACITY` (the type's invariant).
+        Some(unsafe { *self.blocks.get_unchecked(at) })
     }
 
-    /// Takes every block, as (index, order).
-    pub(crate) fn take_all<'a>(
-        &'a mut self,
-        policy: &'a Policy,
-    ) -> impl Iterator<Item = (usize, u32)> + 'a {
-        self.lists
-            .iter_mut()
-            .zip(policy.orders)
-            .flat_map(|(list, &order)| list.drain(..).map(move |i| (i, order)))
+    /// Adds a free block of the order at `slot`. The policy bounds every list (a refill only
+    /// fills an empty list, with at most a batch, and a push above the high watermark is
+    /// spilled at once), so there is room.
+    #[inline]
+    pub(crate) fn push(&mut self, slot: usize, index: usize) {
+        let at = self.top[slot];
+        assert!(
+            at < self.start[slot + 1],
+            "a per-core cache list overflowed"
+        );
+        // SAFETY: `at < start[slot + 1] <= CAPACITY` (the type's invariant).
+        unsafe { *self.blocks.get_unchecked_mut(at as usize) = index };
+        self.top[slot] = at + 1;
+    }
+
+    /// If the list at `slot` is above `policy`'s watermark, passes one batch of its oldest
+    /// blocks to `give` and takes them off the list.
+    #[inline]
+    pub(crate) fn spill(&mut self, policy: &Policy, slot: usize, give: impl FnOnce(&[usize])) {
+        let len = self.len(slot);
+        if len <= policy.high(slot) {
+            return;
+        }
+        let n = policy.batch(slot).min(len);
+        give(&self.list(slot)[..n]);
+        // The oldest blocks are the front: the others move down, once per batch.
+        let (start, top) = (self.start[slot] as usize, self.top[slot] as usize);
+        self.blocks.copy_within(start + n..top, start);
+        self.top[slot] -= n as u32;
+    }
+
+    /// Passes every list to `give`, with its order, and empties them.
+    pub(crate) fn take_all(&mut self, policy: &Policy, mut give: impl FnMut(&[usize], u32)) {
+        for (slot, &order) in policy.orders.iter().enumerate() {
+            if self.len(slot) != 0 {
+                give(self.list(slot), order);
+                self.top[slot] = self.start[slot];
+            }
+        }
     }
 
     /// Units held, under `policy`'s orders.
     pub(crate) fn units(&self, policy: &Policy) -> usize {
-        self.lists
-            .iter()
-            .zip(policy.orders)
-            .map(|(list, &order)| list.len() << order)
+        (0..policy.orders.len())
+            .map(|slot| self.len(slot) << policy.orders[slot])
             .sum()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use alloc::vec::Vec;
+
+    use super::*;
+
+    static SMALL: Policy = Policy::new(&[0, 2], 8, 16).with_units(2, 4, 12);
+
+    /// Each list holds its watermark and one more in its own stretch of the array, spills
+    /// its oldest batch, and is emptied by `take_all`, without touching its neighbour.
+    #[test]
+    fn lists_keep_to_their_stretch_and_spill_the_oldest() {
+        let mut cache = CoreCache::new(&SMALL);
+        let (zero, two) = (SMALL.slot(0).unwrap(), SMALL.slot(2).unwrap());
+        for block in 0..2 {
+            cache.push(two, 1000 + block * 4);
+        }
+        let mut spilled = Vec::new();
+        for block in 0..=16 {
+            cache.push(zero, block);
+            cache.spill(&SMALL, zero, |b| spilled.extend_from_slice(b));
+        }
+        assert_eq!(spilled, (0..8).collect::<Vec<_>>(), "the oldest batch");
+        assert_eq!(cache.list(zero), (8..=16).collect::<Vec<_>>());
+        assert_eq!(cache.units(&SMALL), 9 + 2 * 4);
+        assert_eq!(cache.pop(zero), Some(16), "the newest first");
+        cache.push(two, 1008);
+        cache.spill(&SMALL, two, |_| panic!("at the watermark"));
+        let mut all = Vec::new();
+        cache.take_all(&SMALL, |b, order| all.push((b.to_vec(), order)));
+        assert_eq!(
+            all,
+            [((8..16).collect(), 0), (alloc::vec![1000, 1004, 1008], 2)]
+        );
+        assert_eq!(
+            (cache.units(&SMALL), cache.pop(zero), cache.pop(two)),
+            (0, None, None)
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "a per-core cache list overflowed")]
+    fn a_push_past_the_room_is_refused() {
+        let mut cache = CoreCache::new(&SMALL);
+        let two = SMALL.slot(2).unwrap();
+        // Room for the watermark (3 blocks) and one more.
+        for block in 0..5 {
+            cache.push(two, block * 4);
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "do not fit a core's cache")]
+    fn a_policy_too_large_for_a_cache_is_refused() {
+        static LARGE: Policy = Policy::new(&[0, 1], 512, 1024);
+        let _ = CoreCache::new(&LARGE);
     }
 }

@@ -7,7 +7,8 @@
 //!  Cached<B>
 //!  ├── backend: B                     allocates and frees in batches (Backend)
 //!  ├── caches:  [CachePadded<Mutex<YieldMutex, CoreCache>>; cores]
-//!  │              per cached order: a list of free blocks (allocated in the backend)
+//!  │              per cached order: a list of free blocks (allocated in the backend),
+//!  │              all in one fixed array per core
 //!  └── states:  [u8; units]           Free | Live(order) | Cached(order) per block start
 //! ```
 //!
@@ -21,7 +22,6 @@
 mod cache;
 mod states;
 
-use alloc::boxed::Box;
 use core::marker::PhantomData;
 use core::ops::DerefMut;
 
@@ -32,7 +32,9 @@ pub(crate) use cache::Policy;
 use states::{BlockStates, State};
 
 use crate::locked::YieldMutex;
+use crate::sync::atomic::AtomicU8;
 use crate::sync::CachePadded;
+use crate::table::{Metadata, Part, Plan, Table};
 use crate::{check_block, BlockAlloc, ConfigRule, Error, HeldCore, Locked, SeqBlockAlloc};
 
 /// Blocks asked for in one [`BlockAlloc::alloc_bulk`] call.
@@ -73,33 +75,15 @@ pub(crate) trait Backend {
         Ok(first)
     }
 
-    /// Frees `blocks`, which left every cache and which the backend has allocated: runs of
-    /// one order in bulk.
-    fn give_back(&self, blocks: impl Iterator<Item = (usize, u32)>, core: usize) {
-        let alloc = self.shared();
-        let mut run = [0; BULK];
-        let mut len = 0;
-        let mut run_order = 0;
-        let flush = |run: &[usize], order: u32| {
-            // `states` had each block as cached or live, so the backend has it allocated.
-            if let Err((k, e)) = alloc.free_bulk(run, order, core) {
-                panic!(
-                    "the backend refused block {} the per-core caches owned: {e}",
-                    run[k]
-                );
-            }
-        };
-        for (index, order) in blocks {
-            if len == BULK || (len > 0 && order != run_order) {
-                flush(&run[..len], run_order);
-                len = 0;
-            }
-            run[len] = index;
-            run_order = order;
-            len += 1;
-        }
-        if len > 0 {
-            flush(&run[..len], run_order);
+    /// Frees `blocks` of `order`, which left every cache and which the backend has
+    /// allocated, in bulk.
+    fn give_back(&self, blocks: &[usize], order: u32, core: usize) {
+        // `states` had each block as cached or live, so the backend has it allocated.
+        if let Err((k, e)) = self.shared().free_bulk(blocks, order, core) {
+            panic!(
+                "the backend refused block {} the per-core caches owned: {e}",
+                blocks[k]
+            );
         }
     }
 }
@@ -143,13 +127,9 @@ impl<A: SeqBlockAlloc, R: RawMutex + Send + Sync> Backend for Locked<A, R> {
         })
     }
 
-    fn give_back(&self, blocks: impl Iterator<Item = (usize, u32)>, _core: usize) {
-        let mut blocks = blocks.peekable();
-        if blocks.peek().is_none() {
-            return;
-        }
+    fn give_back(&self, blocks: &[usize], order: u32, _core: usize) {
         self.with(|buddy| {
-            for (index, order) in blocks {
+            for &index in blocks {
                 buddy
                     .free(index, order)
                     .expect("the buddy refused a block the per-core caches owned");
@@ -163,8 +143,14 @@ impl<A: SeqBlockAlloc, R: RawMutex + Send + Sync> Backend for Locked<A, R> {
 pub(crate) struct Cached<B> {
     backend: B,
     policy: &'static Policy,
-    caches: Box<[CachePadded<CacheLock>]>,
+    caches: Table<CachePadded<CacheLock>>,
     states: BlockStates,
+}
+
+/// Where a [`Cached`]'s tables lie in its metadata.
+pub(crate) struct Parts {
+    states: Part<AtomicU8>,
+    caches: Part<CachePadded<CacheLock>>,
 }
 
 /// A core's cache behind a lock that spins briefly, then yields (with `std`): a thread that
@@ -173,20 +159,49 @@ pub(crate) struct Cached<B> {
 /// the drains on out-of-memory answers 70% of a magazine's time in the large stress test.
 type CacheLock = lock_api::Mutex<YieldMutex, CoreCache>;
 
+/// The layout of the metadata of caches for `cores` cores in front of a backend of `units`
+/// units: the state table (a byte per unit) and the caches (a cache line and the lists per
+/// core); [`Error::InvalidConfig`] if `cores` is not in `1..=MAX_CORES`.
+pub(crate) fn plan(units: usize, cores: usize) -> Result<(Plan, Parts), Error> {
+    crate::config::check_cores(cores)?;
+    let mut plan = Plan::new();
+    let parts = Parts {
+        states: plan.add(units)?,
+        caches: plan.add(cores)?,
+    };
+    Ok((plan, parts))
+}
+
 impl<B: Backend> Cached<B> {
-    /// Puts `cores` caches in front of `backend`, which must have nothing allocated:
-    /// [`Error::InvalidConfig`] if `cores` is not in `1..=MAX_CORES` or it has.
-    pub(crate) fn new(backend: B, cores: usize, policy: &'static Policy) -> Result<Self, Error> {
+    /// Puts caches for the cores of `parts` (from [`plan`] for the backend's units) in front
+    /// of `backend`, their tables in `meta`: [`Error::InvalidConfig`] if the backend has
+    /// blocks allocated.
+    pub(crate) fn build(
+        backend: B,
+        policy: &'static Policy,
+        parts: Parts,
+        meta: &Metadata,
+    ) -> Result<Self, Error> {
         let alloc = backend.shared();
-        crate::config::check_cores(cores)?;
         if alloc.free_units() != alloc.total_units() {
             return Err(ConfigRule::InnerInUse.into());
         }
         Ok(Cached {
-            states: BlockStates::new(alloc.total_units())?,
-            caches: crate::config::filled(cores, |_| CachePadded::default())?,
+            states: BlockStates(meta.table(parts.states, |_| AtomicU8::new(0))?),
+            caches: meta.table(parts.caches, |_| {
+                CachePadded::new(CacheLock::new(CoreCache::new(policy)))
+            })?,
             policy,
             backend,
+        })
+    }
+
+    /// The same with the tables on the heap, for `cores` cores.
+    #[cfg(feature = "alloc")]
+    pub(crate) fn new(backend: B, cores: usize, policy: &'static Policy) -> Result<Self, Error> {
+        let units = backend.shared().total_units();
+        crate::table::build_on_heap(plan(units, cores), |parts, meta| {
+            Cached::build(backend, policy, parts, meta)
         })
     }
 
@@ -243,11 +258,9 @@ impl<B: Backend> Cached<B> {
                 continue;
             }
             any = true;
-            let blocks = cache.take_all(self.policy).map(|(index, order)| {
-                self.states.set(index, State::Free);
-                (index, order)
+            cache.take_all(self.policy, |blocks, order| {
+                self.give_back(blocks, order, core)
             });
-            self.backend.give_back(blocks, core);
         }
         any
     }
@@ -343,13 +356,17 @@ impl<B: Backend> Cached<B> {
     #[inline]
     fn park(&self, cache: &mut CoreCache, slot: usize, index: usize, order: u32, core: usize) {
         cache.push(slot, index);
-        if let Some(spill) = cache.spill(self.policy, slot) {
-            let spill = spill.map(|index| {
-                self.states.set(index, State::Free);
-                (index, order)
-            });
-            self.backend.give_back(spill, core);
+        cache.spill(self.policy, slot, |blocks| {
+            self.give_back(blocks, order, core)
+        });
+    }
+
+    /// Gives `blocks` of `order`, taken out of a cache, back to the backend.
+    fn give_back(&self, blocks: &[usize], order: u32, core: usize) {
+        for &index in blocks {
+            self.states.set(index, State::Free);
         }
+        self.backend.give_back(blocks, order, core);
     }
 
     /// Whether the backend holds a block of an uncached order starting at `index` (a

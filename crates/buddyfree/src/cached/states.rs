@@ -6,9 +6,8 @@
 //! then goes to a cache or back to the backend. Blocks of orders that are never cached are
 //! not recorded: the backend decides their frees.
 
-use alloc::boxed::Box;
-
 use crate::sync::atomic::{AtomicU8, Ordering};
+use crate::table::Table;
 use crate::Error;
 
 /// The state of the block of a cached order starting at a unit. Units inside a block (not
@@ -48,16 +47,10 @@ impl State {
     }
 }
 
-/// One [`State`] per unit, all `Free` at first.
-pub(crate) struct BlockStates(Box<[AtomicU8]>);
+/// One [`State`] per unit, all `Free` (zero) at first.
+pub(crate) struct BlockStates(pub(crate) Table<AtomicU8>);
 
 impl BlockStates {
-    pub(crate) fn new(units: usize) -> Result<Self, Error> {
-        Ok(BlockStates(crate::config::filled(units, |_| {
-            AtomicU8::new(0)
-        })?))
-    }
-
     /// Records the block at `index`, which the caller owns exclusively (just taken from the
     /// backend or a cache, or about to be given back to the backend).
     pub(crate) fn set(&self, index: usize, state: State) {

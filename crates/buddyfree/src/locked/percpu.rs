@@ -7,7 +7,8 @@
 //!  └── Cached<Locked<A>>
 //!      ├── backend: Locked<A>           one spinlock, serialises every split and merge
 //!      ├── caches:  [CachePadded<Mutex<YieldMutex, CoreCache>>; cores]
-//!      │              per cached order: a list of free blocks (allocated in the buddy)
+//!      │              per cached order: a list of free blocks (allocated in the buddy),
+//!      │              all in one fixed array per core
 //!      └── states:  [u8; units]         Free | Live(order) | Cached(order) per block start
 //! ```
 //!

@@ -81,8 +81,7 @@ impl YieldMutex {
     }
 }
 
-/// Pins belong to the per-core caches, which need `alloc`.
-#[cfg(feature = "alloc")]
+/// Pins belong to the per-core caches.
 impl YieldMutex {
     /// Notes that this thread holds the lock for a pin (a held core) until [`Self::unpin`]:
     /// meanwhile its own wait for the lock can only be a deadlock, which `lock` reports by
@@ -146,10 +145,8 @@ mod pins {
 mod pins {
     use super::YieldMutex;
 
-    #[cfg(feature = "alloc")]
     pub(super) fn enter(_: &YieldMutex) {}
 
-    #[cfg(feature = "alloc")]
     pub(super) fn leave(_: &YieldMutex) {}
 
     pub(super) fn held_here(_: &YieldMutex) -> bool {
