@@ -144,7 +144,8 @@ BuddyfreeStatus buddyfree_create(const struct BuddyfreeConfig *config,
 // `config` names needs for `config` (`units` must be given), for
 // `buddyfree_create_with_metadata` and `buddyfree_device_create_with_metadata`. Allocators
 // that cannot keep their metadata in the caller's memory (only `nbbs`, `nbbs4`, `llfree`,
-// `knuth-locked` and `estranged-locked` can) answer `BUDDYFREE_STATUS_UNSUPPORTED`.
+// `knuth-locked`, `estranged-locked` and the three `*-magazine` allocators can) answer
+// `BUDDYFREE_STATUS_UNSUPPORTED`.
 //
 // # Safety
 // `config` must be null or point to a valid configuration whose `allocator` is null or a

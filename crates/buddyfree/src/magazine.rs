@@ -91,7 +91,7 @@ use core::ptr::NonNull;
 
 use crate::cached::{block_alloc_via_cached, plan, Cached, Direct, Parts, Pinned, Policy};
 use crate::table::{build_in, build_in_static, Metadata};
-use crate::{BlockAlloc, Config, Error, HeldCore};
+use crate::{BlockAlloc, Config, ConfigRule, Error, HeldCore};
 
 /// Orders 0–7. Order 0 is refilled and spilled 32 units at a time, spilling above 128 units;
 /// orders 1–6 move 256 units at a time and order 7 128 (one block), all spilling above 512,
@@ -229,6 +229,71 @@ impl<A: BlockAlloc> Magazine<A> {
             build_in(plan, meta, len, |parts, meta| {
                 Self::build(inner, parts, meta)
             })
+        }
+    }
+
+    /// The metadata of an allocator whose own is `inner` (its `metadata_layout(config)`) and
+    /// of magazines in front of it, in one piece: the allocator's first, the magazines' at
+    /// the offset returned, as [`Magazine::from_raw_metadata_with`] lays them out.
+    pub fn metadata_layout_with(config: Config, inner: Layout) -> Result<(Layout, usize), Error> {
+        inner
+            .extend(Self::metadata_layout(config)?)
+            .map_err(|_| ConfigRule::MetadataOverflow.into())
+    }
+
+    /// Builds the allocator by `build` (its `from_raw_metadata`) over `config` with its
+    /// metadata `inner` (its `metadata_layout(config)`), and magazines for `config.cores`
+    /// cores in front of it, all in the `len` bytes at `meta` (at least
+    /// [`Magazine::metadata_layout_with`]'s bytes at its alignment): one piece of caller
+    /// memory for both, as code that picks allocators by name needs (the C ABI). Memory too
+    /// small or misaligned is [`Error::MetadataTooSmall`] or [`Error::MetadataMisaligned`],
+    /// with nothing written.
+    ///
+    /// # Safety
+    /// As for [`Magazine::from_raw_metadata`]; `build` must keep to the `len` bytes it is
+    /// given.
+    ///
+    /// ```
+    /// use core::ptr::NonNull;
+    /// use buddyfree::llfree::LLFree;
+    /// use buddyfree::magazine::Magazine;
+    /// use buddyfree::{BlockAlloc, Config};
+    ///
+    /// let config = Config::new(1 << 14, 10).with_cores(2);
+    /// let inner = LLFree::metadata_layout(config)?;
+    /// let (layout, _) = Magazine::<LLFree>::metadata_layout_with(config, inner)?;
+    /// // SAFETY: the layout is not empty.
+    /// let meta = NonNull::new(unsafe { std::alloc::alloc(layout) }).unwrap();
+    /// // SAFETY: `layout.size()` bytes, ours alone until freed below.
+    /// let fast = unsafe {
+    ///     Magazine::from_raw_metadata_with(config, inner, LLFree::from_raw_metadata, meta, layout.size())?
+    /// };
+    /// let page = fast.alloc(0, 1)?;
+    /// fast.free(page, 0, 1)?;
+    /// drop(fast);
+    /// // SAFETY: allocated above with this layout; the magazines are gone.
+    /// unsafe { std::alloc::dealloc(meta.as_ptr(), layout) };
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
+    pub unsafe fn from_raw_metadata_with(
+        config: Config,
+        inner: Layout,
+        build: unsafe fn(Config, NonNull<u8>, usize) -> Result<A, Error>,
+        meta: NonNull<u8>,
+        len: usize,
+    ) -> Result<Self, Error> {
+        let (whole, offset) = Self::metadata_layout_with(config, inner)?;
+        if !(meta.as_ptr() as usize).is_multiple_of(whole.align()) {
+            return Err(Error::MetadataMisaligned);
+        }
+        if len < whole.size() {
+            return Err(Error::MetadataTooSmall);
+        }
+        // SAFETY: our caller's `len` bytes at `meta`, cut in two that do not overlap: the
+        // allocator's `offset` bytes, then the magazines' rest.
+        unsafe {
+            let inner = build(config, meta, offset)?;
+            Self::from_raw_metadata(inner, config.cores, meta.add(offset), len - offset)
         }
     }
 

@@ -63,6 +63,32 @@ macro_rules! caller_metadata {
     };
 }
 
+/// The [`CallerMetadata`] of magazines in front of `$alloc`, both in the caller's memory.
+macro_rules! magazine_metadata {
+    ($alloc:ty) => {
+        Some(CallerMetadata {
+            layout: |config| {
+                let inner = <$alloc>::metadata_layout(config)?;
+                Ok(Magazine::<$alloc>::metadata_layout_with(config, inner)?.0)
+            },
+            build: |config, meta, len| {
+                let inner = <$alloc>::metadata_layout(config)?;
+                // SAFETY: passed on from the contract of `CallerMetadata::build`.
+                let alloc = unsafe {
+                    Magazine::from_raw_metadata_with(
+                        config,
+                        inner,
+                        <$alloc>::from_raw_metadata,
+                        meta,
+                        len,
+                    )
+                }?;
+                Ok(Box::new(alloc))
+            },
+        })
+    };
+}
+
 /// The `max_order` of entries that accept any order `Config::validate` accepts.
 pub const ANY_ORDER: u32 = usize::BITS - 1;
 
@@ -104,14 +130,14 @@ const ENTRIES: &[Entry] = &[
         about: "nbbs behind per-core magazines of orders 0-7 (the NBBS paper's per-thread cache)",
         max_order: ANY_ORDER,
         build: |c| Ok(Box::new(Magazine::with_config(c, Nbbs::new)?)),
-        metadata: None,
+        metadata: magazine_metadata!(Nbbs),
     },
     Entry {
         name: "nbbs4-magazine",
         about: "nbbs4 behind per-core magazines of orders 0-7 (the NBBS paper's per-thread cache)",
         max_order: ANY_ORDER,
         build: |c| Ok(Box::new(Magazine::with_config(c, Nbbs4::new)?)),
-        metadata: None,
+        metadata: magazine_metadata!(Nbbs4),
     },
     Entry {
         name: "knuth-locked",
@@ -181,7 +207,7 @@ const ENTRIES: &[Entry] = &[
         about: "llfree behind per-core magazines of orders 0-7 (the NBBS paper's per-thread cache)",
         max_order: 10,
         build: |c| Ok(Box::new(Magazine::with_config(c, LLFree::new)?)),
-        metadata: None,
+        metadata: magazine_metadata!(LLFree),
     },
     Entry {
         name: "first-fit-locked",
@@ -225,7 +251,7 @@ mod tests {
         use alloc::vec;
         let config = Config::new(1000, 9).with_cores(2);
         let with: alloc::vec::Vec<_> = entries().iter().filter(|e| e.metadata.is_some()).collect();
-        assert_eq!(with.len(), 5);
+        assert_eq!(with.len(), 8);
         for e in with {
             let m = e.metadata.unwrap();
             let layout = (m.layout)(config).unwrap();

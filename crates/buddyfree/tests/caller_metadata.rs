@@ -293,8 +293,60 @@ impl Visit for Magazines {
                 assert_eq!(a.free_units(), config.units);
             });
             let _ = kept;
+            one_piece::<A>(config);
         }
     }
+}
+
+/// `A`'s `from_raw_metadata`, as the allocator the tests run.
+///
+/// # Safety
+/// As for `from_raw_metadata`.
+unsafe fn raw_shared<A: CallerMetadata>(
+    config: Config,
+    meta: NonNull<u8>,
+    len: usize,
+) -> Result<A::Shared, Error> {
+    // SAFETY: passed on to our caller.
+    unsafe { A::from_raw_metadata(config, meta, len) }.map(A::shared)
+}
+
+/// `A` and magazines in front of it in one piece of memory (`from_raw_metadata_with`): one
+/// byte less, or off the alignment, refused without a write; the exact size churned without
+/// heap use.
+fn one_piece<A: CallerMetadata>(config: Config) {
+    let inner = A::metadata_layout(config).unwrap();
+    let (whole, _) = Magazine::<A::Shared>::metadata_layout_with(config, inner).unwrap();
+    let memory = leaked(whole.size() + whole.align(), whole.align());
+    let base = NonNull::new(memory.as_mut_ptr().cast::<u8>()).unwrap();
+    pattern(memory);
+    let build = |skip, len| {
+        // SAFETY: `memory` is leaked, ours alone, with `whole.size() + whole.align()` bytes
+        // from `base`, and `skip + len` is at most that.
+        unsafe {
+            Magazine::from_raw_metadata_with(config, inner, raw_shared::<A>, base.add(skip), len)
+        }
+    };
+    let refused = without_heap(&format!("{config:?}: one piece, refusals"), || {
+        [
+            build(0, whole.size() - 1).err(),
+            build(1, whole.size()).err(),
+        ]
+    });
+    assert_eq!(
+        refused,
+        [
+            Some(Error::MetadataTooSmall),
+            Some(Error::MetadataMisaligned)
+        ]
+    );
+    assert!(
+        untouched(memory),
+        "a refused construction wrote to the memory"
+    );
+    without_heap(&format!("{config:?}: one piece"), || {
+        churn(&build(0, whole.size()).unwrap(), config.cores);
+    });
 }
 
 /// Prints the metadata each allocator needs per GiB of 4 KiB units (orders up to 10), for the

@@ -218,31 +218,6 @@ unsafe fn knuth(config: Config, meta: NonNull<u8>, len: usize) -> Result<KnuthLo
     unsafe { Knuth::from_raw_metadata(config, meta, len) }.map(Locked::new)
 }
 
-/// Magazines for `config.cores` cores in front of an allocator `A`, both in the caller's
-/// `len` bytes at `meta`: `A`'s metadata first (`layout`, built by `build`), the magazines'
-/// after it.
-///
-/// # Safety
-/// As for [`Magazine::from_raw_metadata`].
-unsafe fn magazine<A: BlockAlloc>(
-    config: Config,
-    meta: NonNull<u8>,
-    len: usize,
-    layout: Result<Layout, Error>,
-    build: unsafe fn(Config, NonNull<u8>, usize) -> Result<A, Error>,
-) -> Result<Magazine<A>, Error> {
-    let (both, offset) = with_magazines::<A>(config, layout)?;
-    if len < both.size() {
-        return Err(Error::MetadataTooSmall);
-    }
-    // SAFETY: the first `offset` bytes for the allocator and the rest for the magazines: two
-    // parts of our caller's memory that do not overlap.
-    unsafe {
-        let inner = build(config, meta, offset)?;
-        Magazine::from_raw_metadata(inner, config.cores, meta.add(offset), len - offset)
-    }
-}
-
 /// # Safety
 /// As for [`Magazine::from_raw_metadata`].
 unsafe fn llfree_magazine(
@@ -250,9 +225,9 @@ unsafe fn llfree_magazine(
     meta: NonNull<u8>,
     len: usize,
 ) -> Result<Magazine<LLFree>, Error> {
-    let layout = LLFree::metadata_layout(config);
+    let inner = LLFree::metadata_layout(config)?;
     // SAFETY: passed on to our caller.
-    unsafe { magazine(config, meta, len, layout, LLFree::from_raw_metadata) }
+    unsafe { Magazine::from_raw_metadata_with(config, inner, LLFree::from_raw_metadata, meta, len) }
 }
 
 /// # Safety
@@ -262,20 +237,17 @@ unsafe fn nbbs4_magazine(
     meta: NonNull<u8>,
     len: usize,
 ) -> Result<Magazine<Nbbs4>, Error> {
-    let layout = Nbbs4::metadata_layout(config);
+    let inner = Nbbs4::metadata_layout(config)?;
     // SAFETY: passed on to our caller.
-    unsafe { magazine(config, meta, len, layout, Nbbs4::from_raw_metadata) }
+    unsafe { Magazine::from_raw_metadata_with(config, inner, Nbbs4::from_raw_metadata, meta, len) }
 }
 
-/// The metadata of an allocator `A` with metadata `layout` and of magazines in front of it,
-/// one after the other, and the offset of the magazines'.
+/// The metadata of an allocator `A` with metadata `inner` and of magazines in front of it.
 fn with_magazines<A: BlockAlloc>(
     config: Config,
-    layout: Result<Layout, Error>,
-) -> Result<(Layout, usize), Error> {
-    layout?
-        .extend(Magazine::<A>::metadata_layout(config)?)
-        .map_err(|_| Error::MetadataTooSmall)
+    inner: Result<Layout, Error>,
+) -> Result<Layout, Error> {
+    Ok(Magazine::<A>::metadata_layout_with(config, inner?)?.0)
 }
 
 /// Called by `_start` (see `sys.rs`).
@@ -314,14 +286,14 @@ extern "C" fn main() -> ! {
         "llfree-magazine",
         config,
         &mut report,
-        with_magazines::<LLFree>(config, LLFree::metadata_layout(config)).map(|l| l.0),
+        with_magazines::<LLFree>(config, LLFree::metadata_layout(config)),
         llfree_magazine,
     );
     with_metadata(
         "nbbs4-magazine",
         config,
         &mut report,
-        with_magazines::<Nbbs4>(config, Nbbs4::metadata_layout(config)).map(|l| l.0),
+        with_magazines::<Nbbs4>(config, Nbbs4::metadata_layout(config)),
         nbbs4_magazine,
     );
     sys::exit(report.finish())
