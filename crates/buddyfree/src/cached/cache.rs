@@ -120,6 +120,7 @@ impl Policy {
 ///
 /// Each slot's list is `blocks[start[slot]..top[slot]]`, and always
 /// `start[slot] <= top[slot] <= start[slot + 1] <= CAPACITY`.
+// `repr(C)`: the tops and starts, read on every operation, first, in the lock's cache line.
 #[repr(C)]
 pub(crate) struct CoreCache {
     /// Per slot: one past its newest block.
