@@ -41,7 +41,7 @@
 //!   concurrent frees in flight). [`BlockAlloc::free_units`] counts parked blocks as free, as
 //!   [`PerCpu`](crate::locked::PerCpu) does.
 //! - **Metadata**: one byte per unit for `states` (256 KiB per GiB of 4 KiB units) on top
-//!   of the backend's, plus 5.2 KiB per core for the lists, which have a fixed room (their
+//!   of the backend's, plus 5.3 KiB per core for the lists, which have a fixed room (their
 //!   watermark and one more block per order), so a magazine never allocates: on the heap
 //!   ([`Magazine::new`]) or in caller memory ([`Magazine::in_metadata`], for a kernel at
 //!   boot, with no heap at all). The backend sees
@@ -158,7 +158,7 @@ impl<A: BlockAlloc> Magazine<A> {
     /// The bytes and alignment of the magazines' own metadata for `config.cores` cores in
     /// front of an allocator of `config.units` units, for [`Magazine::in_metadata`] and
     /// [`Magazine::from_raw_metadata`]: the state table (a byte per unit) and a fixed-size
-    /// cache per core (5.2 KiB; lists that never grow, so a magazine never allocates). The
+    /// cache per core (5.3 KiB; lists that never grow, so a magazine never allocates). The
     /// allocator behind has its own (its `metadata_layout`). [`Error::InvalidConfig`] for a
     /// configuration that cannot be built.
     pub fn metadata_layout(config: Config) -> Result<Layout, Error> {

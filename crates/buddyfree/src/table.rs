@@ -86,6 +86,14 @@ impl<T> Table<T> {
     }
 }
 
+impl<T> Table<T> {
+    /// The values' memory, for code that hands parts of it out by pointer (and then uses the
+    /// table no more, but to drop it).
+    pub(crate) fn as_mut_ptr(&mut self) -> NonNull<T> {
+        self.ptr
+    }
+}
+
 impl<T> Deref for Table<T> {
     type Target = [T];
 

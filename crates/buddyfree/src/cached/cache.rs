@@ -2,6 +2,8 @@
 //! high watermark, as Linux's per-CPU page lists do. Which orders, and how many blocks move
 //! at once, is a [`Policy`].
 
+use core::ptr::NonNull;
+
 /// The most orders one policy may cache.
 const MAX_SLOTS: usize = 8;
 
@@ -9,7 +11,7 @@ const MAX_SLOTS: usize = 8;
 const ORDERS: usize = 64;
 
 /// Blocks one core's cache can hold, over all its lists: room for the lists of
-/// [`Magazine`](crate::magazine::Magazine)'s policy, the largest (644 blocks, 5 KiB per core).
+/// [`Magazine`](crate::magazine::Magazine)'s policy, the largest (644 blocks, 41 cache lines per core).
 const CAPACITY: usize = 644;
 
 /// `Policy::slot_of` for an order that is not cached.
@@ -112,27 +114,50 @@ impl Policy {
     }
 }
 
-/// Free blocks cached for one core (all allocated in the backend), in one fixed array: each
-/// cached order's list has its own stretch of `blocks`, as long as the most its policy lets
-/// it hold, so a cache never allocates (it works in caller memory, without a heap) and its
-/// size is known when the allocator is laid out. Allocation takes the most recently freed
+/// One cache line of a core's lists: the unit [`Cached`](super::Cached) lays the lists out
+/// in, so that no two cores' lists share a line.
+#[repr(C, align(128))]
+pub(crate) struct ListLine([usize; LINE]);
+
+/// Blocks per [`ListLine`].
+const LINE: usize = 16;
+
+/// [`ListLine`]s per core: room for [`CAPACITY`] blocks.
+pub(crate) const LINES: usize = CAPACITY.div_ceil(LINE);
+
+impl ListLine {
+    pub(crate) const EMPTY: ListLine = ListLine([0; LINE]);
+}
+
+/// Free blocks cached for one core (all allocated in the backend), in a fixed array of
+/// [`LINES`] lines of its own (in the allocator's metadata): each cached order's list has its
+/// own stretch, as long as the most its policy lets it hold, so a cache never allocates (it
+/// works in caller memory, without a heap). This header stays small (it shares its cache
+/// line with the lock and is built on the stack). Allocation takes the most recently freed
 /// block (cache-hot), a spill gives back the oldest.
 ///
 /// Each slot's list is `blocks[start[slot]..top[slot]]`, and always
 /// `start[slot] <= top[slot] <= start[slot + 1] <= CAPACITY`.
-// `repr(C)`: the tops and starts, read on every operation, first, in the lock's cache line.
-#[repr(C)]
 pub(crate) struct CoreCache {
     /// Per slot: one past its newest block.
     top: [u32; MAX_SLOTS],
     /// Per slot: where its list starts; `start[slot + 1]` is where its room ends.
     start: [u32; MAX_SLOTS + 1],
-    blocks: [usize; CAPACITY],
+    /// [`CAPACITY`] blocks, this cache's alone.
+    blocks: NonNull<usize>,
 }
 
+// SAFETY: `blocks` is memory this cache alone uses (`CoreCache::new`'s contract), so the
+// cache owns it as it would an array field, and it moves between threads with the cache.
+unsafe impl Send for CoreCache {}
+
 impl CoreCache {
-    /// An empty cache for `policy`'s lists.
-    pub(crate) fn new(policy: &Policy) -> Self {
+    /// An empty cache for `policy`'s lists, in the [`LINES`] lines at `blocks`.
+    ///
+    /// # Safety
+    /// `blocks` must be valid for reads and writes of [`LINES`] lines, and used by nothing
+    /// else, for as long as the cache lives.
+    pub(crate) unsafe fn new(policy: &Policy, blocks: NonNull<ListLine>) -> Self {
         assert!(
             usize::from(policy.start[MAX_SLOTS]) <= CAPACITY,
             "the policy's lists do not fit a core's cache"
@@ -143,14 +168,18 @@ impl CoreCache {
         CoreCache {
             top,
             start,
-            blocks: [0; CAPACITY],
+            blocks: blocks.cast(),
         }
     }
 
     /// The blocks in the list at `slot`, oldest first.
     #[inline]
     fn list(&self, slot: usize) -> &[usize] {
-        &self.blocks[self.start[slot] as usize..self.top[slot] as usize]
+        let start = self.start[slot] as usize;
+        // SAFETY: `start..top[slot]` lies inside the cache's `CAPACITY` blocks (the type's
+        // invariant), which are initialised (`ListLine`s) and ours alone; `&self` keeps them
+        // from being written meanwhile.
+        unsafe { core::slice::from_raw_parts(self.blocks.as_ptr().add(start), self.len(slot)) }
     }
 
     /// Blocks in the list at `slot`.
@@ -167,8 +196,9 @@ impl CoreCache {
         }
         self.top[slot] -= 1;
         let at = self.top[slot] as usize;
-        // SAFETY: `start[slot] <= at < start[slot + 1] <= CAPACITY` (the type's invariant).
-        Some(unsafe { *self.blocks.get_unchecked(at) })
+        // SAFETY: `start[slot] <= at < start[slot + 1] <= CAPACITY` (the type's invariant):
+        // one of the cache's own blocks.
+        Some(unsafe { self.blocks.as_ptr().add(at).read() })
     }
 
     /// Adds a free block of the order at `slot`. The policy bounds every list (a refill only
@@ -181,8 +211,9 @@ impl CoreCache {
             at < self.start[slot + 1],
             "a per-core cache list overflowed"
         );
-        // SAFETY: `at < start[slot + 1] <= CAPACITY` (the type's invariant).
-        unsafe { *self.blocks.get_unchecked_mut(at as usize) = index };
+        // SAFETY: `at < start[slot + 1] <= CAPACITY` (the type's invariant): one of the
+        // cache's own blocks; `&mut self` makes this the only access.
+        unsafe { self.blocks.as_ptr().add(at as usize).write(index) };
         self.top[slot] = at + 1;
     }
 
@@ -197,8 +228,13 @@ impl CoreCache {
         let n = policy.batch(slot).min(len);
         give(&self.list(slot)[..n]);
         // The oldest blocks are the front: the others move down, once per batch.
-        let (start, top) = (self.start[slot] as usize, self.top[slot] as usize);
-        self.blocks.copy_within(start + n..top, start);
+        let start = self.start[slot] as usize;
+        // SAFETY: both ranges lie inside the list (`start..start + len`), within the cache's
+        // own blocks; `copy` allows them to overlap.
+        unsafe {
+            let list = self.blocks.as_ptr().add(start);
+            core::ptr::copy(list.add(n), list, len - n);
+        }
         self.top[slot] -= n as u32;
     }
 
@@ -228,11 +264,18 @@ mod tests {
 
     static SMALL: Policy = Policy::new(&[0, 2], 8, 16).with_units(2, 4, 12);
 
+    /// A cache for `policy` over `lines`.
+    fn cache(policy: &Policy, lines: &mut [ListLine; LINES]) -> CoreCache {
+        // SAFETY: `lines` outlives the cache in every test, and nothing else uses them.
+        unsafe { CoreCache::new(policy, NonNull::from(lines).cast()) }
+    }
+
     /// Each list holds its watermark and one more in its own stretch of the array, spills
     /// its oldest batch, and is emptied by `take_all`, without touching its neighbour.
     #[test]
     fn lists_keep_to_their_stretch_and_spill_the_oldest() {
-        let mut cache = CoreCache::new(&SMALL);
+        let mut lines = [ListLine::EMPTY; LINES];
+        let mut cache = cache(&SMALL, &mut lines);
         let (zero, two) = (SMALL.slot(0).unwrap(), SMALL.slot(2).unwrap());
         for block in 0..2 {
             cache.push(two, 1000 + block * 4);
@@ -263,7 +306,8 @@ mod tests {
     #[test]
     #[should_panic(expected = "a per-core cache list overflowed")]
     fn a_push_past_the_room_is_refused() {
-        let mut cache = CoreCache::new(&SMALL);
+        let mut lines = [ListLine::EMPTY; LINES];
+        let mut cache = cache(&SMALL, &mut lines);
         let two = SMALL.slot(2).unwrap();
         // Room for the watermark (3 blocks) and one more.
         for block in 0..5 {
@@ -275,6 +319,6 @@ mod tests {
     #[should_panic(expected = "do not fit a core's cache")]
     fn a_policy_too_large_for_a_cache_is_refused() {
         static LARGE: Policy = Policy::new(&[0, 1], 512, 1024);
-        let _ = CoreCache::new(&LARGE);
+        let _ = cache(&LARGE, &mut [ListLine::EMPTY; LINES]);
     }
 }

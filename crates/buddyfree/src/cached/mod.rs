@@ -27,8 +27,8 @@ use core::ops::DerefMut;
 
 use lock_api::RawMutex;
 
-use cache::CoreCache;
 pub(crate) use cache::Policy;
+use cache::{CoreCache, ListLine, LINES};
 use states::{BlockStates, State};
 
 use crate::locked::YieldMutex;
@@ -144,6 +144,8 @@ pub(crate) struct Cached<B> {
     backend: B,
     policy: &'static Policy,
     caches: Table<CachePadded<CacheLock>>,
+    /// The caches' lists, [`LINES`] lines per core; used only through the caches.
+    _lists: Table<ListLine>,
     states: BlockStates,
 }
 
@@ -151,6 +153,7 @@ pub(crate) struct Cached<B> {
 pub(crate) struct Parts {
     states: Part<AtomicU8>,
     caches: Part<CachePadded<CacheLock>>,
+    lists: Part<ListLine>,
 }
 
 /// A core's cache behind a lock that spins briefly, then yields (with `std`): a thread that
@@ -160,14 +163,15 @@ pub(crate) struct Parts {
 type CacheLock = lock_api::Mutex<YieldMutex, CoreCache>;
 
 /// The layout of the metadata of caches for `cores` cores in front of a backend of `units`
-/// units: the state table (a byte per unit) and the caches (a cache line and the lists per
-/// core); [`Error::InvalidConfig`] if `cores` is not in `1..=MAX_CORES`.
+/// units: the state table (a byte per unit), the caches (a cache line per core) and their
+/// lists; [`Error::InvalidConfig`] if `cores` is not in `1..=MAX_CORES`.
 pub(crate) fn plan(units: usize, cores: usize) -> Result<(Plan, Parts), Error> {
     crate::config::check_cores(cores)?;
     let mut plan = Plan::new();
     let parts = Parts {
         states: plan.add(units)?,
         caches: plan.add(cores)?,
+        lists: plan.add(cores * LINES)?,
     };
     Ok((plan, parts))
 }
@@ -186,11 +190,18 @@ impl<B: Backend> Cached<B> {
         if alloc.free_units() != alloc.total_units() {
             return Err(ConfigRule::InnerInUse.into());
         }
+        let mut lists = meta.table(parts.lists, |_| ListLine::EMPTY)?;
+        let lines = lists.as_mut_ptr();
+        let caches = meta.table(parts.caches, |core| {
+            // SAFETY: core `core`'s `LINES` lines of `lists` (`plan` made `cores * LINES`),
+            // which only this cache uses, and which live as long as it (both in `Cached`).
+            let cache = unsafe { CoreCache::new(policy, lines.add(core * LINES)) };
+            CachePadded::new(CacheLock::new(cache))
+        })?;
         Ok(Cached {
             states: BlockStates(meta.table(parts.states, |_| AtomicU8::new(0))?),
-            caches: meta.table(parts.caches, |_| {
-                CachePadded::new(CacheLock::new(CoreCache::new(policy)))
-            })?,
+            caches,
+            _lists: lists,
             policy,
             backend,
         })
