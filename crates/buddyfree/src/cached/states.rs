@@ -76,3 +76,83 @@ impl BlockStates {
         }
     }
 }
+
+/// The one compare-and-swap that decides every free of a cached order, under racing frees.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use loom::sync::Arc;
+    use loom::thread;
+
+    use super::*;
+
+    /// A table of 8 units with a block of `state` at unit 4.
+    fn states_with(state: State) -> Arc<BlockStates> {
+        let states = BlockStates(Table::filled(8, |_| AtomicU8::new(0)).unwrap());
+        states.set(4, state);
+        Arc::new(states)
+    }
+
+    /// Two frees of one caller's block race (a double free from two cores): exactly one goes
+    /// through, whichever comes first, and the block is parked once.
+    #[test]
+    fn loom_racing_frees_of_one_block_let_exactly_one_through() {
+        loom::model(|| {
+            let states = states_with(State::Live(1));
+            let other = {
+                let states = states.clone();
+                thread::spawn(move || states.release(4, 1, State::Cached(1)))
+            };
+            let mine = states.release(4, 1, State::Cached(1));
+            let theirs = other.join().unwrap();
+            assert!(mine.is_ok() != theirs.is_ok(), "{mine:?} {theirs:?}");
+            assert_eq!(mine.and(theirs), Err(Error::NotAllocated));
+            assert_eq!(states.get(4), State::Cached(1));
+        });
+    }
+
+    /// A free with the wrong order races the good one: the good one always goes through, the
+    /// wrong one is refused (`OrderMismatch` while the block is live, `NotAllocated` once it
+    /// is parked).
+    #[test]
+    fn loom_a_wrong_order_free_never_passes_a_good_one() {
+        loom::model(|| {
+            let states = states_with(State::Live(1));
+            let bad = {
+                let states = states.clone();
+                thread::spawn(move || states.release(4, 0, State::Cached(0)))
+            };
+            assert_eq!(states.release(4, 1, State::Cached(1)), Ok(()));
+            let bad = bad.join().unwrap();
+            assert!(
+                matches!(bad, Err(Error::OrderMismatch | Error::NotAllocated)),
+                "{bad:?}"
+            );
+            assert_eq!(states.get(4), State::Cached(1));
+        });
+    }
+
+    /// A stale double free of a parked order-0 block races its spill and reuse: the parking
+    /// core gives it back (`Free`) and it is handed out again as an order-1 block
+    /// (`Live(1)`). The stale free is refused at every point, so it can neither free the new
+    /// owner's block nor park it: the ABA that the order in the state byte rules out.
+    #[test]
+    fn loom_a_stale_free_never_frees_the_block_reused_at_another_order() {
+        loom::model(|| {
+            let states = states_with(State::Cached(0));
+            let reuse = {
+                let states = states.clone();
+                thread::spawn(move || {
+                    states.set(4, State::Free);
+                    states.set(4, State::Live(1));
+                })
+            };
+            let stale = states.release(4, 0, State::Cached(0));
+            reuse.join().unwrap();
+            assert!(
+                matches!(stale, Err(Error::NotAllocated | Error::OrderMismatch)),
+                "{stale:?}"
+            );
+            assert_eq!(states.get(4), State::Live(1));
+        });
+    }
+}
