@@ -172,7 +172,10 @@ impl<A: BlockAlloc> Magazine<A> {
     /// behind that is itself in caller memory, no heap allocation at all, for a kernel at
     /// boot. Memory too small or misaligned is [`Error::MetadataTooSmall`] or
     /// [`Error::MetadataMisaligned`], a bad `cores` or a used `inner`
-    /// [`Error::InvalidConfig`], with nothing written.
+    /// [`Error::InvalidConfig`], with nothing written. At boot, build the magazines first
+    /// and reserve the memory map's holes through them ([`crate::range::reserve_all`]):
+    /// they cannot tell the later frees of blocks allocated before them from double frees,
+    /// so they refuse an `inner` with blocks out.
     ///
     /// ```
     /// use core::mem::MaybeUninit;
