@@ -303,7 +303,11 @@ mod tests {
         );
     }
 
+    // Not under ThreadSanitizer: single-threaded, so it has nothing to check there, and its
+    // panic, overlapping another test's in the uninstrumented standard library, drew false
+    // race reports (in 4 runs of 10 of the library's tests).
     #[test]
+    #[cfg_attr(buddyfree_tsan, ignore = "single-threaded; see above")]
     #[should_panic(expected = "a per-core cache list overflowed")]
     fn a_push_past_the_room_is_refused() {
         let mut lines = [ListLine::EMPTY; LINES];
@@ -316,6 +320,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(buddyfree_tsan, ignore = "single-threaded; see above")]
     #[should_panic(expected = "do not fit a core's cache")]
     fn a_policy_too_large_for_a_cache_is_refused() {
         static LARGE: Policy = Policy::new(&[0, 1], 512, 1024);
