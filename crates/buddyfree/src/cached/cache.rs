@@ -141,7 +141,8 @@ impl ListLine {
 pub(crate) struct CoreCache {
     /// Per slot: one past its newest block.
     top: [u32; MAX_SLOTS],
-    /// Per slot: where its list starts; `start[slot + 1]` is where its room ends.
+    /// Per slot: where its list starts; `start[slot + 1]` is where its room ends. The
+    /// policy's, copied beside `top` so that a pop or a push reads one cache line.
     start: [u32; MAX_SLOTS + 1],
     /// [`CAPACITY`] blocks, this cache's alone.
     blocks: NonNull<usize>,
