@@ -90,7 +90,7 @@ use core::mem::MaybeUninit;
 use core::ptr::NonNull;
 
 use crate::cached::{block_alloc_via_cached, plan, Cached, Direct, Parts, Pinned, Policy};
-use crate::table::{build_in, build_in_static, Metadata};
+use crate::table::{build_in, build_in_static, check_memory, Metadata};
 use crate::{BlockAlloc, Config, ConfigRule, Error, HeldCore};
 
 /// Orders 0–7. Order 0 is refilled and spilled 32 units at a time, spilling above 128 units;
@@ -286,12 +286,7 @@ impl<A: BlockAlloc> Magazine<A> {
         len: usize,
     ) -> Result<Self, Error> {
         let (whole, offset) = Self::metadata_layout_with(config, inner)?;
-        if !(meta.as_ptr() as usize).is_multiple_of(whole.align()) {
-            return Err(Error::MetadataMisaligned);
-        }
-        if len < whole.size() {
-            return Err(Error::MetadataTooSmall);
-        }
+        check_memory(whole, meta, len)?;
         // SAFETY: our caller's `len` bytes at `meta`, cut in two that do not overlap: the
         // allocator's `offset` bytes, then the magazines' rest.
         unsafe {

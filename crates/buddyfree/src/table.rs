@@ -71,6 +71,12 @@ impl<T> Table<T> {
         }
     }
 
+    /// The values' memory, for code that hands parts of it out by pointer (and then uses the
+    /// table no more, but to drop it).
+    pub(crate) fn as_mut_ptr(&mut self) -> NonNull<T> {
+        self.ptr
+    }
+
     /// `len` values made by `make`, in a heap allocation of their own
     /// ([`crate::config::filled`]: a configuration too large fails rather than aborts).
     #[cfg(feature = "alloc")]
@@ -83,14 +89,6 @@ impl<T> Table<T> {
             len,
             owned,
         })
-    }
-}
-
-impl<T> Table<T> {
-    /// The values' memory, for code that hands parts of it out by pointer (and then uses the
-    /// table no more, but to drop it).
-    pub(crate) fn as_mut_ptr(&mut self) -> NonNull<T> {
-        self.ptr
     }
 }
 
@@ -204,13 +202,7 @@ impl Metadata {
     /// `base` must be valid for reads and writes of `len` bytes, used by nothing else, for as
     /// long as the tables made in it live.
     pub(crate) unsafe fn caller(plan: &Plan, base: NonNull<u8>, len: usize) -> Result<Self, Error> {
-        let layout = plan.layout()?;
-        if !(base.as_ptr() as usize).is_multiple_of(layout.align()) {
-            return Err(Error::MetadataMisaligned);
-        }
-        if len < layout.size() {
-            return Err(Error::MetadataTooSmall);
-        }
+        check_memory(plan.layout()?, base, len)?;
         Ok(Metadata { base: Some(base) })
     }
 
@@ -234,6 +226,18 @@ impl Metadata {
             None => unreachable!("heap metadata needs the `alloc` feature"),
         }
     }
+}
+
+/// Whether the caller's `len` bytes at `base` hold `layout`: [`Error::MetadataMisaligned`] or
+/// [`Error::MetadataTooSmall`] if not.
+pub(crate) fn check_memory(layout: Layout, base: NonNull<u8>, len: usize) -> Result<(), Error> {
+    if !(base.as_ptr() as usize).is_multiple_of(layout.align()) {
+        return Err(Error::MetadataMisaligned);
+    }
+    if len < layout.size() {
+        return Err(Error::MetadataTooSmall);
+    }
+    Ok(())
 }
 
 /// The constructors over caller memory of an allocator `$name`, written once: an associated

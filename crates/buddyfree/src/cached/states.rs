@@ -85,6 +85,15 @@ mod loom_tests {
 
     use super::*;
 
+    /// Runs `f` on `states` in another thread.
+    fn on_another_thread<T: Send + 'static>(
+        states: &Arc<BlockStates>,
+        f: impl FnOnce(&BlockStates) -> T + Send + 'static,
+    ) -> thread::JoinHandle<T> {
+        let states = states.clone();
+        thread::spawn(move || f(&states))
+    }
+
     /// A table of 8 units with a block of `state` at unit 4.
     fn states_with(state: State) -> Arc<BlockStates> {
         let states = BlockStates(Table::filled(8, |_| AtomicU8::new(0)).unwrap());
@@ -98,10 +107,7 @@ mod loom_tests {
     fn loom_racing_frees_of_one_block_let_exactly_one_through() {
         loom::model(|| {
             let states = states_with(State::Live(1));
-            let other = {
-                let states = states.clone();
-                thread::spawn(move || states.release(4, 1, State::Cached(1)))
-            };
+            let other = on_another_thread(&states, |s| s.release(4, 1, State::Cached(1)));
             let mine = states.release(4, 1, State::Cached(1));
             let theirs = other.join().unwrap();
             assert!(mine.is_ok() != theirs.is_ok(), "{mine:?} {theirs:?}");
@@ -117,10 +123,7 @@ mod loom_tests {
     fn loom_a_wrong_order_free_never_passes_a_good_one() {
         loom::model(|| {
             let states = states_with(State::Live(1));
-            let bad = {
-                let states = states.clone();
-                thread::spawn(move || states.release(4, 0, State::Cached(0)))
-            };
+            let bad = on_another_thread(&states, |s| s.release(4, 0, State::Cached(0)));
             assert_eq!(states.release(4, 1, State::Cached(1)), Ok(()));
             let bad = bad.join().unwrap();
             assert!(
@@ -139,13 +142,10 @@ mod loom_tests {
     fn loom_a_stale_free_never_frees_the_block_reused_at_another_order() {
         loom::model(|| {
             let states = states_with(State::Cached(0));
-            let reuse = {
-                let states = states.clone();
-                thread::spawn(move || {
-                    states.set(4, State::Free);
-                    states.set(4, State::Live(1));
-                })
-            };
+            let reuse = on_another_thread(&states, |s| {
+                s.set(4, State::Free);
+                s.set(4, State::Live(1));
+            });
             let stale = states.release(4, 0, State::Cached(0));
             reuse.join().unwrap();
             assert!(
