@@ -238,7 +238,7 @@ impl Visit for Magazines {
             });
 
             let used = build::<A>(config);
-            let kept = used.alloc(0, 0).unwrap();
+            used.alloc(0, 0).unwrap();
             // Past the padding after the state table.
             let larger = build::<A>(Config::new(config.units + 256, config.max_order));
             let refusals = [
@@ -292,7 +292,6 @@ impl Visit for Magazines {
                 let a = Magazine::in_metadata(inner, config.cores, exact).unwrap();
                 assert_eq!(a.free_units(), config.units);
             });
-            let _ = kept;
             one_piece::<A>(config);
         }
     }
