@@ -112,7 +112,10 @@ pub enum ConfigRule {
     MetadataOverflow,
     /// The memory for the metadata could not be reserved.
     MetadataAlloc,
-    /// The allocator to wrap already has blocks allocated (`PerCpu::new`).
+    /// The allocator to wrap has blocks allocated and cannot name them
+    /// ([`BlockAlloc::block_of`](crate::BlockAlloc::block_of) unsupported), so per-core
+    /// caches in front could not tell their frees from double frees (`Magazine::new`,
+    /// `PerCpu::new`).
     InnerInUse,
     /// A region or mapping of zero bytes, or one too large to map with its alignment.
     RegionLength,
@@ -139,7 +142,9 @@ impl ConfigRule {
             ConfigRule::Permille => "a threshold above 1000 permille",
             ConfigRule::MetadataOverflow => "metadata size overflows usize",
             ConfigRule::MetadataAlloc => "metadata memory could not be reserved",
-            ConfigRule::InnerInUse => "the wrapped allocator has blocks allocated",
+            ConfigRule::InnerInUse => {
+                "the wrapped allocator has blocks allocated and cannot name them (block_of)"
+            }
             ConfigRule::RegionLength => "a region of zero bytes, or too large to map",
             ConfigRule::NotPowerOfTwo => "alignment or unit size not a power of two",
             ConfigRule::ZoneLayout => "zones overlapping, out of order, too large, or none",

@@ -12,7 +12,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use buddyfree::magazine::Magazine;
-use buddyfree::{BlockAlloc, Config, ConfigRule, Error, MAX_CORES};
+use buddyfree::{range, BlockAlloc, Config, ConfigRule, Error, MAX_CORES};
 use metadata::{build, each, leaked, CallerMetadata, Visit};
 
 /// Set around the code under test: any allocation or deallocation then aborts.
@@ -239,6 +239,7 @@ impl Visit for Magazines {
 
             let used = build::<A>(config);
             used.alloc(0, 0).unwrap();
+            adopts_a_used_allocator::<A>(config);
             // Past the padding after the state table.
             let larger = build::<A>(Config::new(config.units + 256, config.max_order));
             let refusals = [
@@ -264,7 +265,6 @@ impl Visit for Magazines {
                     size,
                     ConfigRule::TooManyCores.into(),
                 ),
-                (used, config.cores, 0, size, ConfigRule::InnerInUse.into()),
                 (larger, config.cores, 0, size, Error::MetadataTooSmall),
             ];
             let memory = leaked(size + align, align);
@@ -279,6 +279,13 @@ impl Visit for Magazines {
                     (r.err(), error)
                 })
             });
+            // A used allocator that cannot name its blocks.
+            let unnamed = without_heap(&format!("{config:?}: used, unnamed"), || {
+                // SAFETY: as above, `size` bytes from `base`.
+                unsafe { Magazine::from_raw_metadata(Unnamed(used), config.cores, base, size) }
+                    .err()
+            });
+            assert_eq!(unnamed, Some(ConfigRule::InnerInUse.into()));
             for (answer, error) in answers {
                 assert_eq!(answer, Some(error));
             }
@@ -294,6 +301,63 @@ impl Visit for Magazines {
             });
             one_piece::<A>(config);
         }
+    }
+}
+
+/// Magazines in front of an allocator with blocks out (reserved ranges with ragged ends, as
+/// at boot, and a block of each order): each frees once through them, exactly, with no heap
+/// use from construction on.
+fn adopts_a_used_allocator<A: CallerMetadata>(config: Config) {
+    let inner = build::<A>(config);
+    let top = config.max_order;
+    let ranges = [(3, 97), (1000, 1 << top)];
+    for (start, len) in ranges {
+        inner.reserve_range(start, len, 0).unwrap();
+    }
+    let mut each_order = [(0, 0); 11];
+    for order in 0..=top {
+        each_order[order as usize] = (inner.alloc(order, 0).unwrap(), order);
+    }
+    let each_order = &each_order[..=top as usize];
+    let out: usize = ranges.iter().map(|&(_, len)| len).sum::<usize>() + (2 << top) - 1;
+    let layout = Magazine::<A::Shared>::metadata_layout(config).unwrap();
+    let meta = leaked(layout.size(), layout.align());
+    without_heap(&format!("{config:?}: a used allocator adopted"), || {
+        let a = Magazine::in_metadata(inner, config.cores, meta).unwrap();
+        assert_eq!(a.free_units(), config.units - out);
+        let reserved = ranges
+            .iter()
+            .flat_map(|&(start, len)| range::aligned_blocks(start, len, top));
+        for (index, order) in reserved.chain(each_order.iter().copied()) {
+            if order > 0 {
+                assert_eq!(a.free(index, order - 1, 1), Err(Error::OrderMismatch));
+                assert_eq!(a.free(index + 1, 0, 1), Err(Error::NotAllocated));
+            }
+            a.free(index, order, 1).unwrap();
+            assert_eq!(a.free(index, order, 0), Err(Error::NotAllocated));
+        }
+        churn(&a, config.cores);
+    });
+}
+
+/// An allocator that cannot name its blocks: `block_of` is left unsupported.
+struct Unnamed<A>(A);
+
+impl<A: BlockAlloc> BlockAlloc for Unnamed<A> {
+    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        self.0.alloc(order, core)
+    }
+    fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        self.0.free(index, order, core)
+    }
+    fn free_units(&self) -> usize {
+        self.0.free_units()
+    }
+    fn total_units(&self) -> usize {
+        self.0.total_units()
+    }
+    fn max_order(&self) -> u32 {
+        self.0.max_order()
     }
 }
 

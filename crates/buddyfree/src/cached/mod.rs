@@ -178,8 +178,9 @@ pub(crate) fn plan(units: usize, cores: usize) -> Result<(Plan, Parts), Error> {
 
 impl<B: Backend> Cached<B> {
     /// Puts caches for the cores of `parts` (from [`plan`] for the backend's units) in front
-    /// of `backend`, their tables in `meta`: [`Error::InvalidConfig`] if the backend has
-    /// blocks allocated.
+    /// of `backend`, their tables in `meta`. Blocks the backend has out are recorded as the
+    /// caches' own (see [`BlockStates::adopt`]); [`Error::InvalidConfig`] if it has some and
+    /// cannot name them ([`BlockAlloc::block_of`] unsupported), with nothing written.
     pub(crate) fn build(
         backend: B,
         policy: &'static Policy,
@@ -187,7 +188,8 @@ impl<B: Backend> Cached<B> {
         meta: &Metadata,
     ) -> Result<Self, Error> {
         let alloc = backend.shared();
-        if alloc.free_units() != alloc.total_units() {
+        let in_use = alloc.free_units() != alloc.total_units();
+        if in_use && alloc.block_of(0) == Err(Error::Unsupported) {
             return Err(ConfigRule::InnerInUse.into());
         }
         let mut lists = meta.table(parts.lists, |_| ListLine::EMPTY)?;
@@ -198,8 +200,12 @@ impl<B: Backend> Cached<B> {
             let cache = unsafe { CoreCache::new(policy, lines.add(core * LINES)) };
             CachePadded::new(CacheLock::new(cache))
         })?;
+        let states = BlockStates(meta.table(parts.states, |_| AtomicU8::new(0))?);
+        if in_use {
+            states.adopt(alloc, |order| policy.slot(order).is_some())?;
+        }
         Ok(Cached {
-            states: BlockStates(meta.table(parts.states, |_| AtomicU8::new(0))?),
+            states,
             caches,
             _lists: lists,
             policy,
@@ -219,6 +225,12 @@ impl<B: Backend> Cached<B> {
     /// The backend.
     pub(crate) fn backend(&self) -> &B {
         &self.backend
+    }
+
+    /// The backend, with every cached block given back to it first.
+    pub(crate) fn into_backend(self) -> B {
+        self.drain_caches(0);
+        self.backend
     }
 
     /// Units in `core`'s cache.

@@ -8,7 +8,7 @@
 
 use crate::sync::atomic::{AtomicU8, Ordering};
 use crate::table::Table;
-use crate::Error;
+use crate::{BlockAlloc, Error};
 
 /// The state of the block of a cached order starting at a unit. Units inside a block (not
 /// its first), units free in the backend and blocks of uncached orders are `Free`.
@@ -64,6 +64,35 @@ impl BlockStates {
 
     /// Ends the caller's block `(index, order)` by moving it to `to`: `OrderMismatch` if a
     /// caller's block of another order starts there, `NotAllocated` if none does.
+    /// Records the blocks `alloc` has out whose order is `cached` as live, so that their
+    /// frees are decided here as those of blocks handed out through the caches: one
+    /// [`BlockAlloc::block_of`] per block and per free unit, in address order, up to the last
+    /// allocated unit. Only while no one else can reach `alloc` (its answers must hold).
+    pub(crate) fn adopt(
+        &self,
+        alloc: &(impl BlockAlloc + ?Sized),
+        cached: impl Fn(u32) -> bool,
+    ) -> Result<(), Error> {
+        let total = alloc.total_units();
+        let mut out = total - alloc.free_units();
+        let mut at = 0;
+        while out > 0 && at < total {
+            let Some((start, order)) = alloc.block_of(at)? else {
+                at += 1;
+                continue;
+            };
+            if start == at && cached(order) {
+                self.set(start, State::Live(order));
+            }
+            // A block always starts where the walk is; `max` only keeps a wrong answer from
+            // stalling it.
+            let end = (start + (1 << order)).max(at + 1);
+            out = out.saturating_sub(end - at);
+            at = end;
+        }
+        Ok(())
+    }
+
     pub(crate) fn release(&self, index: usize, order: u32, to: State) -> Result<(), Error> {
         let live = State::Live(order).encode();
         match self.0[index].compare_exchange(live, to.encode(), Ordering::AcqRel, Ordering::Acquire)

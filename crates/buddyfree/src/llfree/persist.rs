@@ -33,6 +33,13 @@
 //!   [`PersistentLLFree::blocks`]). At most one block per thread is lost (the paper: at most
 //!   one frame per core); recovery never frees a unit.
 //!
+//! These are the zone's own operations. Per-core
+//! [`Magazine`](crate::magazine::Magazine)s in front of a zone park freed blocks in memory,
+//! allocated in the zone until they are given back (a spill, a drain,
+//! [`Magazine::into_inner`](crate::magazine::Magazine::into_inner)): after a crash, parked
+//! blocks come back allocated. Magazines built in front of a recovered zone adopt its
+//! blocks.
+//!
 //! Which crashes this covers depends on [`Durability`]: with `None` a process crash
 //! (SIGKILL, abort) loses nothing, because stores to a shared mapping live in the page cache
 //! (or the CPU caches, on DAX) and the kernel writes them back; a power failure needs
@@ -548,5 +555,9 @@ impl BlockAlloc for PersistentLLFree {
 
     fn drain(&self) {
         self.alloc.drain();
+    }
+
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        self.alloc.block_of(index)
     }
 }

@@ -48,9 +48,10 @@ pub struct PerCpu<A, R = spin::Mutex<()>> {
 }
 
 impl<A: SeqBlockAlloc, R: RawMutex + Send + Sync> PerCpu<A, R> {
-    /// Puts per-core caches for `cores` cores in front of the (empty) buddy `inner`.
-    /// Fails with [`Error::InvalidConfig`] if `cores` is not in `1..=MAX_CORES` or `inner` has
-    /// blocks allocated.
+    /// Puts per-core caches for `cores` cores in front of the buddy `inner`, adopting the
+    /// blocks it has out as [`Magazine`](crate::magazine::Magazine) does. Fails with
+    /// [`Error::InvalidConfig`] if `cores` is not in `1..=MAX_CORES`, or if `inner` has blocks
+    /// out and cannot name them.
     ///
     /// ```
     /// use buddyfree::buddy::Knuth;
@@ -86,6 +87,12 @@ impl<A: SeqBlockAlloc, R: RawMutex + Send + Sync> PerCpu<A, R> {
     ) -> Result<Self, Error> {
         config.validate()?;
         PerCpu::new(build(config)?, config.cores)
+    }
+
+    /// Gives every cached block back to the buddy and returns it; the blocks still
+    /// allocated through the caches are allocated in it.
+    pub fn into_inner(self) -> A {
+        self.cached.into_backend().into_inner()
     }
 }
 
@@ -129,13 +136,22 @@ mod tests {
     }
 
     #[test]
-    fn rejects_a_used_inner_allocator_and_zero_cores() {
-        let mut used = Model::new(Config::new(16, 2)).unwrap();
-        used.alloc(0).unwrap();
-        assert_eq!(
-            PerCpu::<Model>::new(used, 1).err(),
-            Some(Error::InvalidConfig(ConfigRule::InnerInUse))
-        );
+    fn adopts_the_blocks_of_a_used_buddy_and_gives_them_back_with_it() {
+        let mut used = Model::new(Config::new(64, 4)).unwrap();
+        let page = used.alloc(0).unwrap();
+        let big = used.alloc(4).unwrap();
+        let linux = PerCpu::<Model>::new(used, 2).unwrap();
+        assert_eq!(linux.free(page, 1, 0), Err(Error::OrderMismatch));
+        linux.free(page, 0, 1).unwrap();
+        assert_eq!(linux.free(page, 0, 0), Err(Error::NotAllocated));
+        assert!(cached_units(&linux, 1) > 0, "parked");
+        let mut buddy = linux.into_inner();
+        assert_eq!(buddy.free_units(), 64 - 16);
+        buddy.free(big, 4).unwrap();
+    }
+
+    #[test]
+    fn rejects_zero_cores() {
         let fresh = Model::new(Config::new(16, 2)).unwrap();
         assert_eq!(
             PerCpu::<Model>::new(fresh, 0).err(),
