@@ -75,86 +75,113 @@ pub fn clamp(ops: &[Op], max_order: u32) -> Vec<Op> {
 /// state (hints, caches, reservations) is exercised, including frees on another core than
 /// the allocation's. Ends by freeing everything and checking the allocator is whole again.
 pub fn check_against_model(alloc: &dyn BlockAlloc, config: Config, ops: &[Op]) {
-    let mut model = Model::new(config).unwrap();
-    let mut freed: Vec<(usize, u32)> = Vec::new();
-    assert_eq!(alloc.total_units(), config.units);
-    assert_eq!(alloc.max_order(), config.max_order);
-    for (step, op) in ops.iter().enumerate() {
-        let live: Vec<(usize, u32)> = model.live().collect();
-        let pick = |p: usize| live.get(p % live.len().max(1)).copied();
-        match *op {
-            Op::Alloc(order) => {
-                let got = alloc.alloc(order, core_of(step));
-                match got {
-                    Ok(index) => model
-                        .take(index, order)
-                        .unwrap_or_else(|e| panic!("step {step}: alloc({order}) = {index}: {e}")),
-                    Err(Error::OutOfMemory) => assert!(
-                        !model.can_alloc(order),
-                        "step {step}: alloc({order}) failed, the model has a free block"
-                    ),
-                    Err(e) => {
-                        let want = model.clone().alloc(order).unwrap_err();
-                        assert_eq!(e, want, "step {step}: alloc({order})");
-                    }
-                }
-            }
-            Op::Free(p) => {
-                if let Some((index, order)) = pick(p) {
-                    free_both(alloc, &mut model, index, order, step);
-                    freed.push((index, order));
-                }
-            }
-            Op::DoubleFree(p) => {
-                if !freed.is_empty() {
-                    let (index, order) = freed[p % freed.len()];
-                    free_both(alloc, &mut model, index, order, step);
-                }
-            }
-            Op::WrongOrder(p, order) => {
-                if let Some((index, _)) = pick(p) {
-                    free_both(alloc, &mut model, index, order, step);
-                }
-            }
-            Op::Arbitrary(index, order) => free_both(alloc, &mut model, index, order, step),
-            Op::AllocBulk(order, n) => alloc_bulk_both(alloc, &mut model, order, n, step),
-            Op::FreeBulk(p, n, twice) => {
-                if let Some((_, order)) = pick(p) {
-                    let start = p % live.len();
-                    let mut blocks: Vec<usize> = live[start..]
-                        .iter()
-                        .filter(|&&(_, o)| o == order)
-                        .take(n)
-                        .map(|&(index, _)| index)
-                        .collect();
-                    if twice {
-                        blocks.push(blocks[0]);
-                    }
-                    let want = blocks
-                        .iter()
-                        .enumerate()
-                        .find_map(|(k, &index)| model.free(index, order).err().map(|e| (k, e)));
-                    let got = alloc.free_bulk(&blocks, order, core_of(step.wrapping_add(1)));
-                    assert_eq!(
-                        got,
-                        want.map_or(Ok(()), Err),
-                        "step {step}: free_bulk({blocks:?}, {order})"
-                    );
-                    freed.extend(blocks.iter().map(|&index| (index, order)));
-                }
-            }
+    let mut run = ModelRun::new(config);
+    run.run(alloc, ops);
+    run.finish(alloc);
+}
+
+/// The model side of a differential run, which may go on over another allocator holding the
+/// same blocks (one wrapped around the first, say).
+pub struct ModelRun {
+    model: Model,
+    /// Blocks freed so far, for the double frees.
+    freed: Vec<(usize, u32)>,
+}
+
+impl ModelRun {
+    pub fn new(config: Config) -> Self {
+        ModelRun {
+            model: Model::new(config).unwrap(),
+            freed: Vec::new(),
         }
-        assert_eq!(
-            alloc.free_units(),
-            model.free_units(),
-            "step {step}: free units after {op:?}"
-        );
     }
-    let live: Vec<(usize, u32)> = model.live().collect();
-    for (index, order) in live {
-        free_both(alloc, &mut model, index, order, usize::MAX);
+
+    /// Runs `ops` on `alloc` and the model, checking as [`check_against_model`] does.
+    pub fn run(&mut self, alloc: &dyn BlockAlloc, ops: &[Op]) {
+        let ModelRun { model, freed } = self;
+        assert_eq!(alloc.total_units(), model.total_units());
+        assert_eq!(alloc.max_order(), model.max_order());
+        for (step, op) in ops.iter().enumerate() {
+            let live: Vec<(usize, u32)> = model.live().collect();
+            let pick = |p: usize| live.get(p % live.len().max(1)).copied();
+            match *op {
+                Op::Alloc(order) => {
+                    let got = alloc.alloc(order, core_of(step));
+                    match got {
+                        Ok(index) => model.take(index, order).unwrap_or_else(|e| {
+                            panic!("step {step}: alloc({order}) = {index}: {e}")
+                        }),
+                        Err(Error::OutOfMemory) => assert!(
+                            !model.can_alloc(order),
+                            "step {step}: alloc({order}) failed, the model has a free block"
+                        ),
+                        Err(e) => {
+                            let want = model.clone().alloc(order).unwrap_err();
+                            assert_eq!(e, want, "step {step}: alloc({order})");
+                        }
+                    }
+                }
+                Op::Free(p) => {
+                    if let Some((index, order)) = pick(p) {
+                        free_both(alloc, model, index, order, step);
+                        freed.push((index, order));
+                    }
+                }
+                Op::DoubleFree(p) => {
+                    if !freed.is_empty() {
+                        let (index, order) = freed[p % freed.len()];
+                        free_both(alloc, model, index, order, step);
+                    }
+                }
+                Op::WrongOrder(p, order) => {
+                    if let Some((index, _)) = pick(p) {
+                        free_both(alloc, model, index, order, step);
+                    }
+                }
+                Op::Arbitrary(index, order) => free_both(alloc, model, index, order, step),
+                Op::AllocBulk(order, n) => alloc_bulk_both(alloc, model, order, n, step),
+                Op::FreeBulk(p, n, twice) => {
+                    if let Some((_, order)) = pick(p) {
+                        let start = p % live.len();
+                        let mut blocks: Vec<usize> = live[start..]
+                            .iter()
+                            .filter(|&&(_, o)| o == order)
+                            .take(n)
+                            .map(|&(index, _)| index)
+                            .collect();
+                        if twice {
+                            blocks.push(blocks[0]);
+                        }
+                        let want = blocks
+                            .iter()
+                            .enumerate()
+                            .find_map(|(k, &index)| model.free(index, order).err().map(|e| (k, e)));
+                        let got = alloc.free_bulk(&blocks, order, core_of(step.wrapping_add(1)));
+                        assert_eq!(
+                            got,
+                            want.map_or(Ok(()), Err),
+                            "step {step}: free_bulk({blocks:?}, {order})"
+                        );
+                        freed.extend(blocks.iter().map(|&index| (index, order)));
+                    }
+                }
+            }
+            assert_eq!(
+                alloc.free_units(),
+                model.free_units(),
+                "step {step}: free units after {op:?}"
+            );
+        }
     }
-    assert_whole(alloc);
+
+    /// Frees every live block through `alloc` and checks that it is whole again.
+    pub fn finish(mut self, alloc: &dyn BlockAlloc) {
+        let live: Vec<(usize, u32)> = self.model.live().collect();
+        for (index, order) in live {
+            free_both(alloc, &mut self.model, index, order, usize::MAX);
+        }
+        assert_whole(alloc);
+    }
 }
 
 /// `alloc_bulk` of up to `n` blocks of `order` against the model: the blocks it hands out are

@@ -1,0 +1,55 @@
+//! Magazines built in front of an allocator that is already in use adopt its blocks: a
+//! differential run against the model that goes on across the moment the magazines are put
+//! in front (blocks allocated before are freed, double freed and freed with a wrong order
+//! through them), for every allocator in the registry behind.
+
+mod common;
+
+use buddyfree::magazine::Magazine;
+use buddyfree::{registry, BlockAlloc, Config, ConfigRule, Error};
+use common::{ModelRun, Op};
+use proptest::prelude::*;
+
+/// Each registry allocator over each small configuration: `before` on it alone, `after`
+/// through magazines in front of it.
+fn adopt_everywhere(before: &[Op], after: &[Op]) {
+    let mut adopted = Vec::new();
+    for entry in registry::entries() {
+        for &(units, max_order) in common::CONFIGS {
+            let max_order = max_order.min(entry.max_order);
+            let config = Config::new(units, max_order).with_cores(3);
+            let Ok(inner) = (entry.build)(config) else {
+                continue;
+            };
+            let mut run = ModelRun::new(config);
+            run.run(&*inner, &common::clamp(before, max_order));
+            let used = inner.free_units() != inner.total_units();
+            let names_blocks = inner.block_of(0) != Err(Error::Unsupported);
+            match Magazine::new(inner, 3) {
+                Ok(fast) => {
+                    run.run(&fast, &common::clamp(after, max_order));
+                    run.finish(&fast);
+                    adopted.push(entry.name);
+                }
+                Err(e) => {
+                    assert!(used && !names_blocks, "{}: {e}", entry.name);
+                    assert_eq!(e, ConfigRule::InnerInUse.into());
+                }
+            }
+        }
+    }
+    adopted.dedup();
+    assert!(adopted.len() >= 10, "only {adopted:?} behind magazines");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn magazines_adopt_the_blocks_of_every_allocator(
+        before in common::ops(100, 5, 60),
+        after in common::ops(100, 5, 120),
+    ) {
+        adopt_everywhere(&before, &after);
+    }
+}
