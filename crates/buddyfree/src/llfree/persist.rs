@@ -31,7 +31,8 @@
 //! - the block of an operation in flight at the crash is either in its old state, in its new
 //!   state, or lost: its taken units are order-0 blocks no one holds (listed by
 //!   [`PersistentLLFree::blocks`]). At most one block per thread is lost (the paper: at most
-//!   one frame per core); recovery never frees a unit.
+//!   one frame per core), or the blocks of one bulk call (`alloc_bulk`, `free_bulk`, which
+//!   commit a bit-field word at a time); recovery never frees a unit.
 //!
 //! These are the zone's own operations. Per-core
 //! [`Magazine`](crate::magazine::Magazine)s in front of a zone park freed blocks in memory,
@@ -539,6 +540,22 @@ impl BlockAlloc for PersistentLLFree {
 
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         self.alloc.free(index, order, core)
+    }
+
+    fn alloc_bulk(&self, order: u32, core: usize, out: &mut [usize]) -> Result<usize, Error> {
+        self.alloc.alloc_bulk(order, core, out)
+    }
+
+    fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
+        self.alloc.free_bulk(blocks, order, core)
+    }
+
+    fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        self.alloc.try_alloc(order, core)
+    }
+
+    fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        self.alloc.alloc_at(index, order, core)
     }
 
     fn free_units(&self) -> usize {

@@ -10,11 +10,13 @@
 //! at most the block of the operation named by `pending`:
 //!
 //! ```text
-//! alloc: pending = order+1;  alloc;  slot = block;  pending = 0
-//! free:  pending = order+1;  slot = 0;  free;  pending = 0
+//! alloc: pending = (n, order);  alloc;  slots = blocks;  pending = 0
+//! free:  pending = (n, order);  slots = 0;  free;  pending = 0
 //! ```
-//! So after recovery: every recorded block is allocated with its order, and the blocks
-//! allocated beyond them (lost, "orphans") total at most the pending blocks' units.
+//! where an operation is `alloc`, `try_alloc` or `alloc_at` of one block, or `alloc_bulk` of
+//! up to `n` blocks (`free` of one, or `free_bulk` of `n`). So after recovery: every recorded
+//! block is allocated with its order, and the blocks allocated beyond them (lost,
+//! "orphans") total at most the pending operations' units.
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
@@ -22,7 +24,7 @@ use std::process::{Command, Stdio};
 use std::string::{String, ToString};
 use std::time::{Duration, Instant};
 use std::vec::Vec;
-use std::{format, thread};
+use std::{format, thread, vec};
 
 use memmap2::MmapMut;
 
@@ -84,6 +86,8 @@ pub struct Injection {
     pub in_flight_units: usize,
     /// Worker threads that were in the middle of an operation.
     pub in_flight_ops: usize,
+    /// Of those, the ones in the middle of a bulk operation (more than one block).
+    pub in_flight_bulk: usize,
 }
 
 impl Injection {
@@ -182,7 +186,12 @@ impl Injector {
         if recovery.clean {
             return Err("a killed zone opened as clean".into());
         }
-        let (mut held, in_flight_units, in_flight_ops) = side.read(&self.plan);
+        let Pending {
+            units: in_flight_units,
+            ops: in_flight_ops,
+            bulk: in_flight_bulk,
+        } = side.pending(&self.plan);
+        let mut held = side.held(&self.plan);
         held.sort_unstable();
         let blocks = zone.blocks();
         let mut orphans = Vec::new();
@@ -206,6 +215,7 @@ impl Injector {
             orphans,
             in_flight_units,
             in_flight_ops,
+            in_flight_bulk,
         };
         if injection.recovery.allocated_units != units(&blocks) {
             return Err("the recovered count does not match the blocks".into());
@@ -266,26 +276,48 @@ impl Side {
         (&words[at], &words[at + 1..at + 1 + plan.slots])
     }
 
-    /// The recorded blocks, the units in flight and the threads with an operation in flight.
-    fn read(&self, plan: &Plan) -> (Vec<(usize, u32)>, usize, usize) {
-        let (mut held, mut in_flight, mut ops) = (Vec::new(), 0, 0);
-        for t in 0..plan.threads {
-            let (pending, slots) = self.thread(plan, t);
-            let p = pending.load(Ordering::Acquire);
-            if p != 0 {
-                in_flight += 1 << (p - 1);
-                ops += 1;
-            }
-            held.extend(
-                slots
-                    .iter()
-                    .map(|s| s.load(Ordering::Acquire))
-                    .filter(|&s| s != 0)
-                    .map(|s| ((s >> 8) as usize, (s & 0xFF) as u32 - 1)),
-            );
-        }
-        (held, in_flight, ops)
+    /// The recorded blocks.
+    fn held(&self, plan: &Plan) -> Vec<(usize, u32)> {
+        (0..plan.threads)
+            .flat_map(|t| self.thread(plan, t).1)
+            .map(|s| s.load(Ordering::Acquire))
+            .filter(|&s| s != 0)
+            .map(|s| ((s >> 8) as usize, (s & 0xFF) as u32 - 1))
+            .collect()
     }
+
+    /// The operations in flight.
+    fn pending(&self, plan: &Plan) -> Pending {
+        let mut pending = Pending::default();
+        for t in 0..plan.threads {
+            let p = self.thread(plan, t).0.load(Ordering::Acquire);
+            if p != 0 {
+                let blocks = (p >> 8) as usize;
+                pending.units += blocks << ((p & 0xFF) - 1);
+                pending.ops += 1;
+                pending.bulk += usize::from(blocks > 1);
+            }
+        }
+        pending
+    }
+}
+
+/// What the side file says was in flight at the kill.
+#[derive(Default)]
+struct Pending {
+    units: usize,
+    ops: usize,
+    bulk: usize,
+}
+
+/// A `pending` word: `blocks` blocks of `order`.
+fn pending_word(blocks: usize, order: u32) -> u64 {
+    (blocks as u64) << 8 | (u64::from(order) + 1)
+}
+
+/// A slot word: the block `(index, order)`.
+fn slot_word(index: usize, order: u32) -> u64 {
+    (index as u64) << 8 | (u64::from(order) + 1)
 }
 
 fn durability_name(d: Durability) -> &'static str {
@@ -346,7 +378,16 @@ fn worker(spec: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// One worker thread: random allocations and frees, recorded as the module doc says.
+/// Puts the block of a single allocation, if it succeeded, first in `got`; how many.
+fn one(allocated: Result<usize, crate::Error>, got: &mut [usize]) -> usize {
+    allocated.map(|index| got[0] = index).map_or(0, |()| 1)
+}
+
+/// The most blocks a bulk operation of a worker names.
+const BULK: usize = 8;
+
+/// One worker thread: random allocations and frees, single and in bulk, recorded as the
+/// module doc says.
 fn work(zone: &PersistentLLFree, side: &Side, plan: &Plan, seed: u64, t: usize, deadline: Instant) {
     let (pending, slots) = side.thread(plan, t);
     let mut rng = seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -359,6 +400,7 @@ fn work(zone: &PersistentLLFree, side: &Side, plan: &Plan, seed: u64, t: usize, 
     // (slot, index, order) of the blocks held, and the free slots.
     let mut live: Vec<(usize, usize, u32)> = Vec::new();
     let mut free_slots: Vec<usize> = (0..plan.slots).rev().collect();
+    let units = zone.total_units();
     side.words()[0].fetch_add(1, Ordering::AcqRel);
     let mut step = 0u64;
     loop {
@@ -367,29 +409,58 @@ fn work(zone: &PersistentLLFree, side: &Side, plan: &Plan, seed: u64, t: usize, 
             return;
         }
         let r = next();
+        let how = (r >> 40) % 4;
         if !free_slots.is_empty() && (live.is_empty() || r % 2 == 0) {
             let span = u64::from(plan.max_order) + 1;
             let order = ((r >> 8) % span).min((r >> 24) % span) as u32;
-            pending.store(u64::from(order) + 1, Ordering::Release);
-            if let Ok(index) = zone.alloc(order, t) {
-                let slot = free_slots.pop().expect("checked above");
-                slots[slot].store(
-                    (index as u64) << 8 | (u64::from(order) + 1),
-                    Ordering::Release,
-                );
+            let n = if how == 0 {
+                1 + (r >> 44) as usize % BULK.min(free_slots.len())
+            } else {
+                1
+            };
+            let mut got = [0usize; BULK];
+            pending.store(pending_word(n, order), Ordering::Release);
+            let count = match how {
+                0 => zone.alloc_bulk(order, t, &mut got[..n]).unwrap_or(0),
+                1 => {
+                    let index = ((r >> 48) as usize % units) & !((1 << order) - 1);
+                    one(zone.alloc_at(index, order, t).map(|()| index), &mut got)
+                }
+                2 => one(zone.try_alloc(order, t), &mut got),
+                _ => one(zone.alloc(order, t), &mut got),
+            };
+            for &index in &got[..count] {
+                let slot = free_slots.pop().expect("at most one block per free slot");
+                slots[slot].store(slot_word(index, order), Ordering::Release);
                 live.push((slot, index, order));
             }
             pending.store(0, Ordering::Release);
         } else {
             let (slot, index, order) = live.swap_remove((r >> 8) as usize % live.len());
-            pending.store(u64::from(order) + 1, Ordering::Release);
-            slots[slot].store(0, Ordering::Release);
-            if let Err(e) = zone.free(index, order, t) {
-                std::eprintln!("crash worker: free({index}, {order}) failed: {e}");
+            let mut batch = vec![(slot, index)];
+            while how == 0 && batch.len() < BULK {
+                let Some(k) = live.iter().position(|&(_, _, o)| o == order) else {
+                    break;
+                };
+                let (slot, index, _) = live.swap_remove(k);
+                batch.push((slot, index));
+            }
+            pending.store(pending_word(batch.len(), order), Ordering::Release);
+            for &(slot, _) in &batch {
+                slots[slot].store(0, Ordering::Release);
+            }
+            let indices: Vec<usize> = batch.iter().map(|&(_, index)| index).collect();
+            let freed = if how == 0 {
+                zone.free_bulk(&indices, order, t).map_err(|(_, e)| e)
+            } else {
+                zone.free(index, order, t)
+            };
+            if let Err(e) = freed {
+                std::eprintln!("crash worker: free of {indices:?}, order {order}, failed: {e}");
                 std::process::exit(4);
             }
             pending.store(0, Ordering::Release);
-            free_slots.push(slot);
+            free_slots.extend(batch.iter().map(|&(slot, _)| slot));
         }
     }
 }
