@@ -259,6 +259,16 @@ BuddyfreeStatus buddyfree_try_alloc_order(const struct Buddyfree *bf,
                                           size_t *index_out,
                                           void **ptr_out);
 
+// Gives every block parked in per-core caches (the `*-magazine` allocators, `linux`) back
+// to the allocator, so that they can merge into larger blocks again. An allocation that
+// finds no block drains by itself, but `buddyfree_try_alloc_order` never does (a drain may
+// wait): drain before a burst of those that needs large blocks, or when a core goes
+// offline. Allocators without caches do nothing.
+//
+// # Safety
+// `bf` must be null or a live instance.
+BuddyfreeStatus buddyfree_drain(const struct Buddyfree *bf);
+
 // Allocates the block of `2^order` units at unit `index` if all its units are free
 // (`BUDDYFREE_STATUS_OCCUPIED` otherwise, changing nothing).
 //
@@ -359,6 +369,12 @@ BuddyfreeStatus buddyfree_device_alloc(const struct BuddyfreeDevice *dev,
                                        size_t size,
                                        size_t align,
                                        uint64_t *out);
+
+// `buddyfree_drain` for a device instance.
+//
+// # Safety
+// `dev` must be null or a live instance.
+BuddyfreeStatus buddyfree_device_drain(const struct BuddyfreeDevice *dev);
 
 // Frees the block that starts at `addr`, whatever its size.
 //

@@ -152,6 +152,18 @@ unsafe fn alloc_into<T>(
     unsafe { status(result, out) }
 }
 
+/// `buddyfree_drain` for a device instance.
+///
+/// # Safety
+/// `dev` must be null or a live instance.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_device_drain(dev: *const BuddyfreeDevice) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `dev`.
+    let result = unsafe { device(dev) }.map(|d| d.allocator().drain());
+    // SAFETY: a null `out` is allowed.
+    unsafe { status(result, ptr::null_mut()) }
+}
+
 /// Frees the block that starts at `addr`, whatever its size.
 ///
 /// # Safety

@@ -723,6 +723,25 @@ pub unsafe extern "C" fn buddyfree_try_alloc_order(
     unsafe { write_pair(result, index_out, ptr_out) }
 }
 
+/// Gives every block parked in per-core caches (the `*-magazine` allocators, `linux`) back
+/// to the allocator, so that they can merge into larger blocks again. An allocation that
+/// finds no block drains by itself, but `buddyfree_try_alloc_order` never does (a drain may
+/// wait): drain before a burst of those that needs large blocks, or when a core goes
+/// offline. Allocators without caches do nothing.
+///
+/// # Safety
+/// `bf` must be null or a live instance.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_drain(bf: *const Buddyfree) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf`.
+    unsafe {
+        on_blocks(bf, |a| {
+            a.drain();
+            Ok(())
+        })
+    }
+}
+
 /// Allocates the block of `2^order` units at unit `index` if all its units are free
 /// (`BUDDYFREE_STATUS_OCCUPIED` otherwise, changing nothing).
 ///

@@ -357,6 +357,47 @@ static void check_threads(Buddyfree *bf) {
     CHECK(free_units(bf) == before);
 }
 
+/* Blocks parked in per-core caches count as free, but only a drain lets them merge:
+ * buddyfree_try_alloc_order never drains (it would wait), buddyfree_drain does. Every unit
+ * is allocated as order 0 and freed on this thread's core, the last ones freed spread over
+ * every block of MAX_ORDER, so that the caching allocators keep a unit of each parked. */
+static void check_drain(Buddyfree *bf, const char *name) {
+    CHECK_STATUS(buddyfree_drain(NULL), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    size_t n = free_units(bf);
+    CHECK(n == UNITS);
+    static void *blocks[UNITS];
+    for (size_t i = 0; i < n; i++) {
+        size_t index = 0;
+        void *p = NULL;
+        CHECK_STATUS(buddyfree_alloc_order(bf, 0, &index, &p), BUDDYFREE_STATUS_OK);
+        CHECK(index < UNITS && blocks[index] == NULL);
+        blocks[index] = p;
+    }
+    enum { SPREAD = 8, BIG = 1 << MAX_ORDER };
+    for (size_t i = 0; i < n; i++)
+        if (i % SPREAD != 0)
+            CHECK_STATUS(buddyfree_free_order(bf, i, 0), BUDDYFREE_STATUS_OK);
+    for (size_t j = 0; j < BIG; j += SPREAD)
+        for (size_t big = 0; big < n; big += BIG)
+            CHECK_STATUS(buddyfree_free_order(bf, big + j, 0), BUDDYFREE_STATUS_OK);
+    memset(blocks, 0, sizeof blocks);
+    CHECK(free_units(bf) == n);
+    int caches = strstr(name, "magazine") != NULL || strcmp(name, "linux") == 0;
+    size_t index = 0;
+    void *p = NULL;
+    BuddyfreeStatus st = buddyfree_try_alloc_order(bf, MAX_ORDER, &index, &p);
+    if (caches)
+        CHECK_STATUS(st, BUDDYFREE_STATUS_WOULD_BLOCK);
+    else if (st == BUDDYFREE_STATUS_OK)
+        CHECK_STATUS(buddyfree_free_order(bf, index, MAX_ORDER), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_drain(bf), BUDDYFREE_STATUS_OK);
+    st = buddyfree_try_alloc_order(bf, MAX_ORDER, &index, &p);
+    CHECK(st == BUDDYFREE_STATUS_OK || (!caches && st == BUDDYFREE_STATUS_UNSUPPORTED));
+    if (st == BUDDYFREE_STATUS_OK)
+        CHECK_STATUS(buddyfree_free_order(bf, index, MAX_ORDER), BUDDYFREE_STATUS_OK);
+    CHECK(free_units(bf) == n);
+}
+
 static void run_suite(Buddyfree *bf, const char *name, const char *kind) {
     BuddyfreeStats s;
     CHECK_STATUS(buddyfree_stats(bf, &s), BUDDYFREE_STATUS_OK);
@@ -368,6 +409,7 @@ static void run_suite(Buddyfree *bf, const char *name, const char *kind) {
     check_bulk(bf);
     check_held_core(bf);
     check_threads(bf);
+    check_drain(bf, name);
     printf("%s over %s: ok\n", name, kind);
 }
 
@@ -483,6 +525,8 @@ static void check_memory_map(const char *name) {
     CHECK_STATUS(buddyfree_device_free(dev, a), BUDDYFREE_STATUS_NOT_ALLOCATED);
     CHECK_STATUS(buddyfree_device_free(dev, 5), BUDDYFREE_STATUS_FOREIGN_POINTER);
     CHECK_STATUS(buddyfree_device_free(dev, b), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_device_drain(NULL), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(buddyfree_device_drain(dev), BUDDYFREE_STATUS_OK);
     check_held_device(dev);
     buddyfree_device_destroy(dev);
 }
