@@ -62,8 +62,6 @@ impl BlockStates {
         State::decode(self.0[index].load(Ordering::Acquire))
     }
 
-    /// Ends the caller's block `(index, order)` by moving it to `to`: `OrderMismatch` if a
-    /// caller's block of another order starts there, `NotAllocated` if none does.
     /// Records the blocks `alloc` has out whose order is `cached` as live, so that their
     /// frees are decided here as those of blocks handed out through the caches: one
     /// [`BlockAlloc::block_of`] per block and per free unit, in address order, up to the last
@@ -74,7 +72,7 @@ impl BlockStates {
         cached: impl Fn(u32) -> bool,
     ) -> Result<(), Error> {
         let total = alloc.total_units();
-        let mut out = total - alloc.free_units();
+        let mut out = total.saturating_sub(alloc.free_units());
         let mut at = 0;
         while out > 0 && at < total {
             let Some((start, order)) = alloc.block_of(at)? else {
@@ -93,6 +91,8 @@ impl BlockStates {
         Ok(())
     }
 
+    /// Ends the caller's block `(index, order)` by moving it to `to`: `OrderMismatch` if a
+    /// caller's block of another order starts there, `NotAllocated` if none does.
     pub(crate) fn release(&self, index: usize, order: u32, to: State) -> Result<(), Error> {
         let live = State::Live(order).encode();
         match self.0[index].compare_exchange(live, to.encode(), Ordering::AcqRel, Ordering::Acquire)
