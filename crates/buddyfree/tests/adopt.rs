@@ -5,8 +5,9 @@
 
 mod common;
 
+use buddyfree::llfree::LLFree;
 use buddyfree::magazine::Magazine;
-use buddyfree::{registry, BlockAlloc, Config, ConfigRule, Error};
+use buddyfree::{registry, BlockAlloc, Config, ConfigRule, Error, Nbbs4};
 use common::{ModelRun, Op};
 use proptest::prelude::*;
 
@@ -52,4 +53,22 @@ proptest! {
     ) {
         adopt_everywhere(&before, &after);
     }
+}
+
+/// Threads racing to free the same adopted blocks (each block from every thread): exactly
+/// one free of each wins, through the state table as for the magazines' own blocks.
+#[test]
+fn racing_frees_of_adopted_blocks_let_exactly_one_through() {
+    fn race<A: BlockAlloc>(build: fn(Config) -> Result<A, Error>) {
+        for order in [0, 3, 8] {
+            let inner = build(Config::new(1 << 14, 10).with_cores(4)).unwrap();
+            let live: Vec<usize> = (0..(1 << 12) >> order)
+                .map(|_| inner.alloc(order, 0).unwrap())
+                .collect();
+            let fast = Magazine::new(inner, 4).unwrap();
+            common::double_free_race_of(&fast, 4, &live, order);
+        }
+    }
+    race(LLFree::new);
+    race(Nbbs4::new);
 }

@@ -639,6 +639,12 @@ pub fn double_free_race(alloc: &dyn BlockAlloc, threads: usize, blocks: usize, o
         .map_while(|_| alloc.alloc(order, 0).ok())
         .collect();
     assert_eq!(live.len(), blocks, "could not allocate the blocks to free");
+    double_free_race_of(alloc, threads, &live, order);
+}
+
+/// [`double_free_race`] over the live blocks `live` of `order`, which are all `alloc` has
+/// out.
+pub fn double_free_race_of(alloc: &dyn BlockAlloc, threads: usize, live: &[usize], order: u32) {
     let wins: Vec<AtomicUsize> = live.iter().map(|_| AtomicUsize::new(0)).collect();
     run_threads(threads, |t| {
         for (index, won) in live.iter().zip(&wins) {
