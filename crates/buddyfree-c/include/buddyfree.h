@@ -259,6 +259,17 @@ BuddyfreeStatus buddyfree_try_alloc_order(const struct Buddyfree *bf,
                                           size_t *index_out,
                                           void **ptr_out);
 
+// Like `buddyfree_free_order`, but never waits (for interrupt or signal context, where the
+// interrupted code may hold the lock a free would wait for): where the allocator would
+// wait, returns `BUDDYFREE_STATUS_WOULD_BLOCK` and changes nothing; allocators without that
+// guarantee return `BUDDYFREE_STATUS_UNSUPPORTED`. Over the `*-magazine` allocators and
+// `linux`, a block that the calling core's cache cannot take at once goes straight back to
+// the allocator behind it.
+//
+// # Safety
+// `bf` must be null or a live instance.
+BuddyfreeStatus buddyfree_try_free_order(const struct Buddyfree *bf, size_t index, uint32_t order);
+
 // Gives every block parked in per-core caches (the `*-magazine` allocators, `linux`) back
 // to the allocator, so that they can merge into larger blocks again. An allocation that
 // finds no block drains by itself, but `buddyfree_try_alloc_order` never does (a drain may

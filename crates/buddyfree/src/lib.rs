@@ -185,6 +185,16 @@ pub trait BlockAlloc: Sync {
         Err(Error::Unsupported)
     }
 
+    /// Frees like [`BlockAlloc::free`] but never waits, for interrupt or atomic context
+    /// (where the interrupted code may hold the lock `free` would wait for): where `free`
+    /// would wait, this answers [`Error::WouldBlock`] and changes nothing. The lock-free
+    /// designs free as `free` does; allocators with no such guarantee answer
+    /// [`Error::Unsupported`].
+    fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        let _ = (index, order, core);
+        Err(Error::Unsupported)
+    }
+
     /// Allocates the block of `2^order` units at `index`, if every unit in it is free:
     /// [`Error::Occupied`] (changing nothing) if one is not, and for a bad block the errors
     /// `free` gives ([`Error::BadOrder`], [`Error::OutOfRange`], [`Error::Misaligned`]). Allocators that cannot choose the position answer [`Error::Unsupported`].
@@ -357,6 +367,9 @@ impl<A: BlockAlloc + ?Sized> BlockAlloc for alloc::boxed::Box<A> {
     }
     fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
         (**self).try_alloc(order, core)
+    }
+    fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        (**self).try_free(index, order, core)
     }
     fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         (**self).alloc_at(index, order, core)

@@ -55,7 +55,13 @@
 //!   other threads and every drain (waiters spin briefly, then yield the processor in `std`
 //!   builds; in `no_std` they spin, as a kernel's per-CPU lists expect preemption to be off),
 //!   and [`BlockAlloc::try_alloc`] answers [`Error::WouldBlock`] rather than wait for it (or
-//!   when the backend is out of blocks while magazines hold some).
+//!   when the backend is out of blocks while magazines hold some). A free can wait for it
+//!   too, and an interrupt handler that frees on the core whose magazine the interrupted
+//!   code holds would wait forever: free there with [`BlockAlloc::try_free`], which parks
+//!   the block only if the lock is free at once (and the list has room without a spill)
+//!   and otherwise gives it straight back to the backend (never waiting over NBBS or
+//!   LLFree), or keep interrupts off around magazine calls, as Linux does for its per-CPU
+//!   lists.
 //! - **Bursts of orders the backend does not take in bulk** (NBBS-4 where the order is on
 //!   the top row of its cell, as order 6 is with `max_order` 10: the default suite's 256 KiB
 //!   blocks): where every block is allocated before any is freed, a magazine reuses nothing
@@ -653,6 +659,24 @@ mod tests {
         }
         assert_eq!(inner.alloc(6, 0).map(|_| ()), Ok(()));
         assert_eq!(inner.free_units(), 1024 - 64);
+    }
+
+    /// `try_free` parks a block while its list has room without a spill, and gives the rest
+    /// straight back to the backend.
+    #[test]
+    fn try_free_gives_back_what_it_cannot_park_without_a_spill() {
+        let alloc =
+            Magazine::with_config(Config::new(1 << 12, 10).with_cores(1), LLFree::new).unwrap();
+        let blocks: Vec<usize> = (0..200).map(|_| alloc.alloc(0, 0).unwrap()).collect();
+        alloc.drain();
+        for (n, &i) in blocks.iter().enumerate() {
+            alloc.try_free(i, 0, 0).unwrap();
+            assert_eq!(alloc.cached.cached_units(0), (n + 1).min(128));
+            assert_eq!(alloc.try_free(i, 0, 0), Err(Error::NotAllocated));
+        }
+        assert_eq!(alloc.inner().free_units(), (1 << 12) - 128);
+        alloc.drain();
+        assert_eq!(alloc.inner().free_units(), 1 << 12);
     }
 
     #[test]

@@ -398,6 +398,25 @@ static void check_drain(Buddyfree *bf, const char *name) {
     CHECK(free_units(bf) == n);
 }
 
+/* buddyfree_try_free_order: the answers of buddyfree_free_order, where it is offered. */
+static void check_try_free(Buddyfree *bf) {
+    size_t before = free_units(bf), index = 0;
+    void *p = NULL;
+    CHECK_STATUS(buddyfree_try_free_order(NULL, 0, 0), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(buddyfree_alloc_order(bf, 1, &index, &p), BUDDYFREE_STATUS_OK);
+    BuddyfreeStatus st = buddyfree_try_free_order(bf, index, 0);
+    if (st == BUDDYFREE_STATUS_UNSUPPORTED) {
+        CHECK_STATUS(buddyfree_free_order(bf, index, 1), BUDDYFREE_STATUS_OK);
+        return;
+    }
+    CHECK_STATUS(st, BUDDYFREE_STATUS_ORDER_MISMATCH);
+    CHECK_STATUS(buddyfree_try_free_order(bf, index + 1, 0), BUDDYFREE_STATUS_NOT_ALLOCATED);
+    CHECK_STATUS(buddyfree_try_free_order(bf, UNITS, 0), BUDDYFREE_STATUS_OUT_OF_RANGE);
+    CHECK_STATUS(buddyfree_try_free_order(bf, index, 1), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_try_free_order(bf, index, 1), BUDDYFREE_STATUS_NOT_ALLOCATED);
+    CHECK(free_units(bf) == before);
+}
+
 static void run_suite(Buddyfree *bf, const char *name, const char *kind) {
     BuddyfreeStats s;
     CHECK_STATUS(buddyfree_stats(bf, &s), BUDDYFREE_STATUS_OK);
@@ -410,6 +429,7 @@ static void run_suite(Buddyfree *bf, const char *name, const char *kind) {
     check_held_core(bf);
     check_threads(bf);
     check_drain(bf, name);
+    check_try_free(bf);
     printf("%s over %s: ok\n", name, kind);
 }
 

@@ -218,6 +218,12 @@ impl CoreCache {
         self.top[slot] = at + 1;
     }
 
+    /// Whether the list at `slot` takes one more block without a spill.
+    #[inline]
+    pub(crate) fn has_room(&self, policy: &Policy, slot: usize) -> bool {
+        self.len(slot) < policy.high(slot)
+    }
+
     /// If the list at `slot` is above `policy`'s watermark, passes one batch of its oldest
     /// blocks to `give` and takes them off the list.
     #[inline]

@@ -340,38 +340,66 @@ impl<B: Backend> Cached<B> {
     ) -> Result<(), Error> {
         check_block(index, order, self.max_order(), self.total_units())?;
         let Some(slot) = self.slot(order) else {
-            return self.free_uncached(index, order, core);
+            return self.uncached_answer(index, self.backend.shared().free(index, order, core));
         };
-        self.release_cached(index, order)?;
+        self.release(index, order, State::Cached(order))?;
         self.park(&mut cache(), slot, index, order, core);
         Ok(())
     }
 
-    /// Frees the checked block `(index, order)` of an uncached order: the backend's answer,
-    /// taking no cache.
-    fn free_uncached(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        // The backend sees a cached block as allocated: where one starts, its answer would be
-        // `OrderMismatch`, but the unit is free to callers.
-        self.backend.shared().free(index, order, core).map_err(|e| {
-            match (e, self.states.get(index)) {
-                (Error::OrderMismatch, State::Cached(_)) => Error::NotAllocated,
-                _ => e,
+    /// See [`BlockAlloc::try_free`]. A block of a cached order goes into `core`'s cache if
+    /// its lock is free at once and it has room without a spill (a spill could wait for a
+    /// locked backend), else straight back to the backend if that can take it without
+    /// waiting; the backend's `try_free` for the other orders.
+    pub(crate) fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        check_block(index, order, self.max_order(), self.total_units())?;
+        let Some(slot) = self.slot(order) else {
+            let freed = self.backend.shared().try_free(index, order, core);
+            return self.uncached_answer(index, freed);
+        };
+        if let Some(mut cache) = self.cache(core).try_lock() {
+            if cache.has_room(self.policy, slot) {
+                self.release(index, order, State::Cached(order))?;
+                cache.push(slot, index);
+                return Ok(());
             }
+        }
+        self.release(index, order, State::Free)?;
+        // The block is ours alone until the backend has it back: no racing free passes the
+        // table, and the backend holds it as allocated.
+        self.backend
+            .shared()
+            .try_free(index, order, core)
+            .map_err(|e| {
+                self.states.set(index, State::Live(order));
+                match e {
+                    Error::Unsupported => Error::WouldBlock,
+                    e => e,
+                }
+            })
+    }
+
+    /// The backend's answer `freed` to a free of the checked block `(index, order)` of an
+    /// uncached order, as callers see it: the backend sees a cached block as allocated, so
+    /// where one starts its answer would be `OrderMismatch`, but the unit is free to callers.
+    fn uncached_answer(&self, index: usize, freed: Result<(), Error>) -> Result<(), Error> {
+        freed.map_err(|e| match (e, self.states.get(index)) {
+            (Error::OrderMismatch, State::Cached(_)) => Error::NotAllocated,
+            _ => e,
         })
     }
 
-    /// Ends the caller's block `(index, order)` of a cached order in the state table: the
-    /// one CAS that decides racing frees. The caller then parks it.
+    /// Ends the caller's block `(index, order)` of a cached order in the state table, moving
+    /// it to `to`: the one CAS that decides racing frees. The caller then parks it (or gives
+    /// it back).
     #[inline]
-    fn release_cached(&self, index: usize, order: u32) -> Result<(), Error> {
-        self.states
-            .release(index, order, State::Cached(order))
-            .map_err(|e| match e {
-                // No cached order's block starts here; a caller's block of an uncached order
-                // may (the table does not record those).
-                Error::NotAllocated if self.starts_uncached_block(index) => Error::OrderMismatch,
-                _ => e,
-            })
+    fn release(&self, index: usize, order: u32, to: State) -> Result<(), Error> {
+        self.states.release(index, order, to).map_err(|e| match e {
+            // No cached order's block starts here; a caller's block of an uncached order
+            // may (the table does not record those).
+            Error::NotAllocated if self.starts_uncached_block(index) => Error::OrderMismatch,
+            _ => e,
+        })
     }
 
     /// Parks the released block `(index, order)` in `cache` (`core`'s, held by the caller),
@@ -617,6 +645,9 @@ macro_rules! block_alloc_via_cached {
         }
         fn try_alloc(&self, order: u32, core: usize) -> Result<usize, $crate::Error> {
             self.$field.try_alloc(order, core)
+        }
+        fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), $crate::Error> {
+            self.$field.try_free(index, order, core)
         }
         fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), $crate::Error> {
             self.$field.alloc_at(index, order, core)

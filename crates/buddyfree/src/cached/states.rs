@@ -184,4 +184,28 @@ mod loom_tests {
             assert_eq!(states.get(4), State::Live(1));
         });
     }
+
+    /// A `try_free` that ends a live block (`Free`, on its way straight to the backend)
+    /// and then backs out because the backend would wait (`Live` again, and the caller told
+    /// `WouldBlock`) races a free of the same block: that free either parks the block, or,
+    /// inside the window, is refused and leaves it live, to be freed later. Never both
+    /// refused with the block ended, never parked and live.
+    #[test]
+    fn loom_a_backed_out_try_free_leaves_the_block_live() {
+        loom::model(|| {
+            let states = states_with(State::Live(1));
+            let other = on_another_thread(&states, |s| s.release(4, 1, State::Cached(1)));
+            let ended = states.release(4, 1, State::Free);
+            if ended.is_ok() {
+                states.set(4, State::Live(1));
+            }
+            match other.join().unwrap() {
+                Ok(()) => assert_eq!(states.get(4), State::Cached(1)),
+                Err(e) => {
+                    assert_eq!((e, ended), (Error::NotAllocated, Ok(())));
+                    assert_eq!(states.get(4), State::Live(1));
+                }
+            }
+        });
+    }
 }

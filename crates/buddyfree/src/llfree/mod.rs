@@ -741,6 +741,11 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
         Ok(())
     }
 
+    /// The same as `free`, which waits for no other core.
+    fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        self.free(index, order, core)
+    }
+
     /// Blocks of orders 0..=8 that follow each other in `blocks` within one huge frame are
     /// freed together, with one update of each counter per frame: for orders 0..=5 one
     /// compare-and-swap per bit-field word that checks every block in it, for orders 6..=8

@@ -554,6 +554,10 @@ impl BlockAlloc for PersistentLLFree {
         self.alloc.try_alloc(order, core)
     }
 
+    fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        self.alloc.try_free(index, order, core)
+    }
+
     fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         self.alloc.alloc_at(index, order, core)
     }

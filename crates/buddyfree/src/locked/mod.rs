@@ -86,6 +86,14 @@ impl<A: SeqBlockAlloc, R: RawMutex + Sync + Send> BlockAlloc for Locked<A, R> {
         self.inner.try_lock().ok_or(Error::WouldBlock)?.alloc(order)
     }
 
+    /// Only if the lock is free at once, as `try_alloc`.
+    fn try_free(&self, index: usize, order: u32, _core: usize) -> Result<(), Error> {
+        self.inner
+            .try_lock()
+            .ok_or(Error::WouldBlock)?
+            .free(index, order)
+    }
+
     fn alloc_at(&self, index: usize, order: u32, _core: usize) -> Result<(), Error> {
         self.inner.lock().alloc_at(index, order)
     }

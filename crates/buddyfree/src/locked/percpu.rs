@@ -150,6 +150,27 @@ mod tests {
         buddy.free(big, 4).unwrap();
     }
 
+    /// With the core's cache held, `try_free` goes straight to the buddy; with the buddy's
+    /// lock held too, it answers `WouldBlock` and the block stays live, freed once later.
+    #[test]
+    fn try_free_would_block_only_where_both_locks_are_held() {
+        let linux =
+            PerCpu::<Model>::with_config(Config::new(1024, 9).with_cores(2), Model::new).unwrap();
+        let page = linux.alloc(0, 0).unwrap();
+        let other = linux.alloc(0, 0).unwrap();
+        let pin = linux.cached.pin(1);
+        assert_eq!(linux.try_free(other, 0, 1), Ok(()));
+        assert_eq!(cached_units(&linux, 0), LINUX.batch(0) - 2, "not parked");
+        let answer = linux.cached.backend().with(|_| linux.try_free(page, 0, 1));
+        assert_eq!(answer, Err(Error::WouldBlock));
+        drop(pin);
+        assert_eq!(linux.free(other, 0, 1), Err(Error::NotAllocated));
+        assert_eq!(linux.free(page, 0, 1), Ok(()));
+        assert_eq!(linux.try_free(page, 0, 1), Err(Error::NotAllocated));
+        linux.drain();
+        assert_eq!(linux.free_units(), 1024);
+    }
+
     #[test]
     fn rejects_zero_cores() {
         let fresh = Model::new(Config::new(16, 2)).unwrap();

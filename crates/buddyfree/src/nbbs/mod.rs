@@ -184,6 +184,10 @@ macro_rules! nbbs_type {
             fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
                 self.0.alloc(order, core)
             }
+            /// The same as `free`, which waits for no other thread.
+            fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+                self.0.free(index, order, core)
+            }
             fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
                 self.0.alloc_at(index, order, core)
             }

@@ -1,0 +1,155 @@
+//! `try_free`, the free that never waits (interrupt context): for every registry allocator
+//! that offers it, the same answers as the model gives `free` (a differential run whose
+//! every free is a `try_free`), no wait where the calling thread itself holds the core's
+//! cache (a kernel's interrupt on a core inside an allocator call), and exactly one winner
+//! among threads racing to free the same blocks.
+
+mod common;
+
+use buddyfree::buddy::Knuth;
+use buddyfree::registry::{self, DynAlloc};
+use buddyfree::{BlockAlloc, Config, Error, Locked};
+use proptest::prelude::*;
+
+/// An allocator whose `free` is the inner one's `try_free`, retried while it would wait.
+struct TryFrees<'a>(&'a dyn BlockAlloc);
+
+impl BlockAlloc for TryFrees<'_> {
+    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        self.0.alloc(order, core)
+    }
+    fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        loop {
+            match self.0.try_free(index, order, core) {
+                Err(Error::WouldBlock) => std::hint::spin_loop(),
+                other => return other,
+            }
+        }
+    }
+    fn free_units(&self) -> usize {
+        self.0.free_units()
+    }
+    fn total_units(&self) -> usize {
+        self.0.total_units()
+    }
+    fn max_order(&self) -> u32 {
+        self.0.max_order()
+    }
+    fn drain(&self) {
+        self.0.drain()
+    }
+}
+
+/// The registry's allocators over `config` (orders clamped to theirs) that offer
+/// `try_free`, with their names.
+fn with_try_free(units: usize, max_order: u32, cores: usize) -> Vec<(&'static str, DynAlloc)> {
+    let found: Vec<_> = registry::entries()
+        .iter()
+        .filter_map(|entry| {
+            let config = Config::new(units, max_order.min(entry.max_order)).with_cores(cores);
+            let alloc = (entry.build)(config).ok()?;
+            let probe = alloc.alloc(0, 0).unwrap();
+            match alloc.try_free(probe, 0, 0) {
+                Err(Error::Unsupported) => None,
+                answer => {
+                    assert_eq!(answer, Ok(()), "{}", entry.name);
+                    Some((entry.name, alloc))
+                }
+            }
+        })
+        .collect();
+    let names: Vec<_> = found.iter().map(|&(name, _)| name).collect();
+    for name in [
+        "nbbs",
+        "nbbs4",
+        "llfree",
+        "knuth-locked",
+        "linux",
+        "llfree-magazine",
+    ] {
+        assert!(names.contains(&name), "{name} lacks try_free: {names:?}");
+    }
+    found
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn try_free_answers_as_free(ops in common::ops(100, 5, 300)) {
+        for &(units, max_order) in common::CONFIGS {
+            for (_, alloc) in with_try_free(units, max_order, 3) {
+                let config = Config::new(units, alloc.max_order()).with_cores(3);
+                common::check_against_model(&TryFrees(&*alloc), config, &common::clamp(&ops, config.max_order));
+            }
+        }
+    }
+}
+
+/// Inside `with_core`, the calling thread holds the core's cache (where there is one):
+/// `try_free` on that core must not wait for it. It frees (straight to the backend, past
+/// the held cache), or answers `WouldBlock` and changes nothing.
+#[test]
+fn try_free_never_waits_for_a_core_its_caller_holds() {
+    for (name, alloc) in with_try_free(1 << 12, 10, 2) {
+        for order in [0, 3, 9] {
+            // Half the heap: more than a magazine parks, for its spills.
+            let n = ((1 << 12) >> order).min(600) / 2;
+            let blocks: Vec<usize> = (0..n).map(|_| alloc.alloc(order, 1).unwrap()).collect();
+            let free = alloc.free_units();
+            let mut answers = Vec::new();
+            alloc.with_core(1, &mut |held| {
+                let mine = held.alloc(0).unwrap();
+                answers = blocks
+                    .iter()
+                    .map(|&b| alloc.try_free(b, order, 1))
+                    .collect();
+                held.free(mine, 0).unwrap();
+            });
+            let freed = answers.iter().filter(|a| a.is_ok()).count();
+            assert_eq!(
+                alloc.free_units(),
+                free + (freed << order),
+                "{name} order {order}"
+            );
+            for (&b, answer) in blocks.iter().zip(&answers) {
+                match answer {
+                    Ok(()) => assert_eq!(alloc.free(b, order, 0), Err(Error::NotAllocated)),
+                    Err(Error::WouldBlock) => alloc.free(b, order, 0).unwrap(),
+                    Err(e) => panic!("{name}: try_free of a live block of order {order}: {e}"),
+                }
+            }
+            if name.ends_with("-magazine") || name == "linux" {
+                assert_eq!(
+                    freed,
+                    blocks.len(),
+                    "{name}: the held cache blocked a try_free"
+                );
+            }
+            alloc.drain();
+            assert_eq!(alloc.free_units(), alloc.total_units(), "{name}");
+        }
+    }
+}
+
+/// A held lock of a locked allocator: `WouldBlock`, nothing changed.
+#[test]
+fn try_free_under_the_callers_own_lock_would_block() {
+    let alloc = Locked::<Knuth>::new(Knuth::new(Config::new(64, 4)).unwrap());
+    let block = alloc.alloc(2, 0).unwrap();
+    let answer = alloc.with(|_| alloc.try_free(block, 2, 0));
+    assert_eq!(answer, Err(Error::WouldBlock));
+    assert_eq!(alloc.free_units(), 60);
+    alloc.try_free(block, 2, 0).unwrap();
+    assert_eq!(alloc.try_free(block, 2, 0), Err(Error::NotAllocated));
+}
+
+#[test]
+fn racing_try_frees_of_one_block_let_exactly_one_through() {
+    for (_, alloc) in with_try_free(1 << 12, 10, 4) {
+        for order in [0, 2, 8] {
+            let n = ((1 << 12) >> order).min(512) / 2;
+            common::double_free_race(&TryFrees(&*alloc), 4, n, order);
+        }
+    }
+}
