@@ -1,20 +1,22 @@
 //! Random alloc / free / double-free / wrong-order / arbitrary-free sequences on every
 //! registered allocator, and again with every allocation and free through a held core
-//! (`BlockAlloc::with_core`: the magazines' and `linux`'s pinned path), each checked step by
-//! step against the reference model by the test battery's own checker
-//! (`crates/buddyfree/tests/common`).
+//! (`BlockAlloc::with_core`: the magazines' and `linux`'s pinned path), with every free a
+//! `try_free` (where the allocator has it), and with magazines put in front halfway (they
+//! adopt the blocks out), each checked step by step against the reference model by the
+//! test battery's own checker (`crates/buddyfree/tests/common`).
 //!
 //! Input: one byte picks the configuration, then 4 bytes per operation.
 
 #![no_main]
 
-use buddyfree::{registry, Config};
+use buddyfree::magazine::Magazine;
+use buddyfree::{registry, BlockAlloc, Config};
 use libfuzzer_sys::fuzz_target;
 
 #[path = "../../crates/buddyfree/tests/common/mod.rs"]
 mod common;
 
-use common::{Op, PinEachCall};
+use common::{ModelRun, Op, PinEachCall, TryFrees};
 
 /// Enough steps to fill and drain the small configurations, few enough to keep executions
 /// fast.
@@ -58,7 +60,22 @@ fuzz_target!(|data: &[u8]| {
         let ops = common::clamp(&raw, max_order);
         common::check_against_model(&alloc, config, &ops);
         // Again, every allocation and free through a held core.
-        let alloc = (entry.build)(config).expect("the configuration built above");
-        common::check_against_model(&PinEachCall(alloc), config, &ops);
+        let build = || (entry.build)(config).expect("the configuration built above");
+        common::check_against_model(&PinEachCall(build()), config, &ops);
+        // Every free a `try_free`.
+        let alloc = build();
+        if common::offers_try_free(&*alloc) {
+            common::check_against_model(&TryFrees(alloc), config, &ops);
+        }
+        // Magazines put in front halfway (refused only where the blocks cannot be named).
+        let (before, after) = ops.split_at(ops.len() / 2);
+        let inner = build();
+        let mut run = ModelRun::new(config);
+        run.run(&*inner, before);
+        if inner.block_of(0) != Err(buddyfree::Error::Unsupported) {
+            let fast = Magazine::new(inner, 3).expect("magazines adopt what can be named");
+            run.run(&fast, after);
+            run.finish(&fast);
+        }
     }
 });

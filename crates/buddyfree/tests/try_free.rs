@@ -9,36 +9,8 @@ mod common;
 use buddyfree::buddy::Knuth;
 use buddyfree::registry::{self, DynAlloc};
 use buddyfree::{BlockAlloc, Config, Error, Locked};
+use common::TryFrees;
 use proptest::prelude::*;
-
-/// An allocator whose `free` is the inner one's `try_free`, retried while it would wait.
-struct TryFrees<'a>(&'a dyn BlockAlloc);
-
-impl BlockAlloc for TryFrees<'_> {
-    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        self.0.alloc(order, core)
-    }
-    fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        loop {
-            match self.0.try_free(index, order, core) {
-                Err(Error::WouldBlock) => std::hint::spin_loop(),
-                other => return other,
-            }
-        }
-    }
-    fn free_units(&self) -> usize {
-        self.0.free_units()
-    }
-    fn total_units(&self) -> usize {
-        self.0.total_units()
-    }
-    fn max_order(&self) -> u32 {
-        self.0.max_order()
-    }
-    fn drain(&self) {
-        self.0.drain()
-    }
-}
 
 /// The registry's allocators over `config` (orders clamped to theirs) that offer
 /// `try_free`, with their names.
@@ -48,14 +20,7 @@ fn with_try_free(units: usize, max_order: u32, cores: usize) -> Vec<(&'static st
         .filter_map(|entry| {
             let config = Config::new(units, max_order.min(entry.max_order)).with_cores(cores);
             let alloc = (entry.build)(config).ok()?;
-            let probe = alloc.alloc(0, 0).unwrap();
-            match alloc.try_free(probe, 0, 0) {
-                Err(Error::Unsupported) => None,
-                answer => {
-                    assert_eq!(answer, Ok(()), "{}", entry.name);
-                    Some((entry.name, alloc))
-                }
-            }
+            common::offers_try_free(&*alloc).then_some((entry.name, alloc))
         })
         .collect();
     let names: Vec<_> = found.iter().map(|&(name, _)| name).collect();
@@ -80,7 +45,8 @@ proptest! {
         for &(units, max_order) in common::CONFIGS {
             for (_, alloc) in with_try_free(units, max_order, 3) {
                 let config = Config::new(units, alloc.max_order()).with_cores(3);
-                common::check_against_model(&TryFrees(&*alloc), config, &common::clamp(&ops, config.max_order));
+                let ops = common::clamp(&ops, config.max_order);
+                common::check_against_model(&TryFrees(alloc), config, &ops);
             }
         }
     }
@@ -147,9 +113,10 @@ fn try_free_under_the_callers_own_lock_would_block() {
 #[test]
 fn racing_try_frees_of_one_block_let_exactly_one_through() {
     for (_, alloc) in with_try_free(1 << 12, 10, 4) {
+        let alloc = TryFrees(alloc);
         for order in [0, 2, 8] {
             let n = ((1 << 12) >> order).min(512) / 2;
-            common::double_free_race(&TryFrees(&*alloc), 4, n, order);
+            common::double_free_race(&alloc, 4, n, order);
         }
     }
 }

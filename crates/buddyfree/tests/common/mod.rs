@@ -666,6 +666,33 @@ pub fn double_free_race_of(alloc: &dyn BlockAlloc, threads: usize, live: &[usize
     assert_whole(alloc);
 }
 
+/// The methods a test wrapper `Self(A)` passes on to its allocator unchanged.
+macro_rules! pass_on {
+    () => {
+        fn free_units(&self) -> usize {
+            self.0.free_units()
+        }
+        fn total_units(&self) -> usize {
+            self.0.total_units()
+        }
+        fn max_order(&self) -> u32 {
+            self.0.max_order()
+        }
+        fn drain(&self) {
+            self.0.drain();
+        }
+        fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+            self.0.try_alloc(order, core)
+        }
+        fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+            self.0.alloc_at(index, order, core)
+        }
+        fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+            self.0.block_of(index)
+        }
+    };
+}
+
 /// An allocator whose allocations and frees each go through a core held for the one call
 /// ([`BlockAlloc::with_core`]: a magazine's or `PerCpu`'s pin), everything else through the
 /// shared path: the battery's checks, run over the pinned path.
@@ -678,25 +705,39 @@ impl<A: BlockAlloc> BlockAlloc for PinEachCall<A> {
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         hold_core(&self.0, core, |held| held.free(index, order))
     }
-    fn free_units(&self) -> usize {
-        self.0.free_units()
+    pass_on!();
+}
+
+/// An allocator whose frees are its `try_free`s, retried while they would wait: the
+/// battery's checks, run over the free that never waits.
+pub struct TryFrees<A>(pub A);
+
+impl<A: BlockAlloc> BlockAlloc for TryFrees<A> {
+    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        self.0.alloc(order, core)
     }
-    fn total_units(&self) -> usize {
-        self.0.total_units()
+    fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        loop {
+            match self.0.try_free(index, order, core) {
+                Err(Error::WouldBlock) => std::hint::spin_loop(),
+                other => return other,
+            }
+        }
     }
-    fn max_order(&self) -> u32 {
-        self.0.max_order()
-    }
-    fn drain(&self) {
-        self.0.drain();
-    }
-    fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        self.0.try_alloc(order, core)
-    }
-    fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        self.0.alloc_at(index, order, core)
-    }
-    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
-        self.0.block_of(index)
+    pass_on!();
+}
+
+/// Whether `alloc` offers `try_free` (probed with a block of order 0, freed again).
+pub fn offers_try_free(alloc: &dyn BlockAlloc) -> bool {
+    let probe = alloc.alloc(0, 0).expect("a free unit to probe with");
+    match alloc.try_free(probe, 0, 0) {
+        Err(Error::Unsupported) => {
+            alloc.free(probe, 0, 0).unwrap();
+            false
+        }
+        answer => {
+            assert_eq!(answer, Ok(()), "try_free of a live block");
+            true
+        }
     }
 }
