@@ -170,6 +170,21 @@ fn exercise(name: &'static str, alloc: &dyn BlockAlloc, report: &mut Report) {
         report.check("live block freed", alloc.free(index, order, 0).is_ok());
     }
 
+    // An interrupt on a core inside an allocator call: a free that never waits, even for
+    // the core the interrupted code holds (a magazine gives the block straight back).
+    let page = alloc.alloc(0, 0);
+    let mut answer = Err(Error::Unsupported);
+    if let Ok(page) = page {
+        alloc.with_core(0, &mut |_| answer = alloc.try_free(page, 0, 0));
+    }
+    report.check("try_free on a held core", answer == Ok(()));
+    if let Ok(page) = page {
+        report.check(
+            "try_free exact",
+            alloc.try_free(page, 0, 0) == Err(Error::NotAllocated),
+        );
+    }
+
     // Allocation at given frames.
     report.check("alloc_at a free block", alloc.alloc_at(320, 4, 0).is_ok());
     report.check(
