@@ -194,6 +194,18 @@ void buddyfree_destroy(struct Buddyfree *bf);
 // `bf` must be null or a live instance; `out` must be null or writable.
 BuddyfreeStatus buddyfree_alloc(const struct Buddyfree *bf, size_t size, size_t align, void **out);
 
+// Like `buddyfree_alloc`, but never waits (for interrupt or signal context): where the
+// allocator would wait for a lock or another thread, returns `BUDDYFREE_STATUS_WOULD_BLOCK`;
+// allocators without that guarantee return `BUDDYFREE_STATUS_UNSUPPORTED`. It does not
+// drain per-core caches (see `buddyfree_drain`).
+//
+// # Safety
+// `bf` must be null or a live instance; `out` must be null or writable.
+BuddyfreeStatus buddyfree_try_alloc(const struct Buddyfree *bf,
+                                    size_t size,
+                                    size_t align,
+                                    void **out);
+
 // Frees the block at `ptr` allocated with this `size` and `align`. A null or foreign
 // pointer, a pointer not at the start of a block, a size of another order or a double free
 // returns an error code and changes nothing.
@@ -201,6 +213,18 @@ BuddyfreeStatus buddyfree_alloc(const struct Buddyfree *bf, size_t size, size_t 
 // # Safety
 // `bf` must be null or a live instance. `ptr` is never dereferenced.
 BuddyfreeStatus buddyfree_free(const struct Buddyfree *bf, void *ptr, size_t size, size_t align);
+
+// Like `buddyfree_free`, but never waits (for interrupt or signal context, where the
+// interrupted code may hold the lock a free would wait for): where the allocator would
+// wait, returns `BUDDYFREE_STATUS_WOULD_BLOCK` and changes nothing; allocators without that
+// guarantee return `BUDDYFREE_STATUS_UNSUPPORTED` (as `buddyfree_try_free_order`).
+//
+// # Safety
+// `bf` must be null or a live instance. `ptr` is never dereferenced.
+BuddyfreeStatus buddyfree_try_free(const struct Buddyfree *bf,
+                                   void *ptr,
+                                   size_t size,
+                                   size_t align);
 
 // Allocates a block of `2^order` units; stores its unit index in `*index_out` and its
 // address in `*ptr_out` (either may be NULL).
@@ -381,6 +405,17 @@ BuddyfreeStatus buddyfree_device_alloc(const struct BuddyfreeDevice *dev,
                                        size_t align,
                                        uint64_t *out);
 
+// Like `buddyfree_device_alloc`, but never waits (for interrupt or signal context), as
+// `buddyfree_try_alloc`: `BUDDYFREE_STATUS_WOULD_BLOCK` where the allocator would wait,
+// `BUDDYFREE_STATUS_UNSUPPORTED` where it cannot promise not to.
+//
+// # Safety
+// `dev` must be null or a live instance; `out` must be null or writable.
+BuddyfreeStatus buddyfree_device_try_alloc(const struct BuddyfreeDevice *dev,
+                                           size_t size,
+                                           size_t align,
+                                           uint64_t *out);
+
 // `buddyfree_drain` for a device instance.
 //
 // # Safety
@@ -392,6 +427,18 @@ BuddyfreeStatus buddyfree_device_drain(const struct BuddyfreeDevice *dev);
 // # Safety
 // `dev` must be null or a live instance.
 BuddyfreeStatus buddyfree_device_free(const struct BuddyfreeDevice *dev, uint64_t addr);
+
+// Like `buddyfree_device_free`, but never waits (for interrupt or signal context), as
+// `buddyfree_try_free`: `BUDDYFREE_STATUS_WOULD_BLOCK`, changing nothing, where the
+// allocator would wait. It takes the block's `size` and `align`, as allocated: finding the
+// size of the block at an address may itself wait for a lock.
+//
+// # Safety
+// `dev` must be null or a live instance.
+BuddyfreeStatus buddyfree_device_try_free(const struct BuddyfreeDevice *dev,
+                                          uint64_t addr,
+                                          size_t size,
+                                          size_t align);
 
 // `buddyfree_with_core` for a device instance: calls `f(held, arg)` once with core `core`
 // held for the caller; `buddyfree_device_core_alloc` and `buddyfree_device_core_free` on

@@ -130,6 +130,27 @@ pub unsafe extern "C" fn buddyfree_device_alloc(
     }
 }
 
+/// Like `buddyfree_device_alloc`, but never waits (for interrupt or signal context), as
+/// `buddyfree_try_alloc`: `BUDDYFREE_STATUS_WOULD_BLOCK` where the allocator would wait,
+/// `BUDDYFREE_STATUS_UNSUPPORTED` where it cannot promise not to.
+///
+/// # Safety
+/// `dev` must be null or a live instance; `out` must be null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_device_try_alloc(
+    dev: *const BuddyfreeDevice,
+    size: usize,
+    align: usize,
+    out: *mut u64,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `dev` and `out`.
+    unsafe {
+        alloc_into(out, size, align, device(dev), |d, l| {
+            d.try_alloc(l, buddyfree::core_hint())
+        })
+    }
+}
+
 /// Stores the address of a block of `size` bytes aligned to `align` from `alloc` on
 /// `target` in `*out` (0 on failure): the body of both allocation calls.
 ///
@@ -175,6 +196,27 @@ pub unsafe extern "C" fn buddyfree_device_free(
 ) -> BuddyfreeStatus {
     // SAFETY: the caller's contract on `dev`.
     let result = unsafe { device(dev) }.and_then(|d| Ok(d.free_at(addr, buddyfree::core_hint())?));
+    // SAFETY: a null `out` is allowed.
+    unsafe { status(result, ptr::null_mut()) }
+}
+
+/// Like `buddyfree_device_free`, but never waits (for interrupt or signal context), as
+/// `buddyfree_try_free`: `BUDDYFREE_STATUS_WOULD_BLOCK`, changing nothing, where the
+/// allocator would wait. It takes the block's `size` and `align`, as allocated: finding the
+/// size of the block at an address may itself wait for a lock.
+///
+/// # Safety
+/// `dev` must be null or a live instance.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_device_try_free(
+    dev: *const BuddyfreeDevice,
+    addr: u64,
+    size: usize,
+    align: usize,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `dev`.
+    let result = unsafe { device(dev) }
+        .and_then(|d| Ok(d.try_free(addr, layout(size, align)?, buddyfree::core_hint())?));
     // SAFETY: a null `out` is allowed.
     unsafe { status(result, ptr::null_mut()) }
 }

@@ -530,6 +530,40 @@ pub unsafe extern "C" fn buddyfree_alloc(
     align: usize,
     out: *mut *mut c_void,
 ) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf` and `out`.
+    unsafe { alloc_ptr(bf, size, align, out, Heap::alloc) }
+}
+
+/// Like `buddyfree_alloc`, but never waits (for interrupt or signal context): where the
+/// allocator would wait for a lock or another thread, returns `BUDDYFREE_STATUS_WOULD_BLOCK`;
+/// allocators without that guarantee return `BUDDYFREE_STATUS_UNSUPPORTED`. It does not
+/// drain per-core caches (see `buddyfree_drain`).
+///
+/// # Safety
+/// `bf` must be null or a live instance; `out` must be null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_try_alloc(
+    bf: *const Buddyfree,
+    size: usize,
+    align: usize,
+    out: *mut *mut c_void,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf` and `out`.
+    unsafe { alloc_ptr(bf, size, align, out, Heap::try_alloc) }
+}
+
+/// Stores in `*out` the address of the block `alloc` gets from `bf`'s heap for `size` and
+/// `align` (NULL on failure): the body of both allocations by size.
+///
+/// # Safety
+/// `bf` must be null or a live instance; `out` must be null or writable.
+unsafe fn alloc_ptr(
+    bf: *const Buddyfree,
+    size: usize,
+    align: usize,
+    out: *mut *mut c_void,
+    alloc: impl FnOnce(&Heap<DynAlloc>, std::alloc::Layout) -> Result<NonNull<u8>, HeapError>,
+) -> BuddyfreeStatus {
     if out.is_null() {
         return BuddyfreeStatus::NullArgument;
     }
@@ -537,7 +571,7 @@ pub unsafe extern "C" fn buddyfree_alloc(
     unsafe { out.write(ptr::null_mut()) };
     // SAFETY: the caller's contract on `bf`.
     let result = unsafe { instance(bf) }.and_then(|bf| {
-        let p = bf.heap.alloc(layout(size, align)?)?;
+        let p = alloc(&bf.heap, layout(size, align)?)?;
         Ok(p.as_ptr().cast())
     });
     // SAFETY: as above.
@@ -558,11 +592,45 @@ pub unsafe extern "C" fn buddyfree_free(
     align: usize,
 ) -> BuddyfreeStatus {
     // SAFETY: the caller's contract on `bf`.
+    unsafe { free_ptr(bf, ptr, size, align, Heap::free) }
+}
+
+/// Like `buddyfree_free`, but never waits (for interrupt or signal context, where the
+/// interrupted code may hold the lock a free would wait for): where the allocator would
+/// wait, returns `BUDDYFREE_STATUS_WOULD_BLOCK` and changes nothing; allocators without that
+/// guarantee return `BUDDYFREE_STATUS_UNSUPPORTED` (as `buddyfree_try_free_order`).
+///
+/// # Safety
+/// `bf` must be null or a live instance. `ptr` is never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_try_free(
+    bf: *const Buddyfree,
+    ptr: *mut c_void,
+    size: usize,
+    align: usize,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf`.
+    unsafe { free_ptr(bf, ptr, size, align, Heap::try_free) }
+}
+
+/// Frees `ptr` of `size` and `align` from `bf`'s heap with `free`: the body of both frees
+/// by size.
+///
+/// # Safety
+/// `bf` must be null or a live instance.
+unsafe fn free_ptr(
+    bf: *const Buddyfree,
+    ptr: *mut c_void,
+    size: usize,
+    align: usize,
+    free: impl FnOnce(&Heap<DynAlloc>, *mut u8, std::alloc::Layout) -> Result<(), HeapError>,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf`.
     let result = unsafe { instance(bf) }.and_then(|bf| {
         if ptr.is_null() {
             return Err(BuddyfreeStatus::NullArgument);
         }
-        Ok(bf.heap.free(ptr.cast(), layout(size, align)?)?)
+        Ok(free(&bf.heap, ptr.cast(), layout(size, align)?)?)
     });
     // SAFETY: a null `out` is allowed.
     unsafe { status(result, ptr::null_mut()) }

@@ -122,7 +122,8 @@ pub enum ConfigRule {
     /// A region alignment or unit size that is not a power of two.
     NotPowerOfTwo,
     /// Zones not in ascending order of their first unit, overlapping, reaching past the
-    /// index space, or none at all (`zones::Zones::new`).
+    /// index space, a zone whose first unit is not aligned to its largest block, or none at
+    /// all (`zones::Zones::new`).
     ZoneLayout,
 }
 
@@ -147,7 +148,9 @@ impl ConfigRule {
             }
             ConfigRule::RegionLength => "a region of zero bytes, or too large to map",
             ConfigRule::NotPowerOfTwo => "alignment or unit size not a power of two",
-            ConfigRule::ZoneLayout => "zones overlapping, out of order, too large, or none",
+            ConfigRule::ZoneLayout => {
+                "zones overlapping, out of order, misaligned, too large, or none"
+            }
         }
     }
 }

@@ -84,8 +84,12 @@ pub struct Zones<A, const N: usize> {
 }
 
 impl<A: BlockAlloc, const N: usize> Zones<A, N> {
-    /// The zones, which must be in ascending order of `first` without overlapping
-    /// ([`ConfigRule::ZoneLayout`] otherwise, or for no zone at all).
+    /// The zones, which must be in ascending order of `first` without overlapping, each
+    /// `first` a multiple of its zone's largest block, `2^max_order` units, so that the
+    /// zone's blocks are naturally aligned in the whole space too ([`ConfigRule::ZoneLayout`]
+    /// otherwise, or for no zone at all). A zone whose memory starts elsewhere starts at the
+    /// aligned unit below and reserves the units before its memory
+    /// ([`BlockAlloc::reserve_range`]).
     pub fn new(zones: [Zone<A>; N]) -> Result<Self, Error> {
         let ascending = zones.windows(2).all(|w| {
             w[0].first
@@ -95,7 +99,12 @@ impl<A: BlockAlloc, const N: usize> Zones<A, N> {
         let last_fits = zones
             .last()
             .is_some_and(|z| z.first.checked_add(z.alloc.total_units()).is_some());
-        if !ascending || !last_fits {
+        let aligned = zones.iter().all(|z| {
+            1usize
+                .checked_shl(z.alloc.max_order())
+                .is_some_and(|block| z.first.is_multiple_of(block))
+        });
+        if !ascending || !last_fits || !aligned {
             return Err(ConfigRule::ZoneLayout.into());
         }
         let max_order = zones.iter().map(|z| z.alloc.max_order()).max().unwrap_or(0);
@@ -111,10 +120,33 @@ impl<A: BlockAlloc, const N: usize> Zones<A, N> {
         order: u32,
         core: usize,
     ) -> Result<usize, Error> {
+        self.serve(preference, |a| a.alloc(order, core))
+    }
+
+    /// [`Zones::alloc_from`] that never waits, for interrupt context: each zone in
+    /// `preference` is asked with [`BlockAlloc::try_alloc`]. If none serves and one of them
+    /// would have waited, the answer is [`Error::WouldBlock`] (it may have had a block),
+    /// else [`Error::OutOfMemory`].
+    pub fn try_alloc_from(
+        &self,
+        preference: &[usize],
+        order: u32,
+        core: usize,
+    ) -> Result<usize, Error> {
+        self.serve(preference, |a| a.try_alloc(order, core))
+    }
+
+    /// The first block `take` gets from the zones in `preference`, counted in their
+    /// statistics, as an index in the whole space.
+    fn serve(
+        &self,
+        preference: &[usize],
+        take: impl Fn(&A) -> Result<usize, Error>,
+    ) -> Result<usize, Error> {
         let mut last = Error::OutOfMemory;
         for (rank, &z) in preference.iter().enumerate() {
             let zone = self.zones.get(z).ok_or(Error::OutOfRange)?;
-            match zone.alloc.alloc(order, core) {
+            match take(&zone.alloc) {
                 Ok(index) => {
                     zone.served.fetch_add(1, Ordering::Relaxed);
                     if rank > 0 {
@@ -124,15 +156,32 @@ impl<A: BlockAlloc, const N: usize> Zones<A, N> {
                 }
                 Err(e) => {
                     zone.refused.fetch_add(1, Ordering::Relaxed);
-                    // A zone too small for the order says BadOrder; the answer for the
-                    // whole request is the most telling one.
-                    if e != Error::BadOrder {
-                        last = e;
-                    }
+                    last = telling(last, e);
                 }
             }
         }
         Err(last)
+    }
+
+    /// A block from the first zone that `take` gets one from, in the order of the zones
+    /// (each counted as asked first): the [`BlockAlloc`] allocations.
+    fn serve_in_order(
+        &self,
+        order: u32,
+        take: impl Fn(&A) -> Result<usize, Error>,
+    ) -> Result<usize, Error> {
+        let mut last = Error::OutOfMemory;
+        for z in 0..N {
+            match self.serve(&[z], &take) {
+                Ok(index) => return Ok(index),
+                Err(e) => last = telling(last, e),
+            }
+        }
+        Err(if order > self.max_order {
+            Error::BadOrder
+        } else {
+            last
+        })
     }
 
     /// The zone holding unit `index` and the unit's index inside it.
@@ -167,6 +216,20 @@ impl<A: BlockAlloc, const N: usize> Zones<A, N> {
         &self.zones
     }
 
+    /// Runs `f` on the zone of the block of `order` at `index`, with the index inside it,
+    /// after the checks every allocator makes of a block ([`Error::BadOrder`],
+    /// [`Error::OutOfRange`], [`Error::Misaligned`]) in the whole space, so that a bad block
+    /// gets the answer one allocator of the whole space would give.
+    fn routed_block(
+        &self,
+        index: usize,
+        order: u32,
+        f: impl FnOnce(&Zone<A>, usize) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        crate::check_block(index, order, self.max_order, self.total_units())?;
+        self.routed(index, f)?
+    }
+
     /// Runs `f` on the zone of `index` with the index inside it.
     fn routed<T>(&self, index: usize, f: impl FnOnce(&Zone<A>, usize) -> T) -> Result<T, Error> {
         let (z, inner) = self.zone_of(index)?;
@@ -176,23 +239,54 @@ impl<A: BlockAlloc, const N: usize> Zones<A, N> {
 
 impl<A: BlockAlloc, const N: usize> BlockAlloc for Zones<A, N> {
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        self.serve_in_order(order, |a| a.alloc(order, core))
+    }
+
+    /// The first zone with a free block gives it, unless one before it would wait: then
+    /// the next zone is asked, as when it has none.
+    fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        self.serve_in_order(order, |a| a.try_alloc(order, core))
+    }
+
+    /// Each zone in turn fills what the zones before it left of `out`.
+    fn alloc_bulk(&self, order: u32, core: usize, out: &mut [usize]) -> Result<usize, Error> {
+        let mut got = 0;
         let mut last = Error::OutOfMemory;
-        for z in 0..N {
-            match self.alloc_from(&[z], order, core) {
-                Ok(index) => return Ok(index),
-                Err(Error::OutOfMemory) => {}
-                Err(e) => last = e,
+        for zone in &self.zones {
+            if got == out.len() {
+                return Ok(got);
+            }
+            match zone.alloc.alloc_bulk(order, core, &mut out[got..]) {
+                Ok(n) => {
+                    zone.served.fetch_add(n, Ordering::Relaxed);
+                    out[got..got + n]
+                        .iter_mut()
+                        .for_each(|index| *index += zone.first);
+                    got += n;
+                }
+                Err(e) => {
+                    zone.refused.fetch_add(1, Ordering::Relaxed);
+                    last = telling(last, e);
+                }
             }
         }
-        Err(if order > self.max_order {
-            Error::BadOrder
-        } else {
-            last
-        })
+        match got {
+            0 if order > self.max_order => Err(Error::BadOrder),
+            0 => Err(last),
+            _ => Ok(got),
+        }
     }
 
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        self.routed(index, |zone, inner| zone.alloc.free(inner, order, core))?
+        self.routed_block(index, order, |zone, inner| {
+            zone.alloc.free(inner, order, core)
+        })
+    }
+
+    fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        self.routed_block(index, order, |zone, inner| {
+            zone.alloc.try_free(inner, order, core)
+        })
     }
 
     fn free_units(&self) -> usize {
@@ -215,7 +309,9 @@ impl<A: BlockAlloc, const N: usize> BlockAlloc for Zones<A, N> {
     }
 
     fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        self.routed(index, |zone, inner| zone.alloc.alloc_at(inner, order, core))?
+        self.routed_block(index, order, |zone, inner| {
+            zone.alloc.alloc_at(inner, order, core)
+        })
     }
 
     fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
@@ -224,5 +320,17 @@ impl<A: BlockAlloc, const N: usize> BlockAlloc for Zones<A, N> {
                 .block_of(inner)
                 .map(|b| b.map(|(start, order)| (zone.first + start, order)))
         })?
+    }
+}
+
+/// The more telling of two refusals of one request by different zones: a zone too small for
+/// the order says [`Error::BadOrder`], and out of memory says less than a zone that would
+/// have waited (it may have had a block), or that cannot answer at all.
+fn telling(last: Error, e: Error) -> Error {
+    match e {
+        Error::BadOrder => last,
+        Error::OutOfMemory if last != Error::OutOfMemory => last,
+        _ if last == Error::WouldBlock => last,
+        _ => e,
     }
 }

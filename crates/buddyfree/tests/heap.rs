@@ -9,9 +9,10 @@ use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use buddyfree::buddy::Knuth;
 use buddyfree::heap::{GlobalHeap, Heap, HeapError, Region, TypedPool};
 use buddyfree::registry::{self, DynAlloc};
-use buddyfree::{BlockAlloc, Config, ConfigRule, Error};
+use buddyfree::{BlockAlloc, Config, ConfigRule, Error, Locked};
 
 /// The registered allocator behind the single-allocator tests below (the tests that loop
 /// over `registry::entries()` cover every allocator).
@@ -258,6 +259,9 @@ fn bad_frees_are_errors_and_change_nothing() {
         ];
         for (ptr, l, e) in cases {
             assert_eq!(h.free(ptr, l), Err(e), "{name}: {ptr:?} {l:?}");
+            let tried = h.try_free(ptr, l);
+            let unoffered = Err(HeapError::Block(Error::Unsupported));
+            assert!(tried == Err(e) || tried == unoffered, "{name}: {tried:?}");
             assert_eq!(h.allocator().free_units(), free, "{name}");
         }
         // A block never handed out (allocators place blocks anywhere: pick one clear of
@@ -291,6 +295,117 @@ fn bad_frees_are_errors_and_change_nothing() {
         assert_eq!(h.allocator().free_units(), 256, "{name}");
         common::assert_whole(h.allocator());
     }
+}
+
+/// The allocation and free that never wait serve as `alloc` and `free` do where the
+/// allocator offers them, and answer `WouldBlock` (changing nothing) where it would wait:
+/// here, a locked allocator whose lock the calling code holds.
+#[test]
+fn try_alloc_and_try_free_never_wait() {
+    let l = layout(200, 64);
+    for entry in entries_serving(4) {
+        let h = registry_heap(entry, 256, 4);
+        let name = entry.name;
+        let p = match h.try_alloc(l) {
+            Err(HeapError::Block(Error::Unsupported)) => continue,
+            p => p.unwrap(),
+        };
+        assert_eq!(h.allocator().free_units(), 252, "{name}");
+        let (i, q) = h.try_alloc_index(0).unwrap();
+        assert_eq!(h.ptr_of(i), Some(q));
+        let mismatch = Err(HeapError::Block(Error::OrderMismatch));
+        assert_eq!(h.try_free(p.as_ptr(), layout(64, 1)), mismatch, "{name}");
+        h.try_free(p.as_ptr(), l).unwrap();
+        let gone = Err(HeapError::Block(Error::NotAllocated));
+        assert_eq!(h.try_free(p.as_ptr(), l), gone, "{name}");
+        h.try_free_index(i, 0).unwrap();
+        assert_eq!(h.try_free_index(i, 0), gone, "{name}");
+        h.allocator().drain();
+        common::assert_whole(h.allocator());
+    }
+    let region = Region::mmap(256 * UNIT, UNIT << 4).unwrap();
+    let knuth = Locked::<Knuth>::new(Knuth::new(Config::new(256, 4)).unwrap());
+    let h = Heap::new(region, UNIT, knuth).unwrap();
+    let p = h.try_alloc(l).unwrap();
+    let would_block = HeapError::Block(Error::WouldBlock);
+    h.allocator().with(|_| {
+        assert_eq!(h.try_alloc(l), Err(would_block));
+        assert_eq!(h.try_free(p.as_ptr(), l), Err(would_block));
+    });
+    assert_eq!(h.allocator().free_units(), 252);
+    h.try_free(p.as_ptr(), l).unwrap();
+}
+
+/// An allocator that records, as a bit mask, the `core` of every allocation and free.
+struct SeenCores(DynAlloc, AtomicUsize);
+
+impl SeenCores {
+    fn saw(&self, core: usize) -> usize {
+        self.1.fetch_or(1 << core.min(63), Ordering::Relaxed);
+        core
+    }
+}
+
+impl BlockAlloc for SeenCores {
+    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        self.0.alloc(order, self.saw(core))
+    }
+    fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        self.0.free(index, order, self.saw(core))
+    }
+    fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        self.0.try_alloc(order, self.saw(core))
+    }
+    fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        self.0.try_free(index, order, self.saw(core))
+    }
+    fn alloc_bulk(&self, order: u32, core: usize, out: &mut [usize]) -> Result<usize, Error> {
+        self.0.alloc_bulk(order, self.saw(core), out)
+    }
+    fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
+        self.0.free_bulk(blocks, order, self.saw(core))
+    }
+    fn free_units(&self) -> usize {
+        self.0.free_units()
+    }
+    fn total_units(&self) -> usize {
+        self.0.total_units()
+    }
+    fn max_order(&self) -> u32 {
+        self.0.max_order()
+    }
+}
+
+/// A heap given a core source passes its answer as every call's `core`, through every
+/// path (`GlobalAlloc` too), from any thread.
+#[test]
+fn a_core_hint_names_the_core_of_every_call() {
+    let build = |config| {
+        let inner = (registry::find("llfree-magazine").unwrap().build)(config)?;
+        Ok(SeenCores(inner, AtomicUsize::new(0)))
+    };
+    let region = Region::mmap(256 * UNIT, UNIT << 4).unwrap();
+    let h = Heap::build(region, UNIT, 4, 8, build)
+        .unwrap()
+        .with_core_hint(|| 5);
+    let l = layout(64, 64);
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                let p = h.alloc(l).unwrap();
+                h.free(p.as_ptr(), l).unwrap();
+                let p = h.try_alloc(l).unwrap();
+                h.try_free(p.as_ptr(), l).unwrap();
+                let mut out = [0; 4];
+                let n = h.alloc_bulk(0, &mut out).unwrap();
+                h.free_bulk(&out[..n], 0).unwrap();
+                // SAFETY: a non-zero-sized layout, freed with the same layout.
+                unsafe { GlobalAlloc::dealloc(&h, GlobalAlloc::alloc(&h, l), l) };
+            });
+        }
+    });
+    assert_eq!(h.allocator().1.load(Ordering::Relaxed), 1 << 5);
+    assert_eq!(h.bad_frees(), 0);
 }
 
 #[test]

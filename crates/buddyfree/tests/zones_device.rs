@@ -1,5 +1,6 @@
-//! Zones (routing, preference, per-zone statistics, stress with gaps) and the device-memory
-//! heap (addresses only, frees without the size).
+//! Zones (routing, preference, per-zone statistics, stress with gaps, the model's answers,
+//! allocations and frees that never wait) and the device-memory heap (addresses only, frees
+//! without the size).
 
 mod common;
 
@@ -8,11 +9,13 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use buddyfree::buddy::Knuth;
 use buddyfree::heap::{DeviceHeap, HeapError};
 use buddyfree::registry::{self, DynAlloc};
 use buddyfree::zones::{Zone, Zones};
-use buddyfree::{BlockAlloc, Config, Error};
-use common::{Owners, Rng};
+use buddyfree::{BlockAlloc, Config, ConfigRule, Error, Locked};
+use common::{Owners, Rng, TryFrees};
+use proptest::prelude::*;
 
 fn build(name: &str, units: usize, max_order: u32) -> DynAlloc {
     (registry::find(name).unwrap().build)(Config::new(units, max_order).with_cores(2)).unwrap()
@@ -65,6 +68,13 @@ fn zones_route_by_index_and_fall_back_in_the_order_asked() {
         Zone::new(0, build("nbbs", 64, 3)),
     ])
     .is_err());
+    // Zone 1 at unit 100 would hand out blocks of order 3 at 100, 108, ...: not aligned.
+    let misaligned = Zones::new([
+        Zone::new(0, build("nbbs", 64, 3)),
+        Zone::new(100, build("nbbs", 64, 3)),
+    ]);
+    assert_eq!(misaligned.err(), Some(ConfigRule::ZoneLayout.into()));
+    assert!(Zones::new([Zone::new(104, build("nbbs", 64, 3))]).is_ok());
 }
 
 /// The shared stress over zones: units in the gaps are claimed in the ownership map, so a
@@ -80,6 +90,104 @@ fn zones_under_stress_keep_to_their_ranges() {
         common::stress_with(&z, &owners, 2, 3000, 5);
         z.drain();
         assert_eq!(z.free_units(), 1000 + 3072 + 2048, "{name}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// Zones that tile the space without gaps, each of a registry allocator, answer as one
+    /// allocator of the whole space would (the model, whose trees of `2^max_order` units
+    /// fall within one zone each): bulk operations included, and with every free a
+    /// `try_free` where the zones offer it.
+    #[test]
+    fn zones_without_gaps_answer_as_one_allocator(ops in common::ops(128, 4, 200)) {
+        for entry in registry::entries() {
+            for (halves, max_order) in [((64, 64), 4), ((64, 36), 3)] {
+                let max_order = max_order.min(entry.max_order);
+                let zone = |first, units| {
+                    let config = Config::new(units, max_order).with_cores(3);
+                    Zone::new(first, (entry.build)(config).unwrap())
+                };
+                let z = Zones::new([zone(0, halves.0), zone(64, halves.1)]).unwrap();
+                let config = Config::new(64 + halves.1, max_order).with_cores(3);
+                let ops = common::clamp(&ops, max_order);
+                if common::offers_try_free(&z) {
+                    common::check_against_model(&TryFrees(z), config, &ops);
+                } else {
+                    common::check_against_model(&z, config, &ops);
+                }
+            }
+        }
+    }
+}
+
+/// An interrupt on a core whose code holds one zone's lock: `try_alloc` takes its block
+/// from another zone, `try_free` frees what lies in the other zones and answers
+/// `WouldBlock` (changing nothing) for the held zone, and with the other zones full the
+/// allocation says `WouldBlock`, not out of memory, since the held zone has blocks.
+#[test]
+fn zones_never_wait_for_a_held_zone() {
+    let locked = |units| Locked::<Knuth>::new(Knuth::new(Config::new(units, 4)).unwrap());
+    let z = Zones::new([Zone::new(0, locked(64)), Zone::new(64, locked(32))]).unwrap();
+    let low = z.alloc(2, 0).unwrap();
+    let high = z.alloc_from(&[1], 2, 0).unwrap();
+    assert!(low < 64 && high >= 64);
+    z.zones()[0].allocator().with(|_| {
+        let fell_back = z.try_alloc_from(&[0, 1], 2, 0).unwrap();
+        let next = z.try_alloc(2, 0).unwrap();
+        assert!(fell_back >= 64 && next >= 64, "{fell_back} {next}");
+        assert_eq!(z.try_alloc_from(&[0], 2, 0), Err(Error::WouldBlock));
+        assert_eq!(z.try_free(low, 2, 0), Err(Error::WouldBlock));
+        for block in [high, fell_back, next] {
+            z.try_free(block, 2, 0).unwrap();
+        }
+        assert_eq!(z.try_free(high, 2, 0), Err(Error::NotAllocated));
+        while z.try_alloc_from(&[1], 0, 0).is_ok() {}
+        assert_eq!(z.try_alloc(0, 0), Err(Error::WouldBlock));
+        assert_eq!(z.try_alloc_from(&[1, 0], 0, 0), Err(Error::WouldBlock));
+    });
+    assert_eq!(z.free_units(), 60);
+    let unheld = z.try_alloc(0, 0).unwrap();
+    assert!(unheld < 64, "{unheld}");
+    z.try_free(low, 2, 0).unwrap();
+    assert_eq!(z.try_alloc(5, 0), Err(Error::BadOrder));
+    let stats = z.stats();
+    assert_eq!((stats[0].served, stats[1].served), (2, 35));
+    assert_eq!(stats[1].fell_back, 1);
+}
+
+/// A bulk allocation takes from the zones in order, as whole-space indices, and goes on in
+/// the next zone where one runs out.
+#[test]
+fn zones_allocate_in_bulk_zone_after_zone() {
+    for name in NAMES {
+        let z = zones(name);
+        let mut out = [0; 8];
+        let n = z.alloc_bulk(3, 0, &mut out).unwrap();
+        assert!(
+            out[..n].iter().all(|&b| b < 1000 && b % 8 == 0),
+            "{name}: {out:?}"
+        );
+        z.free_bulk(&out[..n], 3, 0).unwrap();
+        assert_eq!(z.free_bulk(&out[..n], 3, 0), Err((0, Error::NotAllocated)));
+        // Leave zone 0 three blocks of order 3.
+        let zone0 = z.zones()[0].allocator();
+        let full: Vec<usize> = std::iter::from_fn(|| zone0.alloc(3, 0).ok()).collect();
+        full[..3].iter().for_each(|&b| zone0.free(b, 3, 0).unwrap());
+        assert_eq!(z.alloc_bulk(3, 0, &mut out), Ok(8), "{name}");
+        assert!(
+            out[..3].iter().all(|&b| b < 1000 && b % 8 == 0),
+            "{name}: {out:?}"
+        );
+        assert!(
+            out[3..]
+                .iter()
+                .all(|&b| (1024..4096).contains(&b) && b % 8 == 0),
+            "{name}: {out:?}"
+        );
+        assert_eq!(z.stats()[1].served, 5, "{name}");
+        assert_eq!(z.alloc_bulk(7, 0, &mut out), Err(Error::BadOrder), "{name}");
     }
 }
 
@@ -137,6 +245,31 @@ fn a_device_heap_hands_out_aligned_disjoint_addresses_and_frees_by_address() {
     }
     assert!(DeviceHeap::new(4097, 4096, build("nbbs", 64, 3)).is_err());
     assert!(DeviceHeap::new(u64::MAX - 4095, 4096, build("nbbs", 64, 3)).is_err());
+}
+
+/// A device heap's allocation and free that never wait: by layout, with the answers of
+/// `free` to bad frees, and `WouldBlock` (nothing changed) where the allocator's lock is held.
+#[test]
+fn a_device_heap_allocates_and_frees_without_waiting() {
+    let base = 0x40_0000_0000u64;
+    let run = Layout::from_size_align(3 * 4096, 4096).unwrap();
+    let page = Layout::from_size_align(4096, 4096).unwrap();
+    let knuth = Locked::<Knuth>::new(Knuth::new(Config::new(64, 4)).unwrap());
+    let heap = DeviceHeap::new(base, 4096, knuth).unwrap();
+    let a = heap.try_alloc(run, 0).unwrap();
+    assert_eq!(heap.order_at(a), Ok(2));
+    let wrong = Err(HeapError::Block(Error::OrderMismatch));
+    assert_eq!(heap.try_free(a, page, 0), wrong);
+    assert_eq!(heap.try_free(base - 4096, page, 0), Err(HeapError::Foreign));
+    let would_block = HeapError::Block(Error::WouldBlock);
+    heap.allocator().with(|_| {
+        assert_eq!(heap.try_alloc(page, 0), Err(would_block));
+        assert_eq!(heap.try_free(a, run, 0), Err(would_block));
+    });
+    assert_eq!(heap.allocator().free_units(), 60);
+    heap.try_free(a, run, 0).unwrap();
+    let gone = Err(HeapError::Block(Error::NotAllocated));
+    assert_eq!(heap.try_free(a, run, 0), gone);
 }
 
 /// A device heap's held core allocates and frees by address as the heap does, with the same

@@ -398,14 +398,18 @@ static void check_drain(Buddyfree *bf, const char *name) {
     CHECK(free_units(bf) == n);
 }
 
-/* buddyfree_try_free_order: the answers of buddyfree_free_order, where it is offered. */
+/* buddyfree_try_free_order and buddyfree_try_free: the answers of buddyfree_free_order and
+ * buddyfree_free, where they are offered; buddyfree_try_alloc with them. */
 static void check_try_free(Buddyfree *bf) {
     size_t before = free_units(bf), index = 0;
     void *p = NULL;
     CHECK_STATUS(buddyfree_try_free_order(NULL, 0, 0), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(buddyfree_try_free(NULL, p, UNIT, 0), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(buddyfree_try_alloc(bf, UNIT, 0, NULL), BUDDYFREE_STATUS_NULL_ARGUMENT);
     CHECK_STATUS(buddyfree_alloc_order(bf, 1, &index, &p), BUDDYFREE_STATUS_OK);
     BuddyfreeStatus st = buddyfree_try_free_order(bf, index, 0);
     if (st == BUDDYFREE_STATUS_UNSUPPORTED) {
+        CHECK_STATUS(buddyfree_try_free(bf, p, 2 * UNIT, 0), BUDDYFREE_STATUS_UNSUPPORTED);
         CHECK_STATUS(buddyfree_free_order(bf, index, 1), BUDDYFREE_STATUS_OK);
         return;
     }
@@ -414,6 +418,22 @@ static void check_try_free(Buddyfree *bf) {
     CHECK_STATUS(buddyfree_try_free_order(bf, UNITS, 0), BUDDYFREE_STATUS_OUT_OF_RANGE);
     CHECK_STATUS(buddyfree_try_free_order(bf, index, 1), BUDDYFREE_STATUS_OK);
     CHECK_STATUS(buddyfree_try_free_order(bf, index, 1), BUDDYFREE_STATUS_NOT_ALLOCATED);
+    CHECK(free_units(bf) == before);
+
+    void *q = NULL;
+    st = buddyfree_try_alloc(bf, 3 * UNIT, 0, &q);
+    if (st == BUDDYFREE_STATUS_UNSUPPORTED) {
+        CHECK(q == NULL);
+        CHECK_STATUS(buddyfree_alloc(bf, 3 * UNIT, 0, &q), BUDDYFREE_STATUS_OK);
+    } else {
+        CHECK_STATUS(st, BUDDYFREE_STATUS_OK);
+    }
+    CHECK(free_units(bf) == before - 4);
+    CHECK_STATUS(buddyfree_try_free(bf, q, UNIT, 0), BUDDYFREE_STATUS_ORDER_MISMATCH);
+    CHECK_STATUS(buddyfree_try_free(bf, (char *)q + UNIT, UNIT, 0), BUDDYFREE_STATUS_NOT_ALLOCATED);
+    CHECK_STATUS(buddyfree_try_free(bf, q, 3 * UNIT, 3), BUDDYFREE_STATUS_BAD_ALIGN);
+    CHECK_STATUS(buddyfree_try_free(bf, q, 4 * UNIT, 0), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_try_free(bf, q, 4 * UNIT, 0), BUDDYFREE_STATUS_NOT_ALLOCATED);
     CHECK(free_units(bf) == before);
 }
 
@@ -545,6 +565,19 @@ static void check_memory_map(const char *name) {
     CHECK_STATUS(buddyfree_device_free(dev, a), BUDDYFREE_STATUS_NOT_ALLOCATED);
     CHECK_STATUS(buddyfree_device_free(dev, 5), BUDDYFREE_STATUS_FOREIGN_POINTER);
     CHECK_STATUS(buddyfree_device_free(dev, b), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_device_try_alloc(NULL, UNIT, 0, &a), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(buddyfree_device_try_free(NULL, a, UNIT, 0), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    st = buddyfree_device_try_alloc(dev, 2 * UNIT, 0, &a);
+    CHECK(st == BUDDYFREE_STATUS_OK || st == BUDDYFREE_STATUS_UNSUPPORTED);
+    if (st == BUDDYFREE_STATUS_OK) {
+        CHECK(a >= 0x100000000ull && a % (2 * UNIT) == 0);
+        CHECK_STATUS(buddyfree_device_try_free(dev, a, UNIT, 0), BUDDYFREE_STATUS_ORDER_MISMATCH);
+        CHECK_STATUS(buddyfree_device_try_free(dev, 5, UNIT, 0), BUDDYFREE_STATUS_FOREIGN_POINTER);
+        CHECK_STATUS(buddyfree_device_try_free(dev, a, 2 * UNIT, 0), BUDDYFREE_STATUS_OK);
+        CHECK_STATUS(buddyfree_device_try_free(dev, a, 2 * UNIT, 0), BUDDYFREE_STATUS_NOT_ALLOCATED);
+    } else {
+        CHECK(a == 0);
+    }
     CHECK_STATUS(buddyfree_device_drain(NULL), BUDDYFREE_STATUS_NULL_ARGUMENT);
     CHECK_STATUS(buddyfree_device_drain(dev), BUDDYFREE_STATUS_OK);
     check_held_device(dev);

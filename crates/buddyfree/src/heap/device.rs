@@ -75,6 +75,22 @@ impl<A: BlockAlloc> DeviceHeap<A> {
         Ok(self.alloc.free(index, order, core)?)
     }
 
+    /// [`DeviceHeap::alloc`] that never waits, for interrupt context
+    /// ([`BlockAlloc::try_alloc`]): [`Error::WouldBlock`] where the allocator would wait,
+    /// [`Error::Unsupported`] where it cannot promise not to.
+    pub fn try_alloc(&self, layout: Layout, core: usize) -> Result<u64, HeapError> {
+        let order = self.order_of(layout)?;
+        Ok(self.address_of(self.alloc.try_alloc(order, core)?))
+    }
+
+    /// [`DeviceHeap::free`] that never waits ([`BlockAlloc::try_free`]): [`Error::WouldBlock`],
+    /// changing nothing, where the allocator would wait. It needs the layout: finding the
+    /// order of the block at an address ([`DeviceHeap::free_at`]) may wait for a lock.
+    pub fn try_free(&self, addr: u64, layout: Layout, core: usize) -> Result<(), HeapError> {
+        let (index, order) = self.block_at(addr, Some(layout))?;
+        Ok(self.alloc.try_free(index, order, core)?)
+    }
+
     /// Frees the block that starts at `addr`, whatever its size.
     pub fn free_at(&self, addr: u64, core: usize) -> Result<(), HeapError> {
         let (index, order) = self.block_at(addr, None)?;

@@ -109,6 +109,8 @@ pub struct Heap<A> {
     max_align: usize,
     /// Frees that failed where no error can be returned (`GlobalAlloc::dealloc`, drops).
     bad_frees: AtomicUsize,
+    /// Where the calling core's number comes from, if not from [`default_core`].
+    core_hint: Option<fn() -> usize>,
     // Last, so the memory outlives nothing that points into it.
     region: Region,
 }
@@ -158,8 +160,48 @@ impl<A: BlockAlloc> Heap<A> {
             alloc,
             base,
             bad_frees: AtomicUsize::new(0),
+            core_hint: None,
             region,
         })
+    }
+
+    /// The heap, passing `hint()` as the `core` of every call to its allocator (every call
+    /// but those of [`Heap::with_core`], which name their core): a kernel's "this CPU's
+    /// number", so that each CPU allocates through its own per-core state (a magazine, a
+    /// reservation). Without it a heap passes [`core_hint`](crate::core_hint) with `std`
+    /// (threads numbered as they first ask) and core 0 without, where every CPU would share
+    /// core 0's magazine and its lock.
+    ///
+    /// ```
+    /// use buddyfree::heap::{Heap, Region};
+    /// use buddyfree::registry;
+    /// use core::alloc::Layout;
+    ///
+    /// fn this_cpu() -> usize {
+    ///     1 // a kernel reads its per-CPU area here
+    /// }
+    ///
+    /// let region = Region::from_box(vec![0u8; 1 << 20].into_boxed_slice());
+    /// let build = registry::find("llfree-magazine").unwrap().build;
+    /// let heap = Heap::build(region, 4096, 4, 2, build).unwrap().with_core_hint(this_cpu);
+    /// let page = Layout::from_size_align(4096, 4096).unwrap();
+    /// let p = heap.alloc(page).unwrap();
+    /// heap.free(p.as_ptr(), page).unwrap();
+    /// # Ok::<(), buddyfree::heap::HeapError>(())
+    /// ```
+    #[must_use]
+    pub fn with_core_hint(mut self, hint: fn() -> usize) -> Self {
+        self.core_hint = Some(hint);
+        self
+    }
+
+    /// The `core` passed to the allocator for the calling thread.
+    #[inline]
+    fn core(&self) -> usize {
+        match self.core_hint {
+            Some(hint) => hint(),
+            None => default_core(),
+        }
     }
 
     /// A heap filling `region` with as many units as fit, its allocator built by `build`
@@ -209,7 +251,21 @@ impl<A: BlockAlloc> Heap<A> {
 
     /// Allocates a block of `2^order` units; returns its first unit's index and address.
     pub fn alloc_index(&self, order: u32) -> Result<(usize, NonNull<u8>), HeapError> {
-        self.placed(self.alloc.alloc(order, core())?)
+        self.placed(self.alloc.alloc(order, self.core())?)
+    }
+
+    /// [`Heap::alloc`] that never waits, for interrupt context: [`Error::WouldBlock`] where
+    /// the allocator would wait for a lock or another core, [`Error::Unsupported`] where it
+    /// cannot promise not to ([`BlockAlloc::try_alloc`]; over a magazine it does not drain,
+    /// so it may find no block where [`Heap::alloc`] would).
+    pub fn try_alloc(&self, layout: Layout) -> Result<NonNull<u8>, HeapError> {
+        self.try_alloc_index(self.order_of(layout)?)
+            .map(|(_, ptr)| ptr)
+    }
+
+    /// [`Heap::alloc_index`] that never waits, as [`Heap::try_alloc`].
+    pub fn try_alloc_index(&self, order: u32) -> Result<(usize, NonNull<u8>), HeapError> {
+        self.placed(self.alloc.try_alloc(order, self.core())?)
     }
 
     /// A block the allocator returned, with its address.
@@ -254,14 +310,14 @@ impl<A: BlockAlloc> Heap<A> {
     /// Frees the block of `2^order` units starting at unit `index`, with the same checks as
     /// [`Heap::free`].
     pub fn free_index(&self, index: usize, order: u32) -> Result<(), HeapError> {
-        Ok(self.alloc.free(index, order, core())?)
+        Ok(self.alloc.free(index, order, self.core())?)
     }
 
     /// Allocates up to `out.len()` blocks of `2^order` units in one call and writes their
     /// first units' indices to the front of `out`; returns how many, as
     /// [`BlockAlloc::alloc_bulk`] does (fewer only where a further allocation would fail).
     pub fn alloc_bulk(&self, order: u32, out: &mut [usize]) -> Result<usize, HeapError> {
-        Ok(self.alloc.alloc_bulk(order, core(), out)?)
+        Ok(self.alloc.alloc_bulk(order, self.core(), out)?)
     }
 
     /// Frees the blocks of `2^order` units starting at the unit indices `blocks`, with the
@@ -270,7 +326,7 @@ impl<A: BlockAlloc> Heap<A> {
     /// [`BlockAlloc::free_bulk`] does.
     pub fn free_bulk(&self, blocks: &[usize], order: u32) -> Result<(), (usize, HeapError)> {
         self.alloc
-            .free_bulk(blocks, order, core())
+            .free_bulk(blocks, order, self.core())
             .map_err(|(k, e)| (k, e.into()))
     }
 
@@ -281,6 +337,20 @@ impl<A: BlockAlloc> Heap<A> {
     /// nothing. Never dereferences `ptr`.
     pub fn free(&self, ptr: *mut u8, layout: Layout) -> Result<(), HeapError> {
         self.free_order(ptr, self.order_of(layout)?)
+    }
+
+    /// [`Heap::free`] that never waits, for interrupt context (where the interrupted code may
+    /// hold the lock a free would wait for): [`Error::WouldBlock`], changing nothing, where
+    /// the allocator would wait; [`Error::Unsupported`] where it cannot promise not to
+    /// ([`BlockAlloc::try_free`]). The same checks as [`Heap::free`].
+    pub fn try_free(&self, ptr: *mut u8, layout: Layout) -> Result<(), HeapError> {
+        let order = self.order_of(layout)?;
+        self.try_free_index(self.index_of(ptr)?, order)
+    }
+
+    /// [`Heap::free_index`] that never waits, as [`Heap::try_free`].
+    pub fn try_free_index(&self, index: usize, order: u32) -> Result<(), HeapError> {
+        Ok(self.alloc.try_free(index, order, self.core())?)
     }
 
     /// Frees the block of `2^order` units at `ptr`.
@@ -434,8 +504,9 @@ pub fn block_bytes(unit: usize, order: u32) -> Option<usize> {
     1usize.checked_shl(order)?.checked_mul(unit)
 }
 
-/// The core hint for the calling thread.
-fn core() -> usize {
+/// The core hint for the calling thread where the heap was given no source of its own.
+#[inline]
+fn default_core() -> usize {
     #[cfg(all(feature = "std", not(loom)))]
     return crate::core_hint();
     #[cfg(not(all(feature = "std", not(loom))))]

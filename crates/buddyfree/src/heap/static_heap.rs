@@ -11,7 +11,9 @@ use crate::BlockAlloc;
 /// provides too (the `in_metadata` constructors), so nothing needs a heap before there is one.
 /// No `std`, no mmap. A sequential allocator brings the caller's lock of choice through
 /// [`Locked<A, R>`](crate::Locked) (any `lock_api::RawMutex`, such as an IRQ-disabling
-/// spinlock); NBBS and LLFree need none.
+/// spinlock); NBBS and LLFree need none. Over per-core state (magazines, LLFree's
+/// reservations), give the heap the CPU's number ([`Heap::with_core_hint`]): without `std`
+/// it would pass core 0 for every CPU.
 ///
 /// Until [`init`](StaticHeap::init), and for requests the heap refuses (too large, too
 /// aligned, out of memory), allocations go to the fallback: none by default (null, as any

@@ -61,6 +61,8 @@ pub struct CasStack {
 }
 
 impl FreeStack for CasStack {
+    const LOCK_FREE: bool = true;
+
     fn full(units: u32, _cores: usize) -> Result<Self, Error> {
         let links = Links::new(units)?;
         let head = CachePadded::new(TaggedHead::new(links.chain(0..units)));

@@ -12,6 +12,8 @@ pub struct LockedStack {
 }
 
 impl FreeStack for LockedStack {
+    const LOCK_FREE: bool = false;
+
     fn full(units: u32, _cores: usize) -> Result<Self, Error> {
         let links = Links::new(units)?;
         let head = links.chain(0..units);

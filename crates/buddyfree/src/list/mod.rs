@@ -77,6 +77,10 @@ impl Unit {
 
 /// A set of free units that can be shared between threads.
 pub trait FreeStack: Send + Sync + Sized {
+    /// Whether `push` and `pop` are lock-free (never wait for another thread): then the
+    /// allocator's `try_alloc` and `try_free` are its `alloc` and `free`.
+    const LOCK_FREE: bool;
+
     /// A stack holding every unit of `0..units`, spread over `cores` cores where the stack
     /// has per-core parts. `units` is below [`u32::MAX`] and `cores` at least 1.
     /// Fails only when its memory cannot be reserved.
@@ -153,6 +157,20 @@ impl<S: FreeStack> BlockAlloc for ListAlloc<S> {
         // `check_block` bounded `index` by `units`, which is below `u32::MAX`.
         self.stack.push(Unit(index as u32), core);
         Ok(())
+    }
+
+    fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        if !S::LOCK_FREE {
+            return Err(Error::Unsupported);
+        }
+        self.alloc(order, core)
+    }
+
+    fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        if !S::LOCK_FREE {
+            return Err(Error::Unsupported);
+        }
+        self.free(index, order, core)
     }
 
     fn free_units(&self) -> usize {

@@ -27,6 +27,8 @@ impl PerCoreStacks {
 }
 
 impl FreeStack for PerCoreStacks {
+    const LOCK_FREE: bool = true;
+
     fn full(units: u32, cores: usize) -> Result<Self, Error> {
         let links = Links::new(units)?;
         let share = |c: usize| (units as u64 * c as u64 / cores as u64) as u32;
