@@ -1,4 +1,4 @@
-//! buddyfree where a kernel uses it: no `std`, no heap, no global allocator, no C start-up.
+//! buddyfree where a kernel uses it: no `std`, no heap until it builds one, no C start-up.
 //!
 //! A static array stands in for physical memory and another for the allocators' metadata.
 //! From an e820-style memory map with holes and reserved ranges, the program builds `nbbs`,
@@ -6,8 +6,10 @@
 //! over caller metadata, reserves every frame, frees
 //! the usable ranges (ragged ends included), runs mixed-order allocation and free cycles and
 //! allocations at given frames, and checks that no block ever touches a hole or a reserved
-//! range and that every frame comes back. It prints `N passed, 0 failed` and exits 0, or
-//! names each failed check and exits 1.
+//! range and that every frame comes back. Then it installs its `#[global_allocator]`, a
+//! `StaticHeap` over LLFree behind magazines with a CPU-number source, and uses `alloc`'s
+//! `Vec` and `Box` through it. It prints `N passed, 0 failed` and exits 0, or names each
+//! failed check and exits 1.
 //!
 //! `cargo run --release -p freestanding` (Linux, x86_64).
 
@@ -17,14 +19,20 @@
 #![cfg_attr(not(test), no_main)]
 #![cfg_attr(test, allow(dead_code))]
 
+extern crate alloc;
+
 mod report;
 mod sys;
 
+use alloc::boxed::Box;
+use alloc::vec::Vec;
 use core::alloc::Layout;
 use core::cell::UnsafeCell;
 use core::ptr::NonNull;
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 use buddyfree::buddy::Knuth;
+use buddyfree::heap::{Heap, Region, StaticHeap};
 use buddyfree::llfree::LLFree;
 use buddyfree::magazine::Magazine;
 use buddyfree::nbbs::{Nbbs, Nbbs4};
@@ -65,6 +73,25 @@ unsafe impl<const N: usize> Sync for Static<N> {}
 
 static PHYSICAL: Static<{ FRAMES * FRAME }> = Static(UnsafeCell::new([0; FRAMES * FRAME]));
 static METADATA: Static<{ 256 << 10 }> = Static(UnsafeCell::new([0; 256 << 10]));
+
+/// The kernel heap's memory (256 units of 4 KiB) and its allocator's metadata.
+static HEAP_MEMORY: Static<{ 256 * FRAME }> = Static(UnsafeCell::new([0; 256 * FRAME]));
+static HEAP_METADATA: Static<{ 64 << 10 }> = Static(UnsafeCell::new([0; 64 << 10]));
+
+/// The program's global allocator: `alloc`'s collections work once `global_heap` has
+/// installed it (the test harness of `clippy --all-targets` keeps std's).
+#[cfg_attr(not(test), global_allocator)]
+static HEAP: StaticHeap<Magazine<LLFree>> = StaticHeap::new();
+
+/// The CPU this program pretends to run on, and how often the heap asked for it.
+static CPU: AtomicUsize = AtomicUsize::new(0);
+static CPU_ASKED: AtomicUsize = AtomicUsize::new(0);
+
+/// The heap's source of the calling CPU's number (a kernel reads its per-CPU area).
+fn this_cpu() -> usize {
+    CPU_ASKED.fetch_add(1, Ordering::Relaxed);
+    CPU.load(Ordering::Relaxed)
+}
 
 fn usable(frame: usize) -> bool {
     MAP.iter()
@@ -265,6 +292,49 @@ fn with_magazines<A: BlockAlloc>(
     Ok(Magazine::<A>::metadata_layout_with(config, inner?)?.0)
 }
 
+/// Builds the kernel heap over its statics, installs it as the global allocator and uses
+/// `Vec` and `Box` on CPU 1.
+fn global_heap(report: &mut Report) {
+    report.section("global heap");
+    let config = Config::new(256, 8).with_cores(2);
+    let layout = with_magazines::<LLFree>(config, LLFree::metadata_layout(config));
+    let fits = layout.is_ok_and(|l| l.size() <= 64 << 10 && l.align() <= 4096);
+    report.check("heap metadata fits the static array", fits);
+    let meta = NonNull::new(HEAP_METADATA.0.get().cast::<u8>()).expect("a static");
+    // SAFETY: the array is valid for its length, and this is its only use.
+    let Ok(frames) = (unsafe { llfree_magazine(config, meta, 64 << 10) }) else {
+        return report.check("heap allocator built", false);
+    };
+    // SAFETY: this is the one place that ever borrows the heap's memory.
+    let memory: &'static mut [u8] = unsafe { &mut *HEAP_MEMORY.0.get() };
+    let Ok(heap) = Heap::new(Region::from_static(memory), FRAME, frames) else {
+        return report.check("heap built", false);
+    };
+    let Ok(heap) = HEAP.init(heap.with_core_hint(this_cpu)) else {
+        return report.check("heap installed", false);
+    };
+    CPU.store(1, Ordering::Relaxed);
+    let squares: Vec<u64> = (0..10_000u64).map(|i| i * i).collect();
+    let page = Box::new([7u8; FRAME]);
+    report.check(
+        "Vec and Box served by the heap",
+        heap.contains(squares.as_ptr().cast()) && heap.contains(page.as_ptr()),
+    );
+    report.check(
+        "their contents kept",
+        squares[9_999] == 9_999 * 9_999 && page.iter().all(|&b| b == 7),
+    );
+    drop((squares, page));
+    report.check(
+        "the heap asked for the CPU",
+        CPU_ASKED.load(Ordering::Relaxed) >= 4,
+    );
+    report.check(
+        "every unit back, no bad free",
+        heap.allocator().free_units() == 256 && heap.bad_frees() == 0,
+    );
+}
+
 /// Called by `_start` (see `sys.rs`).
 extern "C" fn main() -> ! {
     let mut report = Report::default();
@@ -311,6 +381,7 @@ extern "C" fn main() -> ! {
         with_magazines::<Nbbs4>(config, Nbbs4::metadata_layout(config)),
         nbbs4_magazine,
     );
+    global_heap(&mut report);
     sys::exit(report.finish())
 }
 
