@@ -211,6 +211,17 @@ pub trait BlockAlloc: Sync {
         Err(Error::Unsupported)
     }
 
+    /// The live block that contains unit `from` or, where `from` is free, the first live
+    /// block after it, as `(first unit, order)`; `None` if every unit from `from` on is free
+    /// (or `from` is past the last unit). A snapshot, as [`BlockAlloc::block_of`], and
+    /// [`Error::Unsupported`] where that is. The default asks `block_of` unit by unit;
+    /// NBBS and LLFree skip what is free (a free sub-tree, a free huge frame or bit-field
+    /// word at a time), so that a walk over every live block (the adoption of an
+    /// allocator's blocks by magazines) costs steps per block rather than per unit.
+    fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
+        next_by_units(from, self.total_units(), |index| self.block_of(index))
+    }
+
     /// The order of the live block that starts at `index`, for a free without the order
     /// (device memory, a C caller that kept only the offset): [`Error::NotAllocated`] when
     /// no block starts there.
@@ -326,6 +337,20 @@ pub(crate) fn alloc_each<A: BlockAlloc + ?Sized>(
     Ok(out.len())
 }
 
+/// [`BlockAlloc::next_block`] by one `block_of` per unit from `from` up to `total`.
+fn next_by_units(
+    from: usize,
+    total: usize,
+    block_of: impl Fn(usize) -> Result<Option<(usize, u32)>, Error>,
+) -> Result<Option<(usize, u32)>, Error> {
+    for index in from..total {
+        if let Some(block) = block_of(index)? {
+            return Ok(Some(block));
+        }
+    }
+    Ok(None)
+}
+
 /// [`BlockAlloc::free_bulk`] by one [`BlockAlloc::free`] per block.
 pub(crate) fn free_each<A: BlockAlloc + ?Sized>(
     a: &A,
@@ -377,6 +402,9 @@ impl<A: BlockAlloc + ?Sized> BlockAlloc for alloc::boxed::Box<A> {
     fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
         (**self).block_of(index)
     }
+    fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
+        (**self).next_block(from)
+    }
     fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
         (**self).free_range(start, len, core)
     }
@@ -413,6 +441,10 @@ pub trait SeqBlockAlloc: Send {
     fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
         let _ = index;
         Err(Error::Unsupported)
+    }
+    /// See [`BlockAlloc::next_block`].
+    fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
+        next_by_units(from, self.total_units(), |index| self.block_of(index))
     }
 }
 

@@ -76,11 +76,13 @@
 //! - **Blocks allocated before the magazines** (the memory map's holes reserved at boot, a
 //!   persistent zone's blocks after recovery) are adopted when the magazines are built:
 //!   `states` records those of orders 0–7, so their frees are as exact as any. That walks
-//!   the allocator with one [`BlockAlloc::block_of`] per block and per free unit up to the
-//!   last allocated unit: on the 2-core dev machine 0.7 ms per GiB of 4 KiB units over
-//!   LLFree and 12 ms over NBBS-4 (nothing when no block is out). An allocator with blocks
-//!   out that cannot name them (`block_of` unsupported) is refused
-//!   ([`ConfigRule::InnerInUse`]).
+//!   the allocator's live blocks with [`BlockAlloc::next_block`], which NBBS and LLFree
+//!   answer past free sub-trees, huge frames and bit-field words at a read each: on the
+//!   2-core dev machine, per GiB of 4 KiB units, 4–5 µs with a memory map's few holes out,
+//!   and 0.17 ms over LLFree and 1.5 ms over NBBS-4 with a unit out in every 16 (nothing
+//!   when no block is out; allocators that answer `next_block` unit by unit, the locked
+//!   buddies, take a `block_of` per free unit). An allocator with blocks out that cannot
+//!   name them (`block_of` unsupported) is refused ([`ConfigRule::InnerInUse`]).
 //! - **Persistent zones** ([`PersistentLLFree`](crate::llfree::persist::PersistentLLFree)):
 //!   a parked block is allocated in the zone, so its free becomes durable only when the
 //!   magazine gives it back (a spill, [`BlockAlloc::drain`], [`Magazine::into_inner`]). After
@@ -195,7 +197,7 @@ impl<A: BlockAlloc> Magazine<A> {
     /// [`Error::MetadataMisaligned`], a bad `cores` (or blocks out that `inner` cannot name)
     /// [`Error::InvalidConfig`], with nothing written. At boot, the memory map's holes may be
     /// reserved ([`crate::range::reserve_all`]) before or after: blocks `inner` has out are
-    /// adopted, at the cost of a walk over its units (the [module documentation](self)).
+    /// adopted, at the cost of a walk over its blocks (the [module documentation](self)).
     ///
     /// ```
     /// use core::mem::MaybeUninit;

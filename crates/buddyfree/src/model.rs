@@ -123,16 +123,45 @@ impl SeqBlockAlloc for Model {
     }
 
     fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
-        if index >= self.used.len() {
-            return Err(Error::OutOfRange);
-        }
-        Ok(self
-            .live
-            .range(..=index)
-            .next_back()
-            .map(|(&start, &order)| (start, order))
-            .filter(|&(start, order)| index < start + (1 << order)))
+        live_block_of(&self.live, self.used.len(), index)
     }
+
+    fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
+        live_next_block(&self.live, self.used.len(), from)
+    }
+}
+
+/// [`SeqBlockAlloc::block_of`] of an allocator of `units` units that keeps its live blocks
+/// in `live` (first unit to order), as the model and the first-fit list do.
+pub(crate) fn live_block_of(
+    live: &BTreeMap<usize, u32>,
+    units: usize,
+    index: usize,
+) -> Result<Option<(usize, u32)>, Error> {
+    if index >= units {
+        return Err(Error::OutOfRange);
+    }
+    Ok(live
+        .range(..=index)
+        .next_back()
+        .map(|(&start, &order)| (start, order))
+        .filter(|&(start, order)| index < start + (1 << order)))
+}
+
+/// [`SeqBlockAlloc::next_block`] of the same.
+pub(crate) fn live_next_block(
+    live: &BTreeMap<usize, u32>,
+    units: usize,
+    from: usize,
+) -> Result<Option<(usize, u32)>, Error> {
+    if from >= units {
+        return Ok(None);
+    }
+    Ok(live_block_of(live, units, from)?.or_else(|| {
+        live.range(from..)
+            .next()
+            .map(|(&start, &order)| (start, order))
+    }))
 }
 
 #[cfg(test)]

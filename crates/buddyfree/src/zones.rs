@@ -314,6 +314,20 @@ impl<A: BlockAlloc, const N: usize> BlockAlloc for Zones<A, N> {
         })
     }
 
+    /// Zone after zone from `from`'s, passing the gaps between them.
+    fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
+        for zone in &self.zones {
+            if zone.first + zone.alloc.total_units() <= from {
+                continue;
+            }
+            let inner = from.saturating_sub(zone.first);
+            if let Some((start, order)) = zone.alloc.next_block(inner)? {
+                return Ok(Some((zone.first + start, order)));
+            }
+        }
+        Ok(None)
+    }
+
     fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
         self.routed(index, |zone, inner| {
             zone.alloc

@@ -1,7 +1,8 @@
 //! Magazines built in front of an allocator that is already in use adopt its blocks: a
 //! differential run against the model that goes on across the moment the magazines are put
 //! in front (blocks allocated before are freed, double freed and freed with a wrong order
-//! through them), for every allocator in the registry behind.
+//! through them), for every allocator in the registry behind; and `next_block`, the query
+//! the adoption walks with, against the model.
 
 mod common;
 
@@ -52,6 +53,36 @@ proptest! {
         after in common::ops(100, 5, 120),
     ) {
         adopt_everywhere(&before, &after);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// After random operations, `next_block` from every unit answers as the model, for each
+    /// registry allocator and for magazines in front of it (whose parked blocks are free),
+    /// over a few units and over several LLFree huge frames with a ragged end.
+    #[test]
+    fn next_block_finds_the_models_blocks(
+        before in common::ops(2348, 10, 200),
+        after in common::ops(2348, 10, 100),
+    ) {
+        for entry in registry::entries() {
+            for (units, max_order) in [(37, 5), (2348, 10)] {
+                let max_order = max_order.min(entry.max_order);
+                let config = Config::new(units, max_order).with_cores(3);
+                let Ok(inner) = (entry.build)(config) else {
+                    continue;
+                };
+                let mut run = ModelRun::new(config);
+                run.run(&*inner, &common::clamp(&before, max_order));
+                run.check_next_block(&*inner, entry.name);
+                if let Ok(fast) = Magazine::new(inner, 3) {
+                    run.run(&fast, &common::clamp(&after, max_order));
+                    run.check_next_block(&fast, entry.name);
+                }
+            }
+        }
     }
 }
 

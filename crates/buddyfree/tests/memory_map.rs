@@ -13,14 +13,26 @@ use proptest::prelude::*;
 
 /// The registry entries that can take a block at a given position.
 fn positional(config: Config) -> Vec<(&'static str, DynAlloc)> {
-    registry::entries()
+    let found: Vec<_> = registry::entries()
         .iter()
         .filter(|e| e.max_order >= config.max_order)
         .filter_map(|e| {
             let alloc = (e.build)(config).ok()?;
-            (alloc.block_of(0) != Err(Error::Unsupported)).then_some((e.name, alloc))
+            match alloc.alloc_at(0, 0, 0) {
+                Err(Error::Unsupported) => None,
+                taken => {
+                    taken.unwrap();
+                    alloc.free(0, 0, 0).unwrap();
+                    Some((e.name, alloc))
+                }
+            }
         })
-        .collect()
+        .collect();
+    let names: Vec<_> = found.iter().map(|&(name, _)| name).collect();
+    for name in ["nbbs4", "llfree", "knuth-locked", "llfree-magazine"] {
+        assert!(names.contains(&name), "{name} lacks alloc_at: {names:?}");
+    }
+    found
 }
 
 /// Free ranges from cut points: sorted, disjoint, possibly empty, ragged.

@@ -77,6 +77,29 @@ fn zones_route_by_index_and_fall_back_in_the_order_asked() {
     assert!(Zones::new([Zone::new(104, build("nbbs", 64, 3))]).is_ok());
 }
 
+/// `next_block` goes zone after zone and passes the gaps between them. (The locked
+/// buddies walk unit by unit: every 97th unit for them.)
+#[test]
+fn zones_find_their_next_block_across_gaps() {
+    for name in NAMES {
+        let z = zones(name);
+        let mut live: Vec<(usize, u32)> = [(0, 3), (2, 0), (1, 5), (2, 6), (0, 0)]
+            .into_iter()
+            .map(|(zone, order)| (z.alloc_from(&[zone], order, 0).unwrap(), order))
+            .collect();
+        live.sort_unstable();
+        let step = if name.ends_with("-locked") { 97 } else { 1 };
+        for from in (0..z.total_units() + 2).step_by(step) {
+            let expected = live.iter().find(|&&(s, o)| s + (1 << o) > from).copied();
+            assert_eq!(
+                z.next_block(from),
+                Ok(expected),
+                "{name}: next_block({from})"
+            );
+        }
+    }
+}
+
 /// The shared stress over zones: units in the gaps are claimed in the ownership map, so a
 /// block handed out across a zone's end or in a gap fails the claim.
 #[test]

@@ -527,6 +527,19 @@ impl<B: Backend> Cached<B> {
             other => other,
         })
     }
+
+    /// The backend's next block that is not parked in a cache.
+    pub(crate) fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
+        let mut at = from;
+        loop {
+            match self.backend.shared().next_block(at)? {
+                Some((start, order)) if self.states.get(start) == State::Cached(order) => {
+                    at = start + (1 << order);
+                }
+                other => return Ok(other),
+            }
+        }
+    }
 }
 
 /// `core`'s cache held by one caller from [`Cached::pin`] until dropped: its operations on
@@ -654,6 +667,9 @@ macro_rules! block_alloc_via_cached {
         }
         fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, $crate::Error> {
             self.$field.block_of(index)
+        }
+        fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, $crate::Error> {
+            self.$field.next_block(from)
         }
         fn with_core(&self, core: usize, f: &mut dyn FnMut(&mut dyn $crate::HeldCore)) {
             f(&mut self.$field.pin(core));

@@ -64,28 +64,26 @@ impl BlockStates {
 
     /// Records the blocks `alloc` has out whose order is `cached` as live, so that their
     /// frees are decided here as those of blocks handed out through the caches: one
-    /// [`BlockAlloc::block_of`] per block and per free unit, in address order, up to the last
-    /// allocated unit. Only while no one else can reach `alloc` (its answers must hold).
+    /// [`BlockAlloc::next_block`] per block, in address order, until every allocated unit
+    /// is accounted for. Only while no one else can reach `alloc` (its answers must hold).
     pub(crate) fn adopt(
         &self,
         alloc: &(impl BlockAlloc + ?Sized),
         cached: impl Fn(u32) -> bool,
     ) -> Result<(), Error> {
-        let total = alloc.total_units();
-        let mut out = total.saturating_sub(alloc.free_units());
+        let mut out = alloc.total_units().saturating_sub(alloc.free_units());
         let mut at = 0;
-        while out > 0 && at < total {
-            let Some((start, order)) = alloc.block_of(at)? else {
-                at += 1;
-                continue;
+        while out > 0 {
+            let Some((start, order)) = alloc.next_block(at)? else {
+                break;
             };
-            if start == at && cached(order) {
+            if start >= at && cached(order) {
                 self.set(start, State::Live(order));
             }
-            // A block always starts where the walk is; `max` only keeps a wrong answer from
+            // A block never starts before the walk; `max` only keeps a wrong answer from
             // stalling it.
             let end = (start + (1 << order)).max(at + 1);
-            out = out.saturating_sub(end - at);
+            out = out.saturating_sub(end - start.max(at));
             at = end;
         }
         Ok(())

@@ -12,9 +12,9 @@ use crate::{BlockAlloc, Error, HeldCore};
 /// host's address space.
 ///
 /// Frees need not repeat the size: [`free_at`](DeviceHeap::free_at) asks the allocator for
-/// the order of the block that starts there ([`BlockAlloc::order_at`]), which `nbbs`,
-/// `nbbs4`, `llfree`, `knuth` and `estranged` record (their node states, two-bit slots or
-/// tags), at no extra memory.
+/// the order of the block that starts there ([`BlockAlloc::order_at`]), which every
+/// allocator of the registry records (NBBS node states, LLFree's two-bit slots, the
+/// buddies' tags, the first-fit list's map of live blocks), at no extra memory.
 ///
 /// ```
 /// use buddyfree::heap::DeviceHeap;

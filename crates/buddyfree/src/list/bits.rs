@@ -26,6 +26,19 @@ impl AllocBits {
         self.0[i / 64].fetch_and(!mask, Ordering::AcqRel) & mask != 0
     }
 
+    /// The first set bit at or after `from`, below `end` (a snapshot): one read per word.
+    pub(super) fn next_set(&self, from: usize, end: usize) -> Option<usize> {
+        let mut i = from;
+        while i < end {
+            let word = self.0[i / 64].load(Ordering::Acquire) >> (i % 64);
+            if word != 0 {
+                return Some(i + word.trailing_zeros() as usize).filter(|&set| set < end);
+            }
+            i += 64 - i % 64;
+        }
+        None
+    }
+
     /// The number of set bits (a sum of per-word snapshots, exact when nothing races).
     pub(super) fn count(&self) -> usize {
         self.0

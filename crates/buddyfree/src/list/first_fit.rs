@@ -127,6 +127,14 @@ impl SeqBlockAlloc for FirstFit {
     fn max_order(&self) -> u32 {
         self.max_order
     }
+
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        crate::model::live_block_of(&self.live, self.total_units, index)
+    }
+
+    fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
+        crate::model::live_next_block(&self.live, self.total_units, from)
+    }
 }
 
 #[cfg(all(test, not(loom)))]

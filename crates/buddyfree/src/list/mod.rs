@@ -184,4 +184,22 @@ impl<S: FreeStack> BlockAlloc for ListAlloc<S> {
     fn max_order(&self) -> u32 {
         0
     }
+
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        if index >= self.units {
+            return Err(Error::OutOfRange);
+        }
+        Ok(self
+            .allocated
+            .next_set(index, index + 1)
+            .map(|unit| (unit, 0)))
+    }
+
+    /// One read of the allocated bits per 64 units.
+    fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
+        Ok(self
+            .allocated
+            .next_set(from, self.units)
+            .map(|unit| (unit, 0)))
+    }
 }

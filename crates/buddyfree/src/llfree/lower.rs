@@ -492,6 +492,35 @@ impl<W: WriteBack> Lower<W> {
         }
     }
 
+    /// The live block that contains unit `from` or, where it is free, the first after it,
+    /// among the units below `end`. Passes a free huge frame in one read of its child
+    /// entry and a free stretch of a bit-field word in one read of the word.
+    pub(crate) fn next_block(&self, from: usize, end: usize) -> Option<(usize, u32)> {
+        let mut at = from;
+        while at < end {
+            let h = HugeId(at / HUGE_UNITS);
+            let child = self.child(h);
+            if child.huge() {
+                return self.block_of(at);
+            }
+            if child.free() == HUGE_UNITS {
+                at = h.first_unit() + HUGE_UNITS;
+                continue;
+            }
+            // The slots from `at`'s on; every slot of a live block is non-zero.
+            let p = at % SLOTS;
+            let taken = self.bit_of(at).0.get() >> (2 * p);
+            if taken == FREE_SLOT {
+                at += SLOTS - p;
+                continue;
+            }
+            let first = at + (taken.trailing_zeros() / 2) as usize;
+            // Past `end` only the padding of the last frame is taken.
+            return (first < end).then(|| self.block_of(first)).flatten();
+        }
+        None
+    }
+
     /// Frees the block of `order` at `index` (already checked for range and alignment).
     pub(crate) fn free(&self, index: usize, order: u32) -> Result<(), Error> {
         let h = HugeId(index / HUGE_UNITS);

@@ -832,6 +832,10 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
         }
         Ok(self.lower.block_of(index))
     }
+
+    fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
+        Ok(self.lower.next_block(from, self.units))
+    }
 }
 
 #[cfg(all(test, not(loom)))]

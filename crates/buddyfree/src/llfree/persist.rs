@@ -581,4 +581,8 @@ impl BlockAlloc for PersistentLLFree {
     fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
         self.alloc.block_of(index)
     }
+
+    fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
+        self.alloc.next_block(from)
+    }
 }

@@ -102,6 +102,11 @@ impl<A: SeqBlockAlloc, R: RawMutex + Sync + Send> BlockAlloc for Locked<A, R> {
         self.inner.lock().block_of(index)
     }
 
+    /// The whole walk under one lock.
+    fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
+        self.inner.lock().next_block(from)
+    }
+
     /// The whole range under one lock: no other operation sees it half done.
     fn free_range(&self, start: usize, len: usize, _core: usize) -> Result<(), Error> {
         crate::range::free_range(

@@ -285,6 +285,13 @@ impl<R: RawMutex + Send + Sync> BlockAlloc for PerLevel<R> {
     fn max_order(&self) -> u32 {
         self.max_order
     }
+
+    /// From the tags: a caller's block is tagged `Used(k)` from the end of its allocation
+    /// to the start of its free, so the answer for it is exact; a block a racing operation
+    /// has in transit between two levels reads as free.
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        crate::buddy::block_of(&self.tags, index, self.max_order, self.total_units)
+    }
 }
 
 /// A wait timer: the monotonic clock with `std`, nothing without.

@@ -187,6 +187,13 @@ impl Shape {
         w & (self.below[j as usize] | self.above[j as usize]) == 0
     }
 
+    /// Whether nothing in node `j`'s sub-tree is taken: neither `j` nor a node below it in
+    /// the cell, nor anything in the child cells below it (their links). Its ancestors may
+    /// be.
+    pub fn is_subtree_free(&self, w: State, j: u32) -> bool {
+        w & self.below[j as usize] == 0
+    }
+
     /// Alg. 3, T2: holds node `j` (occupied, not yet allocated: [`Shape::complete`] ends its
     /// allocation) if it and everything below it is clear and no in-cell ancestor is
     /// occupied. Otherwise the node that made it fail: the highest occupied ancestor, or `j`.

@@ -858,6 +858,32 @@ impl<K: Kind> BlockAlloc for Forest<K> {
             .map(|order| (index & !((1 << order) - 1), order))
             .find(|&(start, order)| self.is_allocated(start, order)))
     }
+
+    /// A descent from the root over `from` towards it, which passes a free sub-tree in one
+    /// read of its cell and, after one, goes on from the largest node that starts where it
+    /// ends (the nodes above that one were passed on the way down, partly taken).
+    fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
+        let mut at = from;
+        let mut order = self.max_order;
+        while at < self.units {
+            let start = at & !((1 << order) - 1);
+            let node = self.place(Node {
+                order,
+                pos: start >> order,
+            });
+            let w = self.cell(node.level, node.cell).load(Ordering::Acquire);
+            if Self::S.is_allocated(w, node.j) {
+                return Ok(Some((start, order)));
+            }
+            if order == 0 || Self::S.is_subtree_free(w, node.j) {
+                at = start + (1 << order);
+                order = self.max_order.min(at.trailing_zeros());
+            } else {
+                order -= 1;
+            }
+        }
+        Ok(None)
+    }
 }
 
 #[cfg(all(test, not(loom)))]

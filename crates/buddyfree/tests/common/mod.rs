@@ -174,6 +174,30 @@ impl ModelRun {
         }
     }
 
+    /// `alloc.next_block` from every unit (and past the last) gives the model's answer: the
+    /// live block that holds the unit, or else the first one after it. Nothing to check
+    /// where `alloc` cannot name its blocks.
+    pub fn check_next_block(&self, alloc: &dyn BlockAlloc, name: &str) {
+        if alloc.block_of(0) == Err(Error::Unsupported) {
+            assert_eq!(alloc.next_block(0), Err(Error::Unsupported), "{name}");
+            return;
+        }
+        let live: Vec<(usize, u32)> = self.model.live().collect();
+        let mut ahead = live.iter().copied().peekable();
+        for from in 0..alloc.total_units() + 2 {
+            while ahead
+                .next_if(|&(start, order)| start + (1 << order) <= from)
+                .is_some()
+            {}
+            let expected = ahead.peek().copied();
+            assert_eq!(
+                alloc.next_block(from),
+                Ok(expected),
+                "{name}: next_block({from})"
+            );
+        }
+    }
+
     /// Frees every live block through `alloc` and checks that it is whole again.
     pub fn finish(mut self, alloc: &dyn BlockAlloc) {
         let live: Vec<(usize, u32)> = self.model.live().collect();
@@ -689,6 +713,9 @@ macro_rules! pass_on {
         }
         fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
             self.0.block_of(index)
+        }
+        fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
+            self.0.next_block(from)
         }
     };
 }
