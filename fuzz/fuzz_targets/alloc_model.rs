@@ -3,7 +3,8 @@
 //! (`BlockAlloc::with_core`: the magazines' and `linux`'s pinned path), with every free a
 //! `try_free` (where the allocator has it), and with magazines put in front halfway (they
 //! adopt the blocks out), each checked step by step against the reference model by the
-//! test battery's own checker (`crates/buddyfree/tests/common`).
+//! test battery's own checker (`crates/buddyfree/tests/common`); where the magazines go in,
+//! `next_block` from every unit is checked against the model too, before and after.
 //!
 //! Input: one byte picks the configuration, then 4 bytes per operation.
 
@@ -72,9 +73,11 @@ fuzz_target!(|data: &[u8]| {
         let inner = build();
         let mut run = ModelRun::new(config);
         run.run(&*inner, before);
+        run.check_next_block(&*inner, entry.name);
         if inner.block_of(0) != Err(buddyfree::Error::Unsupported) {
             let fast = Magazine::new(inner, 3).expect("magazines adopt what can be named");
             run.run(&fast, after);
+            run.check_next_block(&fast, entry.name);
             run.finish(&fast);
         }
     }

@@ -389,20 +389,16 @@ fn a_core_hint_names_the_core_of_every_call() {
         .unwrap()
         .with_core_hint(|| 5);
     let l = layout(64, 64);
-    std::thread::scope(|s| {
-        for _ in 0..2 {
-            s.spawn(|| {
-                let p = h.alloc(l).unwrap();
-                h.free(p.as_ptr(), l).unwrap();
-                let p = h.try_alloc(l).unwrap();
-                h.try_free(p.as_ptr(), l).unwrap();
-                let mut out = [0; 4];
-                let n = h.alloc_bulk(0, &mut out).unwrap();
-                h.free_bulk(&out[..n], 0).unwrap();
-                // SAFETY: a non-zero-sized layout, freed with the same layout.
-                unsafe { GlobalAlloc::dealloc(&h, GlobalAlloc::alloc(&h, l), l) };
-            });
-        }
+    common::run_threads(2, |_| {
+        let p = h.alloc(l).unwrap();
+        h.free(p.as_ptr(), l).unwrap();
+        let p = h.try_alloc(l).unwrap();
+        h.try_free(p.as_ptr(), l).unwrap();
+        let mut out = [0; 4];
+        let n = h.alloc_bulk(0, &mut out).unwrap();
+        h.free_bulk(&out[..n], 0).unwrap();
+        // SAFETY: a non-zero-sized layout, freed with the same layout.
+        unsafe { GlobalAlloc::dealloc(&h, GlobalAlloc::alloc(&h, l), l) };
     });
     assert_eq!(h.allocator().1.load(Ordering::Relaxed), 1 << 5);
     assert_eq!(h.bad_frees(), 0);
