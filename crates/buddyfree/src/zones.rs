@@ -88,8 +88,8 @@ impl<A: BlockAlloc, const N: usize> Zones<A, N> {
     /// `first` a multiple of its zone's largest block, `2^max_order` units, so that the
     /// zone's blocks are naturally aligned in the whole space too ([`ConfigRule::ZoneLayout`]
     /// otherwise, or for no zone at all). A zone whose memory starts elsewhere starts at the
-    /// aligned unit below and reserves the units before its memory
-    /// ([`BlockAlloc::reserve_range`]).
+    /// aligned unit below, where no other zone reaches, and reserves the units before its
+    /// memory ([`BlockAlloc::reserve_range`]); else it starts at the aligned unit above.
     pub fn new(zones: [Zone<A>; N]) -> Result<Self, Error> {
         let ascending = zones.windows(2).all(|w| {
             w[0].first
