@@ -536,8 +536,9 @@ pub unsafe extern "C" fn buddyfree_alloc(
 
 /// Like `buddyfree_alloc`, but never waits (for interrupt or signal context): where the
 /// allocator would wait for a lock or another thread, returns `BUDDYFREE_STATUS_WOULD_BLOCK`;
-/// allocators without that guarantee return `BUDDYFREE_STATUS_UNSUPPORTED`. It does not
-/// drain per-core caches (see `buddyfree_drain`).
+/// allocators without that guarantee return `BUDDYFREE_STATUS_UNSUPPORTED`. Of the blocks
+/// parked in per-core caches it gives back only those of caches whose locks are free at
+/// once (see `buddyfree_drain`).
 ///
 /// # Safety
 /// `bf` must be null or a live instance; `out` must be null or writable.
@@ -812,9 +813,10 @@ pub unsafe extern "C" fn buddyfree_try_free_order(
 
 /// Gives every block parked in per-core caches (the `*-magazine` allocators, `linux`) back
 /// to the allocator, so that they can merge into larger blocks again. An allocation that
-/// finds no block drains by itself, but `buddyfree_try_alloc_order` never does (a drain may
-/// wait): drain before a burst of those that needs large blocks, or when a core goes
-/// offline. Allocators without caches do nothing.
+/// finds no block drains by itself; `buddyfree_try_alloc_order` and `buddyfree_try_alloc`
+/// give back only the blocks of the caches whose locks are free at once (a drain may wait):
+/// drain before a burst of those that needs large blocks, or when a core goes offline.
+/// Allocators without caches do nothing.
 ///
 /// # Safety
 /// `bf` must be null or a live instance.

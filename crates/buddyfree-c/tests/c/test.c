@@ -357,45 +357,95 @@ static void check_threads(Buddyfree *bf) {
     CHECK(free_units(bf) == before);
 }
 
-/* Blocks parked in per-core caches count as free, but only a drain lets them merge:
- * buddyfree_try_alloc_order never drains (it would wait), buddyfree_drain does. Every unit
- * is allocated as order 0 and freed on this thread's core, the last ones freed spread over
- * every block of MAX_ORDER, so that the caching allocators keep a unit of each parked. */
-static void check_drain(Buddyfree *bf, const char *name) {
-    CHECK_STATUS(buddyfree_drain(NULL), BUDDYFREE_STATUS_NULL_ARGUMENT);
-    size_t n = free_units(bf);
-    CHECK(n == UNITS);
-    static void *blocks[UNITS];
-    for (size_t i = 0; i < n; i++) {
+/* What hold_and_park does with core 0 held, and the other thread's answer meanwhile. */
+struct park_run {
+    Buddyfree *bf;
+    pthread_barrier_t barrier;
+    int park;                /* free every unit through the held core first */
+    BuddyfreeStatus answer;  /* the other thread's buddyfree_try_alloc_order(MAX_ORDER) */
+    size_t index;
+};
+
+static void *try_alloc_while_held(void *arg) {
+    struct park_run *r = arg;
+    void *p = NULL;
+    pthread_barrier_wait(&r->barrier); /* core 0 held (and its units parked) */
+    r->answer = buddyfree_try_alloc_order(r->bf, MAX_ORDER, &r->index, &p);
+    pthread_barrier_wait(&r->barrier); /* answered */
+    return NULL;
+}
+
+/* Inside buddyfree_with_core(bf, 0, ...): if asked, frees every unit through the held core,
+ * the last ones a unit in every 8 spread over every block of MAX_ORDER, so that the caching
+ * allocators keep a unit of each parked in core 0's cache; then lets the other thread ask. */
+static void hold_and_park(BuddyfreeCore *core, void *arg) {
+    struct park_run *r = arg;
+    enum { SPREAD = 8, BIG = 1 << MAX_ORDER };
+    if (r->park) {
+        for (size_t i = 0; i < UNITS; i++)
+            if (i % SPREAD != 0)
+                CHECK_STATUS(buddyfree_core_free_order(core, i, 0), BUDDYFREE_STATUS_OK);
+        for (size_t j = 0; j < BIG; j += SPREAD)
+            for (size_t big = 0; big < UNITS; big += BIG)
+                CHECK_STATUS(buddyfree_core_free_order(core, big + j, 0), BUDDYFREE_STATUS_OK);
+    }
+    pthread_barrier_wait(&r->barrier);
+    pthread_barrier_wait(&r->barrier);
+}
+
+/* Another thread's buddyfree_try_alloc_order(MAX_ORDER) while this one holds core 0 (having
+ * parked every unit there first if `park`); a block it got is freed again. */
+static BuddyfreeStatus try_alloc_beside_held_core(Buddyfree *bf, int park) {
+    struct park_run r = {.bf = bf, .park = park};
+    CHECK(pthread_barrier_init(&r.barrier, NULL, 2) == 0);
+    pthread_t other;
+    CHECK(pthread_create(&other, NULL, try_alloc_while_held, &r) == 0);
+    CHECK_STATUS(buddyfree_with_core(bf, 0, hold_and_park, &r), BUDDYFREE_STATUS_OK);
+    CHECK(pthread_join(other, NULL) == 0);
+    CHECK(pthread_barrier_destroy(&r.barrier) == 0);
+    if (r.answer == BUDDYFREE_STATUS_OK)
+        CHECK_STATUS(buddyfree_free_order(bf, r.index, MAX_ORDER), BUDDYFREE_STATUS_OK);
+    return r.answer;
+}
+
+static void allocate_every_unit(Buddyfree *bf) {
+    static unsigned char taken[UNITS];
+    memset(taken, 0, sizeof taken);
+    for (size_t i = 0; i < UNITS; i++) {
         size_t index = 0;
         void *p = NULL;
         CHECK_STATUS(buddyfree_alloc_order(bf, 0, &index, &p), BUDDYFREE_STATUS_OK);
-        CHECK(index < UNITS && blocks[index] == NULL);
-        blocks[index] = p;
+        CHECK(index < UNITS && !taken[index]);
+        taken[index] = 1;
     }
-    enum { SPREAD = 8, BIG = 1 << MAX_ORDER };
-    for (size_t i = 0; i < n; i++)
-        if (i % SPREAD != 0)
-            CHECK_STATUS(buddyfree_free_order(bf, i, 0), BUDDYFREE_STATUS_OK);
-    for (size_t j = 0; j < BIG; j += SPREAD)
-        for (size_t big = 0; big < n; big += BIG)
-            CHECK_STATUS(buddyfree_free_order(bf, big + j, 0), BUDDYFREE_STATUS_OK);
-    memset(blocks, 0, sizeof blocks);
-    CHECK(free_units(bf) == n);
+}
+
+/* Blocks parked in per-core caches count as free, but only going back to the allocator lets
+ * them merge. buddyfree_try_alloc_order gives back what the caches it can take at once
+ * park, never waiting: with core 0 held (by this thread) and holding the parked units, the
+ * other thread's answer is WOULD_BLOCK; unheld, this thread's is OK. After buddyfree_drain,
+ * the other thread gets its block even with core 0 held. */
+static void check_drain(Buddyfree *bf, const char *name) {
+    CHECK_STATUS(buddyfree_drain(NULL), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK(free_units(bf) == UNITS);
     int caches = strstr(name, "magazine") != NULL || strcmp(name, "linux") == 0;
+    allocate_every_unit(bf);
+    BuddyfreeStatus st = try_alloc_beside_held_core(bf, 1);
+    CHECK(caches ? st == BUDDYFREE_STATUS_WOULD_BLOCK
+                 : st == BUDDYFREE_STATUS_OK || st == BUDDYFREE_STATUS_UNSUPPORTED);
+    CHECK(free_units(bf) == UNITS);
     size_t index = 0;
     void *p = NULL;
-    BuddyfreeStatus st = buddyfree_try_alloc_order(bf, MAX_ORDER, &index, &p);
-    if (caches)
-        CHECK_STATUS(st, BUDDYFREE_STATUS_WOULD_BLOCK);
-    else if (st == BUDDYFREE_STATUS_OK)
-        CHECK_STATUS(buddyfree_free_order(bf, index, MAX_ORDER), BUDDYFREE_STATUS_OK);
-    CHECK_STATUS(buddyfree_drain(bf), BUDDYFREE_STATUS_OK);
     st = buddyfree_try_alloc_order(bf, MAX_ORDER, &index, &p);
     CHECK(st == BUDDYFREE_STATUS_OK || (!caches && st == BUDDYFREE_STATUS_UNSUPPORTED));
     if (st == BUDDYFREE_STATUS_OK)
         CHECK_STATUS(buddyfree_free_order(bf, index, MAX_ORDER), BUDDYFREE_STATUS_OK);
-    CHECK(free_units(bf) == n);
+    allocate_every_unit(bf);
+    try_alloc_beside_held_core(bf, 1);
+    CHECK_STATUS(buddyfree_drain(bf), BUDDYFREE_STATUS_OK);
+    st = try_alloc_beside_held_core(bf, 0);
+    CHECK(st == BUDDYFREE_STATUS_OK || (!caches && st == BUDDYFREE_STATUS_UNSUPPORTED));
+    CHECK(free_units(bf) == UNITS);
 }
 
 /* buddyfree_try_free_order and buddyfree_try_free: the answers of buddyfree_free_order and

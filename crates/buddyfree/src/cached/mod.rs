@@ -288,6 +288,30 @@ impl<B: Backend> Cached<B> {
         any
     }
 
+    /// Gives the blocks of every cache whose lock is free at once back to the backend, each
+    /// through its `try_free`: nothing here waits. A block the backend would wait for stays
+    /// parked, with the rest of its list. Whether any block went back.
+    fn try_drain_caches(&self, core: usize) -> bool {
+        let mut any = false;
+        for cache in self.caches.iter() {
+            let Some(mut cache) = cache.try_lock() else {
+                continue;
+            };
+            for (slot, &order) in self.policy.orders.iter().enumerate() {
+                while let Some(index) = cache.pop(slot) {
+                    self.states.set(index, State::Free);
+                    if self.backend.shared().try_free(index, order, core).is_err() {
+                        self.states.set(index, State::Cached(order));
+                        cache.push(slot, index);
+                        break;
+                    }
+                    any = true;
+                }
+            }
+        }
+        any
+    }
+
     /// See [`BlockAlloc::alloc`].
     pub(crate) fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
         if order > self.max_order() {
@@ -458,10 +482,11 @@ impl<B: Backend> Cached<B> {
     }
 
     /// See [`BlockAlloc::try_alloc`]: `core`'s cache if its lock is free at once, else the
-    /// backend's `try_alloc`. Where the backend has nothing, giving back cached blocks could
-    /// wait (for a cache's lock or a locked backend), so the answer is [`Error::WouldBlock`]
-    /// while any cache holds a block or is busy, and [`Error::OutOfMemory`] only when every
-    /// cache was seen empty.
+    /// backend's `try_alloc`. Where the backend has nothing, the caches whose locks are free
+    /// at once give their blocks back through the backend's `try_free` (so that they merge)
+    /// and the backend is asked again; what a held cache parks, or a backend that would wait
+    /// takes back, stays parked. So the answer is [`Error::WouldBlock`] while any cache holds
+    /// a block or is busy, and [`Error::OutOfMemory`] only when every cache was seen empty.
     pub(crate) fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
         if order > self.max_order() {
             return Err(Error::BadOrder);
@@ -472,7 +497,11 @@ impl<B: Backend> Cached<B> {
                 return Ok(index);
             }
         }
-        let index = match self.backend.shared().try_alloc(order, core) {
+        let mut found = self.backend.shared().try_alloc(order, core);
+        if found == Err(Error::OutOfMemory) && self.try_drain_caches(core) {
+            found = self.backend.shared().try_alloc(order, core);
+        }
+        let index = match found {
             Err(Error::OutOfMemory) => {
                 let holding = self
                     .caches
@@ -736,5 +765,40 @@ mod tests {
         bad_frees_across_cached_and_uncached_orders(&linux, 0, 5);
         bad_frees_across_cached_and_uncached_orders(&linux, 9, 5);
         bad_frees_across_cached_and_uncached_orders(&linux, 9, 8);
+    }
+
+    /// Every unit of `alloc` (256 units) taken as order 0 on core 0 and freed
+    /// there, the last ones a unit in every 8, so that core 0 parks a unit of every block of
+    /// order 6: the backend has none. `try_alloc` of order 6 then gives the parked units
+    /// back without waiting and gets one, unless core 0's cache is held (`WouldBlock`,
+    /// nothing changed).
+    fn try_alloc_gives_back_what_free_caches_park(alloc: &dyn BlockAlloc) {
+        let all: Vec<usize> = (0..256).map(|_| alloc.alloc(0, 0).unwrap()).collect();
+        let (spread, rest): (Vec<usize>, Vec<usize>) = all.iter().partition(|&&u| u % 8 == 0);
+        for unit in rest.into_iter().chain(spread) {
+            alloc.free(unit, 0, 0).unwrap();
+        }
+        let mut held = Ok(0);
+        alloc.with_core(0, &mut |_| held = alloc.try_alloc(6, 1));
+        assert_eq!(held, Err(Error::WouldBlock));
+        assert_eq!(alloc.free_units(), 256);
+        let block = alloc.try_alloc(6, 1).unwrap();
+        alloc.free(block, 6, 1).unwrap();
+        alloc.drain();
+        assert_eq!(alloc.alloc(8, 0), Ok(0));
+    }
+
+    #[test]
+    fn try_alloc_gives_back_the_blocks_of_caches_it_can_take() {
+        let config = Config::new(256, 8).with_cores(2);
+        try_alloc_gives_back_what_free_caches_park(
+            &Magazine::with_config(config, LLFree::new).unwrap(),
+        );
+        try_alloc_gives_back_what_free_caches_park(
+            &Magazine::with_config(config, crate::Nbbs4::new).unwrap(),
+        );
+        try_alloc_gives_back_what_free_caches_park(
+            &PerCpu::<Model>::with_config(config, Model::new).unwrap(),
+        );
     }
 }

@@ -256,8 +256,9 @@ impl<A: BlockAlloc> Heap<A> {
 
     /// [`Heap::alloc`] that never waits, for interrupt context: [`Error::WouldBlock`] where
     /// the allocator would wait for a lock or another core, [`Error::Unsupported`] where it
-    /// cannot promise not to ([`BlockAlloc::try_alloc`]; over a magazine it does not drain,
-    /// so it may find no block where [`Heap::alloc`] would).
+    /// cannot promise not to ([`BlockAlloc::try_alloc`]; over a magazine it gives back only
+    /// what the caches whose locks are free at once park, so it may find no block where
+    /// [`Heap::alloc`], which drains, would).
     pub fn try_alloc(&self, layout: Layout) -> Result<NonNull<u8>, HeapError> {
         self.try_alloc_index(self.order_of(layout)?)
             .map(|(_, ptr)| ptr)
