@@ -54,8 +54,10 @@
 //!   calling core, but it is a lock: a thread preempted while holding it delays that core's
 //!   other threads and every drain (waiters spin briefly, then yield the processor in `std`
 //!   builds; in `no_std` they spin, as a kernel's per-CPU lists expect preemption to be off),
-//!   and [`BlockAlloc::try_alloc`] answers [`Error::WouldBlock`] rather than wait for it (or
-//!   when the backend is out of blocks while magazines hold some). A free can wait for it
+//!   and [`BlockAlloc::try_alloc`] answers [`Error::WouldBlock`] rather than wait for it.
+//!   Where the backend is out of blocks, `try_alloc` first gives back the blocks of every
+//!   magazine whose lock is free at once, and answers `WouldBlock` only if the backend still
+//!   has none while a magazine (a held one) keeps some. A free can wait for it
 //!   too, and an interrupt handler that frees on the core whose magazine the interrupted
 //!   code holds would wait forever: free there with [`BlockAlloc::try_free`], which parks
 //!   the block only if the lock is free at once (and the list has room without a spill)
