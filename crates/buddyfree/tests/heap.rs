@@ -365,15 +365,7 @@ impl BlockAlloc for SeenCores {
     fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
         self.0.free_bulk(blocks, order, self.saw(core))
     }
-    fn free_units(&self) -> usize {
-        self.0.free_units()
-    }
-    fn total_units(&self) -> usize {
-        self.0.total_units()
-    }
-    fn max_order(&self) -> u32 {
-        self.0.max_order()
-    }
+    common::pass_on!(sizes);
 }
 
 /// A heap given a core source passes its answer as every call's `core`, through every

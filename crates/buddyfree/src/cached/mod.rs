@@ -300,8 +300,8 @@ impl<B: Backend> Cached<B> {
             for (slot, &order) in self.policy.orders.iter().enumerate() {
                 while let Some(index) = cache.pop(slot) {
                     self.states.set(index, State::Free);
-                    if self.backend.shared().try_free(index, order, core).is_err() {
-                        self.states.set(index, State::Cached(order));
+                    let back = State::Cached(order);
+                    if self.try_give_back(index, order, core, back).is_err() {
                         cache.push(slot, index);
                         break;
                     }
@@ -389,18 +389,28 @@ impl<B: Backend> Cached<B> {
             }
         }
         self.release(index, order, State::Free)?;
-        // The block is ours alone until the backend has it back: no racing free passes the
-        // table, and the backend holds it as allocated.
+        self.try_give_back(index, order, core, State::Live(order))
+            .map_err(|e| match e {
+                Error::Unsupported => Error::WouldBlock,
+                e => e,
+            })
+    }
+
+    /// Gives the block `(index, order)`, already `Free` in the table, to the backend with
+    /// its `try_free`; where that refuses, the block's state goes back to `back` and it stays
+    /// the caller's. The block is the caller's alone until the backend has it: no racing free
+    /// passes the table, and the backend holds it as allocated.
+    fn try_give_back(
+        &self,
+        index: usize,
+        order: u32,
+        core: usize,
+        back: State,
+    ) -> Result<(), Error> {
         self.backend
             .shared()
             .try_free(index, order, core)
-            .map_err(|e| {
-                self.states.set(index, State::Live(order));
-                match e {
-                    Error::Unsupported => Error::WouldBlock,
-                    e => e,
-                }
-            })
+            .inspect_err(|_| self.states.set(index, back))
     }
 
     /// The backend's answer `freed` to a free of the checked block `(index, order)` of an

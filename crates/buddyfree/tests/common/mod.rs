@@ -690,9 +690,10 @@ pub fn double_free_race_of(alloc: &dyn BlockAlloc, threads: usize, live: &[usize
     assert_whole(alloc);
 }
 
-/// The methods a test wrapper `Self(A)` passes on to its allocator unchanged.
+/// The methods a test wrapper `Self(A)` passes on to its allocator unchanged: all but
+/// `alloc`, `free` and the bulk operations, or with `sizes` only the three it must have.
 macro_rules! pass_on {
-    () => {
+    (sizes) => {
         fn free_units(&self) -> usize {
             self.0.free_units()
         }
@@ -702,6 +703,9 @@ macro_rules! pass_on {
         fn max_order(&self) -> u32 {
             self.0.max_order()
         }
+    };
+    () => {
+        pass_on!(sizes);
         fn drain(&self) {
             self.0.drain();
         }
@@ -719,6 +723,8 @@ macro_rules! pass_on {
         }
     };
 }
+#[allow(unused_imports)]
+pub(crate) use pass_on;
 
 /// An allocator whose allocations and frees each go through a core held for the one call
 /// ([`BlockAlloc::with_core`]: a magazine's or `PerCpu`'s pin), everything else through the
