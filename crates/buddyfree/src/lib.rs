@@ -28,7 +28,7 @@
 //! | [`LLFree`](llfree::LLFree) | 66 KiB | 68 KiB | 128 | 2 bits per unit |
 //! | [`Knuth`](buddy::Knuth) | 4352 KiB | 4352 KiB | 8 | links (16 bytes) and a tag per unit |
 //! | [`Estranged`](buddy::Estranged) | 4352 KiB | 4352 KiB | 8 | as Knuth's |
-//! | [`Magazine`](magazine::Magazine), in front of any of these | 261 KiB | 340 KiB | 128 | a byte per unit and 5.3 KiB per core |
+//! | [`Magazine`](magazine::Magazine), in front of any of these | 261 KiB | 342 KiB | 128 | a byte per unit and 5.4 KiB per core |
 //!
 //! The sequential buddies take no per-core state; wrap them in [`Locked`] (no heap either).
 //! Per-core magazines take theirs the same way (`Magazine::in_metadata(inner, cores, meta)`),

@@ -1,5 +1,5 @@
 //! A per-core fast path for the scalable allocators: small per-core magazines of recently
-//! freed blocks of orders 0–7 in front of any [`BlockAlloc`], the per-thread cache of the
+//! freed blocks of orders 0–9 in front of any [`BlockAlloc`], the per-thread cache of the
 //! NBBS paper (Marotta et al., §3.6.1).
 //!
 //! ```text
@@ -7,8 +7,8 @@
 //!  └── Cached<A>                       the crate's one per-core cache (shared with PerCpu)
 //!      ├── backend: A                   Nbbs4, LLFree, Nbbs, ... (lock-free)
 //!      ├── caches:  [CachePadded<Mutex<YieldMutex, CoreCache>>; cores]
-//!      │              per order 0..=7: recently freed blocks (allocated in A), in a
-//!      │              fixed array of 644 blocks per core
+//!      │              per order 0..=9: recently freed blocks (allocated in A), in a
+//!      │              fixed array of 662 blocks per core
 //!      └── states:  [u8; units]         Free | Live(order) | Cached(order) per block start
 //! ```
 //!
@@ -17,22 +17,25 @@
 //! per-core lock, a list push or pop and one byte of `states`, instead of the backend's
 //! tree or bit-field walk and its shared cache lines. An empty magazine is refilled with a
 //! batch from the backend's [`BlockAlloc::alloc_bulk`] (order 0: 32 units; orders 1–6: 256
-//! units; order 7: one block); one holding more than 128 units of order 0 or 512 of a
-//! larger order gives its oldest batch back through [`BlockAlloc::free_bulk`].
+//! units; orders 7–9: one block, by a plain `alloc`); one holding more than 128 units of
+//! order 0, 512 of orders 1–7 or 8 blocks of orders 8–9 gives its oldest batch back through
+//! [`BlockAlloc::free_bulk`] (orders 7–9: its newest block, by a plain `free`).
 //! With LLFree behind it, a batch comes from one huge frame with one update of each counter
 //! for all its blocks, orders 0–5 claimed and given back with one compare-and-swap per
 //! bit-field word instead of one per block, orders 6–7 a group of 2 or 4 words per block;
 //! with NBBS-4, in groups of up to 4 blocks of order 0 (8 of order 3, with `max_order` 10)
 //! under one node of a cell, one tree walk per group (the module docs of
-//! [`nbbs`](crate::nbbs)). Orders 0–7 cover the sizes of the NBBS paper's workloads at 4 KiB
-//! and 32 KiB (k to 16k); larger orders go straight to the backend.
+//! [`nbbs`](crate::nbbs)). Orders 0–9 cover the sizes of the NBBS paper's workloads (k to
+//! 16k with k = 4 KiB, 32 KiB and 256 KiB, but 4 MiB) and the huge frames; order 10 goes
+//! straight to the backend.
 //!
 //! # What it trades
 //!
 //! - **Parked blocks are free but reachable only by their core.** Until a spill or
-//!   [`BlockAlloc::drain`], up to 128 units of order 0 and 512 of each of orders 1–7 per
-//!   core, 3 712 units in all (14.5 MiB of 4 KiB units), sit in a core's magazine: other
-//!   cores cannot take them and they cannot merge into larger blocks. Order 0, the one that
+//!   [`BlockAlloc::drain`], up to 128 units of order 0, 512 of each of orders 1–7 and 8
+//!   blocks of each of orders 8 and 9 per core, 9 856 units in all (38.5 MiB of 4 KiB
+//!   units, 24 MiB of it huge frames), sit in a core's magazine: other cores cannot take
+//!   them and they cannot merge into larger blocks. Order 0, the one that
 //!   fragments huge frames, keeps the small figures: over LLFree, `buddybench`'s `frag`
 //!   ends with as many free huge frames, and a compaction cost within 1% at one thread (15
 //!   seeds) and 1–2% lower at two (45 seeds; over NBBS no worse; docs/results.md). An
@@ -41,14 +44,14 @@
 //!   concurrent frees in flight). [`BlockAlloc::free_units`] counts parked blocks as free, as
 //!   [`PerCpu`](crate::locked::PerCpu) does.
 //! - **Metadata**: one byte per unit for `states` (256 KiB per GiB of 4 KiB units) on top
-//!   of the backend's, plus 5.3 KiB per core for the lists, which have a fixed room (their
+//!   of the backend's, plus 5.4 KiB per core for the lists, which have a fixed room (their
 //!   watermark and one more block per order), so a magazine never allocates: on the heap
 //!   ([`Magazine::new`]) or in caller memory ([`Magazine::in_metadata`], for a kernel at
 //!   boot, with no heap at all). The backend sees
 //!   parked blocks as allocated, so it cannot tell a double free of a parked block from a
 //!   good free; `states` can, and one CAS there decides racing frees: a double free of a
 //!   parked block is [`Error::NotAllocated`], a wrong order [`Error::OrderMismatch`], and an
-//!   erroring free changes nothing. Blocks of orders 8 and up are never parked: `states`
+//!   erroring free changes nothing. Blocks of orders 10 and up are never parked: `states`
 //!   does not record them and the backend answers their frees, at the backend's own cost.
 //! - **Blocking**: a magazine's lock is per core and uncontended when `core` names the
 //!   calling core, but it is a lock: a thread preempted while holding it delays that core's
@@ -70,14 +73,18 @@
 //!   and each operation pays its lock and state-table byte on top of the backend's, about
 //!   1.4x the plain design's time in `buddybench`'s linux-scalability and thread-test
 //!   (docs/results.md). LLFree takes orders 0–8 in bulk, and its bursts run as fast through
-//!   a magazine as without. Skipping the lock when a list looks empty or full won such
-//!   bursts back only in part and cost the common pair 1–1.5 ns, so it was not kept.
+//!   a magazine as without up to 256 KiB; its bursts of huge frames (order 9, one block a
+//!   batch) pay the magazine as NBBS-4's do, 15 ns per free against 9 and 22 per
+//!   allocation against 16, for a pool of huge frames that is recycled at 12 ns per pair
+//!   instead of 20 (`buddybench`'s bulk and repeat at 2 MiB). Skipping the lock when a
+//!   list looks empty or full won such bursts back only in part and cost the common pair
+//!   1–1.5 ns, so it was not kept.
 //! - **Placement**: reused blocks come from the magazine, not from where the backend would
 //!   place them (LLFree's per-core trees, say); `docs/results.md` measures the effect on
 //!   fragmentation.
 //! - **Blocks allocated before the magazines** (the memory map's holes reserved at boot, a
 //!   persistent zone's blocks after recovery) are adopted when the magazines are built:
-//!   `states` records those of orders 0–7, so their frees are as exact as any. That walks
+//!   `states` records those of orders 0–9, so their frees are as exact as any. That walks
 //!   the allocator's live blocks with [`BlockAlloc::next_block`], which NBBS and LLFree
 //!   answer past free sub-trees, huge frames and bit-field words at a read each: on the
 //!   2-core dev machine, per GiB of 4 KiB units, 4–5 µs with a memory map's few holes out,
@@ -88,7 +95,7 @@
 //! - **Persistent zones** ([`PersistentLLFree`](crate::llfree::persist::PersistentLLFree)):
 //!   a parked block is allocated in the zone, so its free becomes durable only when the
 //!   magazine gives it back (a spill, [`BlockAlloc::drain`], [`Magazine::into_inner`]). After
-//!   a crash, the parked blocks (at most 3 712 units per core) come back allocated, listed
+//!   a crash, the parked blocks (at most 9 856 units per core) come back allocated, listed
 //!   by the zone's `blocks` with the rest. Drain before a point that must survive a crash,
 //!   and close a zone through `into_inner`.
 //!
@@ -103,7 +110,7 @@
 //! table's compare-and-swap. A caller that owns a core for a while (a kernel with
 //! preemption off, a worker thread with a core of its own) can [`Magazine::pin`] it: the
 //! handle holds the magazine's lock until it is dropped, and its allocations and frees of
-//! orders 0–7 take no lock, leaving the compare-and-swap that keeps double frees exact
+//! orders 0–9 take no lock, leaving the compare-and-swap that keeps double frees exact
 //! (a median of 6.1 ns per order-0 pair on the 2-core dev machine, against 12.8 through
 //! the trait in the same runs; docs/results.md). Behind a `dyn BlockAlloc` (the registry,
 //! the C ABI), [`BlockAlloc::with_core`] holds the magazine for the length of a closure
@@ -117,18 +124,23 @@ use crate::cached::{block_alloc_via_cached, plan, Cached, Direct, Parts, Pinned,
 use crate::table::{build_in, build_in_static, check_memory, Metadata};
 use crate::{BlockAlloc, Config, ConfigRule, Error, HeldCore};
 
-/// Orders 0–7. Order 0 is refilled and spilled 32 units at a time, spilling above 128 units;
+/// Orders 0–9. Order 0 is refilled and spilled 32 units at a time, spilling above 128 units;
 /// orders 1–6 move 256 units at a time and order 7 128 (one block), all spilling above 512,
 /// since a batch of a larger order holds fewer blocks to spread a backend call over (with
 /// 128 units, 32 KiB blocks, order 3, moved 16 a batch and their bursts ran 1.1x slower
 /// than with 32; order 6 moved 2, and LLFree's bursts of 256 KiB blocks ran 1.6x slower
 /// than with 4; order 7 gained nothing from 2). Order 0 stays small: it is what fragments
-/// huge frames (and 64 a batch gained nothing measurable).
-static MAGAZINE: Policy = Policy::new(&[0, 1, 2, 3, 4, 5, 6, 7], 256, 512)
+/// huge frames (and 64 a batch gained nothing measurable). Orders 8 and 9 (1 and 2 MiB
+/// blocks of 4 KiB units, the huge frames) move one block at a time and keep up to 8 blocks
+/// each: larson at 256 KiB (blocks of orders 6–9, six in seven of them 8 or 9) ran at 0.78x
+/// of `knuth-locked` with 2, 0.85–0.95x with 4 and 1.06–1.16x with 8.
+static MAGAZINE: Policy = Policy::new(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], 256, 512)
     .with_units(0, 32, 128)
-    .with_units(7, 128, 512);
+    .with_units(7, 128, 512)
+    .with_units(8, 256, 2048)
+    .with_units(9, 512, 4096);
 
-/// Per-core magazines of free blocks of orders 0–7 in front of the allocator `A`: see the
+/// Per-core magazines of free blocks of orders 0–9 in front of the allocator `A`: see the
 /// [module documentation](self) for what it trades.
 pub struct Magazine<A> {
     cached: Cached<Direct<A>>,
@@ -183,7 +195,7 @@ impl<A: BlockAlloc> Magazine<A> {
     /// The bytes and alignment of the magazines' own metadata for `config.cores` cores in
     /// front of an allocator of `config.units` units, for [`Magazine::in_metadata`] and
     /// [`Magazine::from_raw_metadata`]: the state table (a byte per unit) and a fixed-size
-    /// cache per core (5.3 KiB; lists that never grow, so a magazine never allocates). The
+    /// cache per core (5.4 KiB; lists that never grow, so a magazine never allocates). The
     /// allocator behind has its own (its `metadata_layout`). [`Error::InvalidConfig`] for a
     /// configuration that cannot be built.
     pub fn metadata_layout(config: Config) -> Result<Layout, Error> {
@@ -355,7 +367,7 @@ impl<A: BlockAlloc> Magazine<A> {
     }
 
     /// Holds `core`'s magazine until the handle is dropped (waiting for it if another
-    /// thread has it), so that the handle's allocations and frees of orders 0–7 take no
+    /// thread has it), so that the handle's allocations and frees of orders 0–9 take no
     /// lock: a pair costs the state table's one compare-and-swap (in the free) and a store,
     /// as a kernel's per-CPU lists do with preemption off. Allocations of other orders, and
     /// those the magazine cannot serve, go the shared way and let the magazine go meanwhile

@@ -127,14 +127,14 @@ const ENTRIES: &[Entry] = &[
     },
     Entry {
         name: "nbbs-magazine",
-        about: "nbbs behind per-core magazines of orders 0-7 (the NBBS paper's per-thread cache)",
+        about: "nbbs behind per-core magazines of orders 0-9 (the NBBS paper's per-thread cache)",
         max_order: ANY_ORDER,
         build: |c| Ok(Box::new(Magazine::with_config(c, Nbbs::new)?)),
         metadata: magazine_metadata!(Nbbs),
     },
     Entry {
         name: "nbbs4-magazine",
-        about: "nbbs4 behind per-core magazines of orders 0-7 (the NBBS paper's per-thread cache)",
+        about: "nbbs4 behind per-core magazines of orders 0-9 (the NBBS paper's per-thread cache)",
         max_order: ANY_ORDER,
         build: |c| Ok(Box::new(Magazine::with_config(c, Nbbs4::new)?)),
         metadata: magazine_metadata!(Nbbs4),
@@ -204,7 +204,7 @@ const ENTRIES: &[Entry] = &[
     },
     Entry {
         name: "llfree-magazine",
-        about: "llfree behind per-core magazines of orders 0-7 (the NBBS paper's per-thread cache)",
+        about: "llfree behind per-core magazines of orders 0-9 (the NBBS paper's per-thread cache)",
         max_order: 10,
         build: |c| Ok(Box::new(Magazine::with_config(c, LLFree::new)?)),
         metadata: magazine_metadata!(LLFree),

@@ -17,7 +17,7 @@ use common::{assert_whole, run_threads, stamp, Mailbox, Owners, PinEachCall, Rng
 use proptest::prelude::*;
 
 /// Small enough that the threads run out of units often (every out-of-memory answer drains
-/// every magazine, pinned ones included), with orders past the cached 0–7.
+/// every magazine, pinned ones included), with orders past the cached 0–9.
 const UNITS: usize = 1 << 12;
 const MAX_ORDER: u32 = 10;
 const THREADS: usize = 4;
@@ -28,7 +28,8 @@ fn magazines<A: BlockAlloc>(build: fn(Config) -> Result<A, Error>) -> Magazine<A
     Magazine::with_config(Config::new(UNITS, MAX_ORDER).with_cores(CORES), build).unwrap()
 }
 
-/// A random order, small ones more often, now and then one that is never parked.
+/// A random order, small ones more often, now and then a large one: 8 or 9 (parked one
+/// block at a time) or 10 (never parked).
 fn order(rng: &mut Rng) -> u32 {
     if rng.below(16) == 0 {
         8 + rng.below(3) as u32

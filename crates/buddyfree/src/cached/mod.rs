@@ -58,6 +58,9 @@ pub(crate) trait Backend {
         mut put: impl FnMut(usize),
     ) -> Result<usize, Error> {
         let alloc = self.shared();
+        if more == 0 {
+            return alloc.alloc(order, core);
+        }
         let mut got = [0; BULK];
         let n = alloc.alloc_bulk(order, core, &mut got[..(more + 1).min(BULK)])?;
         got[1..n].iter().for_each(|&index| put(index));
@@ -79,7 +82,11 @@ pub(crate) trait Backend {
     /// allocated, in bulk.
     fn give_back(&self, blocks: &[usize], order: u32, core: usize) {
         // `states` had each block as cached or live, so the backend has it allocated.
-        if let Err((k, e)) = self.shared().free_bulk(blocks, order, core) {
+        let freed = match blocks {
+            &[index] => self.shared().free(index, order, core).map_err(|e| (0, e)),
+            _ => self.shared().free_bulk(blocks, order, core),
+        };
+        if let Err((k, e)) = freed {
             panic!(
                 "the backend refused block {} the per-core caches owned: {e}",
                 blocks[k]
@@ -766,10 +773,11 @@ mod tests {
     #[test]
     fn bad_frees_across_cached_and_uncached_orders_get_exact_errors() {
         let config = Config::new(1 << 14, 10).with_cores(1);
-        // Magazines cache orders 0-7.
+        // Magazines cache orders 0-9.
         let magazine = Magazine::with_config(config, LLFree::new).unwrap();
-        bad_frees_across_cached_and_uncached_orders(&magazine, 0, 8);
-        bad_frees_across_cached_and_uncached_orders(&magazine, 7, 8);
+        bad_frees_across_cached_and_uncached_orders(&magazine, 0, 10);
+        bad_frees_across_cached_and_uncached_orders(&magazine, 7, 10);
+        bad_frees_across_cached_and_uncached_orders(&magazine, 9, 10);
         // `linux` caches orders 0-3 and 9.
         let linux = PerCpu::<Model>::with_config(config, Model::new).unwrap();
         bad_frees_across_cached_and_uncached_orders(&linux, 0, 5);
