@@ -182,6 +182,45 @@ fn zones_never_wait_for_a_held_zone() {
 
 /// A bulk allocation takes from the zones in order, as whole-space indices, and goes on in
 /// the next zone where one runs out.
+/// `free_bulk` over blocks of every zone, in runs longer than one zone call takes, frees
+/// them all; a block in a gap, a misaligned one or a double free stops it at that block
+/// with `free`'s answer, the blocks before it freed and those after it still allocated.
+#[test]
+fn zones_free_in_bulk_zone_by_zone_and_stop_at_a_bad_block() {
+    for name in NAMES {
+        let z = zones(name);
+        let free = z.free_units();
+        let take = |zone: usize, n: usize, order: u32| -> Vec<usize> {
+            (0..n)
+                .map(|_| z.alloc_from(&[zone], order, 0).unwrap())
+                .collect()
+        };
+        // Runs of 40, 3, 2 and 1 blocks, zone 0 twice.
+        let runs = [take(1, 40, 0), take(0, 3, 0), take(2, 2, 0), take(0, 1, 0)];
+        z.free_bulk(&runs.concat(), 0, 1).unwrap();
+        assert_eq!(z.free_units(), free, "{name}");
+
+        type Bad = fn(&[usize]) -> usize;
+        let cases: [(u32, Bad, Error); 3] = [
+            (0, |_| 1000, Error::OutOfRange),
+            (1, |a| a[0] + 1, Error::Misaligned),
+            (0, |a| a[0], Error::NotAllocated),
+        ];
+        for (order, bad, error) in cases {
+            let (a, b) = (take(0, 2, order), take(2, 2, order));
+            let bad = bad(&a);
+            let blocks = [b[0], a[0], a[1], bad, b[1]];
+            assert_eq!(z.free_bulk(&blocks, order, 0), Err((3, error)), "{name}");
+            assert_eq!(z.free(bad, order, 0), Err(error), "{name}: free's answer");
+            for freed in [b[0], a[1]] {
+                assert_eq!(z.free(freed, order, 0), Err(Error::NotAllocated), "{name}");
+            }
+            z.free(b[1], order, 0).unwrap();
+        }
+        assert_eq!(z.free_units(), free, "{name}");
+    }
+}
+
 #[test]
 fn zones_allocate_in_bulk_zone_after_zone() {
     for name in NAMES {
