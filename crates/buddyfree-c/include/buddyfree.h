@@ -430,10 +430,9 @@ BuddyfreeStatus buddyfree_device_drain(const struct BuddyfreeDevice *dev);
 // `dev` must be null or a live instance.
 BuddyfreeStatus buddyfree_device_free(const struct BuddyfreeDevice *dev, uint64_t addr);
 
-// Like `buddyfree_device_free`, but never waits (for interrupt or signal context), as
-// `buddyfree_try_free`: `BUDDYFREE_STATUS_WOULD_BLOCK`, changing nothing, where the
-// allocator would wait. It takes the block's `size` and `align`, as allocated: finding the
-// size of the block at an address may itself wait for a lock.
+// Like `buddyfree_device_free` with the block's `size` and `align` as allocated, but never
+// waits (for interrupt or signal context), as `buddyfree_try_free`:
+// `BUDDYFREE_STATUS_WOULD_BLOCK`, changing nothing, where the allocator would wait.
 //
 // # Safety
 // `dev` must be null or a live instance.
@@ -441,6 +440,15 @@ BuddyfreeStatus buddyfree_device_try_free(const struct BuddyfreeDevice *dev,
                                           uint64_t addr,
                                           size_t size,
                                           size_t align);
+
+// Like `buddyfree_device_free` (by address alone), but never waits: where finding the
+// block's size or freeing it would wait for a lock, returns `BUDDYFREE_STATUS_WOULD_BLOCK`
+// and changes nothing; allocators that cannot promise it return
+// `BUDDYFREE_STATUS_UNSUPPORTED`.
+//
+// # Safety
+// `dev` must be null or a live instance.
+BuddyfreeStatus buddyfree_device_try_free_at(const struct BuddyfreeDevice *dev, uint64_t addr);
 
 // `buddyfree_with_core` for a device instance: calls `f(held, arg)` once with core `core`
 // held for the caller; `buddyfree_device_core_alloc` and `buddyfree_device_core_free` on

@@ -200,10 +200,9 @@ pub unsafe extern "C" fn buddyfree_device_free(
     unsafe { status(result, ptr::null_mut()) }
 }
 
-/// Like `buddyfree_device_free`, but never waits (for interrupt or signal context), as
-/// `buddyfree_try_free`: `BUDDYFREE_STATUS_WOULD_BLOCK`, changing nothing, where the
-/// allocator would wait. It takes the block's `size` and `align`, as allocated: finding the
-/// size of the block at an address may itself wait for a lock.
+/// Like `buddyfree_device_free` with the block's `size` and `align` as allocated, but never
+/// waits (for interrupt or signal context), as `buddyfree_try_free`:
+/// `BUDDYFREE_STATUS_WOULD_BLOCK`, changing nothing, where the allocator would wait.
 ///
 /// # Safety
 /// `dev` must be null or a live instance.
@@ -217,6 +216,25 @@ pub unsafe extern "C" fn buddyfree_device_try_free(
     // SAFETY: the caller's contract on `dev`.
     let result = unsafe { device(dev) }
         .and_then(|d| Ok(d.try_free(addr, layout(size, align)?, buddyfree::core_hint())?));
+    // SAFETY: a null `out` is allowed.
+    unsafe { status(result, ptr::null_mut()) }
+}
+
+/// Like `buddyfree_device_free` (by address alone), but never waits: where finding the
+/// block's size or freeing it would wait for a lock, returns `BUDDYFREE_STATUS_WOULD_BLOCK`
+/// and changes nothing; allocators that cannot promise it return
+/// `BUDDYFREE_STATUS_UNSUPPORTED`.
+///
+/// # Safety
+/// `dev` must be null or a live instance.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_device_try_free_at(
+    dev: *const BuddyfreeDevice,
+    addr: u64,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `dev`.
+    let result =
+        unsafe { device(dev) }.and_then(|d| Ok(d.try_free_at(addr, buddyfree::core_hint())?));
     // SAFETY: a null `out` is allowed.
     unsafe { status(result, ptr::null_mut()) }
 }

@@ -211,6 +211,16 @@ pub trait BlockAlloc: Sync {
         Err(Error::Unsupported)
     }
 
+    /// [`BlockAlloc::block_of`] that never waits, for interrupt context (a free by address
+    /// alone there): [`Error::WouldBlock`] where the answer needs a lock that is held.
+    /// The lock-free designs, the lists and the per-level buddy read their state as
+    /// `block_of` does; the locked allocators take their lock only if it is free at once;
+    /// the default is [`Error::Unsupported`].
+    fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        let _ = index;
+        Err(Error::Unsupported)
+    }
+
     /// The live block that contains unit `from` or, where `from` is free, the first live
     /// block after it, as `(first unit, order)`; `None` if every unit from `from` on is free
     /// (or `from` is past the last unit). A snapshot, as [`BlockAlloc::block_of`], and
@@ -226,13 +236,12 @@ pub trait BlockAlloc: Sync {
     /// (device memory, a C caller that kept only the offset): [`Error::NotAllocated`] when
     /// no block starts there.
     fn order_at(&self, index: usize) -> Result<u32, Error> {
-        if index >= self.total_units() {
-            return Err(Error::OutOfRange);
-        }
-        match self.block_of(index)? {
-            Some((start, order)) if start == index => Ok(order),
-            _ => Err(Error::NotAllocated),
-        }
+        order_starting_at(self.total_units(), index, |index| self.block_of(index))
+    }
+
+    /// [`BlockAlloc::order_at`] that never waits, through [`BlockAlloc::try_block_of`].
+    fn try_order_at(&self, index: usize) -> Result<u32, Error> {
+        order_starting_at(self.total_units(), index, |index| self.try_block_of(index))
     }
 
     /// Frees every unit of `start..start + len`, which must all be allocated (reserved at
@@ -352,6 +361,22 @@ fn next_by_units(
 }
 
 /// [`BlockAlloc::free_bulk`] by one [`BlockAlloc::free`] per block.
+/// The order of the block that `block_of` finds starting at `index` (of `units`):
+/// [`Error::NotAllocated`] when none starts there.
+fn order_starting_at(
+    units: usize,
+    index: usize,
+    block_of: impl FnOnce(usize) -> Result<Option<(usize, u32)>, Error>,
+) -> Result<u32, Error> {
+    if index >= units {
+        return Err(Error::OutOfRange);
+    }
+    match block_of(index)? {
+        Some((start, order)) if start == index => Ok(order),
+        _ => Err(Error::NotAllocated),
+    }
+}
+
 pub(crate) fn free_each<A: BlockAlloc + ?Sized>(
     a: &A,
     blocks: &[usize],
@@ -401,6 +426,9 @@ impl<A: BlockAlloc + ?Sized> BlockAlloc for alloc::boxed::Box<A> {
     }
     fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
         (**self).block_of(index)
+    }
+    fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        (**self).try_block_of(index)
     }
     fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
         (**self).next_block(from)

@@ -51,6 +51,14 @@ impl<A> Zone<A> {
     pub fn allocator(&self) -> &A {
         &self.alloc
     }
+
+    /// A block the zone's allocator named, placed in the whole index space.
+    fn placed(
+        &self,
+        block: Result<Option<(usize, u32)>, Error>,
+    ) -> Result<Option<(usize, u32)>, Error> {
+        block.map(|b| b.map(|(start, order)| (self.first + start, order)))
+    }
 }
 
 /// `N` zones on disjoint, ascending index ranges. Allocation takes a preference order
@@ -354,18 +362,20 @@ impl<A: BlockAlloc, const N: usize> BlockAlloc for Zones<A, N> {
                 continue;
             }
             let inner = from.saturating_sub(zone.first);
-            if let Some((start, order)) = zone.alloc.next_block(inner)? {
-                return Ok(Some((zone.first + start, order)));
+            if let Some(block) = zone.placed(zone.alloc.next_block(inner))? {
+                return Ok(Some(block));
             }
         }
         Ok(None)
     }
 
     fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        self.routed(index, |zone, inner| zone.placed(zone.alloc.block_of(inner)))?
+    }
+
+    fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
         self.routed(index, |zone, inner| {
-            zone.alloc
-                .block_of(inner)
-                .map(|b| b.map(|(start, order)| (zone.first + start, order)))
+            zone.placed(zone.alloc.try_block_of(inner))
         })?
     }
 }

@@ -59,7 +59,8 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(32))]
 
-    /// After random operations, `next_block` from every unit answers as the model, for each
+    /// After random operations, `next_block`, `block_of` and `try_block_of` from every unit
+    /// answer as the model, for each
     /// registry allocator and for magazines in front of it (whose parked blocks are free),
     /// over a few units and over several LLFree huge frames with a ragged end.
     #[test]
@@ -77,9 +78,11 @@ proptest! {
                 let mut run = ModelRun::new(config);
                 run.run(&*inner, &common::clamp(&before, max_order));
                 run.check_next_block(&*inner, entry.name);
+                run.check_block_of(&*inner, entry.name);
                 if let Ok(fast) = Magazine::new(inner, 3) {
                     run.run(&fast, &common::clamp(&after, max_order));
                     run.check_next_block(&fast, entry.name);
+                    run.check_block_of(&fast, entry.name);
                 }
             }
         }

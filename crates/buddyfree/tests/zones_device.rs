@@ -309,8 +309,9 @@ fn a_device_heap_hands_out_aligned_disjoint_addresses_and_frees_by_address() {
     assert!(DeviceHeap::new(u64::MAX - 4095, 4096, build("nbbs", 64, 3)).is_err());
 }
 
-/// A device heap's allocation and free that never wait: by layout, with the answers of
-/// `free` to bad frees, and `WouldBlock` (nothing changed) where the allocator's lock is held.
+/// A device heap's allocation and free that never wait: by layout and by address alone,
+/// with the answers of `free` to bad frees, and `WouldBlock` (nothing changed) where the
+/// allocator's lock is held.
 #[test]
 fn a_device_heap_allocates_and_frees_without_waiting() {
     let base = 0x40_0000_0000u64;
@@ -324,14 +325,22 @@ fn a_device_heap_allocates_and_frees_without_waiting() {
     assert_eq!(heap.try_free(a, page, 0), wrong);
     assert_eq!(heap.try_free(base - 4096, page, 0), Err(HeapError::Foreign));
     let would_block = HeapError::Block(Error::WouldBlock);
+    let b = heap.try_alloc(page, 0).unwrap();
     heap.allocator().with(|_| {
         assert_eq!(heap.try_alloc(page, 0), Err(would_block));
         assert_eq!(heap.try_free(a, run, 0), Err(would_block));
+        assert_eq!(heap.try_free_at(b, 0), Err(would_block));
     });
-    assert_eq!(heap.allocator().free_units(), 60);
+    assert_eq!(heap.allocator().free_units(), 59);
     heap.try_free(a, run, 0).unwrap();
     let gone = Err(HeapError::Block(Error::NotAllocated));
     assert_eq!(heap.try_free(a, run, 0), gone);
+    // By address alone: the block's order found without waiting.
+    assert_eq!(heap.try_free_at(base - 4096, 0), Err(HeapError::Foreign));
+    assert_eq!(heap.try_free_at(a, 0), gone);
+    heap.try_free_at(b, 0).unwrap();
+    assert_eq!(heap.try_free_at(b, 0), gone);
+    assert_eq!(heap.allocator().free_units(), 64);
 }
 
 /// A device heap's held core allocates and frees by address as the heap does, with the same

@@ -628,6 +628,18 @@ static void check_memory_map(const char *name) {
     } else {
         CHECK(a == 0);
     }
+    /* By address alone, never waiting: the block's size is found without a lock held. */
+    CHECK_STATUS(buddyfree_device_try_free_at(NULL, a), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(buddyfree_device_alloc(dev, 3 * UNIT, 0, &a), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_device_try_free_at(dev, 5), BUDDYFREE_STATUS_FOREIGN_POINTER);
+    CHECK_STATUS(buddyfree_device_try_free_at(dev, a + UNIT), BUDDYFREE_STATUS_NOT_ALLOCATED);
+    st = buddyfree_device_try_free_at(dev, a);
+    CHECK(st == BUDDYFREE_STATUS_OK || st == BUDDYFREE_STATUS_UNSUPPORTED);
+    if (st == BUDDYFREE_STATUS_OK) {
+        CHECK_STATUS(buddyfree_device_try_free_at(dev, a), BUDDYFREE_STATUS_NOT_ALLOCATED);
+    } else {
+        CHECK_STATUS(buddyfree_device_free(dev, a), BUDDYFREE_STATUS_OK);
+    }
     CHECK_STATUS(buddyfree_device_drain(NULL), BUDDYFREE_STATUS_NULL_ARGUMENT);
     CHECK_STATUS(buddyfree_device_drain(dev), BUDDYFREE_STATUS_OK);
     check_held_device(dev);

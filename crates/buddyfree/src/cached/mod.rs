@@ -568,10 +568,18 @@ impl<B: Backend> Cached<B> {
     /// See [`BlockAlloc::block_of`]: the backend's answer, except that a cached block is
     /// free.
     pub(crate) fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
-        Ok(match self.backend.shared().block_of(index)? {
-            Some((start, order)) if self.states.get(start) == State::Cached(order) => None,
-            other => other,
-        })
+        self.unparked(self.backend.shared().block_of(index)?)
+    }
+
+    /// See [`BlockAlloc::try_block_of`]: the backend's, as `block_of` (the state table
+    /// never waits).
+    pub(crate) fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        self.unparked(self.backend.shared().try_block_of(index)?)
+    }
+
+    /// The backend's `block`, or `None` where it is parked in a cache.
+    fn unparked(&self, block: Option<(usize, u32)>) -> Result<Option<(usize, u32)>, Error> {
+        Ok(block.filter(|&(start, order)| self.states.get(start) != State::Cached(order)))
     }
 
     /// The backend's next block that is not parked in a cache.
@@ -713,6 +721,9 @@ macro_rules! block_alloc_via_cached {
         }
         fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, $crate::Error> {
             self.$field.block_of(index)
+        }
+        fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, $crate::Error> {
+            self.$field.try_block_of(index)
         }
         fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, $crate::Error> {
             self.$field.next_block(from)

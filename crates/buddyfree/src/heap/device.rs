@@ -84,8 +84,7 @@ impl<A: BlockAlloc> DeviceHeap<A> {
     }
 
     /// [`DeviceHeap::free`] that never waits ([`BlockAlloc::try_free`]): [`Error::WouldBlock`],
-    /// changing nothing, where the allocator would wait. It needs the layout: finding the
-    /// order of the block at an address ([`DeviceHeap::free_at`]) may wait for a lock.
+    /// changing nothing, where the allocator would wait.
     pub fn try_free(&self, addr: u64, layout: Layout, core: usize) -> Result<(), HeapError> {
         let (index, order) = self.block_at(addr, Some(layout))?;
         Ok(self.alloc.try_free(index, order, core)?)
@@ -95,6 +94,29 @@ impl<A: BlockAlloc> DeviceHeap<A> {
     pub fn free_at(&self, addr: u64, core: usize) -> Result<(), HeapError> {
         let (index, order) = self.block_at(addr, None)?;
         Ok(self.alloc.free(index, order, core)?)
+    }
+
+    /// [`DeviceHeap::free_at`] that never waits: the block's order comes from
+    /// [`BlockAlloc::try_order_at`] and the free is [`BlockAlloc::try_free`], so where
+    /// either would wait for a lock the answer is [`Error::WouldBlock`], changing nothing
+    /// ([`Error::Unsupported`] from allocators that cannot promise it).
+    ///
+    /// ```
+    /// use buddyfree::heap::DeviceHeap;
+    /// use buddyfree::{registry, Config};
+    /// use core::alloc::Layout;
+    ///
+    /// let build = registry::find("llfree-magazine").unwrap().build;
+    /// let vram = DeviceHeap::new(1 << 40, 4096, build(Config::new(1 << 14, 10))?).unwrap();
+    /// let addr = vram.alloc(Layout::from_size_align(64 << 10, 4096).unwrap(), 0)?;
+    /// vram.try_free_at(addr, 0)?; // in an interrupt handler, say: 16 units, by address alone
+    /// assert!(vram.try_free_at(addr, 0).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_free_at(&self, addr: u64, core: usize) -> Result<(), HeapError> {
+        let index = self.index_of(addr)?;
+        let order = self.alloc.try_order_at(index)?;
+        Ok(self.alloc.try_free(index, order, core)?)
     }
 
     /// Calls `f` with `core` held ([`BlockAlloc::with_core`]: over a magazine, a pair

@@ -195,6 +195,11 @@ impl<S: FreeStack> BlockAlloc for ListAlloc<S> {
             .map(|unit| (unit, 0)))
     }
 
+    /// The same as `block_of`, which reads the allocated bits without waiting.
+    fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        self.block_of(index)
+    }
+
     /// One read of the allocated bits per 64 units.
     fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
         Ok(self

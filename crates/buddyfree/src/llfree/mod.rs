@@ -833,6 +833,11 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
         Ok(self.lower.block_of(index))
     }
 
+    /// The same as `block_of`, which reads the bit fields without waiting.
+    fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        self.block_of(index)
+    }
+
     fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
         Ok(self.lower.next_block(from, self.units))
     }

@@ -582,6 +582,10 @@ impl BlockAlloc for PersistentLLFree {
         self.alloc.block_of(index)
     }
 
+    fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        self.alloc.try_block_of(index)
+    }
+
     fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
         self.alloc.next_block(from)
     }

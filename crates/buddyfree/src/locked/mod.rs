@@ -102,6 +102,14 @@ impl<A: SeqBlockAlloc, R: RawMutex + Sync + Send> BlockAlloc for Locked<A, R> {
         self.inner.lock().block_of(index)
     }
 
+    /// `block_of` if the lock is free at once, else [`Error::WouldBlock`].
+    fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        self.inner
+            .try_lock()
+            .ok_or(Error::WouldBlock)?
+            .block_of(index)
+    }
+
     /// The whole walk under one lock.
     fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
         self.inner.lock().next_block(from)

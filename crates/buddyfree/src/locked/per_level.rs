@@ -292,6 +292,11 @@ impl<R: RawMutex + Send + Sync> BlockAlloc for PerLevel<R> {
     fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
         crate::buddy::block_of(&self.tags, index, self.max_order, self.total_units)
     }
+
+    /// The same as `block_of`, which reads the tags without taking a level's lock.
+    fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        self.block_of(index)
+    }
 }
 
 /// A wait timer: the monotonic clock with `std`, nothing without.

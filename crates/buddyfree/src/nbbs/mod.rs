@@ -194,6 +194,10 @@ macro_rules! nbbs_type {
             fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
                 self.0.block_of(index)
             }
+            /// The same as `block_of`, which reads the tree without waiting.
+            fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+                self.0.block_of(index)
+            }
             fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
                 self.0.next_block(from)
             }

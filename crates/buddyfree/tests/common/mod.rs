@@ -198,6 +198,29 @@ impl ModelRun {
         }
     }
 
+    /// `alloc.block_of` and `alloc.try_block_of` (with no lock held, where every allocator
+    /// that names its blocks answers it) of every unit give the model's live block that
+    /// holds the unit.
+    pub fn check_block_of(&self, alloc: &dyn BlockAlloc, name: &str) {
+        if alloc.block_of(0) == Err(Error::Unsupported) {
+            return;
+        }
+        let mut live = self.model.live().peekable();
+        for unit in 0..alloc.total_units() {
+            while live
+                .next_if(|&(start, order)| start + (1 << order) <= unit)
+                .is_some()
+            {}
+            let holder = live.peek().copied().filter(|&(start, _)| start <= unit);
+            assert_eq!(alloc.block_of(unit), Ok(holder), "{name}: block_of({unit})");
+            assert_eq!(
+                alloc.try_block_of(unit),
+                Ok(holder),
+                "{name}: try_block_of({unit})"
+            );
+        }
+    }
+
     /// Frees every live block through `alloc` and checks that it is whole again.
     pub fn finish(mut self, alloc: &dyn BlockAlloc) {
         let live: Vec<(usize, u32)> = self.model.live().collect();
