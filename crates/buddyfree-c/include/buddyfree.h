@@ -345,6 +345,15 @@ BuddyfreeStatus buddyfree_order_at(const struct Buddyfree *bf,
 // `bf` must be null or a live instance. `ptr` is never dereferenced.
 BuddyfreeStatus buddyfree_free_at(const struct Buddyfree *bf, void *ptr);
 
+// Like `buddyfree_free_at`, but never waits (for interrupt or signal context): where
+// finding the block's size or freeing it would wait for a lock, returns
+// `BUDDYFREE_STATUS_WOULD_BLOCK` and changes nothing; allocators that cannot promise it
+// return `BUDDYFREE_STATUS_UNSUPPORTED`.
+//
+// # Safety
+// `bf` must be null or a live instance. `ptr` is never dereferenced.
+BuddyfreeStatus buddyfree_try_free_at(const struct Buddyfree *bf, void *ptr);
+
 // Fills `*out` with the instance's counters.
 //
 // # Safety

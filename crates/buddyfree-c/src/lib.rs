@@ -909,11 +909,37 @@ pub unsafe extern "C" fn buddyfree_free_at(
     ptr: *mut c_void,
 ) -> BuddyfreeStatus {
     // SAFETY: the caller's contract on `bf`.
-    let result = unsafe { instance(bf) }.and_then(|bf| {
-        let index = bf.heap.index_of(ptr.cast())?;
-        let order = bf.heap.allocator().order_at(index)?;
-        Ok(bf.heap.free_index(index, order)?)
-    });
+    unsafe { free_at_ptr(bf, ptr, Heap::free_at) }
+}
+
+/// Like `buddyfree_free_at`, but never waits (for interrupt or signal context): where
+/// finding the block's size or freeing it would wait for a lock, returns
+/// `BUDDYFREE_STATUS_WOULD_BLOCK` and changes nothing; allocators that cannot promise it
+/// return `BUDDYFREE_STATUS_UNSUPPORTED`.
+///
+/// # Safety
+/// `bf` must be null or a live instance. `ptr` is never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_try_free_at(
+    bf: *const Buddyfree,
+    ptr: *mut c_void,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf`.
+    unsafe { free_at_ptr(bf, ptr, Heap::try_free_at) }
+}
+
+/// Frees the block at `ptr` of `bf`'s heap, whatever its size, with `free`: the body of both
+/// frees by address alone.
+///
+/// # Safety
+/// `bf` must be null or a live instance.
+unsafe fn free_at_ptr(
+    bf: *const Buddyfree,
+    ptr: *mut c_void,
+    free: impl FnOnce(&Heap<DynAlloc>, *mut u8) -> Result<(), HeapError>,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf`.
+    let result = unsafe { instance(bf) }.and_then(|bf| Ok(free(&bf.heap, ptr.cast())?));
     // SAFETY: a null `out` is allowed.
     unsafe { status(result, ptr::null_mut()) }
 }

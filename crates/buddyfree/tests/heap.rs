@@ -297,7 +297,8 @@ fn bad_frees_are_errors_and_change_nothing() {
     }
 }
 
-/// The allocation and free that never wait serve as `alloc` and `free` do where the
+/// The allocation and free that never wait (by layout, by index and by address alone) serve
+/// as `alloc` and `free` do where the
 /// allocator offers them, and answer `WouldBlock` (changing nothing) where it would wait:
 /// here, a locked allocator whose lock the calling code holds.
 #[test]
@@ -320,6 +321,13 @@ fn try_alloc_and_try_free_never_wait() {
         assert_eq!(h.try_free(p.as_ptr(), l), gone, "{name}");
         h.try_free_index(i, 0).unwrap();
         assert_eq!(h.try_free_index(i, 0), gone, "{name}");
+        // By address alone: the order found without waiting, as `free_at` finds it.
+        let p = h.try_alloc(l).unwrap();
+        let inside = p.as_ptr().wrapping_add(UNIT);
+        assert_eq!(h.try_free_at(inside), gone, "{name}");
+        h.try_free_at(p.as_ptr()).unwrap();
+        assert_eq!(h.try_free_at(p.as_ptr()), gone, "{name}");
+        assert_eq!(h.free_at(p.as_ptr()), gone, "{name}");
         h.allocator().drain();
         common::assert_whole(h.allocator());
     }
@@ -331,9 +339,11 @@ fn try_alloc_and_try_free_never_wait() {
     h.allocator().with(|_| {
         assert_eq!(h.try_alloc(l), Err(would_block));
         assert_eq!(h.try_free(p.as_ptr(), l), Err(would_block));
+        assert_eq!(h.try_free_at(p.as_ptr()), Err(would_block));
     });
     assert_eq!(h.allocator().free_units(), 252);
-    h.try_free(p.as_ptr(), l).unwrap();
+    h.try_free_at(p.as_ptr()).unwrap();
+    assert_eq!(h.allocator().free_units(), 256);
 }
 
 /// An allocator that records, as a bit mask, the `core` of every allocation and free.

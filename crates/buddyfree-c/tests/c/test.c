@@ -594,6 +594,17 @@ static void check_memory_map(const char *name) {
     CHECK_STATUS(buddyfree_order_at(bf, block + UNIT, &order), BUDDYFREE_STATUS_NOT_ALLOCATED);
     CHECK_STATUS(buddyfree_free_at(bf, block), BUDDYFREE_STATUS_OK);
     CHECK_STATUS(buddyfree_free_at(bf, block), BUDDYFREE_STATUS_NOT_ALLOCATED);
+    /* By address alone, never waiting. */
+    void *run = NULL;
+    CHECK_STATUS(buddyfree_try_free_at(NULL, block), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(buddyfree_alloc(bf, 3 * UNIT, 0, &run), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_try_free_at(bf, (unsigned char *)run + UNIT),
+                 BUDDYFREE_STATUS_NOT_ALLOCATED);
+    st = buddyfree_try_free_at(bf, run);
+    CHECK(st == BUDDYFREE_STATUS_OK || st == BUDDYFREE_STATUS_UNSUPPORTED);
+    CHECK_STATUS(buddyfree_free_at(bf, run), st == BUDDYFREE_STATUS_OK
+                                                 ? BUDDYFREE_STATUS_NOT_ALLOCATED
+                                                 : BUDDYFREE_STATUS_OK);
     size_t index = 0;
     void *p = NULL;
     st = buddyfree_try_alloc_order(bf, 2, &index, &p);

@@ -354,6 +354,34 @@ impl<A: BlockAlloc> Heap<A> {
         Ok(self.alloc.try_free(index, order, self.core())?)
     }
 
+    /// Frees the block that starts at `ptr`, whatever its size: the allocator knows its order
+    /// ([`BlockAlloc::order_at`]). A pointer not at the start of a live block is an error
+    /// and changes nothing, as for [`Heap::free`].
+    ///
+    /// ```
+    /// use buddyfree::heap::{Heap, Region};
+    /// use buddyfree::registry;
+    /// use core::alloc::Layout;
+    ///
+    /// let region = Region::from_box(vec![0u8; 1 << 20].into_boxed_slice());
+    /// let heap = Heap::build(region, 4096, 4, 2, registry::find("nbbs4").unwrap().build).unwrap();
+    /// let p = heap.alloc(Layout::from_size_align(20_000, 8).unwrap()).unwrap();
+    /// heap.free_at(p.as_ptr()).unwrap(); // 8 units, found without the layout
+    /// assert!(heap.free_at(p.as_ptr()).is_err());
+    /// ```
+    pub fn free_at(&self, ptr: *mut u8) -> Result<(), HeapError> {
+        let index = self.index_of(ptr)?;
+        self.free_index(index, self.alloc.order_at(index)?)
+    }
+
+    /// [`Heap::free_at`] that never waits, for interrupt context: the order comes from
+    /// [`BlockAlloc::try_order_at`] and the free is [`Heap::try_free_index`], so the answer
+    /// is [`Error::WouldBlock`] (nothing changed) where either would wait for a lock.
+    pub fn try_free_at(&self, ptr: *mut u8) -> Result<(), HeapError> {
+        let index = self.index_of(ptr)?;
+        self.try_free_index(index, self.alloc.try_order_at(index)?)
+    }
+
     /// Frees the block of `2^order` units at `ptr`.
     pub fn free_order(&self, ptr: *mut u8, order: u32) -> Result<(), HeapError> {
         self.free_index(self.index_of(ptr)?, order)
