@@ -18,7 +18,8 @@
 //! tree or bit-field walk and its shared cache lines. An empty magazine is refilled with a
 //! batch from the backend's [`BlockAlloc::alloc_bulk`] (order 0: 32 units; orders 1–6: 256
 //! units; orders 7–9: one block, by a plain `alloc`); one holding more than 128 units of
-//! order 0, 512 of orders 1–7 or 8 blocks of orders 8–9 gives its oldest batch back through
+//! order 0, 512 of orders 1–7 or 8 blocks of orders 8–9 (2 on a heap of fewer than 2^17
+//! units per core) gives its oldest batch back through
 //! [`BlockAlloc::free_bulk`] (orders 7–9: its newest block, by a plain `free`).
 //! With LLFree behind it, a batch comes from one huge frame with one update of each counter
 //! for all its blocks, orders 0–5 claimed and given back with one compare-and-swap per
@@ -35,7 +36,10 @@
 //!   [`BlockAlloc::drain`], up to 128 units of order 0, 512 of each of orders 1–7 and 8
 //!   blocks of each of orders 8 and 9 per core, 9 856 units in all (38.5 MiB of 4 KiB
 //!   units, 24 MiB of it huge frames), sit in a core's magazine: other cores cannot take
-//!   them and they cannot merge into larger blocks. Order 0, the one that
+//!   them and they cannot merge into larger blocks. On a heap of fewer than 2^17 units
+//!   (512 MiB of 4 KiB units) per core, orders 8 and 9 keep 2 blocks each (5 248 units in
+//!   all), so that the huge frames of a small machine are not held by its cores' lists.
+//!   Order 0, the one that
 //!   fragments huge frames, keeps the small figures: over LLFree, `buddybench`'s `frag`
 //!   ends with as many free huge frames, and a compaction cost within 1% at one thread (15
 //!   seeds) and 1–2% lower at two (45 seeds; over NBBS no worse; docs/results.md). An
@@ -133,12 +137,35 @@ use crate::{BlockAlloc, Config, ConfigRule, Error, HeldCore};
 /// huge frames (and 64 a batch gained nothing measurable). Orders 8 and 9 (1 and 2 MiB
 /// blocks of 4 KiB units, the huge frames) move one block at a time and keep up to 8 blocks
 /// each: larson at 256 KiB (blocks of orders 6–9, six in seven of them 8 or 9) ran at 0.78x
-/// of `knuth-locked` with 2, 0.85–0.95x with 4 and 1.06–1.16x with 8.
+/// of `knuth-locked` with 2, 0.85–0.95x with 4 and 1.06–1.16x with 8. On a heap of fewer than
+/// [`HUGE_LISTS_FULL_FROM`] units per core, [`MAGAZINE_SMALL_HEAP`] instead.
 static MAGAZINE: Policy = Policy::new(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], 256, 512)
     .with_units(0, 32, 128)
     .with_units(7, 128, 512)
     .with_units(8, 256, 2048)
     .with_units(9, 512, 4096);
+
+/// [`MAGAZINE`] with 2 blocks each of orders 8 and 9, for a small heap: its huge frames are
+/// few, and the full lists would keep a large share of them from the other cores.
+static MAGAZINE_SMALL_HEAP: Policy = Policy::new(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], 256, 512)
+    .with_units(0, 32, 128)
+    .with_units(7, 128, 512)
+    .with_units(8, 256, 512)
+    .with_units(9, 512, 1024);
+
+/// Units per core from which magazines keep 8 blocks each of orders 8 and 9 (6 144 units,
+/// under 5% of a core's share of such a heap): 512 MiB of 4 KiB units per core. Linux
+/// scales its per-CPU lists with the zone's size in the same spirit.
+const HUGE_LISTS_FULL_FROM: usize = 1 << 17;
+
+/// The policy for magazines on `cores` cores in front of an allocator of `units` units.
+fn policy(units: usize, cores: usize) -> &'static Policy {
+    if units / cores.max(1) >= HUGE_LISTS_FULL_FROM {
+        &MAGAZINE
+    } else {
+        &MAGAZINE_SMALL_HEAP
+    }
+}
 
 /// Per-core magazines of free blocks of orders 0–9 in front of the allocator `A`: see the
 /// [module documentation](self) for what it trades.
@@ -166,8 +193,9 @@ impl<A: BlockAlloc> Magazine<A> {
     /// ```
     #[cfg(feature = "alloc")]
     pub fn new(inner: A, cores: usize) -> Result<Self, Error> {
+        let policy = policy(inner.total_units(), cores);
         Ok(Magazine {
-            cached: Cached::new(Direct(inner), cores, &MAGAZINE)?,
+            cached: Cached::new(Direct(inner), cores, policy)?,
         })
     }
 
@@ -247,7 +275,9 @@ impl<A: BlockAlloc> Magazine<A> {
         meta: &'static mut [MaybeUninit<u8>],
     ) -> Result<Self, Error> {
         let plan = plan(inner.total_units(), cores);
-        build_in_static(plan, meta, |parts, meta| Self::build(inner, parts, meta))
+        build_in_static(plan, meta, |parts, meta| {
+            Self::build(inner, cores, parts, meta)
+        })
     }
 
     /// As [`Magazine::in_metadata`], with the magazines' metadata in the `len` bytes at
@@ -266,7 +296,7 @@ impl<A: BlockAlloc> Magazine<A> {
         // SAFETY: passed on to our caller.
         unsafe {
             build_in(plan, meta, len, |parts, meta| {
-                Self::build(inner, parts, meta)
+                Self::build(inner, cores, parts, meta)
             })
         }
     }
@@ -331,9 +361,10 @@ impl<A: BlockAlloc> Magazine<A> {
         }
     }
 
-    fn build(inner: A, parts: Parts, meta: &Metadata) -> Result<Self, Error> {
+    fn build(inner: A, cores: usize, parts: Parts, meta: &Metadata) -> Result<Self, Error> {
+        let policy = policy(inner.total_units(), cores);
         Ok(Magazine {
-            cached: Cached::build(Direct(inner), &MAGAZINE, parts, meta)?,
+            cached: Cached::build(Direct(inner), policy, parts, meta)?,
         })
     }
 
@@ -454,6 +485,46 @@ mod tests {
 
     fn nbbs4(units: usize, cores: usize) -> Magazine<Nbbs4> {
         Magazine::with_config(Config::new(units, 6).with_cores(cores), Nbbs4::new).unwrap()
+    }
+
+    /// Each core keeps 8 blocks of orders 8 and 9 on a heap of at least 2^17 units per core,
+    /// 2 below it, whether the magazines are built on the heap or in caller memory.
+    #[test]
+    fn huge_frame_lists_scale_with_the_heap_per_core() {
+        for (units, cores, kept) in [(1 << 18, 2, 8), (1 << 18, 3, 2), (1 << 14, 1, 2)] {
+            let config = Config::new(units, 9).with_cores(cores);
+            let on_heap = Magazine::with_config(config, LLFree::new).unwrap();
+            let layout = Magazine::<LLFree>::metadata_layout(config).unwrap();
+            let mut meta = alloc::vec![0u64; layout.size().div_ceil(8) + 16];
+            let aligned = meta.as_mut_ptr().cast::<u8>();
+            let aligned = aligned.wrapping_add(aligned.align_offset(layout.align()));
+            // SAFETY: `meta` outlives the magazines (dropped at the end of the iteration)
+            // and holds the layout from `aligned` on; nothing else uses it.
+            let in_caller = unsafe {
+                Magazine::from_raw_metadata(
+                    LLFree::new(config).unwrap(),
+                    cores,
+                    NonNull::new(aligned).unwrap(),
+                    layout.size(),
+                )
+            }
+            .unwrap();
+            for m in [&on_heap, &in_caller] {
+                for order in [8, 9] {
+                    let blocks: Vec<usize> = (0..12).map(|_| m.alloc(order, 0).unwrap()).collect();
+                    for b in blocks {
+                        m.free(b, order, 0).unwrap();
+                    }
+                    assert_eq!(
+                        m.cached.cached_units(0),
+                        kept << order,
+                        "{units} units on {cores} cores, order {order}"
+                    );
+                    m.drain();
+                }
+            }
+            drop(in_caller);
+        }
     }
 
     #[test]
