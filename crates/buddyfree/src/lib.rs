@@ -360,7 +360,6 @@ fn next_by_units(
     Ok(None)
 }
 
-/// [`BlockAlloc::free_bulk`] by one [`BlockAlloc::free`] per block.
 /// The order of the block that `block_of` finds starting at `index` (of `units`):
 /// [`Error::NotAllocated`] when none starts there.
 fn order_starting_at(
@@ -377,6 +376,7 @@ fn order_starting_at(
     }
 }
 
+/// [`BlockAlloc::free_bulk`] by one [`BlockAlloc::free`] per block.
 pub(crate) fn free_each<A: BlockAlloc + ?Sized>(
     a: &A,
     blocks: &[usize],

@@ -78,7 +78,7 @@
 //!   1.4x the plain design's time in `buddybench`'s linux-scalability and thread-test
 //!   (docs/results.md). LLFree takes orders 0–8 in bulk, and its bursts run as fast through
 //!   a magazine as without up to 256 KiB; its bursts of huge frames (order 9, one block a
-//!   batch) pay the magazine as NBBS-4's do, 15 ns per free against 9 and 22 per
+//!   batch) pay the magazine as NBBS-4's do, 16 ns per free against 9 and 23 per
 //!   allocation against 16, for a pool of huge frames that is recycled at 12 ns per pair
 //!   instead of 20 (`buddybench`'s bulk and repeat at 2 MiB). Skipping the lock when a
 //!   list looks empty or full won such bursts back only in part and cost the common pair
@@ -139,19 +139,20 @@ use crate::{BlockAlloc, Config, ConfigRule, Error, HeldCore};
 /// each: larson at 256 KiB (blocks of orders 6–9, six in seven of them 8 or 9) ran at 0.78x
 /// of `knuth-locked` with 2, 0.85–0.95x with 4 and 1.06–1.16x with 8. On a heap of fewer than
 /// [`HUGE_LISTS_FULL_FROM`] units per core, [`MAGAZINE_SMALL_HEAP`] instead.
-static MAGAZINE: Policy = Policy::new(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], 256, 512)
-    .with_units(0, 32, 128)
-    .with_units(7, 128, 512)
-    .with_units(8, 256, 2048)
-    .with_units(9, 512, 4096);
+static MAGAZINE: Policy = magazine_policy(8);
 
 /// [`MAGAZINE`] with 2 blocks each of orders 8 and 9, for a small heap: its huge frames are
 /// few, and the full lists would keep a large share of them from the other cores.
-static MAGAZINE_SMALL_HEAP: Policy = Policy::new(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], 256, 512)
-    .with_units(0, 32, 128)
-    .with_units(7, 128, 512)
-    .with_units(8, 256, 512)
-    .with_units(9, 512, 1024);
+static MAGAZINE_SMALL_HEAP: Policy = magazine_policy(2);
+
+/// The magazines' policy with lists of `huge` blocks for each of orders 8 and 9.
+const fn magazine_policy(huge: usize) -> Policy {
+    Policy::new(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], 256, 512)
+        .with_units(0, 32, 128)
+        .with_units(7, 128, 512)
+        .with_units(8, 256, huge << 8)
+        .with_units(9, 512, huge << 9)
+}
 
 /// Units per core from which magazines keep 8 blocks each of orders 8 and 9 (6 144 units,
 /// under 5% of a core's share of such a heap): 512 MiB of 4 KiB units per core. Linux

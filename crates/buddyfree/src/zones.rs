@@ -237,8 +237,15 @@ impl<A: BlockAlloc, const N: usize> Zones<A, N> {
         order: u32,
         f: impl FnOnce(&Zone<A>, usize) -> Result<(), Error>,
     ) -> Result<(), Error> {
+        let (z, inner) = self.locate(index, order)?;
+        f(&self.zones[z], inner)
+    }
+
+    /// The zone of the block of `order` at `index` and its index there, after the checks
+    /// every allocator makes of a block, in the whole space.
+    fn locate(&self, index: usize, order: u32) -> Result<(usize, usize), Error> {
         crate::check_block(index, order, self.max_order, self.total_units())?;
-        self.routed(index, f)?
+        self.zone_of(index)
     }
 
     /// Runs `f` on the zone of `index` with the index inside it.
@@ -308,16 +315,13 @@ impl<A: BlockAlloc, const N: usize> BlockAlloc for Zones<A, N> {
     fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
         let mut done = 0;
         while let Some(&first) = blocks.get(done) {
-            let (z, _) = crate::check_block(first, order, self.max_order, self.total_units())
-                .and_then(|()| self.zone_of(first))
-                .map_err(|e| (done, e))?;
+            let (z, _) = self.locate(first, order).map_err(|e| (done, e))?;
             let zone = &self.zones[z];
             let mut inner = [0; RUN];
             let mut n = 0;
             for &index in blocks[done..].iter().take(RUN) {
-                let good = crate::check_block(index, order, self.max_order, self.total_units());
-                match self.zone_of(index) {
-                    Ok((at, i)) if at == z && good.is_ok() => inner[n] = i,
+                match self.locate(index, order) {
+                    Ok((at, i)) if at == z => inner[n] = i,
                     _ => break,
                 }
                 n += 1;

@@ -555,12 +555,11 @@ impl<B: Backend> Cached<B> {
         self.policy.orders.iter().any(|&cached| {
             if cached >= order {
                 let start = index & !((1usize << cached) - 1);
-                start + (1 << cached) <= self.total_units()
-                    && self.states.get(start) == State::Cached(cached)
+                start + (1 << cached) <= self.total_units() && self.is_parked(start, cached)
             } else {
                 (index..index + (1 << order))
                     .step_by(1 << cached)
-                    .any(|start| self.states.get(start) == State::Cached(cached))
+                    .any(|start| self.is_parked(start, cached))
             }
         })
     }
@@ -579,7 +578,12 @@ impl<B: Backend> Cached<B> {
 
     /// The backend's `block`, or `None` where it is parked in a cache.
     fn unparked(&self, block: Option<(usize, u32)>) -> Result<Option<(usize, u32)>, Error> {
-        Ok(block.filter(|&(start, order)| self.states.get(start) != State::Cached(order)))
+        Ok(block.filter(|&(start, order)| !self.is_parked(start, order)))
+    }
+
+    /// Whether the block `(start, order)` sits in a cache.
+    fn is_parked(&self, start: usize, order: u32) -> bool {
+        self.states.get(start) == State::Cached(order)
     }
 
     /// The backend's next block that is not parked in a cache.
@@ -587,7 +591,7 @@ impl<B: Backend> Cached<B> {
         let mut at = from;
         loop {
             match self.backend.shared().next_block(at)? {
-                Some((start, order)) if self.states.get(start) == State::Cached(order) => {
+                Some((start, order)) if self.is_parked(start, order) => {
                     at = start + (1 << order);
                 }
                 other => return Ok(other),
