@@ -299,12 +299,22 @@ BuddyfreeStatus buddyfree_try_free_order(const struct Buddyfree *bf, size_t inde
 // to the allocator, so that they can merge into larger blocks again. An allocation that
 // finds no block drains by itself; `buddyfree_try_alloc_order` and `buddyfree_try_alloc`
 // give back only the blocks of the caches whose locks are free at once (a drain may wait):
-// drain before a burst of those that needs large blocks, or when a core goes offline.
-// Allocators without caches do nothing.
+// drain before a burst of those that needs large blocks (`buddyfree_drain_core` when one
+// core goes offline). Allocators without caches do nothing.
 //
 // # Safety
 // `bf` must be null or a live instance.
 BuddyfreeStatus buddyfree_drain(const struct Buddyfree *bf);
+
+// Gives back what core `core` alone holds (its per-core cache; with LLFree, its reserved
+// tree), and nothing of the other cores': for a core that goes offline. Waits, like
+// `buddyfree_drain`, if another thread holds that core (`buddyfree_with_core`). `core` is
+// reduced modulo the instance's cores, as in every call. Allocators whose caches are not
+// per core drain them all; allocators without caches do nothing.
+//
+// # Safety
+// `bf` must be null or a live instance.
+BuddyfreeStatus buddyfree_drain_core(const struct Buddyfree *bf, size_t core);
 
 // Allocates the block of `2^order` units at unit `index` if all its units are free
 // (`BUDDYFREE_STATUS_OCCUPIED` otherwise, changing nothing).
@@ -432,6 +442,12 @@ BuddyfreeStatus buddyfree_device_try_alloc(const struct BuddyfreeDevice *dev,
 // # Safety
 // `dev` must be null or a live instance.
 BuddyfreeStatus buddyfree_device_drain(const struct BuddyfreeDevice *dev);
+
+// `buddyfree_drain_core` for a device instance.
+//
+// # Safety
+// `dev` must be null or a live instance.
+BuddyfreeStatus buddyfree_device_drain_core(const struct BuddyfreeDevice *dev, size_t core);
 
 // Frees the block that starts at `addr`, whatever its size.
 //

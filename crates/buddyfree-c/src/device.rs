@@ -185,6 +185,21 @@ pub unsafe extern "C" fn buddyfree_device_drain(dev: *const BuddyfreeDevice) -> 
     unsafe { status(result, ptr::null_mut()) }
 }
 
+/// `buddyfree_drain_core` for a device instance.
+///
+/// # Safety
+/// `dev` must be null or a live instance.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_device_drain_core(
+    dev: *const BuddyfreeDevice,
+    core: usize,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `dev`.
+    let result = unsafe { device(dev) }.map(|d| d.allocator().drain_core(core));
+    // SAFETY: a null `out` is allowed.
+    unsafe { status(result, ptr::null_mut()) }
+}
+
 /// Frees the block that starts at `addr`, whatever its size.
 ///
 /// # Safety

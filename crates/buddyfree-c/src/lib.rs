@@ -815,8 +815,8 @@ pub unsafe extern "C" fn buddyfree_try_free_order(
 /// to the allocator, so that they can merge into larger blocks again. An allocation that
 /// finds no block drains by itself; `buddyfree_try_alloc_order` and `buddyfree_try_alloc`
 /// give back only the blocks of the caches whose locks are free at once (a drain may wait):
-/// drain before a burst of those that needs large blocks, or when a core goes offline.
-/// Allocators without caches do nothing.
+/// drain before a burst of those that needs large blocks (`buddyfree_drain_core` when one
+/// core goes offline). Allocators without caches do nothing.
 ///
 /// # Safety
 /// `bf` must be null or a live instance.
@@ -826,6 +826,28 @@ pub unsafe extern "C" fn buddyfree_drain(bf: *const Buddyfree) -> BuddyfreeStatu
     unsafe {
         on_blocks(bf, |a| {
             a.drain();
+            Ok(())
+        })
+    }
+}
+
+/// Gives back what core `core` alone holds (its per-core cache; with LLFree, its reserved
+/// tree), and nothing of the other cores': for a core that goes offline. Waits, like
+/// `buddyfree_drain`, if another thread holds that core (`buddyfree_with_core`). `core` is
+/// reduced modulo the instance's cores, as in every call. Allocators whose caches are not
+/// per core drain them all; allocators without caches do nothing.
+///
+/// # Safety
+/// `bf` must be null or a live instance.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_drain_core(
+    bf: *const Buddyfree,
+    core: usize,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf`.
+    unsafe {
+        on_blocks(bf, |a| {
+            a.drain_core(core);
             Ok(())
         })
     }

@@ -175,6 +175,16 @@ pub trait BlockAlloc: Sync {
     /// they can merge into larger blocks. Allocators without caches do nothing.
     fn drain(&self) {}
 
+    /// Returns what core `core` alone holds (its per-core cache, its reserved share of the
+    /// memory) to the shared pool, and nothing of the other cores': for a core that goes
+    /// offline, or one about to idle for long. Waits, like [`BlockAlloc::drain`], for that
+    /// core's cache if another thread holds it. Allocators whose caches are not per core
+    /// drain them all; allocators without caches do nothing.
+    fn drain_core(&self, core: usize) {
+        let _ = core;
+        self.drain();
+    }
+
     /// Allocates like [`BlockAlloc::alloc`] but never waits, for interrupt or atomic
     /// context: where `alloc` would wait for a lock or for another core's operation to
     /// finish, this answers [`Error::WouldBlock`]. Its worst case is a bounded number of steps
@@ -414,6 +424,9 @@ impl<A: BlockAlloc + ?Sized> BlockAlloc for alloc::boxed::Box<A> {
     }
     fn drain(&self) {
         (**self).drain()
+    }
+    fn drain_core(&self, core: usize) {
+        (**self).drain_core(core)
     }
     fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
         (**self).try_alloc(order, core)

@@ -46,7 +46,9 @@
 //!   allocation the backend refuses drains every magazine (and the backend's own per-core
 //!   state) and asks once more, so it fails only if no free aligned block exists (with no
 //!   concurrent frees in flight). [`BlockAlloc::free_units`] counts parked blocks as free, as
-//!   [`PerCpu`](crate::locked::PerCpu) does.
+//!   [`PerCpu`](crate::locked::PerCpu) does. [`BlockAlloc::drain_core`] gives back one
+//!   core's magazine (and, over LLFree, its reserved tree) and leaves the others': for a
+//!   core that goes offline, which would otherwise keep its blocks until a drain.
 //! - **Metadata**: one byte per unit for `states` (256 KiB per GiB of 4 KiB units) on top
 //!   of the backend's, plus 5.4 KiB per core for the lists, which have a fixed room (their
 //!   watermark and one more block per order), so a magazine never allocates: on the heap
@@ -526,6 +528,39 @@ mod tests {
             }
             drop(in_caller);
         }
+    }
+
+    /// A drained core's blocks go back; the other cores keep theirs and go on serving from
+    /// them, and a block allocated on the drained core is still freed exactly.
+    #[test]
+    fn draining_a_core_gives_back_its_blocks_alone() {
+        let alloc = nbbs4(1 << 12, 3);
+        let live = alloc.alloc(0, 0).unwrap();
+        for (core, order) in [(0, 0), (1, 2), (2, 3)] {
+            let b = alloc.alloc(order, core).unwrap();
+            alloc.free(b, order, core).unwrap();
+        }
+        let parked = |core| alloc.cached.cached_units(core);
+        let before = [parked(0), parked(1), parked(2)];
+        assert!(before.iter().all(|&p| p > 0), "{before:?}");
+        // A core hint beyond the cores names core 1, as in every other call.
+        alloc.drain_core(4);
+        assert_eq!([parked(0), parked(1), parked(2)], [before[0], 0, before[2]]);
+        let backend = (1 << 12) - 1 - before[0] - before[2];
+        assert_eq!(alloc.inner().free_units(), backend);
+        assert_eq!(alloc.free_units(), (1 << 12) - 1);
+        // Core 2 takes from its own magazine, not the backend.
+        let c = alloc.alloc(3, 2).unwrap();
+        assert_eq!(alloc.inner().free_units(), backend);
+        alloc.free(c, 3, 2).unwrap();
+        alloc.drain_core(0);
+        assert_eq!(parked(0), 0);
+        assert_eq!(alloc.free(live, 1, 0), Err(Error::OrderMismatch));
+        alloc.free(live, 0, 0).unwrap();
+        assert_eq!(alloc.free(live, 0, 0), Err(Error::NotAllocated));
+        alloc.drain_core(0);
+        alloc.drain_core(2);
+        assert_eq!(alloc.inner().free_units(), 1 << 12);
     }
 
     #[test]

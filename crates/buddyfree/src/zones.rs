@@ -353,6 +353,10 @@ impl<A: BlockAlloc, const N: usize> BlockAlloc for Zones<A, N> {
         self.zones.iter().for_each(|z| z.alloc.drain());
     }
 
+    fn drain_core(&self, core: usize) {
+        self.zones.iter().for_each(|z| z.alloc.drain_core(core));
+    }
+
     fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         self.routed_block(index, order, |zone, inner| {
             zone.alloc.alloc_at(inner, order, core)

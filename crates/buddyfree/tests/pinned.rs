@@ -109,7 +109,8 @@ impl Shared {
 
 /// Each thread alternates bursts through a pin of its core (a [`Magazine::pin`], or
 /// [`BlockAlloc::with_core`] through `dyn BlockAlloc`) with shared calls, hands blocks to the
-/// others through a mailbox (freed from another core, pinned or not), and sometimes drains.
+/// others through a mailbox (freed from another core, pinned or not), and sometimes drains
+/// all cores or another one.
 fn pinned_and_shared_callers<A: BlockAlloc>(m: &Magazine<A>, rounds: usize) {
     let shared = Shared {
         owners: Owners::new(UNITS),
@@ -141,6 +142,9 @@ fn pinned_and_shared_callers<A: BlockAlloc>(m: &Magazine<A>, rounds: usize) {
                 }
                 if round % 7 == 0 {
                     m.drain();
+                } else if round % 5 == 0 {
+                    // Another core's magazine, maybe while that core holds it.
+                    m.drain_core(core + 1);
                 }
             }
         }
@@ -249,11 +253,12 @@ fn a_core_held_through_the_trait_is_held() {
 #[test]
 fn a_call_that_waits_for_its_own_held_core_panics() {
     type Call = (&'static str, fn(&dyn BlockAlloc));
-    let calls: [Call; 3] = [
+    let calls: [Call; 4] = [
         ("alloc on the held core", |a| {
             let _ = a.alloc(0, 1);
         }),
         ("drain", |a| a.drain()),
+        ("drain_core of the held core", |a| a.drain_core(1)),
         ("free_units", |a| {
             let _ = a.free_units();
         }),

@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use buddyfree::buddy::Knuth;
 use buddyfree::heap::{DeviceHeap, HeapError};
+use buddyfree::magazine::Magazine;
 use buddyfree::registry::{self, DynAlloc};
 use buddyfree::zones::{Zone, Zones};
-use buddyfree::{BlockAlloc, Config, ConfigRule, Error, Locked};
+use buddyfree::{BlockAlloc, Config, ConfigRule, Error, Locked, Nbbs4};
 use common::{Owners, Rng, TryFrees};
 use proptest::prelude::*;
 
@@ -98,6 +99,39 @@ fn zones_find_their_next_block_across_gaps() {
             );
         }
     }
+}
+
+/// `drain_core` reaches every zone and only that core's magazine in each.
+#[test]
+fn zones_drain_one_core_in_every_zone() {
+    let zone = |start| {
+        let inner = Nbbs4::new(Config::new(256, 4).with_cores(2)).unwrap();
+        Zone::new(start, Magazine::new(inner, 2).unwrap())
+    };
+    let z = Zones::new([zone(0), zone(512)]).unwrap();
+    let backends = |z: &Zones<Magazine<Nbbs4>, 2>| {
+        z.zones()
+            .each_ref()
+            .map(|zone| zone.allocator().inner().free_units())
+    };
+    for core in 0..2 {
+        for at in [0, 1] {
+            let b = z.alloc_from(&[at], core as u32, core).unwrap();
+            z.free(b, core as u32, core).unwrap();
+        }
+    }
+    let parked = backends(&z).map(|free| 256 - free);
+    z.drain_core(1);
+    let only_core0 = backends(&z).map(|free| 256 - free);
+    for at in 0..2 {
+        assert!(
+            0 < only_core0[at] && only_core0[at] < parked[at],
+            "zone {at}"
+        );
+    }
+    z.drain_core(0);
+    assert_eq!(backends(&z), [256, 256]);
+    assert_eq!(z.free_units(), 512);
 }
 
 /// The shared stress over zones: units in the gaps are claimed in the ownership map, so a

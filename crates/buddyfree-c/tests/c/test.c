@@ -423,8 +423,9 @@ static void allocate_every_unit(Buddyfree *bf) {
 /* Blocks parked in per-core caches count as free, but only going back to the allocator lets
  * them merge. buddyfree_try_alloc_order gives back what the caches it can take at once
  * park, never waiting: with core 0 held (by this thread) and holding the parked units, the
- * other thread's answer is WOULD_BLOCK; unheld, this thread's is OK. After buddyfree_drain,
- * the other thread gets its block even with core 0 held. */
+ * other thread's answer is WOULD_BLOCK; unheld, this thread's is OK. After
+ * buddyfree_drain_core of core 1 it is still WOULD_BLOCK; after buddyfree_drain_core of core
+ * 0, or buddyfree_drain, the other thread gets its block even with core 0 held. */
 static void check_drain(Buddyfree *bf, const char *name) {
     CHECK_STATUS(buddyfree_drain(NULL), BUDDYFREE_STATUS_NULL_ARGUMENT);
     CHECK(free_units(bf) == UNITS);
@@ -440,6 +441,16 @@ static void check_drain(Buddyfree *bf, const char *name) {
     CHECK(st == BUDDYFREE_STATUS_OK || (!caches && st == BUDDYFREE_STATUS_UNSUPPORTED));
     if (st == BUDDYFREE_STATUS_OK)
         CHECK_STATUS(buddyfree_free_order(bf, index, MAX_ORDER), BUDDYFREE_STATUS_OK);
+    allocate_every_unit(bf);
+    try_alloc_beside_held_core(bf, 1);
+    CHECK_STATUS(buddyfree_drain_core(NULL, 0), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(buddyfree_drain_core(bf, 1), BUDDYFREE_STATUS_OK);
+    st = try_alloc_beside_held_core(bf, 0);
+    CHECK(caches ? st == BUDDYFREE_STATUS_WOULD_BLOCK
+                 : st == BUDDYFREE_STATUS_OK || st == BUDDYFREE_STATUS_UNSUPPORTED);
+    CHECK_STATUS(buddyfree_drain_core(bf, 0), BUDDYFREE_STATUS_OK);
+    st = try_alloc_beside_held_core(bf, 0);
+    CHECK(st == BUDDYFREE_STATUS_OK || (!caches && st == BUDDYFREE_STATUS_UNSUPPORTED));
     allocate_every_unit(bf);
     try_alloc_beside_held_core(bf, 1);
     CHECK_STATUS(buddyfree_drain(bf), BUDDYFREE_STATUS_OK);
@@ -653,6 +664,8 @@ static void check_memory_map(const char *name) {
     }
     CHECK_STATUS(buddyfree_device_drain(NULL), BUDDYFREE_STATUS_NULL_ARGUMENT);
     CHECK_STATUS(buddyfree_device_drain(dev), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_device_drain_core(NULL, 0), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(buddyfree_device_drain_core(dev, 1), BUDDYFREE_STATUS_OK);
     check_held_device(dev);
     buddyfree_device_destroy(dev);
 }

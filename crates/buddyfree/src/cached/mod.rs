@@ -283,16 +283,21 @@ impl<B: Backend> Cached<B> {
     fn drain_caches(&self, core: usize) -> bool {
         let mut any = false;
         for cache in self.caches.iter() {
-            let mut cache = cache.lock();
-            if cache.units(self.policy) == 0 {
-                continue;
-            }
-            any = true;
-            cache.take_all(self.policy, |blocks, order| {
-                self.give_back(blocks, order, core)
-            });
+            any |= self.empty_cache(&mut cache.lock(), core);
         }
         any
+    }
+
+    /// Gives every block of `cache` (held) back to the backend for `core`; whether it had
+    /// any.
+    fn empty_cache(&self, cache: &mut CoreCache, core: usize) -> bool {
+        if cache.units(self.policy) == 0 {
+            return false;
+        }
+        cache.take_all(self.policy, |blocks, order| {
+            self.give_back(blocks, order, core)
+        });
+        true
     }
 
     /// Gives the blocks of every cache whose lock is free at once back to the backend, each
@@ -496,6 +501,13 @@ impl<B: Backend> Cached<B> {
     pub(crate) fn drain(&self, core: usize) {
         self.drain_caches(core);
         self.backend.shared().drain();
+    }
+
+    /// See [`BlockAlloc::drain_core`]: `core`'s cache, then what the backend keeps for
+    /// `core`.
+    pub(crate) fn drain_core(&self, core: usize) {
+        self.empty_cache(&mut self.cache(core).lock(), core);
+        self.backend.shared().drain_core(core);
     }
 
     /// See [`BlockAlloc::try_alloc`]: `core`'s cache if its lock is free at once, else the
@@ -713,6 +725,9 @@ macro_rules! block_alloc_via_cached {
         }
         fn drain(&self) {
             self.$field.drain(0);
+        }
+        fn drain_core(&self, core: usize) {
+            self.$field.drain_core(core);
         }
         fn try_alloc(&self, order: u32, core: usize) -> Result<usize, $crate::Error> {
             self.$field.try_alloc(order, core)

@@ -200,6 +200,30 @@ fn loom_steal_a_reserved_tree() {
     });
 }
 
+/// Core 0's reservation is drained by another thread (a core going offline) while core 0
+/// still allocates and frees on it: the count swapped out must reach the tree entry once,
+/// whichever side swaps first, and a reservation taken again must not lose or share units.
+#[test]
+fn loom_drain_a_core_while_it_allocates() {
+    check(|| {
+        let alloc = Arc::new(one_tree_of_two_frames(2));
+        let first = alloc.alloc(0, 0).unwrap();
+        let other = {
+            let alloc = alloc.clone();
+            thread::spawn(move || alloc.drain_core(0))
+        };
+        let second = alloc_retry(&alloc, 0, 0);
+        alloc.free(first, 0, 0).unwrap();
+        other.join().unwrap();
+        assert_ne!(first, second);
+        alloc.free(second, 0, 0).unwrap();
+        alloc.assert_consistent();
+        alloc.drain();
+        assert_eq!(alloc.free_units(), 1024);
+        alloc.assert_consistent();
+    });
+}
+
 /// Two threads share one core's reservation over two trees of one frame: both may reserve
 /// and swap, frees from the other core go to the tree counter and are synced back; the
 /// counters must add up exactly at the end.

@@ -799,6 +799,14 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
         self.moves.bracket(|| ((), self.release_all(None)));
     }
 
+    /// Gives back only `core`'s reserved tree (its free count into the tree entry), as a
+    /// steal from `core` would.
+    fn drain_core(&self, core: usize) {
+        let local = &self.locals[self.core(core)];
+        self.moves
+            .bracket(|| ((), self.release(local.swap(Reservation::NONE))));
+    }
+
     /// Takes the units from whichever counter holds the tree's (as the fallback scan does),
     /// then the block itself. A failed take counts only if no reservation move was in flight
     /// meanwhile (the count may be in a moving core's hands); it is retried, bounded as the
@@ -910,6 +918,28 @@ mod tests {
         alloc.free(b, 9, 1).unwrap();
         alloc.assert_consistent();
         assert_eq!(alloc.free_units(), 1024);
+    }
+
+    #[test]
+    fn draining_a_core_gives_back_its_tree_alone() {
+        let alloc = tiny(3, 1, 2048);
+        let a = alloc.alloc(0, 0).unwrap();
+        let b = alloc.alloc(0, 1).unwrap();
+        let (t0, t1) = (alloc.locals[0].get(), alloc.locals[1].get());
+        assert!(t0.tree().is_some() && t1.tree().is_some() && t0.tree() != t1.tree());
+        // A core hint beyond the cores names core 1, as in every other call.
+        alloc.drain_core(4);
+        assert_eq!(alloc.locals[1].get(), Reservation::NONE);
+        assert_eq!(alloc.locals[0].get(), t0);
+        // Core 1's count went back into its tree's entry, which another core can now take.
+        assert_eq!(alloc.trees.get(t1.tree().unwrap()).free(), 511);
+        assert!(!alloc.trees.get(t1.tree().unwrap()).reserved());
+        alloc.assert_consistent();
+        alloc.drain_core(2); // no reservation: nothing to give back
+        alloc.free(a, 0, 0).unwrap();
+        alloc.free(b, 0, 1).unwrap();
+        alloc.assert_consistent();
+        assert_eq!(alloc.free_units(), 2048);
     }
 
     #[test]

@@ -578,6 +578,10 @@ impl BlockAlloc for PersistentLLFree {
         self.alloc.drain();
     }
 
+    fn drain_core(&self, core: usize) {
+        self.alloc.drain_core(core);
+    }
+
     fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
         self.alloc.block_of(index)
     }
