@@ -1,10 +1,11 @@
-//! Random alloc / free / double-free / wrong-order / arbitrary-free sequences on every
-//! registered allocator, and again with every allocation and free through a held core
-//! (`BlockAlloc::with_core`: the magazines' and `linux`'s pinned path), with every free a
-//! `try_free` (where the allocator has it), and with magazines put in front halfway (they
-//! adopt the blocks out), each checked step by step against the reference model by the
-//! test battery's own checker (`crates/buddyfree/tests/common`); where the magazines go in,
-//! `next_block` from every unit is checked against the model too, before and after.
+//! Random alloc / free / double-free / wrong-order / arbitrary-free / one-core-drain
+//! sequences on every registered allocator, and again with every allocation and free
+//! through a held core (`BlockAlloc::with_core`: the magazines' and `linux`'s pinned path),
+//! with every free a `try_free` (where the allocator has it), and with magazines put in
+//! front halfway (they adopt the blocks out), each checked step by step against the
+//! reference model by the test battery's own checker (`crates/buddyfree/tests/common`);
+//! where the magazines go in, `next_block` from every unit is checked against the model
+//! too, before and after.
 //!
 //! Input: one byte picks the configuration, then 4 bytes per operation.
 
@@ -29,7 +30,7 @@ fn decode(bytes: &[u8], units: usize) -> Vec<Op> {
         .chunks_exact(4)
         .take(MAX_OPS)
         .map(|c| {
-            let (kind, a, b) = (c[0] % 20, usize::from(c[1]), u32::from(c[2]));
+            let (kind, a, b) = (c[0] % 21, usize::from(c[1]), u32::from(c[2]));
             let wide = usize::from(u16::from_le_bytes([c[1], c[3]]));
             let many = usize::from(c[3]) % common::BULK_MAX;
             match kind {
@@ -39,7 +40,8 @@ fn decode(bytes: &[u8], units: usize) -> Vec<Op> {
                 15 => Op::WrongOrder(a, b),
                 16 | 17 => Op::Arbitrary(wide % (units + 4), b),
                 18 => Op::AllocBulk(b, many),
-                _ => Op::FreeBulk(a, many.max(1), c[2] & 1 == 1),
+                19 => Op::FreeBulk(a, many.max(1), c[2] & 1 == 1),
+                _ => Op::DrainCore(a % 4),
             }
         })
         .collect()

@@ -28,6 +28,9 @@ pub enum Op {
     /// picked by the first number, starting there), with the first of them named again at
     /// the end if the flag is set (a double free inside the batch).
     FreeBulk(usize, usize, bool),
+    /// `drain_core` of the core hint this number names (one beyond the three cores the
+    /// runs use, too): it changes no answer.
+    DrainCore(usize),
 }
 
 /// The most blocks a bulk operation of the battery names, plus one.
@@ -46,6 +49,7 @@ pub fn ops(units: usize, max_order: u32, len: usize) -> impl Strategy<Value = Ve
         1 => (0..=max_order, 0..BULK_MAX).prop_map(|(o, n)| Op::AllocBulk(o, n)),
         1 => (any::<usize>(), 1..BULK_MAX, any::<bool>())
             .prop_map(|(p, n, twice)| Op::FreeBulk(p, n, twice)),
+        1 => (0..4usize).prop_map(Op::DrainCore),
     ];
     proptest::collection::vec(op, 1..len)
 }
@@ -140,6 +144,7 @@ impl ModelRun {
                 }
                 Op::Arbitrary(index, order) => free_both(alloc, model, index, order, step),
                 Op::AllocBulk(order, n) => alloc_bulk_both(alloc, model, order, n, step),
+                Op::DrainCore(core) => alloc.drain_core(core),
                 Op::FreeBulk(p, n, twice) => {
                     if let Some((_, order)) = pick(p) {
                         let start = p % live.len();
