@@ -18,9 +18,10 @@
 //! tree or bit-field walk and its shared cache lines. An empty magazine is refilled with a
 //! batch from the backend's [`BlockAlloc::alloc_bulk`] (order 0: 32 units; orders 1–6: 256
 //! units; orders 7–9: one block, by a plain `alloc`); one holding more than 128 units of
-//! order 0, 512 of orders 1–7 or 8 blocks of orders 8–9 (2 on a heap of fewer than 2^17
-//! units per core) gives its oldest batch back through
-//! [`BlockAlloc::free_bulk`] (orders 7–9: its newest block, by a plain `free`).
+//! order 0, 512 of orders 1–7 or 8 blocks of orders 8–9 gives its oldest batch back through
+//! [`BlockAlloc::free_bulk`] (orders 7–9: its newest block, by a plain `free`). Those are
+//! the full lists, for heaps of at least 2^17 units (512 MiB of 4 KiB units) per core;
+//! below, they shrink with the heap (see *What it trades*).
 //! With LLFree behind it, a batch comes from one huge frame with one update of each counter
 //! for all its blocks, orders 0–5 claimed and given back with one compare-and-swap per
 //! bit-field word instead of one per block, orders 6–7 a group of 2 or 4 words per block;
@@ -36,10 +37,17 @@
 //!   [`BlockAlloc::drain`], up to 128 units of order 0, 512 of each of orders 1–7 and 8
 //!   blocks of each of orders 8 and 9 per core, 9 856 units in all (38.5 MiB of 4 KiB
 //!   units, 24 MiB of it huge frames), sit in a core's magazine: other cores cannot take
-//!   them and they cannot merge into larger blocks. On a heap of fewer than 2^17 units
-//!   (512 MiB of 4 KiB units) per core, orders 8 and 9 keep 2 blocks each (5 248 units in
-//!   all), so that the huge frames of a small machine are not held by its cores' lists.
-//!   Order 0, the one that
+//!   them and they cannot merge into larger blocks. That is on a heap of at least 2^17
+//!   units (512 MiB of 4 KiB units) per core, 7.5% of a core's share or less; below, every
+//!   list's watermark halves with every halving of the heap per core (batches at most half
+//!   a watermark), so that a small machine's memory, and its huge frames, are not held by
+//!   its cores' lists: 4 928 units from 2^16 units per core, 2 592 from 2^15, and below that
+//!   the shortest lists, 2 256 units (two blocks each of the larger orders).
+//!   [`Magazine::parking_limit`] says which a magazine has and
+//!   [`Magazine::with_parking_limit`] picks another. The shorter lists cost speed where
+//!   blocks are large next to them: with the second step's lists instead of the full ones
+//!   on one heap, bursts of 256 KiB blocks ran 1.2x slower and larson at 256 KiB 1.5x
+//!   (docs/results.md). Order 0, the one that
 //!   fragments huge frames, keeps the small figures: over LLFree, `buddybench`'s `frag`
 //!   ends with as many free huge frames, and a compaction cost within 1% at one thread (15
 //!   seeds) and 1–2% lower at two (45 seeds; over NBBS no worse; docs/results.md). An
@@ -130,44 +138,73 @@ use crate::cached::{block_alloc_via_cached, plan, Cached, Direct, Parts, Pinned,
 use crate::table::{build_in, build_in_static, check_memory, Metadata};
 use crate::{BlockAlloc, Config, ConfigRule, Error, HeldCore};
 
-/// Orders 0–9. Order 0 is refilled and spilled 32 units at a time, spilling above 128 units;
-/// orders 1–6 move 256 units at a time and order 7 128 (one block), all spilling above 512,
-/// since a batch of a larger order holds fewer blocks to spread a backend call over (with
-/// 128 units, 32 KiB blocks, order 3, moved 16 a batch and their bursts ran 1.1x slower
-/// than with 32; order 6 moved 2, and LLFree's bursts of 256 KiB blocks ran 1.6x slower
-/// than with 4; order 7 gained nothing from 2). Order 0 stays small: it is what fragments
-/// huge frames (and 64 a batch gained nothing measurable). Orders 8 and 9 (1 and 2 MiB
-/// blocks of 4 KiB units, the huge frames) move one block at a time and keep up to 8 blocks
-/// each: larson at 256 KiB (blocks of orders 6–9, six in seven of them 8 or 9) ran at 0.78x
-/// of `knuth-locked` with 2, 0.85–0.95x with 4 and 1.06–1.16x with 8. On a heap of fewer than
-/// [`HUGE_LISTS_FULL_FROM`] units per core, [`MAGAZINE_SMALL_HEAP`] instead.
-static MAGAZINE: Policy = magazine_policy(8);
+/// The magazines' policies, longest lists first; step `s` gives every list a watermark of
+/// `2^-s` of the first step's (at least two blocks) and moves at most half of that at once.
+///
+/// Step 0, the full lists: orders 0–9. Order 0 is refilled and spilled 32 units at a time,
+/// spilling above 128 units; orders 1–6 move 256 units at a time and order 7 128 (one
+/// block), all spilling above 512, since a batch of a larger order holds fewer blocks to
+/// spread a backend call over (with 128 units, 32 KiB blocks, order 3, moved 16 a batch and
+/// their bursts ran 1.1x slower than with 32; order 6 moved 2, and LLFree's bursts of 256 KiB
+/// blocks ran 1.6x slower than with 4; order 7 gained nothing from 2). Order 0 stays small:
+/// it is what fragments huge frames (and 64 a batch gained nothing measurable). Orders 8 and
+/// 9 (1 and 2 MiB blocks of 4 KiB units, the huge frames) move one block at a time and keep
+/// up to 8 blocks each: larson at 256 KiB (blocks of orders 6–9, six in seven of them 8 or 9)
+/// ran at 0.78x of `knuth-locked` with 2, 0.85–0.95x with 4 and 1.06–1.16x with 8. In all,
+/// a core parks at most 9 856 units; 4 928, 2 592 and 2 256 in the later steps.
+static MAGAZINE_STEPS: [Policy; 4] = [
+    magazine_policy(0),
+    magazine_policy(1),
+    magazine_policy(2),
+    magazine_policy(3),
+];
 
-/// [`MAGAZINE`] with 2 blocks each of orders 8 and 9, for a small heap: its huge frames are
-/// few, and the full lists would keep a large share of them from the other cores.
-static MAGAZINE_SMALL_HEAP: Policy = magazine_policy(2);
-
-/// The magazines' policy with lists of `huge` blocks for each of orders 8 and 9.
-const fn magazine_policy(huge: usize) -> Policy {
-    Policy::new(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], 256, 512)
-        .with_units(0, 32, 128)
-        .with_units(7, 128, 512)
-        .with_units(8, 256, huge << 8)
-        .with_units(9, 512, huge << 9)
+/// Step `step` of [`MAGAZINE_STEPS`].
+const fn magazine_policy(step: u32) -> Policy {
+    let (batch, high) = in_step(step, 256, 512);
+    let policy = Policy::new(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], batch, high);
+    let (batch, high) = in_step(step, 32, 128);
+    let policy = policy.with_units(0, batch, high);
+    let (batch, high) = in_step(step, 128, 512);
+    let policy = policy.with_units(7, batch, high);
+    let (batch, high) = in_step(step, 256, 2048);
+    let policy = policy.with_units(8, batch, high);
+    let (batch, high) = in_step(step, 512, 4096);
+    policy.with_units(9, batch, high)
 }
 
-/// Units per core from which magazines keep 8 blocks each of orders 8 and 9 (6 144 units,
-/// under 5% of a core's share of such a heap): 512 MiB of 4 KiB units per core. Linux
-/// scales its per-CPU lists with the zone's size in the same spirit.
-const HUGE_LISTS_FULL_FROM: usize = 1 << 17;
+/// A list's batch and watermark in units in step `step`, from its `batch` and `high` in the
+/// first.
+const fn in_step(step: u32, batch: usize, high: usize) -> (usize, usize) {
+    let high = high >> step;
+    if batch <= high / 2 {
+        (batch, high)
+    } else {
+        (high / 2, high)
+    }
+}
+
+/// Units per core from which magazines get the full lists by default (512 MiB of 4 KiB
+/// units); below it, the lists halve with every halving of the heap per core, to the
+/// shortest below 2^15 (128 MiB). At the start of each step a core parks at most 7.5–8% of
+/// its share of the heap, as Linux scales its per-CPU lists with the zone's size.
+const FULL_LISTS_FROM: usize = 1 << 17;
+
+/// The longest lists whose ceiling is at most `units` per core, else the shortest.
+fn policy_within(units: usize) -> &'static Policy {
+    MAGAZINE_STEPS
+        .iter()
+        .find(|policy| policy.ceiling() <= units)
+        .unwrap_or(&MAGAZINE_STEPS[MAGAZINE_STEPS.len() - 1])
+}
 
 /// The policy for magazines on `cores` cores in front of an allocator of `units` units.
 fn policy(units: usize, cores: usize) -> &'static Policy {
-    if units / cores.max(1) >= HUGE_LISTS_FULL_FROM {
-        &MAGAZINE
-    } else {
-        &MAGAZINE_SMALL_HEAP
-    }
+    let share = units / cores.max(1);
+    let step = (0..MAGAZINE_STEPS.len())
+        .find(|&step| share >= FULL_LISTS_FROM >> step)
+        .unwrap_or(MAGAZINE_STEPS.len() - 1);
+    &MAGAZINE_STEPS[step]
 }
 
 /// Per-core magazines of free blocks of orders 0–9 in front of the allocator `A`: see the
@@ -376,6 +413,39 @@ impl<A: BlockAlloc> Magazine<A> {
         &self.cached.backend().0
     }
 
+    /// The most units one core's magazine keeps parked (every list at its watermark). By
+    /// default it follows the heap per core: 9 856 units from 2^17 units per core (512 MiB of
+    /// 4 KiB units) on, 4 928 from 2^16, 2 592 from 2^15 and 2 256 below (two blocks each of
+    /// the larger orders, whatever the heap); [`Magazine::with_parking_limit`] chooses
+    /// otherwise.
+    pub fn parking_limit(&self) -> usize {
+        self.cached.policy().ceiling()
+    }
+
+    /// The same magazines with the longest lists that park at most `units` per core (the
+    /// shortest if none does; `usize::MAX` for the longest whatever the heap), every parked
+    /// block given back first. For a kernel that knows better than the heap's size how much
+    /// each core may keep from the others.
+    ///
+    /// ```
+    /// use buddyfree::llfree::LLFree;
+    /// use buddyfree::magazine::Magazine;
+    /// use buddyfree::Config;
+    ///
+    /// // 64 MiB of 4 KiB units on 4 cores: the shortest lists by default.
+    /// let fast = Magazine::with_config(Config::new(1 << 14, 10).with_cores(4), LLFree::new)?;
+    /// assert_eq!(fast.parking_limit(), 2256);
+    /// let fast = fast.with_parking_limit(usize::MAX);
+    /// assert_eq!(fast.parking_limit(), 9856);
+    /// assert_eq!(fast.with_parking_limit(3000).parking_limit(), 2592);
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
+    #[must_use]
+    pub fn with_parking_limit(mut self, units: usize) -> Self {
+        self.cached.set_policy(policy_within(units));
+        self
+    }
+
     /// Gives every parked block back to the allocator behind the magazines and returns it:
     /// its free blocks are then all its own, and the blocks still allocated through the
     /// magazines are allocated in it (free them there). For example, to close a persistent
@@ -486,15 +556,30 @@ mod tests {
     use crate::llfree::LLFree;
     use crate::{ConfigRule, Nbbs4};
 
+    /// Magazines with the full lists, which these small heaps would not get by default.
     fn nbbs4(units: usize, cores: usize) -> Magazine<Nbbs4> {
-        Magazine::with_config(Config::new(units, 6).with_cores(cores), Nbbs4::new).unwrap()
+        Magazine::with_config(Config::new(units, 6).with_cores(cores), Nbbs4::new)
+            .unwrap()
+            .with_parking_limit(usize::MAX)
     }
 
-    /// Each core keeps 8 blocks of orders 8 and 9 on a heap of at least 2^17 units per core,
-    /// 2 below it, whether the magazines are built on the heap or in caller memory.
+    /// The lists follow the heap per core, built on the heap or in caller memory, and
+    /// [`Magazine::with_parking_limit`] overrides them; each list takes its watermark's worth
+    /// without a spill, and all of them at their watermarks are the parking limit.
     #[test]
-    fn huge_frame_lists_scale_with_the_heap_per_core() {
-        for (units, cores, kept) in [(1 << 18, 2, 8), (1 << 18, 3, 2), (1 << 14, 1, 2)] {
+    fn lists_scale_with_the_heap_per_core() {
+        let cases = [
+            (1 << 20, 8, 9856, None),
+            (1 << 20, 9, 4928, None),
+            (1 << 18, 4, 4928, None),
+            (1 << 18, 5, 2592, None),
+            (1 << 17, 4, 2592, None),
+            (1 << 17, 5, 2256, None),
+            (1 << 14, 1, 2256, Some((usize::MAX, 9856))),
+            (1 << 20, 4, 9856, Some((3000, 2592))),
+            (1 << 20, 4, 9856, Some((0, 2256))),
+        ];
+        for (units, cores, default, chosen) in cases {
             let config = Config::new(units, 9).with_cores(cores);
             let on_heap = Magazine::with_config(config, LLFree::new).unwrap();
             let layout = Magazine::<LLFree>::metadata_layout(config).unwrap();
@@ -512,21 +597,44 @@ mod tests {
                 )
             }
             .unwrap();
-            for m in [&on_heap, &in_caller] {
-                for order in [8, 9] {
-                    let blocks: Vec<usize> = (0..12).map(|_| m.alloc(order, 0).unwrap()).collect();
-                    for b in blocks {
-                        m.free(b, order, 0).unwrap();
-                    }
-                    assert_eq!(
-                        m.cached.cached_units(0),
-                        kept << order,
-                        "{units} units on {cores} cores, order {order}"
-                    );
-                    m.drain();
+            for mut m in [on_heap, in_caller] {
+                assert_eq!(m.parking_limit(), default, "{units} units on {cores} cores");
+                if let Some((limit, got)) = chosen {
+                    m = m.with_parking_limit(limit);
+                    assert_eq!(m.parking_limit(), got, "a limit of {limit}");
                 }
+                fill_every_list(&m);
+                m.drain();
+                assert_eq!(m.inner().free_units(), units);
             }
-            drop(in_caller);
+            drop(meta);
+        }
+    }
+
+    /// Frees on core 0 exactly as many blocks of each cached order as its list holds at its
+    /// watermark (into empty lists), then one more of each, which spills.
+    fn fill_every_list(m: &Magazine<LLFree>) {
+        let policy = m.cached.policy();
+        let blocks: Vec<Vec<usize>> = (policy.orders.iter().enumerate())
+            .map(|(slot, &order)| {
+                let n = policy.high(slot) + 1;
+                (0..n).map(|_| m.alloc(order, 0).unwrap()).collect()
+            })
+            .collect();
+        m.drain();
+        let mut parked = 0;
+        for (&order, blocks) in policy.orders.iter().zip(&blocks) {
+            let high = &blocks[..blocks.len() - 1];
+            for &b in high {
+                m.free(b, order, 0).unwrap();
+            }
+            parked += high.len() << order;
+            assert_eq!(m.cached.cached_units(0), parked, "order {order}");
+        }
+        assert_eq!(parked, m.parking_limit());
+        for (&order, blocks) in policy.orders.iter().zip(&blocks) {
+            m.free(*blocks.last().unwrap(), order, 0).unwrap();
+            assert!(m.cached.cached_units(0) <= parked, "order {order} spilled");
         }
     }
 
@@ -617,12 +725,13 @@ mod tests {
         }
     }
 
-    /// The figures of the module docs: a core parks at most 128 units of order 0 and 512 of
-    /// each larger order, however many blocks it frees.
+    /// The figures of the module docs: with the full lists, a core parks at most 128 units
+    /// of order 0 and 512 of each larger order, however many blocks it frees.
     #[test]
     fn each_order_parks_at_most_its_watermark() {
-        let alloc =
-            Magazine::with_config(Config::new(1 << 14, 10).with_cores(1), LLFree::new).unwrap();
+        let alloc = Magazine::with_config(Config::new(1 << 14, 10).with_cores(1), LLFree::new)
+            .unwrap()
+            .with_parking_limit(usize::MAX);
         for (order, high_units) in [(0, 128), (1, 512), (3, 512), (7, 512)] {
             let blocks: Vec<usize> = (0..3 * (high_units >> order) + 5)
                 .map(|_| alloc.alloc(order, 0).unwrap())
@@ -788,8 +897,9 @@ mod tests {
     /// straight back to the backend.
     #[test]
     fn try_free_gives_back_what_it_cannot_park_without_a_spill() {
-        let alloc =
-            Magazine::with_config(Config::new(1 << 12, 10).with_cores(1), LLFree::new).unwrap();
+        let alloc = Magazine::with_config(Config::new(1 << 12, 10).with_cores(1), LLFree::new)
+            .unwrap()
+            .with_parking_limit(usize::MAX);
         let blocks: Vec<usize> = (0..200).map(|_| alloc.alloc(0, 0).unwrap()).collect();
         alloc.drain();
         for (n, &i) in blocks.iter().enumerate() {

@@ -24,8 +24,15 @@ const THREADS: usize = 4;
 /// Fewer cores than threads: pins of one core wait for each other.
 const CORES: usize = 2;
 
-fn magazines<A: BlockAlloc>(build: fn(Config) -> Result<A, Error>) -> Magazine<A> {
-    Magazine::with_config(Config::new(UNITS, MAX_ORDER).with_cores(CORES), build).unwrap()
+/// Magazines over this small heap: with the shortest lists (its default) or the full ones.
+fn magazines<A: BlockAlloc>(build: fn(Config) -> Result<A, Error>, full: bool) -> Magazine<A> {
+    let m = Magazine::with_config(Config::new(UNITS, MAX_ORDER).with_cores(CORES), build);
+    let m = m.unwrap();
+    if full {
+        m.with_parking_limit(usize::MAX)
+    } else {
+        m
+    }
 }
 
 /// A random order, small ones more often, now and then a large one: 8 or 9 (parked one
@@ -166,12 +173,12 @@ fn pinned_and_shared_callers<A: BlockAlloc>(m: &Magazine<A>, rounds: usize) {
 
 #[test]
 fn pinned_cores_share_no_unit_and_lose_none_over_llfree() {
-    pinned_and_shared_callers(&magazines(LLFree::new), 3_000);
+    pinned_and_shared_callers(&magazines(LLFree::new, true), 3_000);
 }
 
 #[test]
 fn pinned_cores_share_no_unit_and_lose_none_over_nbbs4() {
-    pinned_and_shared_callers(&magazines(Nbbs4::new), 3_000);
+    pinned_and_shared_callers(&magazines(Nbbs4::new, false), 3_000);
 }
 
 /// Every thread frees the same blocks, each free through a pin of its own core (threads of
@@ -181,7 +188,12 @@ fn pinned_cores_share_no_unit_and_lose_none_over_nbbs4() {
 fn racing_double_frees_through_pins_succeed_once() {
     for order in [0, 3, 9] {
         let blocks = (UNITS >> order).min(256);
-        common::double_free_race(&PinEachCall(magazines(LLFree::new)), THREADS, blocks, order);
+        common::double_free_race(
+            &PinEachCall(magazines(LLFree::new, true)),
+            THREADS,
+            blocks,
+            order,
+        );
     }
 }
 

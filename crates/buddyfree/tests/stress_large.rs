@@ -11,8 +11,10 @@ mod common;
 
 use std::time::Instant;
 
+use buddyfree::llfree::LLFree;
+use buddyfree::magazine::Magazine;
 use buddyfree::registry;
-use buddyfree::Config;
+use buddyfree::{BlockAlloc, Config, Nbbs4};
 
 const THREADS: usize = 8;
 /// 256 MiB of 4 KiB frames: room for every thread's blocks at the largest order.
@@ -21,20 +23,32 @@ const MAX_ORDER: u32 = 8;
 
 /// Runs the rounds on every registered allocator but the model (the reference is
 /// `O(units)` per allocation and checked against itself in `model.rs`).
+/// Every registered allocator, then the magazines again with the full lists (this heap's
+/// default is the shortest).
 fn every_allocator(ops: usize) {
     for entry in registry::entries().iter().filter(|e| e.name != "model") {
         let max_order = MAX_ORDER.min(entry.max_order);
         let alloc = (entry.build)(Config::new(UNITS, max_order).with_cores(THREADS)).unwrap();
-        let start = Instant::now();
-        let done = common::stress_rounds(&alloc, THREADS, ops, max_order);
-        let elapsed = start.elapsed();
-        assert!(done >= ops, "{}: {done} operations", entry.name);
-        eprintln!(
-            "{:<18} {done:>10} ops on {THREADS} threads in {elapsed:>8.2?} ({:.2} Mops/s)",
-            entry.name,
-            done as f64 / elapsed.as_secs_f64() / 1e6
-        );
+        stress(entry.name, &alloc, ops, max_order);
     }
+    let config = Config::new(UNITS, MAX_ORDER).with_cores(THREADS);
+    let over_llfree = Magazine::with_config(config, LLFree::new).unwrap();
+    let full = over_llfree.with_parking_limit(usize::MAX);
+    stress("llfree-magazine, full lists", &full, ops, MAX_ORDER);
+    let over_nbbs4 = Magazine::with_config(config, Nbbs4::new).unwrap();
+    let full = over_nbbs4.with_parking_limit(usize::MAX);
+    stress("nbbs4-magazine, full lists", &full, ops, MAX_ORDER);
+}
+
+fn stress(name: &str, alloc: &dyn BlockAlloc, ops: usize, max_order: u32) {
+    let start = Instant::now();
+    let done = common::stress_rounds(alloc, THREADS, ops, max_order);
+    let elapsed = start.elapsed();
+    assert!(done >= ops, "{name}: {done} operations");
+    eprintln!(
+        "{name:<18} {done:>10} ops on {THREADS} threads in {elapsed:>8.2?} ({:.2} Mops/s)",
+        done as f64 / elapsed.as_secs_f64() / 1e6
+    );
 }
 
 #[test]

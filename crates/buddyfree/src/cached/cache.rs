@@ -109,8 +109,15 @@ impl Policy {
 
     /// Blocks a cache list at `slot` may hold.
     #[inline]
-    fn high(&self, slot: usize) -> usize {
+    pub(crate) fn high(&self, slot: usize) -> usize {
         self.high[slot]
+    }
+
+    /// Units one cache holds at most between operations: every list at its watermark.
+    pub(crate) fn ceiling(&self) -> usize {
+        (0..self.orders.len())
+            .map(|slot| self.high[slot] << self.orders[slot])
+            .sum()
     }
 }
 
@@ -159,6 +166,25 @@ impl CoreCache {
     /// `blocks` must be valid for reads and writes of [`LINES`] lines, and used by nothing
     /// else, for as long as the cache lives.
     pub(crate) unsafe fn new(policy: &Policy, blocks: NonNull<ListLine>) -> Self {
+        let (top, start) = Self::empty_lists(policy);
+        CoreCache {
+            top,
+            start,
+            blocks: blocks.cast(),
+        }
+    }
+
+    /// Lays this cache's lists out anew for `policy`; only while they are empty.
+    pub(crate) fn lay_out(&mut self, policy: &Policy) {
+        assert!(
+            (0..MAX_SLOTS).all(|slot| self.len(slot) == 0),
+            "laid out anew a cache that holds blocks"
+        );
+        (self.top, self.start) = Self::empty_lists(policy);
+    }
+
+    /// `top` and `start` of empty lists laid out for `policy`.
+    fn empty_lists(policy: &Policy) -> ([u32; MAX_SLOTS], [u32; MAX_SLOTS + 1]) {
         assert!(
             usize::from(policy.start[MAX_SLOTS]) <= CAPACITY,
             "the policy's lists do not fit a core's cache"
@@ -166,11 +192,7 @@ impl CoreCache {
         let start = policy.start.map(u32::from);
         let mut top = [0; MAX_SLOTS];
         top.copy_from_slice(&start[..MAX_SLOTS]);
-        CoreCache {
-            top,
-            start,
-            blocks: blocks.cast(),
-        }
+        (top, start)
     }
 
     /// The blocks in the list at `slot`, oldest first.

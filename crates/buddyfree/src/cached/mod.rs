@@ -229,6 +229,25 @@ impl<B: Backend> Cached<B> {
         })
     }
 
+    /// The policy the caches keep to.
+    pub(crate) fn policy(&self) -> &'static Policy {
+        self.policy
+    }
+
+    /// Switches the caches to `policy`, which must cache the same orders (so that the state
+    /// table's records stay right), each cache emptied into the backend first.
+    pub(crate) fn set_policy(&mut self, policy: &'static Policy) {
+        assert_eq!(
+            policy.orders, self.policy.orders,
+            "a policy of other cached orders"
+        );
+        self.drain_caches(0);
+        for cache in self.caches.iter_mut() {
+            cache.get_mut().lay_out(policy);
+        }
+        self.policy = policy;
+    }
+
     /// The backend.
     pub(crate) fn backend(&self) -> &B {
         &self.backend
@@ -839,11 +858,16 @@ mod tests {
     #[test]
     fn try_alloc_gives_back_the_blocks_of_caches_it_can_take() {
         let config = Config::new(256, 8).with_cores(2);
+        // The full lists, which park a unit of every block of order 6 here.
         try_alloc_gives_back_what_free_caches_park(
-            &Magazine::with_config(config, LLFree::new).unwrap(),
+            &Magazine::with_config(config, LLFree::new)
+                .unwrap()
+                .with_parking_limit(usize::MAX),
         );
         try_alloc_gives_back_what_free_caches_park(
-            &Magazine::with_config(config, crate::Nbbs4::new).unwrap(),
+            &Magazine::with_config(config, crate::Nbbs4::new)
+                .unwrap()
+                .with_parking_limit(usize::MAX),
         );
         try_alloc_gives_back_what_free_caches_park(
             &PerCpu::<Model>::with_config(config, Model::new).unwrap(),
