@@ -604,6 +604,10 @@ mod tests {
                     assert_eq!(m.parking_limit(), got, "a limit of {limit}");
                 }
                 fill_every_list(&m);
+                // New lists for magazines that park blocks: those go back first.
+                let m = m.with_parking_limit(0);
+                assert_eq!(m.inner().free_units(), units);
+                fill_every_list(&m);
                 m.drain();
                 assert_eq!(m.inner().free_units(), units);
             }
