@@ -22,9 +22,8 @@ const UNITS: usize = 1 << 16;
 const MAX_ORDER: u32 = 8;
 
 /// Runs the rounds on every registered allocator but the model (the reference is
-/// `O(units)` per allocation and checked against itself in `model.rs`).
-/// Every registered allocator, then the magazines again with the full lists (this heap's
-/// default is the shortest).
+/// `O(units)` per allocation and checked against itself in `model.rs`), then on the
+/// magazines again with the full lists (this heap's default is the shortest).
 fn every_allocator(ops: usize) {
     for entry in registry::entries().iter().filter(|e| e.name != "model") {
         let max_order = MAX_ORDER.min(entry.max_order);
@@ -40,6 +39,7 @@ fn every_allocator(ops: usize) {
     stress("nbbs4-magazine, full lists", &full, ops, MAX_ORDER);
 }
 
+/// The rounds on `alloc`, timed, with at least `ops` operations done.
 fn stress(name: &str, alloc: &dyn BlockAlloc, ops: usize, max_order: u32) {
     let start = Instant::now();
     let done = common::stress_rounds(alloc, THREADS, ops, max_order);

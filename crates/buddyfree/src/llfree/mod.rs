@@ -426,12 +426,18 @@ impl<W: WriteBack> LLFree<W> {
     /// whether any was there. Only inside a move.
     fn release_all(&self, keep: Option<usize>) -> bool {
         let mut moved = false;
-        for (core, local) in self.locals.iter().enumerate() {
+        for core in 0..self.locals.len() {
             if Some(core) != keep {
-                moved |= self.release(local.swap(Reservation::NONE));
+                moved |= self.release_core(core);
             }
         }
         moved
+    }
+
+    /// Swaps `core`'s reservation out and gives it back to its tree; says whether there was
+    /// one. Only inside a move.
+    fn release_core(&self, core: usize) -> bool {
+        self.release(self.locals[core].swap(Reservation::NONE))
     }
 
     /// Fig. 14a (1b): reserves a new tree for `core` with room for `n` units, stealing the
@@ -802,9 +808,8 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
     /// Gives back only `core`'s reserved tree (its free count into the tree entry), as a
     /// steal from `core` would.
     fn drain_core(&self, core: usize) {
-        let local = &self.locals[self.core(core)];
-        self.moves
-            .bracket(|| ((), self.release(local.swap(Reservation::NONE))));
+        let core = self.core(core);
+        self.moves.bracket(|| ((), self.release_core(core)));
     }
 
     /// Takes the units from whichever counter holds the tree's (as the fallback scan does),
