@@ -260,7 +260,6 @@ impl<B: Backend> Cached<B> {
     }
 
     /// Units in `core`'s cache.
-    #[cfg(all(test, not(loom)))]
     pub(crate) fn cached_units(&self, core: usize) -> usize {
         self.cache(core).lock().units(self.policy)
     }
