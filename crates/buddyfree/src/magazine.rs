@@ -8,7 +8,7 @@
 //!      ├── backend: A                   Nbbs4, LLFree, Nbbs, ... (lock-free)
 //!      ├── caches:  [CachePadded<Mutex<YieldMutex, CoreCache>>; cores]
 //!      │              per order 0..=9: recently freed blocks (allocated in A), in a
-//!      │              fixed array of 662 blocks per core
+//!      │              fixed array of 670 blocks per core
 //!      └── states:  [u8; units]         Free | Live(order) | Cached(order) per block start
 //! ```
 //!
@@ -16,9 +16,10 @@
 //! the most recently parked one (cache-hot), so the common pair costs one uncontended
 //! per-core lock, a list push or pop and one byte of `states`, instead of the backend's
 //! tree or bit-field walk and its shared cache lines. An empty magazine is refilled with a
-//! batch from the backend's [`BlockAlloc::alloc_bulk`] (order 0: 32 units; orders 1–6: 256
-//! units; orders 7–9: one block, by a plain `alloc`); one holding more than 128 units of
-//! order 0, 512 of orders 1–7 or 8 blocks of orders 8–9 gives its oldest batch back through
+//! batch from the backend's [`BlockAlloc::alloc_bulk`] (order 0: 32 units; orders 1–5: 256
+//! units; order 6: 512; orders 7–9: one block, by a plain `alloc`); one holding more than
+//! 128 units of order 0, 512 of orders 1–5 and 7, 1024 of order 6 or 8 blocks of orders 8–9
+//! gives its oldest batch back through
 //! [`BlockAlloc::free_bulk`] (orders 7–9: its newest block, by a plain `free`). Those are
 //! the full lists, for heaps of at least 2^17 units (512 MiB of 4 KiB units) per core;
 //! below, they shrink with the heap (see *What it trades*).
@@ -34,14 +35,15 @@
 //! # What it trades
 //!
 //! - **Parked blocks are free but reachable only by their core.** Until a spill or
-//!   [`BlockAlloc::drain`], up to 128 units of order 0, 512 of each of orders 1–7 and 8
-//!   blocks of each of orders 8 and 9 per core, 9 856 units in all (38.5 MiB of 4 KiB
+//!   [`BlockAlloc::drain`], up to 128 units of order 0, 512 of each of orders 1–5 and 7,
+//!   1024 of order 6 and 8 blocks of each of orders 8 and 9 per core, 10 368 units in all
+//!   (40.5 MiB of 4 KiB
 //!   units, 24 MiB of it huge frames), sit in a core's magazine: other cores cannot take
 //!   them and they cannot merge into larger blocks. That is on a heap of at least 2^17
 //!   units (512 MiB of 4 KiB units) per core, 7.5% of a core's share or less; below, every
 //!   list's watermark halves with every halving of the heap per core (batches at most half
 //!   a watermark), so that a small machine's memory, and its huge frames, are not held by
-//!   its cores' lists: 4 928 units from 2^16 units per core, 2 592 from 2^15, and below that
+//!   its cores' lists: 5 184 units from 2^16 units per core, 2 720 from 2^15, and below that
 //!   the shortest lists, 2 256 units (two blocks each of the larger orders).
 //!   [`Magazine::parking_limit`] says which a magazine has,
 //!   [`Magazine::with_parking_limit`] picks another, and [`Magazine::parked_units`] says
@@ -110,7 +112,7 @@
 //! - **Persistent zones** ([`PersistentLLFree`](crate::llfree::persist::PersistentLLFree)):
 //!   a parked block is allocated in the zone, so its free becomes durable only when the
 //!   magazine gives it back (a spill, [`BlockAlloc::drain`], [`Magazine::into_inner`]). After
-//!   a crash, the parked blocks (at most 9 856 units per core) come back allocated, listed
+//!   a crash, the parked blocks (at most 10 368 units per core) come back allocated, listed
 //!   by the zone's `blocks` with the rest. Drain before a point that must survive a crash,
 //!   and close a zone through `into_inner`.
 //!
@@ -143,16 +145,18 @@ use crate::{BlockAlloc, Config, ConfigRule, Error, HeldCore};
 /// `2^-s` of the first step's (at least two blocks) and moves at most half of that at once.
 ///
 /// Step 0, the full lists: orders 0–9. Order 0 is refilled and spilled 32 units at a time,
-/// spilling above 128 units; orders 1–6 move 256 units at a time and order 7 128 (one
+/// spilling above 128 units; orders 1–5 move 256 units at a time and order 7 128 (one
 /// block), all spilling above 512, since a batch of a larger order holds fewer blocks to
 /// spread a backend call over (with 128 units, 32 KiB blocks, order 3, moved 16 a batch and
-/// their bursts ran 1.1x slower than with 32; order 6 moved 2, and LLFree's bursts of 256 KiB
-/// blocks ran 1.6x slower than with 4; order 7 gained nothing from 2). Order 0 stays small:
+/// their bursts ran 1.1x slower than with 32; order 7 gained nothing from 2). Order 6 moves
+/// 512 units (8 blocks: one LLFree huge frame's worth) and spills above 1024: LLFree's
+/// bursts of 256 KiB blocks ran 1.6x slower with 2 a batch than with 4, and 1.13x faster
+/// with 8 than with 4 (16, two frames, ran 1.25x slower than 8). Order 0 stays small:
 /// it is what fragments huge frames (and 64 a batch gained nothing measurable). Orders 8 and
 /// 9 (1 and 2 MiB blocks of 4 KiB units, the huge frames) move one block at a time and keep
 /// up to 8 blocks each: larson at 256 KiB (blocks of orders 6–9, six in seven of them 8 or 9)
 /// ran at 0.78x of `knuth-locked` with 2, 0.85–0.95x with 4 and 1.06–1.16x with 8. In all,
-/// a core parks at most 9 856 units; 4 928, 2 592 and 2 256 in the later steps.
+/// a core parks at most 10 368 units; 5 184, 2 720 and 2 256 in the later steps.
 static MAGAZINE_STEPS: [Policy; 4] = [
     magazine_policy(0),
     magazine_policy(1),
@@ -166,6 +170,8 @@ const fn magazine_policy(step: u32) -> Policy {
     let policy = Policy::new(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], batch, high);
     let (batch, high) = in_step(step, 32, 128);
     let policy = policy.with_units(0, batch, high);
+    let (batch, high) = in_step(step, 512, 1024);
+    let policy = policy.with_units(6, batch, high);
     let (batch, high) = in_step(step, 128, 512);
     let policy = policy.with_units(7, batch, high);
     let (batch, high) = in_step(step, 256, 2048);
@@ -415,8 +421,8 @@ impl<A: BlockAlloc> Magazine<A> {
     }
 
     /// The most units one core's magazine keeps parked (every list at its watermark). By
-    /// default it follows the heap per core: 9 856 units from 2^17 units per core (512 MiB of
-    /// 4 KiB units) on, 4 928 from 2^16, 2 592 from 2^15 and 2 256 below (two blocks each of
+    /// default it follows the heap per core: 10 368 units from 2^17 units per core (512 MiB
+    /// of 4 KiB units) on, 5 184 from 2^16, 2 720 from 2^15 and 2 256 below (two blocks each of
     /// the larger orders, whatever the heap); [`Magazine::with_parking_limit`] chooses
     /// otherwise.
     pub fn parking_limit(&self) -> usize {
@@ -444,8 +450,8 @@ impl<A: BlockAlloc> Magazine<A> {
     /// let fast = Magazine::with_config(Config::new(1 << 14, 10).with_cores(4), LLFree::new)?;
     /// assert_eq!(fast.parking_limit(), 2256);
     /// let fast = fast.with_parking_limit(usize::MAX);
-    /// assert_eq!(fast.parking_limit(), 9856);
-    /// assert_eq!(fast.with_parking_limit(3000).parking_limit(), 2592);
+    /// assert_eq!(fast.parking_limit(), 10368);
+    /// assert_eq!(fast.with_parking_limit(3000).parking_limit(), 2720);
     /// # Ok::<(), buddyfree::Error>(())
     /// ```
     #[must_use]
@@ -577,15 +583,15 @@ mod tests {
     #[test]
     fn lists_scale_with_the_heap_per_core() {
         let cases = [
-            (1 << 20, 8, 9856, None),
-            (1 << 20, 9, 4928, None),
-            (1 << 18, 4, 4928, None),
-            (1 << 18, 5, 2592, None),
-            (1 << 17, 4, 2592, None),
+            (1 << 20, 8, 10368, None),
+            (1 << 20, 9, 5184, None),
+            (1 << 18, 4, 5184, None),
+            (1 << 18, 5, 2720, None),
+            (1 << 17, 4, 2720, None),
             (1 << 17, 5, 2256, None),
-            (1 << 14, 1, 2256, Some((usize::MAX, 9856))),
-            (1 << 20, 4, 9856, Some((3000, 2592))),
-            (1 << 20, 4, 9856, Some((0, 2256))),
+            (1 << 14, 1, 2256, Some((usize::MAX, 10368))),
+            (1 << 20, 4, 10368, Some((3000, 2720))),
+            (1 << 20, 4, 10368, Some((0, 2256))),
         ];
         for (units, cores, default, chosen) in cases {
             let config = Config::new(units, 9).with_cores(cores);
