@@ -164,20 +164,30 @@ static MAGAZINE_STEPS: [Policy; 4] = [
     magazine_policy(3),
 ];
 
+/// The full lists, order by order (0–9): units moved at once and the watermark in units.
+const FULL_LISTS: [(usize, usize); 10] = [
+    (32, 128),
+    (256, 512),
+    (256, 512),
+    (256, 512),
+    (256, 512),
+    (256, 512),
+    (512, 1024),
+    (128, 512),
+    (256, 2048),
+    (512, 4096),
+];
+
 /// Step `step` of [`MAGAZINE_STEPS`].
 const fn magazine_policy(step: u32) -> Policy {
-    let (batch, high) = in_step(step, 256, 512);
-    let policy = Policy::new(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], batch, high);
-    let (batch, high) = in_step(step, 32, 128);
-    let policy = policy.with_units(0, batch, high);
-    let (batch, high) = in_step(step, 512, 1024);
-    let policy = policy.with_units(6, batch, high);
-    let (batch, high) = in_step(step, 128, 512);
-    let policy = policy.with_units(7, batch, high);
-    let (batch, high) = in_step(step, 256, 2048);
-    let policy = policy.with_units(8, batch, high);
-    let (batch, high) = in_step(step, 512, 4096);
-    policy.with_units(9, batch, high)
+    let mut policy = Policy::new(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], 0, 0);
+    let mut order = 0;
+    while order < FULL_LISTS.len() {
+        let (batch, high) = in_step(step, FULL_LISTS[order].0, FULL_LISTS[order].1);
+        policy = policy.with_units(order as u32, batch, high);
+        order += 1;
+    }
+    policy
 }
 
 /// A list's batch and watermark in units in step `step`, from its `batch` and `high` in the
