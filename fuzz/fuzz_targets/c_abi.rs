@@ -62,6 +62,11 @@ fuzz_target!(|data: &[u8]| {
         max_order: u32::from(head[4] % 24),
         cores: u32::from(head[5] % 5),
         allocator: name,
+        // The default, the longest lists, or a limit between the steps' (in units).
+        parking_limit: match head[9] {
+            255 => usize::MAX,
+            n => usize::from(n) << 6,
+        },
     };
     // With a caller's region: up to 256 KiB, starting at a fuzzed misalignment.
     let mut storage = vec![

@@ -87,6 +87,7 @@ fn c_instance() -> *mut Buddyfree {
         max_order: config().max_order,
         cores: 1,
         allocator: c"llfree-magazine".as_ptr(),
+        parking_limit: 0,
     };
     let mut bf = ptr::null_mut();
     // SAFETY: a valid configuration and out pointer; no caller region.

@@ -80,7 +80,8 @@ typedef struct BuddyfreeDevice BuddyfreeDevice;
 // inside its callback.
 typedef struct BuddyfreeDeviceCore BuddyfreeDeviceCore;
 
-// How to build an instance.
+// How to build an instance. Fields added later are appended and take 0 for their default,
+// so zero-initialise it or use designated initialisers.
 typedef struct BuddyfreeConfig {
   // Bytes per unit, a power of two.
   size_t unit_size;
@@ -94,6 +95,10 @@ typedef struct BuddyfreeConfig {
   // The allocator's name (see `buddyfree_allocator_name`), NUL-terminated; NULL for the
   // default, `nbbs4`.
   const char *allocator;
+  // The most units each core's magazine may park (the `*-magazine` allocators; the others
+  // ignore it): the longest lists within it, the shortest if none is. 0 for the default,
+  // lists that follow the units per core; `SIZE_MAX` for the longest whatever the units.
+  size_t parking_limit;
 } BuddyfreeConfig;
 
 // A snapshot of an instance's counters.

@@ -177,7 +177,8 @@ fn set_last_error(detail: &str) {
     LAST_ERROR.with(|e| *e.borrow_mut() = detail);
 }
 
-/// How to build an instance.
+/// How to build an instance. Fields added later are appended and take 0 for their default,
+/// so zero-initialise it or use designated initialisers.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct BuddyfreeConfig {
@@ -193,6 +194,10 @@ pub struct BuddyfreeConfig {
     /// The allocator's name (see `buddyfree_allocator_name`), NUL-terminated; NULL for the
     /// default, `nbbs4`.
     pub allocator: *const c_char,
+    /// The most units each core's magazine may park (the `*-magazine` allocators; the others
+    /// ignore it): the longest lists within it, the shortest if none is. 0 for the default,
+    /// lists that follow the units per core; `SIZE_MAX` for the longest whatever the units.
+    pub parking_limit: usize,
 }
 
 /// A snapshot of an instance's counters.
@@ -221,6 +226,7 @@ impl Default for BuddyfreeConfig {
             max_order: 0,
             cores: 0,
             allocator: ptr::null(),
+            parking_limit: 0,
         }
     }
 }
@@ -345,7 +351,11 @@ enum Tables {
 /// The library's configuration of `units` units from C's.
 fn config_of(config: &BuddyfreeConfig, units: usize) -> Config {
     let cores = (config.cores as usize).max(1);
-    Config::new(units, config.max_order).with_cores(cores)
+    let built = Config::new(units, config.max_order).with_cores(cores);
+    match config.parking_limit {
+        0 => built,
+        limit => built.with_parking_limit(limit),
+    }
 }
 
 /// Builds `entry` over `config` with its tables where `tables` says.

@@ -18,6 +18,7 @@ fn config(name: &CStr) -> BuddyfreeConfig {
         max_order: MAX_ORDER,
         cores: 2,
         allocator: name.as_ptr(),
+        parking_limit: 0,
     }
 }
 
@@ -632,4 +633,88 @@ fn a_call_that_waits_for_its_own_held_core_aborts_with_the_cause() {
         "the child ended normally: {stderr}"
     );
     assert!(stderr.contains("holds itself"), "{stderr}");
+}
+
+/// What `park_and_count` shares with its test: the instance (as an address, sent to another
+/// thread) and the blocks another thread got while core 0 was held.
+struct Parking {
+    bf: usize,
+    got: Mutex<Vec<usize>>,
+}
+
+/// Allocates 64 order-0 blocks on the held core and frees them there (its magazine parks
+/// what its lists let it keep), then lets another thread take every block it can get without
+/// waiting while the core is still held: all but those parked in it.
+///
+/// # Safety
+/// `core` must be the callback's held core and `arg` the test's `Parking`, alive until it
+/// returns.
+unsafe extern "C" fn park_and_count(core: *mut BuddyfreeCore, arg: *mut c_void) {
+    // SAFETY: `arg` is the test's `Parking`, alive for the callback.
+    let parking = unsafe { &*arg.cast::<Parking>() };
+    let mut blocks = [0usize; 64];
+    for block in &mut blocks {
+        // SAFETY: the held core, and a writable index.
+        let status = unsafe { buddyfree_core_alloc_order(core, 0, block, ptr::null_mut()) };
+        assert_eq!(status, BuddyfreeStatus::Ok);
+    }
+    for &block in &blocks {
+        // SAFETY: the held core.
+        let status = unsafe { buddyfree_core_free_order(core, block, 0) };
+        assert_eq!(status, BuddyfreeStatus::Ok);
+    }
+    let bf = parking.bf;
+    let got = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        loop {
+            let mut index = 0;
+            // SAFETY: a live instance and a writable index; a try never waits for the
+            // core this thread's caller holds.
+            let status = unsafe {
+                buddyfree_try_alloc_order(bf as *const Buddyfree, 0, &mut index, ptr::null_mut())
+            };
+            if status != BuddyfreeStatus::Ok {
+                assert_eq!(status, BuddyfreeStatus::WouldBlock);
+                return got;
+            }
+            got.push(index);
+        }
+    });
+    *parking.got.lock().unwrap() = got.join().unwrap();
+}
+
+/// `parking_limit` chooses how much a core's magazine keeps: this instance has 256 units per
+/// core, so by default (0) the shortest lists (order 0 spills above 16 units); 3000 gives
+/// the third step's (above 32), `SIZE_MAX` the longest (above 128). Seen from another
+/// thread, which gets every unit but those parked on the held core.
+#[test]
+fn the_parking_limit_chooses_what_a_core_parks() {
+    for name in [c"llfree-magazine", c"nbbs4-magazine", c"nbbs-magazine"] {
+        for (limit, parked) in [(0, 9..=16), (3000, 17..=32), (usize::MAX, 64..=64)] {
+            let c = BuddyfreeConfig {
+                parking_limit: limit,
+                ..config(name)
+            };
+            let bf = create(&c, ptr::null_mut(), 0).unwrap();
+            let parking = Parking {
+                bf: bf as usize,
+                got: Mutex::new(Vec::new()),
+            };
+            let arg = ptr::from_ref(&parking).cast_mut().cast::<c_void>();
+            // SAFETY: a live instance; the callback is safe with `arg`, which outlives it.
+            let status = unsafe { buddyfree_with_core(bf, 0, Some(park_and_count), arg) };
+            assert_eq!(status, BuddyfreeStatus::Ok);
+            let got = parking.got.into_inner().unwrap();
+            assert!(
+                parked.contains(&(UNITS - got.len())),
+                "{name:?} with parking_limit {limit}: {} units parked",
+                UNITS - got.len()
+            );
+            for index in got {
+                assert_eq!(free_order(bf, index, 0), BuddyfreeStatus::Ok);
+            }
+            assert_eq!(stats(bf).free_units, UNITS);
+            destroy(bf);
+        }
+    }
 }

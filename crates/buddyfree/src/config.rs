@@ -21,6 +21,12 @@ pub struct Config {
     pub max_order: u32,
     /// Cores (or threads) with their own per-core state, 1..=[`MAX_CORES`].
     pub cores: usize,
+    /// The most units each core's magazine may park (free blocks reachable only by that core
+    /// until a spill or a drain), for the per-core magazines
+    /// ([`Magazine`](crate::magazine::Magazine), the registry's `*-magazine` allocators);
+    /// the other allocators ignore it. `None` (the default): the lists follow the heap per
+    /// core ([`Magazine::parking_limit`](crate::magazine::Magazine::parking_limit)).
+    pub parking_limit: Option<usize>,
 }
 
 impl Config {
@@ -46,6 +52,7 @@ impl Config {
             units,
             max_order,
             cores: 1,
+            parking_limit: None,
         }
     }
 
@@ -53,6 +60,29 @@ impl Config {
     #[must_use]
     pub const fn with_cores(self, cores: usize) -> Self {
         Config { cores, ..self }
+    }
+
+    /// The same configuration with magazines that park at most `units` per core: the longest
+    /// lists within it (the shortest if none is; `usize::MAX` for the longest whatever the
+    /// heap), as [`Magazine::with_parking_limit`](crate::magazine::Magazine::with_parking_limit)
+    /// chooses them. For a kernel that knows better than its heap's size how much each core
+    /// may keep from the others, including one that builds its allocator by name (the
+    /// registry, the C ABI's `parking_limit`).
+    ///
+    /// ```
+    /// use buddyfree::{registry, Config};
+    ///
+    /// // 64 MiB of 4 KiB units on 4 cores would get the shortest lists (2 256 units a core).
+    /// let config = Config::new(1 << 14, 10).with_cores(4).with_parking_limit(usize::MAX);
+    /// let fast = (registry::find("llfree-magazine").unwrap().build)(config)?;
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
+    #[must_use]
+    pub const fn with_parking_limit(self, units: usize) -> Self {
+        Config {
+            parking_limit: Some(units),
+            ..self
+        }
     }
 
     /// The same configuration with as many cores as the machine offers this process

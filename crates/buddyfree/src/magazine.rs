@@ -46,8 +46,9 @@
 //!   its cores' lists: 5 184 units from 2^16 units per core, 2 720 from 2^15, and below that
 //!   the shortest lists, 2 256 units (two blocks each of the larger orders).
 //!   [`Magazine::parking_limit`] says which a magazine has,
-//!   [`Magazine::with_parking_limit`] picks another, and [`Magazine::parked_units`] says
-//!   what a core holds now. The shorter lists cost speed where
+//!   [`Magazine::with_parking_limit`] picks another (or [`Config::with_parking_limit`], for
+//!   magazines built from a configuration, by name through the registry or from C), and
+//!   [`Magazine::parked_units`] says what a core holds now. The shorter lists cost speed where
 //!   blocks are large next to them: with the second step's lists instead of the full ones
 //!   on one heap, bursts of 256 KiB blocks ran 1.2x slower and larson at 256 KiB 1.5x
 //!   (docs/results.md). Order 0, the one that
@@ -257,7 +258,8 @@ impl<A: BlockAlloc> Magazine<A> {
     }
 
     /// Builds the allocator with `build` over `config` and puts `config.cores` magazines in
-    /// front.
+    /// front, with the lists [`Config::parking_limit`] asks for, if it does (else those the
+    /// heap per core gets).
     ///
     /// ```
     /// use buddyfree::llfree::LLFree;
@@ -274,7 +276,15 @@ impl<A: BlockAlloc> Magazine<A> {
         build: impl FnOnce(Config) -> Result<A, Error>,
     ) -> Result<Self, Error> {
         config.validate()?;
-        Magazine::new(build(config)?, config.cores)
+        Ok(Magazine::new(build(config)?, config.cores)?.limited_by(config))
+    }
+
+    /// These magazines with the lists `config.parking_limit` asks for, if it does.
+    fn limited_by(self, config: Config) -> Self {
+        match config.parking_limit {
+            Some(units) => self.with_parking_limit(units),
+            None => self,
+        }
     }
 
     /// The bytes and alignment of the magazines' own metadata for `config.cores` cores in
@@ -371,9 +381,9 @@ impl<A: BlockAlloc> Magazine<A> {
     /// metadata `inner` (its `metadata_layout(config)`), and magazines for `config.cores`
     /// cores in front of it, all in the `len` bytes at `meta` (at least
     /// [`Magazine::metadata_layout_with`]'s bytes at its alignment): one piece of caller
-    /// memory for both, as code that picks allocators by name needs (the C ABI). Memory too
-    /// small or misaligned is [`Error::MetadataTooSmall`] or [`Error::MetadataMisaligned`],
-    /// with nothing written.
+    /// memory for both, as code that picks allocators by name needs (the C ABI), with the
+    /// lists [`Config::parking_limit`] asks for, if it does. Memory too small or misaligned
+    /// is [`Error::MetadataTooSmall`] or [`Error::MetadataMisaligned`], with nothing written.
     ///
     /// # Safety
     /// As for [`Magazine::from_raw_metadata`]; `build` must keep to the `len` bytes it is
@@ -416,6 +426,7 @@ impl<A: BlockAlloc> Magazine<A> {
             let inner = build(config, meta, offset)?;
             Self::from_raw_metadata(inner, config.cores, meta.add(offset), len - offset)
         }
+        .map(|magazines| magazines.limited_by(config))
     }
 
     fn build(inner: A, cores: usize, parts: Parts, meta: &Metadata) -> Result<Self, Error> {
@@ -433,8 +444,9 @@ impl<A: BlockAlloc> Magazine<A> {
     /// The most units one core's magazine keeps parked (every list at its watermark). By
     /// default it follows the heap per core: 10 368 units from 2^17 units per core (512 MiB
     /// of 4 KiB units) on, 5 184 from 2^16, 2 720 from 2^15 and 2 256 below (two blocks each of
-    /// the larger orders, whatever the heap); [`Magazine::with_parking_limit`] chooses
-    /// otherwise.
+    /// the larger orders, whatever the heap); [`Magazine::with_parking_limit`] (or
+    /// [`Config::with_parking_limit`], where the magazines are built from a configuration)
+    /// chooses otherwise.
     pub fn parking_limit(&self) -> usize {
         self.cached.policy().ceiling()
     }
@@ -635,6 +647,46 @@ mod tests {
                 m.drain();
                 assert_eq!(m.inner().free_units(), units);
             }
+            drop(meta);
+        }
+    }
+
+    /// [`Config::parking_limit`] chooses the lists of magazines built from a configuration,
+    /// on the heap and in caller memory with the allocator (as the registry and the C ABI
+    /// build them by name); without it they follow the heap per core.
+    #[test]
+    fn a_configured_parking_limit_chooses_the_lists() {
+        let config = Config::new(1 << 14, 10).with_cores(4);
+        for (limit, ceiling) in [(None, 2256), (Some(usize::MAX), 10368), (Some(3000), 2720)] {
+            let config = Config {
+                parking_limit: limit,
+                ..config
+            };
+            let on_heap = Magazine::with_config(config, LLFree::new).unwrap();
+            assert_eq!(on_heap.parking_limit(), ceiling, "{limit:?} on the heap");
+            let inner = LLFree::metadata_layout(config).unwrap();
+            let (layout, _) = Magazine::<LLFree>::metadata_layout_with(config, inner).unwrap();
+            let mut meta = alloc::vec![0u64; layout.size().div_ceil(8) + 16];
+            let aligned = meta.as_mut_ptr().cast::<u8>();
+            let aligned = aligned.wrapping_add(aligned.align_offset(layout.align()));
+            // SAFETY: `meta` outlives the magazines (dropped first) and holds the layout from
+            // `aligned` on; nothing else uses it.
+            let in_caller = unsafe {
+                Magazine::from_raw_metadata_with(
+                    config,
+                    inner,
+                    LLFree::from_raw_metadata,
+                    NonNull::new(aligned).unwrap(),
+                    layout.size(),
+                )
+            }
+            .unwrap();
+            assert_eq!(
+                in_caller.parking_limit(),
+                ceiling,
+                "{limit:?} in caller memory"
+            );
+            drop(in_caller);
             drop(meta);
         }
     }

@@ -36,6 +36,12 @@ static _Alignas(4096) unsigned char caller_region[UNIT * UNITS];
 /* Metadata for the allocators that keep theirs in the caller's memory (no heap for tables). */
 static _Alignas(4096) unsigned char caller_metadata[256 << 10];
 
+/* The suite's configuration, designated so that fields added later keep their default 0. */
+static BuddyfreeConfig config(uint32_t cores, const char *name) {
+    return (BuddyfreeConfig){
+        .unit_size = UNIT, .units = UNITS, .max_order = MAX_ORDER, .cores = cores, .allocator = name};
+}
+
 static size_t free_units(const Buddyfree *bf) {
     BuddyfreeStats s;
     CHECK_STATUS(buddyfree_stats(bf, &s), BUDDYFREE_STATUS_OK);
@@ -54,7 +60,7 @@ static void check_strerror(void) {
 
 static void check_bad_configs(const char *name) {
     Buddyfree *bf = (Buddyfree *)0x1;
-    BuddyfreeConfig c = {UNIT, UNITS, MAX_ORDER, 2, name};
+    BuddyfreeConfig c = config(2, name);
     CHECK_STATUS(buddyfree_create(NULL, NULL, 0, &bf), BUDDYFREE_STATUS_NULL_ARGUMENT);
     CHECK_STATUS(buddyfree_create(&c, NULL, 0, NULL), BUDDYFREE_STATUS_NULL_ARGUMENT);
     BuddyfreeConfig bad_unit = c;
@@ -517,7 +523,7 @@ static void run_suite(Buddyfree *bf, const char *name, const char *kind) {
 /* An allocator that serves single units only: larger orders are refused at creation, and
  * a unit-sized block comes and goes with the usual checks. */
 static void check_order_0_allocator(const char *name) {
-    BuddyfreeConfig c = {UNIT, UNITS, MAX_ORDER, THREADS, name};
+    BuddyfreeConfig c = config(THREADS, name);
     Buddyfree *bf = NULL;
     CHECK_STATUS(buddyfree_create(&c, NULL, 0, &bf), BUDDYFREE_STATUS_INVALID_CONFIG);
     c.max_order = 0;
@@ -578,7 +584,7 @@ static void check_held_device(BuddyfreeDevice *dev) {
  * taken at a position, frees by address alone; then a device instance of addresses above
  * 4 GiB. Allocators that cannot place blocks answer UNSUPPORTED. */
 static void check_memory_map(const char *name) {
-    BuddyfreeConfig c = {UNIT, UNITS, MAX_ORDER, 2, name};
+    BuddyfreeConfig c = config(2, name);
     Buddyfree *bf = NULL;
     CHECK_STATUS(buddyfree_create(&c, NULL, 0, &bf), BUDDYFREE_STATUS_OK);
     BuddyfreeStatus st = buddyfree_reserve_range(bf, 0, UNITS);
@@ -673,7 +679,7 @@ static void check_memory_map(const char *name) {
 /* The allocator's tables in the caller's memory: sized by buddyfree_metadata_size, refused
  * when too small or misaligned, and then the full suite on it, over a caller's region too. */
 static void check_caller_metadata(const char *name) {
-    BuddyfreeConfig c = {UNIT, UNITS, MAX_ORDER, THREADS, name};
+    BuddyfreeConfig c = config(THREADS, name);
     size_t size = 0, align = 0;
     Buddyfree *bf = NULL;
     BuddyfreeStatus st = buddyfree_metadata_size(&c, &size, &align);
@@ -734,7 +740,7 @@ int main(void) {
         check_memory_map(name);
         check_caller_metadata(name);
 
-        BuddyfreeConfig c = {UNIT, UNITS, MAX_ORDER, THREADS, name};
+        BuddyfreeConfig c = config(THREADS, name);
         Buddyfree *bf = NULL;
         CHECK_STATUS(buddyfree_create(&c, NULL, 0, &bf), BUDDYFREE_STATUS_OK);
         run_suite(bf, name, "an internal mapping");
@@ -751,7 +757,7 @@ int main(void) {
         buddyfree_destroy(bf);
     }
     /* NULL names the default allocator. */
-    BuddyfreeConfig d = {UNIT, UNITS, MAX_ORDER, 1, NULL};
+    BuddyfreeConfig d = config(1, NULL);
     Buddyfree *bf = NULL;
     CHECK_STATUS(buddyfree_create(&d, NULL, 0, &bf), BUDDYFREE_STATUS_OK);
     buddyfree_destroy(bf);
