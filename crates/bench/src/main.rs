@@ -66,6 +66,11 @@ struct Cli {
     /// The largest order the allocators are built for (default 10: 4 MiB blocks).
     #[arg(long)]
     max_order: Option<u32>,
+    /// The most units each core's magazine may park (the `*-magazine` allocators): a number
+    /// of units (the longest lists within it), or `max` for the longest whatever the heap.
+    /// Default: lists that follow the heap per core.
+    #[arg(long)]
+    parking_limit: Option<String>,
     /// Folder for the runs: each run writes its JSON, CSV and plots into a new
     /// `<out>/<date-time>/` and points `<out>/latest` at it.
     #[arg(long, default_value = "results")]
@@ -133,6 +138,14 @@ fn request(cli: &Cli) -> Result<Request, String> {
     };
     let heap_bytes = cli.heap.as_deref().map(parse_bytes).transpose()?;
     let work_bytes = cli.work.as_deref().map(parse_bytes).transpose()?;
+    let parking_limit =
+        match cli.parking_limit.as_deref() {
+            None => None,
+            Some("max") => Some(usize::MAX),
+            Some(units) => Some(units.parse::<usize>().map_err(|_| {
+                format!("bad --parking-limit `{units}` (a number of units, or `max`)")
+            })?),
+        };
     let lock = match cli.lock.as_str() {
         "ticket" => Lock::Ticket,
         "tas" | "test-and-set" => Lock::TestAndSet,
@@ -150,6 +163,7 @@ fn request(cli: &Cli) -> Result<Request, String> {
         reps: cli.reps,
         baseline: cli.baseline.clone(),
         max_order: cli.max_order,
+        parking_limit,
         quick: cli.quick,
         seed: cli.seed,
     })

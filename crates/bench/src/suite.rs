@@ -89,6 +89,8 @@ pub struct Request {
     pub baseline: Option<String>,
     /// Largest order the allocators are built for.
     pub max_order: Option<u32>,
+    /// The most units each core's magazine may park (default: what the heap per core gets).
+    pub parking_limit: Option<usize>,
     /// Tiny sizes.
     pub quick: bool,
     /// The lock of the locked baselines.
@@ -127,6 +129,8 @@ pub struct Plan {
     pub realtime_only: Vec<&'static str>,
     /// Largest order the allocators are built for.
     pub max_order: u32,
+    /// The most units each core's magazine may park, if the request chose it.
+    pub parking_limit: Option<usize>,
     /// Counted repetitions of each run.
     pub reps: usize,
     /// Whether an uncounted warm-up round comes first.
@@ -382,6 +386,15 @@ impl Plan {
                 }
             }
         }
+        if let Some(limit) = req.parking_limit {
+            let lists = match limit {
+                usize::MAX => "the longest".to_string(),
+                units => format!("the longest within {units} units per core"),
+            };
+            notes.push(format!(
+                "magazine lists: {lists}, whatever the heap (--parking-limit)"
+            ));
+        }
         let baseline = match &req.baseline {
             Some(b) => match AllocSpec::find(b) {
                 None => return err(format!("unknown baseline allocator `{b}`")),
@@ -405,6 +418,7 @@ impl Plan {
             cases,
             realtime_only,
             max_order,
+            parking_limit: req.parking_limit,
             reps,
             warmup: !req.no_warmup,
             min_phase: if req.quick { Duration::ZERO } else { MIN_PHASE },
@@ -573,7 +587,10 @@ impl Plan {
         // Heaps smaller than a block of `max_order` (the contrived case's smallest) get the
         // largest order that fits.
         let max_order = self.max_order.min(case.units.max(1).ilog2());
-        let config = Config::new(case.units, max_order).with_cores(case.threads);
+        let config = Config {
+            parking_limit: self.parking_limit,
+            ..Config::new(case.units, max_order).with_cores(case.threads)
+        };
         let top = case.workload.top_order(case.order, &self.params);
         let alloc = a
             .build(config, self.lock)
@@ -687,6 +704,30 @@ mod tests {
             allocs: Some(vec!["model".into()]),
             quick: true,
             ..Request::default()
+        }
+    }
+
+    /// `--parking-limit` reaches every configuration the plan builds, and the report says so.
+    #[test]
+    fn a_parking_limit_is_planned_and_noted() {
+        let plan = |limit| {
+            Plan::new(&Request {
+                parking_limit: limit,
+                ..req()
+            })
+            .map_err(|e| e.0)
+            .unwrap()
+        };
+        assert_eq!(plan(None).parking_limit, None);
+        assert!(!plan(None).notes.iter().any(|n| n.contains("parking")));
+        for (limit, note) in [(usize::MAX, "the longest,"), (3000, "within 3000 units")] {
+            let plan = plan(Some(limit));
+            assert_eq!(plan.parking_limit, Some(limit));
+            assert!(
+                plan.notes.iter().any(|n| n.contains(note)),
+                "{:?}",
+                plan.notes
+            );
         }
     }
 
