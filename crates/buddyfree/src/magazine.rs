@@ -599,6 +599,15 @@ mod tests {
             .with_parking_limit(usize::MAX)
     }
 
+    /// Zeroed memory for `layout` (the buffer, which must outlive its use) and the first
+    /// address in it at the layout's alignment.
+    fn caller_memory(layout: Layout) -> (Vec<u64>, NonNull<u8>) {
+        let mut meta = alloc::vec![0u64; (layout.size() + layout.align()).div_ceil(8)];
+        let start = meta.as_mut_ptr().cast::<u8>();
+        let aligned = start.wrapping_add(start.align_offset(layout.align()));
+        (meta, NonNull::new(aligned).unwrap())
+    }
+
     /// The lists follow the heap per core, built on the heap or in caller memory, and
     /// [`Magazine::with_parking_limit`] overrides them; each list takes its watermark's worth
     /// without a spill, and all of them at their watermarks are the parking limit.
@@ -619,16 +628,14 @@ mod tests {
             let config = Config::new(units, 9).with_cores(cores);
             let on_heap = Magazine::with_config(config, LLFree::new).unwrap();
             let layout = Magazine::<LLFree>::metadata_layout(config).unwrap();
-            let mut meta = alloc::vec![0u64; layout.size().div_ceil(8) + 16];
-            let aligned = meta.as_mut_ptr().cast::<u8>();
-            let aligned = aligned.wrapping_add(aligned.align_offset(layout.align()));
+            let (meta, aligned) = caller_memory(layout);
             // SAFETY: `meta` outlives the magazines (dropped at the end of the iteration)
             // and holds the layout from `aligned` on; nothing else uses it.
             let in_caller = unsafe {
                 Magazine::from_raw_metadata(
                     LLFree::new(config).unwrap(),
                     cores,
-                    NonNull::new(aligned).unwrap(),
+                    aligned,
                     layout.size(),
                 )
             }
@@ -666,9 +673,7 @@ mod tests {
             assert_eq!(on_heap.parking_limit(), ceiling, "{limit:?} on the heap");
             let inner = LLFree::metadata_layout(config).unwrap();
             let (layout, _) = Magazine::<LLFree>::metadata_layout_with(config, inner).unwrap();
-            let mut meta = alloc::vec![0u64; layout.size().div_ceil(8) + 16];
-            let aligned = meta.as_mut_ptr().cast::<u8>();
-            let aligned = aligned.wrapping_add(aligned.align_offset(layout.align()));
+            let (meta, aligned) = caller_memory(layout);
             // SAFETY: `meta` outlives the magazines (dropped first) and holds the layout from
             // `aligned` on; nothing else uses it.
             let in_caller = unsafe {
@@ -676,7 +681,7 @@ mod tests {
                     config,
                     inner,
                     LLFree::from_raw_metadata,
-                    NonNull::new(aligned).unwrap(),
+                    aligned,
                     layout.size(),
                 )
             }
