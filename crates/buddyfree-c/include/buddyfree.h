@@ -277,9 +277,9 @@ BuddyfreeStatus buddyfree_free_bulk(const struct Buddyfree *bf,
                                     uint32_t order,
                                     size_t *done_out);
 
-// Like `buddyfree_alloc_order`, but never waits (for interrupt or signal context): where
-// the allocator would wait for a lock or another thread, returns
-// `BUDDYFREE_STATUS_WOULD_BLOCK`; allocators without that guarantee return
+// Like `buddyfree_alloc_order` (on the calling thread's core), but never waits (for
+// interrupt or signal context): where the allocator would wait for a lock or another
+// thread, returns `BUDDYFREE_STATUS_WOULD_BLOCK`; allocators without that guarantee return
 // `BUDDYFREE_STATUS_UNSUPPORTED`.
 //
 // # Safety

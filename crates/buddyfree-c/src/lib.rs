@@ -778,9 +778,9 @@ unsafe fn on_blocks(
     unsafe { status(result, ptr::null_mut()) }
 }
 
-/// Like `buddyfree_alloc_order`, but never waits (for interrupt or signal context): where
-/// the allocator would wait for a lock or another thread, returns
-/// `BUDDYFREE_STATUS_WOULD_BLOCK`; allocators without that guarantee return
+/// Like `buddyfree_alloc_order` (on the calling thread's core), but never waits (for
+/// interrupt or signal context): where the allocator would wait for a lock or another
+/// thread, returns `BUDDYFREE_STATUS_WOULD_BLOCK`; allocators without that guarantee return
 /// `BUDDYFREE_STATUS_UNSUPPORTED`.
 ///
 /// # Safety
@@ -793,11 +793,7 @@ pub unsafe extern "C" fn buddyfree_try_alloc_order(
     ptr_out: *mut *mut c_void,
 ) -> BuddyfreeStatus {
     // SAFETY: the caller's contract on `bf`.
-    let result = unsafe { instance(bf) }.and_then(|bf| {
-        let index = bf.heap.allocator().try_alloc(order, 0)?;
-        let p = bf.heap.ptr_of(index).ok_or(BuddyfreeStatus::OutOfRange)?;
-        Ok((index, p))
-    });
+    let result = unsafe { instance(bf) }.and_then(|bf| Ok(bf.heap.try_alloc_index(order)?));
     // SAFETY: the caller's contract on the outputs.
     unsafe { write_pair(result, index_out, ptr_out) }
 }

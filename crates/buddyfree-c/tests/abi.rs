@@ -718,3 +718,30 @@ fn the_parking_limit_chooses_what_a_core_parks() {
         }
     }
 }
+
+/// `buddyfree_try_alloc_order` serves the calling thread's core, as `buddyfree_alloc_order`
+/// does: on threads with consecutive core hints (so on both cores), a block just freed into
+/// the thread's own cache is the one a try-allocation takes back.
+#[test]
+fn a_try_allocation_takes_from_the_calling_cores_cache() {
+    for name in [c"llfree-magazine", c"nbbs4-magazine", c"linux"] {
+        let bf = create(&config(name), ptr::null_mut(), 0).unwrap() as usize;
+        for _ in 0..4 {
+            std::thread::spawn(move || {
+                let bf = bf as *const Buddyfree;
+                let (index, _) = alloc_order(bf, 0).unwrap();
+                assert_eq!(free_order(bf, index, 0), BuddyfreeStatus::Ok);
+                let mut again = usize::MAX;
+                // SAFETY: a live instance and a writable index.
+                let status =
+                    unsafe { buddyfree_try_alloc_order(bf, 0, &mut again, ptr::null_mut()) };
+                assert_eq!(status, BuddyfreeStatus::Ok);
+                assert_eq!(again, index, "{name:?}: not from this core's cache");
+                assert_eq!(free_order(bf, again, 0), BuddyfreeStatus::Ok);
+            })
+            .join()
+            .unwrap();
+        }
+        destroy(bf as *mut Buddyfree);
+    }
+}
