@@ -2,12 +2,15 @@
 # The thread sweep of the scalable allocators (issue 14): linux-scalability, thread-test and
 # constant occupancy at 4K, 32K and 256K over one 16 GiB heap, every scalable allocator with
 # and without magazines beside the ticket-locked Knuth buddy, at 1, 2, 4, 8, 12 and 16
-# threads (those up to the core count). Meant for a many-core machine in one call: about
-# three minutes on 16 cores. It prints buddybench's table, then Mops/s by thread count.
+# threads (those up to the core count). Meant for a many-core machine in one call (at 1 and
+# 2 threads it takes 13 s on 2 cores). It prints buddybench's table, then Mops/s by thread
+# count.
 #
-#   scripts/sweep.sh            the sweep (builds buddybench if target/release has none)
+#   scripts/sweep.sh            the sweep (buddybench built in release first)
 #   scripts/sweep.sh --quick    a smoke run of a few seconds (tiny heap and work, 1-2 threads)
 #
+# BUDDYBENCH names a binary built beforehand, for a machine without cargo or the crates (the
+# device tool: carry target/release/buddybench and set BUDDYBENCH=target/release/buddybench).
 # SWEEP_THREADS (e.g. 1,4,16) overrides the thread counts, SWEEP_REPS (default 5) the
 # repetitions. Where $OUT is set (the device tool's output folder), the run's CSV and JSON, the
 # printed tables and the plots (sweep-plots.tar.gz) are copied there.
@@ -17,15 +20,18 @@ cd "$(dirname "$0")/.."
 quick=()
 [[ ${1:-} == --quick ]] && quick=(--quick)
 
-bench=target/release/buddybench
-[[ -x $bench ]] || cargo build --release -p buddybench
+bench=${BUDDYBENCH:-target/release/buddybench}
+[[ -n ${BUDDYBENCH:-} ]] || cargo build --release -p buddybench
 cores=$(nproc)
 if [[ -n ${SWEEP_THREADS:-} ]]; then
   threads=$SWEEP_THREADS
 elif ((${#quick[@]})); then
   threads=1,2
 else
-  threads=$(for t in 1 2 4 8 12 16; do ((t <= cores)) && echo "$t"; done | paste -sd,)
+  threads=1
+  for t in 2 4 8 12 16; do
+    if ((t <= cores)); then threads+=",$t"; fi
+  done
 fi
 # The last run's folder: one fresh folder per sweep, so `latest` is this one.
 runs=$(mktemp -d)
