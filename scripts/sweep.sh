@@ -17,32 +17,33 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-quick=()
-[[ ${1:-} == --quick ]] && quick=(--quick)
-
 bench=${BUDDYBENCH:-target/release/buddybench}
 [[ -n ${BUDDYBENCH:-} ]] || cargo build --release -p buddybench
 cores=$(nproc)
-if [[ -n ${SWEEP_THREADS:-} ]]; then
-  threads=$SWEEP_THREADS
-elif ((${#quick[@]})); then
-  threads=1,2
+# --quick picks its own threads (1 and 2) and repetitions unless told; the sweep, every
+# count up to the cores and 5.
+args=() threads='' reps=''
+if [[ ${1:-} == --quick ]]; then
+  args=(--quick)
 else
-  threads=1
+  threads=1 reps=5
   for t in 2 4 8 12 16; do
     if ((t <= cores)); then threads+=",$t"; fi
   done
 fi
-# The last run's folder: one fresh folder per sweep, so `latest` is this one.
+threads=${SWEEP_THREADS:-$threads} reps=${SWEEP_REPS:-$reps}
+[[ -z $threads ]] || args+=(--threads "$threads")
+[[ -z $reps ]] || args+=(--reps "$reps")
+# A fresh folder for this sweep's run, so that its `latest` is this run.
 runs=$(mktemp -d)
 trap 'rm -rf "$runs"' EXIT
 
 echo "machine: $(uname -srm), $cores cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
-echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown); threads: $threads"
-"$bench" "${quick[@]}" \
+echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+"$bench" "${args[@]}" \
   --workload linux-scalability,thread-test,constant-occupancy \
   --alloc knuth-locked,nbbs,nbbs4,nbbs-magazine,nbbs4-magazine,llfree,llfree-magazine \
-  --size 4K,32K,256K --threads "$threads" --reps "${SWEEP_REPS:-5}" --out "$runs" |
+  --size 4K,32K,256K --out "$runs" |
   tee "$runs/table.txt"
 
 csv=$runs/latest/buddybench.csv
