@@ -938,6 +938,30 @@ mod tests {
         assert_eq!(all.len(), 256);
     }
 
+    /// Over LLFree, whose batches continue from the frame of the core's last allocation, a
+    /// refill takes the rest of a partly used frame and not the first block of the next, so
+    /// that later batches are whole frames again (and spills give whole frames back).
+    #[test]
+    fn refills_line_up_with_huge_frames_after_a_partly_used_one() {
+        let used = LLFree::new(Config::new(1 << 14, 10)).unwrap();
+        let first = used.alloc(6, 0).unwrap();
+        let frame = |index: usize| index / crate::llfree::HUGE_UNITS;
+        let alloc = Magazine::new(used, 1)
+            .unwrap()
+            .with_parking_limit(usize::MAX);
+        let rest: Vec<usize> = (0..7).map(|_| alloc.alloc(6, 0).unwrap()).collect();
+        assert!(rest.iter().all(|&b| frame(b) == frame(first)), "{rest:?}");
+        assert_eq!(alloc.inner().free_units(), (1 << 14) - 512);
+        for _ in 0..3 {
+            let batch: Vec<usize> = (0..8).map(|_| alloc.alloc(6, 0).unwrap()).collect();
+            assert!(
+                batch.iter().all(|&b| frame(b) == frame(batch[0])),
+                "{batch:?}"
+            );
+            assert_eq!(alloc.parked_units(0), 0);
+        }
+    }
+
     #[test]
     fn adopts_the_blocks_of_a_used_inner_allocator() {
         let used = Nbbs4::new(Config::new(256, 6)).unwrap();

@@ -49,7 +49,8 @@ pub(crate) trait Backend {
     fn shared(&self) -> &Self::Alloc;
 
     /// Allocates one block of `order` and returns it, then up to `more` others, each passed
-    /// to `put` (fewer if the backend runs out).
+    /// to `put` (fewer if the backend runs out, or where the batch would start a region it
+    /// cannot finish: [`batch_in_regions`]).
     fn alloc_batch(
         &self,
         order: u32,
@@ -62,7 +63,14 @@ pub(crate) trait Backend {
             return alloc.alloc(order, core);
         }
         let mut got = [0; BULK];
-        let n = alloc.alloc_bulk(order, core, &mut got[..(more + 1).min(BULK)])?;
+        let mut n = alloc.alloc_bulk(order, core, &mut got[..(more + 1).min(BULK)])?;
+        if more < BULK {
+            let keep = batch_in_regions(&got[..n], order, more + 1);
+            if keep < n {
+                self.give_back(&got[keep..n], order, core);
+                n = keep;
+            }
+        }
         got[1..n].iter().for_each(|&index| put(index));
         let first = got[0];
         // In chunks of `BULK`; a short one means the backend has no more.
@@ -92,6 +100,41 @@ pub(crate) trait Backend {
                 blocks[k]
             );
         }
+    }
+}
+
+/// How many of `got`, a refill's blocks of `order` in the order the backend gave them, to
+/// keep, for batches of `batch` blocks (a power of two): all of them, unless they finish a
+/// partly used region of one batch (`batch` blocks aligned to their size) and go on into the
+/// next, which they leave unfinished; then only the first region's.
+///
+/// A backend that continues where its last allocation ended (LLFree's bulk claims from the
+/// frame of the core's last allocation) would otherwise hand out every later batch astride
+/// two regions once one is partly used (7 blocks of one huge frame and 1 of the next, say),
+/// and the spills, which give back a batch at a time, would leave both partly free, so the
+/// backend's next batches straddle again. Cut at the region's end, the next refill starts a
+/// fresh region, batches line up with regions again, and spills give back whole ones.
+fn batch_in_regions(got: &[usize], order: u32, batch: usize) -> usize {
+    let Some(&first) = got.first() else {
+        return 0;
+    };
+    if !batch.is_power_of_two() {
+        return got.len();
+    }
+    let region = |index: usize| index >> (order + batch.trailing_zeros());
+    let head = got
+        .iter()
+        .take_while(|&&b| region(b) == region(first))
+        .count();
+    let rest_of_region = batch - ((first >> order) & (batch - 1));
+    let tail = &got[head..];
+    match tail.first() {
+        Some(&next)
+            if head == rest_of_region && tail.iter().all(|&b| region(b) == region(next)) =>
+        {
+            head
+        }
+        _ => got.len(),
     }
 }
 
@@ -781,6 +824,29 @@ mod tests {
     use crate::magazine::Magazine;
     use crate::model::Model;
     use crate::{BlockAlloc, Config, Error};
+
+    /// A refill that finishes a partly used region and goes on into the next is cut at the
+    /// region's end; any other is kept whole.
+    #[test]
+    fn a_batch_is_cut_where_it_would_start_a_region_it_cannot_finish() {
+        use super::batch_in_regions;
+        // Order 6 in batches of 8: a region is a huge frame of 512 units.
+        let rest_and_next: Vec<usize> = (1..8).map(|b| b * 64).chain([512]).collect();
+        assert_eq!(batch_in_regions(&rest_and_next, 6, 8), 7);
+        let whole: Vec<usize> = (0..8).map(|b| b * 64).collect();
+        assert_eq!(batch_in_regions(&whole, 6, 8), 8);
+        assert_eq!(batch_in_regions(&[128, 192], 6, 8), 2);
+        // Order 0 in batches of 4.
+        assert_eq!(batch_in_regions(&[3, 4, 5], 0, 4), 1);
+        assert_eq!(batch_in_regions(&[2, 3, 8, 9], 0, 4), 2);
+        // Not the whole rest of the first region (2 is not in the batch).
+        assert_eq!(batch_in_regions(&[1, 3, 4, 5], 0, 4), 4);
+        // The rest goes on into two regions: nothing to line up with.
+        assert_eq!(batch_in_regions(&[3, 4, 8, 9], 0, 4), 4);
+        assert_eq!(batch_in_regions(&[5], 0, 4), 1);
+        assert_eq!(batch_in_regions(&[], 0, 4), 0);
+        assert_eq!(batch_in_regions(&[3, 4], 0, 3), 2);
+    }
 
     /// The state table records only the cached orders, so the errors that need a block of
     /// an uncached order come from the backend, corrected where a cached block starts.
