@@ -159,6 +159,17 @@ pub trait BlockAlloc: Sync {
         free_each(self, blocks, order, core)
     }
 
+    /// Whether [`BlockAlloc::alloc_bulk`] carries on where `core`'s last allocation ended
+    /// (LLFree: in the huge frame of the core's last allocation, then the next), so that a
+    /// batch which finishes a partly used frame goes on into the next one. Per-core caches
+    /// in front of such an allocator ([`Magazine`](crate::magazine::Magazine)) end such a
+    /// batch at the frame's end and give the rest back at once, which keeps their batches,
+    /// and so their spills, whole frames. `false` (the default) where batches are placed
+    /// otherwise: there, cutting them only costs frees.
+    fn alloc_bulk_continues(&self) -> bool {
+        false
+    }
+
     /// Units not handed out to callers (blocks held in internal caches count as free).
     #[must_use]
     fn free_units(&self) -> usize;
@@ -412,6 +423,9 @@ impl<A: BlockAlloc + ?Sized> BlockAlloc for alloc::boxed::Box<A> {
     }
     fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
         (**self).free_bulk(blocks, order, core)
+    }
+    fn alloc_bulk_continues(&self) -> bool {
+        (**self).alloc_bulk_continues()
     }
     fn free_units(&self) -> usize {
         (**self).free_units()

@@ -23,6 +23,13 @@
 //! [`BlockAlloc::free_bulk`] (orders 7–9: its newest block, by a plain `free`). Those are
 //! the full lists, for heaps of at least 2^17 units (512 MiB of 4 KiB units) per core;
 //! below, they shrink with the heap (see *What it trades*).
+//! Over a backend whose bulk allocations continue where the core's last one ended
+//! ([`BlockAlloc::alloc_bulk_continues`]: LLFree), a batch that finishes a partly used
+//! region of one batch's size (its blocks aligned to their size: a huge frame at order 6)
+//! and would go on into the next stops at the region's end, so that later batches are
+//! whole regions and a spill gives back whole ones; otherwise every later batch lies
+//! astride two frames, and bursts whose length is not a multiple of a batch ran up to 1.4x
+//! slower through a magazine than without (docs/results.md).
 //! With LLFree behind it, a batch comes from one huge frame with one update of each counter
 //! for all its blocks, orders 0–5 claimed and given back with one compare-and-swap per
 //! bit-field word instead of one per block, orders 6–7 a group of 2 or 4 words per block;
@@ -960,6 +967,18 @@ mod tests {
             );
             assert_eq!(alloc.parked_units(0), 0);
         }
+    }
+
+    /// Only backends whose bulk allocations continue from the core's last allocation have
+    /// their batches cut, and wrappers pass the answer on.
+    #[test]
+    fn llfree_says_its_bulk_allocations_continue_and_nbbs_does_not() {
+        let config = Config::new(1 << 12, 10);
+        let llfree: alloc::boxed::Box<dyn BlockAlloc> =
+            alloc::boxed::Box::new(LLFree::new(config).unwrap());
+        assert!(llfree.alloc_bulk_continues());
+        assert!(!Nbbs4::new(config).unwrap().alloc_bulk_continues());
+        assert!(!crate::Nbbs::new(config).unwrap().alloc_bulk_continues());
     }
 
     #[test]

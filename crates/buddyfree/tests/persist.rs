@@ -155,6 +155,8 @@ fn a_magazine_makes_frees_durable_when_it_gives_the_blocks_back() {
     let dir = TempDir::new("magazine");
     let path = dir.file("zone");
     let fast = Magazine::new(create(&path, 1 << 12, Durability::None), 2).unwrap();
+    // As LLFree's, so the magazine lines its batches up with the zone's frames.
+    assert!(fast.inner().alloc_bulk_continues());
     let kept = fast.alloc(2, 0).unwrap();
     let parked = fast.alloc(0, 1).unwrap();
     fast.free(parked, 0, 1).unwrap();

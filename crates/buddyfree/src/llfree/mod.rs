@@ -778,6 +778,11 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
         Ok(())
     }
 
+    /// Bulk allocations continue in the frame of the core's last allocation.
+    fn alloc_bulk_continues(&self) -> bool {
+        true
+    }
+
     fn free_units(&self) -> usize {
         let in_trees: usize = (0..self.trees.len())
             .map(|t| self.trees.get(TreeId(t)).free())

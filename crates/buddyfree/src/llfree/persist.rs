@@ -550,6 +550,10 @@ impl BlockAlloc for PersistentLLFree {
         self.alloc.free_bulk(blocks, order, core)
     }
 
+    fn alloc_bulk_continues(&self) -> bool {
+        self.alloc.alloc_bulk_continues()
+    }
+
     fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
         self.alloc.try_alloc(order, core)
     }
