@@ -28,7 +28,7 @@
 //! region of one batch's size (its blocks aligned to their size: a huge frame at order 6)
 //! and would go on into the next stops at the region's end, so that later batches are
 //! whole regions and a spill gives back whole ones; otherwise every later batch lies
-//! astride two frames, and bursts whose length is not a multiple of a batch ran up to 1.4x
+//! astride two frames, and bursts whose length is not a multiple of a batch ran up to 1.5x
 //! slower through a magazine than without (docs/results.md).
 //! With LLFree behind it, a batch comes from one huge frame with one update of each counter
 //! for all its blocks, orders 0–5 claimed and given back with one compare-and-swap per
