@@ -65,6 +65,8 @@ pub(crate) trait Backend {
         }
         let mut got = [0; BULK];
         let mut n = alloc.alloc_bulk(order, core, &mut got[..(more + 1).min(BULK)])?;
+        // Only a batch that one call fetches whole is cut: the longer ones (orders 1 and 2,
+        // in chunks) span several regions by design.
         if more < BULK && alloc.alloc_bulk_continues() {
             let keep = batch_in_regions(&got[..n], order, more + 1);
             if keep < n {
