@@ -159,6 +159,26 @@ pub trait BlockAlloc: Sync {
         free_each(self, blocks, order, core)
     }
 
+    /// [`BlockAlloc::free_bulk`] for a caller that owns `blocks` outright, so that the
+    /// allocator may skip the checks that make a bad or racing free an error: per-core
+    /// caches giving back blocks they got from `self` ([`Magazine`](crate::magazine::Magazine)
+    /// does). The default is `free_bulk`, checks and all; LLFree clears blocks of orders
+    /// 6..=8 with plain stores instead of a compare-and-swap each.
+    ///
+    /// # Safety
+    ///
+    /// Every block of `blocks` is allocated from `self` at `order` (a block it handed out,
+    /// not freed since), is named once, and nothing frees it, or a block that overlaps it,
+    /// while this runs. An allocator that skips its checks may otherwise hand out units twice.
+    unsafe fn free_bulk_owned(
+        &self,
+        blocks: &[usize],
+        order: u32,
+        core: usize,
+    ) -> Result<(), (usize, Error)> {
+        self.free_bulk(blocks, order, core)
+    }
+
     /// Whether [`BlockAlloc::alloc_bulk`] carries on where `core`'s last allocation ended
     /// (LLFree: in the huge frame of the core's last allocation, then the next), so that a
     /// batch which finishes a partly used frame goes on into the next one. Per-core caches
@@ -423,6 +443,15 @@ impl<A: BlockAlloc + ?Sized> BlockAlloc for alloc::boxed::Box<A> {
     }
     fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
         (**self).free_bulk(blocks, order, core)
+    }
+    unsafe fn free_bulk_owned(
+        &self,
+        blocks: &[usize],
+        order: u32,
+        core: usize,
+    ) -> Result<(), (usize, Error)> {
+        // SAFETY: the caller's promise, for the same allocator.
+        unsafe { (**self).free_bulk_owned(blocks, order, core) }
     }
     fn alloc_bulk_continues(&self) -> bool {
         (**self).alloc_bulk_continues()

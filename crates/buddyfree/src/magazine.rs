@@ -20,7 +20,7 @@
 //! units; order 6: 512; orders 7–9: one block, by a plain `alloc`); one holding more than
 //! 128 units of order 0, 512 of orders 1–5 and 7, 1024 of order 6 or 8 blocks of orders 8–9
 //! gives its oldest batch back through
-//! [`BlockAlloc::free_bulk`] (orders 7–9: its newest block, by a plain `free`). Those are
+//! [`BlockAlloc::free_bulk_owned`] (orders 7–9: its newest block). Those are
 //! the full lists, for heaps of at least 2^17 units (512 MiB of 4 KiB units) per core;
 //! below, they shrink with the heap (see *What it trades*).
 //! Over a backend whose bulk allocations continue where the core's last one ended
@@ -32,7 +32,10 @@
 //! slower through a magazine than without (docs/results.md).
 //! With LLFree behind it, a batch comes from one huge frame with one update of each counter
 //! for all its blocks, orders 0–5 claimed and given back with one compare-and-swap per
-//! bit-field word instead of one per block, orders 6–7 a group of 2 or 4 words per block;
+//! bit-field word instead of one per block, order 6 a group of 2 words per block, written
+//! with plain stores where the batch takes every unit of its frame that the magazine does not
+//! already hold, and given back with plain stores too ([`BlockAlloc::free_bulk_owned`]: the
+//! state table has already refused every other free of a parked block);
 //! with NBBS-4, in groups of up to 4 blocks of order 0 (8 of order 3, with `max_order` 10)
 //! under one node of a cell, one tree walk per group (the module docs of
 //! [`nbbs`](crate::nbbs)). Orders 0–9 cover the sizes of the NBBS paper's workloads (k to
@@ -516,9 +519,10 @@ impl<A: BlockAlloc> Magazine<A> {
     /// Holds `core`'s magazine until the handle is dropped (waiting for it if another
     /// thread has it), so that the handle's allocations and frees of orders 0–9 take no
     /// lock: a pair costs the state table's one compare-and-swap (in the free) and a store,
-    /// as a kernel's per-CPU lists do with preemption off. Allocations of other orders, and
-    /// those the magazine cannot serve, go the shared way and let the magazine go meanwhile
-    /// (they may drain every magazine); frees of other orders go straight to the backend.
+    /// as a kernel's per-CPU lists do with preemption off. Allocations and frees of other
+    /// orders go straight to the backend, the magazine still held; allocations the backend
+    /// refuses go the shared way and let the magazine go meanwhile (they may drain every
+    /// magazine).
     ///
     /// A pin is a held lock. Hold it for a burst of operations, not across waits for other
     /// threads: other threads calling with `core`, and every drain (another thread's

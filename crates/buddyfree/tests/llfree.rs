@@ -7,6 +7,7 @@ mod common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use buddyfree::llfree::{LLFree, Options};
+use buddyfree::magazine::Magazine;
 use buddyfree::{BlockAlloc, Config, ConfigRule, Error};
 use common::Rng;
 use proptest::prelude::*;
@@ -184,6 +185,21 @@ fn survives_stress_with_shared_cores_and_paper_trees() {
     // Two reservations for four threads: cores share them; one tree of 64 MiB... of 8 frames.
     let alloc = LLFree::new(Config::new(1 << 12, 10).with_cores(2)).unwrap();
     assert!(common::stress(&alloc, 4, 40_000, 10) > 0);
+}
+
+/// Bulk allocations of orders up to 8 (whole frames written with plain stores where the
+/// frame is the caller's alone, compare-and-swap claims elsewhere) and owned bulk frees
+/// (plain stores for orders 6..=8) mixed with single operations and bulk frees on four
+/// threads over 8 huge frames, with and without a magazine in front: the ownership map
+/// catches a unit handed out twice, and the allocator must be whole at the end.
+#[test]
+fn bulk_claims_of_whole_frames_and_owned_frees_share_no_unit() {
+    for cores in [1, 4] {
+        let config = Config::new(8 * 512, 8).with_cores(cores);
+        common::bulk_stress(&llfree(config, small_trees()), 4, 20_000, 8);
+        let magazine = Magazine::new(llfree(config, small_trees()), cores).unwrap();
+        common::bulk_stress(&magazine, 4, 20_000, 8);
+    }
 }
 
 #[test]

@@ -92,11 +92,11 @@ pub(crate) trait Backend {
     /// Frees `blocks` of `order`, which left every cache and which the backend has
     /// allocated, in bulk.
     fn give_back(&self, blocks: &[usize], order: u32, core: usize) {
-        // `states` had each block as cached or live, so the backend has it allocated.
-        let freed = match blocks {
-            &[index] => self.shared().free(index, order, core).map_err(|e| (0, e)),
-            _ => self.shared().free_bulk(blocks, order, core),
-        };
+        // SAFETY: the backend handed out each block at `order` (to a refill, or to a caller
+        // whose free the state table let through) and has it allocated; each left its cache
+        // once, and `states` has it `Free` (or never recorded it, when a refill was cut),
+        // so every free of it by a caller stops at the table, an order the caches keep.
+        let freed = unsafe { self.shared().free_bulk_owned(blocks, order, core) };
         if let Err((k, e)) = freed {
             panic!(
                 "the backend refused block {} the per-core caches owned: {e}",
@@ -720,9 +720,9 @@ impl<B> Pinned<'_, B> {
 }
 
 impl<B: Backend> Pinned<'_, B> {
-    /// An allocation of an uncached order, or one the backend could not refill: the shared
-    /// path, with the cache let go meanwhile (it drains every cache, ours included, before
-    /// it answers `OutOfMemory`). Out of line, to keep the pinned hot path small.
+    /// An allocation the backend refused: the shared path, with the cache let go meanwhile
+    /// (it drains every cache, ours included, before it answers `OutOfMemory`). Out of
+    /// line, to keep the pinned hot path small.
     #[cold]
     #[inline(never)]
     fn alloc_shared(&mut self, order: u32) -> Result<usize, Error> {
@@ -748,17 +748,22 @@ impl<B: Backend> HeldCore for Pinned<'_, B> {
         if order > cached.max_order() {
             return Err(Error::BadOrder);
         }
-        if let Some(slot) = cached.slot(order) {
-            match cached.take(&mut self.cache, slot, order, self.core) {
-                Ok(index) => {
-                    cached.record_live(Some(slot), index, order);
-                    return Ok(index);
-                }
-                Err(Error::OutOfMemory) => {}
-                Err(e) => return Err(e),
+        let slot = cached.slot(order);
+        // An uncached order goes to the backend with the cache still held, as the shared
+        // path sends it there without the cache (every path takes a core's cache before the
+        // backend, never after); only a refusal needs the cache let go, to drain it.
+        let found = match slot {
+            Some(slot) => cached.take(&mut self.cache, slot, order, self.core),
+            None => cached.backend.shared().alloc(order, self.core),
+        };
+        match found {
+            Ok(index) => {
+                cached.record_live(slot, index, order);
+                Ok(index)
             }
+            Err(Error::OutOfMemory) => self.alloc_shared(order),
+            Err(e) => Err(e),
         }
-        self.alloc_shared(order)
     }
 
     /// See [`BlockAlloc::free`].

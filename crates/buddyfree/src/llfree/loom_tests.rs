@@ -414,7 +414,7 @@ fn a_bulk_claim_races_a_single_claim<const N: usize>(order: u32) {
             let lower = lower.clone();
             thread::spawn(move || {
                 let mut out = [0; N];
-                let got = lower.alloc_many(HugeId(0), order, 0, &mut out);
+                let got = lower.alloc_many(HugeId(0), order, 0, &mut out, 0);
                 (out, got)
             })
         };
@@ -463,6 +463,115 @@ fn loom_a_bulk_free_of_word_groups_races_a_double_free() {
         assert_eq!(lower.free(a, 6), Err(Error::NotAllocated));
         assert_eq!(lower.free(b, 6), Err(Error::NotAllocated));
         lower.assert_consistent();
+        assert_eq!(lower.child(HugeId(0)).free(), 512);
+    });
+}
+
+/// A bulk claim that takes every free unit of a frame while another thread's block is in it
+/// races that thread freeing the block and allocating again: the frame is not the claim's
+/// alone (its counter went to zero, but a unit it did not take is the other thread's), so it
+/// must claim by compare-and-swap, never by the plain stores of a frame it holds whole.
+/// Frames of two order-8 groups.
+#[test]
+fn loom_a_frame_with_a_block_of_another_thread_is_not_filled_with_plain_stores() {
+    check(|| {
+        let lower = Arc::new(Lower::new(512));
+        let theirs = lower.alloc(HugeId(0), 8, 0).unwrap();
+        let other = {
+            let lower = lower.clone();
+            thread::spawn(move || {
+                lower.free(theirs, 8).unwrap();
+                lower.alloc(HugeId(0), 8, 0)
+            })
+        };
+        let mut out = [0; 1];
+        let got = lower.alloc_many(HugeId(0), 8, 0, &mut out, 0);
+        let again = other.join().unwrap();
+        if let (1, Some(b)) = (got, again) {
+            assert_ne!(out[0], b, "one group handed out twice");
+        }
+        lower.assert_consistent();
+        for b in out[..got].iter().copied().chain(again) {
+            assert_eq!(lower.free(b, 8), Ok(()));
+        }
+        assert_eq!(lower.child(HugeId(0)).free(), 512);
+    });
+}
+
+/// A bulk claim of the rest of a frame after the caller's own single allocation there (the
+/// refill's pattern: its plain stores) races order-0 allocations and a free in that frame:
+/// either an order-0 unit is held when the bulk claim takes the counter, which then gets
+/// nothing, or the bulk claim holds the frame whole and the order-0 allocation that follows
+/// fails; a unit held at the end never lies in a block of the claim.
+#[test]
+fn loom_a_frame_filled_after_the_callers_own_block_shares_no_unit() {
+    check(|| {
+        let lower = Arc::new(Lower::new(512));
+        let other = {
+            let lower = lower.clone();
+            thread::spawn(move || {
+                if let Some(s) = lower.alloc(HugeId(0), 0, 0) {
+                    lower.free(s, 0).unwrap();
+                }
+                lower.alloc(HugeId(0), 0, 0)
+            })
+        };
+        let first = lower.alloc(HugeId(0), 8, 0);
+        let mut out = [0; 1];
+        let got = match first {
+            Some(_) => lower.alloc_many(HugeId(0), 8, 0, &mut out, 256),
+            None => 0,
+        };
+        let small = other.join().unwrap();
+        if let Some(s) = small {
+            let overlaps = |b: usize| (b..b + 256).contains(&s);
+            assert!(
+                !first.is_some_and(overlaps) && !(got == 1 && overlaps(out[0])),
+                "unit {s} inside {first:?} / {:?}",
+                &out[..got]
+            );
+        }
+        lower.assert_consistent();
+        for b in first.into_iter().chain(out[..got].iter().copied()) {
+            assert_eq!(lower.free(b, 8), Ok(()));
+        }
+        if let Some(s) = small {
+            assert_eq!(lower.free(s, 0), Ok(()));
+        }
+        assert_eq!(lower.child(HugeId(0)).free(), 512);
+    });
+}
+
+/// An owned free of an order-8 block (plain stores) races a free of the same unit at order 7
+/// and an allocation of order 8: the wrong-order free is refused whatever it sees (the start
+/// word, FREEING or nothing), and the allocation gets the block only once its words are
+/// clear.
+#[test]
+fn loom_an_owned_free_races_a_wrong_order_free_and_a_claim() {
+    check(|| {
+        let lower = Arc::new(Lower::new(512));
+        let kept = lower.alloc(HugeId(0), 8, 0).unwrap();
+        let owned = lower.alloc(HugeId(0), 8, 0).unwrap();
+        let other = {
+            let lower = lower.clone();
+            thread::spawn(move || {
+                let wrong = lower.free(owned, 7);
+                (wrong, lower.alloc(HugeId(0), 8, 0))
+            })
+        };
+        // SAFETY: `owned` is live at order 8 and only this thread frees it at that order.
+        unsafe { lower.free_owned(&[owned], 8) };
+        let (wrong, again) = other.join().unwrap();
+        assert!(
+            matches!(wrong, Err(Error::NotAllocated | Error::OrderMismatch)),
+            "{wrong:?}"
+        );
+        if let Some(b) = again {
+            assert_eq!(b, owned);
+            assert_eq!(lower.free(b, 8), Ok(()));
+        }
+        lower.assert_consistent();
+        assert_eq!(lower.free(kept, 8), Ok(()));
         assert_eq!(lower.child(HugeId(0)).free(), 512);
     });
 }

@@ -51,7 +51,11 @@
 //!
 //! Racing frees are serialised by one compare-and-swap each: the word for orders 0..=5, the
 //! start word for orders 6..=8, the child entry for orders 9 and 10; exactly one wins and the
-//! others see an error. A bad free changes nothing: the compare-and-swap that would change
+//! others see an error. Two paths write the words of orders 6..=8 with plain stores, in the
+//! order above, where no other thread can write them: a bulk claim in a frame whose every
+//! unit its caller holds ([`Lower::fill_groups`]), and a bulk free by a caller that owns its
+//! blocks and promises that no free races it ([`Lower::free_owned`], behind
+//! `BlockAlloc::free_bulk_owned`). A bad free changes nothing: the compare-and-swap that would change
 //! slots is the one that classified them. Its error is read from the slots after the fact
 //! ([`Lower::wrong_free`]): `OrderMismatch` where a block of another order starts at the
 //! unit (a `01` slot, an in-word block's `10` or a start word), `NotAllocated` elsewhere.
@@ -346,21 +350,30 @@ impl<W: WriteBack> Lower<W> {
     /// of them (what is not found goes back once); from word `hint` on, each bit-field word
     /// gives every free aligned block of orders 0..=5 it has that is still wanted in one
     /// compare-and-swap, and each group of free words one block of orders 6..=8, claimed as a
-    /// single allocation claims it. Each block is freed on its own, as if allocated alone.
+    /// single allocation claims it, or, where the frame is the caller's alone, written with
+    /// plain stores ([`Lower::fill_groups`]). Each block is freed on its own, as if
+    /// allocated alone.
+    ///
+    /// `ours`: units of `h` in blocks the caller has just allocated and not handed out yet
+    /// (so that no free of them can race this one), 0 if none.
     pub(crate) fn alloc_many(
         &self,
         h: HugeId,
         order: u32,
         hint: usize,
         out: &mut [usize],
+        ours: usize,
     ) -> usize {
         debug_assert!(order <= BITS_ORDER && out.len() << order <= HUGE_UNITS);
         let n = 1 << order;
-        if self.update_child(h, |c| c.take(out.len() * n)).is_err() {
+        let taken = out.len() * n;
+        let Ok(before) = self.update_child(h, |c| c.take(taken)) else {
             return 0;
-        }
+        };
         let got = if order <= WORD_ORDER {
             self.claim_in_words(h, order, hint, out)
+        } else if before.free() == taken && taken + ours == HUGE_UNITS {
+            self.fill_groups(h, order, hint, out)
         } else {
             self.claim_groups(h, order, hint, out)
         };
@@ -415,6 +428,33 @@ impl<W: WriteBack> Lower<W> {
                 out[got] = h.first_unit() + g * SLOTS;
                 got += 1;
             }
+        }
+        got
+    }
+
+    /// [`Lower::claim_groups`] in a frame whose every unit the caller holds: the counter it
+    /// took was all that was left, and the rest are its own blocks, which no one frees. No
+    /// other thread can then write a word of the frame (an allocation needs units of the
+    /// counter, a free a block it has), so each free group gets the words a claim writes,
+    /// in the same order, without a compare-and-swap (two per order-6 block, most of what a
+    /// burst of them through a magazine cost: docs/results.md).
+    fn fill_groups(&self, h: HugeId, order: u32, hint: usize, out: &mut [usize]) -> usize {
+        let span = 1 << (order - WORD_ORDER);
+        let mut got = 0;
+        for g in groups_from(order, hint) {
+            if got == out.len() {
+                break;
+            }
+            if (g..g + span).any(|w| self.bits(h, w).get() != 0) {
+                continue;
+            }
+            for w in g + 1..g + span {
+                self.bits(h, w).store(u64::MAX, Ordering::Release);
+            }
+            self.bits(h, g).store(start_word(order), Ordering::Release);
+            self.persist(|| self.bits(h, g));
+            out[got] = h.first_unit() + g * SLOTS;
+            got += 1;
         }
         got
     }
@@ -754,6 +794,38 @@ impl<W: WriteBack> Lower<W> {
         start
             .try_change(|v| (v == start_word(order)).then_some(FREEING))
             .map_err(|_| self.wrong_free(h, index))?;
+        self.clear_claimed(h, g, order);
+        Ok(())
+    }
+
+    /// Frees blocks of `order` (6..=8) that all lie in one huge frame, as
+    /// [`Lower::free_many`] does but without its checks: each start word is set to
+    /// [`FREEING`] with a plain store instead of the compare-and-swap that decides racing
+    /// frees, then cleared as [`Lower::clear_words`] clears it, so a crash leaves the same
+    /// states. The child counter once for all.
+    ///
+    /// # Safety
+    ///
+    /// Each block is a live block of `order` (in range, aligned), named once, and nothing
+    /// else frees it while this runs: no racing free is told apart here.
+    pub(crate) unsafe fn free_owned(&self, blocks: &[usize], order: u32) {
+        debug_assert!(WORD_ORDER < order && order <= BITS_ORDER);
+        let h = HugeId(blocks[0] / HUGE_UNITS);
+        for &index in blocks {
+            debug_assert_eq!(index / HUGE_UNITS, h.0);
+            let g = (index % HUGE_UNITS) / SLOTS;
+            let start = self.bits(h, g);
+            debug_assert_eq!(start.get(), start_word(order), "not a live block");
+            start.store(FREEING, Ordering::Release);
+            self.clear_claimed(h, g, order);
+        }
+        self.give_child(h, blocks.len() << order);
+    }
+
+    /// Clears the words of the block of `order` (6..=8) at word `g`, whose start word the
+    /// caller has turned into [`FREEING`]: the continuation words, then the start word.
+    fn clear_claimed(&self, h: HugeId, g: usize, order: u32) {
+        let start = self.bits(h, g);
         for w in g + 1..g + (1 << (order - WORD_ORDER)) {
             // Ours since the claim: a continuation word is changed by nothing else.
             self.bits(h, w).store(0, Ordering::Release);
@@ -762,7 +834,6 @@ impl<W: WriteBack> Lower<W> {
         // One line holds all the block's words (a crash before this write-back leaves the
         // block allocated, or its remaining words orphans: see `recover.rs`).
         self.persist(|| start);
-        Ok(())
     }
 
     /// The error for a free that found no block of its order at `index`: a block of another

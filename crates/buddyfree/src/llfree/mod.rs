@@ -670,28 +670,35 @@ impl<W: WriteBack> LLFree<W> {
     /// Allocates up to `out.len()` blocks of `order` (0..=8) from `core`'s units, in the
     /// frame of its last allocation only ([`Lower::alloc_many`]): no search beyond it and no
     /// change of reservation, so that bulk allocations leave LLFree's placement as it is.
-    /// Returns how many (0: that frame or the core's tree has too few free units).
-    fn alloc_near(&self, order: u32, core: usize, out: &mut [usize]) -> usize {
+    /// Returns how many (0: that frame or the core's tree has too few free units). `before`:
+    /// the blocks of this bulk allocation so far, which no one else has seen yet.
+    fn alloc_near(&self, order: u32, core: usize, before: &[usize], out: &mut [usize]) -> usize {
         let core = self.core(core);
         let local = &self.locals[core];
-        let fit = (local.get().free() >> order).min(HUGE_UNITS >> order);
-        let len = out.len().min(fit);
-        let out = &mut out[..len];
-        let n = out.len() << order;
-        if n == 0 {
-            return 0;
-        }
-        let Ok(t) = local.take_any(n) else {
+        let reservation = local.get();
+        let Some(t) = reservation.tree() else {
             return 0;
         };
         let hint = local.last.load(Ordering::Relaxed) as usize;
         let children = self.children(t);
         let h = (hint / HUGE_UNITS).clamp(children.start, children.end - 1);
+        // As many as the frame has units for, not more: asked for more, its counter would
+        // refuse them all, and a frame that has room for fewer blocks than a batch (a
+        // partly used one; any at orders 7 and 8, whose batches span frames) would then
+        // give its blocks one `alloc` at a time.
+        let room = reservation.free().min(self.lower.child(HugeId(h)).free());
+        let len = out.len().min(room >> order);
+        let out = &mut out[..len];
+        let n = out.len() << order;
+        if n == 0 || !local.take(t, n) {
+            return 0;
+        }
         let word = match hint / HUGE_UNITS == h {
             true => (hint % HUGE_UNITS) / lower::SLOTS,
             false => 0,
         };
-        let got = self.lower.alloc_many(HugeId(h), order, word, out);
+        let ours = before.iter().filter(|&&i| i / HUGE_UNITS == h).count() << order;
+        let got = self.lower.alloc_many(HugeId(h), order, word, out, ours);
         if got < out.len() {
             self.credit(core, t, (out.len() - got) << order);
         }
@@ -716,9 +723,9 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
         let near = order <= self.max_order.min(lower::BITS_ORDER);
         let mut n = 0;
         while n < out.len() {
-            let rest = &mut out[n..];
+            let (before, rest) = out.split_at_mut(n);
             if near && rest.len() > 1 {
-                let got = self.alloc_near(order, core, rest);
+                let got = self.alloc_near(order, core, before, rest);
                 if got > 0 {
                     n += got;
                     continue;
@@ -774,6 +781,33 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
             crate::free_each(self, &group[freed..], order, core)
                 .map_err(|(k, e)| (done + freed + k, e))?;
             done += group.len();
+        }
+        Ok(())
+    }
+
+    /// Orders 6..=8: each block's words are cleared as [`BlockAlloc::free`] clears them,
+    /// but with plain stores, since no other free can race the owner's (one locked
+    /// instruction fewer per block); the counters once per huge frame, as in `free_bulk`.
+    /// Other orders, and blocks out of range or misaligned, go through `free_bulk`.
+    unsafe fn free_bulk_owned(
+        &self,
+        blocks: &[usize],
+        order: u32,
+        core: usize,
+    ) -> Result<(), (usize, Error)> {
+        let multi_word = lower::WORD_ORDER < order && order <= lower::BITS_ORDER;
+        if !multi_word
+            || !blocks
+                .iter()
+                .all(|&i| check_block(i, order, self.max_order, self.units).is_ok())
+        {
+            return self.free_bulk(blocks, order, core);
+        }
+        for group in blocks.chunk_by(|a, b| a / HUGE_UNITS == b / HUGE_UNITS) {
+            // SAFETY: the caller's promise; the blocks are in range and aligned, and the
+            // group lies in one frame.
+            unsafe { self.lower.free_owned(group, order) };
+            self.freed(group[0], group.len() << order, core);
         }
         Ok(())
     }

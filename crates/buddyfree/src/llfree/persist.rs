@@ -550,6 +550,16 @@ impl BlockAlloc for PersistentLLFree {
         self.alloc.free_bulk(blocks, order, core)
     }
 
+    unsafe fn free_bulk_owned(
+        &self,
+        blocks: &[usize],
+        order: u32,
+        core: usize,
+    ) -> Result<(), (usize, Error)> {
+        // SAFETY: the caller's promise, for the allocator this zone is.
+        unsafe { self.alloc.free_bulk_owned(blocks, order, core) }
+    }
+
     fn alloc_bulk_continues(&self) -> bool {
         self.alloc.alloc_bulk_continues()
     }

@@ -527,18 +527,19 @@ pub fn stress_with(
     allocs.into_inner()
 }
 
-/// Threads mixing `alloc_bulk` and `free_bulk` with single operations of orders up to
-/// `max_order` (at most 3), freeing in bulk both their own blocks and blocks other threads
-/// handed them, under the ownership map; the allocator must be whole at the end. Bulk
-/// allocations come out in runs that bulk frees then name together, so allocators that
-/// take or give back several blocks in one step (LLFree's words, NBBS-4's groups under one
-/// node) race those steps against single operations on the same words and cells.
+/// Threads mixing `alloc_bulk`, `free_bulk` and `free_bulk_owned` with single operations of
+/// orders up to `max_order` (mostly at most 3, one step in four any), freeing in bulk both
+/// their own blocks and blocks other threads handed them, under the ownership map; the
+/// allocator must be whole at the end. Bulk allocations come out in runs that bulk frees
+/// then name together, so allocators that take or give back several blocks in one step
+/// (LLFree's words and whole frames, NBBS-4's groups under one node) race those steps
+/// against single operations on the same words and cells.
 pub fn bulk_stress(alloc: &dyn BlockAlloc, threads: usize, steps: usize, max_order: u32) {
     let owners = Owners::new(alloc.total_units());
     // Blocks left for another thread to free, in bulk.
     // A spin lock: built from atomics, so ThreadSanitizer sees its edges.
     let handoff: spin::Mutex<Vec<(usize, u32)>> = spin::Mutex::new(Vec::new());
-    let free_all = |blocks: &mut Vec<(usize, u32)>, core: usize| {
+    let free_all = |blocks: &mut Vec<(usize, u32)>, core: usize, owned: bool| {
         for order in 0..=max_order {
             let same: Vec<usize> = blocks
                 .iter()
@@ -548,7 +549,13 @@ pub fn bulk_stress(alloc: &dyn BlockAlloc, threads: usize, steps: usize, max_ord
             for &b in &same {
                 owners.release(b, order, stamp(b, order));
             }
-            alloc.free_bulk(&same, order, core).unwrap();
+            if owned {
+                // SAFETY: each block came from `alloc` at `order` and is named once; the
+                // ownership map gave it to this thread alone, and it has just let it go.
+                unsafe { alloc.free_bulk_owned(&same, order, core) }.unwrap();
+            } else {
+                alloc.free_bulk(&same, order, core).unwrap();
+            }
         }
         blocks.clear();
     };
@@ -557,7 +564,8 @@ pub fn bulk_stress(alloc: &dyn BlockAlloc, threads: usize, steps: usize, max_ord
         let mut mine: Vec<(usize, u32)> = Vec::new();
         let mut out = [0; 32];
         for _ in 0..steps {
-            let order = (rng.below(max_order as usize + 1) as u32).min(3);
+            let any = rng.below(max_order as usize + 1) as u32;
+            let order = if rng.below(4) == 0 { any } else { any.min(3) };
             match rng.below(8) {
                 0..=2 => {
                     let len = 1 + rng.below(32);
@@ -579,17 +587,17 @@ pub fn bulk_stress(alloc: &dyn BlockAlloc, threads: usize, steps: usize, max_ord
                     owners.release(b, order, stamp(b, order));
                     alloc.free(b, order, t).unwrap();
                 }
-                5 => free_all(&mut mine, t),
+                5 => free_all(&mut mine, t, rng.below(2) == 0),
                 6 => handoff.lock().append(&mut mine),
                 _ => {
                     let mut theirs = std::mem::take(&mut *handoff.lock());
-                    free_all(&mut theirs, t);
+                    free_all(&mut theirs, t, rng.below(2) == 0);
                 }
             }
         }
-        free_all(&mut mine, t);
+        free_all(&mut mine, t, true);
     });
-    free_all(&mut handoff.lock(), 0);
+    free_all(&mut handoff.lock(), 0, false);
     assert_whole(alloc);
 }
 
