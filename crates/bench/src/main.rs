@@ -71,6 +71,12 @@ struct Cli {
     /// Default: lists that follow the heap per core.
     #[arg(long)]
     parking_limit: Option<String>,
+    /// linux-scalability and thread-test: run each burst on a held core
+    /// (`BlockAlloc::with_core`), as a kernel allocating a burst with preemption off would:
+    /// the magazines take their core's lock once per burst instead of once per call; the
+    /// other allocators answer with their plain calls. Not the papers' definition.
+    #[arg(long)]
+    held_bursts: bool,
     /// Folder for the runs: each run writes its JSON, CSV and plots into a new
     /// `<out>/<date-time>/` and points `<out>/latest` at it.
     #[arg(long, default_value = "results")]
@@ -166,6 +172,7 @@ fn request(cli: &Cli) -> Result<Request, String> {
         parking_limit,
         quick: cli.quick,
         seed: cli.seed,
+        held_bursts: cli.held_bursts,
     })
 }
 

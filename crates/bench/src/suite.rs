@@ -101,6 +101,9 @@ pub struct Request {
     pub work_bytes: Option<u64>,
     /// The workloads' random seed (default [`Params::default`]'s).
     pub seed: Option<u64>,
+    /// Each burst of linux-scalability and thread-test on a held core
+    /// ([`Params::held_bursts`]).
+    pub held_bursts: bool,
 }
 
 /// One workload at one order and thread count over a heap of `units` units.
@@ -247,6 +250,15 @@ impl Plan {
         };
         if let Some(seed) = req.seed {
             params.seed = seed;
+        }
+        if req.held_bursts {
+            params.held_bursts = true;
+            notes.push(
+                "linux-scalability and thread-test: each burst on a held core (--held-bursts: \
+                 BlockAlloc::with_core; allocators without per-core caches answer it with their \
+                 plain calls)"
+                    .to_string(),
+            );
         }
         if let Some(b) = req.work_bytes {
             params.llfree_units = usize::try_from(b / UNIT_BYTES as u64).unwrap_or(usize::MAX);
@@ -705,6 +717,23 @@ mod tests {
             quick: true,
             ..Request::default()
         }
+    }
+
+    /// `--held-bursts` reaches the workloads, and the report says so.
+    #[test]
+    fn held_bursts_are_planned_and_noted() {
+        let plan = |held_bursts| {
+            Plan::new(&Request {
+                held_bursts,
+                ..req()
+            })
+            .map_err(|e| e.0)
+            .unwrap()
+        };
+        assert!(!plan(false).params.held_bursts);
+        assert!(!plan(false).notes.iter().any(|n| n.contains("held")));
+        assert!(plan(true).params.held_bursts);
+        assert!(plan(true).notes.iter().any(|n| n.contains("--held-bursts")));
     }
 
     /// `--parking-limit` reaches every configuration the plan builds, and the report says so.

@@ -4,6 +4,7 @@
 
 mod common;
 
+use buddybench::allocs::{AllocSpec, Lock};
 use buddybench::workloads::{
     self, llfree::allocs_per_thread, Outcome, Params, Stop, Suite, Workload,
 };
@@ -43,6 +44,65 @@ fn linux_scalability_counts() {
         assert_eq!(c.counts().0, threads as u64 * per_thread);
         assert_eq!(ops(&out), [("op", 2 * threads as u64 * per_thread)]);
         assert_eq!(out.phases[0].thread_times.len(), threads);
+    }
+}
+
+/// With `held_bursts`, linux-scalability and thread-test make the same calls, each burst
+/// inside one `with_core`; without it, none.
+#[test]
+fn held_bursts_hold_a_core_once_per_burst() {
+    for w in [Workload::LinuxScalability, Workload::ThreadTest] {
+        for held_bursts in [false, true] {
+            let p = Params {
+                held_bursts,
+                ..Params::quick()
+            };
+            let (order, threads) = (1, 2);
+            let c = Counting::new("model", UNITS, threads);
+            let out = workloads::run(w, &c, order, threads, &p);
+            let plain = run("model", w, order, threads, UNITS).0;
+            assert_eq!((out.allocs, out.frees), (plain.allocs, plain.frees));
+            assert_eq!((out.failures, out.bad_frees), (0, 0));
+            c.assert_whole(UNITS);
+            let k = 1u64 << order;
+            let rounds = match w {
+                Workload::LinuxScalability => 2 * k,
+                _ => p.tt_repeats as u64 * k,
+            };
+            let bursts = match held_bursts {
+                true => threads as u64 * rounds,
+                false => 0,
+            };
+            assert_eq!(c.holds(), bursts, "{}", w.name());
+        }
+    }
+}
+
+/// Bursts on held cores through the magazines (their pinned path) and the rest: no failure,
+/// no rejected free, and every allocator whole afterwards.
+#[test]
+fn held_bursts_leave_every_allocator_whole() {
+    let p = Params {
+        held_bursts: true,
+        ..Params::quick()
+    };
+    for name in [
+        "llfree-magazine",
+        "nbbs4-magazine",
+        "linux",
+        "knuth-locked",
+        "llfree",
+    ] {
+        for order in [0, 6] {
+            let alloc = AllocSpec::find(name)
+                .unwrap()
+                .build(Config::new(UNITS, 10).with_cores(2), Lock::Ticket)
+                .unwrap();
+            let out = workloads::run(Workload::ThreadTest, &*alloc, order, 2, &p);
+            assert_eq!((out.failures, out.bad_frees), (0, 0), "{name}");
+            alloc.drain();
+            assert_eq!(alloc.free_units(), UNITS, "{name}");
+        }
     }
 }
 

@@ -15,7 +15,7 @@ pub mod realtime;
 use std::time::Duration;
 
 use buddyfree::stats::Fragmentation;
-use buddyfree::BlockAlloc;
+use buddyfree::{BlockAlloc, Error};
 
 /// Which paper a workload comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -407,6 +407,11 @@ pub struct Params {
     pub frag_rounds: usize,
     /// Seed of every random choice, so runs are repeatable.
     pub seed: u64,
+    /// Linux Scalability and Thread Test: each burst (its allocations, then its frees) on
+    /// a core held for it ([`buddyfree::BlockAlloc::with_core`]), as a kernel that allocates
+    /// a burst with preemption off would run it (not in the papers, which call per
+    /// operation; off by default).
+    pub held_bursts: bool,
     /// The real-time suite's sizes.
     pub rt: realtime::RtParams,
 }
@@ -428,6 +433,7 @@ impl Default for Params {
             llfree_min_blocks: 1 << 12,
             frag_rounds: 100,
             seed: 0x5eed_b0dd,
+            held_bursts: false,
             rt: realtime::RtParams::default(),
         }
     }
@@ -451,6 +457,7 @@ impl Params {
             llfree_min_blocks: 0,
             frag_rounds: 5,
             seed: 0x5eed_b0dd,
+            held_bursts: false,
             rt: realtime::RtParams::quick(),
         }
     }
@@ -535,21 +542,27 @@ impl Counts {
     /// Allocates one block, counting it; `None` when the allocator failed.
     #[inline(always)]
     pub fn alloc(&mut self, a: &dyn BlockAlloc, order: u32, core: usize) -> Option<usize> {
-        self.allocs += 1;
-        match a.alloc(order, core) {
-            Ok(i) => Some(i),
-            Err(_) => {
-                self.failures += 1;
-                None
-            }
-        }
+        self.allocated(a.alloc(order, core))
     }
 
     /// Frees one block, counting it.
     #[inline(always)]
     pub fn free(&mut self, a: &dyn BlockAlloc, index: usize, order: u32, core: usize) {
+        self.freed(a.free(index, order, core));
+    }
+
+    /// Counts the allocation that answered `answer`; the block, if there is one.
+    #[inline(always)]
+    pub fn allocated(&mut self, answer: Result<usize, Error>) -> Option<usize> {
+        self.allocs += 1;
+        answer.inspect_err(|_| self.failures += 1).ok()
+    }
+
+    /// Counts the free that answered `answer`.
+    #[inline(always)]
+    pub fn freed(&mut self, answer: Result<(), Error>) {
         self.frees += 1;
-        if a.free(index, order, core).is_err() {
+        if answer.is_err() {
             self.bad_frees += 1;
         }
     }

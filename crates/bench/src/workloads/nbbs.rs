@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use buddyfree::stats::HUGE_FRAME_UNITS;
-use buddyfree::BlockAlloc;
+use buddyfree::{BlockAlloc, Error, HeldCore};
 
 use super::{phase, Counts, Outcome, Params, Recorder, Rng, Stop};
 use crate::runner::{run_workers, Worker};
@@ -38,26 +38,27 @@ fn outcome(parts: Vec<Recorded<Counts>>) -> Outcome {
     out
 }
 
-/// `rounds` times: allocate `burst` blocks, then free them all.
+/// `rounds` times: allocate `burst` blocks, then free them all; each burst on a held core
+/// if `on_held_core` ([`Params::held_bursts`]).
 fn bursts(
     a: &dyn BlockAlloc,
     order: u32,
     w: &Worker,
     rounds: usize,
     burst: usize,
+    on_held_core: bool,
 ) -> Recorded<Counts> {
     let core = w.id;
     let mut c = Counts::default();
     let mut held = Vec::with_capacity(burst);
     let ((), time) = w.timed(|| {
         for _ in 0..rounds {
-            for _ in 0..burst {
-                if let Some(i) = c.alloc(a, order, core) {
-                    held.push(i);
-                }
-            }
-            for i in held.drain(..) {
-                c.free(a, i, order, core);
+            if on_held_core {
+                a.with_core(core, &mut |calls| {
+                    one_burst(calls, order, burst, &mut held, &mut c)
+                });
+            } else {
+                one_burst(&mut OnCore(a, core), order, burst, &mut held, &mut c);
             }
         }
     });
@@ -68,12 +69,48 @@ fn bursts(
     }
 }
 
+/// Allocates `burst` blocks of `order` through `calls` into `held`, then frees them all.
+#[inline(always)]
+fn one_burst<H: HeldCore + ?Sized>(
+    calls: &mut H,
+    order: u32,
+    burst: usize,
+    held: &mut Vec<usize>,
+    c: &mut Counts,
+) {
+    for _ in 0..burst {
+        if let Some(i) = c.allocated(calls.alloc(order)) {
+            held.push(i);
+        }
+    }
+    for i in held.drain(..) {
+        c.freed(calls.free(i, order));
+    }
+}
+
+/// An allocator's plain calls on one core, as the calls of a held core.
+struct OnCore<'a>(&'a dyn BlockAlloc, usize);
+
+impl HeldCore for OnCore<'_> {
+    #[inline(always)]
+    fn alloc(&mut self, order: u32) -> Result<usize, Error> {
+        self.0.alloc(order, self.1)
+    }
+
+    #[inline(always)]
+    fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        self.0.free(index, order, self.1)
+    }
+}
+
 /// Linux Scalability (NBBS version): per thread `2k` rounds, each a burst of
 /// `ls_burst_units / k` allocations of `k` units, then free them all.
 pub fn linux_scalability(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Outcome {
     let k = 1usize << order;
     let burst = burst(p.ls_burst_units, k);
-    outcome(run_workers(threads, |w| bursts(a, order, w, 2 * k, burst)))
+    outcome(run_workers(threads, |w| {
+        bursts(a, order, w, 2 * k, burst, p.held_bursts)
+    }))
 }
 
 /// Thread Test (NBBS version of Hoard's): bursts of `tt_burst_units / P / k` blocks, repeated
@@ -82,7 +119,7 @@ pub fn thread_test(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -
     let k = 1usize << order;
     let burst = burst(p.tt_burst_units / threads, k);
     outcome(run_workers(threads, |w| {
-        bursts(a, order, w, p.tt_repeats * k, burst)
+        bursts(a, order, w, p.tt_repeats * k, burst, p.held_bursts)
     }))
 }
 

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use buddybench::allocs::{AllocSpec, Lock};
 use buddyfree::registry::DynAlloc;
-use buddyfree::{BlockAlloc, Config, Error};
+use buddyfree::{BlockAlloc, Config, Error, HeldCore};
 
 /// Counts every call and checks that each free names a live block of the right order.
 pub struct Counting {
@@ -18,6 +18,7 @@ pub struct Counting {
     allocs: AtomicU64,
     failures: AtomicU64,
     frees: AtomicU64,
+    holds: AtomicU64,
     pub live: Mutex<HashMap<usize, u32>>,
 }
 
@@ -35,6 +36,7 @@ impl Counting {
             allocs: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             frees: AtomicU64::new(0),
+            holds: AtomicU64::new(0),
             live: Mutex::new(HashMap::new()),
         }
     }
@@ -45,6 +47,11 @@ impl Counting {
             self.frees.load(Relaxed),
             self.failures.load(Relaxed),
         )
+    }
+
+    /// Calls of `with_core` so far.
+    pub fn holds(&self) -> u64 {
+        self.holds.load(Relaxed)
     }
 
     /// Checks the allocator is whole again: nothing live and, once its caches are drained,
@@ -104,5 +111,24 @@ impl BlockAlloc for Counting {
 
     fn drain(&self) {
         self.inner.drain()
+    }
+
+    /// Counts the hold; the calls inside are counted and checked as plain ones.
+    fn with_core(&self, core: usize, f: &mut dyn FnMut(&mut dyn HeldCore)) {
+        self.holds.fetch_add(1, Relaxed);
+        f(&mut OnCore(self, core))
+    }
+}
+
+/// [`Counting`]'s own calls on one core, as a held core's.
+struct OnCore<'a>(&'a Counting, usize);
+
+impl HeldCore for OnCore<'_> {
+    fn alloc(&mut self, order: u32) -> Result<usize, Error> {
+        self.0.alloc(order, self.1)
+    }
+
+    fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        self.0.free(index, order, self.1)
     }
 }
