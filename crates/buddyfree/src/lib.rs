@@ -357,8 +357,24 @@ pub fn hold_core<A: BlockAlloc + ?Sized, R>(
     answer.expect("BlockAlloc::with_core calls its closure once")
 }
 
-/// The default [`HeldCore`]: the allocator's own calls, naming the core.
-struct OnCore<'a, A: ?Sized>(&'a A, usize);
+/// An allocator's plain calls naming one core, as a [`HeldCore`]: the default
+/// [`BlockAlloc::with_core`] hands `f` one, and code written once for a held core can run
+/// on the plain calls through it.
+///
+/// ```
+/// use buddyfree::llfree::LLFree;
+/// use buddyfree::{BlockAlloc, Config, HeldCore, OnCore};
+///
+/// fn burst(calls: &mut impl HeldCore) -> Result<(), buddyfree::Error> {
+///     let page = calls.alloc(0)?;
+///     calls.free(page, 0)
+/// }
+/// let frames = LLFree::new(Config::new(1 << 12, 10))?;
+/// burst(&mut OnCore(&frames, 0))?;
+/// assert_eq!(frames.free_units(), 1 << 12);
+/// # Ok::<(), buddyfree::Error>(())
+/// ```
+pub struct OnCore<'a, A: ?Sized>(pub &'a A, pub usize);
 
 impl<A: BlockAlloc + ?Sized> HeldCore for OnCore<'_, A> {
     fn alloc(&mut self, order: u32) -> Result<usize, Error> {

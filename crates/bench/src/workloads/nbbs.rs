@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use buddyfree::stats::HUGE_FRAME_UNITS;
-use buddyfree::{BlockAlloc, Error, HeldCore};
+use buddyfree::{BlockAlloc, HeldCore, OnCore};
 
 use super::{phase, Counts, Outcome, Params, Recorder, Rng, Stop};
 use crate::runner::{run_workers, Worker};
@@ -85,21 +85,6 @@ fn one_burst<H: HeldCore + ?Sized>(
     }
     for i in held.drain(..) {
         c.freed(calls.free(i, order));
-    }
-}
-
-/// An allocator's plain calls on one core, as the calls of a held core.
-struct OnCore<'a>(&'a dyn BlockAlloc, usize);
-
-impl HeldCore for OnCore<'_> {
-    #[inline(always)]
-    fn alloc(&mut self, order: u32) -> Result<usize, Error> {
-        self.0.alloc(order, self.1)
-    }
-
-    #[inline(always)]
-    fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
-        self.0.free(index, order, self.1)
     }
 }
 

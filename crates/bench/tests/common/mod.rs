@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use buddybench::allocs::{AllocSpec, Lock};
 use buddyfree::registry::DynAlloc;
-use buddyfree::{BlockAlloc, Config, Error, HeldCore};
+use buddyfree::{BlockAlloc, Config, Error, HeldCore, OnCore};
 
 /// Counts every call and checks that each free names a live block of the right order.
 pub struct Counting {
@@ -117,18 +117,5 @@ impl BlockAlloc for Counting {
     fn with_core(&self, core: usize, f: &mut dyn FnMut(&mut dyn HeldCore)) {
         self.holds.fetch_add(1, Relaxed);
         f(&mut OnCore(self, core))
-    }
-}
-
-/// [`Counting`]'s own calls on one core, as a held core's.
-struct OnCore<'a>(&'a Counting, usize);
-
-impl HeldCore for OnCore<'_> {
-    fn alloc(&mut self, order: u32) -> Result<usize, Error> {
-        self.0.alloc(order, self.1)
-    }
-
-    fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
-        self.0.free(index, order, self.1)
     }
 }

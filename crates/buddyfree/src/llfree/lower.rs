@@ -46,19 +46,21 @@
 //! clearing of the slots are one compare-and-swap on one word, so no allocation can slip
 //! between the two (else a raced double free could clear a unit of a new, larger block). A
 //! free of order 6..=8 turns the start word from exactly `START(k)` into `FREEING` in one
-//! compare-and-swap, then clears the continuation words and last the start word; an allocation writes the continuation words first and publishes the
-//! start word last, so a start word names only a block whose words are all set.
+//! compare-and-swap, then clears the continuation words and last the start word; an
+//! allocation writes the continuation words first and publishes the start word last, so a
+//! start word names only a block whose words are all set.
 //!
 //! Racing frees are serialised by one compare-and-swap each: the word for orders 0..=5, the
 //! start word for orders 6..=8, the child entry for orders 9 and 10; exactly one wins and the
 //! others see an error. Two paths write the words of orders 6..=8 with plain stores, in the
 //! order above, where no other thread can write them: a bulk claim in a frame whose every
-//! unit its caller holds ([`Lower::fill_groups`]), and a bulk free by a caller that owns its
-//! blocks and promises that no free races it ([`Lower::free_owned`], behind
+//! unit its caller holds ([`Lower::fill_group`]), and a bulk free by a caller that
+//! owns its blocks and promises that no free races it ([`Lower::free_owned`], behind
 //! `BlockAlloc::free_bulk_owned`). A bad free changes nothing: the compare-and-swap that
-//! would change slots is the one that classified them. Its error is read from the slots after the fact
-//! ([`Lower::wrong_free`]): `OrderMismatch` where a block of another order starts at the
-//! unit (a `01` slot, an in-word block's `10` or a start word), `NotAllocated` elsewhere.
+//! would change slots is the one that classified them. Its error is read from the slots
+//! after the fact ([`Lower::wrong_free`]): `OrderMismatch` where a block of another order
+//! starts at the unit (a `01` slot, an in-word block's `10` or a start word),
+//! `NotAllocated` elsewhere.
 
 use super::atomic::Atom;
 use super::bitfield::{block_mask, find_run, free_runs, lowest_bits};
@@ -351,8 +353,7 @@ impl<W: WriteBack> Lower<W> {
     /// gives every free aligned block of orders 0..=5 it has that is still wanted in one
     /// compare-and-swap, and each group of free words one block of orders 6..=8, claimed as a
     /// single allocation claims it, or, where the frame is the caller's alone, written with
-    /// plain stores ([`Lower::fill_groups`]). Each block is freed on its own, as if
-    /// allocated alone.
+    /// plain stores. Each block is freed on its own, as if allocated alone.
     ///
     /// `ours`: units of `h` in blocks the caller has just allocated and not handed out yet
     /// (so that no free of them can race this one), 0 if none.
@@ -372,10 +373,10 @@ impl<W: WriteBack> Lower<W> {
         };
         let got = if order <= WORD_ORDER {
             self.claim_in_words(h, order, hint, out)
-        } else if before.free() == taken && taken + ours == HUGE_UNITS {
-            self.fill_groups(h, order, hint, out)
         } else {
-            self.claim_groups(h, order, hint, out)
+            // The counter taken was all the frame had left, and the rest is the caller's.
+            let alone = before.free() == taken && taken + ours == HUGE_UNITS;
+            self.claim_groups(h, order, hint, out, alone)
         };
         if got < out.len() {
             self.give_child(h, (out.len() - got) * n);
@@ -415,46 +416,31 @@ impl<W: WriteBack> Lower<W> {
 
     /// [`Lower::alloc_many`]'s claims for orders 6..=8, the child counter taken: the groups
     /// of 2, 4 or 8 words from the one holding word `hint` on, each by
-    /// [`Lower::claim_group`].
-    fn claim_groups(&self, h: HugeId, order: u32, hint: usize, out: &mut [usize]) -> usize {
+    /// [`Lower::claim_group`], or, `alone` (the frame is the caller's alone), by
+    /// [`Lower::fill_group`].
+    fn claim_groups(
+        &self,
+        h: HugeId,
+        order: u32,
+        hint: usize,
+        out: &mut [usize],
+        alone: bool,
+    ) -> usize {
         let mut got = 0;
         for g in groups_from(order, hint) {
             if got == out.len() {
                 break;
             }
-            if self.claim_group(h, g, order) {
+            let claimed = match alone {
+                true => self.fill_group(h, g, order),
+                false => self.claim_group(h, g, order),
+            };
+            if claimed {
                 // The block's words share the start word's line (as in `alloc_small`).
                 self.persist(|| self.bits(h, g));
                 out[got] = h.first_unit() + g * SLOTS;
                 got += 1;
             }
-        }
-        got
-    }
-
-    /// [`Lower::claim_groups`] in a frame whose every unit the caller holds: the counter it
-    /// took was all that was left, and the rest are its own blocks, which no one frees. No
-    /// other thread can then write a word of the frame (an allocation needs units of the
-    /// counter, a free a block it has), so each free group gets the words a claim writes,
-    /// in the same order, without a compare-and-swap (two per order-6 block, most of what a
-    /// burst of them through a magazine cost: docs/results.md).
-    fn fill_groups(&self, h: HugeId, order: u32, hint: usize, out: &mut [usize]) -> usize {
-        let span = 1 << (order - WORD_ORDER);
-        let mut got = 0;
-        for g in groups_from(order, hint) {
-            if got == out.len() {
-                break;
-            }
-            if (g..g + span).any(|w| self.bits(h, w).get() != 0) {
-                continue;
-            }
-            for w in g + 1..g + span {
-                self.bits(h, w).store(u64::MAX, Ordering::Release);
-            }
-            self.bits(h, g).store(start_word(order), Ordering::Release);
-            self.persist(|| self.bits(h, g));
-            out[got] = h.first_unit() + g * SLOTS;
-            got += 1;
         }
         got
     }
@@ -662,10 +648,10 @@ impl<W: WriteBack> Lower<W> {
     /// allocation took a unit of a word not set yet, every word set is cleared again and the
     /// group counts as taken (§4.2.1); success is reported only once all words are ours.
     fn claim_group(&self, h: HugeId, g: usize, order: u32) -> bool {
-        let span = 1 << (order - WORD_ORDER);
-        if (g..g + span).any(|w| self.bits(h, w).get() != 0) {
+        if !self.group_is_free(h, g, order) {
             return false;
         }
+        let span = 1 << (order - WORD_ORDER);
         let set = |w: usize, value: u64| {
             self.bits(h, w)
                 .try_change(|v| (v == 0).then_some(value))
@@ -690,6 +676,30 @@ impl<W: WriteBack> Lower<W> {
             return undo(g + 1..g + span);
         }
         true
+    }
+
+    /// [`Lower::claim_group`] in a frame whose every unit the caller holds (the counter it
+    /// took was all that was left, and the rest are blocks it has just allocated, which no
+    /// one frees). No other thread can then write a word of the frame (an allocation needs
+    /// units of the counter, a free a block it has), so the words are written with plain
+    /// stores, in the same order: two compare-and-swaps fewer per order-6 block, most of
+    /// what a burst of them through a magazine cost (docs/results.md).
+    #[inline]
+    fn fill_group(&self, h: HugeId, g: usize, order: u32) -> bool {
+        if !self.group_is_free(h, g, order) {
+            return false;
+        }
+        for w in g + 1..g + (1 << (order - WORD_ORDER)) {
+            self.bits(h, w).store(u64::MAX, Ordering::Release);
+        }
+        self.bits(h, g).store(start_word(order), Ordering::Release);
+        true
+    }
+
+    /// Whether the words of the group of `order` (6..=8) at word `g` are all free.
+    #[inline]
+    fn group_is_free(&self, h: HugeId, g: usize, order: u32) -> bool {
+        (g..g + (1 << (order - WORD_ORDER))).all(|w| self.bits(h, w).get() == 0)
     }
 
     /// Fig. 14b for orders 0..=5: the slots say whether a block of exactly `order` starts at
@@ -719,6 +729,25 @@ impl<W: WriteBack> Lower<W> {
     /// has a block that is not a live block of `order`, or one named twice (that group
     /// unchanged); returns how many blocks it freed.
     pub(crate) fn free_many(&self, blocks: &[usize], order: u32) -> usize {
+        self.free_blocks(blocks, order, false)
+    }
+
+    /// [`Lower::free_many`] for a caller that owns every block: orders 6..=8 set each start
+    /// word to [`FREEING`] with a plain store instead of the compare-and-swap that decides
+    /// racing frees, then clear the block as a free does, so a crash leaves the same states;
+    /// orders 0..=5 as `free_many`.
+    ///
+    /// # Safety
+    ///
+    /// Each block is a live block of `order` (in range, aligned), named once, and nothing
+    /// else frees it while this runs: no racing free is told apart here.
+    pub(crate) unsafe fn free_owned(&self, blocks: &[usize], order: u32) -> usize {
+        self.free_blocks(blocks, order, true)
+    }
+
+    /// [`Lower::free_many`], and with `owned` [`Lower::free_owned`], whose promise the
+    /// caller then keeps.
+    fn free_blocks(&self, blocks: &[usize], order: u32, owned: bool) -> usize {
         debug_assert!(order <= BITS_ORDER);
         let mut done = 0;
         if order <= WORD_ORDER {
@@ -731,7 +760,7 @@ impl<W: WriteBack> Lower<W> {
         } else {
             for &index in blocks {
                 if self
-                    .clear_words(HugeId(index / HUGE_UNITS), index, order)
+                    .clear_words(HugeId(index / HUGE_UNITS), index, order, owned)
                     .is_err()
                 {
                     break;
@@ -775,7 +804,7 @@ impl<W: WriteBack> Lower<W> {
     /// counter. Out of line, so that the order-0 path it shares `free` with stays small.
     #[inline(never)]
     fn free_words(&self, h: HugeId, index: usize, order: u32) -> Result<(), Error> {
-        self.clear_words(h, index, order)?;
+        self.clear_words(h, index, order, false)?;
         self.give_child(h, 1 << order);
         Ok(())
     }
@@ -785,47 +814,21 @@ impl<W: WriteBack> Lower<W> {
     /// [`FREEING`]. It stays FREEING (no free slot, no match for any free) until the
     /// continuation words are clear, so that a losing double free never sees the block as
     /// free yet taken, and no allocation can take the start word while a word of the block
-    /// is still set.
+    /// is still set. `owned`: the caller owns the block and no free races it
+    /// ([`Lower::free_owned`]), so a plain store makes the start word FREEING.
     #[inline]
-    fn clear_words(&self, h: HugeId, index: usize, order: u32) -> Result<(), Error> {
+    fn clear_words(&self, h: HugeId, index: usize, order: u32, owned: bool) -> Result<(), Error> {
         let g = (index % HUGE_UNITS) / SLOTS;
         let start = self.bits(h, g);
-        window::pass();
-        start
-            .try_change(|v| (v == start_word(order)).then_some(FREEING))
-            .map_err(|_| self.wrong_free(h, index))?;
-        self.clear_claimed(h, g, order);
-        Ok(())
-    }
-
-    /// Frees blocks of `order` (6..=8) that all lie in one huge frame, as
-    /// [`Lower::free_many`] does but without its checks: each start word is set to
-    /// [`FREEING`] with a plain store instead of the compare-and-swap that decides racing
-    /// frees, then cleared as [`Lower::clear_words`] clears it, so a crash leaves the same
-    /// states. The child counter once for all.
-    ///
-    /// # Safety
-    ///
-    /// Each block is a live block of `order` (in range, aligned), named once, and nothing
-    /// else frees it while this runs: no racing free is told apart here.
-    pub(crate) unsafe fn free_owned(&self, blocks: &[usize], order: u32) {
-        debug_assert!(WORD_ORDER < order && order <= BITS_ORDER);
-        let h = HugeId(blocks[0] / HUGE_UNITS);
-        for &index in blocks {
-            debug_assert_eq!(index / HUGE_UNITS, h.0);
-            let g = (index % HUGE_UNITS) / SLOTS;
-            let start = self.bits(h, g);
+        if owned {
             debug_assert_eq!(start.get(), start_word(order), "not a live block");
             start.store(FREEING, Ordering::Release);
-            self.clear_claimed(h, g, order);
+        } else {
+            window::pass();
+            start
+                .try_change(|v| (v == start_word(order)).then_some(FREEING))
+                .map_err(|_| self.wrong_free(h, index))?;
         }
-        self.give_child(h, blocks.len() << order);
-    }
-
-    /// Clears the words of the block of `order` (6..=8) at word `g`, whose start word the
-    /// caller has turned into [`FREEING`]: the continuation words, then the start word.
-    fn clear_claimed(&self, h: HugeId, g: usize, order: u32) {
-        let start = self.bits(h, g);
         for w in g + 1..g + (1 << (order - WORD_ORDER)) {
             // Ours since the claim: a continuation word is changed by nothing else.
             self.bits(h, w).store(0, Ordering::Release);
@@ -834,6 +837,7 @@ impl<W: WriteBack> Lower<W> {
         // One line holds all the block's words (a crash before this write-back leaves the
         // block allocated, or its remaining words orphans: see `recover.rs`).
         self.persist(|| start);
+        Ok(())
     }
 
     /// The error for a free that found no block of its order at `index`: a block of another

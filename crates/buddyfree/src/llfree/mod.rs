@@ -667,6 +667,38 @@ impl<W: WriteBack> LLFree<W> {
         self.alloc_anywhere(order, rounds, busy)
     }
 
+    /// [`BlockAlloc::free_bulk`] with `free_group` freeing the blocks of one huge frame in
+    /// the lower level ([`Lower::free_many`] or [`Lower::free_owned`]): the blocks that
+    /// follow each other in `blocks` within one frame go to it together, if they are all in
+    /// range and aligned and their order is at most 8, and the counters are updated once
+    /// for what it freed; from the first block it did not free on, one by one.
+    fn free_in_frames(
+        &self,
+        blocks: &[usize],
+        order: u32,
+        core: usize,
+        free_group: impl Fn(&[usize]) -> usize,
+    ) -> Result<(), (usize, Error)> {
+        let mut done = 0;
+        for group in blocks.chunk_by(|a, b| a / HUGE_UNITS == b / HUGE_UNITS) {
+            let checked = order <= lower::BITS_ORDER
+                && group
+                    .iter()
+                    .all(|&i| check_block(i, order, self.max_order, self.units).is_ok());
+            let freed = match checked {
+                true => free_group(group),
+                false => 0,
+            };
+            if freed > 0 {
+                self.freed(group[0], freed << order, core);
+            }
+            crate::free_each(self, &group[freed..], order, core)
+                .map_err(|(k, e)| (done + freed + k, e))?;
+            done += group.len();
+        }
+        Ok(())
+    }
+
     /// Allocates up to `out.len()` blocks of `order` (0..=8) from `core`'s units, in the
     /// frame of its last allocation only ([`Lower::alloc_many`]): no search beyond it and no
     /// change of reservation, so that bulk allocations leave LLFree's placement as it is.
@@ -765,51 +797,25 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
     /// each block's words as [`BlockAlloc::free`] clears them. From a word (or block) with
     /// a bad block on, one by one.
     fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
-        let mut done = 0;
-        for group in blocks.chunk_by(|a, b| a / HUGE_UNITS == b / HUGE_UNITS) {
-            let checked = order <= lower::BITS_ORDER
-                && group
-                    .iter()
-                    .all(|&i| check_block(i, order, self.max_order, self.units).is_ok());
-            let freed = match checked {
-                true => self.lower.free_many(group, order),
-                false => 0,
-            };
-            if freed > 0 {
-                self.freed(group[0], freed << order, core);
-            }
-            crate::free_each(self, &group[freed..], order, core)
-                .map_err(|(k, e)| (done + freed + k, e))?;
-            done += group.len();
-        }
-        Ok(())
+        self.free_in_frames(blocks, order, core, |group| {
+            self.lower.free_many(group, order)
+        })
     }
 
     /// Orders 6..=8: each block's words are cleared as [`BlockAlloc::free`] clears them,
     /// but with plain stores, since no other free can race the owner's (one locked
-    /// instruction fewer per block); the counters once per huge frame, as in `free_bulk`.
-    /// Other orders, and blocks out of range or misaligned, go through `free_bulk`.
+    /// instruction fewer per block); the rest as `free_bulk`.
     unsafe fn free_bulk_owned(
         &self,
         blocks: &[usize],
         order: u32,
         core: usize,
     ) -> Result<(), (usize, Error)> {
-        let multi_word = lower::WORD_ORDER < order && order <= lower::BITS_ORDER;
-        if !multi_word
-            || !blocks
-                .iter()
-                .all(|&i| check_block(i, order, self.max_order, self.units).is_ok())
-        {
-            return self.free_bulk(blocks, order, core);
-        }
-        for group in blocks.chunk_by(|a, b| a / HUGE_UNITS == b / HUGE_UNITS) {
-            // SAFETY: the caller's promise; the blocks are in range and aligned, and the
-            // group lies in one frame.
-            unsafe { self.lower.free_owned(group, order) };
-            self.freed(group[0], group.len() << order, core);
-        }
-        Ok(())
+        self.free_in_frames(blocks, order, core, |group| {
+            // SAFETY: the caller's promise; `free_in_frames` hands over blocks in range,
+            // aligned, of orders up to 8 and in one frame.
+            unsafe { self.lower.free_owned(group, order) }
+        })
     }
 
     /// Bulk allocations continue in the frame of the core's last allocation.
