@@ -76,7 +76,7 @@ impl Config {
     /// let config = Config::new(1 << 14, 10).with_cores(4).with_parking_limit(usize::MAX);
     /// let fast = (registry::find("llfree-magazine").unwrap().build)(config)?;
     /// let page = fast.alloc(0, 3)?;
-    /// fast.free(page, 0, 3)?; // parked in core 3's magazine, which may keep 10 368 units
+    /// fast.free(page, 0, 3)?; // parked in core 3's magazine, which may keep 10 880 units
     /// # Ok::<(), buddyfree::Error>(())
     /// ```
     #[must_use]

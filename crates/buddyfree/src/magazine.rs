@@ -8,7 +8,7 @@
 //!      ├── backend: A                   Nbbs4, LLFree, Nbbs, ... (lock-free)
 //!      ├── caches:  [CachePadded<Mutex<YieldMutex, CoreCache>>; cores]
 //!      │              per order 0..=9: recently freed blocks (allocated in A), in a
-//!      │              fixed array of 670 blocks per core
+//!      │              fixed array of 674 blocks per core
 //!      └── states:  [u8; units]         Free | Live(order) | Cached(order) per block start
 //! ```
 //!
@@ -17,10 +17,10 @@
 //! per-core lock, a list push or pop and one byte of `states`, instead of the backend's
 //! tree or bit-field walk and its shared cache lines. An empty magazine is refilled with a
 //! batch from the backend's [`BlockAlloc::alloc_bulk`] (order 0: 32 units; orders 1–5: 256
-//! units; order 6: 512; orders 7–9: one block, by a plain `alloc`); one holding more than
-//! 128 units of order 0, 512 of orders 1–5 and 7, 1024 of order 6 or 8 blocks of orders 8–9
-//! gives its oldest batch back through
-//! [`BlockAlloc::free_bulk_owned`] (orders 7–9: its newest block). Those are
+//! units; orders 6–8: 512, an LLFree huge frame; order 9: one block, by a plain `alloc`);
+//! one holding more than 128 units of order 0, 512 of orders 1–5, 1024 of orders 6 and 7,
+//! 2048 of order 8 or 8 blocks of order 9 gives its oldest batch back through
+//! [`BlockAlloc::free_bulk_owned`] (order 9: its newest block). Those are
 //! the full lists, for heaps of at least 2^17 units (512 MiB of 4 KiB units) per core;
 //! below, they shrink with the heap (see *What it trades*).
 //! Over a backend whose bulk allocations continue where the core's last one ended
@@ -32,9 +32,10 @@
 //! slower through a magazine than without (docs/results.md).
 //! With LLFree behind it, a batch comes from one huge frame with one update of each counter
 //! for all its blocks, orders 0–5 claimed and given back with one compare-and-swap per
-//! bit-field word instead of one per block, order 6 a group of 2 words per block, written
-//! with plain stores where the batch takes every unit of its frame that the magazine does not
-//! already hold, and given back with plain stores too ([`BlockAlloc::free_bulk_owned`]: the
+//! bit-field word instead of one per block, orders 6–8 a group of 2, 4 or 8 words per block,
+//! written with plain stores where the batch takes every unit of its frame that the magazine
+//! does not already hold (a whole free frame, after the frame of the core's last allocation
+//! is used up), and given back with plain stores too ([`BlockAlloc::free_bulk_owned`]: the
 //! state table has already refused every other free of a parked block);
 //! with NBBS-4, in groups of up to 4 blocks of order 0 (8 of order 3, with `max_order` 10)
 //! under one node of a cell, one tree walk per group (the module docs of
@@ -45,15 +46,15 @@
 //! # What it trades
 //!
 //! - **Parked blocks are free but reachable only by their core.** Until a spill or
-//!   [`BlockAlloc::drain`], up to 128 units of order 0, 512 of each of orders 1–5 and 7,
-//!   1024 of order 6 and 8 blocks of each of orders 8 and 9 per core, 10 368 units in all
-//!   (40.5 MiB of 4 KiB
+//!   [`BlockAlloc::drain`], up to 128 units of order 0, 512 of each of orders 1–5, 1024 of
+//!   each of orders 6 and 7 and 8 blocks of each of orders 8 and 9 per core, 10 880 units in
+//!   all (42.5 MiB of 4 KiB
 //!   units, 24 MiB of it huge frames), sit in a core's magazine: other cores cannot take
 //!   them and they cannot merge into larger blocks. That is on a heap of at least 2^17
-//!   units (512 MiB of 4 KiB units) per core, 7.5% of a core's share or less; below, every
+//!   units (512 MiB of 4 KiB units) per core, 8.3% of a core's share or less; below, every
 //!   list's watermark halves with every halving of the heap per core (batches at most half
 //!   a watermark), so that a small machine's memory, and its huge frames, are not held by
-//!   its cores' lists: 5 184 units from 2^16 units per core, 2 720 from 2^15, and below that
+//!   its cores' lists: 5 440 units from 2^16 units per core, 2 720 from 2^15, and below that
 //!   the shortest lists, 2 256 units (two blocks each of the larger orders).
 //!   [`Magazine::parking_limit`] says which a magazine has,
 //!   [`Magazine::with_parking_limit`] picks another (or [`Config::with_parking_limit`], for
@@ -123,7 +124,7 @@
 //! - **Persistent zones** ([`PersistentLLFree`](crate::llfree::persist::PersistentLLFree)):
 //!   a parked block is allocated in the zone, so its free becomes durable only when the
 //!   magazine gives it back (a spill, [`BlockAlloc::drain`], [`Magazine::into_inner`]). After
-//!   a crash, the parked blocks (at most 10 368 units per core) come back allocated, listed
+//!   a crash, the parked blocks (at most 10 880 units per core) come back allocated, listed
 //!   by the zone's `blocks` with the rest. Drain before a point that must survive a crash,
 //!   and close a zone through `into_inner`.
 //!
@@ -156,18 +157,22 @@ use crate::{BlockAlloc, Config, ConfigRule, Error, HeldCore};
 /// `2^-s` of the first step's (at least two blocks) and moves at most half of that at once.
 ///
 /// Step 0, the full lists: orders 0–9. Order 0 is refilled and spilled 32 units at a time,
-/// spilling above 128 units; orders 1–5 move 256 units at a time and order 7 128 (one
-/// block), all spilling above 512, since a batch of a larger order holds fewer blocks to
-/// spread a backend call over (with 128 units, 32 KiB blocks, order 3, moved 16 a batch and
-/// their bursts ran 1.1x slower than with 32; order 7 gained nothing from 2). Order 6 moves
-/// 512 units (8 blocks: one LLFree huge frame's worth) and spills above 1024: LLFree's
-/// bursts of 256 KiB blocks ran 1.6x slower with 2 a batch than with 4, and 1.13x faster
-/// with 8 than with 4 (16, two frames, ran 1.25x slower than 8). Order 0 stays small:
-/// it is what fragments huge frames (and 64 a batch gained nothing measurable). Orders 8 and
-/// 9 (1 and 2 MiB blocks of 4 KiB units, the huge frames) move one block at a time and keep
-/// up to 8 blocks each: larson at 256 KiB (blocks of orders 6–9, six in seven of them 8 or 9)
-/// ran at 0.78x of `knuth-locked` with 2, 0.85–0.95x with 4 and 1.06–1.16x with 8. In all,
-/// a core parks at most 10 368 units; 5 184, 2 720 and 2 256 in the later steps.
+/// spilling above 128 units; orders 1–5 move 256 units at a time, spilling above 512, since
+/// a batch of a larger order holds fewer blocks to spread a backend call over (with 128
+/// units, 32 KiB blocks, order 3, moved 16 a batch and their bursts ran 1.1x slower than
+/// with 32). Orders 6–8 move 512 units, one LLFree huge frame (8, 4 and 2 blocks), and
+/// spill above twice that (order 8: above 8 blocks): LLFree's bursts of 256 KiB blocks ran
+/// 1.6x slower with 2 a batch than with 4, and 1.13x faster with 8 than with 4 (16, two
+/// frames, ran 1.25x slower than 8); at orders 7 and 8 a frame a batch, which LLFree fills
+/// with plain stores when it is free as a whole, ran bursts of 512 KiB and 1 MiB blocks
+/// 1.5–2.4x faster than one block a batch (which had been slower than no magazine), and a
+/// watermark of 1.5 batches instead of 2 gave that back (spills then take blocks of two
+/// frames). Order 0 stays small: it is what fragments huge frames (and 64 a batch gained
+/// nothing measurable). Order 9 (2 MiB blocks of 4 KiB units, the huge frames) moves one
+/// block at a time and keeps up to 8 blocks: larson at 256 KiB (blocks of orders 6–9, six
+/// in seven of them 8 or 9) ran at 0.78x of `knuth-locked` with 2 blocks each of orders 8
+/// and 9, 0.85–0.95x with 4 and 1.06–1.16x with 8. In all, a core parks at most 10 880
+/// units; 5 440, 2 720 and 2 256 in the later steps.
 static MAGAZINE_STEPS: [Policy; 4] = [
     magazine_policy(0),
     magazine_policy(1),
@@ -184,8 +189,8 @@ const FULL_LISTS: [(usize, usize); 10] = [
     (256, 512),
     (256, 512),
     (512, 1024),
-    (128, 512),
-    (256, 2048),
+    (512, 1024),
+    (512, 2048),
     (512, 4096),
 ];
 
@@ -214,7 +219,7 @@ const fn in_step(step: u32, batch: usize, high: usize) -> (usize, usize) {
 
 /// Units per core from which magazines get the full lists by default (512 MiB of 4 KiB
 /// units); below it, the lists halve with every halving of the heap per core, to the
-/// shortest below 2^15 (128 MiB). At the start of each step a core parks at most 7.5–8% of
+/// shortest below 2^15 (128 MiB). At the start of each step a core parks at most 7–8.3% of
 /// its share of the heap, as Linux scales its per-CPU lists with the zone's size.
 const FULL_LISTS_FROM: usize = 1 << 17;
 
@@ -452,8 +457,8 @@ impl<A: BlockAlloc> Magazine<A> {
     }
 
     /// The most units one core's magazine keeps parked (every list at its watermark). By
-    /// default it follows the heap per core: 10 368 units from 2^17 units per core (512 MiB
-    /// of 4 KiB units) on, 5 184 from 2^16, 2 720 from 2^15 and 2 256 below (two blocks each of
+    /// default it follows the heap per core: 10 880 units from 2^17 units per core (512 MiB
+    /// of 4 KiB units) on, 5 440 from 2^16, 2 720 from 2^15 and 2 256 below (two blocks each of
     /// the larger orders, whatever the heap); [`Magazine::with_parking_limit`] (or
     /// [`Config::with_parking_limit`], where the magazines are built from a configuration)
     /// chooses otherwise.
@@ -482,7 +487,7 @@ impl<A: BlockAlloc> Magazine<A> {
     /// let fast = Magazine::with_config(Config::new(1 << 14, 10).with_cores(4), LLFree::new)?;
     /// assert_eq!(fast.parking_limit(), 2256);
     /// let fast = fast.with_parking_limit(usize::MAX);
-    /// assert_eq!(fast.parking_limit(), 10368);
+    /// assert_eq!(fast.parking_limit(), 10880);
     /// assert_eq!(fast.with_parking_limit(3000).parking_limit(), 2720);
     /// # Ok::<(), buddyfree::Error>(())
     /// ```
@@ -625,15 +630,15 @@ mod tests {
     #[test]
     fn lists_scale_with_the_heap_per_core() {
         let cases = [
-            (1 << 20, 8, 10368, None),
-            (1 << 20, 9, 5184, None),
-            (1 << 18, 4, 5184, None),
+            (1 << 20, 8, 10880, None),
+            (1 << 20, 9, 5440, None),
+            (1 << 18, 4, 5440, None),
             (1 << 18, 5, 2720, None),
             (1 << 17, 4, 2720, None),
             (1 << 17, 5, 2256, None),
-            (1 << 14, 1, 2256, Some((usize::MAX, 10368))),
-            (1 << 20, 4, 10368, Some((3000, 2720))),
-            (1 << 20, 4, 10368, Some((0, 2256))),
+            (1 << 14, 1, 2256, Some((usize::MAX, 10880))),
+            (1 << 20, 4, 10880, Some((3000, 2720))),
+            (1 << 20, 4, 10880, Some((0, 2256))),
         ];
         for (units, cores, default, chosen) in cases {
             let config = Config::new(units, 9).with_cores(cores);
@@ -675,7 +680,7 @@ mod tests {
     #[test]
     fn a_configured_parking_limit_chooses_the_lists() {
         let config = Config::new(1 << 14, 10).with_cores(4);
-        for (limit, ceiling) in [(None, 2256), (Some(usize::MAX), 10368), (Some(3000), 2720)] {
+        for (limit, ceiling) in [(None, 2256), (Some(usize::MAX), 10880), (Some(3000), 2720)] {
             let config = Config {
                 parking_limit: limit,
                 ..config
@@ -828,7 +833,7 @@ mod tests {
         let alloc = Magazine::with_config(Config::new(1 << 14, 10).with_cores(1), LLFree::new)
             .unwrap()
             .with_parking_limit(usize::MAX);
-        for (order, high_units) in [(0, 128), (1, 512), (3, 512), (7, 512)] {
+        for (order, high_units) in [(0, 128), (1, 512), (3, 512), (7, 1024), (8, 2048)] {
             let blocks: Vec<usize> = (0..3 * (high_units >> order) + 5)
                 .map(|_| alloc.alloc(order, 0).unwrap())
                 .collect();
@@ -951,25 +956,29 @@ mod tests {
 
     /// Over LLFree, whose batches continue from the frame of the core's last allocation, a
     /// refill takes the rest of a partly used frame and not the first block of the next, so
-    /// that later batches are whole frames again (and spills give whole frames back).
+    /// that later batches are whole frames again (and spills give whole frames back); at
+    /// orders 6, 7 and 8 alike, whose batches are a frame each.
     #[test]
     fn refills_line_up_with_huge_frames_after_a_partly_used_one() {
-        let used = LLFree::new(Config::new(1 << 14, 10)).unwrap();
-        let first = used.alloc(6, 0).unwrap();
         let frame = |index: usize| index / crate::llfree::HUGE_UNITS;
-        let alloc = Magazine::new(used, 1)
-            .unwrap()
-            .with_parking_limit(usize::MAX);
-        let rest: Vec<usize> = (0..7).map(|_| alloc.alloc(6, 0).unwrap()).collect();
-        assert!(rest.iter().all(|&b| frame(b) == frame(first)), "{rest:?}");
-        assert_eq!(alloc.inner().free_units(), (1 << 14) - 512);
-        for _ in 0..3 {
-            let batch: Vec<usize> = (0..8).map(|_| alloc.alloc(6, 0).unwrap()).collect();
-            assert!(
-                batch.iter().all(|&b| frame(b) == frame(batch[0])),
-                "{batch:?}"
-            );
-            assert_eq!(alloc.parked_units(0), 0);
+        for (order, batch) in [(6, 8), (7, 4), (8, 2)] {
+            let used = LLFree::new(Config::new(1 << 14, 10)).unwrap();
+            let first = used.alloc(order, 0).unwrap();
+            let alloc = Magazine::new(used, 1)
+                .unwrap()
+                .with_parking_limit(usize::MAX);
+            let rest: Vec<usize> = (1..batch).map(|_| alloc.alloc(order, 0).unwrap()).collect();
+            assert!(rest.iter().all(|&b| frame(b) == frame(first)), "{rest:?}");
+            assert_eq!(alloc.inner().free_units(), (1 << 14) - 512);
+            let mut frames = Vec::from([frame(first)]);
+            for _ in 0..3 {
+                let got: Vec<usize> = (0..batch).map(|_| alloc.alloc(order, 0).unwrap()).collect();
+                assert!(got.iter().all(|&b| frame(b) == frame(got[0])), "{got:?}");
+                assert_eq!(alloc.parked_units(0), 0, "order {order}");
+                frames.push(frame(got[0]));
+            }
+            frames.dedup();
+            assert_eq!(frames.len(), 4, "order {order}: {frames:?}");
         }
     }
 

@@ -11,8 +11,8 @@ const MAX_SLOTS: usize = 10;
 const ORDERS: usize = 64;
 
 /// Blocks one core's cache can hold, over all its lists: room for the lists of
-/// [`Magazine`](crate::magazine::Magazine)'s policy, the largest (670 blocks, 42 cache lines per core).
-const CAPACITY: usize = 670;
+/// [`Magazine`](crate::magazine::Magazine)'s policy, the largest (674 blocks, 43 cache lines per core).
+const CAPACITY: usize = 674;
 
 /// `Policy::slot_of` for an order that is not cached.
 const NOT_CACHED: u8 = u8::MAX;

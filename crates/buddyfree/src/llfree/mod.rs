@@ -699,11 +699,13 @@ impl<W: WriteBack> LLFree<W> {
         Ok(())
     }
 
-    /// Allocates up to `out.len()` blocks of `order` (0..=8) from `core`'s units, in the
-    /// frame of its last allocation only ([`Lower::alloc_many`]): no search beyond it and no
-    /// change of reservation, so that bulk allocations leave LLFree's placement as it is.
-    /// Returns how many (0: that frame or the core's tree has too few free units). `before`:
-    /// the blocks of this bulk allocation so far, which no one else has seen yet.
+    /// Allocates up to `out.len()` blocks of `order` (0..=8) from `core`'s units in one huge
+    /// frame ([`Lower::alloc_many`]): that of its last allocation, or, if it has no room for
+    /// a block, the next frame of the core's tree that has, wrapping around (where `alloc`'s
+    /// next fit would go on); no change of reservation, so that bulk allocations leave
+    /// LLFree's placement as it is. Returns how many (0: no frame of the core's tree has
+    /// room, its tree has too few free units, or the frame's free units lie apart).
+    /// `before`: the blocks of this bulk allocation so far, which no one else has seen yet.
     fn alloc_near(&self, order: u32, core: usize, before: &[usize], out: &mut [usize]) -> usize {
         let core = self.core(core);
         let local = &self.locals[core];
@@ -713,12 +715,22 @@ impl<W: WriteBack> LLFree<W> {
         };
         let hint = local.last.load(Ordering::Relaxed) as usize;
         let children = self.children(t);
-        let h = (hint / HUGE_UNITS).clamp(children.start, children.end - 1);
+        let near = (hint / HUGE_UNITS).clamp(children.start, children.end - 1);
+        let room = |h: usize| reservation.free().min(self.lower.child(HugeId(h)).free());
+        // Going on to the next frame here rather than through `alloc` lets a frame that is
+        // free as a whole be taken whole, its words written with plain stores
+        // (`Lower::fill_group`); `alloc` would claim its first block with compare-and-swaps.
+        let Some((h, room)) = (0..children.len())
+            .map(|i| children.start + (near - children.start + i) % children.len())
+            .map(|h| (h, room(h)))
+            .find(|&(_, room)| room >> order > 0)
+        else {
+            return 0;
+        };
         // As many as the frame has units for, not more: asked for more, its counter would
         // refuse them all, and a frame that has room for fewer blocks than a batch (a
         // partly used one; any at orders 7 and 8, whose batches span frames) would then
         // give its blocks one `alloc` at a time.
-        let room = reservation.free().min(self.lower.child(HugeId(h)).free());
         let len = out.len().min(room >> order);
         let out = &mut out[..len];
         let n = out.len() << order;
@@ -746,17 +758,18 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
         self.alloc_with(order, core, FALLBACK_ROUNDS, Error::OutOfMemory)
     }
 
-    /// Blocks of orders 0..=8 come from the frame of the core's last allocation, with one
-    /// update of each counter for them all: for orders 0..=5 each bit-field word gives all
-    /// the free blocks it has in one compare-and-swap, for orders 6..=8 each group of 2, 4
-    /// or 8 free words one block. When that frame (or the core's tree) has too few, one
-    /// block as [`BlockAlloc::alloc`] places it, which moves the next claim on.
+    /// Blocks of orders 0..=8 come frame by frame from the core's tree, from the frame of
+    /// its last allocation on, with one update of each counter per frame: for orders 0..=5
+    /// each bit-field word gives all the free blocks it has in one compare-and-swap, for
+    /// orders 6..=8 each group of 2, 4 or 8 free words one block (with plain stores where the
+    /// call takes a whole free frame). When the core's tree has too few, one block as
+    /// [`BlockAlloc::alloc`] places it, which moves the next claim on.
     fn alloc_bulk(&self, order: u32, core: usize, out: &mut [usize]) -> Result<usize, Error> {
         let near = order <= self.max_order.min(lower::BITS_ORDER);
         let mut n = 0;
         while n < out.len() {
             let (before, rest) = out.split_at_mut(n);
-            if near && rest.len() > 1 {
+            if near && (n > 0 || rest.len() > 1) {
                 let got = self.alloc_near(order, core, before, rest);
                 if got > 0 {
                     n += got;
@@ -1143,6 +1156,37 @@ mod tests {
         }
         alloc.free(first, 6, 1).unwrap();
         assert_eq!(alloc.free_units(), 4096);
+    }
+
+    /// A bulk claim whose frame (that of the core's last allocation) has no room for a block
+    /// goes on to the next frame of the core's tree that has, wrapping around, and takes
+    /// what that frame has room for in the same call, without a single `alloc` first.
+    #[test]
+    fn a_bulk_claim_goes_on_to_the_next_frame_with_room() {
+        let alloc = LLFree::new(Config::new(4 * HUGE_UNITS, 10)).unwrap();
+        let frame = |index: usize| index / HUGE_UNITS;
+        let first = alloc.alloc(0, 0).unwrap();
+        assert_eq!(frame(first), 0);
+        let claim = |want: usize| {
+            let mut out = [0; 2];
+            let got = alloc.alloc_near(8, 0, &[], &mut out[..want]);
+            out[..got].to_vec()
+        };
+        // Room for one block left in frame 0: that one alone.
+        let half = claim(2);
+        assert_eq!(half.iter().map(|&b| frame(b)).collect::<Vec<_>>(), [0]);
+        // Frame 0 has no room for another: frames 1, 2 and 3 whole, in turn.
+        for f in 1..4 {
+            let blocks = claim(2);
+            assert_eq!(blocks.iter().map(|&b| frame(b)).collect::<Vec<_>>(), [f, f]);
+        }
+        alloc.assert_consistent();
+        // Around to frame 0 once its first half is free; then no frame has room.
+        alloc.free(first, 0, 0).unwrap();
+        assert_eq!(claim(2), [0]);
+        assert_eq!(claim(2), []);
+        alloc.assert_consistent();
+        assert_eq!(alloc.free_units(), 0);
     }
 
     #[test]
