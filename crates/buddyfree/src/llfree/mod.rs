@@ -369,25 +369,30 @@ impl<W: WriteBack> LLFree<W> {
         first..(first + self.tree_children).min(self.lower.huges())
     }
 
-    /// Searches the children of `t` for a block, starting at the child and word of `hint`
-    /// (the last allocation: next fit, as the paper's start PFN) and wrapping around.
-    fn alloc_in(&self, t: TreeId, order: u32, hint: usize) -> Option<usize> {
+    /// The children of `t`, every `step`th (counted from the tree's first), from the one
+    /// holding `hint` (the last allocation, clamped into the tree: next fit, as the paper's
+    /// start PFN) on, wrapping around.
+    fn frames_from(&self, t: TreeId, hint: usize, step: usize) -> impl Iterator<Item = usize> {
         let children = self.children(t);
+        let near = (hint / HUGE_UNITS).clamp(children.start, children.end - 1);
+        let first = children.start + ((near - children.start) & !(step - 1));
+        (first..children.end)
+            .step_by(step)
+            .chain((children.start..first).step_by(step))
+    }
+
+    /// Searches the children of `t` for a block, from the child and word of `hint` on
+    /// ([`LLFree::frames_from`]).
+    fn alloc_in(&self, t: TreeId, order: u32, hint: usize) -> Option<usize> {
         // Order 10 looks at even children only.
         let step = if order == MAX_ORDER { 2 } else { 1 };
-        let near = (hint / HUGE_UNITS).clamp(children.start, children.end - 1);
-        let mut h = children.start + ((near - children.start) & !(step - 1));
         let mut word = (hint % HUGE_UNITS) / lower::SLOTS;
-        for _ in (0..children.len()).step_by(step) {
+        for h in self.frames_from(t, hint, step) {
             // `Lower::alloc` reads the child entry first and refuses a frame without room.
             if let Some(index) = self.lower.alloc(HugeId(h), order, word) {
                 return Some(index);
             }
             word = 0;
-            h += step;
-            if h >= children.end {
-                h = children.start;
-            }
         }
         None
     }
@@ -701,10 +706,10 @@ impl<W: WriteBack> LLFree<W> {
 
     /// Allocates up to `out.len()` blocks of `order` (0..=8) from `core`'s units in one huge
     /// frame ([`Lower::alloc_many`]): that of its last allocation, or, if it has no room for
-    /// a block, the next frame of the core's tree that has, wrapping around (where `alloc`'s
-    /// next fit would go on); no change of reservation, so that bulk allocations leave
-    /// LLFree's placement as it is. Returns how many (0: no frame of the core's tree has
-    /// room, its tree has too few free units, or the frame's free units lie apart).
+    /// a block, the next frame of the core's tree that has ([`LLFree::frames_from`], where
+    /// `alloc`'s next fit would go on); no change of reservation, so that bulk allocations
+    /// leave LLFree's placement as it is. Returns how many (0: no frame of the core's tree
+    /// has room, its tree has too few free units, or the frame's free units lie apart).
     /// `before`: the blocks of this bulk allocation so far, which no one else has seen yet.
     fn alloc_near(&self, order: u32, core: usize, before: &[usize], out: &mut [usize]) -> usize {
         let core = self.core(core);
@@ -714,14 +719,12 @@ impl<W: WriteBack> LLFree<W> {
             return 0;
         };
         let hint = local.last.load(Ordering::Relaxed) as usize;
-        let children = self.children(t);
-        let near = (hint / HUGE_UNITS).clamp(children.start, children.end - 1);
         let room = |h: usize| reservation.free().min(self.lower.child(HugeId(h)).free());
         // Going on to the next frame here rather than through `alloc` lets a frame that is
         // free as a whole be taken whole, its words written with plain stores
         // (`Lower::fill_group`); `alloc` would claim its first block with compare-and-swaps.
-        let Some((h, room)) = (0..children.len())
-            .map(|i| children.start + (near - children.start + i) % children.len())
+        let Some((h, room)) = self
+            .frames_from(t, hint, 1)
             .map(|h| (h, room(h)))
             .find(|&(_, room)| room >> order > 0)
         else {
