@@ -293,8 +293,9 @@ BuddyfreeStatus buddyfree_try_alloc_order(const struct Buddyfree *bf,
 // interrupted code may hold the lock a free would wait for): where the allocator would
 // wait, returns `BUDDYFREE_STATUS_WOULD_BLOCK` and changes nothing; allocators without that
 // guarantee return `BUDDYFREE_STATUS_UNSUPPORTED`. Over the `*-magazine` allocators and
-// `linux`, a block that the calling core's cache cannot take at once goes straight back to
-// the allocator behind it.
+// `linux`, a block whose cache (the one that handed it out) is held answers
+// `BUDDYFREE_STATUS_WOULD_BLOCK`, and one that its cache cannot take without a spill goes
+// straight back to the allocator behind it.
 //
 // # Safety
 // `bf` must be null or a live instance.

@@ -9,12 +9,12 @@
 //!      ├── caches:  [CachePadded<Mutex<YieldMutex, CoreCache>>; cores]
 //!      │              per order 0..=9: recently freed blocks (allocated in A), in a
 //!      │              fixed array of 674 blocks per core
-//!      └── states:  [u8; units]         Free | Live(order) | Cached(order) per block start
+//!      └── states:  [u8; units]         Free | Live | Owned(core) | Cached per block start
 //! ```
 //!
 //! A free of a small block parks it in the calling core's magazine, and an allocation takes
 //! the most recently parked one (cache-hot), so the common pair costs one uncontended
-//! per-core lock, a list push or pop and one byte of `states`, instead of the backend's
+//! per-core lock each way, a list push or pop and one byte of `states`, instead of the backend's
 //! tree or bit-field walk and its shared cache lines. An empty magazine is refilled with a
 //! batch from the backend's [`BlockAlloc::alloc_bulk`] (order 0: 32 units; orders 1–5: 256
 //! units; orders 6–8: 512, an LLFree huge frame; order 9: one block, by a plain `alloc`);
@@ -78,9 +78,13 @@
 //!   ([`Magazine::new`]) or in caller memory ([`Magazine::in_metadata`], for a kernel at
 //!   boot, with no heap at all). The backend sees
 //!   parked blocks as allocated, so it cannot tell a double free of a parked block from a
-//!   good free; `states` can, and one CAS there decides racing frees: a double free of a
-//!   parked block is [`Error::NotAllocated`], a wrong order [`Error::OrderMismatch`], and an
-//!   erroring free changes nothing. Blocks of orders 10 and up are never parked: `states`
+//!   good free; `states` can, and it decides racing frees: a block that a magazine handed
+//!   out is recorded as that magazine's, and its free takes that magazine's lock (the
+//!   freeing core's own when it is the same core), checks the byte there and parks the
+//!   block in that magazine, so the lock decides, with no compare-and-swap on the byte (one
+//!   locked instruction per free, not two); any other block's free is decided by one CAS
+//!   on the byte. A double free of a parked block is [`Error::NotAllocated`], a wrong order
+//!   [`Error::OrderMismatch`], and an erroring free changes nothing. Blocks of orders 10 and up are never parked: `states`
 //!   does not record them and the backend answers their frees, at the backend's own cost.
 //! - **Blocking**: a magazine's lock is per core and uncontended when `core` names the
 //!   calling core, but it is a lock: a thread preempted while holding it delays that core's
@@ -90,12 +94,17 @@
 //!   Where the backend is out of blocks, `try_alloc` first gives back the blocks of every
 //!   magazine whose lock is free at once, and answers `WouldBlock` only if the backend still
 //!   has none while a magazine (a held one) keeps some. A free can wait for it
-//!   too, and an interrupt handler that frees on the core whose magazine the interrupted
-//!   code holds would wait forever: free there with [`BlockAlloc::try_free`], which parks
-//!   the block only if the lock is free at once (and the list has room without a spill)
-//!   and otherwise gives it straight back to the backend (never waiting over NBBS or
-//!   LLFree), or keep interrupts off around magazine calls, as Linux does for its per-CPU
-//!   lists.
+//!   too (the lock of the magazine that handed the block out), and an interrupt handler
+//!   that frees on the core whose magazine the interrupted code holds would wait forever:
+//!   free there with [`BlockAlloc::try_free`], which never waits: it answers
+//!   [`Error::WouldBlock`], changing nothing, while the magazine that handed the block out
+//!   is held, and otherwise parks it there if the list has room without a spill, or gives
+//!   it straight back to the backend (never waiting over NBBS or LLFree). For handlers
+//!   that cannot retry later, [`Magazine::with_interrupt_safe_frees`] has every free
+//!   decided by the CAS on the state byte instead, so `try_free` parks a block in the
+//!   calling core's magazine if its lock is free at once, else gives it straight back,
+//!   at one more locked instruction per free. Or keep interrupts off around magazine
+//!   calls, as Linux does for its per-CPU lists.
 //! - **Bursts of orders the backend does not take in bulk** (NBBS-4 where the order is on
 //!   the top row of its cell, as order 6 is with `max_order` 10: the default suite's 256 KiB
 //!   blocks): where every block is allocated before any is freed, a magazine reuses nothing
@@ -494,6 +503,31 @@ impl<A: BlockAlloc> Magazine<A> {
     #[must_use]
     pub fn with_parking_limit(mut self, units: usize) -> Self {
         self.cached.set_policy(policy_within(units));
+        self
+    }
+
+    /// The same magazines with every free of orders 0–9 decided by a compare-and-swap on
+    /// the block's state byte, none under the lock of the magazine that handed the block
+    /// out: [`BlockAlloc::try_free`] then never answers [`Error::WouldBlock`] because a
+    /// magazine is held, for a kernel whose interrupt handlers free on a core while the
+    /// interrupted code may hold its magazine (see the [module documentation](self),
+    /// *Blocking*). It costs every free one more locked instruction (docs/results.md).
+    ///
+    /// ```
+    /// use buddyfree::llfree::LLFree;
+    /// use buddyfree::magazine::Magazine;
+    /// use buddyfree::{BlockAlloc, Config};
+    ///
+    /// let frames = Magazine::with_config(Config::new(1 << 14, 10).with_cores(2), LLFree::new)?
+    ///     .with_interrupt_safe_frees();
+    /// let page = frames.alloc(0, 1)?;
+    /// // Core 1's magazine, which handed the page out, is held (an interrupted call).
+    /// frames.with_core(1, &mut |_| assert_eq!(frames.try_free(page, 0, 1), Ok(())));
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
+    #[must_use]
+    pub fn with_interrupt_safe_frees(mut self) -> Self {
+        self.cached.set_holding(false);
         self
     }
 

@@ -56,47 +56,73 @@ proptest! {
 
 /// Inside `with_core`, the calling thread holds the core's cache (where there is one):
 /// `try_free` on that core must not wait for it. It frees (straight to the backend, past
-/// the held cache), or answers `WouldBlock` and changes nothing.
+/// the held cache), or answers `WouldBlock` and changes nothing; by default a cache holds
+/// the blocks it handed out, so their `try_free` answers `WouldBlock` while it is held.
 #[test]
 fn try_free_never_waits_for_a_core_its_caller_holds() {
     for (name, alloc) in with_try_free(1 << 12, 10, 2) {
-        for order in [0, 3, 9].into_iter().filter(|&o| o <= alloc.max_order()) {
-            // Half the heap: more than a magazine parks, for its spills.
-            let n = ((1 << 12) >> order).min(600) / 2;
-            let blocks: Vec<usize> = (0..n).map(|_| alloc.alloc(order, 1).unwrap()).collect();
-            let free = alloc.free_units();
-            let mut answers = Vec::new();
-            alloc.with_core(1, &mut |held| {
-                let mine = held.alloc(0).unwrap();
-                answers = blocks
-                    .iter()
-                    .map(|&b| alloc.try_free(b, order, 1))
-                    .collect();
-                held.free(mine, 0).unwrap();
-            });
-            let freed = answers.iter().filter(|a| a.is_ok()).count();
-            assert_eq!(
-                alloc.free_units(),
-                free + (freed << order),
-                "{name} order {order}"
-            );
-            for (&b, answer) in blocks.iter().zip(&answers) {
-                match answer {
-                    Ok(()) => assert_eq!(alloc.free(b, order, 0), Err(Error::NotAllocated)),
-                    Err(Error::WouldBlock) => alloc.free(b, order, 0).unwrap(),
-                    Err(e) => panic!("{name}: try_free of a live block of order {order}: {e}"),
-                }
+        try_frees_inside_with_core(name, &*alloc, false);
+    }
+}
+
+/// With interrupt-safe frees, the caches hold no blocks: every such `try_free` frees.
+#[test]
+fn interrupt_safe_frees_never_block_on_a_held_cache() {
+    use buddyfree::llfree::LLFree;
+    use buddyfree::locked::PerCpu;
+    use buddyfree::magazine::Magazine;
+    use buddyfree::Nbbs4;
+
+    let config = Config::new(1 << 12, 10).with_cores(2);
+    let llfree = Magazine::with_config(config, LLFree::new).unwrap();
+    try_frees_inside_with_core("llfree-magazine", &llfree.with_interrupt_safe_frees(), true);
+    let nbbs4 = Magazine::with_config(config, Nbbs4::new).unwrap();
+    try_frees_inside_with_core("nbbs4-magazine", &nbbs4.with_interrupt_safe_frees(), true);
+    let linux =
+        PerCpu::<Knuth>::with_config(Config::new(1 << 12, 9).with_cores(2), Knuth::new).unwrap();
+    try_frees_inside_with_core("linux", &linux.with_interrupt_safe_frees(), true);
+}
+
+/// Blocks of orders 0, 3 and 9 allocated on core 1 and `try_free`d on core 1 while the
+/// caller holds it: each answer `Ok` (the block freed once) or `WouldBlock` (nothing
+/// changed); all `Ok` if `all_free`.
+fn try_frees_inside_with_core(name: &str, alloc: &dyn BlockAlloc, all_free: bool) {
+    for order in [0, 3, 9].into_iter().filter(|&o| o <= alloc.max_order()) {
+        // Half the heap: more than a magazine parks, for its spills.
+        let n = ((1 << 12) >> order).min(600) / 2;
+        let blocks: Vec<usize> = (0..n).map(|_| alloc.alloc(order, 1).unwrap()).collect();
+        let free = alloc.free_units();
+        let mut answers = Vec::new();
+        alloc.with_core(1, &mut |held| {
+            let mine = held.alloc(0).unwrap();
+            answers = blocks
+                .iter()
+                .map(|&b| alloc.try_free(b, order, 1))
+                .collect();
+            held.free(mine, 0).unwrap();
+        });
+        let freed = answers.iter().filter(|a| a.is_ok()).count();
+        assert_eq!(
+            alloc.free_units(),
+            free + (freed << order),
+            "{name} order {order}"
+        );
+        for (&b, answer) in blocks.iter().zip(&answers) {
+            match answer {
+                Ok(()) => assert_eq!(alloc.free(b, order, 0), Err(Error::NotAllocated)),
+                Err(Error::WouldBlock) => alloc.free(b, order, 0).unwrap(),
+                Err(e) => panic!("{name}: try_free of a live block of order {order}: {e}"),
             }
-            if name.ends_with("-magazine") || name == "linux" {
-                assert_eq!(
-                    freed,
-                    blocks.len(),
-                    "{name}: the held cache blocked a try_free"
-                );
-            }
-            alloc.drain();
-            assert_eq!(alloc.free_units(), alloc.total_units(), "{name}");
         }
+        if all_free {
+            assert_eq!(
+                freed,
+                blocks.len(),
+                "{name}: the held cache blocked a try_free"
+            );
+        }
+        alloc.drain();
+        assert_eq!(alloc.free_units(), alloc.total_units(), "{name}");
     }
 }
 

@@ -198,7 +198,8 @@ fn exercise(name: &'static str, alloc: &dyn BlockAlloc, report: &mut Report) {
     }
 
     // An interrupt on a core inside an allocator call: a free that never waits, even for
-    // the core the interrupted code holds (a magazine gives the block straight back).
+    // the core the interrupted code holds (this kernel's magazines are built with
+    // interrupt-safe frees, so the block goes straight back rather than `WouldBlock`).
     let page = alloc.alloc(0, 0);
     let mut answer = Err(Error::Unsupported);
     if let Ok(page) = page {
@@ -270,6 +271,7 @@ unsafe fn llfree_magazine(
     let inner = LLFree::metadata_layout(config)?;
     // SAFETY: passed on to our caller.
     unsafe { Magazine::from_raw_metadata_with(config, inner, LLFree::from_raw_metadata, meta, len) }
+        .map(Magazine::with_interrupt_safe_frees)
 }
 
 /// # Safety
@@ -282,6 +284,7 @@ unsafe fn nbbs4_magazine(
     let inner = Nbbs4::metadata_layout(config)?;
     // SAFETY: passed on to our caller.
     unsafe { Magazine::from_raw_metadata_with(config, inner, Nbbs4::from_raw_metadata, meta, len) }
+        .map(Magazine::with_interrupt_safe_frees)
 }
 
 /// The metadata of an allocator `A` with metadata `inner` and of magazines in front of it.

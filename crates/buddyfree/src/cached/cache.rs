@@ -5,7 +5,7 @@
 use core::ptr::NonNull;
 
 /// The most orders one policy may cache.
-const MAX_SLOTS: usize = 10;
+pub(crate) const MAX_SLOTS: usize = 10;
 
 /// Orders a policy can name: `0..ORDERS`.
 const ORDERS: usize = 64;
@@ -250,10 +250,16 @@ impl CoreCache {
     /// blocks to `give` and takes them off the list; with one block a batch, the newest.
     #[inline]
     pub(crate) fn spill(&mut self, policy: &Policy, slot: usize, give: impl FnOnce(&[usize])) {
-        let len = self.len(slot);
-        if len <= policy.high(slot) {
-            return;
+        if self.len(slot) > policy.high(slot) {
+            self.spill_batch(policy, slot, give);
         }
+    }
+
+    /// The spill of [`Self::spill`], out of line so that the check stays small where
+    /// every free makes it.
+    #[inline(never)]
+    fn spill_batch(&mut self, policy: &Policy, slot: usize, give: impl FnOnce(&[usize])) {
+        let len = self.len(slot);
         let n = policy.batch(slot).min(len);
         if n == 1 {
             // One block a batch (the large orders): the newest goes back, which leaves the

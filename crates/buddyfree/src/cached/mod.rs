@@ -9,21 +9,27 @@
 //!  ├── caches:  [CachePadded<Mutex<YieldMutex, CoreCache>>; cores]
 //!  │              per cached order: a list of free blocks (allocated in the backend),
 //!  │              all in one fixed array per core
-//!  └── states:  [u8; units]           Free | Live(order) | Cached(order) per block start
+//!  └── states:  [u8; units]           Free | Live | Owned(cache) | Cached, with the
+//!                                       order's slot, per block start
 //! ```
 //!
 //! A block in a cache is allocated as far as the backend knows, so the backend cannot
-//! classify frees of the cached orders; `states` does, exactly, and one CAS there decides a
-//! raced double free. Blocks of the other orders never enter a cache: the backend answers
+//! classify frees of the cached orders; `states` does, exactly. A block that a cache hands
+//! out is `Owned` by that cache: its state changes only under that cache's lock, so its free
+//! takes that lock (the freeing core's own, on the usual path), checks the state there and
+//! ends it with a plain store, and racing frees are decided by the lock; the block is parked
+//! in that cache. A block handed out with no cache held (by the backend directly, or
+//! adopted) is `Live`, and one CAS there decides its free. Either way a free costs one locked
+//! instruction where the lock and a CAS on the state cost two (docs/results.md, "Frees under
+//! the holder's lock"). Blocks of the other orders never enter a cache: the backend answers
 //! their frees as it would without caches, and `states` does not record them.
 //! Locks are taken in the order cache, then backend (if it has one), and never two caches at
-//! once.
+//! once: a pinned core that frees a block another cache holds lets its own go meanwhile.
 
 mod cache;
 mod states;
 
 use core::marker::PhantomData;
-use core::ops::DerefMut;
 
 use lock_api::RawMutex;
 
@@ -39,6 +45,15 @@ use crate::{check_block, BlockAlloc, ConfigRule, Error, HeldCore, Locked, SeqBlo
 
 /// Blocks asked for in one [`BlockAlloc::alloc_bulk`] call.
 const BULK: usize = 32;
+
+/// How a free of a caller's block of a cached order goes on from the state table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ended {
+    /// The CAS on its `Live` state ended it: the caller parks it or gives it back.
+    Ended,
+    /// The cache with this index holds it: the free goes on under that cache's lock.
+    HeldBy(usize),
+}
 
 /// What the caches need of the allocator behind them: a [`BlockAlloc`], and batches.
 pub(crate) trait Backend {
@@ -203,6 +218,10 @@ pub(crate) struct Cached<B> {
     /// The caches' lists, [`LINES`] lines per core; used only through the caches.
     _lists: Table<ListLine>,
     states: BlockStates,
+    /// The caches (the first, by index) that hold the blocks they hand out
+    /// ([`State::Owned`]); at most [`states::OWNERS`], 0 for frees that never need the
+    /// cache that handed a block out ([`Self::set_holding`]).
+    holders: usize,
 }
 
 /// Where a [`Cached`]'s tables lie in its metadata.
@@ -258,10 +277,11 @@ impl<B: Backend> Cached<B> {
         })?;
         let states = BlockStates(meta.table(parts.states, |_| AtomicU8::new(0))?);
         if in_use {
-            states.adopt(alloc, |order| policy.slot(order).is_some())?;
+            states.adopt(alloc, |order| policy.slot(order))?;
         }
         Ok(Cached {
             states,
+            holders: caches.len().min(states::OWNERS),
             caches,
             _lists: lists,
             policy,
@@ -297,6 +317,29 @@ impl<B: Backend> Cached<B> {
         self.policy = policy;
     }
 
+    /// Whether the caches hold the blocks they hand out, so that a free of one takes the
+    /// lock of the cache that handed it out and no compare-and-swap on its state (`true`,
+    /// the default), or every free of a cached order is decided by a compare-and-swap on
+    /// the state table (`false`): then `try_free` never answers `WouldBlock` because a
+    /// cache is held. Blocks handed out before keep their state; either way their frees
+    /// stay exact.
+    pub(crate) fn set_holding(&mut self, holding: bool) {
+        self.holders = match holding {
+            true => self.caches.len().min(states::OWNERS),
+            false => 0,
+        };
+    }
+
+    /// The state of a caller's block of the order at `slot` handed out by the cache with
+    /// index `cache`, held by the caller.
+    #[inline]
+    fn handed_out(&self, slot: usize, cache: usize) -> State {
+        match cache < self.holders {
+            true => State::Owned(slot, cache),
+            false => State::Live(slot),
+        }
+    }
+
     /// The backend.
     pub(crate) fn backend(&self) -> &B {
         &self.backend
@@ -321,13 +364,20 @@ impl<B: Backend> Cached<B> {
             .filter(|_| order <= self.max_order())
     }
 
+    /// The index of `core`'s cache.
+    #[inline]
+    fn cache_index(&self, core: usize) -> usize {
+        crate::core_slot(core, self.caches.len())
+    }
+
     #[inline]
     fn cache(&self, core: usize) -> &CacheLock {
-        &self.caches[crate::core_slot(core, self.caches.len())]
+        &self.caches[self.cache_index(core)]
     }
 
     /// Takes a block of the order at `slot` from `cache` (`core`'s, held by the caller),
-    /// refilling it with one batch from the backend if it is empty.
+    /// refilling it with one batch from the backend if it is empty, and records it as the
+    /// caller's, held by that cache.
     #[inline]
     fn take(
         &self,
@@ -336,14 +386,19 @@ impl<B: Backend> Cached<B> {
         order: u32,
         core: usize,
     ) -> Result<usize, Error> {
-        if let Some(index) = cache.pop(slot) {
-            return Ok(index);
-        }
-        let more = self.policy.batch(slot) - 1;
-        self.backend.alloc_batch(order, core, more, |index| {
-            self.states.set(index, State::Cached(order));
-            cache.push(slot, index);
-        })
+        let index = match cache.pop(slot) {
+            Some(index) => index,
+            None => {
+                let more = self.policy.batch(slot) - 1;
+                self.backend.alloc_batch(order, core, more, |index| {
+                    self.states.set(index, State::Cached(slot));
+                    cache.push(slot, index);
+                })?
+            }
+        };
+        self.states
+            .set(index, self.handed_out(slot, self.cache_index(core)));
+        Ok(index)
     }
 
     /// Returns every cached block to the backend; whether there were any.
@@ -379,7 +434,7 @@ impl<B: Backend> Cached<B> {
             for (slot, &order) in self.policy.orders.iter().enumerate() {
                 while let Some(index) = cache.pop(slot) {
                     self.states.set(index, State::Free);
-                    let back = State::Cached(order);
+                    let back = State::Cached(slot);
                     if self.try_give_back(index, order, core, back).is_err() {
                         cache.push(slot, index);
                         break;
@@ -401,78 +456,137 @@ impl<B: Backend> Cached<B> {
             Some(slot) => self.take(&mut self.cache(core).lock(), slot, order, core),
             None => self.backend.shared().alloc(order, core),
         };
-        let index = match found {
+        match found {
             // Free blocks may sit in caches (this core's of other orders, or other cores'):
             // give them back so they merge, then ask once more.
             Err(Error::OutOfMemory) => {
                 self.drain(core);
-                self.backend.shared().alloc(order, core)?
+                let index = self.backend.shared().alloc(order, core)?;
+                self.record_live(slot, index);
+                Ok(index)
             }
-            other => other?,
-        };
-        self.record_live(slot, index, order);
-        Ok(index)
-    }
-
-    /// Records a block handed to a caller in the state table if its order is cached (`slot`
-    /// is its order's, from [`Self::slot`]). Blocks of the other orders never enter a cache,
-    /// so the backend alone answers their frees (exactly, as it does without caches) and the
-    /// table is not touched for them.
-    #[inline]
-    fn record_live(&self, slot: Option<usize>, index: usize, order: u32) {
-        if slot.is_some() {
-            self.states.set(index, State::Live(order));
+            other => other,
         }
     }
 
-    /// See [`BlockAlloc::free`].
-    pub(crate) fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        self.free_into(index, order, core, || self.cache(core).lock())
+    /// Records a block that the backend handed to a caller, no cache held, in the state
+    /// table (`Live`) if its order is cached (`slot` is its order's, from [`Self::slot`]).
+    /// Blocks of the other orders never enter a cache, so the backend alone answers their
+    /// frees (exactly, as it does without caches) and the table is not touched for them.
+    #[inline]
+    fn record_live(&self, slot: Option<usize>, index: usize) {
+        if let Some(slot) = slot {
+            self.states.set(index, State::Live(slot));
+        }
     }
 
-    /// Frees `(index, order)` for `core`, parking a block of a cached order in the cache
-    /// `cache` gives: `core`'s, locked only once the block has passed the state table (the
-    /// shared path), or already held (a pin).
+    /// See [`BlockAlloc::free`]. A block held by a cache is parked in that cache, under its
+    /// lock; any other goes through the state table's CAS into `core`'s cache. `core`'s
+    /// cache is locked first, before the state is read: it is the holder on the common
+    /// path, and its address does not wait for the state's load.
     #[inline]
-    fn free_into<C: DerefMut<Target = CoreCache>>(
+    pub(crate) fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        let Some(slot) = self.cached_slot(index, order, core)? else {
+            return Ok(());
+        };
+        let at = self.cache_index(core);
+        let mut cache = self.caches[at].lock();
+        if self.end_owned(index, slot, at, State::Cached(slot)) {
+            self.park(&mut cache, slot, index, order, at);
+            return Ok(());
+        }
+        drop(cache);
+        self.free_unheld(index, order, slot, at)
+    }
+
+    /// A free of a block that `core`'s cache does not hold: through the CAS if it is
+    /// `Live`, under its holder's lock if another cache holds it.
+    #[cold]
+    #[inline(never)]
+    fn free_unheld(
         &self,
         index: usize,
         order: u32,
-        core: usize,
-        cache: impl FnOnce() -> C,
+        slot: usize,
+        mut at: usize,
     ) -> Result<(), Error> {
-        check_block(index, order, self.max_order(), self.total_units())?;
-        let Some(slot) = self.slot(order) else {
-            return self.uncached_answer(index, self.backend.shared().free(index, order, core));
-        };
-        self.release(index, order, State::Cached(order))?;
-        self.park(&mut cache(), slot, index, order, core);
-        Ok(())
+        loop {
+            let mut cache = self.caches[at].lock();
+            match self.end_live(index, slot, State::Cached(slot))? {
+                Ended::HeldBy(owner) if owner != at => at = owner,
+                Ended::HeldBy(_) if !self.end_owned(index, slot, at, State::Cached(slot)) => {}
+                _ => {
+                    self.park(&mut cache, slot, index, order, at);
+                    return Ok(());
+                }
+            }
+        }
     }
 
-    /// See [`BlockAlloc::try_free`]. A block of a cached order goes into `core`'s cache if
-    /// its lock is free at once and it has room without a spill (a spill could wait for a
-    /// locked backend), else straight back to the backend if that can take it without
-    /// waiting; the backend's `try_free` for the other orders.
+    /// The slot of `order` for a free of `(index, order)` by `core`, after checking the
+    /// block; `None` where the order is not cached and the backend has answered the free.
+    #[inline]
+    fn cached_slot(&self, index: usize, order: u32, core: usize) -> Result<Option<usize>, Error> {
+        check_block(index, order, self.max_order(), self.total_units())?;
+        match self.slot(order) {
+            Some(slot) => Ok(Some(slot)),
+            None => self
+                .uncached_answer(index, self.backend.shared().free(index, order, core))
+                .map(|()| None),
+        }
+    }
+
+    /// See [`BlockAlloc::try_free`]. A block of a cached order that a cache holds goes into
+    /// that cache if its lock is free at once (else `WouldBlock`) and it has room without a
+    /// spill (a spill could wait for a locked backend); any other into `core`'s cache on the
+    /// same terms. Where there is no room, or `core`'s cache is held, the block goes
+    /// straight back to the backend if that can take it without waiting; the backend's
+    /// `try_free` for the other orders.
     pub(crate) fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         check_block(index, order, self.max_order(), self.total_units())?;
         let Some(slot) = self.slot(order) else {
             let freed = self.backend.shared().try_free(index, order, core);
             return self.uncached_answer(index, freed);
         };
-        if let Some(mut cache) = self.cache(core).try_lock() {
-            if cache.has_room(self.policy, slot) {
-                self.release(index, order, State::Cached(order))?;
-                cache.push(slot, index);
-                return Ok(());
+        let would_block = |e| match e {
+            Error::Unsupported => Error::WouldBlock,
+            e => e,
+        };
+        loop {
+            if let State::Owned(held, owner) = self.states.get(index) {
+                if held == slot {
+                    let mut cache = self.caches[owner].try_lock().ok_or(Error::WouldBlock)?;
+                    let live = State::Owned(slot, owner);
+                    if self.states.get(index) != live {
+                        continue;
+                    }
+                    if cache.has_room(self.policy, slot) {
+                        self.states.set(index, State::Cached(slot));
+                        cache.push(slot, index);
+                        return Ok(());
+                    }
+                    self.states.set(index, State::Free);
+                    return self
+                        .try_give_back(index, order, owner, live)
+                        .map_err(would_block);
+                }
             }
+            if let Some(mut cache) = self.cache(core).try_lock() {
+                if cache.has_room(self.policy, slot) {
+                    if self.end_live(index, slot, State::Cached(slot))? != Ended::Ended {
+                        continue;
+                    }
+                    cache.push(slot, index);
+                    return Ok(());
+                }
+            }
+            if self.end_live(index, slot, State::Free)? != Ended::Ended {
+                continue;
+            }
+            return self
+                .try_give_back(index, order, core, State::Live(slot))
+                .map_err(would_block);
         }
-        self.release(index, order, State::Free)?;
-        self.try_give_back(index, order, core, State::Live(order))
-            .map_err(|e| match e {
-                Error::Unsupported => Error::WouldBlock,
-                e => e,
-            })
     }
 
     /// Gives the block `(index, order)`, already `Free` in the table, to the backend with
@@ -502,17 +616,40 @@ impl<B: Backend> Cached<B> {
         })
     }
 
-    /// Ends the caller's block `(index, order)` of a cached order in the state table, moving
-    /// it to `to`: the one CAS that decides racing frees. The caller then parks it (or gives
-    /// it back).
+    /// Ends the caller's `Live` block at `index` of the cached order at `slot` in the state
+    /// table, moving it to `to`: the one CAS that decides racing frees; the caller then
+    /// parks it (or gives it back). If a cache holds the block, the state is left as it is
+    /// and the answer names the cache, whose lock decides the free ([`Self::end_owned`]).
     #[inline]
-    fn release(&self, index: usize, order: u32, to: State) -> Result<(), Error> {
-        self.states.release(index, order, to).map_err(|e| match e {
+    fn end_live(&self, index: usize, slot: usize, to: State) -> Result<Ended, Error> {
+        let found = match self.states.get(index) {
+            State::Owned(held, owner) if held == slot => return Ok(Ended::HeldBy(owner)),
+            _ => self.states.release(index, slot, to),
+        };
+        match found.map_err(|found| (found, states::refusal(found, slot))) {
+            Ok(()) => Ok(Ended::Ended),
+            Err((State::Owned(_, owner), None)) => Ok(Ended::HeldBy(owner)),
             // No cached order's block starts here; a caller's block of an uncached order
             // may (the table does not record those).
-            Error::NotAllocated if self.starts_uncached_block(index) => Error::OrderMismatch,
-            _ => e,
-        })
+            Err((_, Some(Error::NotAllocated))) if self.starts_uncached_block(index) => {
+                Err(Error::OrderMismatch)
+            }
+            Err((_, e)) => Err(e.unwrap_or(Error::NotAllocated)),
+        }
+    }
+
+    /// Ends the caller's block at `index` of the order at `slot`, held by cache `owner`,
+    /// whose lock the caller holds, moving it to `to`; false (nothing changed) if it is no
+    /// longer held by `owner` at that order: the free starts over.
+    #[inline]
+    fn end_owned(&self, index: usize, slot: usize, owner: usize, to: State) -> bool {
+        // Only the holder of `owner`'s lock moves the state out of `Owned(_, owner)`, so it
+        // cannot change between this check and the store.
+        let held = self.states.get(index) == State::Owned(slot, owner);
+        if held {
+            self.states.set(index, to);
+        }
+        held
     }
 
     /// Parks the released block `(index, order)` in `cache` (`core`'s, held by the caller),
@@ -589,7 +726,8 @@ impl<B: Backend> Cached<B> {
         }
         if let Some(slot) = self.slot(order) {
             if let Some(index) = self.cache(core).try_lock().and_then(|mut c| c.pop(slot)) {
-                self.states.set(index, State::Live(order));
+                let holder = self.cache_index(core);
+                self.states.set(index, self.handed_out(slot, holder));
                 return Ok(index);
             }
         }
@@ -611,7 +749,7 @@ impl<B: Backend> Cached<B> {
             }
             other => other?,
         };
-        self.record_live(self.slot(order), index, order);
+        self.record_live(self.slot(order), index);
         Ok(index)
     }
 
@@ -624,7 +762,7 @@ impl<B: Backend> Cached<B> {
             self.drain_caches(core);
         }
         self.backend.shared().alloc_at(index, order, core)?;
-        self.record_live(self.slot(order), index, order);
+        self.record_live(self.slot(order), index);
         Ok(())
     }
 
@@ -662,7 +800,8 @@ impl<B: Backend> Cached<B> {
 
     /// Whether the block `(start, order)` sits in a cache.
     fn is_parked(&self, start: usize, order: u32) -> bool {
-        self.states.get(start) == State::Cached(order)
+        self.slot(order)
+            .is_some_and(|slot| self.states.get(start) == State::Cached(slot))
     }
 
     /// The backend's next block that is not parked in a cache.
@@ -726,9 +865,22 @@ impl<B: Backend> Pinned<'_, B> {
     #[cold]
     #[inline(never)]
     fn alloc_shared(&mut self, order: u32) -> Result<usize, Error> {
+        self.unpinned(|cached, core| cached.alloc(order, core))
+    }
+
+    /// A free of a block that another cache holds: the shared path, with the cache let go
+    /// meanwhile, so that no two caches are held at once. Out of line, as `alloc_shared`.
+    #[cold]
+    #[inline(never)]
+    fn free_shared(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        self.unpinned(|cached, core| cached.free(index, order, core))
+    }
+
+    /// Runs `f` on the caches and the pinned core with the pinned cache let go.
+    fn unpinned<R>(&mut self, f: impl FnOnce(&Cached<B>, usize) -> R) -> R {
         let (cached, core) = (self.cached, self.core);
         self.lock().unpin();
-        let answer = lock_api::MutexGuard::unlocked(&mut self.cache, || cached.alloc(order, core));
+        let answer = lock_api::MutexGuard::unlocked(&mut self.cache, || f(cached, core));
         self.lock().pin();
         answer
     }
@@ -757,21 +909,33 @@ impl<B: Backend> HeldCore for Pinned<'_, B> {
             None => cached.backend.shared().alloc(order, self.core),
         };
         match found {
-            Ok(index) => {
-                cached.record_live(slot, index, order);
-                Ok(index)
-            }
             Err(Error::OutOfMemory) => self.alloc_shared(order),
-            Err(e) => Err(e),
+            other => other,
         }
     }
 
-    /// See [`BlockAlloc::free`].
+    /// See [`BlockAlloc::free`]. A block that another cache holds is freed on the shared
+    /// path, with this cache let go meanwhile (the free takes the holder's lock).
     #[inline]
     fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
-        let cache = &mut self.cache;
-        self.cached
-            .free_into(index, order, self.core, || &mut **cache)
+        let (cached, core) = (self.cached, self.core);
+        let Some(slot) = cached.cached_slot(index, order, core)? else {
+            return Ok(());
+        };
+        let pinned = cached.cache_index(core);
+        loop {
+            match cached.end_live(index, slot, State::Cached(slot))? {
+                Ended::Ended => break,
+                Ended::HeldBy(owner) if owner == pinned => {
+                    if cached.end_owned(index, slot, owner, State::Cached(slot)) {
+                        break;
+                    }
+                }
+                Ended::HeldBy(_) => return self.free_shared(index, order),
+            }
+        }
+        cached.park(&mut self.cache, slot, index, order, core);
+        Ok(())
     }
 }
 
@@ -948,5 +1112,121 @@ mod tests {
         try_alloc_gives_back_what_free_caches_park(
             &PerCpu::<Model>::with_config(config, Model::new).unwrap(),
         );
+    }
+}
+
+/// The frees of blocks that a cache holds, model-checked through a `PerCpu` whose cache
+/// locks loom sees ([`YieldMutex`] under loom): racing frees from the holder's core and
+/// another, a `try_free` racing a free, a free racing the holder's allocations, and pinned
+/// cores freeing each other's blocks (which must not hold two caches at once).
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use loom::sync::Arc;
+    use loom::thread;
+
+    use alloc::vec::Vec;
+
+    use crate::locked::{PerCpu, YieldMutex};
+    use crate::model::Model;
+    use crate::{BlockAlloc, Config, Error};
+
+    type Linux = PerCpu<Model, YieldMutex>;
+
+    /// 16 units on 2 cores, every lock made before any thread is spawned (see
+    /// `YieldMutex`'s loom lock), and `blocks` order-0 blocks allocated on core 0, whose
+    /// cache holds them.
+    fn with_held_blocks(blocks: usize) -> (Arc<Linux>, Vec<usize>) {
+        let linux = Linux::with_config(Config::new(16, 2).with_cores(2), Model::new).unwrap();
+        let held = (0..blocks).map(|_| linux.alloc(0, 0).unwrap()).collect();
+        linux.drain_core(1);
+        (Arc::new(linux), held)
+    }
+
+    fn on_another_thread<T: Send + 'static>(
+        linux: &Arc<Linux>,
+        f: impl FnOnce(&Linux) -> T + Send + 'static,
+    ) -> thread::JoinHandle<T> {
+        let linux = linux.clone();
+        thread::spawn(move || f(&linux))
+    }
+
+    /// Frees every block still out and checks that the heap is whole.
+    fn whole(linux: &Linux, out: &[usize]) {
+        for &block in out {
+            linux.free(block, 0, 0).unwrap();
+        }
+        linux.drain();
+        assert_eq!(linux.free_units(), 16);
+        assert_eq!(linux.alloc(2, 0), Ok(0));
+    }
+
+    /// A double free racing from the holder's core and from another: exactly one goes
+    /// through (under the holder's lock), the other is `NotAllocated`.
+    #[test]
+    fn loom_racing_frees_of_a_held_block_let_exactly_one_through() {
+        loom::model(|| {
+            let (linux, held) = with_held_blocks(1);
+            let b = held[0];
+            let remote = on_another_thread(&linux, move |l| l.free(b, 0, 1));
+            let mine = linux.free(b, 0, 0);
+            let remote = remote.join().unwrap();
+            assert!(mine.is_ok() != remote.is_ok(), "{mine:?} {remote:?}");
+            assert_eq!(mine.and(remote), Err(Error::NotAllocated));
+            whole(&linux, &[]);
+        });
+    }
+
+    /// A `try_free` from another core races a free of the same held block: never both
+    /// through; a `WouldBlock` (the holder's cache was busy) changes nothing.
+    #[test]
+    fn loom_a_try_free_racing_a_free_of_a_held_block_passes_at_most_once() {
+        loom::model(|| {
+            let (linux, held) = with_held_blocks(1);
+            let b = held[0];
+            let tried = on_another_thread(&linux, move |l| l.try_free(b, 0, 1));
+            let freed = linux.free(b, 0, 0);
+            match (freed, tried.join().unwrap()) {
+                (Ok(()), Err(Error::NotAllocated | Error::WouldBlock)) => {}
+                (Err(Error::NotAllocated), Ok(())) => {}
+                other => panic!("{other:?}"),
+            }
+            whole(&linux, &[]);
+        });
+    }
+
+    /// Another core frees a held block while the holder allocates: the holder never gets a
+    /// block that is still out (it may get the freed one back, once parked).
+    #[test]
+    fn loom_a_free_from_another_core_races_the_holders_allocation() {
+        loom::model(|| {
+            let (linux, held) = with_held_blocks(2);
+            let (b, kept) = (held[0], held[1]);
+            let remote = on_another_thread(&linux, move |l| l.free(b, 0, 1));
+            let got = linux.alloc(0, 0).unwrap();
+            remote.join().unwrap().unwrap();
+            assert_ne!(got, kept, "handed out twice");
+            whole(&linux, &[got, kept]);
+        });
+    }
+
+    /// Two pinned cores each free a block the other's cache holds: each free lets its own
+    /// cache go while it takes the holder's, so neither waits for the other.
+    #[test]
+    fn loom_pinned_cores_free_each_others_blocks_without_deadlock() {
+        loom::model(|| {
+            let linux = Linux::with_config(Config::new(16, 2).with_cores(2), Model::new).unwrap();
+            let zero = linux.alloc(0, 0).unwrap();
+            let one = linux.alloc(0, 1).unwrap();
+            let linux = Arc::new(linux);
+            let other = on_another_thread(&linux, move |l| {
+                let mut freed = Err(Error::WouldBlock);
+                l.with_core(1, &mut |held| freed = held.free(zero, 0));
+                freed
+            });
+            let mut freed = Err(Error::WouldBlock);
+            linux.with_core(0, &mut |held| freed = held.free(one, 0));
+            assert_eq!((freed, other.join().unwrap()), (Ok(()), Ok(())));
+            whole(&linux, &[]);
+        });
     }
 }

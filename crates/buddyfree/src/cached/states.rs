@@ -1,48 +1,73 @@
 //! What starts at each unit: nothing, a block handed to a caller, or a block in a cache.
 //!
 //! The backend sees cached blocks as allocated, so it cannot tell a caller's block from
-//! a cached (free) one. This map can, and it alone decides every `free` of a cached order:
-//! one CAS from `Live(order)` lets exactly one of racing frees through, whether the block
-//! then goes to a cache or back to the backend. Blocks of orders that are never cached are
-//! not recorded: the backend decides their frees.
+//! a cached (free) one. This map can, and it alone decides every `free` of a cached order.
+//! A block that a cache handed out records that cache as its holder (`Owned`): its state
+//! changes only under that cache's lock, so a free takes the holder's lock, checks the
+//! state there and ends the block with a plain store, one locked instruction in all (the
+//! lock), where a compare-and-swap on the state as well would be a second. A block handed
+//! out with no cache held (straight from the backend, or adopted), or held by a cache past
+//! the first [`OWNERS`], is `Live`: one CAS from `Live` lets exactly one of racing frees
+//! through. Either way the block then goes to a cache or back to the backend. Blocks of
+//! orders that are never cached are not recorded: the backend decides their frees.
+//!
+//! A state names the block's order by its slot in the caches' policy (its list), so that
+//! a byte has room for the holders: `Free`, then per slot `Cached`, `Live` and `Owned` by
+//! each of [`OWNERS`] caches.
 
+use super::cache::MAX_SLOTS;
 use crate::sync::atomic::{AtomicU8, Ordering};
 use crate::table::Table;
 use crate::{BlockAlloc, Error};
 
-/// The state of the block of a cached order starting at a unit. Units inside a block (not
-/// its first), units free in the backend and blocks of uncached orders are `Free`.
+/// How many caches (the first, by index) can hold the blocks they hand out; the blocks of
+/// the others are `Live`.
+pub(crate) const OWNERS: usize = (u8::MAX as usize - 2 * MAX_SLOTS) / MAX_SLOTS;
+
+/// The state of the block of a cached order starting at a unit; the order is named by its
+/// slot in the caches' policy. Units inside a block (not its first), units free in the
+/// backend and blocks of uncached orders are `Free`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum State {
     /// No caller's block of a cached order, and no cached block, starts here.
     Free,
-    /// A block of this order starting here is allocated by a caller.
-    Live(u32),
-    /// A block of this order starting here sits in a per-core cache (free to callers,
-    /// allocated in the backend).
-    Cached(u32),
+    /// A block of the order at this slot starting here is allocated by a caller; a CAS
+    /// from this state decides its free.
+    Live(usize),
+    /// A block of the order at this slot starting here is allocated by a caller and held by
+    /// this cache (by index, below [`OWNERS`]): only the holder of that cache's lock changes
+    /// this state.
+    Owned(usize, usize),
+    /// A block of the order at this slot starting here sits in a per-core cache (free to
+    /// callers, allocated in the backend).
+    Cached(usize),
 }
 
-const LIVE: u8 = 0x40;
-const CACHED: u8 = 0x80;
-const ORDER: u8 = 0x3f;
-
 impl State {
+    #[inline]
     fn encode(self) -> u8 {
-        // Orders are at most `usize::BITS - 1` (`Config::validate`), so they fit 6 bits.
-        match self {
+        let code = match self {
             State::Free => 0,
-            State::Live(order) => LIVE | order as u8,
-            State::Cached(order) => CACHED | order as u8,
-        }
+            State::Cached(slot) => 1 + slot,
+            State::Live(slot) => 1 + MAX_SLOTS + slot,
+            State::Owned(slot, cache) => 1 + (2 + cache) * MAX_SLOTS + slot,
+        };
+        debug_assert!(code <= usize::from(u8::MAX), "{self:?}");
+        code as u8
     }
 
+    #[inline]
     fn decode(byte: u8) -> State {
-        let order = u32::from(byte & ORDER);
-        match byte & !ORDER {
-            LIVE => State::Live(order),
-            CACHED => State::Cached(order),
-            _ => State::Free,
+        match usize::from(byte) {
+            0 => State::Free,
+            code => {
+                let (kind, slot) = ((code - 1) / MAX_SLOTS, (code - 1) % MAX_SLOTS);
+                match kind {
+                    0 => State::Cached(slot),
+                    1 => State::Live(slot),
+                    _ => State::Owned(slot, kind - 2),
+                }
+            }
         }
     }
 }
@@ -52,24 +77,28 @@ pub(crate) struct BlockStates(pub(crate) Table<AtomicU8>);
 
 impl BlockStates {
     /// Records the block at `index`, which the caller owns exclusively (just taken from the
-    /// backend or a cache, or about to be given back to the backend).
+    /// backend or a cache, or about to be given back to the backend), or whose state is
+    /// `Owned` by the cache the caller holds.
+    #[inline]
     pub(crate) fn set(&self, index: usize, state: State) {
         self.0[index].store(state.encode(), Ordering::Release);
     }
 
     /// The state recorded at `index` (a snapshot).
+    #[inline]
     pub(crate) fn get(&self, index: usize) -> State {
         State::decode(self.0[index].load(Ordering::Acquire))
     }
 
-    /// Records the blocks `alloc` has out whose order is `cached` as live, so that their
-    /// frees are decided here as those of blocks handed out through the caches: one
-    /// [`BlockAlloc::next_block`] per block, in address order, until every allocated unit
-    /// is accounted for. Only while no one else can reach `alloc` (its answers must hold).
+    /// Records the blocks `alloc` has out whose order is cached (`slot` gives its slot) as
+    /// live, so that their frees are decided here as those of blocks handed out through the
+    /// caches: one [`BlockAlloc::next_block`] per block, in address order, until every
+    /// allocated unit is accounted for. Only while no one else can reach `alloc` (its
+    /// answers must hold).
     pub(crate) fn adopt(
         &self,
         alloc: &(impl BlockAlloc + ?Sized),
-        cached: impl Fn(u32) -> bool,
+        slot: impl Fn(u32) -> Option<usize>,
     ) -> Result<(), Error> {
         let mut out = alloc.total_units().saturating_sub(alloc.free_units());
         let mut at = 0;
@@ -77,8 +106,8 @@ impl BlockStates {
             let Some((start, order)) = alloc.next_block(at)? else {
                 break;
             };
-            if start >= at && cached(order) {
-                self.set(start, State::Live(order));
+            if let Some(slot) = slot(order).filter(|_| start >= at) {
+                self.set(start, State::Live(slot));
             }
             // A block never starts before the walk; `max` only keeps a wrong answer from
             // stalling it.
@@ -89,18 +118,25 @@ impl BlockStates {
         Ok(())
     }
 
-    /// Ends the caller's block `(index, order)` by moving it to `to`: `OrderMismatch` if a
-    /// caller's block of another order starts there, `NotAllocated` if none does.
-    pub(crate) fn release(&self, index: usize, order: u32, to: State) -> Result<(), Error> {
-        let live = State::Live(order).encode();
-        match self.0[index].compare_exchange(live, to.encode(), Ordering::AcqRel, Ordering::Acquire)
-        {
-            Ok(_) => Ok(()),
-            Err(other) => match State::decode(other) {
-                State::Live(_) => Err(Error::OrderMismatch),
-                State::Free | State::Cached(_) => Err(Error::NotAllocated),
-            },
-        }
+    /// Ends the caller's `Live` block at `index` of the order at `slot` by moving it to
+    /// `to`; else the state found there.
+    pub(crate) fn release(&self, index: usize, slot: usize, to: State) -> Result<(), State> {
+        let live = State::Live(slot).encode();
+        self.0[index]
+            .compare_exchange(live, to.encode(), Ordering::AcqRel, Ordering::Acquire)
+            .map(|_| ())
+            .map_err(State::decode)
+    }
+}
+
+/// What a free of a block of the order at `slot` finds in a state other than the one it
+/// can end: `None` where the block is a caller's of that order held by a cache (the free
+/// goes to its holder), else the error it answers, as far as the table knows.
+pub(crate) fn refusal(found: State, slot: usize) -> Option<Error> {
+    match found {
+        State::Owned(held, _) if held == slot => None,
+        State::Live(_) | State::Owned(..) => Some(Error::OrderMismatch),
+        State::Free | State::Cached(_) => Some(Error::NotAllocated),
     }
 }
 
@@ -121,6 +157,14 @@ mod loom_tests {
         thread::spawn(move || f(&states))
     }
 
+    /// A free of the `Live` block at `index` of the order at `slot`, answered as `Cached`
+    /// answers it (no block here is `Owned`).
+    fn end(states: &BlockStates, index: usize, slot: usize, to: State) -> Result<(), Error> {
+        states
+            .release(index, slot, to)
+            .map_err(|found| refusal(found, slot).expect("no block is owned"))
+    }
+
     /// A table of 8 units with a block of `state` at unit 4.
     fn states_with(state: State) -> Arc<BlockStates> {
         let states = BlockStates(Table::filled(8, |_| AtomicU8::new(0)).unwrap());
@@ -134,8 +178,8 @@ mod loom_tests {
     fn loom_racing_frees_of_one_block_let_exactly_one_through() {
         loom::model(|| {
             let states = states_with(State::Live(1));
-            let other = on_another_thread(&states, |s| s.release(4, 1, State::Cached(1)));
-            let mine = states.release(4, 1, State::Cached(1));
+            let other = on_another_thread(&states, |s| end(s, 4, 1, State::Cached(1)));
+            let mine = end(&states, 4, 1, State::Cached(1));
             let theirs = other.join().unwrap();
             assert!(mine.is_ok() != theirs.is_ok(), "{mine:?} {theirs:?}");
             assert_eq!(mine.and(theirs), Err(Error::NotAllocated));
@@ -150,8 +194,8 @@ mod loom_tests {
     fn loom_a_wrong_order_free_never_passes_a_good_one() {
         loom::model(|| {
             let states = states_with(State::Live(1));
-            let bad = on_another_thread(&states, |s| s.release(4, 0, State::Cached(0)));
-            assert_eq!(states.release(4, 1, State::Cached(1)), Ok(()));
+            let bad = on_another_thread(&states, |s| end(s, 4, 0, State::Cached(0)));
+            assert_eq!(end(&states, 4, 1, State::Cached(1)), Ok(()));
             let bad = bad.join().unwrap();
             assert!(
                 matches!(bad, Err(Error::OrderMismatch | Error::NotAllocated)),
@@ -173,7 +217,7 @@ mod loom_tests {
                 s.set(4, State::Free);
                 s.set(4, State::Live(1));
             });
-            let stale = states.release(4, 0, State::Cached(0));
+            let stale = end(&states, 4, 0, State::Cached(0));
             reuse.join().unwrap();
             assert!(
                 matches!(stale, Err(Error::NotAllocated | Error::OrderMismatch)),
@@ -192,8 +236,8 @@ mod loom_tests {
     fn loom_a_backed_out_try_free_leaves_the_block_live() {
         loom::model(|| {
             let states = states_with(State::Live(1));
-            let other = on_another_thread(&states, |s| s.release(4, 1, State::Cached(1)));
-            let ended = states.release(4, 1, State::Free);
+            let other = on_another_thread(&states, |s| end(s, 4, 1, State::Cached(1)));
+            let ended = end(&states, 4, 1, State::Free);
             if ended.is_ok() {
                 states.set(4, State::Live(1));
             }

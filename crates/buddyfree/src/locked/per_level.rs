@@ -324,44 +324,8 @@ impl Clock {
 #[cfg(all(test, loom))]
 mod loom_tests {
     use super::*;
-    use crate::sync::atomic::AtomicBool;
+    use crate::locked::YieldMutex;
     use loom::sync::Arc;
-    use std::sync::OnceLock;
-
-    /// A spinlock loom can see: its flag is a loom atomic, made on first use inside the model
-    /// (a `RawMutex` needs a `const` initialiser, which loom's atomics do not have).
-    struct LoomLock(OnceLock<AtomicBool>);
-
-    impl LoomLock {
-        fn flag(&self) -> &AtomicBool {
-            self.0.get_or_init(|| AtomicBool::new(false))
-        }
-    }
-
-    // SAFETY: the flag's acquire CAS and release store give mutual exclusion.
-    unsafe impl RawMutex for LoomLock {
-        #[allow(clippy::declare_interior_mutable_const)]
-        const INIT: Self = LoomLock(OnceLock::new());
-        type GuardMarker = lock_api::GuardSend;
-
-        fn lock(&self) {
-            while !self.try_lock() {
-                loom::thread::yield_now();
-            }
-        }
-
-        fn try_lock(&self) -> bool {
-            self.flag()
-                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-        }
-
-        /// # Safety
-        /// The contract of [`lock_api::RawMutex::unlock`].
-        unsafe fn unlock(&self) {
-            self.flag().store(false, Ordering::Release);
-        }
-    }
 
     /// Explores the interleavings with at most 3 preemptions (all of them take minutes).
     fn model(f: impl Fn() + Sync + Send + 'static) {
@@ -372,13 +336,13 @@ mod loom_tests {
 
     /// A fresh allocator whose lock flags all exist before any thread is spawned (made in one
     /// thread, they are ordered before the others by the spawn; `OnceLock` is invisible to loom).
-    fn fresh() -> Arc<PerLevel<LoomLock>> {
-        let alloc = Arc::new(PerLevel::<LoomLock>::new(Config::new(4, 2)).unwrap());
+    fn fresh() -> Arc<PerLevel<YieldMutex>> {
+        let alloc = Arc::new(PerLevel::<YieldMutex>::new(Config::new(4, 2)).unwrap());
         alloc.level_stats();
         alloc
     }
 
-    fn whole(alloc: &PerLevel<LoomLock>) {
+    fn whole(alloc: &PerLevel<YieldMutex>) {
         assert_eq!(alloc.free_units(), 4);
         assert_eq!(alloc.alloc(2, 0), Ok(0));
     }

@@ -9,7 +9,7 @@
 //!      ├── caches:  [CachePadded<Mutex<YieldMutex, CoreCache>>; cores]
 //!      │              per cached order: a list of free blocks (allocated in the buddy),
 //!      │              all in one fixed array per core
-//!      └── states:  [u8; units]         Free | Live(order) | Cached(order) per block start
+//!      └── states:  [u8; units]         Free | Live | Owned(core) | Cached per block start
 //! ```
 //!
 //! The caches and the table of block states are the crate's one per-core cache
@@ -89,6 +89,16 @@ impl<A: SeqBlockAlloc, R: RawMutex + Send + Sync> PerCpu<A, R> {
         PerCpu::new(build(config)?, config.cores)
     }
 
+    /// The same caches with every free of a cached order decided by a compare-and-swap on
+    /// the block's state byte, as
+    /// [`Magazine::with_interrupt_safe_frees`](crate::magazine::Magazine::with_interrupt_safe_frees)
+    /// describes.
+    #[must_use]
+    pub fn with_interrupt_safe_frees(mut self) -> Self {
+        self.cached.set_holding(false);
+        self
+    }
+
     /// Gives every cached block back to the buddy and returns it; the blocks still
     /// allocated through the caches are allocated in it.
     pub fn into_inner(self) -> A {
@@ -150,23 +160,43 @@ mod tests {
         buddy.free(big, 4).unwrap();
     }
 
-    /// With the core's cache held, `try_free` goes straight to the buddy; with the buddy's
-    /// lock held too, it answers `WouldBlock` and the block stays live, freed once later.
+    /// `try_free` parks a block in the cache that handed it out, whichever core frees it,
+    /// and answers `WouldBlock` while that cache is held (the block stays live, freed once
+    /// later). A block handed out with no cache held (`alloc_at`) goes straight to the buddy
+    /// while the freeing core's cache is held, and answers `WouldBlock` with the buddy's lock
+    /// held too.
     #[test]
-    fn try_free_would_block_only_where_both_locks_are_held() {
+    fn try_free_would_block_only_where_the_locks_it_needs_are_held() {
         let linux =
             PerCpu::<Model>::with_config(Config::new(1024, 9).with_cores(2), Model::new).unwrap();
         let page = linux.alloc(0, 0).unwrap();
         let other = linux.alloc(0, 0).unwrap();
         let pin = linux.cached.pin(1);
         assert_eq!(linux.try_free(other, 0, 1), Ok(()));
-        assert_eq!(cached_units(&linux, 0), LINUX.batch(0) - 2, "not parked");
-        let answer = linux.cached.backend().with(|_| linux.try_free(page, 0, 1));
-        assert_eq!(answer, Err(Error::WouldBlock));
+        assert_eq!(
+            cached_units(&linux, 0),
+            LINUX.batch(0) - 1,
+            "parked by its holder"
+        );
+        drop(pin);
+        let pin = linux.cached.pin(0);
+        assert_eq!(linux.try_free(page, 0, 1), Err(Error::WouldBlock));
         drop(pin);
         assert_eq!(linux.free(other, 0, 1), Err(Error::NotAllocated));
         assert_eq!(linux.free(page, 0, 1), Ok(()));
         assert_eq!(linux.try_free(page, 0, 1), Err(Error::NotAllocated));
+
+        linux.alloc_at(512, 0, 0).unwrap();
+        linux.alloc_at(513, 0, 0).unwrap();
+        let pin = linux.cached.pin(1);
+        let before = cached_units(&linux, 0);
+        assert_eq!(linux.try_free(512, 0, 1), Ok(()));
+        assert_eq!(cached_units(&linux, 0), before, "not parked");
+        let answer = linux.cached.backend().with(|_| linux.try_free(513, 0, 1));
+        assert_eq!(answer, Err(Error::WouldBlock));
+        drop(pin);
+        assert_eq!(linux.free(512, 0, 1), Err(Error::NotAllocated));
+        assert_eq!(linux.free(513, 0, 1), Ok(()));
         linux.drain();
         assert_eq!(linux.free_units(), 1024);
     }

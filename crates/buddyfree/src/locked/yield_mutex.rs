@@ -10,20 +10,28 @@
 use lock_api::{GuardSend, RawMutex};
 
 /// Rounds a waiter spins before it starts yielding.
+#[cfg(not(loom))]
 const SPINS: u32 = 64;
 
 /// A spin-then-yield raw mutex, usable as the `R` of [`lock_api::Mutex`],
 /// [`crate::Locked`] and [`super::per_level::PerLevel`].
 pub struct YieldMutex {
-    inner: spin::Mutex<()>,
+    inner: Inner,
 }
+
+/// The raw lock underneath: the spinlock's, or under loom one whose flag loom sees, so
+/// that the protocols built on per-core caches can be model-checked.
+#[cfg(not(loom))]
+type Inner = spin::Mutex<()>;
+#[cfg(loom)]
+type Inner = loom_lock::LoomLock;
 
 // SAFETY: every locking decision is delegated to the inner spinlock's `RawMutex`, which
 // provides mutual exclusion; this type only adds waiting between failed attempts.
 unsafe impl RawMutex for YieldMutex {
     #[allow(clippy::declare_interior_mutable_const)]
     const INIT: Self = YieldMutex {
-        inner: <spin::Mutex<()> as RawMutex>::INIT,
+        inner: <Inner as RawMutex>::INIT,
     };
     type GuardMarker = GuardSend;
 
@@ -56,6 +64,7 @@ impl YieldMutex {
     /// attempts. A thread that waits for a lock it holds through a pin panics then.
     #[cold]
     #[inline(never)]
+    #[cfg(not(loom))]
     fn wait_and_lock(&self) {
         let mut round = 0;
         loop {
@@ -77,6 +86,17 @@ impl YieldMutex {
             if !self.is_locked() && self.try_lock() {
                 return;
             }
+        }
+    }
+}
+
+#[cfg(loom)]
+impl YieldMutex {
+    /// Under loom, a waiter yields to the model between attempts: loom explores waits
+    /// only where a waiter yields.
+    fn wait_and_lock(&self) {
+        while !self.try_lock() {
+            loom::thread::yield_now();
         }
     }
 }
@@ -149,12 +169,58 @@ mod pins {
 
     pub(super) fn leave(_: &YieldMutex) {}
 
+    #[cfg_attr(loom, allow(dead_code))]
     pub(super) fn held_here(_: &YieldMutex) -> bool {
         false
     }
 }
 
-#[cfg(feature = "std")]
+/// A spinlock loom can see: its flag is a loom atomic, made on first use inside the model
+/// (a `RawMutex` needs a `const` initialiser, which loom's atomics do not have). Made in
+/// one thread before the model spawns others, the flags are ordered before them by the
+/// spawn (`OnceLock` itself is invisible to loom).
+#[cfg(loom)]
+mod loom_lock {
+    use lock_api::{GuardSend, RawMutex};
+    use std::sync::OnceLock;
+
+    use crate::sync::atomic::{AtomicBool, Ordering};
+
+    pub(crate) struct LoomLock(OnceLock<AtomicBool>);
+
+    impl LoomLock {
+        fn flag(&self) -> &AtomicBool {
+            self.0.get_or_init(|| AtomicBool::new(false))
+        }
+    }
+
+    // SAFETY: the flag's acquire CAS and release store give mutual exclusion.
+    unsafe impl RawMutex for LoomLock {
+        #[allow(clippy::declare_interior_mutable_const)]
+        const INIT: Self = LoomLock(OnceLock::new());
+        type GuardMarker = GuardSend;
+
+        fn lock(&self) {
+            while !self.try_lock() {
+                loom::thread::yield_now();
+            }
+        }
+
+        fn try_lock(&self) -> bool {
+            self.flag()
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        }
+
+        /// # Safety
+        /// The contract of [`lock_api::RawMutex::unlock`].
+        unsafe fn unlock(&self) {
+            self.flag().store(false, Ordering::Release);
+        }
+    }
+}
+
+#[cfg(all(feature = "std", not(loom)))]
 fn relax() {
     std::thread::yield_now();
 }
