@@ -330,14 +330,17 @@ impl<B: Backend> Cached<B> {
         };
     }
 
-    /// The state of a caller's block of the order at `slot` handed out by the cache with
-    /// index `cache`, held by the caller.
+    /// Records the block at `index` of the order at `slot`, just taken from `core`'s cache
+    /// (held by the caller), as the caller's: held by that cache if it is one of the
+    /// holders.
     #[inline]
-    fn handed_out(&self, slot: usize, cache: usize) -> State {
-        match cache < self.holders {
+    fn hand_out(&self, index: usize, slot: usize, core: usize) {
+        let cache = self.cache_index(core);
+        let state = match cache < self.holders {
             true => State::Owned(slot, cache),
             false => State::Live(slot),
-        }
+        };
+        self.states.set(index, state);
     }
 
     /// The backend.
@@ -396,8 +399,7 @@ impl<B: Backend> Cached<B> {
                 })?
             }
         };
-        self.states
-            .set(index, self.handed_out(slot, self.cache_index(core)));
+        self.hand_out(index, slot, core);
         Ok(index)
     }
 
@@ -489,36 +491,51 @@ impl<B: Backend> Cached<B> {
         let Some(slot) = self.cached_slot(index, order, core)? else {
             return Ok(());
         };
-        let at = self.cache_index(core);
-        let mut cache = self.caches[at].lock();
-        if self.end_owned(index, slot, at, State::Cached(slot)) {
-            self.park(&mut cache, slot, index, order, at);
-            return Ok(());
-        }
-        drop(cache);
-        self.free_unheld(index, order, slot, at)
-    }
-
-    /// A free of a block that `core`'s cache does not hold: through the CAS if it is
-    /// `Live`, under its holder's lock if another cache holds it.
-    #[cold]
-    #[inline(never)]
-    fn free_unheld(
-        &self,
-        index: usize,
-        order: u32,
-        slot: usize,
-        mut at: usize,
-    ) -> Result<(), Error> {
+        let mut at = self.cache_index(core);
         loop {
             let mut cache = self.caches[at].lock();
-            match self.end_live(index, slot, State::Cached(slot))? {
-                Ended::HeldBy(owner) if owner != at => at = owner,
-                Ended::HeldBy(_) if !self.end_owned(index, slot, at, State::Cached(slot)) => {}
-                _ => {
+            match self.end_in(index, slot, at)? {
+                None => {
                     self.park(&mut cache, slot, index, order, at);
                     return Ok(());
                 }
+                Some(owner) => at = owner,
+            }
+        }
+    }
+
+    /// Ends the caller's block at `index` of the cached order at `slot` for a free that
+    /// holds cache `at`'s lock, to be parked there (`None`), unless another cache holds it:
+    /// then the free goes on under that cache's lock (`Some` of its index), the state
+    /// unchanged.
+    #[inline]
+    fn end_in(&self, index: usize, slot: usize, at: usize) -> Result<Option<usize>, Error> {
+        match self.end_owned(index, slot, at, State::Cached(slot)) {
+            true => Ok(None),
+            false => self.end_not_held_by(index, slot, at),
+        }
+    }
+
+    /// [`Self::end_in`] for a block that cache `at` does not hold: through the CAS if it is
+    /// `Live`. Out of line, to keep the usual free small.
+    #[cold]
+    #[inline(never)]
+    fn end_not_held_by(
+        &self,
+        index: usize,
+        slot: usize,
+        at: usize,
+    ) -> Result<Option<usize>, Error> {
+        loop {
+            match self.end_live(index, slot, State::Cached(slot))? {
+                Ended::Ended => return Ok(None),
+                Ended::HeldBy(owner) if owner != at => return Ok(Some(owner)),
+                // Held by `at` only if handed out under its lock, which the caller holds:
+                // not since `end_owned` looked; read again.
+                Ended::HeldBy(_) if self.end_owned(index, slot, at, State::Cached(slot)) => {
+                    return Ok(None)
+                }
+                Ended::HeldBy(_) => {}
             }
         }
     }
@@ -556,18 +573,21 @@ impl<B: Backend> Cached<B> {
             if let State::Owned(held, owner) = self.states.get(index) {
                 if held == slot {
                     let mut cache = self.caches[owner].try_lock().ok_or(Error::WouldBlock)?;
-                    let live = State::Owned(slot, owner);
-                    if self.states.get(index) != live {
+                    let parks = cache.has_room(self.policy, slot);
+                    let to = if parks {
+                        State::Cached(slot)
+                    } else {
+                        State::Free
+                    };
+                    if !self.end_owned(index, slot, owner, to) {
                         continue;
                     }
-                    if cache.has_room(self.policy, slot) {
-                        self.states.set(index, State::Cached(slot));
+                    if parks {
                         cache.push(slot, index);
                         return Ok(());
                     }
-                    self.states.set(index, State::Free);
                     return self
-                        .try_give_back(index, order, owner, live)
+                        .try_give_back(index, order, owner, State::Owned(slot, owner))
                         .map_err(would_block);
                 }
             }
@@ -622,19 +642,17 @@ impl<B: Backend> Cached<B> {
     /// and the answer names the cache, whose lock decides the free ([`Self::end_owned`]).
     #[inline]
     fn end_live(&self, index: usize, slot: usize, to: State) -> Result<Ended, Error> {
-        let found = match self.states.get(index) {
-            State::Owned(held, owner) if held == slot => return Ok(Ended::HeldBy(owner)),
-            _ => self.states.release(index, slot, to),
-        };
-        match found.map_err(|found| (found, states::refusal(found, slot))) {
+        match self.states.release(index, slot, to) {
             Ok(()) => Ok(Ended::Ended),
-            Err((State::Owned(_, owner), None)) => Ok(Ended::HeldBy(owner)),
-            // No cached order's block starts here; a caller's block of an uncached order
-            // may (the table does not record those).
-            Err((_, Some(Error::NotAllocated))) if self.starts_uncached_block(index) => {
-                Err(Error::OrderMismatch)
-            }
-            Err((_, e)) => Err(e.unwrap_or(Error::NotAllocated)),
+            Err(State::Owned(held, owner)) if held == slot => Ok(Ended::HeldBy(owner)),
+            Err(found) => match states::refusal(found) {
+                // No cached order's block starts here; a caller's block of an uncached
+                // order may (the table does not record those).
+                Error::NotAllocated if self.starts_uncached_block(index) => {
+                    Err(Error::OrderMismatch)
+                }
+                e => Err(e),
+            },
         }
     }
 
@@ -726,8 +744,7 @@ impl<B: Backend> Cached<B> {
         }
         if let Some(slot) = self.slot(order) {
             if let Some(index) = self.cache(core).try_lock().and_then(|mut c| c.pop(slot)) {
-                let holder = self.cache_index(core);
-                self.states.set(index, self.handed_out(slot, holder));
+                self.hand_out(index, slot, core);
                 return Ok(index);
             }
         }
@@ -922,20 +939,13 @@ impl<B: Backend> HeldCore for Pinned<'_, B> {
         let Some(slot) = cached.cached_slot(index, order, core)? else {
             return Ok(());
         };
-        let pinned = cached.cache_index(core);
-        loop {
-            match cached.end_live(index, slot, State::Cached(slot))? {
-                Ended::Ended => break,
-                Ended::HeldBy(owner) if owner == pinned => {
-                    if cached.end_owned(index, slot, owner, State::Cached(slot)) {
-                        break;
-                    }
-                }
-                Ended::HeldBy(_) => return self.free_shared(index, order),
+        match cached.end_in(index, slot, cached.cache_index(core))? {
+            None => {
+                cached.park(&mut self.cache, slot, index, order, core);
+                Ok(())
             }
+            Some(_) => self.free_shared(index, order),
         }
-        cached.park(&mut self.cache, slot, index, order, core);
-        Ok(())
     }
 }
 
@@ -1121,11 +1131,11 @@ mod tests {
 /// cores freeing each other's blocks (which must not hold two caches at once).
 #[cfg(all(test, loom))]
 mod loom_tests {
-    use loom::sync::Arc;
-    use loom::thread;
-
     use alloc::vec::Vec;
 
+    use loom::sync::Arc;
+
+    use super::states::loom_tests::on_another_thread;
     use crate::locked::{PerCpu, YieldMutex};
     use crate::model::Model;
     use crate::{BlockAlloc, Config, Error};
@@ -1140,14 +1150,6 @@ mod loom_tests {
         let held = (0..blocks).map(|_| linux.alloc(0, 0).unwrap()).collect();
         linux.drain_core(1);
         (Arc::new(linux), held)
-    }
-
-    fn on_another_thread<T: Send + 'static>(
-        linux: &Arc<Linux>,
-        f: impl FnOnce(&Linux) -> T + Send + 'static,
-    ) -> thread::JoinHandle<T> {
-        let linux = linux.clone();
-        thread::spawn(move || f(&linux))
     }
 
     /// Frees every block still out and checks that the heap is whole.

@@ -119,50 +119,57 @@ impl BlockStates {
     }
 
     /// Ends the caller's `Live` block at `index` of the order at `slot` by moving it to
-    /// `to`; else the state found there.
+    /// `to`; else the state found there. A state read as anything but that `Live` one is
+    /// answered without a compare-and-swap (a held block's free goes on under its holder's
+    /// lock).
+    #[inline]
     pub(crate) fn release(&self, index: usize, slot: usize, to: State) -> Result<(), State> {
-        let live = State::Live(slot).encode();
-        self.0[index]
-            .compare_exchange(live, to.encode(), Ordering::AcqRel, Ordering::Acquire)
-            .map(|_| ())
-            .map_err(State::decode)
+        let live = State::Live(slot);
+        match self.get(index) {
+            found if found != live => Err(found),
+            _ => self.0[index]
+                .compare_exchange(
+                    live.encode(),
+                    to.encode(),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .map(|_| ())
+                .map_err(State::decode),
+        }
     }
 }
 
-/// What a free of a block of the order at `slot` finds in a state other than the one it
-/// can end: `None` where the block is a caller's of that order held by a cache (the free
-/// goes to its holder), else the error it answers, as far as the table knows.
-pub(crate) fn refusal(found: State, slot: usize) -> Option<Error> {
+/// The error a free answers where it finds `found`, not a caller's block of its order, as
+/// far as the table knows: a caller's block of another order, or none.
+pub(crate) fn refusal(found: State) -> Error {
     match found {
-        State::Owned(held, _) if held == slot => None,
-        State::Live(_) | State::Owned(..) => Some(Error::OrderMismatch),
-        State::Free | State::Cached(_) => Some(Error::NotAllocated),
+        State::Live(_) | State::Owned(..) => Error::OrderMismatch,
+        State::Free | State::Cached(_) => Error::NotAllocated,
     }
 }
 
 /// The one compare-and-swap that decides every free of a cached order, under racing frees.
 #[cfg(all(test, loom))]
-mod loom_tests {
+pub(super) mod loom_tests {
     use loom::sync::Arc;
     use loom::thread;
 
     use super::*;
 
-    /// Runs `f` on `states` in another thread.
-    fn on_another_thread<T: Send + 'static>(
-        states: &Arc<BlockStates>,
-        f: impl FnOnce(&BlockStates) -> T + Send + 'static,
+    /// Runs `f` on `shared` in another thread.
+    pub(in crate::cached) fn on_another_thread<S: Send + Sync + 'static, T: Send + 'static>(
+        shared: &Arc<S>,
+        f: impl FnOnce(&S) -> T + Send + 'static,
     ) -> thread::JoinHandle<T> {
-        let states = states.clone();
-        thread::spawn(move || f(&states))
+        let shared = shared.clone();
+        thread::spawn(move || f(&shared))
     }
 
     /// A free of the `Live` block at `index` of the order at `slot`, answered as `Cached`
-    /// answers it (no block here is `Owned`).
+    /// answers it (no block here is `Owned`, which `Cached` sends to its holder).
     fn end(states: &BlockStates, index: usize, slot: usize, to: State) -> Result<(), Error> {
-        states
-            .release(index, slot, to)
-            .map_err(|found| refusal(found, slot).expect("no block is owned"))
+        states.release(index, slot, to).map_err(refusal)
     }
 
     /// A table of 8 units with a block of `state` at unit 4.

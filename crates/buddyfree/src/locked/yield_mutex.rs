@@ -92,12 +92,10 @@ impl YieldMutex {
 
 #[cfg(loom)]
 impl YieldMutex {
-    /// Under loom, a waiter yields to the model between attempts: loom explores waits
-    /// only where a waiter yields.
+    /// Under loom, the loom lock's own wait, which yields to the model between attempts
+    /// (loom explores waits only where a waiter yields).
     fn wait_and_lock(&self) {
-        while !self.try_lock() {
-            loom::thread::yield_now();
-        }
+        RawMutex::lock(&self.inner);
     }
 }
 
