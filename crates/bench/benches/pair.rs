@@ -88,6 +88,7 @@ fn c_instance() -> *mut Buddyfree {
         cores: 1,
         allocator: c"llfree-magazine".as_ptr(),
         parking_limit: 0,
+        interrupt_safe_frees: 0,
     };
     let mut bf = ptr::null_mut();
     // SAFETY: a valid configuration and out pointer; no caller region.

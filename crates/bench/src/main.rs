@@ -71,6 +71,12 @@ struct Cli {
     /// Default: lists that follow the heap per core.
     #[arg(long)]
     parking_limit: Option<String>,
+    /// Per-core caches (the `*-magazine` allocators, `linux`) that decide every free by a
+    /// compare-and-swap on the block's state instead of under the lock of the cache that
+    /// handed it out: what a kernel whose interrupt handlers free builds
+    /// (`Config::interrupt_safe_frees`); one more locked instruction per free.
+    #[arg(long)]
+    interrupt_safe_frees: bool,
     /// linux-scalability and thread-test: run each burst on a held core
     /// (`BlockAlloc::with_core`), as a kernel allocating a burst with preemption off would:
     /// the magazines take their core's lock once per burst instead of once per call; the
@@ -170,6 +176,7 @@ fn request(cli: &Cli) -> Result<Request, String> {
         baseline: cli.baseline.clone(),
         max_order: cli.max_order,
         parking_limit,
+        interrupt_safe_frees: cli.interrupt_safe_frees,
         quick: cli.quick,
         seed: cli.seed,
         held_bursts: cli.held_bursts,

@@ -91,6 +91,9 @@ pub struct Request {
     pub max_order: Option<u32>,
     /// The most units each core's magazine may park (default: what the heap per core gets).
     pub parking_limit: Option<usize>,
+    /// Per-core caches whose frees never wait for the cache that handed the block out
+    /// ([`Config::interrupt_safe_frees`]).
+    pub interrupt_safe_frees: bool,
     /// Tiny sizes.
     pub quick: bool,
     /// The lock of the locked baselines.
@@ -134,6 +137,8 @@ pub struct Plan {
     pub max_order: u32,
     /// The most units each core's magazine may park, if the request chose it.
     pub parking_limit: Option<usize>,
+    /// Whether the per-core caches' frees are interrupt-safe ([`Config::interrupt_safe_frees`]).
+    pub interrupt_safe_frees: bool,
     /// Counted repetitions of each run.
     pub reps: usize,
     /// Whether an uncounted warm-up round comes first.
@@ -407,6 +412,13 @@ impl Plan {
                 "magazine lists: {lists}, whatever the heap (--parking-limit)"
             ));
         }
+        if req.interrupt_safe_frees {
+            notes.push(
+                "per-core caches: every free by a compare-and-swap on the block's state, none \
+                 under the lock of the cache that handed it out (--interrupt-safe-frees)"
+                    .to_string(),
+            );
+        }
         let baseline = match &req.baseline {
             Some(b) => match AllocSpec::find(b) {
                 None => return err(format!("unknown baseline allocator `{b}`")),
@@ -431,6 +443,7 @@ impl Plan {
             realtime_only,
             max_order,
             parking_limit: req.parking_limit,
+            interrupt_safe_frees: req.interrupt_safe_frees,
             reps,
             warmup: !req.no_warmup,
             min_phase: if req.quick { Duration::ZERO } else { MIN_PHASE },
@@ -601,6 +614,7 @@ impl Plan {
         let max_order = self.max_order.min(case.units.max(1).ilog2());
         let config = Config {
             parking_limit: self.parking_limit,
+            interrupt_safe_frees: self.interrupt_safe_frees,
             ..Config::new(case.units, max_order).with_cores(case.threads)
         };
         let top = case.workload.top_order(case.order, &self.params);
@@ -692,6 +706,7 @@ pub fn size_to_order(b: u64) -> Result<u32, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use buddyfree::Error;
 
     #[test]
     fn sizes_parse_and_print() {
@@ -734,6 +749,36 @@ mod tests {
         assert!(!plan(false).notes.iter().any(|n| n.contains("held")));
         assert!(plan(true).params.held_bursts);
         assert!(plan(true).notes.iter().any(|n| n.contains("--held-bursts")));
+    }
+
+    /// `--interrupt-safe-frees` reaches the caches the plan builds (a `try_free` while the
+    /// cache that handed the block out is held goes through), and the report says so.
+    #[test]
+    fn interrupt_safe_frees_are_built_and_noted() {
+        for safe in [false, true] {
+            let p = Plan::new(&Request {
+                allocs: Some(vec!["llfree-magazine".into(), "linux".into()]),
+                workloads: Some(vec!["cached".into()]),
+                threads: Some(vec![2]),
+                interrupt_safe_frees: safe,
+                quick: true,
+                ..Request::default()
+            })
+            .unwrap();
+            assert_eq!(p.interrupt_safe_frees, safe);
+            assert_eq!(
+                p.notes.iter().any(|n| n.contains("--interrupt-safe-frees")),
+                safe
+            );
+            for a in &p.allocs {
+                let alloc = p.build(a, &p.cases[0]).unwrap();
+                let block = alloc.alloc(0, 1).unwrap();
+                let mut in_handler = None;
+                alloc.with_core(1, &mut |_| in_handler = Some(alloc.try_free(block, 0, 1)));
+                let expected = if safe { Ok(()) } else { Err(Error::WouldBlock) };
+                assert_eq!(in_handler, Some(expected), "{} (safe: {safe})", a.name());
+            }
+        }
     }
 
     /// `--parking-limit` reaches every configuration the plan builds, and the report says so.

@@ -99,6 +99,13 @@ typedef struct BuddyfreeConfig {
   // ignore it): the longest lists within it, the shortest if none is. 0 for the default,
   // lists that follow the units per core; `SIZE_MAX` for the longest whatever the units.
   size_t parking_limit;
+  // Nonzero: the per-core caches (the `*-magazine` allocators, `linux`; the others ignore
+  // it) decide every free by a compare-and-swap on the block's state, never under the
+  // lock of the cache that handed the block out, so that `buddyfree_try_free` and
+  // `buddyfree_try_free_order` from an interrupt handler never answer
+  // `BUDDYFREE_STATUS_WOULD_BLOCK` because that cache is held, at one more locked
+  // instruction per free. 0 for the default: frees under the holder's lock.
+  uint32_t interrupt_safe_frees;
 } BuddyfreeConfig;
 
 // A snapshot of an instance's counters.
@@ -294,7 +301,8 @@ BuddyfreeStatus buddyfree_try_alloc_order(const struct Buddyfree *bf,
 // wait, returns `BUDDYFREE_STATUS_WOULD_BLOCK` and changes nothing; allocators without that
 // guarantee return `BUDDYFREE_STATUS_UNSUPPORTED`. Over the `*-magazine` allocators and
 // `linux`, a block whose cache (the one that handed it out) is held answers
-// `BUDDYFREE_STATUS_WOULD_BLOCK`, and one that its cache cannot take without a spill goes
+// `BUDDYFREE_STATUS_WOULD_BLOCK` (unless the instance was built with
+// `interrupt_safe_frees`), and one that its cache cannot take without a spill goes
 // straight back to the allocator behind it.
 //
 // # Safety

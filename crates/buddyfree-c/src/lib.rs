@@ -198,6 +198,13 @@ pub struct BuddyfreeConfig {
     /// ignore it): the longest lists within it, the shortest if none is. 0 for the default,
     /// lists that follow the units per core; `SIZE_MAX` for the longest whatever the units.
     pub parking_limit: usize,
+    /// Nonzero: the per-core caches (the `*-magazine` allocators, `linux`; the others ignore
+    /// it) decide every free by a compare-and-swap on the block's state, never under the
+    /// lock of the cache that handed the block out, so that `buddyfree_try_free` and
+    /// `buddyfree_try_free_order` from an interrupt handler never answer
+    /// `BUDDYFREE_STATUS_WOULD_BLOCK` because that cache is held, at one more locked
+    /// instruction per free. 0 for the default: frees under the holder's lock.
+    pub interrupt_safe_frees: u32,
 }
 
 /// A snapshot of an instance's counters.
@@ -227,6 +234,7 @@ impl Default for BuddyfreeConfig {
             cores: 0,
             allocator: ptr::null(),
             parking_limit: 0,
+            interrupt_safe_frees: 0,
         }
     }
 }
@@ -352,9 +360,13 @@ enum Tables {
 fn config_of(config: &BuddyfreeConfig, units: usize) -> Config {
     let cores = (config.cores as usize).max(1);
     let built = Config::new(units, config.max_order).with_cores(cores);
-    match config.parking_limit {
+    let built = match config.parking_limit {
         0 => built,
         limit => built.with_parking_limit(limit),
+    };
+    match config.interrupt_safe_frees {
+        0 => built,
+        _ => built.with_interrupt_safe_frees(),
     }
 }
 
@@ -803,7 +815,8 @@ pub unsafe extern "C" fn buddyfree_try_alloc_order(
 /// wait, returns `BUDDYFREE_STATUS_WOULD_BLOCK` and changes nothing; allocators without that
 /// guarantee return `BUDDYFREE_STATUS_UNSUPPORTED`. Over the `*-magazine` allocators and
 /// `linux`, a block whose cache (the one that handed it out) is held answers
-/// `BUDDYFREE_STATUS_WOULD_BLOCK`, and one that its cache cannot take without a spill goes
+/// `BUDDYFREE_STATUS_WOULD_BLOCK` (unless the instance was built with
+/// `interrupt_safe_frees`), and one that its cache cannot take without a spill goes
 /// straight back to the allocator behind it.
 ///
 /// # Safety

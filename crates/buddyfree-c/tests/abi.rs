@@ -19,6 +19,7 @@ fn config(name: &CStr) -> BuddyfreeConfig {
         cores: 2,
         allocator: name.as_ptr(),
         parking_limit: 0,
+        interrupt_safe_frees: 0,
     }
 }
 
@@ -743,5 +744,67 @@ fn a_try_allocation_takes_from_the_calling_cores_cache() {
             .unwrap();
         }
         destroy(bf as *mut Buddyfree);
+    }
+}
+
+/// What `try_free_own_block` saw.
+struct Interrupted {
+    bf: usize,
+    status: Mutex<Option<BuddyfreeStatus>>,
+}
+
+/// Allocates a block on the held core, then frees it as an interrupt handler on that core
+/// would while the interrupted code holds the core: `buddyfree_try_free_order`.
+///
+/// # Safety
+/// `core` must be the callback's held core and `arg` the test's `Interrupted`, alive until
+/// it returns.
+unsafe extern "C" fn try_free_own_block(core: *mut BuddyfreeCore, arg: *mut c_void) {
+    // SAFETY: `arg` is the test's `Interrupted`, alive for the callback.
+    let interrupted = unsafe { &*arg.cast::<Interrupted>() };
+    let mut index = 0;
+    // SAFETY: the held core, and a writable index.
+    let status = unsafe { buddyfree_core_alloc_order(core, 0, &mut index, ptr::null_mut()) };
+    assert_eq!(status, BuddyfreeStatus::Ok);
+    // SAFETY: a live instance; a try never waits, not even for the core this thread holds.
+    let status = unsafe { buddyfree_try_free_order(interrupted.bf as *const Buddyfree, index, 0) };
+    *interrupted.status.lock().unwrap() = Some(status);
+    if status != BuddyfreeStatus::Ok {
+        // SAFETY: the held core; the block is still allocated.
+        let status = unsafe { buddyfree_core_free_order(core, index, 0) };
+        assert_eq!(status, BuddyfreeStatus::Ok);
+    }
+}
+
+/// `interrupt_safe_frees` lets a handler's `buddyfree_try_free_order` through while the
+/// cache that handed the block out is held; by default it answers
+/// `BUDDYFREE_STATUS_WOULD_BLOCK`, changing nothing.
+#[test]
+fn interrupt_safe_frees_let_a_try_free_through_a_held_cache() {
+    for name in [c"llfree-magazine", c"nbbs4-magazine", c"linux"] {
+        for (safe, expected) in [(0, BuddyfreeStatus::WouldBlock), (1, BuddyfreeStatus::Ok)] {
+            let c = BuddyfreeConfig {
+                interrupt_safe_frees: safe,
+                ..config(name)
+            };
+            let bf = create(&c, ptr::null_mut(), 0).unwrap();
+            let interrupted = Interrupted {
+                bf: bf as usize,
+                status: Mutex::new(None),
+            };
+            let arg = ptr::from_ref(&interrupted).cast_mut().cast::<c_void>();
+            // SAFETY: a live instance; the callback is safe with `arg`, which outlives it.
+            let status = unsafe { buddyfree_with_core(bf, 0, Some(try_free_own_block), arg) };
+            assert_eq!(status, BuddyfreeStatus::Ok);
+            assert_eq!(
+                interrupted.status.into_inner().unwrap(),
+                Some(expected),
+                "{name:?} with interrupt_safe_frees {safe}"
+            );
+            // SAFETY: a live instance.
+            assert_eq!(unsafe { buddyfree_drain(bf) }, BuddyfreeStatus::Ok);
+            assert_eq!(stats(bf).free_units, UNITS);
+            destroy(bf);
+        }
     }
 }

@@ -27,6 +27,16 @@ pub struct Config {
     /// the other allocators ignore it. `None` (the default): the lists follow the heap per
     /// core ([`Magazine::parking_limit`](crate::magazine::Magazine::parking_limit)).
     pub parking_limit: Option<usize>,
+    /// Whether the per-core caches (the registry's `*-magazine` allocators and `linux`)
+    /// decide every free by a compare-and-swap on the block's state, never under the lock
+    /// of the cache that handed the block out, so that [`BlockAlloc::try_free`] from an
+    /// interrupt handler never answers [`Error::WouldBlock`] because that cache is held
+    /// ([`Magazine::with_interrupt_safe_frees`](crate::magazine::Magazine::with_interrupt_safe_frees));
+    /// the other allocators ignore it. `false` (the default): frees under the holder's
+    /// lock, one locked instruction fewer per free.
+    ///
+    /// [`BlockAlloc::try_free`]: crate::BlockAlloc::try_free
+    pub interrupt_safe_frees: bool,
 }
 
 impl Config {
@@ -53,6 +63,7 @@ impl Config {
             max_order,
             cores: 1,
             parking_limit: None,
+            interrupt_safe_frees: false,
         }
     }
 
@@ -83,6 +94,36 @@ impl Config {
     pub const fn with_parking_limit(self, units: usize) -> Self {
         Config {
             parking_limit: Some(units),
+            ..self
+        }
+    }
+
+    /// The same configuration with per-core caches whose frees never wait for the cache
+    /// that handed a block out ([`Config::interrupt_safe_frees`]): for a kernel whose
+    /// interrupt handlers free through [`BlockAlloc::try_free`] and that builds its allocator
+    /// from a configuration or by name (the registry, the C ABI's `interrupt_safe_frees`).
+    ///
+    /// ```
+    /// use buddyfree::{registry, BlockAlloc, Config, Error};
+    ///
+    /// let config = Config::new(1 << 14, 10).with_cores(2);
+    /// for (config, in_handler) in [
+    ///     (config, Err(Error::WouldBlock)),
+    ///     (config.with_interrupt_safe_frees(), Ok(())),
+    /// ] {
+    ///     let frames = (registry::find("llfree-magazine").unwrap().build)(config)?;
+    ///     let page = frames.alloc(0, 1)?;
+    ///     // Core 1's magazine, which handed the page out, is held by interrupted code.
+    ///     frames.with_core(1, &mut |_| assert_eq!(frames.try_free(page, 0, 1), in_handler));
+    /// }
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
+    ///
+    /// [`BlockAlloc::try_free`]: crate::BlockAlloc::try_free
+    #[must_use]
+    pub const fn with_interrupt_safe_frees(self) -> Self {
+        Config {
+            interrupt_safe_frees: true,
             ..self
         }
     }

@@ -283,7 +283,7 @@ impl<A: BlockAlloc> Magazine<A> {
 
     /// Builds the allocator with `build` over `config` and puts `config.cores` magazines in
     /// front, with the lists [`Config::parking_limit`] asks for, if it does (else those the
-    /// heap per core gets).
+    /// heap per core gets), and the frees [`Config::interrupt_safe_frees`] chooses.
     ///
     /// ```
     /// use buddyfree::llfree::LLFree;
@@ -300,14 +300,20 @@ impl<A: BlockAlloc> Magazine<A> {
         build: impl FnOnce(Config) -> Result<A, Error>,
     ) -> Result<Self, Error> {
         config.validate()?;
-        Ok(Magazine::new(build(config)?, config.cores)?.limited_by(config))
+        Ok(Magazine::new(build(config)?, config.cores)?.configured_by(config))
     }
 
-    /// These magazines with the lists `config.parking_limit` asks for, if it does.
-    fn limited_by(self, config: Config) -> Self {
-        match config.parking_limit {
+    /// These magazines with the lists `config.parking_limit` asks for, if it does, and
+    /// interrupt-safe frees if `config.interrupt_safe_frees` asks for them.
+    fn configured_by(self, config: Config) -> Self {
+        let magazines = match config.parking_limit {
             Some(units) => self.with_parking_limit(units),
             None => self,
+        };
+        if config.interrupt_safe_frees {
+            magazines.with_interrupt_safe_frees()
+        } else {
+            magazines
         }
     }
 
@@ -406,7 +412,8 @@ impl<A: BlockAlloc> Magazine<A> {
     /// cores in front of it, all in the `len` bytes at `meta` (at least
     /// [`Magazine::metadata_layout_with`]'s bytes at its alignment): one piece of caller
     /// memory for both, as code that picks allocators by name needs (the C ABI), with the
-    /// lists [`Config::parking_limit`] asks for, if it does. Memory too small or misaligned
+    /// lists [`Config::parking_limit`] asks for, if it does, and the frees
+    /// [`Config::interrupt_safe_frees`] chooses. Memory too small or misaligned
     /// is [`Error::MetadataTooSmall`] or [`Error::MetadataMisaligned`], with nothing written.
     ///
     /// # Safety
@@ -450,7 +457,7 @@ impl<A: BlockAlloc> Magazine<A> {
             let inner = build(config, meta, offset)?;
             Self::from_raw_metadata(inner, config.cores, meta.add(offset), len - offset)
         }
-        .map(|magazines| magazines.limited_by(config))
+        .map(|magazines| magazines.configured_by(config))
     }
 
     fn build(inner: A, cores: usize, parts: Parts, meta: &Metadata) -> Result<Self, Error> {
@@ -656,6 +663,20 @@ mod tests {
         let start = meta.as_mut_ptr().cast::<u8>();
         let aligned = start.wrapping_add(start.align_offset(layout.align()));
         (meta, NonNull::new(aligned).unwrap())
+    }
+
+    /// Every list's batch fits the buffer a free's spill takes it into before it lets the
+    /// cache go (else that spill gives the batch back under the lock).
+    #[test]
+    fn every_batch_fits_the_spill_buffer() {
+        for policy in &MAGAZINE_STEPS {
+            for slot in 0..policy.orders.len() {
+                assert!(
+                    policy.batch(slot) <= crate::cached::SPILL_BUFFER,
+                    "slot {slot}"
+                );
+            }
+        }
     }
 
     /// The lists follow the heap per core, built on the heap or in caller memory, and

@@ -248,6 +248,32 @@ impl<A: BlockAlloc, const N: usize> Zones<A, N> {
         self.zone_of(index)
     }
 
+    /// [`BlockAlloc::free_bulk`] by zones, each run handed to its zone's allocator by
+    /// `free` (the plain or the owned bulk free).
+    fn free_in_runs(
+        &self,
+        blocks: &[usize],
+        order: u32,
+        free: impl Fn(&A, &[usize]) -> Result<(), (usize, Error)>,
+    ) -> Result<(), (usize, Error)> {
+        let mut done = 0;
+        while let Some(&first) = blocks.get(done) {
+            let (z, _) = self.locate(first, order).map_err(|e| (done, e))?;
+            let mut inner = [0; RUN];
+            let mut n = 0;
+            for &index in blocks[done..].iter().take(RUN) {
+                match self.locate(index, order) {
+                    Ok((at, i)) if at == z => inner[n] = i,
+                    _ => break,
+                }
+                n += 1;
+            }
+            free(&self.zones[z].alloc, &inner[..n]).map_err(|(k, e)| (done + k, e))?;
+            done += n;
+        }
+        Ok(())
+    }
+
     /// Runs `f` on the zone of `index` with the index inside it.
     fn routed<T>(&self, index: usize, f: impl FnOnce(&Zone<A>, usize) -> T) -> Result<T, Error> {
         let (z, inner) = self.zone_of(index)?;
@@ -313,25 +339,33 @@ impl<A: BlockAlloc, const N: usize> BlockAlloc for Zones<A, N> {
     /// update per huge frame). A block that is bad in the whole space stops it there, with
     /// the answer `free` would give.
     fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
-        let mut done = 0;
-        while let Some(&first) = blocks.get(done) {
-            let (z, _) = self.locate(first, order).map_err(|e| (done, e))?;
-            let zone = &self.zones[z];
-            let mut inner = [0; RUN];
-            let mut n = 0;
-            for &index in blocks[done..].iter().take(RUN) {
-                match self.locate(index, order) {
-                    Ok((at, i)) if at == z => inner[n] = i,
-                    _ => break,
-                }
-                n += 1;
-            }
-            zone.alloc
-                .free_bulk(&inner[..n], order, core)
-                .map_err(|(k, e)| (done + k, e))?;
-            done += n;
-        }
-        Ok(())
+        self.free_in_runs(blocks, order, |a, run| a.free_bulk(run, order, core))
+    }
+
+    /// As [`Zones::free_bulk`](BlockAlloc::free_bulk), each run through its zone's
+    /// `free_bulk_owned`.
+    ///
+    /// # Safety
+    /// As for [`BlockAlloc::free_bulk_owned`]: a block allocated from these zones is
+    /// allocated from its zone at the same order.
+    unsafe fn free_bulk_owned(
+        &self,
+        blocks: &[usize],
+        order: u32,
+        core: usize,
+    ) -> Result<(), (usize, Error)> {
+        self.free_in_runs(blocks, order, |a, run| {
+            // SAFETY: our caller's promise for `blocks`, each turned into its own zone's
+            // index, which its zone handed out at `order`.
+            unsafe { a.free_bulk_owned(run, order, core) }
+        })
+    }
+
+    /// Whether every zone's `alloc_bulk` carries on where the core's last allocation ended:
+    /// then [`Zones::alloc_bulk`](BlockAlloc::alloc_bulk), which asks the zones in order,
+    /// does as well.
+    fn alloc_bulk_continues(&self) -> bool {
+        self.zones.iter().all(|z| z.alloc.alloc_bulk_continues())
     }
 
     fn free_units(&self) -> usize {

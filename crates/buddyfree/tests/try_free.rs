@@ -83,10 +83,57 @@ fn interrupt_safe_frees_never_block_on_a_held_cache() {
     try_frees_inside_with_core("linux", &linux.with_interrupt_safe_frees(), true);
 }
 
+/// `Config::with_interrupt_safe_frees` gives the same caches to allocators built by name,
+/// on the heap and in caller memory (as the C ABI builds them); without it, some of those
+/// `try_free`s answer `WouldBlock`.
+#[test]
+fn configured_interrupt_safe_frees_reach_the_registry() {
+    for name in [
+        "llfree-magazine",
+        "nbbs4-magazine",
+        "nbbs-magazine",
+        "linux",
+    ] {
+        let entry = registry::find(name).unwrap();
+        let plain = Config::new(1 << 12, entry.max_order.min(10)).with_cores(2);
+        for (config, all_free) in [(plain, false), (plain.with_interrupt_safe_frees(), true)] {
+            let on_heap = (entry.build)(config).unwrap();
+            let blocked = try_frees_inside_with_core(name, &*on_heap, all_free);
+            // Without the setting, the held cache is what a `try_free` waits for.
+            assert_eq!(blocked > 0, !all_free, "{name}: {blocked} blocked");
+            let Some(metadata) = entry.metadata else {
+                continue;
+            };
+            let layout = (metadata.layout)(config).unwrap();
+            let mut words = vec![0u128; layout.size().div_ceil(16) + layout.align() / 16];
+            let at = words.as_mut_ptr().cast::<u8>();
+            let meta = at.wrapping_add(at.align_offset(layout.align()));
+            // SAFETY: `layout.size()` bytes at `meta`, aligned, inside `words`, which outlives
+            // the allocator (dropped first) and nothing else uses.
+            let in_caller = unsafe {
+                (metadata.build)(
+                    config,
+                    core::ptr::NonNull::new(meta).unwrap(),
+                    layout.size(),
+                )
+            }
+            .unwrap();
+            let blocked = try_frees_inside_with_core(name, &*in_caller, all_free);
+            assert_eq!(
+                blocked > 0,
+                !all_free,
+                "{name} in caller memory: {blocked} blocked"
+            );
+            drop(in_caller);
+        }
+    }
+}
+
 /// Blocks of orders 0, 3 and 9 allocated on core 1 and `try_free`d on core 1 while the
 /// caller holds it: each answer `Ok` (the block freed once) or `WouldBlock` (nothing
-/// changed); all `Ok` if `all_free`.
-fn try_frees_inside_with_core(name: &str, alloc: &dyn BlockAlloc, all_free: bool) {
+/// changed); all `Ok` if `all_free`. How many answered `WouldBlock`.
+fn try_frees_inside_with_core(name: &str, alloc: &dyn BlockAlloc, all_free: bool) -> usize {
+    let mut blocked = 0;
     for order in [0, 3, 9].into_iter().filter(|&o| o <= alloc.max_order()) {
         // Half the heap: more than a magazine parks, for its spills.
         let n = ((1 << 12) >> order).min(600) / 2;
@@ -102,6 +149,7 @@ fn try_frees_inside_with_core(name: &str, alloc: &dyn BlockAlloc, all_free: bool
             held.free(mine, 0).unwrap();
         });
         let freed = answers.iter().filter(|a| a.is_ok()).count();
+        blocked += blocks.len() - freed;
         assert_eq!(
             alloc.free_units(),
             free + (freed << order),
@@ -124,6 +172,7 @@ fn try_frees_inside_with_core(name: &str, alloc: &dyn BlockAlloc, all_free: bool
         alloc.drain();
         assert_eq!(alloc.free_units(), alloc.total_units(), "{name}");
     }
+    blocked
 }
 
 /// A held lock of a locked allocator: `WouldBlock`, nothing changed.

@@ -246,11 +246,17 @@ impl CoreCache {
         self.len(slot) < policy.high(slot)
     }
 
+    /// Whether the list at `slot` is above `policy`'s watermark: a batch to spill.
+    #[inline]
+    pub(crate) fn is_over(&self, policy: &Policy, slot: usize) -> bool {
+        self.len(slot) > policy.high(slot)
+    }
+
     /// If the list at `slot` is above `policy`'s watermark, passes one batch of its oldest
     /// blocks to `give` and takes them off the list; with one block a batch, the newest.
     #[inline]
     pub(crate) fn spill(&mut self, policy: &Policy, slot: usize, give: impl FnOnce(&[usize])) {
-        if self.len(slot) > policy.high(slot) {
+        if self.is_over(policy, slot) {
             self.spill_batch(policy, slot, give);
         }
     }

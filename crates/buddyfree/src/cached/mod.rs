@@ -18,7 +18,8 @@
 //! out is `Owned` by that cache: its state changes only under that cache's lock, so its free
 //! takes that lock (the freeing core's own, on the usual path), checks the state there and
 //! ends it with a plain store, and racing frees are decided by the lock; the block is parked
-//! in that cache. A block handed out with no cache held (by the backend directly, or
+//! in the freeing core's cache (a block another cache holds is ended under that cache's
+//! lock, and only that happens there). A block handed out with no cache held (by the backend directly, or
 //! adopted) is `Live`, and one CAS there decides its free. Either way a free costs one locked
 //! instruction where the lock and a CAS on the state cost two (docs/results.md, "Frees under
 //! the holder's lock"). Blocks of the other orders never enter a cache: the backend answers
@@ -45,6 +46,10 @@ use crate::{check_block, BlockAlloc, ConfigRule, Error, HeldCore, Locked, SeqBlo
 
 /// Blocks asked for in one [`BlockAlloc::alloc_bulk`] call.
 const BULK: usize = 32;
+
+/// Blocks a free's spill takes out of its cache before the backend has them: the largest
+/// batch of any policy (256 units of order 1).
+pub(crate) const SPILL_BUFFER: usize = 128;
 
 /// How a free of a caller's block of a cached order goes on from the state table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -482,8 +487,8 @@ impl<B: Backend> Cached<B> {
         }
     }
 
-    /// See [`BlockAlloc::free`]. A block held by a cache is parked in that cache, under its
-    /// lock; any other goes through the state table's CAS into `core`'s cache. `core`'s
+    /// See [`BlockAlloc::free`]. A block is ended under the lock of the cache that holds it
+    /// (through the state table's CAS if none does) and parked in `core`'s cache. `core`'s
     /// cache is locked first, before the state is read: it is the holder on the common
     /// path, and its address does not wait for the state's load.
     #[inline]
@@ -491,15 +496,70 @@ impl<B: Backend> Cached<B> {
         let Some(slot) = self.cached_slot(index, order, core)? else {
             return Ok(());
         };
-        let mut at = self.cache_index(core);
-        loop {
-            let mut cache = self.caches[at].lock();
-            match self.end_in(index, slot, at)? {
-                None => {
-                    self.park(&mut cache, slot, index, order, at);
-                    return Ok(());
+        let own = self.cache_index(core);
+        let mut cache = self.caches[own].lock();
+        if let Some(owner) = self.end_in(index, slot, own)? {
+            // Never two caches held: ours is let go while the holder's is taken.
+            drop(cache);
+            self.end_held_elsewhere(index, slot, owner)?;
+            cache = self.caches[own].lock();
+        }
+        cache.push(slot, index);
+        if cache.is_over(self.policy, slot) {
+            self.spill_unlocked(cache, slot, order, own);
+        }
+        Ok(())
+    }
+
+    /// Takes a batch off `cache`'s list at `slot` (above its watermark), lets the cache go,
+    /// and only then gives the batch back to the backend: a spill under the lock kept every
+    /// other core's free of a block this cache holds waiting for the backend
+    /// (docs/results.md, "Cross-core frees"). The batch's blocks are `Free` in the table
+    /// before the lock goes, so a free of one meanwhile is refused, and no allocation can
+    /// find them: they are in no list, and the backend has them allocated until it frees
+    /// them. A batch larger than the buffer (no policy's is) is given back under the lock.
+    #[cold]
+    #[inline(never)]
+    fn spill_unlocked(
+        &self,
+        mut cache: lock_api::MutexGuard<'_, YieldMutex, CoreCache>,
+        slot: usize,
+        order: u32,
+        core: usize,
+    ) {
+        let mut batch = [0usize; SPILL_BUFFER];
+        let mut taken = 0;
+        cache.spill(self.policy, slot, |blocks| {
+            match batch.get_mut(..blocks.len()) {
+                Some(room) => {
+                    room.copy_from_slice(blocks);
+                    blocks.iter().for_each(|&b| self.states.set(b, State::Free));
+                    taken = blocks.len();
                 }
-                Some(owner) => at = owner,
+                None => self.give_back(blocks, order, core),
+            }
+        });
+        drop(cache);
+        self.backend.give_back(&batch[..taken], order, core);
+    }
+
+    /// Ends the caller's block at `index` of the order at `slot`, held by cache `owner` (not
+    /// one the caller holds), under `owner`'s lock: only the check and the store happen
+    /// there, and the block, `Cached` and in no list, is the caller's to park in its own
+    /// cache. Parking it in `owner`'s cache instead, with that cache's spills, held the
+    /// lock that `owner`'s core takes for every call while a batch went back to the backend:
+    /// two cores freeing each other's blocks waited for each other's spills
+    /// (docs/results.md, "Cross-core frees"). Out of line: the usual free ends its own
+    /// cache's blocks.
+    #[cold]
+    #[inline(never)]
+    fn end_held_elsewhere(&self, index: usize, slot: usize, owner: usize) -> Result<(), Error> {
+        let mut at = owner;
+        loop {
+            let _held = self.caches[at].lock();
+            match self.end_in(index, slot, at)? {
+                None => return Ok(()),
+                Some(next) => at = next,
             }
         }
     }
@@ -885,12 +945,12 @@ impl<B: Backend> Pinned<'_, B> {
         self.unpinned(|cached, core| cached.alloc(order, core))
     }
 
-    /// A free of a block that another cache holds: the shared path, with the cache let go
-    /// meanwhile, so that no two caches are held at once. Out of line, as `alloc_shared`.
+    /// Ends a block that cache `owner` holds under that cache's lock, with this cache let
+    /// go meanwhile, so that no two caches are held at once. Out of line, as `alloc_shared`.
     #[cold]
     #[inline(never)]
-    fn free_shared(&mut self, index: usize, order: u32) -> Result<(), Error> {
-        self.unpinned(|cached, core| cached.free(index, order, core))
+    fn end_elsewhere(&mut self, index: usize, slot: usize, owner: usize) -> Result<(), Error> {
+        self.unpinned(|cached, _| cached.end_held_elsewhere(index, slot, owner))
     }
 
     /// Runs `f` on the caches and the pinned core with the pinned cache let go.
@@ -931,21 +991,19 @@ impl<B: Backend> HeldCore for Pinned<'_, B> {
         }
     }
 
-    /// See [`BlockAlloc::free`]. A block that another cache holds is freed on the shared
-    /// path, with this cache let go meanwhile (the free takes the holder's lock).
+    /// See [`BlockAlloc::free`]. A block that another cache holds is ended under that
+    /// cache's lock, with this cache let go meanwhile, and parked here.
     #[inline]
     fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
         let (cached, core) = (self.cached, self.core);
         let Some(slot) = cached.cached_slot(index, order, core)? else {
             return Ok(());
         };
-        match cached.end_in(index, slot, cached.cache_index(core))? {
-            None => {
-                cached.park(&mut self.cache, slot, index, order, core);
-                Ok(())
-            }
-            Some(_) => self.free_shared(index, order),
+        if let Some(owner) = cached.end_in(index, slot, cached.cache_index(core))? {
+            self.end_elsewhere(index, slot, owner)?;
         }
+        cached.park(&mut self.cache, slot, index, order, core);
+        Ok(())
     }
 }
 
@@ -1229,6 +1287,47 @@ mod loom_tests {
             linux.with_core(0, &mut |held| freed = held.free(one, 0));
             assert_eq!((freed, other.join().unwrap()), (Ok(()), Ok(())));
             whole(&linux, &[]);
+        });
+    }
+
+    /// A free that spills gives its batch back after it lets its cache go, while another
+    /// core allocates from the empty backend (it may get a block of that batch, or drain)
+    /// and frees what it got: both frees go through, a double free of a spilled block is
+    /// refused, and the heap is whole after.
+    #[test]
+    fn loom_a_spill_after_the_lock_races_an_allocation_of_its_blocks() {
+        use crate::magazine::Magazine;
+        use crate::Locked;
+
+        type Fast = Magazine<Locked<Model, YieldMutex>>;
+        // Two preemptions place the other core's calls at every step of the spill; the
+        // unbounded model takes minutes for the spill's many lock and state-table steps.
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(2);
+        model.check(|| {
+            // 32 units on 2 cores: the shortest lists, order 0 spilling 8 blocks above 16.
+            let inner = Locked::new(Model::new(Config::new(32, 5)).unwrap());
+            let fast = Fast::new(inner, 2).unwrap();
+            let blocks: Vec<usize> = (0..32).map(|_| fast.alloc(0, 0).unwrap()).collect();
+            // Core 0's list at its watermark, `blocks[0]` its oldest; the backend empty.
+            for &b in &blocks[..16] {
+                fast.free(b, 0, 0).unwrap();
+            }
+            let oldest = blocks[0];
+            let fast = Arc::new(fast);
+            let other = on_another_thread(&fast, move |f| -> Result<_, Error> {
+                let got = f.alloc(0, 1)?;
+                f.free(got, 0, 1)?;
+                Ok((got, f.free(oldest, 0, 1)))
+            });
+            fast.free(blocks[16], 0, 0).unwrap();
+            let (got, again) = other.join().unwrap().unwrap();
+            assert_eq!(again, Err(Error::NotAllocated), "got {got}");
+            for &b in &blocks[17..] {
+                fast.free(b, 0, 0).unwrap();
+            }
+            fast.drain();
+            assert_eq!(fast.inner().free_units(), 32);
         });
     }
 }

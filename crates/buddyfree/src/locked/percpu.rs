@@ -69,7 +69,8 @@ impl<A: SeqBlockAlloc, R: RawMutex + Send + Sync> PerCpu<A, R> {
         })
     }
 
-    /// Builds the buddy with `build` over `config` and puts `config.cores` caches in front.
+    /// Builds the buddy with `build` over `config` and puts `config.cores` caches in front,
+    /// with the frees [`Config::interrupt_safe_frees`] chooses.
     ///
     /// ```
     /// use buddyfree::buddy::Knuth;
@@ -86,7 +87,12 @@ impl<A: SeqBlockAlloc, R: RawMutex + Send + Sync> PerCpu<A, R> {
         build: impl FnOnce(Config) -> Result<A, Error>,
     ) -> Result<Self, Error> {
         config.validate()?;
-        PerCpu::new(build(config)?, config.cores)
+        let caches = PerCpu::new(build(config)?, config.cores)?;
+        Ok(if config.interrupt_safe_frees {
+            caches.with_interrupt_safe_frees()
+        } else {
+            caches
+        })
     }
 
     /// The same caches with every free of a cached order decided by a compare-and-swap on
@@ -116,10 +122,22 @@ mod tests {
 
     use super::*;
     use crate::model::Model;
-    use crate::ConfigRule;
+    use crate::{ConfigRule, HeldCore};
 
     fn cached_units(alloc: &PerCpu<Model>, core: usize) -> usize {
         alloc.cached.cached_units(core)
+    }
+
+    /// Every list's batch fits the buffer a free's spill takes it into before it lets the
+    /// cache go.
+    #[test]
+    fn every_batch_fits_the_spill_buffer() {
+        for slot in 0..LINUX.orders.len() {
+            assert!(
+                LINUX.batch(slot) <= crate::cached::SPILL_BUFFER,
+                "slot {slot}"
+            );
+        }
     }
 
     #[test]
@@ -143,6 +161,32 @@ mod tests {
         alloc.drain();
         assert_eq!(cached_units(&alloc, 1), 0);
         assert_eq!(alloc.cached.backend().with(|b| b.free_units()), 1024);
+    }
+
+    /// A block freed on another core than the one whose cache handed it out is parked in
+    /// the freeing core's cache (its holder's lock only decides the free), also from a
+    /// pinned core; a second free of it is refused.
+    #[test]
+    fn a_free_parks_in_the_freeing_cores_cache() {
+        let linux =
+            PerCpu::<Model>::with_config(Config::new(1024, 9).with_cores(2), Model::new).unwrap();
+        let (first, second) = (linux.alloc(0, 0).unwrap(), linux.alloc(0, 0).unwrap());
+        let held = cached_units(&linux, 0);
+        linux.free(first, 0, 1).unwrap();
+        assert_eq!(
+            (cached_units(&linux, 0), cached_units(&linux, 1)),
+            (held, 1)
+        );
+        assert_eq!(linux.free(first, 0, 0), Err(Error::NotAllocated));
+        let mut pin = linux.cached.pin(1);
+        pin.free(second, 0).unwrap();
+        assert_eq!(pin.free(second, 0), Err(Error::NotAllocated));
+        drop(pin);
+        assert_eq!(
+            (cached_units(&linux, 0), cached_units(&linux, 1)),
+            (held, 2)
+        );
+        assert_eq!(linux.free_units(), 1024);
     }
 
     #[test]
