@@ -1,8 +1,8 @@
 //! The C ABI's inputs: any configuration (unit size, units, order, cores, allocator name,
-//! the caller's region and its misalignment) and any sequence of calls with any arguments
-//! (sizes, alignments, pointers, indices, orders, status codes, null handles) returns a
-//! status and never misbehaves: blocks are aligned, inside the instance and disjoint, and
-//! freeing everything leaves every unit free.
+//! parking limit, interrupt-safe frees, the caller's region and its misalignment) and any
+//! sequence of calls with any arguments (sizes, alignments, pointers, indices, orders,
+//! status codes, null handles) returns a status and never misbehaves: blocks are aligned,
+//! inside the instance and disjoint, and freeing everything leaves every unit free.
 //!
 //! Input: 12 bytes of configuration, then 4 bytes per call.
 
@@ -67,6 +67,8 @@ fuzz_target!(|data: &[u8]| {
             255 => usize::MAX,
             n => usize::from(n) << 6,
         },
+        // Any value: nonzero asks for interrupt-safe frees.
+        interrupt_safe_frees: u32::from(head[10]),
     };
     // With a caller's region: up to 256 KiB, starting at a fuzzed misalignment.
     let mut storage = vec![
