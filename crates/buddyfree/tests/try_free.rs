@@ -5,12 +5,15 @@
 //! among threads racing to free the same blocks.
 
 mod common;
+mod metadata;
 
 use buddyfree::buddy::Knuth;
 use buddyfree::registry::{self, DynAlloc};
 use buddyfree::{BlockAlloc, Config, Error, Locked};
 use common::TryFrees;
+use metadata::leaked;
 use proptest::prelude::*;
+use std::ptr::NonNull;
 
 /// The registry's allocators over `config` (orders clamped to theirs) that offer
 /// `try_free`, with their names.
@@ -105,19 +108,12 @@ fn configured_interrupt_safe_frees_reach_the_registry() {
                 continue;
             };
             let layout = (metadata.layout)(config).unwrap();
-            let mut words = vec![0u128; layout.size().div_ceil(16) + layout.align() / 16];
-            let at = words.as_mut_ptr().cast::<u8>();
-            let meta = at.wrapping_add(at.align_offset(layout.align()));
-            // SAFETY: `layout.size()` bytes at `meta`, aligned, inside `words`, which outlives
-            // the allocator (dropped first) and nothing else uses.
-            let in_caller = unsafe {
-                (metadata.build)(
-                    config,
-                    core::ptr::NonNull::new(meta).unwrap(),
-                    layout.size(),
-                )
-            }
-            .unwrap();
+            let meta = leaked(layout.size(), layout.align());
+            // SAFETY: `layout.size()` bytes at its alignment, leaked (they outlive the
+            // allocator) and used by nothing else.
+            let in_caller =
+                unsafe { (metadata.build)(config, NonNull::from(meta).cast(), layout.size()) }
+                    .unwrap();
             let blocked = try_frees_inside_with_core(name, &*in_caller, all_free);
             assert_eq!(
                 blocked > 0,

@@ -273,6 +273,8 @@ impl BlockAlloc for Forwarded {
     fn alloc_bulk(&self, order: u32, core: usize, out: &mut [usize]) -> Result<usize, Error> {
         self.inner.alloc_bulk(order, core, out)
     }
+    /// # Safety
+    /// As for [`BlockAlloc::free_bulk_owned`], of the allocator behind.
     unsafe fn free_bulk_owned(
         &self,
         blocks: &[usize],

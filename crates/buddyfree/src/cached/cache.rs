@@ -107,6 +107,16 @@ impl Policy {
         self.batch[slot]
     }
 
+    /// The most blocks any of the lists moves at once.
+    #[cfg(test)]
+    pub(crate) fn largest_batch(&self) -> usize {
+        self.batch[..self.orders.len()]
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Blocks a cache list at `slot` may hold.
     #[inline]
     pub(crate) fn high(&self, slot: usize) -> usize {

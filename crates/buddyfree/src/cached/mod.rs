@@ -533,7 +533,7 @@ impl<B: Backend> Cached<B> {
             match batch.get_mut(..blocks.len()) {
                 Some(room) => {
                     room.copy_from_slice(blocks);
-                    blocks.iter().for_each(|&b| self.states.set(b, State::Free));
+                    self.mark_free(blocks);
                     taken = blocks.len();
                 }
                 None => self.give_back(blocks, order, core),
@@ -742,10 +742,14 @@ impl<B: Backend> Cached<B> {
 
     /// Gives `blocks` of `order`, taken out of a cache, back to the backend.
     fn give_back(&self, blocks: &[usize], order: u32, core: usize) {
-        for &index in blocks {
-            self.states.set(index, State::Free);
-        }
+        self.mark_free(blocks);
         self.backend.give_back(blocks, order, core);
+    }
+
+    /// Records `blocks`, taken out of a cache on their way back to the backend, as `Free`:
+    /// every free of one stops at the table from here on.
+    fn mark_free(&self, blocks: &[usize]) {
+        blocks.iter().for_each(|&b| self.states.set(b, State::Free));
     }
 
     /// Whether the backend holds a block of an uncached order starting at `index` (a
