@@ -62,7 +62,9 @@ impl<A> Zone<A> {
 }
 
 /// `N` zones on disjoint, ascending index ranges. Allocation takes a preference order
-/// ([`Zones::alloc_from`]); frees, `alloc_at` and `block_of` are routed by index. As a
+/// ([`Zones::alloc_from`]); frees, `alloc_at` and `block_of` are routed by index, and the
+/// range operations ([`BlockAlloc::reserve_range`], [`BlockAlloc::free_range`]) split at
+/// the zones' ends, each part done by its zone, in blocks of that zone's orders. As a
 /// [`BlockAlloc`] (so that memory maps, heaps and the registry's tests apply) it prefers the
 /// zones in order; indices between zones belong to none and are out of range.
 ///
@@ -274,6 +276,31 @@ impl<A: BlockAlloc, const N: usize> Zones<A, N> {
         Ok(())
     }
 
+    /// The parts of `start..start + len` in each zone, in address order, as the zone, the
+    /// part's first unit in it and its length: [`Error::OutOfRange`] if the range reaches
+    /// past the last zone or has a unit in no zone (between two zones).
+    fn parts(
+        &self,
+        start: usize,
+        len: usize,
+    ) -> Result<impl Iterator<Item = (&Zone<A>, usize, usize)> + Clone, Error> {
+        let end = start
+            .checked_add(len)
+            .filter(|&end| end <= self.total_units())
+            .ok_or(Error::OutOfRange)?;
+        let parts = self.zones.iter().filter_map(move |zone| {
+            let from = start.max(zone.first);
+            let to = end.min(zone.first + zone.alloc.total_units());
+            (from < to).then(|| (zone, from - zone.first, to - from))
+        });
+        // Zones do not overlap, so the parts cover the range exactly when no unit of it
+        // lies in a gap.
+        if parts.clone().map(|(_, _, n)| n).sum::<usize>() != len {
+            return Err(Error::OutOfRange);
+        }
+        Ok(parts)
+    }
+
     /// Runs `f` on the zone of `index` with the index inside it.
     fn routed<T>(&self, index: usize, f: impl FnOnce(&Zone<A>, usize) -> T) -> Result<T, Error> {
         let (z, inner) = self.zone_of(index)?;
@@ -391,6 +418,53 @@ impl<A: BlockAlloc, const N: usize> BlockAlloc for Zones<A, N> {
         self.zones.iter().for_each(|z| z.alloc.drain_core(core));
     }
 
+    /// Each zone frees its part of the range with its own `free_range` (a locked zone does
+    /// its part under its lock): one walk over the whole space would look for a block to
+    /// cut at the range's end, and where a gap begins there, get `OutOfRange` instead. A
+    /// range with a unit in no zone is [`Error::OutOfRange`], whatever else is wrong with
+    /// it, as one allocator checks its range's bounds first; and every part is found
+    /// allocated before any is freed, so that a refused range changes nothing, as for one
+    /// allocator.
+    fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
+        let parts = self.parts(start, len)?;
+        // The first part's zone checks its part before it frees anything; a later zone
+        // could refuse only after the zones before it freed theirs, which no one can undo
+        // (another thread may take those units at once). So those are checked here.
+        for (zone, at, n) in parts.clone().skip(1) {
+            allocated_throughout(&zone.alloc, at, n)?;
+        }
+        for (zone, at, n) in parts {
+            zone.alloc.free_range(at, n, core)?;
+        }
+        Ok(())
+    }
+
+    /// Each zone reserves its part of the range with its own `reserve_range`, as the
+    /// largest blocks that zone has: blocks of the largest zone's order would be refused by
+    /// a smaller zone ([`Error::BadOrder`]) although every unit is free. A range with a unit
+    /// in no zone is [`Error::OutOfRange`] before anything is taken, as for
+    /// [`Zones::free_range`](BlockAlloc::free_range). Where a zone refuses its part
+    /// ([`Error::Occupied`]), the parts of the zones before it are given back: a refused
+    /// range changes nothing.
+    fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
+        let parts = self.parts(start, len)?;
+        for (k, (zone, at, n)) in parts.clone().enumerate() {
+            if let Err(e) = zone.alloc.reserve_range(at, n, core) {
+                // By the zone's own free_range, whatever blocks its reserve_range chose: a
+                // range just reserved whole is freed without cutting a block, so this
+                // cannot fail (every allocator here with alloc_at has block_of too), nor
+                // race with other callers.
+                for (zone, at, n) in parts.take(k) {
+                    zone.alloc
+                        .free_range(at, n, core)
+                        .expect("a zone frees the range it just reserved");
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
     fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         self.routed_block(index, order, |zone, inner| {
             zone.alloc.alloc_at(inner, order, core)
@@ -420,6 +494,17 @@ impl<A: BlockAlloc, const N: usize> BlockAlloc for Zones<A, N> {
             zone.placed(zone.alloc.try_block_of(inner))
         })?
     }
+}
+
+/// [`Error::NotAllocated`] unless every unit of `at..at + n` of `alloc` is allocated,
+/// walked a live block at a time as `free_range` checks its range.
+fn allocated_throughout<A: BlockAlloc>(alloc: &A, at: usize, n: usize) -> Result<(), Error> {
+    let mut unit = at;
+    while unit < at + n {
+        let (first, order) = alloc.block_of(unit)?.ok_or(Error::NotAllocated)?;
+        unit = first + (1 << order);
+    }
+    Ok(())
 }
 
 /// The more telling of two refusals of one request by different zones: a zone too small for
