@@ -391,11 +391,21 @@ fn a_core_hint_names_the_core_of_every_call() {
         .unwrap()
         .with_core_hint(|| 5);
     let l = layout(64, 64);
+    // Both threads name core 5, so each may find that core's cache held by the other: the
+    // never-waiting calls may then answer `WouldBlock` (changing nothing), as documented. The
+    // property checked is which core every call names, whatever each answers.
     common::run_threads(2, |_| {
         let p = h.alloc(l).unwrap();
         h.free(p.as_ptr(), l).unwrap();
-        let p = h.try_alloc(l).unwrap();
-        h.try_free(p.as_ptr(), l).unwrap();
+        match h.try_alloc(l) {
+            Ok(p) => match h.try_free(p.as_ptr(), l) {
+                Ok(()) => {}
+                Err(HeapError::Block(Error::WouldBlock)) => h.free(p.as_ptr(), l).unwrap(),
+                Err(e) => panic!("try_free: {e:?}"),
+            },
+            Err(HeapError::Block(Error::WouldBlock)) => {}
+            Err(e) => panic!("try_alloc: {e:?}"),
+        }
         let mut out = [0; 4];
         let n = h.alloc_bulk(0, &mut out).unwrap();
         h.free_bulk(&out[..n], 0).unwrap();
