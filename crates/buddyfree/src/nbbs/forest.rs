@@ -178,6 +178,9 @@ impl<K: Kind> Forest<K> {
     /// and the per-core slots.
     pub(crate) fn plan(config: Config) -> Result<(Plan, Parts<K>), Error> {
         config.validate()?;
+        if !K::Atomic::is_lock_free() {
+            return Err(ConfigRule::NoDoubleWidthCas.into());
+        }
         let roots = config.units.div_ceil(1 << config.max_order);
         roots
             .checked_mul(1 << config.max_order)
@@ -889,6 +892,54 @@ impl<K: Kind> BlockAlloc for Forest<K> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    /// A 64-bit cell that says it would take a lock, as `portable-atomic`'s 128-bit fallback
+    /// does on targets without a double-width CAS (riscv64).
+    struct EmulatedCas(AtomicU64);
+    impl Word for EmulatedCas {
+        const BITS: u32 = 64;
+        fn new(value: State) -> Self {
+            EmulatedCas(Word::new(value))
+        }
+        fn is_lock_free() -> bool {
+            false
+        }
+        fn load(&self, order: Ordering) -> State {
+            Word::load(&self.0, order)
+        }
+        fn fetch_or(&self, bits: State, order: Ordering) -> State {
+            Word::fetch_or(&self.0, bits, order)
+        }
+        fn fetch_and(&self, bits: State, order: Ordering) -> State {
+            Word::fetch_and(&self.0, bits, order)
+        }
+        fn compare_exchange_weak(
+            &self,
+            current: State,
+            new: State,
+            success: Ordering,
+            failure: Ordering,
+        ) -> Result<State, State> {
+            Word::compare_exchange_weak(&self.0, current, new, success, failure)
+        }
+    }
+    struct Emulated;
+    impl Kind for Emulated {
+        type Atomic = EmulatedCas;
+        const SHAPE: Shape = OneLevel::SHAPE;
+        const LINE: usize = 8;
+    }
+
+    /// Cells that would fall back to a lock are refused before any metadata is asked for:
+    /// an interrupt handler could spin on the lock of the code it interrupted.
+    #[test]
+    fn cells_without_a_lock_free_cas_are_refused() {
+        let refused = Err(Error::InvalidConfig(ConfigRule::NoDoubleWidthCas));
+        assert_eq!(Forest::<Emulated>::plan(Config::new(64, 3)).map(|_| ()), refused);
+        assert!(Forest::<OneLevel>::plan(Config::new(64, 3)).is_ok());
+        // Where this test runs (x86_64 with `cmpxchg16b`, aarch64), 128-bit cells are lock-free.
+        assert!(Forest::<FourLevel>::plan(Config::new(64, 3)).is_ok());
+    }
 
     /// A free's UNMARK stalls after its clear while its units are allocated again: V takes
     /// unit 0 and starts freeing it, Y takes unit 1 and completes, then V's coalescing mark

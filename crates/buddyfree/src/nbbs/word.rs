@@ -22,6 +22,11 @@ pub trait Word: Send + Sync {
     fn fetch_or(&self, bits: State, order: Ordering) -> State;
     /// Atomic AND, returning the previous state.
     fn fetch_and(&self, bits: State, order: Ordering) -> State;
+    /// Whether this word's operations are lock-free on the running CPU: a word that would
+    /// fall back to a lock is refused ([`ConfigRule::NoDoubleWidthCas`](crate::ConfigRule)).
+    fn is_lock_free() -> bool {
+        true
+    }
     /// Weak compare-and-swap.
     fn compare_exchange_weak(
         &self,
@@ -111,7 +116,9 @@ word!(AtomicU64, u64);
 /// Normally `portable_atomic::AtomicU128`: `cmpxchg16b` on x86_64 (detected at run time when
 /// the build does not assume it, loads by `vmovdqa` where AVX makes them atomic), `casp` or
 /// `ldxp`/`stxp` on aarch64, and elsewhere, or on a CPU without a double-width CAS, a
-/// lock-based fallback. `portable-atomic` rather than our own `asm!`: the detection, the
+/// lock-based fallback, which [`Word::is_lock_free`] reports so that `Nbbs4` is refused there
+/// rather than taking locks (an interrupt handler could then spin on the lock of the code it
+/// interrupted). `portable-atomic` rather than our own `asm!`: the detection, the
 /// `rbx` juggling `cmpxchg16b` needs, and the per-target fallbacks are already written and
 /// tested there, and it builds on stable Rust.
 ///
@@ -138,6 +145,9 @@ impl Word for AtomicU128 {
     #[inline]
     fn new(value: State) -> Self {
         AtomicU128(portable_atomic::AtomicU128::new(value))
+    }
+    fn is_lock_free() -> bool {
+        portable_atomic::AtomicU128::is_lock_free()
     }
     #[inline]
     fn load(&self, order: Ordering) -> State {
