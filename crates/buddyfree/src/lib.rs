@@ -105,6 +105,8 @@ pub mod registry;
 #[cfg(feature = "alloc")]
 pub mod stats;
 pub(crate) mod sync;
+#[cfg(feature = "x86_64")]
+pub mod x86_64;
 pub mod zones;
 
 pub use config::{Config, ConfigRule, MAX_CORES};
