@@ -452,12 +452,12 @@ impl<A: BlockAlloc, const N: usize> BlockAlloc for Zones<A, N> {
             if let Err(e) = zone.alloc.reserve_range(at, n, core) {
                 // By the zone's own free_range, whatever blocks its reserve_range chose: a
                 // range just reserved whole is freed without cutting a block, so this
-                // cannot fail (every allocator here with alloc_at has block_of too), nor
-                // race with other callers.
+                // cannot fail nor race with other callers, but for an allocator without
+                // `block_of` (none in this crate has `alloc_at` without it), whose
+                // `free_range` answers `Unsupported`: that answer is returned, and the
+                // earlier parts stay reserved.
                 for (zone, at, n) in parts.take(k) {
-                    zone.alloc
-                        .free_range(at, n, core)
-                        .expect("a zone frees the range it just reserved");
+                    zone.alloc.free_range(at, n, core)?;
                 }
                 return Err(e);
             }

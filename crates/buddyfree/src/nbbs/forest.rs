@@ -935,7 +935,10 @@ mod tests {
     #[test]
     fn cells_without_a_lock_free_cas_are_refused() {
         let refused = Err(Error::InvalidConfig(ConfigRule::NoDoubleWidthCas));
-        assert_eq!(Forest::<Emulated>::plan(Config::new(64, 3)).map(|_| ()), refused);
+        assert_eq!(
+            Forest::<Emulated>::plan(Config::new(64, 3)).map(|_| ()),
+            refused
+        );
         assert!(Forest::<OneLevel>::plan(Config::new(64, 3)).is_ok());
         // Where this test runs (x86_64 with `cmpxchg16b`, aarch64), 128-bit cells are lock-free.
         assert!(Forest::<FourLevel>::plan(Config::new(64, 3)).is_ok());
