@@ -88,28 +88,23 @@ pub struct HartIrq {
     /// Ticks that arrived while the hart was inside `alloc` or `free`.
     pub inside_call: AtomicUsize,
     pub allocs: AtomicUsize,
-    pub frees: AtomicUsize,
     pub would_block: AtomicUsize,
-    pub out_of_memory: AtomicUsize,
     /// Answers the documentation does not allow, or blocks that failed their checks.
     pub wrong: AtomicUsize,
 }
 
-#[allow(clippy::declare_interior_mutable_const)]
-const IDLE: HartIrq = HartIrq {
-    round: AtomicPtr::new(core::ptr::null_mut()),
-    held: AtomicU64::new(0),
-    in_call: AtomicBool::new(false),
-    ticks: AtomicUsize::new(0),
-    inside_call: AtomicUsize::new(0),
-    allocs: AtomicUsize::new(0),
-    frees: AtomicUsize::new(0),
-    would_block: AtomicUsize::new(0),
-    out_of_memory: AtomicUsize::new(0),
-    wrong: AtomicUsize::new(0),
-};
-
-pub static IRQ: [HartIrq; MAX_HARTS] = [IDLE; MAX_HARTS];
+pub static IRQ: [HartIrq; MAX_HARTS] = [const {
+    HartIrq {
+        round: AtomicPtr::new(core::ptr::null_mut()),
+        held: AtomicU64::new(0),
+        in_call: AtomicBool::new(false),
+        ticks: AtomicUsize::new(0),
+        inside_call: AtomicUsize::new(0),
+        allocs: AtomicUsize::new(0),
+        would_block: AtomicUsize::new(0),
+        wrong: AtomicUsize::new(0),
+    }
+}; MAX_HARTS];
 
 /// Points this hart's traps at the handler.
 pub fn install(timebase_hz: u64) {
@@ -195,10 +190,7 @@ fn on_tick(round: &Round, irq: &HartIrq) {
     };
     match Block::unpack(irq.held.load(Relaxed)) {
         Some(block) => match round.try_release(block, hart) {
-            Ok(()) => {
-                irq.held.store(0, Relaxed);
-                count(&irq.frees);
-            }
+            Ok(()) => irq.held.store(0, Relaxed),
             Err(Error::WouldBlock) => count(&irq.would_block),
             Err(_) => count(&irq.wrong),
         },
@@ -210,7 +202,7 @@ fn on_tick(round: &Round, irq: &HartIrq) {
                     count(&irq.allocs);
                 }
                 Err(Error::WouldBlock) => count(&irq.would_block),
-                Err(Error::OutOfMemory) => count(&irq.out_of_memory),
+                Err(Error::OutOfMemory) => {}
                 Err(_) => count(&irq.wrong),
             }
         }
