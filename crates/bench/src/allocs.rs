@@ -36,14 +36,15 @@ pub const DEFAULT_BASELINES: &[&str] = &["knuth-locked", "linux"];
 /// The name of the system allocator adapter.
 pub const SYSTEM: &str = "system";
 
-/// The lock of the locked baselines.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+/// The lock of the locked baselines; `--lock` takes its values' names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Lock {
     /// A ticket lock: waiters are served in arrival order, as by Linux's queued zone lock.
     Ticket,
     /// A test-and-set spinlock (the registry's): whoever wins the race gets it, so one core
     /// can starve the others and a baseline looks better or worse than a fair lock would.
+    #[value(name = "tas", alias = "test-and-set")]
     TestAndSet,
 }
 

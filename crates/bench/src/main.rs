@@ -1,5 +1,9 @@
 //! `buddybench`: runs the NBBS and LLFree papers' workloads against the buddyfree allocators.
 //! With no arguments it runs the default suite; `--list` shows what can be selected.
+//!
+//! The top layer over the library's (see its docs): the command line turned into a
+//! [`Request`], planned and run by `suite`, printed by `report::table` and written by
+//! `report::write_all`; the crash workload, which runs alone, straight from `workloads`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,9 +11,11 @@ use std::process::ExitCode;
 use buddybench::allocs::{AllocSpec, Lock, DEFAULT_ALLOCS, REALTIME_ALLOCS};
 use buddybench::report::{table, write_all};
 use buddybench::runner::Clock;
-use buddybench::suite::{parse_bytes, size_to_order, Plan, Request};
+use buddybench::suite::{Plan, Request};
+use buddybench::units::{parse_bytes, size_to_order};
 use buddybench::workloads::Workload;
-use clap::Parser;
+use buddyfree::llfree::persist::Durability;
+use clap::{Parser, ValueEnum};
 
 /// Compares back-end allocators on the workloads of the NBBS and LLFree papers.
 ///
@@ -53,12 +59,12 @@ struct Cli {
     no_warmup: bool,
     /// The lock of the locked baselines (knuth-locked, linux): `ticket` (fair, like Linux's
     /// queued zone lock) or `tas` (test-and-set).
-    #[arg(long, default_value = "ticket")]
-    lock: String,
+    #[arg(long, value_enum, default_value_t = Lock::Ticket)]
+    lock: Lock,
     /// The clock of the timed phases: `wall` or `cpu` (each thread's CPU time, which other
     /// load on a shared machine inflates less but which hides waiting).
-    #[arg(long, default_value = "wall")]
-    clock: String,
+    #[arg(long, value_enum, default_value_t = Clock::Wall)]
+    clock: Clock,
     /// The allocator the others are compared with (default: knuth-locked, else linux, else
     /// the first one run).
     #[arg(long)]
@@ -100,13 +106,34 @@ struct Cli {
     #[arg(long)]
     injections: Option<usize>,
     /// crash workload: write-back of each operation: none, line (clwb) or msync.
-    #[arg(long, default_value = "none")]
-    durability: String,
+    #[arg(long, value_enum, default_value_t = WriteBack::None)]
+    durability: WriteBack,
     /// The seed of the workloads' random choices (which blocks frag and rand free, the sizes
     /// of constant occupancy and larson, the crash points). Fixed by default, so that runs
     /// repeat; vary it to see how much a figure owes to one random stream.
     #[arg(long)]
     seed: Option<u64>,
+}
+
+/// `--durability`: [`Durability`] under the names users type.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum WriteBack {
+    /// Nothing written back per operation: a process crash loses nothing, a power failure may.
+    None,
+    /// The changed cache line, with clwb: durable on a DAX mapping of persistent memory.
+    Line,
+    /// The changed page, with msync: durable on an ordinary file, one system call per operation.
+    Msync,
+}
+
+impl From<WriteBack> for Durability {
+    fn from(w: WriteBack) -> Durability {
+        match w {
+            WriteBack::None => Durability::None,
+            WriteBack::Line => Durability::CacheLine,
+            WriteBack::Msync => Durability::Msync,
+        }
+    }
 }
 
 fn list() {
@@ -158,13 +185,8 @@ fn request(cli: &Cli) -> Result<Request, String> {
                 format!("bad --parking-limit `{units}` (a number of units, or `max`)")
             })?),
         };
-    let lock = match cli.lock.as_str() {
-        "ticket" => Lock::Ticket,
-        "tas" | "test-and-set" => Lock::TestAndSet,
-        l => return Err(format!("unknown lock `{l}` (ticket, tas)")),
-    };
     Ok(Request {
-        lock: Some(lock),
+        lock: Some(cli.lock),
         no_warmup: cli.no_warmup,
         work_bytes,
         allocs: cli.alloc.clone(),
@@ -188,16 +210,6 @@ const CRASH_ABOUT: &str = "LLFree 5.7: a worker process on a persistent zone kil
 /// `--workload crash`: crash injection on a persistent LLFree zone.
 fn crash(cli: &Cli) -> ExitCode {
     use buddybench::workloads::crash;
-    use buddyfree::llfree::persist::Durability;
-    let durability = match cli.durability.as_str() {
-        "none" => Durability::None,
-        "line" => Durability::CacheLine,
-        "msync" => Durability::Msync,
-        d => {
-            eprintln!("error: unknown durability `{d}` (none, line, msync)");
-            return ExitCode::from(2);
-        }
-    };
     let units = match cli.heap.as_deref().map(parse_bytes).transpose() {
         Ok(b) => b.map_or(1 << 18, |b| (b / 4096) as usize),
         Err(e) => {
@@ -217,7 +229,7 @@ fn crash(cli: &Cli) -> ExitCode {
             .and_then(|t| t.first().copied())
             .unwrap_or(4),
         units,
-        durability,
+        durability: cli.durability.into(),
         seed: cli.seed.unwrap_or(0x5eed_c4a5),
     };
     if params.threads == 0 || params.units < 1024 {
@@ -300,14 +312,7 @@ fn main() -> ExitCode {
         }
         return crash(&cli);
     }
-    match cli.clock.as_str() {
-        "wall" => buddybench::runner::set_clock(Clock::Wall),
-        "cpu" => buddybench::runner::set_clock(Clock::Cpu),
-        c => {
-            eprintln!("error: unknown clock `{c}` (wall, cpu)");
-            return ExitCode::from(2);
-        }
-    }
+    buddybench::runner::set_clock(cli.clock);
     let plan = match request(&cli).and_then(|r| Plan::new(&r).map_err(|e| e.0)) {
         Ok(p) => p,
         Err(e) => {

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-/// The clock timed sections read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+/// The clock timed sections read; `--clock` takes its values' names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Clock {
     /// Elapsed time (what the papers report).

@@ -19,8 +19,11 @@ use buddyfree::Config;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::allocs::{AllocSpec, Lock, DEFAULT_ALLOCS, DEFAULT_BASELINES, REALTIME_ALLOCS};
-use crate::report::{summarize, Report, RunSet};
-use crate::system::UNIT_BYTES;
+use crate::case::{Case, RunSet};
+use crate::report::{summarize, Report, RunMeta};
+use crate::runner;
+use crate::units::{bytes, UNIT_BYTES};
+use crate::workloads::realtime::contrived;
 use crate::workloads::{self, Params, Suite, Workload};
 
 /// The NBBS paper's sizes: 4 KiB, 32 KiB, 256 KiB.
@@ -46,7 +49,7 @@ pub const FRAG_ALLOCS: &[&str] = &["llfree", "knuth-locked", "nbbs"];
 pub const MAX_THREADS: usize = 1024;
 /// The default thread counts: 1, 2, 4, ... up to the usable cores, and the core count.
 pub fn default_threads() -> Vec<usize> {
-    let cores = crate::runner::usable_cpus().len().max(2);
+    let cores = runner::usable_cpus().len().max(2);
     let mut t: Vec<usize> = (0..).map(|i| 1 << i).take_while(|&n| n <= cores).collect();
     if t.last() != Some(&cores) {
         t.push(cores);
@@ -109,19 +112,6 @@ pub struct Request {
     pub held_bursts: bool,
 }
 
-/// One workload at one order and thread count over a heap of `units` units.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Case {
-    /// The workload.
-    pub workload: Workload,
-    /// The (smallest) block order it allocates.
-    pub order: u32,
-    /// Worker threads.
-    pub threads: usize,
-    /// Units in the heap.
-    pub units: usize,
-}
-
 /// A checked request: everything needed to run.
 pub struct Plan {
     /// The allocators, baseline included.
@@ -157,6 +147,51 @@ pub struct Plan {
     pub notes: Vec<String>,
 }
 
+/// The workloads' parameters: the default or quick sizes, with the seed, held bursts and the
+/// work the request chose.
+fn params(req: &Request, notes: &mut Vec<String>) -> Result<Params, PlanError> {
+    let mut params = if req.quick {
+        Params::quick()
+    } else {
+        Params::default()
+    };
+    if let Some(seed) = req.seed {
+        params.seed = seed;
+    }
+    if req.held_bursts {
+        params.held_bursts = true;
+        notes.push(
+            "linux-scalability and thread-test: each burst on a held core (--held-bursts: \
+             BlockAlloc::with_core; allocators without per-core caches answer it with their \
+             plain calls)"
+                .to_string(),
+        );
+    }
+    if let Some(b) = req.work_bytes {
+        params.llfree_units = usize::try_from(b / UNIT_BYTES as u64).unwrap_or(usize::MAX);
+        if params.llfree_units == 0 {
+            return err("--work is smaller than one 4 KiB unit");
+        }
+    }
+    Ok(params)
+}
+
+/// The workloads to run: those named, else the default suite's.
+fn workloads(req: &Request) -> Result<Vec<Workload>, PlanError> {
+    let workloads = match &req.workloads {
+        Some(n) => workload_names(n)?,
+        None => Workload::ALL
+            .into_iter()
+            .filter(|w| w.in_default_suite())
+            .collect(),
+    };
+    if workloads.is_empty() {
+        return err("no workload to run");
+    }
+    Ok(workloads)
+}
+
+/// The workloads named, suites expanded to their workloads, each once.
 fn workload_names(names: &[String]) -> Result<Vec<Workload>, PlanError> {
     let mut out = Vec::new();
     for name in names {
@@ -188,6 +223,7 @@ fn workload_names(names: &[String]) -> Result<Vec<Workload>, PlanError> {
     Ok(out)
 }
 
+/// The allocators to run: those named, each once, else the registered default ones.
 fn alloc_names(req: &Request, notes: &mut Vec<String>) -> Result<Vec<AllocSpec>, PlanError> {
     let mut out: Vec<AllocSpec> = Vec::new();
     match &req.allocs {
@@ -222,6 +258,203 @@ fn alloc_names(req: &Request, notes: &mut Vec<String>) -> Result<Vec<AllocSpec>,
     Ok(out)
 }
 
+/// With no allocators named and a real-time workload to run, adds [`REALTIME_ALLOCS`] for
+/// the real-time workloads only; returns those it added.
+fn add_realtime_allocs(
+    req: &Request,
+    workloads: &[Workload],
+    allocs: &mut Vec<AllocSpec>,
+    notes: &mut Vec<String>,
+) -> Vec<&'static str> {
+    let mut added = Vec::new();
+    if req.allocs.is_some() || !workloads.iter().any(|w| w.suite() == Suite::Realtime) {
+        return added;
+    }
+    for &n in REALTIME_ALLOCS {
+        match AllocSpec::find(n) {
+            Some(a) if !allocs.iter().any(|o| o.name() == n) => {
+                allocs.push(a);
+                added.push(a.name());
+            }
+            Some(_) => {}
+            None => notes.push(format!(
+                "real-time allocator `{n}` is not registered; skipped"
+            )),
+        }
+    }
+    added
+}
+
+/// The thread counts: those asked for (each at least 1, at most [`MAX_THREADS`]), else 1 and
+/// 2 with `quick`, else [`default_threads`].
+fn thread_counts(req: &Request) -> Result<Vec<usize>, PlanError> {
+    let threads = match &req.threads {
+        Some(t) if t.is_empty() => return err("no thread count given"),
+        Some(t) => t.clone(),
+        None if req.quick => vec![1, 2],
+        None => default_threads(),
+    };
+    if threads.contains(&0) {
+        return err("thread count 0: every run needs at least one thread");
+    }
+    if let Some(t) = threads.iter().find(|&&t| t > MAX_THREADS) {
+        return err(format!("thread count {t} is above {MAX_THREADS}"));
+    }
+    Ok(threads)
+}
+
+/// The counted repetitions of each run: at least one.
+fn repetitions(req: &Request) -> Result<usize, PlanError> {
+    let reps = req.reps.unwrap_or(if req.quick { 2 } else { DEFAULT_REPS });
+    if reps == 0 {
+        return err("--reps 0: every run needs at least one repetition");
+    }
+    Ok(reps)
+}
+
+/// The largest order the allocators are built for.
+fn max_order(req: &Request) -> Result<u32, PlanError> {
+    let max_order = req.max_order.unwrap_or(DEFAULT_MAX_ORDER);
+    if max_order > 40 {
+        return err(format!("maximum order {max_order} is above 40"));
+    }
+    Ok(max_order)
+}
+
+/// The heap of every case but the real-time workloads', in units: at least one block of
+/// `max_order`.
+fn heap_units(req: &Request, max_order: u32) -> Result<usize, PlanError> {
+    let heap_units = match req.heap_bytes {
+        None if req.quick => QUICK_HEAP_UNITS,
+        None => DEFAULT_HEAP_UNITS,
+        Some(b) => usize::try_from(b / UNIT_BYTES as u64).unwrap_or(usize::MAX),
+    };
+    let min_units = 1usize << max_order;
+    if heap_units < min_units {
+        return err(format!(
+            "heap of {} is smaller than one block of the maximum order {max_order} ({})",
+            bytes(heap_units * UNIT_BYTES),
+            bytes(min_units * UNIT_BYTES)
+        ));
+    }
+    Ok(heap_units)
+}
+
+/// What the cases are swept over, once checked: the request's orders, and its thread counts,
+/// maximum order and heap.
+struct Sweep<'a> {
+    req: &'a Request,
+    threads: &'a [usize],
+    max_order: u32,
+    heap_units: usize,
+    params: &'a Params,
+}
+
+impl Sweep<'_> {
+    /// The cases of `workloads`, in order: each workload at each of its orders, thread
+    /// counts and heaps; a standalone one once.
+    fn cases(
+        &self,
+        workloads: &[Workload],
+        notes: &mut Vec<String>,
+    ) -> Result<Vec<Case>, PlanError> {
+        let mut cases = Vec::new();
+        for &w in workloads {
+            if w.standalone() {
+                if self.req.orders.is_some() {
+                    notes.push(format!(
+                        "{} sizes its own heaps and orders; --size/--order/--heap ignored for it",
+                        w.name()
+                    ));
+                }
+                cases.push(Case {
+                    workload: w,
+                    order: 0,
+                    threads: 1,
+                    units: 0,
+                });
+                continue;
+            }
+            for order in self.orders(w, notes) {
+                self.check_order(w, order)?;
+                for &threads in self.threads(w) {
+                    for units in self.heaps(w, order, threads)? {
+                        cases.push(Case {
+                            workload: w,
+                            order,
+                            threads,
+                            units,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(cases)
+    }
+
+    /// The orders `w` runs at: those asked for, else its paper's sizes.
+    fn orders(&self, w: Workload, notes: &mut Vec<String>) -> Vec<u32> {
+        match (&self.req.orders, w) {
+            (Some(o), Workload::Frag) if o != &[0] => {
+                notes.push("frag always allocates order 0; --size/--order ignored for it".into());
+                vec![0]
+            }
+            (_, Workload::Frag) => vec![0],
+            (Some(o), _) => o.clone(),
+            (None, _) if w.suite() == Suite::Llfree => LLFREE_ORDERS.to_vec(),
+            (None, _) if w.suite() == Suite::Realtime => vec![0],
+            (None, _) if self.req.quick => vec![0, 2],
+            (None, _) => NBBS_ORDERS.to_vec(),
+        }
+    }
+
+    /// Checks that the largest order `w` allocates at `order` is one the allocators are built
+    /// for.
+    fn check_order(&self, w: Workload, order: u32) -> Result<(), PlanError> {
+        let top = w.top_order(order, self.params);
+        if top > self.max_order {
+            return err(format!(
+                "order {order} ({}) is too large for {}: it allocates up to order {top}, above the maximum order {}",
+                bytes(UNIT_BYTES << order),
+                w.name(),
+                self.max_order
+            ));
+        }
+        Ok(())
+    }
+
+    /// The thread counts `w` runs with.
+    fn threads(&self, w: Workload) -> &[usize] {
+        // The contrived case and its one request are sequential; frag fills the whole heap,
+        // which makes it the slowest case: the default suite runs it on one thread.
+        match w {
+            Workload::Contrived => &[1],
+            Workload::Frag if self.req.threads.is_none() => &[1],
+            _ => self.threads,
+        }
+    }
+
+    /// The heaps `w` runs on at `order` with `threads`: the run's heap, checked to hold what
+    /// it needs, unless the workload sizes its own.
+    fn heaps(&self, w: Workload, order: u32, threads: usize) -> Result<Vec<usize>, PlanError> {
+        // The contrived case sweeps N, one heap each; latency fills its own.
+        Ok(match w {
+            Workload::Contrived => self
+                .params
+                .rt
+                .contrived_blocks
+                .iter()
+                .map(|&n| contrived::units_for(n, 1 << order))
+                .collect(),
+            _ if w.own_heap() => vec![w.units_needed(order, threads, self.params)],
+            _ => {
+                check_heap(w, order, threads, self.heap_units, self.params)?;
+                vec![self.heap_units]
+            }
+        })
+    }
+}
+
 /// Checks that the run's heap of `units` holds what `w` needs at `order` with `threads`.
 fn check_heap(
     w: Workload,
@@ -243,199 +476,78 @@ fn check_heap(
     Ok(())
 }
 
+/// The notes on the per-core caches' settings the request chose.
+fn cache_notes(req: &Request) -> Vec<String> {
+    let mut notes = Vec::new();
+    if let Some(limit) = req.parking_limit {
+        let lists = match limit {
+            usize::MAX => "the longest".to_string(),
+            units => format!("the longest within {units} units per core"),
+        };
+        notes.push(format!(
+            "magazine lists: {lists}, whatever the heap (--parking-limit)"
+        ));
+    }
+    if req.interrupt_safe_frees {
+        notes.push(
+            "per-core caches: every free by a compare-and-swap on the block's state, none \
+             under the lock of the cache that handed it out (--interrupt-safe-frees)"
+                .to_string(),
+        );
+    }
+    notes
+}
+
+/// The allocator the others are compared with: the one named (added to the run if it is not
+/// in it), else the first of [`DEFAULT_BASELINES`] in the run, else the run's first.
+fn baseline(
+    req: &Request,
+    allocs: &mut Vec<AllocSpec>,
+    notes: &mut Vec<String>,
+) -> Result<&'static str, PlanError> {
+    Ok(match &req.baseline {
+        Some(b) => match AllocSpec::find(b) {
+            None => return err(format!("unknown baseline allocator `{b}`")),
+            Some(a) => {
+                if !allocs.iter().any(|o| o.name() == a.name()) {
+                    notes.push(format!("baseline `{b}` added to the allocators"));
+                    allocs.push(a);
+                }
+                a.name()
+            }
+        },
+        None => DEFAULT_BASELINES
+            .iter()
+            .find_map(|b| allocs.iter().find(|a| a.name() == *b))
+            .unwrap_or(&allocs[0])
+            .name(),
+    })
+}
+
 impl Plan {
     /// Checks a request: names exist, thread counts and repetitions are positive, orders fit
-    /// under the maximum order, the heap is large enough for every run.
+    /// under the maximum order, the heap is large enough for every run. Each part decides
+    /// one thing, in the order the checks report errors and the notes come.
     pub fn new(req: &Request) -> Result<Plan, PlanError> {
         let mut notes = Vec::new();
-        let mut params = if req.quick {
-            Params::quick()
-        } else {
-            Params::default()
-        };
-        if let Some(seed) = req.seed {
-            params.seed = seed;
-        }
-        if req.held_bursts {
-            params.held_bursts = true;
-            notes.push(
-                "linux-scalability and thread-test: each burst on a held core (--held-bursts: \
-                 BlockAlloc::with_core; allocators without per-core caches answer it with their \
-                 plain calls)"
-                    .to_string(),
-            );
-        }
-        if let Some(b) = req.work_bytes {
-            params.llfree_units = usize::try_from(b / UNIT_BYTES as u64).unwrap_or(usize::MAX);
-            if params.llfree_units == 0 {
-                return err("--work is smaller than one 4 KiB unit");
-            }
-        }
-        let workloads = match &req.workloads {
-            Some(n) => workload_names(n)?,
-            None => Workload::ALL
-                .into_iter()
-                .filter(|w| w.in_default_suite())
-                .collect(),
-        };
-        if workloads.is_empty() {
-            return err("no workload to run");
-        }
+        let params = params(req, &mut notes)?;
+        let workloads = workloads(req)?;
         let mut allocs = alloc_names(req, &mut notes)?;
-        let mut realtime_only = Vec::new();
-        if req.allocs.is_none() && workloads.iter().any(|w| w.suite() == Suite::Realtime) {
-            for &n in REALTIME_ALLOCS {
-                match AllocSpec::find(n) {
-                    Some(a) if !allocs.iter().any(|o| o.name() == n) => {
-                        allocs.push(a);
-                        realtime_only.push(a.name());
-                    }
-                    Some(_) => {}
-                    None => notes.push(format!(
-                        "real-time allocator `{n}` is not registered; skipped"
-                    )),
-                }
-            }
-        }
-        let threads = match &req.threads {
-            Some(t) if t.is_empty() => return err("no thread count given"),
-            Some(t) => t.clone(),
-            None if req.quick => vec![1, 2],
-            None => default_threads(),
+        let realtime_only = add_realtime_allocs(req, &workloads, &mut allocs, &mut notes);
+        let threads = thread_counts(req)?;
+        let reps = repetitions(req)?;
+        let max_order = max_order(req)?;
+        let heap_units = heap_units(req, max_order)?;
+        let sweep = Sweep {
+            req,
+            threads: &threads,
+            max_order,
+            heap_units,
+            params: &params,
         };
-        if threads.contains(&0) {
-            return err("thread count 0: every run needs at least one thread");
-        }
-        if let Some(t) = threads.iter().find(|&&t| t > MAX_THREADS) {
-            return err(format!("thread count {t} is above {MAX_THREADS}"));
-        }
-        let reps = req.reps.unwrap_or(if req.quick { 2 } else { DEFAULT_REPS });
-        if reps == 0 {
-            return err("--reps 0: every run needs at least one repetition");
-        }
-        let max_order = req.max_order.unwrap_or(DEFAULT_MAX_ORDER);
-        if max_order > 40 {
-            return err(format!("maximum order {max_order} is above 40"));
-        }
-        let heap_units = match req.heap_bytes {
-            None if req.quick => QUICK_HEAP_UNITS,
-            None => DEFAULT_HEAP_UNITS,
-            Some(b) => usize::try_from(b / UNIT_BYTES as u64).unwrap_or(usize::MAX),
-        };
-        let min_units = 1usize << max_order;
-        if heap_units < min_units {
-            return err(format!(
-                "heap of {} is smaller than one block of the maximum order {max_order} ({})",
-                bytes(heap_units * UNIT_BYTES),
-                bytes(min_units * UNIT_BYTES)
-            ));
-        }
-        let mut cases = Vec::new();
-        for &w in &workloads {
-            if w.standalone() {
-                if req.orders.is_some() {
-                    notes.push(format!(
-                        "{} sizes its own heaps and orders; --size/--order/--heap ignored for it",
-                        w.name()
-                    ));
-                }
-                cases.push(Case {
-                    workload: w,
-                    order: 0,
-                    threads: 1,
-                    units: 0,
-                });
-                continue;
-            }
-            let orders: Vec<u32> = match (&req.orders, w) {
-                (Some(o), Workload::Frag) if o != &[0] => {
-                    notes.push(
-                        "frag always allocates order 0; --size/--order ignored for it".into(),
-                    );
-                    vec![0]
-                }
-                (_, Workload::Frag) => vec![0],
-                (Some(o), _) => o.clone(),
-                (None, _) if w.suite() == Suite::Llfree => LLFREE_ORDERS.to_vec(),
-                (None, _) if w.suite() == Suite::Realtime => vec![0],
-                (None, _) if req.quick => vec![0, 2],
-                (None, _) => NBBS_ORDERS.to_vec(),
-            };
-            // The contrived case and its one request are sequential; frag fills the whole
-            // heap, which makes it the slowest case: the default suite runs it on one thread.
-            let threads: &[usize] = match w {
-                Workload::Contrived => &[1],
-                Workload::Frag if req.threads.is_none() => &[1],
-                _ => &threads,
-            };
-            for &order in &orders {
-                let top = w.top_order(order, &params);
-                if top > max_order {
-                    return err(format!(
-                        "order {order} ({}) is too large for {}: it allocates up to order {top}, above the maximum order {max_order}",
-                        bytes(UNIT_BYTES << order),
-                        w.name()
-                    ));
-                }
-                for &t in threads {
-                    // The contrived case sweeps N, one heap each; latency fills its own.
-                    let heaps = match w {
-                        Workload::Contrived => params
-                            .rt
-                            .contrived_blocks
-                            .iter()
-                            .map(|&n| workloads::realtime::contrived::units_for(n, 1 << order))
-                            .collect(),
-                        _ if w.own_heap() => vec![w.units_needed(order, t, &params)],
-                        _ => {
-                            check_heap(w, order, t, heap_units, &params)?;
-                            vec![heap_units]
-                        }
-                    };
-                    for units in heaps {
-                        cases.push(Case {
-                            workload: w,
-                            order,
-                            threads: t,
-                            units,
-                        });
-                    }
-                }
-            }
-        }
-        if let Some(limit) = req.parking_limit {
-            let lists = match limit {
-                usize::MAX => "the longest".to_string(),
-                units => format!("the longest within {units} units per core"),
-            };
-            notes.push(format!(
-                "magazine lists: {lists}, whatever the heap (--parking-limit)"
-            ));
-        }
-        if req.interrupt_safe_frees {
-            notes.push(
-                "per-core caches: every free by a compare-and-swap on the block's state, none \
-                 under the lock of the cache that handed it out (--interrupt-safe-frees)"
-                    .to_string(),
-            );
-        }
-        let baseline = match &req.baseline {
-            Some(b) => match AllocSpec::find(b) {
-                None => return err(format!("unknown baseline allocator `{b}`")),
-                Some(a) => {
-                    if !allocs.iter().any(|o| o.name() == a.name()) {
-                        notes.push(format!("baseline `{b}` added to the allocators"));
-                        allocs.push(a);
-                    }
-                    a.name()
-                }
-            },
-            None => DEFAULT_BASELINES
-                .iter()
-                .find_map(|b| allocs.iter().find(|a| a.name() == *b))
-                .unwrap_or(&allocs[0])
-                .name(),
-        };
+        let cases = sweep.cases(&workloads, &mut notes)?;
+        notes.extend(cache_notes(req));
+        let baseline = baseline(req, &mut allocs, &mut notes)?;
         Ok(Plan {
             allocs,
             baseline,
@@ -560,10 +672,10 @@ impl Plan {
         if let Some(line) = skipped_summary(&skipped) {
             self.notes.push(line);
         }
-        let meta = crate::report::RunMeta {
+        let meta = RunMeta {
             heap_units: self.heap_units,
             lock: self.lock,
-            clock: crate::runner::clock(),
+            clock: runner::clock(),
             warmup: self.warmup,
             min_phase_ms: self.min_phase.as_secs_f64() * 1e3,
         };
@@ -662,69 +774,10 @@ fn skipped_summary(skipped: &[(&'static str, String)]) -> Option<String> {
     ))
 }
 
-/// A byte count in the largest binary unit that divides it: `4K`, `2M`, `1G`.
-pub fn bytes(b: usize) -> String {
-    const UNITS: [(&str, u32); 4] = [("T", 40), ("G", 30), ("M", 20), ("K", 10)];
-    for (name, shift) in UNITS {
-        if b >= 1 << shift && b.trailing_zeros() >= shift {
-            return format!("{}{name}", b >> shift);
-        }
-    }
-    format!("{b}B")
-}
-
-/// Parses a byte count with an optional binary suffix (`4096`, `4K`, `32KiB`, `2M`, `1G`).
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, suffix) = t.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a size (examples: 4096, 4K, 2M, 1G)"))?;
-    let shift = match suffix.trim().to_ascii_uppercase().as_str() {
-        "" | "B" => 0,
-        "K" | "KB" | "KIB" => 10,
-        "M" | "MB" | "MIB" => 20,
-        "G" | "GB" | "GIB" => 30,
-        "T" | "TB" | "TIB" => 40,
-        _ => return Err(format!("`{s}` has an unknown unit (use K, M, G or T)")),
-    };
-    n.checked_mul(1 << shift)
-        .ok_or_else(|| format!("`{s}` is too large"))
-}
-
-/// The order of a block size in bytes: a power of two of at least 4 KiB.
-pub fn size_to_order(b: u64) -> Result<u32, String> {
-    if b < UNIT_BYTES as u64 || !b.is_power_of_two() {
-        return Err(format!(
-            "block size {b} bytes is not a power of two of at least 4K"
-        ));
-    }
-    Ok(b.trailing_zeros() - UNIT_BYTES.trailing_zeros())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use buddyfree::Error;
-
-    #[test]
-    fn sizes_parse_and_print() {
-        assert_eq!(parse_bytes("4K"), Ok(4096));
-        assert_eq!(parse_bytes("32KiB"), Ok(32 << 10));
-        assert_eq!(parse_bytes("1G"), Ok(1 << 30));
-        assert_eq!(parse_bytes("4096"), Ok(4096));
-        assert!(parse_bytes("4X").is_err());
-        assert!(parse_bytes("").is_err());
-        assert_eq!(size_to_order(4096), Ok(0));
-        assert_eq!(size_to_order(256 << 10), Ok(6));
-        assert!(size_to_order(3000).is_err());
-        assert!(size_to_order(12288).is_err());
-        assert_eq!(bytes(4096), "4K");
-        assert_eq!(bytes(2 << 20), "2M");
-        assert_eq!(bytes(3 << 30), "3G");
-        assert_eq!(bytes(100), "100B");
-    }
 
     fn req() -> Request {
         Request {

@@ -9,8 +9,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 
 use buddyfree::{BlockAlloc, Config, Error};
 
-/// Bytes in one unit.
-pub const UNIT_BYTES: usize = 4096;
+use crate::units::UNIT_BYTES;
 
 /// The system allocator as a [`BlockAlloc`]. See the module docs.
 pub struct SystemAlloc {

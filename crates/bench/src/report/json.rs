@@ -4,7 +4,8 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::Report;
+use super::latency;
+use super::summary::Report;
 
 /// The CSV columns of a record.
 pub const CSV_HEADER: &str = "alloc,workload,phase,order,size,threads,heap_units,reps,ops,ns_per_op_median,ns_per_op_min,ns_per_op_max,mops_median,mops_min,mops_max,failures,bad_frees,faults_per_op,speedup";
@@ -78,6 +79,6 @@ pub fn write(report: &Report, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
         std::fs::write(&path, text)?;
         files.push(path);
     }
-    files.extend(super::latency::write_csv(&report.realtime, dir)?);
+    files.extend(latency::write_csv(&report.realtime, dir)?);
     Ok(files)
 }

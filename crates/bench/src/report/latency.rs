@@ -7,12 +7,15 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::plot::{file_safe, push_point, whole, Chart, Series, XScale};
-use super::table::columns;
-use super::{RunSet, Stat};
-use crate::suite::bytes;
-use crate::system::UNIT_BYTES;
-use crate::workloads::realtime::latency::{Op, Pattern};
+use super::chart::{file_safe, push_point, whole, Chart, Series, XScale};
+use super::columns::columns;
+use super::stat::Stat;
+use crate::case::RunSet;
+use crate::units::{bytes, UNIT_BYTES};
+use crate::workloads::realtime::contrived::ContrivedSample;
+use crate::workloads::realtime::defrag::DefragSample;
+use crate::workloads::realtime::latency::{LatencySample, Op, Pattern};
+use crate::workloads::realtime::share::ShareSample;
 use crate::workloads::Outcome;
 
 /// Latency percentiles of one operation in one pattern, on one allocator.
@@ -161,100 +164,91 @@ fn stat(values: impl Iterator<Item = f64>) -> Stat {
     Stat::of(&values.collect::<Vec<_>>())
 }
 
-/// The `i`-th sample of a kind in every repetition (the workloads emit them in a fixed order).
-fn each<'a, T: 'a>(
-    outs: &'a [Outcome],
-    i: usize,
-    of: impl Fn(&'a Outcome) -> &'a Vec<T> + 'a,
-) -> impl Iterator<Item = &'a T> + 'a {
-    outs.iter().filter_map(move |o| of(o).get(i))
-}
-
-fn latency(set: &RunSet, out: &mut Vec<LatencyRecord>) {
+/// Appends to `out` one record per sample of a kind in `set`: `record` gets the set, the first
+/// repetition's sample and that sample of every repetition (the workloads emit them in a
+/// fixed order).
+fn summarize_each<T, R>(
+    set: &RunSet,
+    of: fn(&Outcome) -> &Vec<T>,
+    record: fn(&RunSet, &T, &[&T]) -> R,
+    out: &mut Vec<R>,
+) {
     let outs = &set.outcomes;
-    for (i, first) in outs[0].realtime.latency.iter().enumerate() {
-        let all = || each(outs, i, |o| &o.realtime.latency);
-        let times = || all().map(|s| s.times);
-        out.push(LatencyRecord {
-            alloc: set.alloc.to_string(),
-            pattern: first.pattern.name().to_string(),
-            op: first.op.name().to_string(),
-            order: set.case.order,
-            size: bytes(UNIT_BYTES << set.case.order),
-            threads: set.case.threads,
-            heap_units: set.case.units,
-            reps: outs.len(),
-            count: median_u64(times().map(|t| t.count)),
-            failures: all().map(|s| s.failures).sum(),
-            p50: median_u64(times().map(|t| t.p50)),
-            p99: median_u64(times().map(|t| t.p99)),
-            p999: median_u64(times().map(|t| t.p999)),
-            max: median_u64(times().map(|t| t.max)),
-            worst: times().map(|t| t.max).max().unwrap_or(0),
-            mean: stat(times().map(|t| t.mean)).median,
-            overhead_ns: first.overhead_ns,
-            clock: first.clock.to_string(),
-        });
+    for (i, first) in of(&outs[0]).iter().enumerate() {
+        let all: Vec<&T> = outs.iter().filter_map(|o| of(o).get(i)).collect();
+        out.push(record(set, first, &all));
     }
 }
 
-fn contrived(set: &RunSet, out: &mut Vec<ContrivedRecord>) {
-    let outs = &set.outcomes;
-    for (i, first) in outs[0].realtime.contrived.iter().enumerate() {
-        let all = || each(outs, i, |o| &o.realtime.contrived);
-        out.push(ContrivedRecord {
-            alloc: set.alloc.to_string(),
-            order: set.case.order,
-            blocks: first.blocks,
-            holes: first.holes,
-            heap_units: set.case.units,
-            reps: outs.len(),
-            ok_reps: all().filter(|s| s.ok).count(),
-            holes_below: first.holes_below,
-            first_ns: stat(all().map(|s| s.first_ns as f64)),
-            median_ns: stat(all().map(|s| s.median_ns as f64)),
-            max_ns: all().map(|s| s.max_ns).max().unwrap_or(0),
-        });
+fn latency(set: &RunSet, first: &LatencySample, all: &[&LatencySample]) -> LatencyRecord {
+    let times = || all.iter().map(|s| s.times);
+    LatencyRecord {
+        alloc: set.alloc.to_string(),
+        pattern: first.pattern.name().to_string(),
+        op: first.op.name().to_string(),
+        order: set.case.order,
+        size: bytes(UNIT_BYTES << set.case.order),
+        threads: set.case.threads,
+        heap_units: set.case.units,
+        reps: set.outcomes.len(),
+        count: median_u64(times().map(|t| t.count)),
+        failures: all.iter().map(|s| s.failures).sum(),
+        p50: median_u64(times().map(|t| t.p50)),
+        p99: median_u64(times().map(|t| t.p99)),
+        p999: median_u64(times().map(|t| t.p999)),
+        max: median_u64(times().map(|t| t.max)),
+        worst: times().map(|t| t.max).max().unwrap_or(0),
+        mean: stat(times().map(|t| t.mean)).median,
+        overhead_ns: first.overhead_ns,
+        clock: first.clock.to_string(),
     }
 }
 
-fn share(set: &RunSet, out: &mut Vec<ShareRecord>) {
-    let outs = &set.outcomes;
-    for (i, first) in outs[0].realtime.share.iter().enumerate() {
-        let all = || each(outs, i, |o| &o.realtime.share);
-        out.push(ShareRecord {
-            alloc: first.alloc.to_string(),
-            requests: first.requests,
-            immediate: first.immediate,
-            share: first.share(),
-            served_by: first
-                .served_by
-                .iter()
-                .map(|&(n, c)| (n.to_string(), c))
-                .collect(),
-            failed: first.failed,
-            reps: outs.len(),
-            alloc_ns: stat(all().map(|s| s.alloc_ns)),
-            free_ns: stat(all().map(|s| s.free_ns)),
-        });
+fn contrived(set: &RunSet, first: &ContrivedSample, all: &[&ContrivedSample]) -> ContrivedRecord {
+    ContrivedRecord {
+        alloc: set.alloc.to_string(),
+        order: set.case.order,
+        blocks: first.blocks,
+        holes: first.holes,
+        heap_units: set.case.units,
+        reps: set.outcomes.len(),
+        ok_reps: all.iter().filter(|s| s.ok).count(),
+        holes_below: first.holes_below,
+        first_ns: stat(all.iter().map(|s| s.first_ns as f64)),
+        median_ns: stat(all.iter().map(|s| s.median_ns as f64)),
+        max_ns: all.iter().map(|s| s.max_ns).max().unwrap_or(0),
     }
 }
 
-fn defrag(set: &RunSet, out: &mut Vec<DefragRecord>) {
-    let outs = &set.outcomes;
-    for (i, first) in outs[0].realtime.defrag.iter().enumerate() {
-        let all = || each(outs, i, |o| &o.realtime.defrag);
-        out.push(DefragRecord {
-            alloc: first.alloc.to_string(),
-            order: first.order,
-            heap_units: first.units,
-            reps: outs.len(),
-            ok_reps: all().filter(|s| s.ok).count(),
-            moves: first.moves,
-            predicted: first.predicted,
-            units_moved: first.units_moved,
-            ns: stat(all().map(|s| s.ns as f64)),
-        });
+fn share(set: &RunSet, first: &ShareSample, all: &[&ShareSample]) -> ShareRecord {
+    ShareRecord {
+        alloc: first.alloc.to_string(),
+        requests: first.requests,
+        immediate: first.immediate,
+        share: first.share(),
+        served_by: first
+            .served_by
+            .iter()
+            .map(|&(n, c)| (n.to_string(), c))
+            .collect(),
+        failed: first.failed,
+        reps: set.outcomes.len(),
+        alloc_ns: stat(all.iter().map(|s| s.alloc_ns)),
+        free_ns: stat(all.iter().map(|s| s.free_ns)),
+    }
+}
+
+fn defrag(set: &RunSet, first: &DefragSample, all: &[&DefragSample]) -> DefragRecord {
+    DefragRecord {
+        alloc: first.alloc.to_string(),
+        order: first.order,
+        heap_units: first.units,
+        reps: set.outcomes.len(),
+        ok_reps: all.iter().filter(|s| s.ok).count(),
+        moves: first.moves,
+        predicted: first.predicted,
+        units_moved: first.units_moved,
+        ns: stat(all.iter().map(|s| s.ns as f64)),
     }
 }
 
@@ -262,10 +256,10 @@ fn defrag(set: &RunSet, out: &mut Vec<DefragRecord>) {
 pub fn summarize(sets: &[RunSet]) -> RealtimeReport {
     let mut r = RealtimeReport::default();
     for set in sets.iter().filter(|s| !s.outcomes.is_empty()) {
-        latency(set, &mut r.latency);
-        contrived(set, &mut r.contrived);
-        share(set, &mut r.share);
-        defrag(set, &mut r.defrag);
+        summarize_each(set, |o| &o.realtime.latency, latency, &mut r.latency);
+        summarize_each(set, |o| &o.realtime.contrived, contrived, &mut r.contrived);
+        summarize_each(set, |o| &o.realtime.share, share, &mut r.share);
+        summarize_each(set, |o| &o.realtime.defrag, defrag, &mut r.defrag);
     }
     let pattern_rank = |p: &str| Pattern::ALL.iter().position(|x| x.name() == p);
     r.latency.sort_by_key(|l| {

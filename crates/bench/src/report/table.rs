@@ -2,48 +2,21 @@
 
 use std::fmt::Write as _;
 
-use super::{FragRound, Report};
-use crate::suite::bytes;
+use super::columns::columns;
+use super::latency;
+use super::summary::{FragRound, Report};
+use crate::allocs::{lock_applies, AllocSpec};
+use crate::runner::Clock;
+use crate::units::{bytes, UNIT_BYTES};
 
 /// The allocators `--lock` applies to, for the table's header.
 fn locked_names() -> String {
-    crate::allocs::AllocSpec::all()
+    AllocSpec::all()
         .iter()
         .map(|a| a.name())
-        .filter(|n| crate::allocs::lock_applies(n))
+        .filter(|n| lock_applies(n))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// Lays out rows of cells in columns; the first row is the header. Text columns are
-/// left-aligned, numeric ones right-aligned.
-pub(crate) fn columns(rows: &[Vec<String>], numeric: &[bool]) -> String {
-    let n = rows.first().map_or(0, Vec::len);
-    let widths: Vec<usize> = (0..n)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for (i, row) in rows.iter().enumerate() {
-        let mut line = String::new();
-        for (c, cell) in row.iter().enumerate() {
-            if c > 0 {
-                line.push_str("  ");
-            }
-            if numeric[c] {
-                let _ = write!(line, "{cell:>w$}", w = widths[c]);
-            } else {
-                let _ = write!(line, "{cell:<w$}", w = widths[c]);
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-        if i == 0 {
-            let total = widths.iter().sum::<usize>() + 2 * n.saturating_sub(1);
-            out.push_str(&"-".repeat(total));
-            out.push('\n');
-        }
-    }
-    out
 }
 
 fn ns(x: f64) -> String {
@@ -121,12 +94,12 @@ pub fn render(report: &Report) -> String {
         let _ = writeln!(
             out,
             "heap {} of 4 KiB units for every case (metadata only; real-time workloads size their own); locked baselines ({}) behind a {} lock; {} clock; median of {} counted repetition(s), allocators interleaved{}; phases repeated to last at least {} ms",
-            bytes(m.heap_units * crate::system::UNIT_BYTES),
+            bytes(m.heap_units * UNIT_BYTES),
             locked_names(),
             m.lock.name(),
             match m.clock {
-                crate::runner::Clock::Wall => "wall",
-                crate::runner::Clock::Cpu => "thread CPU-time",
+                Clock::Wall => "wall",
+                Clock::Cpu => "thread CPU-time",
             },
             report.records.iter().map(|r| r.reps).max().unwrap_or(0),
             if m.warmup { " after one warm-up round" } else { ", no warm-up" },
@@ -178,7 +151,7 @@ pub fn render(report: &Report) -> String {
             "late mean: over the second half of the rounds (a single round's figures swing)\n",
         );
     }
-    out.push_str(&super::latency::render(&report.realtime));
+    out.push_str(&latency::render(&report.realtime));
     if !report.notes.is_empty() {
         out.push_str("\nnotes:\n");
         for n in &report.notes {

@@ -21,7 +21,7 @@ use buddyfree::llfree::Options;
 use buddyfree::{BlockAlloc, Config};
 use serde::Serialize;
 
-use super::Rng;
+use super::rng::Rng;
 
 /// Blocks each worker thread holds at most.
 pub const SLOTS: usize = 256;

@@ -10,7 +10,10 @@ use std::time::Duration;
 use buddyfree::stats::{huge_fragmentation, Fragmentation, HUGE_FRAME_UNITS};
 use buddyfree::BlockAlloc;
 
-use super::{phase, Counts, Outcome, Params, Phase, Rng};
+use super::counts::Counts;
+use super::outcome::{phase, Outcome, Phase};
+use super::params::Params;
+use super::rng::Rng;
 use crate::runner::run_workers;
 
 /// Blocks each thread allocates: `units / threads / 2 / 2^order`.

@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 use buddyfree::stats::HUGE_FRAME_UNITS;
 use buddyfree::{BlockAlloc, HeldCore, OnCore};
 
-use super::{phase, Counts, Outcome, Params, Recorder, Rng, Stop};
+use super::counts::{Counts, Recorder};
+use super::outcome::{phase, Outcome};
+use super::params::{Params, Stop};
+use super::rng::Rng;
 use crate::runner::{run_workers, Worker};
 
 /// Constant Occupancy's pool, in units of `k`: 1·16 + 2·8 + 4·4 + 8·2 + 16·1.
@@ -18,6 +21,21 @@ pub const POOL_UNITS: usize = 80;
 
 /// Constant Occupancy's pool, in blocks: 1 + 2 + 4 + 8 + 16.
 pub const POOL_BLOCKS: usize = 31;
+
+/// Constant Occupancy's largest blocks are `16k` units: 4 orders above `k`.
+pub const POOL_SPAN: u32 = 4;
+
+/// Units Constant Occupancy holds at once at `order` with `threads` threads: every thread's
+/// pool.
+pub fn constant_occupancy_units(order: u32, threads: usize) -> usize {
+    threads * POOL_UNITS * (1 << order)
+}
+
+/// Units Larson holds at once at `order` with `threads` threads: every thread's blocks, each
+/// counted at the largest size.
+pub fn larson_units(order: u32, threads: usize, p: &Params) -> usize {
+    threads * p.larson_chunks * ((1 << order) << p.larson_span)
+}
 
 /// Marks an empty slot in a pool of held blocks (its allocation failed).
 const EMPTY: usize = usize::MAX;

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use buddyfree::BlockAlloc;
 use hdrhistogram::Histogram;
 
-use crate::workloads::{Counts, Recorder};
+use crate::workloads::counts::{Counts, Recorder};
 
 /// The longest time a histogram holds exactly enough: 10 s; longer ones saturate there.
 const HIGHEST_NS: u64 = 10_000_000_000;

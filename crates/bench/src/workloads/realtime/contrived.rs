@@ -15,8 +15,12 @@
 
 use buddyfree::BlockAlloc;
 
+pub use super::samples::ContrivedSample;
+
 use super::clock::Clock;
-use crate::workloads::{Counts, Outcome, Params};
+use crate::workloads::counts::Counts;
+use crate::workloads::outcome::Outcome;
+use crate::workloads::params::Params;
 
 /// Blocks beyond the `N` of the case: the remainder, room for one aligned block of `2k`
 /// wherever the `N` blocks went.
@@ -30,30 +34,6 @@ pub fn units_for(blocks: usize, k: usize) -> usize {
 /// The `N` of a heap of `units` units at `order`.
 pub fn blocks_in(units: usize, order: u32) -> usize {
     (units >> order).saturating_sub(REMAINDER_BLOCKS)
-}
-
-/// One run of the case.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ContrivedSample {
-    /// N.
-    pub blocks: usize,
-    /// Of them, allocated (all, unless the allocator ran out).
-    pub allocated: usize,
-    /// Holes freed (every other allocated block).
-    pub holes: usize,
-    /// Whether the larger request succeeded.
-    pub ok: bool,
-    /// Holes below the block the request got: for a first-fit list in address order, the
-    /// number of extents it walked past; `None` if it failed.
-    pub holes_below: Option<usize>,
-    /// The first request's time, ns.
-    pub first_ns: u64,
-    /// The median of all requests' times, ns.
-    pub median_ns: u64,
-    /// The longest request, ns.
-    pub max_ns: u64,
-    /// Requests timed.
-    pub requests: usize,
 }
 
 /// Runs the case once on `a` (a fresh allocator over `units_for(N, 2^order)` units).

@@ -8,29 +8,12 @@
 use buddyfree::buddy::{alloc_or_defrag, Defrag, Estranged, Knuth};
 use buddyfree::{Config, Error};
 
-use super::clock::Clock;
-use crate::workloads::{Counts, Outcome, Params};
+pub use super::samples::DefragSample;
 
-/// One defragmenting request.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DefragSample {
-    /// "knuth" or "estranged".
-    pub alloc: &'static str,
-    /// The order requested.
-    pub order: u32,
-    /// Units in the heap.
-    pub units: usize,
-    /// Whether the request succeeded.
-    pub ok: bool,
-    /// Blocks moved.
-    pub moves: usize,
-    /// Units moved.
-    pub units_moved: usize,
-    /// The moves predicted for this heap: `2^(k-1)` (0 for order 0).
-    pub predicted: usize,
-    /// The request's time, defragmentation included, ns.
-    pub ns: u64,
-}
+use super::clock::Clock;
+use crate::workloads::counts::Counts;
+use crate::workloads::outcome::Outcome;
+use crate::workloads::params::Params;
 
 /// Moves predicted on a heap with every other unit busy: the busy half of one block of
 /// `2^order` units, one unit each.

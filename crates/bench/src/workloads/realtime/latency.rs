@@ -14,92 +14,29 @@
 
 use buddyfree::BlockAlloc;
 
-use super::clock::{Clock, Percentiles, Timed};
+pub use super::samples::{LatencySample, Op, Pattern};
+
+use super::clock::{Clock, Timed};
 use crate::runner::run_workers;
+use crate::workloads::counts::{Counts, Recorder};
 use crate::workloads::nbbs::{self, Recorded};
-use crate::workloads::{Counts, Outcome, Params, Recorder, Rng, Stop, Workload};
-
-/// A pattern of the latency workload.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Pattern {
-    /// Constant Occupancy.
-    ConstantOccupancy,
-    /// Larson.
-    Larson,
-    /// The fragmented heap near full.
-    Fragmented,
-}
-
-impl Pattern {
-    /// Every pattern, in the order run.
-    pub const ALL: [Pattern; 3] = [
-        Pattern::ConstantOccupancy,
-        Pattern::Larson,
-        Pattern::Fragmented,
-    ];
-
-    /// Its name in tables and files.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Pattern::ConstantOccupancy => "constant-occupancy",
-            Pattern::Larson => "larson",
-            Pattern::Fragmented => "fragmented",
-        }
-    }
-}
-
-/// Which operation a sample times.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Op {
-    /// Allocations, failed ones included.
-    Alloc,
-    /// Frees.
-    Free,
-}
-
-impl Op {
-    /// Its name in tables and files.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Op::Alloc => "alloc",
-            Op::Free => "free",
-        }
-    }
-}
-
-/// The times of one operation in one pattern of one run, over all threads.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LatencySample {
-    /// The pattern.
-    pub pattern: Pattern,
-    /// The operation.
-    pub op: Op,
-    /// The times.
-    pub times: Percentiles,
-    /// Failed allocations among them (0 for frees).
-    pub failures: u64,
-    /// The clock's cost, subtracted from each time, ns.
-    pub overhead_ns: f64,
-    /// The clock: "tsc" or "instant".
-    pub clock: &'static str,
-}
+use crate::workloads::outcome::Outcome;
+use crate::workloads::params::{Params, Stop};
+use crate::workloads::rng::Rng;
 
 /// The fragmented pattern's orders span `k..=k+3`; Constant Occupancy's `k..=k+4`.
 const FRAG_SPAN: u32 = 3;
 
 /// Orders above the base order the workload allocates.
 pub fn order_span(p: &Params) -> u32 {
-    Workload::ConstantOccupancy
-        .order_span(p)
-        .max(Workload::Larson.order_span(p))
-        .max(FRAG_SPAN)
+    nbbs::POOL_SPAN.max(p.larson_span).max(FRAG_SPAN)
 }
 
 /// Units the heap needs: Constant Occupancy's and Larson's pools, and at least the
 /// fragmented pattern's heap.
 pub fn units_needed(order: u32, threads: usize, p: &Params) -> usize {
-    let co = Workload::ConstantOccupancy.units_needed(order, threads, p);
-    let larson = Workload::Larson.units_needed(order, threads, p);
+    let co = nbbs::constant_occupancy_units(order, threads);
+    let larson = nbbs::larson_units(order, threads, p);
     co.max(larson).max(p.rt.latency_units)
 }
 

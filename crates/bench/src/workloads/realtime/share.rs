@@ -12,42 +12,15 @@
 use buddyfree::buddy::{Estranged, Knuth};
 use buddyfree::{Config, Error, SeqBlockAlloc};
 
-use super::clock::Clock;
-use crate::workloads::{Counts, Outcome, Params, Rng};
+pub use super::samples::ShareSample;
 
-/// Allocations per burst (between two collections).
-pub const BURST: usize = 4096;
+use super::clock::Clock;
+use crate::workloads::counts::Counts;
+use crate::workloads::outcome::Outcome;
+use crate::workloads::params::{Params, SHARE_BURST};
+use crate::workloads::rng::Rng;
 /// The largest order the heaps are built for: 64 KiB blocks.
 const MAX_ORDER: u32 = 12;
-
-/// What one allocator did on the mix.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ShareSample {
-    /// "knuth" or "estranged".
-    pub alloc: &'static str,
-    /// Allocations requested.
-    pub requests: u64,
-    /// Served immediately (Knuth: from the list of the order; estranged: steps 1 and 2).
-    pub immediate: u64,
-    /// How the served requests were served, by the allocator's own counters (they add up to
-    /// the requests that did not fail).
-    pub served_by: Vec<(&'static str, u64)>,
-    /// Failed requests.
-    pub failed: u64,
-    /// Frees.
-    pub frees: u64,
-    /// Mean ns per allocation.
-    pub alloc_ns: f64,
-    /// Mean ns per free.
-    pub free_ns: f64,
-}
-
-impl ShareSample {
-    /// Immediately served requests over all requests.
-    pub fn share(&self) -> f64 {
-        self.immediate as f64 / self.requests.max(1) as f64
-    }
-}
 
 /// The order of a request drawn from the mix.
 #[inline(always)]
@@ -81,10 +54,10 @@ fn mix<A: SeqBlockAlloc>(a: &mut A, requests: usize, seed: u64, clock: Clock) ->
         timed_frees: 0,
     };
     let mut live: Vec<(usize, u32)> = Vec::new();
-    let mut orders = Vec::with_capacity(BURST);
+    let mut orders = Vec::with_capacity(SHARE_BURST);
     let mut left = requests;
     while left > 0 {
-        let burst = left.min(BURST);
+        let burst = left.min(SHARE_BURST);
         left -= burst;
         orders.clear();
         orders.extend((0..burst).map(|_| java_order(&mut rng)));
