@@ -69,5 +69,15 @@ impl From<ConfigRule> for Error {
     }
 }
 
-#[cfg(feature = "std")]
-impl std::error::Error for Error {}
+/// In every build, `no_std` included: `core::error::Error` is stable since Rust 1.81, below
+/// the crate's MSRV, so a kernel can put it behind `dyn core::error::Error` or `?` it into
+/// its own error types as `std` code does.
+impl core::error::Error for Error {}
+
+// Checked in every build that compiles the crate, `no_std` ones included (the freestanding
+// program's, `--no-default-features`): the public error types are `core::error::Error`s.
+const _: () = {
+    const fn is_error<E: core::error::Error + Send + Sync + 'static>() {}
+    is_error::<Error>();
+    is_error::<crate::heap::HeapError>();
+};

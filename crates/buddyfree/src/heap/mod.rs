@@ -91,9 +91,10 @@ impl fmt::Display for HeapError {
     }
 }
 
-#[cfg(feature = "std")]
-#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
-impl std::error::Error for HeapError {}
+/// In every build, as for [`Error`]. No `source`: `Display` already shows the block
+/// allocator's [`Error`] of [`HeapError::Block`], and a report that walked the chain would
+/// print it twice.
+impl core::error::Error for HeapError {}
 
 /// A block allocator over a region of memory: unit `i` lives at `base + i * unit`.
 pub struct Heap<A> {
