@@ -3,6 +3,7 @@
 
 use buddyfree::buddy::Knuth;
 use buddyfree::locked::PerCpu;
+use buddyfree::magazine::Settings;
 use buddyfree::registry::{self, DynAlloc, Entry};
 use buddyfree::{Config, Error, Locked};
 
@@ -64,17 +65,16 @@ type Ticket = spin::mutex::TicketMutex<()>;
 /// registry's test-and-set spinlock; every other one is built as the registry builds it
 /// (list-locked keeps its test-and-set lock: the LLFree paper's ListLocked is one).
 /// Builds an allocator over a configuration, as a registry entry does.
-type Build = fn(Config) -> Result<DynAlloc, Error>;
+type Build = fn(Config, Settings) -> Result<DynAlloc, Error>;
 
 const TICKET_BUILDS: &[(&str, Build)] = &[
-    ("knuth-locked", |c| {
+    ("knuth-locked", |c, _| {
         Ok(Box::new(Locked::<Knuth, Ticket>::new(Knuth::new(c)?)))
     }),
-    ("linux", |c| {
-        Ok(Box::new(PerCpu::<Knuth, Ticket>::with_config(
-            c,
-            Knuth::new,
-        )?))
+    ("linux", |c, s| {
+        Ok(Box::new(
+            PerCpu::<Knuth, Ticket>::with_config(c, Knuth::new)?.with_settings(s),
+        ))
     }),
 ];
 
@@ -155,17 +155,24 @@ impl AllocSpec {
     /// accepts (the list allocators serve order 0 only); workloads needing more skip it. The
     /// locked baselines get `lock`. The error says why it cannot be built.
     pub fn build(&self, config: Config, lock: Lock) -> Result<DynAlloc, String> {
-        let lowered = |max: u32| Config {
-            max_order: config.max_order.min(max),
-            ..config
-        };
+        self.build_with(config, Settings::new(), lock)
+    }
+
+    /// [`AllocSpec::build`] with the per-core caches' `settings`.
+    pub fn build_with(
+        &self,
+        config: Config,
+        settings: Settings,
+        lock: Lock,
+    ) -> Result<DynAlloc, String> {
+        let lowered = |max: u32| config.with_max_order(config.max_order.min(max));
         match self {
             AllocSpec::Registry(e) => {
                 let config = lowered(e.max_order);
                 let ticket = TICKET_BUILDS.iter().find(|(n, _)| *n == e.name);
                 match (lock, ticket) {
-                    (Lock::Ticket, Some((_, build))) => build(config),
-                    _ => (e.build)(config),
+                    (Lock::Ticket, Some((_, build))) => build(config, settings),
+                    _ => (e.build_with)(config, settings),
                 }
                 .map_err(|e| e.to_string())
             }

@@ -14,6 +14,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use buddyfree::magazine::Settings;
 use buddyfree::registry::DynAlloc;
 use buddyfree::Config;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -724,14 +725,13 @@ impl Plan {
         // Heaps smaller than a block of `max_order` (the contrived case's smallest) get the
         // largest order that fits.
         let max_order = self.max_order.min(case.units.max(1).ilog2());
-        let config = Config {
-            parking_limit: self.parking_limit,
-            interrupt_safe_frees: self.interrupt_safe_frees,
-            ..Config::new(case.units, max_order).with_cores(case.threads)
-        };
+        let config = Config::new(case.units, max_order).with_cores(case.threads);
+        let mut settings = Settings::new();
+        settings.parking_limit = self.parking_limit;
+        settings.interrupt_safe_frees = self.interrupt_safe_frees;
         let top = case.workload.top_order(case.order, &self.params);
         let alloc = a
-            .build(config, self.lock)
+            .build_with(config, settings, self.lock)
             .map_err(|e| format!("cannot be built: {e}"))?;
         if alloc.max_order() < top {
             return Err(format!("serves orders up to {} only", alloc.max_order()));

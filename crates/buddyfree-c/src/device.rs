@@ -10,8 +10,7 @@ use buddyfree::registry::DynAlloc;
 
 use super::held::{lent, run_held};
 use super::{
-    build, config_of, created, layout, named_entry, status, BuddyfreeConfig, BuddyfreeStatus,
-    Refusal, Tables,
+    build, created, layout, named_entry, status, BuddyfreeConfig, BuddyfreeStatus, Refusal, Tables,
 };
 
 /// A device-memory instance (opaque).
@@ -75,7 +74,7 @@ unsafe fn create(
         // SAFETY: the caller's contract on `config.allocator`.
         let entry = unsafe { named_entry(&config)? };
         // SAFETY: the caller's contract on `tables`.
-        let alloc = unsafe { build(entry, config_of(&config, config.units), tables)? };
+        let alloc = unsafe { build(entry, &config, config.units, tables)? };
         let heap = DeviceHeap::new(base, config.unit_size, alloc)?;
         Ok(BuddyfreeDevice { heap })
     })();

@@ -15,6 +15,7 @@ use std::slice;
 use std::sync::OnceLock;
 
 use buddyfree::heap::{block_bytes, Heap, HeapError, Region};
+use buddyfree::magazine::Settings;
 use buddyfree::registry::{self, DynAlloc};
 use buddyfree::{BlockAlloc, Config, ConfigRule, Error};
 
@@ -359,36 +360,42 @@ enum Tables {
 /// The library's configuration of `units` units from C's.
 fn config_of(config: &BuddyfreeConfig, units: usize) -> Config {
     let cores = (config.cores as usize).max(1);
-    let built = Config::new(units, config.max_order).with_cores(cores);
-    let built = match config.parking_limit {
-        0 => built,
-        limit => built.with_parking_limit(limit),
+    Config::new(units, config.max_order).with_cores(cores)
+}
+
+/// The per-core caches' settings from C's configuration.
+fn settings_of(config: &BuddyfreeConfig) -> Settings {
+    let settings = match config.parking_limit {
+        0 => Settings::new(),
+        limit => Settings::new().with_parking_limit(limit),
     };
     match config.interrupt_safe_frees {
-        0 => built,
-        _ => built.with_interrupt_safe_frees(),
+        0 => settings,
+        _ => settings.with_interrupt_safe_frees(),
     }
 }
 
-/// Builds `entry` over `config` with its tables where `tables` says.
+/// Builds `entry` over C's `config` of `units` units with its tables where `tables` says.
 ///
 /// # Safety
 /// Caller tables must be valid for reads and writes, used by nothing else, and outlive the
 /// allocator.
 unsafe fn build(
     entry: &registry::Entry,
-    config: Config,
+    config: &BuddyfreeConfig,
+    units: usize,
     tables: Tables,
 ) -> Result<DynAlloc, Refusal> {
+    let (settings, config) = (settings_of(config), config_of(config, units));
     match tables {
-        Tables::Heap => Ok((entry.build)(config)?),
+        Tables::Heap => Ok((entry.build_with)(config, settings)?),
         Tables::Caller(meta, len) => {
             let caller = entry.metadata.ok_or_else(|| Refusal {
                 status: BuddyfreeStatus::Unsupported,
                 detail: format!("{} cannot keep its metadata in caller memory", entry.name),
             })?;
             // SAFETY: the caller's contract.
-            Ok(unsafe { (caller.build)(config, meta, len) }?)
+            Ok(unsafe { (caller.build_with)(config, settings, meta, len) }?)
         }
     }
 }
@@ -482,7 +489,7 @@ unsafe fn create(
     // Built before anything is mapped: a refused configuration is reported by the rule it
     // breaks, not as a mapping of a bad size.
     // SAFETY: the caller's contract on `tables`.
-    let alloc = unsafe { build(entry, config_of(&config, units), tables)? };
+    let alloc = unsafe { build(entry, &config, units, tables)? };
     let region = match memory {
         Memory::Given(region) => region,
         Memory::ToMap { bytes, largest } => Region::mmap(bytes, largest)?,

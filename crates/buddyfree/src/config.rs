@@ -13,6 +13,17 @@ pub const MAX_CORES: usize = 4096;
 
 /// The shape of an allocator: how many units it manages, its largest order, and how many
 /// cores share it (for per-core state; `core` hints are taken modulo this).
+///
+/// What every allocator takes, and nothing more: settings of one design live with it (the
+/// per-core magazines' in [`magazine::Settings`](crate::magazine::Settings), LLFree's in
+/// `llfree::Options`). It may grow fields, so it is built by [`Config::new`] and the
+/// `with_*` builders, not by a struct literal (its fields stay readable, and writable on a
+/// value one has):
+///
+/// ```compile_fail,E0639
+/// let config = buddyfree::Config { units: 1 << 12, max_order: 9, cores: 1 };
+/// ```
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
     /// Units managed in all.
@@ -21,22 +32,6 @@ pub struct Config {
     pub max_order: u32,
     /// Cores (or threads) with their own per-core state, 1..=[`MAX_CORES`].
     pub cores: usize,
-    /// The most units each core's magazine may park (free blocks reachable only by that core
-    /// until a spill or a drain), for the per-core magazines
-    /// ([`Magazine`](crate::magazine::Magazine), the registry's `*-magazine` allocators);
-    /// the other allocators ignore it. `None` (the default): the lists follow the heap per
-    /// core ([`Magazine::parking_limit`](crate::magazine::Magazine::parking_limit)).
-    pub parking_limit: Option<usize>,
-    /// Whether the per-core caches (the registry's `*-magazine` allocators and `linux`)
-    /// decide every free by a compare-and-swap on the block's state, never under the lock
-    /// of the cache that handed the block out, so that [`BlockAlloc::try_free`] from an
-    /// interrupt handler never answers [`Error::WouldBlock`] because that cache is held
-    /// ([`Magazine::with_interrupt_safe_frees`](crate::magazine::Magazine::with_interrupt_safe_frees));
-    /// the other allocators ignore it. `false` (the default): frees under the holder's
-    /// lock, one locked instruction fewer per free.
-    ///
-    /// [`BlockAlloc::try_free`]: crate::BlockAlloc::try_free
-    pub interrupt_safe_frees: bool,
 }
 
 impl Config {
@@ -62,8 +57,6 @@ impl Config {
             units,
             max_order,
             cores: 1,
-            parking_limit: None,
-            interrupt_safe_frees: false,
         }
     }
 
@@ -73,59 +66,27 @@ impl Config {
         Config { cores, ..self }
     }
 
-    /// The same configuration with magazines that park at most `units` per core: the longest
-    /// lists within it (the shortest if none is; `usize::MAX` for the longest whatever the
-    /// heap), as [`Magazine::with_parking_limit`](crate::magazine::Magazine::with_parking_limit)
-    /// chooses them. For a kernel that knows better than its heap's size how much each core
-    /// may keep from the others, including one that builds its allocator by name (the
-    /// registry, the C ABI's `parking_limit`).
+    /// The same configuration with `units` units.
+    #[must_use]
+    pub const fn with_units(self, units: usize) -> Self {
+        Config { units, ..self }
+    }
+
+    /// The same configuration with blocks up to `2^max_order` units.
     ///
     /// ```
     /// use buddyfree::{registry, Config};
     ///
-    /// // 64 MiB of 4 KiB units on 4 cores would get the shortest lists (2 256 units a core).
-    /// let config = Config::new(1 << 14, 10).with_cores(4).with_parking_limit(usize::MAX);
-    /// let fast = (registry::find("llfree-magazine").unwrap().build)(config)?;
-    /// let page = fast.alloc(0, 3)?;
-    /// fast.free(page, 0, 3)?; // parked in core 3's magazine, which may keep 10 880 units
+    /// // The list allocators serve order 0 alone: lower the order to what an entry accepts.
+    /// let config = Config::new(1 << 12, 9).with_cores(2);
+    /// let entry = registry::find("list-cas").unwrap();
+    /// let lists = (entry.build)(config.with_max_order(config.max_order.min(entry.max_order)))?;
+    /// assert_eq!(lists.max_order(), 0);
     /// # Ok::<(), buddyfree::Error>(())
     /// ```
     #[must_use]
-    pub const fn with_parking_limit(self, units: usize) -> Self {
-        Config {
-            parking_limit: Some(units),
-            ..self
-        }
-    }
-
-    /// The same configuration with per-core caches whose frees never wait for the cache
-    /// that handed a block out ([`Config::interrupt_safe_frees`]): for a kernel whose
-    /// interrupt handlers free through [`BlockAlloc::try_free`] and that builds its allocator
-    /// from a configuration or by name (the registry, the C ABI's `interrupt_safe_frees`).
-    ///
-    /// ```
-    /// use buddyfree::{registry, BlockAlloc, Config, Error};
-    ///
-    /// let config = Config::new(1 << 14, 10).with_cores(2);
-    /// for (config, in_handler) in [
-    ///     (config, Err(Error::WouldBlock)),
-    ///     (config.with_interrupt_safe_frees(), Ok(())),
-    /// ] {
-    ///     let frames = (registry::find("llfree-magazine").unwrap().build)(config)?;
-    ///     let page = frames.alloc(0, 1)?;
-    ///     // Core 1's magazine, which handed the page out, is held by interrupted code.
-    ///     frames.with_core(1, &mut |_| assert_eq!(frames.try_free(page, 0, 1), in_handler));
-    /// }
-    /// # Ok::<(), buddyfree::Error>(())
-    /// ```
-    ///
-    /// [`BlockAlloc::try_free`]: crate::BlockAlloc::try_free
-    #[must_use]
-    pub const fn with_interrupt_safe_frees(self) -> Self {
-        Config {
-            interrupt_safe_frees: true,
-            ..self
-        }
+    pub const fn with_max_order(self, max_order: u32) -> Self {
+        Config { max_order, ..self }
     }
 
     /// The same configuration with as many cores as the machine offers this process

@@ -57,8 +57,8 @@
 //!   its cores' lists: 5 440 units from 2^16 units per core, 2 720 from 2^15, and below that
 //!   the shortest lists, 2 256 units (two blocks each of the larger orders).
 //!   [`Magazine::parking_limit`] says which a magazine has,
-//!   [`Magazine::with_parking_limit`] picks another (or [`Config::with_parking_limit`], for
-//!   magazines built from a configuration, by name through the registry or from C), and
+//!   [`Magazine::with_parking_limit`] picks another (or [`Settings::with_parking_limit`], for
+//!   magazines built by name through the registry or from C), and
 //!   [`Magazine::parked_units`] says what a core holds now. The shorter lists cost speed where
 //!   blocks are large next to them: with the second step's lists instead of the full ones
 //!   on one heap, bursts of 256 KiB blocks ran 1.2x slower and larson at 256 KiB 1.5x
@@ -249,6 +249,105 @@ fn policy(units: usize, cores: usize) -> &'static Policy {
     &MAGAZINE_STEPS[step]
 }
 
+/// What per-core caches may be told beyond their [`Config`]: how much each core's magazine
+/// parks and how frees are decided. [`Magazine::with_settings`] and
+/// [`PerCpu::with_settings`](crate::locked::PerCpu::with_settings) apply it to caches one
+/// has; the registry's `build_with` (`registry::Entry::build_with`) builds its `*-magazine`
+/// allocators and `linux` with it, for code that picks its allocator by name (the C ABI's
+/// `parking_limit` and `interrupt_safe_frees` arrive here). Allocators without per-core
+/// caches have nothing to set and ignore it.
+///
+/// Settings of the caches alone, kept out of the [`Config`] that every allocator takes. It
+/// may grow fields, so it is built by [`Settings::new`] (or `default`) and the `with_*`
+/// builders, not by a struct literal:
+///
+/// ```compile_fail,E0639
+/// let settings = buddyfree::magazine::Settings { parking_limit: None, interrupt_safe_frees: true };
+/// ```
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Settings {
+    /// The most units each core's magazine may park (free blocks reachable only by that core
+    /// until a spill or a drain), as [`Magazine::with_parking_limit`] takes it. `None` (the
+    /// default): the lists follow the heap per core ([`Magazine::parking_limit`]). Only
+    /// magazines read it; [`PerCpu`](crate::locked::PerCpu)'s lists are Linux's, whatever
+    /// the heap.
+    pub parking_limit: Option<usize>,
+    /// Whether every free of a cached order is decided by a compare-and-swap on the block's
+    /// state byte, never under the lock of the cache that handed the block out, so that
+    /// [`BlockAlloc::try_free`] from an interrupt handler never answers
+    /// [`Error::WouldBlock`] because that cache is held
+    /// ([`Magazine::with_interrupt_safe_frees`]). `false` (the default): frees under the
+    /// holder's lock, one locked instruction fewer per free.
+    pub interrupt_safe_frees: bool,
+}
+
+impl Settings {
+    /// The defaults: lists that follow the heap per core, frees under the holder's lock.
+    #[must_use]
+    pub const fn new() -> Self {
+        Settings {
+            parking_limit: None,
+            interrupt_safe_frees: false,
+        }
+    }
+
+    /// The same settings with magazines that park at most `units` per core: the longest
+    /// lists within it (the shortest if none is; `usize::MAX` for the longest whatever the
+    /// heap), as [`Magazine::with_parking_limit`] chooses them. For a kernel that knows
+    /// better than its heap's size how much each core may keep from the others, including
+    /// one that builds its allocator by name (the registry, the C ABI's `parking_limit`).
+    ///
+    /// ```
+    /// use buddyfree::magazine::Settings;
+    /// use buddyfree::{registry, Config};
+    ///
+    /// // 64 MiB of 4 KiB units on 4 cores would get the shortest lists (2 256 units a core).
+    /// let config = Config::new(1 << 14, 10).with_cores(4);
+    /// let settings = Settings::new().with_parking_limit(usize::MAX);
+    /// let fast = (registry::find("llfree-magazine").unwrap().build_with)(config, settings)?;
+    /// let page = fast.alloc(0, 3)?;
+    /// fast.free(page, 0, 3)?; // parked in core 3's magazine, which may keep 10 880 units
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
+    #[must_use]
+    pub const fn with_parking_limit(self, units: usize) -> Self {
+        Settings {
+            parking_limit: Some(units),
+            ..self
+        }
+    }
+
+    /// The same settings with per-core caches whose frees never wait for the cache that
+    /// handed a block out ([`Settings::interrupt_safe_frees`]): for a kernel whose interrupt
+    /// handlers free through [`BlockAlloc::try_free`] and that builds its allocator by name
+    /// (the registry, the C ABI's `interrupt_safe_frees`).
+    ///
+    /// ```
+    /// use buddyfree::magazine::Settings;
+    /// use buddyfree::{registry, BlockAlloc, Config, Error};
+    ///
+    /// let config = Config::new(1 << 14, 10).with_cores(2);
+    /// for (settings, in_handler) in [
+    ///     (Settings::new(), Err(Error::WouldBlock)),
+    ///     (Settings::new().with_interrupt_safe_frees(), Ok(())),
+    /// ] {
+    ///     let frames = (registry::find("llfree-magazine").unwrap().build_with)(config, settings)?;
+    ///     let page = frames.alloc(0, 1)?;
+    ///     // Core 1's magazine, which handed the page out, is held by interrupted code.
+    ///     frames.with_core(1, &mut |_| assert_eq!(frames.try_free(page, 0, 1), in_handler));
+    /// }
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
+    #[must_use]
+    pub const fn with_interrupt_safe_frees(self) -> Self {
+        Settings {
+            interrupt_safe_frees: true,
+            ..self
+        }
+    }
+}
+
 /// Per-core magazines of free blocks of orders 0–9 in front of the allocator `A`: see the
 /// [module documentation](self) for what it trades.
 pub struct Magazine<A> {
@@ -282,8 +381,8 @@ impl<A: BlockAlloc> Magazine<A> {
     }
 
     /// Builds the allocator with `build` over `config` and puts `config.cores` magazines in
-    /// front, with the lists [`Config::parking_limit`] asks for, if it does (else those the
-    /// heap per core gets), and the frees [`Config::interrupt_safe_frees`] chooses.
+    /// front, with the default [`Settings`] (lists that follow the heap per core; choose
+    /// others with [`Magazine::with_settings`]).
     ///
     /// ```
     /// use buddyfree::llfree::LLFree;
@@ -300,17 +399,32 @@ impl<A: BlockAlloc> Magazine<A> {
         build: impl FnOnce(Config) -> Result<A, Error>,
     ) -> Result<Self, Error> {
         config.validate()?;
-        Ok(Magazine::new(build(config)?, config.cores)?.configured_by(config))
+        Magazine::new(build(config)?, config.cores)
     }
 
-    /// These magazines with the lists `config.parking_limit` asks for, if it does, and
-    /// interrupt-safe frees if `config.interrupt_safe_frees` asks for them.
-    fn configured_by(self, config: Config) -> Self {
-        let mut magazines = match config.parking_limit {
+    /// The same magazines with `settings`: the lists [`Settings::parking_limit`] asks for,
+    /// if it does (every parked block given back first, as
+    /// [`Magazine::with_parking_limit`] does; else the lists stay as they are), and the
+    /// frees [`Settings::interrupt_safe_frees`] chooses.
+    ///
+    /// ```
+    /// use buddyfree::llfree::LLFree;
+    /// use buddyfree::magazine::{Magazine, Settings};
+    /// use buddyfree::Config;
+    ///
+    /// let config = Config::new(1 << 14, 10).with_cores(4);
+    /// let settings = Settings::new().with_parking_limit(3000).with_interrupt_safe_frees();
+    /// let fast = Magazine::with_config(config, LLFree::new)?.with_settings(settings);
+    /// assert_eq!(fast.parking_limit(), 2720);
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
+    #[must_use]
+    pub fn with_settings(self, settings: Settings) -> Self {
+        let mut magazines = match settings.parking_limit {
             Some(units) => self.with_parking_limit(units),
             None => self,
         };
-        magazines.cached.set_holding(!config.interrupt_safe_frees);
+        magazines.cached.set_holding(!settings.interrupt_safe_frees);
         magazines
     }
 
@@ -409,9 +523,9 @@ impl<A: BlockAlloc> Magazine<A> {
     /// cores in front of it, all in the `len` bytes at `meta` (at least
     /// [`Magazine::metadata_layout_with`]'s bytes at its alignment): one piece of caller
     /// memory for both, as code that picks allocators by name needs (the C ABI), with the
-    /// lists [`Config::parking_limit`] asks for, if it does, and the frees
-    /// [`Config::interrupt_safe_frees`] chooses. Memory too small or misaligned
-    /// is [`Error::MetadataTooSmall`] or [`Error::MetadataMisaligned`], with nothing written.
+    /// default [`Settings`] ([`Magazine::with_settings`] for others). Memory too small or
+    /// misaligned is [`Error::MetadataTooSmall`] or [`Error::MetadataMisaligned`], with
+    /// nothing written.
     ///
     /// # Safety
     /// As for [`Magazine::from_raw_metadata`]; `build` must keep to the `len` bytes it is
@@ -454,7 +568,6 @@ impl<A: BlockAlloc> Magazine<A> {
             let inner = build(config, meta, offset)?;
             Self::from_raw_metadata(inner, config.cores, meta.add(offset), len - offset)
         }
-        .map(|magazines| magazines.configured_by(config))
     }
 
     fn build(inner: A, cores: usize, parts: Parts, meta: &Metadata) -> Result<Self, Error> {
@@ -473,8 +586,8 @@ impl<A: BlockAlloc> Magazine<A> {
     /// default it follows the heap per core: 10 880 units from 2^17 units per core (512 MiB
     /// of 4 KiB units) on, 5 440 from 2^16, 2 720 from 2^15 and 2 256 below (two blocks each of
     /// the larger orders, whatever the heap); [`Magazine::with_parking_limit`] (or
-    /// [`Config::with_parking_limit`], where the magazines are built from a configuration)
-    /// chooses otherwise.
+    /// [`Settings::with_parking_limit`], where the magazines are built by name) chooses
+    /// otherwise.
     pub fn parking_limit(&self) -> usize {
         self.cached.policy().ceiling()
     }
@@ -721,18 +834,20 @@ mod tests {
         }
     }
 
-    /// [`Config::parking_limit`] chooses the lists of magazines built from a configuration,
+    /// [`Settings::parking_limit`] chooses the lists of magazines built from a configuration,
     /// on the heap and in caller memory with the allocator (as the registry and the C ABI
     /// build them by name); without it they follow the heap per core.
     #[test]
     fn a_configured_parking_limit_chooses_the_lists() {
         let config = Config::new(1 << 14, 10).with_cores(4);
         for (limit, ceiling) in [(None, 2256), (Some(usize::MAX), 10880), (Some(3000), 2720)] {
-            let config = Config {
+            let settings = Settings {
                 parking_limit: limit,
-                ..config
+                ..Settings::new()
             };
-            let on_heap = Magazine::with_config(config, LLFree::new).unwrap();
+            let on_heap = Magazine::with_config(config, LLFree::new)
+                .unwrap()
+                .with_settings(settings);
             assert_eq!(on_heap.parking_limit(), ceiling, "{limit:?} on the heap");
             let inner = LLFree::metadata_layout(config).unwrap();
             let (layout, _) = Magazine::<LLFree>::metadata_layout_with(config, inner).unwrap();
@@ -748,7 +863,8 @@ mod tests {
                     layout.size(),
                 )
             }
-            .unwrap();
+            .unwrap()
+            .with_settings(settings);
             assert_eq!(
                 in_caller.parking_limit(),
                 ceiling,

@@ -1,5 +1,6 @@
 //! Every allocator, registered once by name, so the benchmark tool, the C ABI and the tests
-//! can build any of them from a [`Config`].
+//! can build any of them from a [`Config`] (and, for the per-core caches, their
+//! [`Settings`]).
 
 use alloc::boxed::Box;
 use core::alloc::Layout;
@@ -10,14 +11,29 @@ use crate::buddy::{Estranged, Knuth};
 use crate::list::{CasList, FirstFit, LockedList, PerCoreLists};
 use crate::llfree::LLFree;
 use crate::locked::{PerCpu, PerLevelSpin, PerLevelYield};
-use crate::magazine::Magazine;
+use crate::magazine::{Magazine, Settings};
 use crate::model::Model;
 use crate::{BlockAlloc, Config, Error, Locked, Nbbs, Nbbs4};
 
 /// A boxed allocator that can move between threads.
 pub type DynAlloc = Box<dyn BlockAlloc + Send>;
 
-/// One registered allocator.
+/// One registered allocator. Users read entries ([`entries`], [`find`]); only this crate
+/// makes them, so that fields can be added without breaking anyone:
+///
+/// ```compile_fail,E0639
+/// use buddyfree::registry::Entry;
+///
+/// let mine = Entry {
+///     name: "mine",
+///     about: "",
+///     max_order: 0,
+///     build: |_| Err(buddyfree::Error::Unsupported),
+///     build_with: |_, _| Err(buddyfree::Error::Unsupported),
+///     metadata: None,
+/// };
+/// ```
+#[non_exhaustive]
 pub struct Entry {
     /// The name users select it by.
     pub name: &'static str,
@@ -26,8 +42,13 @@ pub struct Entry {
     /// The largest `Config::max_order` it accepts (a larger one gets
     /// [`Error::InvalidConfig`]); [`ANY_ORDER`] where only `Config::validate` limits it.
     pub max_order: u32,
-    /// Builds it over a configuration.
+    /// Builds it over a configuration, with the default [`Settings`]: a function of the
+    /// shape [`Heap::build`](crate::heap::Heap::build) takes.
     pub build: fn(Config) -> Result<DynAlloc, Error>,
+    /// Builds it over a configuration with the per-core caches' [`Settings`] (the
+    /// `*-magazine` allocators and `linux`; the others have no caches and ignore them). The
+    /// same as `build` with `Settings::new()`.
+    pub build_with: fn(Config, Settings) -> Result<DynAlloc, Error>,
     /// How to build it with its tables in the caller's memory, for the allocators whose
     /// design allows it.
     pub metadata: Option<CallerMetadata>,
@@ -35,21 +56,55 @@ pub struct Entry {
 
 /// Builds an allocator whose tables live in memory the caller provides (the boxed handle
 /// itself still comes from the heap): what `metadata_layout` and `from_raw_metadata` are on
-/// the concrete types, for code that picks the allocator by name (the C ABI).
+/// the concrete types, for code that picks the allocator by name (the C ABI). Made by this
+/// crate alone, as [`Entry`] is.
+#[non_exhaustive]
 #[derive(Clone, Copy)]
 pub struct CallerMetadata {
     /// The bytes and alignment of the metadata for a configuration.
     pub layout: fn(Config) -> Result<Layout, Error>,
-    /// Builds the allocator with its metadata in the `len` bytes at `meta`: too small or
-    /// misaligned memory is [`Error::MetadataTooSmall`] or [`Error::MetadataMisaligned`].
+    /// Builds the allocator with its metadata in the `len` bytes at `meta`, with the default
+    /// [`Settings`]: too small or misaligned memory is [`Error::MetadataTooSmall`] or
+    /// [`Error::MetadataMisaligned`].
     ///
     /// # Safety
     /// As for the type's `from_raw_metadata`: `meta` must be valid for reads and writes of
     /// `len` bytes, and used by nothing else for as long as the allocator lives.
     pub build: unsafe fn(Config, NonNull<u8>, usize) -> Result<DynAlloc, Error>,
+    /// As `build`, with the per-core caches' [`Settings`] (as [`Entry::build_with`]).
+    ///
+    /// # Safety
+    /// As for `build`.
+    pub build_with: unsafe fn(Config, Settings, NonNull<u8>, usize) -> Result<DynAlloc, Error>,
 }
 
-/// The [`CallerMetadata`] of `$alloc`, wrapped by `$wrap` (a lock, or `identity`).
+/// An [`Entry`] whose `build_with` is `|$config, $settings| $body`, and whose `build` is the
+/// same with the default settings.
+macro_rules! entry {
+    (
+        name: $name:expr,
+        about: $about:expr,
+        max_order: $max_order:expr,
+        build: |$config:ident, $settings:tt| $body:expr,
+        metadata: $metadata:expr $(,)?
+    ) => {
+        Entry {
+            name: $name,
+            about: $about,
+            max_order: $max_order,
+            build: |$config| {
+                #[allow(clippy::let_unit_value, unused_variables)]
+                let $settings = Settings::new();
+                $body
+            },
+            build_with: |$config, $settings| $body,
+            metadata: $metadata,
+        }
+    };
+}
+
+/// The [`CallerMetadata`] of `$alloc`, wrapped by `$wrap` (a lock, or `identity`): no
+/// per-core caches, so no settings.
 macro_rules! caller_metadata {
     ($alloc:ty, $wrap:expr) => {
         Some(CallerMetadata {
@@ -59,34 +114,54 @@ macro_rules! caller_metadata {
                 let alloc = unsafe { <$alloc>::from_raw_metadata(config, meta, len) }?;
                 Ok(Box::new($wrap(alloc)))
             },
+            build_with: |config, _, meta, len| {
+                // SAFETY: passed on from the contract of `CallerMetadata::build_with`.
+                let alloc = unsafe { <$alloc>::from_raw_metadata(config, meta, len) }?;
+                Ok(Box::new($wrap(alloc)))
+            },
         })
     };
 }
 
 /// The [`CallerMetadata`] of magazines in front of `$alloc`, both in the caller's memory.
 macro_rules! magazine_metadata {
-    ($alloc:ty) => {
+    ($alloc:ty) => {{
+        /// Magazines with `settings` in front of an allocator, both in the `len` bytes at
+        /// `meta`.
+        ///
+        /// # Safety
+        /// As for [`CallerMetadata::build`].
+        unsafe fn build_with(
+            config: Config,
+            settings: Settings,
+            meta: NonNull<u8>,
+            len: usize,
+        ) -> Result<DynAlloc, Error> {
+            let inner = <$alloc>::metadata_layout(config)?;
+            // SAFETY: passed on from our caller's contract.
+            let magazines = unsafe {
+                Magazine::from_raw_metadata_with(
+                    config,
+                    inner,
+                    <$alloc>::from_raw_metadata,
+                    meta,
+                    len,
+                )
+            }?;
+            Ok(Box::new(magazines.with_settings(settings)))
+        }
         Some(CallerMetadata {
             layout: |config| {
                 let inner = <$alloc>::metadata_layout(config)?;
                 Ok(Magazine::<$alloc>::metadata_layout_with(config, inner)?.0)
             },
             build: |config, meta, len| {
-                let inner = <$alloc>::metadata_layout(config)?;
                 // SAFETY: passed on from the contract of `CallerMetadata::build`.
-                let alloc = unsafe {
-                    Magazine::from_raw_metadata_with(
-                        config,
-                        inner,
-                        <$alloc>::from_raw_metadata,
-                        meta,
-                        len,
-                    )
-                }?;
-                Ok(Box::new(alloc))
+                unsafe { build_with(config, Settings::new(), meta, len) }
             },
+            build_with,
         })
-    };
+    }};
 }
 
 /// The `max_order` of entries that accept any order `Config::validate` accepts.
@@ -104,116 +179,116 @@ pub fn find(name: &str) -> Option<&'static Entry> {
 }
 
 const ENTRIES: &[Entry] = &[
-    Entry {
+    entry! {
         name: "model",
         about: "the reference model (first-fit unit map) behind a spinlock; O(units) per allocation",
         max_order: ANY_ORDER,
-        build: |c| Ok(Box::new(Locked::<Model>::new(Model::new(c)?))),
+        build: |c, _| Ok(Box::new(Locked::<Model>::new(Model::new(c)?))),
         metadata: None,
     },
-    Entry {
+    entry! {
         name: "nbbs",
         about: "NBBS, the non-blocking buddy system: 1-level tree, 8 bytes per node, per-core hints",
         max_order: ANY_ORDER,
-        build: |c| Ok(Box::new(Nbbs::new(c)?)),
+        build: |c, _| Ok(Box::new(Nbbs::new(c)?)),
         metadata: caller_metadata!(Nbbs, identity),
     },
-    Entry {
+    entry! {
         name: "nbbs4",
         about: "NBBS with 4-level bunches: 15 nodes per 128-bit cell, one CAS per 4 levels",
         max_order: ANY_ORDER,
-        build: |c| Ok(Box::new(Nbbs4::new(c)?)),
+        build: |c, _| Ok(Box::new(Nbbs4::new(c)?)),
         metadata: caller_metadata!(Nbbs4, identity),
     },
-    Entry {
+    entry! {
         name: "nbbs-magazine",
         about: "nbbs behind per-core magazines of orders 0-9 (the NBBS paper's per-thread cache)",
         max_order: ANY_ORDER,
-        build: |c| Ok(Box::new(Magazine::with_config(c, Nbbs::new)?)),
+        build: |c, s| Ok(Box::new(Magazine::with_config(c, Nbbs::new)?.with_settings(s))),
         metadata: magazine_metadata!(Nbbs),
     },
-    Entry {
+    entry! {
         name: "nbbs4-magazine",
         about: "nbbs4 behind per-core magazines of orders 0-9 (the NBBS paper's per-thread cache)",
         max_order: ANY_ORDER,
-        build: |c| Ok(Box::new(Magazine::with_config(c, Nbbs4::new)?)),
+        build: |c, s| Ok(Box::new(Magazine::with_config(c, Nbbs4::new)?.with_settings(s))),
         metadata: magazine_metadata!(Nbbs4),
     },
-    Entry {
+    entry! {
         name: "knuth-locked",
         about: "Knuth's buddy (segregated free lists, eager merge) behind one global spinlock",
         max_order: ANY_ORDER,
-        build: |c| Ok(Box::new(Locked::<Knuth>::new(Knuth::new(c)?))),
+        build: |c, _| Ok(Box::new(Locked::<Knuth>::new(Knuth::new(c)?))),
         metadata: caller_metadata!(Knuth, Locked::<Knuth>::new),
     },
-    Entry {
+    entry! {
         name: "linux",
         about: "Linux-like: Knuth's buddy behind a spinlock plus per-core caches (orders 0-3, 9)",
         max_order: ANY_ORDER,
-        build: |c| Ok(Box::new(PerCpu::<Knuth>::with_config(c, Knuth::new)?)),
+        build: |c, s| Ok(Box::new(PerCpu::<Knuth>::with_config(c, Knuth::new)?.with_settings(s))),
         metadata: None,
     },
-    Entry {
+    entry! {
         name: "estranged-locked",
         about: "the estranged buddy (delayed recombination, 5-step heuristic) behind one spinlock",
         max_order: ANY_ORDER,
-        build: |c| Ok(Box::new(Locked::<Estranged>::new(Estranged::new(c)?))),
+        build: |c, _| Ok(Box::new(Locked::<Estranged>::new(Estranged::new(c)?))),
         metadata: caller_metadata!(Estranged, Locked::<Estranged>::new),
     },
-    Entry {
+    entry! {
         name: "perlevel-spin",
         about: "parallel binary buddy (Johnson & Davis): one spinlock per level",
         max_order: ANY_ORDER,
-        build: |c| Ok(Box::new(PerLevelSpin::new(c)?)),
+        build: |c, _| Ok(Box::new(PerLevelSpin::new(c)?)),
         metadata: None,
     },
-    Entry {
+    entry! {
         name: "perlevel-yield",
         about: "parallel binary buddy: one spin-then-yield lock per level (the mutex variant)",
         max_order: ANY_ORDER,
-        build: |c| Ok(Box::new(PerLevelYield::new(c)?)),
+        build: |c, _| Ok(Box::new(PerLevelYield::new(c)?)),
         metadata: None,
     },
-    Entry {
+    entry! {
         name: "list-locked",
         about: "a singly linked free list behind a spinlock (LLFree paper's ListLocked); order 0 only",
         max_order: 0,
-        build: |c| Ok(Box::new(LockedList::new(c)?)),
+        build: |c, _| Ok(Box::new(LockedList::new(c)?)),
         metadata: None,
     },
-    Entry {
+    entry! {
         name: "list-cas",
         about: "a lock-free LIFO free list with an ABA-tagged head (LLFree paper's ListCAS); order 0 only",
         max_order: 0,
-        build: |c| Ok(Box::new(CasList::new(c)?)),
+        build: |c, _| Ok(Box::new(CasList::new(c)?)),
         metadata: None,
     },
-    Entry {
+    entry! {
         name: "list-percore",
         about: "lock-free per-core free lists, stealing when empty (LLFree paper's ListLocal); order 0 only",
         max_order: 0,
-        build: |c| Ok(Box::new(PerCoreLists::new(c)?)),
+        build: |c, _| Ok(Box::new(PerCoreLists::new(c)?)),
         metadata: None,
     },
-    Entry {
+    entry! {
         name: "llfree",
         about: "LLFree (ATC'23): bit fields per 2 MiB, 64 MiB trees, per-core reservations; orders 0..=10",
         max_order: 10,
-        build: |c| Ok(Box::new(LLFree::new(c)?)),
+        build: |c, _| Ok(Box::new(LLFree::new(c)?)),
         metadata: caller_metadata!(LLFree, identity),
     },
-    Entry {
+    entry! {
         name: "llfree-magazine",
         about: "llfree behind per-core magazines of orders 0-9 (the NBBS paper's per-thread cache)",
         max_order: 10,
-        build: |c| Ok(Box::new(Magazine::with_config(c, LLFree::new)?)),
+        build: |c, s| Ok(Box::new(Magazine::with_config(c, LLFree::new)?.with_settings(s))),
         metadata: magazine_metadata!(LLFree),
     },
-    Entry {
+    entry! {
         name: "first-fit-locked",
         about: "first-fit over an address-ordered free list of extents, behind a spinlock (real-time paper's unstructured-list baseline); O(extents) per allocation",
         max_order: ANY_ORDER,
-        build: |c| Ok(Box::new(Locked::<FirstFit>::new(FirstFit::new(c)?))),
+        build: |c, _| Ok(Box::new(Locked::<FirstFit>::new(FirstFit::new(c)?))),
         metadata: None,
     },
 ];

@@ -86,11 +86,14 @@ fn interrupt_safe_frees_never_block_on_a_held_cache() {
     try_frees_inside_with_core("linux", &linux.with_interrupt_safe_frees(), true);
 }
 
-/// `Config::with_interrupt_safe_frees` gives the same caches to allocators built by name,
-/// on the heap and in caller memory (as the C ABI builds them); without it, some of those
-/// `try_free`s answer `WouldBlock`.
+/// `Settings::with_interrupt_safe_frees` gives the same caches to allocators built by name
+/// (`Entry::build_with`), on the heap and in caller memory (`CallerMetadata::build_with`, as
+/// the C ABI builds them), on magazines and `PerCpu` alike (`with_settings`); without it,
+/// and through the plain `build`s, some of those `try_free`s answer `WouldBlock`.
 #[test]
 fn configured_interrupt_safe_frees_reach_the_registry() {
+    use buddyfree::magazine::Settings;
+
     for name in [
         "llfree-magazine",
         "nbbs4-magazine",
@@ -98,9 +101,13 @@ fn configured_interrupt_safe_frees_reach_the_registry() {
         "linux",
     ] {
         let entry = registry::find(name).unwrap();
-        let plain = Config::new(1 << 12, entry.max_order.min(10)).with_cores(2);
-        for (config, all_free) in [(plain, false), (plain.with_interrupt_safe_frees(), true)] {
-            let on_heap = (entry.build)(config).unwrap();
+        let config = Config::new(1 << 12, entry.max_order.min(10)).with_cores(2);
+        let plain = (entry.build)(config).unwrap();
+        let blocked = try_frees_inside_with_core(name, &*plain, false);
+        assert!(blocked > 0, "{name}: the plain build holds its blocks");
+        let safe = Settings::new().with_interrupt_safe_frees();
+        for (settings, all_free) in [(Settings::new(), false), (safe, true)] {
+            let on_heap = (entry.build_with)(config, settings).unwrap();
             let blocked = try_frees_inside_with_core(name, &*on_heap, all_free);
             // Without the setting, the held cache is what a `try_free` waits for.
             assert_eq!(blocked > 0, !all_free, "{name}: {blocked} blocked");
@@ -108,19 +115,27 @@ fn configured_interrupt_safe_frees_reach_the_registry() {
                 continue;
             };
             let layout = (metadata.layout)(config).unwrap();
-            let meta = leaked(layout.size(), layout.align());
-            // SAFETY: `layout.size()` bytes at its alignment, leaked (they outlive the
-            // allocator) and used by nothing else.
-            let in_caller =
-                unsafe { (metadata.build)(config, NonNull::from(meta).cast(), layout.size()) }
-                    .unwrap();
-            let blocked = try_frees_inside_with_core(name, &*in_caller, all_free);
-            assert_eq!(
-                blocked > 0,
-                !all_free,
-                "{name} in caller memory: {blocked} blocked"
-            );
-            drop(in_caller);
+            for with_settings in [false, true] {
+                let meta = leaked(layout.size(), layout.align());
+                let meta = NonNull::from(meta).cast();
+                // SAFETY: `layout.size()` bytes at its alignment, leaked (they outlive the
+                // allocator) and used by nothing else.
+                let in_caller = unsafe {
+                    match with_settings {
+                        true => (metadata.build_with)(config, settings, meta, layout.size()),
+                        false => (metadata.build)(config, meta, layout.size()),
+                    }
+                }
+                .unwrap();
+                let all_free = all_free && with_settings;
+                let blocked = try_frees_inside_with_core(name, &*in_caller, all_free);
+                assert_eq!(
+                    blocked > 0,
+                    !all_free,
+                    "{name} in caller memory: {blocked} blocked"
+                );
+                drop(in_caller);
+            }
         }
     }
 }

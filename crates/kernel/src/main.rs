@@ -48,7 +48,7 @@ use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
 
 use buddyfree::heap::{Heap, Region, StaticHeap};
 use buddyfree::llfree::LLFree;
-use buddyfree::magazine::Magazine;
+use buddyfree::magazine::{Magazine, Settings};
 use buddyfree::registry::{self, CallerMetadata, Entry};
 use buddyfree::{range, BlockAlloc, Config, ConfigRule, Error};
 use fdt::Fdt;
@@ -197,11 +197,7 @@ fn kmain(boot: usize, dtb: usize, report: &mut Report) {
         .max()
         .unwrap_or(1)
         .min(MAX_HARTS);
-    let config = |entry: &Entry| {
-        Config::new(frames, entry.max_order.min(10))
-            .with_cores(cores)
-            .with_interrupt_safe_frees()
-    };
+    let config = |entry: &Entry| Config::new(frames, entry.max_order.min(10)).with_cores(cores);
     let need = kernel_allocators()
         .filter_map(|(e, m)| (m.layout)(config(e)).ok())
         .fold(Layout::new::<u8>(), |a, b| {
@@ -378,9 +374,11 @@ fn run_allocator(
 ) -> Summary {
     report.section(entry.name);
     let meta = NonNull::new(metadata.start as *mut u8).expect("carved memory is not at 0");
+    // Interrupt-safe frees: the timer handler's `try_free`s never wait for a held magazine.
+    let settings = Settings::new().with_interrupt_safe_frees();
     // SAFETY: the carved metadata, used by one allocator at a time: the previous one was
     // dropped at the end of its round. Too small or misaligned memory is an error.
-    let built = unsafe { (caller_metadata.build)(config, meta, metadata.len()) };
+    let built = unsafe { (caller_metadata.build_with)(config, settings, meta, metadata.len()) };
     let alloc = match built {
         Ok(alloc) => alloc,
         Err(e @ Error::InvalidConfig(ConfigRule::NoDoubleWidthCas)) => {

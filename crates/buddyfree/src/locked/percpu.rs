@@ -25,6 +25,7 @@
 use lock_api::RawMutex;
 
 use crate::cached::{block_alloc_via_cached, Cached, Policy};
+use crate::magazine::Settings;
 use crate::{BlockAlloc, Config, Error, Locked, SeqBlockAlloc};
 
 /// Linux's per-CPU lists: orders 0–3 and the 2 MiB huge frame, order 9 (since 5.13; LLFree
@@ -70,7 +71,7 @@ impl<A: SeqBlockAlloc, R: RawMutex + Send + Sync> PerCpu<A, R> {
     }
 
     /// Builds the buddy with `build` over `config` and puts `config.cores` caches in front,
-    /// with the frees [`Config::interrupt_safe_frees`] chooses.
+    /// with the default [`Settings`] ([`PerCpu::with_settings`] for others).
     ///
     /// ```
     /// use buddyfree::buddy::Knuth;
@@ -87,9 +88,31 @@ impl<A: SeqBlockAlloc, R: RawMutex + Send + Sync> PerCpu<A, R> {
         build: impl FnOnce(Config) -> Result<A, Error>,
     ) -> Result<Self, Error> {
         config.validate()?;
-        let mut caches = PerCpu::new(build(config)?, config.cores)?;
-        caches.cached.set_holding(!config.interrupt_safe_frees);
-        Ok(caches)
+        PerCpu::new(build(config)?, config.cores)
+    }
+
+    /// The same caches with the frees [`Settings::interrupt_safe_frees`] chooses. Their
+    /// lists are Linux's whatever the heap, so [`Settings::parking_limit`], which chooses a
+    /// magazine's, changes nothing here.
+    ///
+    /// ```
+    /// use buddyfree::buddy::Knuth;
+    /// use buddyfree::locked::PerCpu;
+    /// use buddyfree::magazine::Settings;
+    /// use buddyfree::{BlockAlloc, Config};
+    ///
+    /// let config = Config::new(1 << 12, 9).with_cores(2);
+    /// let linux = PerCpu::<Knuth>::with_config(config, Knuth::new)?
+    ///     .with_settings(Settings::new().with_interrupt_safe_frees());
+    /// let page = linux.alloc(0, 1)?;
+    /// // Core 1's cache, which handed the page out, is held (an interrupted call).
+    /// linux.with_core(1, &mut |_| assert_eq!(linux.try_free(page, 0, 0), Ok(())));
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
+    #[must_use]
+    pub fn with_settings(mut self, settings: Settings) -> Self {
+        self.cached.set_holding(!settings.interrupt_safe_frees);
+        self
     }
 
     /// The same caches with every free of a cached order decided by a compare-and-swap on
