@@ -88,6 +88,7 @@ mod table;
 
 pub mod buddy;
 mod cached;
+mod caps;
 mod config;
 mod error;
 pub mod heap;
@@ -109,6 +110,7 @@ pub(crate) mod sync;
 pub mod x86_64;
 pub mod zones;
 
+pub use caps::Capabilities;
 pub use config::{Config, ConfigRule, MAX_CORES};
 pub use error::Error;
 pub use locked::Locked;
@@ -216,6 +218,35 @@ pub trait BlockAlloc: Sync {
     fn drain_core(&self, core: usize) {
         let _ = core;
         self.drain();
+    }
+
+    /// Which of the optional operations this allocator offers ([`BlockAlloc::try_alloc`],
+    /// [`BlockAlloc::try_free`], [`BlockAlloc::alloc_at`], [`BlockAlloc::block_of`],
+    /// [`BlockAlloc::try_block_of`] and those built on them), so that a caller can tell
+    /// before it calls one whether it would answer [`Error::Unsupported`]: see
+    /// [`Capabilities`] for what a flag promises. The same answer for the allocator's whole
+    /// life. The default, [`Capabilities::NONE`], claims nothing, which is right (if
+    /// modest) for any allocator; every allocator of this crate says what it offers, and
+    /// wrappers ([`Box`](alloc::boxed::Box), [`Locked`], magazines, [`Zones`](zones::Zones))
+    /// pass on what the allocators behind them offer.
+    ///
+    /// ```
+    /// use buddyfree::{registry, BlockAlloc, Capabilities, Config, Error};
+    ///
+    /// for entry in registry::entries() {
+    ///     let a = (entry.build)(Config::new(1 << 10, entry.max_order.min(4)))?;
+    ///     let page = a.alloc(0, 0)?;
+    ///     // An interrupt handler frees where it can, and leaves the rest for later.
+    ///     if a.capabilities().contains(Capabilities::TRY_FREE) {
+    ///         assert_ne!(a.try_free(page, 0, 0), Err(Error::Unsupported), "{}", entry.name);
+    ///     } else {
+    ///         assert_eq!(a.try_free(page, 0, 0), Err(Error::Unsupported), "{}", entry.name);
+    ///     }
+    /// }
+    /// # Ok::<(), Error>(())
+    /// ```
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::NONE
     }
 
     /// Allocates like [`BlockAlloc::alloc`] but never waits, for interrupt or atomic
@@ -474,6 +505,9 @@ impl<A: BlockAlloc + ?Sized> BlockAlloc for alloc::boxed::Box<A> {
     fn alloc_bulk_continues(&self) -> bool {
         (**self).alloc_bulk_continues()
     }
+    fn capabilities(&self) -> Capabilities {
+        (**self).capabilities()
+    }
     fn free_units(&self) -> usize {
         (**self).free_units()
     }
@@ -534,6 +568,13 @@ pub trait SeqBlockAlloc: Send {
     /// See [`BlockAlloc::max_order`].
     #[must_use]
     fn max_order(&self) -> u32;
+    /// Which of the optional operations of this trait it offers:
+    /// [`Capabilities::ALLOC_AT`] and [`Capabilities::BLOCK_OF`] (the others are for
+    /// [`Locked`] to say). The default claims neither, as [`BlockAlloc::capabilities`]'s
+    /// does.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::NONE
+    }
     /// See [`BlockAlloc::alloc_at`].
     fn alloc_at(&mut self, index: usize, order: u32) -> Result<(), Error> {
         let _ = (index, order);

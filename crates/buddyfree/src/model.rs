@@ -7,7 +7,7 @@
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 
-use crate::{check_block, check_live, Config, Error, SeqBlockAlloc};
+use crate::{check_block, check_live, Capabilities, Config, Error, SeqBlockAlloc};
 
 /// The reference allocator (first-fit over a unit map). `O(units)` per allocation.
 #[derive(Clone, Debug)]
@@ -116,6 +116,10 @@ impl SeqBlockAlloc for Model {
 
     fn max_order(&self) -> u32 {
         self.max_order
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ALLOC_AT.union(Capabilities::BLOCK_OF)
     }
 
     fn alloc_at(&mut self, index: usize, order: u32) -> Result<(), Error> {

@@ -13,7 +13,7 @@ use crate::llfree::LLFree;
 use crate::locked::{PerCpu, PerLevelSpin, PerLevelYield};
 use crate::magazine::{Magazine, Settings};
 use crate::model::Model;
-use crate::{BlockAlloc, Config, Error, Locked, Nbbs, Nbbs4};
+use crate::{BlockAlloc, Capabilities, Config, Error, Locked, Nbbs, Nbbs4};
 
 /// A boxed allocator that can move between threads.
 pub type DynAlloc = Box<dyn BlockAlloc + Send>;
@@ -31,6 +31,7 @@ pub type DynAlloc = Box<dyn BlockAlloc + Send>;
 ///     build: |_| Err(buddyfree::Error::Unsupported),
 ///     build_with: |_, _| Err(buddyfree::Error::Unsupported),
 ///     metadata: None,
+///     capabilities: buddyfree::Capabilities::NONE,
 /// };
 /// ```
 #[non_exhaustive]
@@ -52,6 +53,10 @@ pub struct Entry {
     /// How to build it with its tables in the caller's memory, for the allocators whose
     /// design allows it.
     pub metadata: Option<CallerMetadata>,
+    /// What it offers of [`BlockAlloc`]'s optional operations: the
+    /// [`BlockAlloc::capabilities`] of every instance `build` makes, known without making
+    /// one.
+    pub capabilities: Capabilities,
 }
 
 /// Builds an allocator whose tables live in memory the caller provides (the boxed handle
@@ -86,7 +91,8 @@ macro_rules! entry {
         about: $about:expr,
         max_order: $max_order:expr,
         build: |$config:ident, $settings:tt| $body:expr,
-        metadata: $metadata:expr $(,)?
+        metadata: $metadata:expr,
+        capabilities: $capabilities:expr $(,)?
     ) => {
         Entry {
             name: $name,
@@ -99,6 +105,7 @@ macro_rules! entry {
             },
             build_with: |$config, $settings| $body,
             metadata: $metadata,
+            capabilities: $capabilities,
         }
     };
 }
@@ -178,6 +185,13 @@ pub fn find(name: &str) -> Option<&'static Entry> {
     ENTRIES.iter().find(|e| e.name == name)
 }
 
+/// `block_of` and `try_block_of`, without the rest.
+const BLOCKS_ONLY: Capabilities = Capabilities::BLOCK_OF.union(Capabilities::TRY_BLOCK_OF);
+/// The lock-free lists: no `alloc_at`.
+const LOCK_FREE_LISTS: Capabilities = BLOCKS_ONLY
+    .union(Capabilities::TRY_ALLOC)
+    .union(Capabilities::TRY_FREE);
+
 const ENTRIES: &[Entry] = &[
     entry! {
         name: "model",
@@ -185,6 +199,7 @@ const ENTRIES: &[Entry] = &[
         max_order: ANY_ORDER,
         build: |c, _| Ok(Box::new(Locked::<Model>::new(Model::new(c)?))),
         metadata: None,
+        capabilities: Capabilities::ALL,
     },
     entry! {
         name: "nbbs",
@@ -192,6 +207,7 @@ const ENTRIES: &[Entry] = &[
         max_order: ANY_ORDER,
         build: |c, _| Ok(Box::new(Nbbs::new(c)?)),
         metadata: caller_metadata!(Nbbs, identity),
+        capabilities: Capabilities::ALL,
     },
     entry! {
         name: "nbbs4",
@@ -199,6 +215,7 @@ const ENTRIES: &[Entry] = &[
         max_order: ANY_ORDER,
         build: |c, _| Ok(Box::new(Nbbs4::new(c)?)),
         metadata: caller_metadata!(Nbbs4, identity),
+        capabilities: Capabilities::ALL,
     },
     entry! {
         name: "nbbs-magazine",
@@ -206,6 +223,7 @@ const ENTRIES: &[Entry] = &[
         max_order: ANY_ORDER,
         build: |c, s| Ok(Box::new(Magazine::with_config(c, Nbbs::new)?.with_settings(s))),
         metadata: magazine_metadata!(Nbbs),
+        capabilities: Capabilities::ALL,
     },
     entry! {
         name: "nbbs4-magazine",
@@ -213,6 +231,7 @@ const ENTRIES: &[Entry] = &[
         max_order: ANY_ORDER,
         build: |c, s| Ok(Box::new(Magazine::with_config(c, Nbbs4::new)?.with_settings(s))),
         metadata: magazine_metadata!(Nbbs4),
+        capabilities: Capabilities::ALL,
     },
     entry! {
         name: "knuth-locked",
@@ -220,6 +239,7 @@ const ENTRIES: &[Entry] = &[
         max_order: ANY_ORDER,
         build: |c, _| Ok(Box::new(Locked::<Knuth>::new(Knuth::new(c)?))),
         metadata: caller_metadata!(Knuth, Locked::<Knuth>::new),
+        capabilities: Capabilities::ALL,
     },
     entry! {
         name: "linux",
@@ -227,6 +247,7 @@ const ENTRIES: &[Entry] = &[
         max_order: ANY_ORDER,
         build: |c, s| Ok(Box::new(PerCpu::<Knuth>::with_config(c, Knuth::new)?.with_settings(s))),
         metadata: None,
+        capabilities: Capabilities::ALL,
     },
     entry! {
         name: "estranged-locked",
@@ -234,6 +255,7 @@ const ENTRIES: &[Entry] = &[
         max_order: ANY_ORDER,
         build: |c, _| Ok(Box::new(Locked::<Estranged>::new(Estranged::new(c)?))),
         metadata: caller_metadata!(Estranged, Locked::<Estranged>::new),
+        capabilities: Capabilities::ALL,
     },
     entry! {
         name: "perlevel-spin",
@@ -241,6 +263,7 @@ const ENTRIES: &[Entry] = &[
         max_order: ANY_ORDER,
         build: |c, _| Ok(Box::new(PerLevelSpin::new(c)?)),
         metadata: None,
+        capabilities: BLOCKS_ONLY,
     },
     entry! {
         name: "perlevel-yield",
@@ -248,6 +271,7 @@ const ENTRIES: &[Entry] = &[
         max_order: ANY_ORDER,
         build: |c, _| Ok(Box::new(PerLevelYield::new(c)?)),
         metadata: None,
+        capabilities: BLOCKS_ONLY,
     },
     entry! {
         name: "list-locked",
@@ -255,6 +279,7 @@ const ENTRIES: &[Entry] = &[
         max_order: 0,
         build: |c, _| Ok(Box::new(LockedList::new(c)?)),
         metadata: None,
+        capabilities: BLOCKS_ONLY,
     },
     entry! {
         name: "list-cas",
@@ -262,6 +287,7 @@ const ENTRIES: &[Entry] = &[
         max_order: 0,
         build: |c, _| Ok(Box::new(CasList::new(c)?)),
         metadata: None,
+        capabilities: LOCK_FREE_LISTS,
     },
     entry! {
         name: "list-percore",
@@ -269,6 +295,7 @@ const ENTRIES: &[Entry] = &[
         max_order: 0,
         build: |c, _| Ok(Box::new(PerCoreLists::new(c)?)),
         metadata: None,
+        capabilities: LOCK_FREE_LISTS,
     },
     entry! {
         name: "llfree",
@@ -276,6 +303,7 @@ const ENTRIES: &[Entry] = &[
         max_order: 10,
         build: |c, _| Ok(Box::new(LLFree::new(c)?)),
         metadata: caller_metadata!(LLFree, identity),
+        capabilities: Capabilities::ALL,
     },
     entry! {
         name: "llfree-magazine",
@@ -283,6 +311,7 @@ const ENTRIES: &[Entry] = &[
         max_order: 10,
         build: |c, s| Ok(Box::new(Magazine::with_config(c, LLFree::new)?.with_settings(s))),
         metadata: magazine_metadata!(LLFree),
+        capabilities: Capabilities::ALL,
     },
     entry! {
         name: "first-fit-locked",
@@ -290,6 +319,7 @@ const ENTRIES: &[Entry] = &[
         max_order: ANY_ORDER,
         build: |c, _| Ok(Box::new(Locked::<FirstFit>::new(FirstFit::new(c)?))),
         metadata: None,
+        capabilities: Capabilities::ALL.difference(Capabilities::ALLOC_AT),
     },
 ];
 

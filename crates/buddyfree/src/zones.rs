@@ -3,7 +3,7 @@
 
 // Statistics only, never part of a protocol, so loom need not model them, and `Zone::new` can
 // stay `const` (loom's atomics are not).
-use crate::{BlockAlloc, ConfigRule, Error};
+use crate::{BlockAlloc, Capabilities, ConfigRule, Error};
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 /// Blocks [`Zones`] hands to one zone's `free_bulk` at once (their indices, on the stack).
@@ -408,6 +408,14 @@ impl<A: BlockAlloc, const N: usize> BlockAlloc for Zones<A, N> {
 
     fn max_order(&self) -> u32 {
         self.max_order
+    }
+
+    /// What every zone offers: a call is routed to one zone (or asks them in turn), so an
+    /// operation one zone lacks answers `Unsupported` there.
+    fn capabilities(&self) -> Capabilities {
+        self.zones
+            .iter()
+            .fold(Capabilities::ALL, |caps, z| caps & z.alloc.capabilities())
     }
 
     fn drain(&self) {

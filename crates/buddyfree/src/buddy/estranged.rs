@@ -25,7 +25,7 @@ use super::tags::{Tag, Tags};
 use super::Entries;
 use super::{buddy_of, carve, initial_blocks, Parts};
 use crate::table::{Metadata, Table};
-use crate::{check_block, Config, Error, SeqBlockAlloc};
+use crate::{check_block, Capabilities, Config, Error, SeqBlockAlloc};
 
 /// Which step of the allocation heuristic served a request (§2.7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -311,6 +311,10 @@ impl SeqBlockAlloc for Estranged {
 
     fn max_order(&self) -> u32 {
         self.max_order
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ALLOC_AT.union(Capabilities::BLOCK_OF)
     }
 
     fn alloc_at(&mut self, index: usize, order: u32) -> Result<(), Error> {

@@ -14,7 +14,7 @@ use super::tags::{Tag, Tags};
 use super::Entries;
 use super::{buddy_of, carve, initial_blocks, Parts};
 use crate::table::{Metadata, Table};
-use crate::{check_block, Config, Error, SeqBlockAlloc};
+use crate::{check_block, Capabilities, Config, Error, SeqBlockAlloc};
 
 /// Counters of Knuth's buddy, to compare with [`super::EstrangedStats`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -176,6 +176,10 @@ impl SeqBlockAlloc for Knuth {
 
     fn max_order(&self) -> u32 {
         self.max_order
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ALLOC_AT.union(Capabilities::BLOCK_OF)
     }
 
     fn alloc_at(&mut self, index: usize, order: u32) -> Result<(), Error> {

@@ -862,6 +862,11 @@ impl<B: Backend> Cached<B> {
         })
     }
 
+    /// See [`BlockAlloc::capabilities`]: the backend's, whose operations these are.
+    pub(crate) fn capabilities(&self) -> crate::Capabilities {
+        self.backend.shared().capabilities()
+    }
+
     /// See [`BlockAlloc::block_of`]: the backend's answer, except that a cached block is
     /// free.
     pub(crate) fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
@@ -1030,6 +1035,11 @@ macro_rules! block_alloc_via_cached {
         }
         fn max_order(&self) -> u32 {
             self.$field.max_order()
+        }
+        /// The backend's: each optional operation is the backend's, with the caches' own
+        /// state around it.
+        fn capabilities(&self) -> $crate::Capabilities {
+            self.$field.capabilities()
         }
         fn drain(&self) {
             self.$field.drain(0);

@@ -20,7 +20,7 @@
 
 use alloc::collections::BTreeMap;
 
-use crate::{check_block, Config, Error, SeqBlockAlloc};
+use crate::{check_block, Capabilities, Config, Error, SeqBlockAlloc};
 
 /// The first-fit unstructured-list allocator (sequential; wrap it in [`crate::Locked`]).
 #[derive(Clone, Debug)]
@@ -126,6 +126,11 @@ impl SeqBlockAlloc for FirstFit {
 
     fn max_order(&self) -> u32 {
         self.max_order
+    }
+
+    /// No `alloc_at`: the first fit of a request is where it goes.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::BLOCK_OF
     }
 
     fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {

@@ -37,7 +37,7 @@ pub use first_fit::FirstFit;
 pub use locked::LockedStack;
 pub use percore::PerCoreStacks;
 
-use crate::{check_block, BlockAlloc, Config, ConfigRule, Error};
+use crate::{check_block, BlockAlloc, Capabilities, Config, ConfigRule, Error};
 use bits::AllocBits;
 
 /// A singly linked free list behind one spinlock (the paper's ListLocked; Windows, Darwin).
@@ -157,6 +157,18 @@ impl<S: FreeStack> BlockAlloc for ListAlloc<S> {
         // `check_block` bounded `index` by `units`, which is below `u32::MAX`.
         self.stack.push(Unit(index as u32), core);
         Ok(())
+    }
+
+    /// `block_of` from the allocated bits; no `alloc_at` (a unit deep in a stack cannot be
+    /// taken out of it); `try_alloc` and `try_free` where the stack is lock-free.
+    fn capabilities(&self) -> Capabilities {
+        let bits = Capabilities::BLOCK_OF.union(Capabilities::TRY_BLOCK_OF);
+        match S::LOCK_FREE {
+            true => bits
+                .union(Capabilities::TRY_ALLOC)
+                .union(Capabilities::TRY_FREE),
+            false => bits,
+        }
     }
 
     fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {

@@ -71,7 +71,7 @@ use crate::sync::{spin_loop, CachePadded};
 #[cfg(feature = "alloc")]
 use crate::table::build_on_heap;
 use crate::table::{Metadata, Part, Plan, Table};
-use crate::{check_block, BlockAlloc, Config, ConfigRule, Error};
+use crate::{check_block, BlockAlloc, Capabilities, Config, ConfigRule, Error};
 use lines::Line;
 use local::{Local, Reservation};
 use lower::Lower;
@@ -787,6 +787,10 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
             n += 1;
         }
         Ok(n)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ALL
     }
 
     /// One round of the fallback and no pause: where [`BlockAlloc::alloc`] would wait for a

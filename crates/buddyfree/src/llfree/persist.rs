@@ -87,7 +87,7 @@ use super::writeback::{sealed, WriteBack};
 use super::{LLFree, Options};
 use crate::config::check_cores;
 use crate::sync::atomic::{AtomicU64, Ordering};
-use crate::{BlockAlloc, Config, ConfigRule, Error};
+use crate::{BlockAlloc, Capabilities, Config, ConfigRule, Error};
 
 /// The most units a zone may have (2^48 frames of 4 KiB, 1 EiB): sizes stay far from
 /// overflow.
@@ -562,6 +562,10 @@ impl BlockAlloc for PersistentLLFree {
 
     fn alloc_bulk_continues(&self) -> bool {
         self.alloc.alloc_bulk_continues()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.alloc.capabilities()
     }
 
     fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {

@@ -10,7 +10,7 @@ use lock_api::{Mutex, RawMutex};
 pub use per_level::{PerLevel, PerLevelSpin, PerLevelYield};
 pub use yield_mutex::YieldMutex;
 
-use crate::{BlockAlloc, Error, SeqBlockAlloc};
+use crate::{BlockAlloc, Capabilities, Error, SeqBlockAlloc};
 
 #[cfg(feature = "alloc")]
 mod percpu;
@@ -23,6 +23,8 @@ pub struct Locked<A, R = spin::Mutex<()>> {
     inner: Mutex<R, A>,
     total_units: usize,
     max_order: u32,
+    /// What `inner` offers, read once so that asking takes no lock.
+    capabilities: Capabilities,
 }
 
 impl<A: SeqBlockAlloc, R: RawMutex> Locked<A, R> {
@@ -45,6 +47,7 @@ impl<A: SeqBlockAlloc, R: RawMutex> Locked<A, R> {
         Locked {
             total_units: alloc.total_units(),
             max_order: alloc.max_order(),
+            capabilities: locked_capabilities(alloc.capabilities()),
             inner: Mutex::new(alloc),
         }
     }
@@ -58,6 +61,20 @@ impl<A: SeqBlockAlloc, R: RawMutex> Locked<A, R> {
     pub fn into_inner(self) -> A {
         self.inner.into_inner()
     }
+}
+
+/// What a lock in front of a sequential allocator that offers `inner` offers: `try_alloc`
+/// and `try_free` by a `try_lock`, `inner`'s `alloc_at` and `block_of`, and `try_block_of`
+/// where there is a `block_of` to run under a `try_lock`.
+const fn locked_capabilities(inner: Capabilities) -> Capabilities {
+    let kept = inner.intersection(Capabilities::ALLOC_AT.union(Capabilities::BLOCK_OF));
+    Capabilities::TRY_ALLOC
+        .union(Capabilities::TRY_FREE)
+        .union(kept)
+        .with_if(
+            inner.contains(Capabilities::BLOCK_OF),
+            Capabilities::TRY_BLOCK_OF,
+        )
 }
 
 impl<A: SeqBlockAlloc, R: RawMutex + Sync + Send> BlockAlloc for Locked<A, R> {
@@ -79,6 +96,10 @@ impl<A: SeqBlockAlloc, R: RawMutex + Sync + Send> BlockAlloc for Locked<A, R> {
 
     fn max_order(&self) -> u32 {
         self.max_order
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.capabilities
     }
 
     /// Only if the lock is free at once: a lock holder may be the interrupted code itself.

@@ -40,7 +40,7 @@ use crate::buddy::tags::{Tag, Tags};
 use crate::buddy::{buddy_of, carve, initial_blocks};
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use crate::sync::CachePadded;
-use crate::{check_block, BlockAlloc, Config, Error};
+use crate::{check_block, BlockAlloc, Capabilities, Config, Error};
 
 /// Extra scans an allocation makes, while enough units are free, before `OutOfMemory`.
 const RESCANS: usize = 2;
@@ -284,6 +284,12 @@ impl<R: RawMutex + Send + Sync> BlockAlloc for PerLevel<R> {
 
     fn max_order(&self) -> u32 {
         self.max_order
+    }
+
+    /// `block_of` and `try_block_of` from the tags; no `alloc_at`, and no `try_alloc` or
+    /// `try_free`, which would have to give up half-way between levels' locks.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::BLOCK_OF.union(Capabilities::TRY_BLOCK_OF)
     }
 
     /// From the tags: a caller's block is tagged `Used(k)` from the end of its allocation

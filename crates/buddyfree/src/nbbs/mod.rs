@@ -105,7 +105,7 @@ mod loom_tests;
 mod word;
 
 use crate::table::Metadata;
-use crate::{BlockAlloc, Config, Error};
+use crate::{BlockAlloc, Capabilities, Config, Error};
 use forest::{Forest, FourLevel, OneLevel};
 
 macro_rules! nbbs_type {
@@ -177,6 +177,9 @@ macro_rules! nbbs_type {
             }
             fn max_order(&self) -> u32 {
                 self.0.max_order()
+            }
+            fn capabilities(&self) -> Capabilities {
+                Capabilities::ALL
             }
             /// The same as `alloc`: NBBS never waits for another thread. Its scan is
             /// repeated only when frees completed meanwhile (Alg. 2, A15), each of them
