@@ -1,8 +1,10 @@
 //! The C ABI's inputs: any configuration (unit size, units, order, cores, allocator name,
-//! parking limit, interrupt-safe frees, the caller's region and its misalignment) and any
-//! sequence of calls with any arguments (sizes, alignments, pointers, indices, orders,
-//! status codes, null handles) returns a status and never misbehaves: blocks are aligned,
-//! inside the instance and disjoint, and freeing everything leaves every unit free.
+//! parking limit, interrupt-safe frees, the caller's region and its misalignment, the
+//! `config_size` of the sized create) and any sequence of calls with any arguments (sizes,
+//! alignments, pointers, indices, orders, status codes, null handles) returns a status and
+//! never misbehaves: blocks are aligned, inside the instance and disjoint, a size or
+//! alignment the instance cannot serve gets the status the header promises, the capability
+//! bits are the allocator's, and freeing everything leaves every unit free.
 //!
 //! Input: 12 bytes of configuration, then 4 bytes per call.
 
@@ -15,17 +17,71 @@ use std::ptr;
 use buddyfree_c::*;
 use libfuzzer_sys::fuzz_target;
 
-fn create(config: &BuddyfreeConfig, region: &mut [u8]) -> Option<*mut Buddyfree> {
+/// An instance of `config` over `region` (none if empty): through `buddyfree_create`, or
+/// through `buddyfree_create_sized` with `size` bytes of a config followed by zeros (a
+/// newer caller's fields, all default) when `size` is given.
+fn create(
+    config: &BuddyfreeConfig,
+    size: Option<usize>,
+    region: &mut [u8],
+) -> Option<*mut Buddyfree> {
     let mut bf = ptr::null_mut();
     let (base, len) = if region.is_empty() {
         (ptr::null_mut(), 0)
     } else {
         (region.as_mut_ptr().cast(), region.len())
     };
-    // SAFETY: a valid configuration whose name is null or NUL-terminated, a writable out
-    // pointer, and a region that is null or ours for the instance's lifetime.
-    let status = unsafe { buddyfree_create(config, base, len, &mut bf) };
+    let whole = std::mem::size_of::<BuddyfreeConfig>();
+    // The config, then zeros: 8-byte words, aligned for it.
+    let mut words = vec![0u64; whole.div_ceil(8) + 4];
+    // SAFETY: a `BuddyfreeConfig` fits at the start of `words`, aligned (8 bytes).
+    unsafe { words.as_mut_ptr().cast::<BuddyfreeConfig>().write(*config) };
+    let sized = words.as_ptr().cast::<BuddyfreeConfig>();
+    // SAFETY: a valid configuration whose name is null or NUL-terminated (readable for
+    // `size` bytes, at most `words`' length), a writable out pointer, and a region that is
+    // null or ours for the instance's lifetime.
+    let status = unsafe {
+        match size {
+            None => buddyfree_create(config, base, len, &mut bf),
+            Some(size) => {
+                let size = size.min(words.len() * 8);
+                let status =
+                    buddyfree_create_sized(sized, size, base, len, ptr::null_mut(), 0, &mut bf);
+                if size < whole && status == BuddyfreeStatus::InvalidConfig {
+                    // A size before `allocator`'s end, or inside a field: refused as such.
+                    let why = CStr::from_ptr(buddyfree_last_error()).to_string_lossy();
+                    if why.contains("config_size") {
+                        return None;
+                    }
+                }
+                status
+            }
+        }
+    };
     (status == BuddyfreeStatus::Ok).then_some(bf)
+}
+
+/// What the header promises a request of `size` bytes aligned to `align` on an instance
+/// whose blocks are aligned to at most `max_align` and hold at most `largest` bytes: the
+/// status of the first rule broken, `None` where it can be served.
+fn layout_answer(
+    size: usize,
+    align: usize,
+    max_align: usize,
+    largest: usize,
+) -> Option<BuddyfreeStatus> {
+    let align = align.max(1);
+    if !align.is_power_of_two() {
+        Some(BuddyfreeStatus::BadAlign)
+    } else if size == 0 {
+        Some(BuddyfreeStatus::ZeroSize)
+    } else if align > max_align {
+        Some(BuddyfreeStatus::BadAlign)
+    } else if size > largest {
+        Some(BuddyfreeStatus::TooLarge)
+    } else {
+        None
+    }
 }
 
 fn stats(bf: *const Buddyfree) -> BuddyfreeStats {
@@ -81,12 +137,31 @@ fuzz_target!(|data: &[u8]| {
     ];
     let skip = usize::from(head[8]).min(storage.len());
     let region = &mut storage[skip..];
-    let Some(bf) = create(&config, region) else {
+    // The plain create, the sized one with the whole struct, or with any size.
+    let size = match head[11] % 4 {
+        0 => None,
+        1 => Some(std::mem::size_of::<BuddyfreeConfig>()),
+        _ => Some(usize::from(head[11] >> 2)),
+    };
+    let Some(bf) = create(&config, size, region) else {
         return;
     };
     let s = stats(bf);
     assert_eq!(s.free_units, s.total_units);
     let unit = s.unit_size;
+    let largest = unit.checked_shl(s.max_order).unwrap_or(usize::MAX);
+    let mut caps = 0;
+    // SAFETY: a live instance and a writable out.
+    assert_eq!(
+        unsafe { buddyfree_capabilities(bf, &mut caps) },
+        BuddyfreeStatus::Ok
+    );
+    if pick < count {
+        let mut by_index = 0;
+        // SAFETY: a writable out.
+        let status = unsafe { buddyfree_allocator_capabilities(pick, &mut by_index) };
+        assert_eq!((status, by_index), (BuddyfreeStatus::Ok, caps));
+    }
     let mut spans = Spans::default();
     // Blocks from `buddyfree_alloc`: address -> requested (size, alignment).
     let mut sized: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
@@ -96,12 +171,23 @@ fuzz_target!(|data: &[u8]| {
         let wide = usize::from(u16::from_le_bytes([c[1], c[2]]));
         match c[0] % 10 {
             0..=2 => {
-                // Alignments: powers of two, and one less (not a power of two, or 0).
+                // Alignments: powers of two, and one less (not a power of two, or 0); up to
+                // 2^63 where the call's first byte asks for the upper half of the shifts.
                 let size = wide >> (c[3] & 7);
-                let align = (1usize << (c[3] >> 3)) - usize::from(c[3] & 1);
+                let shift = u32::from(c[3] >> 3) + if c[0] / 10 >= 20 { 32 } else { 0 };
+                let align = (1usize << shift) - usize::from(c[3] & 1);
                 let mut p = ptr::dangling_mut::<c_void>();
                 // SAFETY: a live instance and a writable out pointer.
                 let status = unsafe { buddyfree_alloc(bf, size, align, &mut p) };
+                match layout_answer(size, align, s.max_align, largest) {
+                    Some(promised) => {
+                        assert_eq!(status, promised, "{size} bytes aligned to {align}")
+                    }
+                    None => assert!(
+                        matches!(status, BuddyfreeStatus::Ok | BuddyfreeStatus::OutOfMemory),
+                        "{size} bytes aligned to {align}: {status:?}"
+                    ),
+                }
                 if status == BuddyfreeStatus::Ok {
                     assert_eq!(p as usize % align.max(1), 0, "misaligned");
                     spans.insert(p as usize, size.max(1));

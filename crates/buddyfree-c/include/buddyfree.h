@@ -7,6 +7,33 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// Capability bit: `buddyfree_try_alloc`, `buddyfree_try_alloc_order` and
+// `buddyfree_device_try_alloc` never answer `BUDDYFREE_STATUS_UNSUPPORTED` (Rust's
+// `Capabilities::TRY_ALLOC`).
+#define BUDDYFREE_CAP_TRY_ALLOC 1
+
+// Capability bit: `buddyfree_try_free`, `buddyfree_try_free_order` and
+// `buddyfree_device_try_free` never answer `BUDDYFREE_STATUS_UNSUPPORTED`
+// (`Capabilities::TRY_FREE`).
+#define BUDDYFREE_CAP_TRY_FREE 2
+
+// Capability bit: `buddyfree_alloc_at` and `buddyfree_reserve_range` never answer
+// `BUDDYFREE_STATUS_UNSUPPORTED`, nor does `buddyfree_free_range` (with
+// `BUDDYFREE_CAP_ORDER_AT`) where an end of its range cuts a live block
+// (`Capabilities::ALLOC_AT`).
+#define BUDDYFREE_CAP_ALLOC_AT 4
+
+// Capability bit: the allocator knows the block at a unit, so `buddyfree_order_at`,
+// `buddyfree_free_at`, `buddyfree_device_free`, `buddyfree_device_core_free` and
+// `buddyfree_free_range` (see `BUDDYFREE_CAP_ALLOC_AT`) never answer
+// `BUDDYFREE_STATUS_UNSUPPORTED` (`Capabilities::BLOCK_OF`).
+#define BUDDYFREE_CAP_ORDER_AT 8
+
+// Capability bit: it knows it without waiting, so `buddyfree_try_free_at` and
+// `buddyfree_device_try_free_at` (with `BUDDYFREE_CAP_TRY_FREE`) never answer
+// `BUDDYFREE_STATUS_UNSUPPORTED` (`Capabilities::TRY_BLOCK_OF`).
+#define BUDDYFREE_CAP_TRY_ORDER_AT 16
+
 // The result of every fallible call. The values are stable: new codes are only appended.
 enum BuddyfreeStatus
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -82,6 +109,22 @@ typedef struct BuddyfreeDeviceCore BuddyfreeDeviceCore;
 
 // How to build an instance. Fields added later are appended and take 0 for their default,
 // so zero-initialise it or use designated initialisers.
+//
+// Versions: the calls that take a `config_size` beside it (`buddyfree_create_sized`,
+// `buddyfree_metadata_size_sized`, `buddyfree_device_create_sized`) read only the first
+// `config_size` bytes, so pass `sizeof(BuddyfreeConfig)` as your header has it. A library
+// newer than the caller's header gives the fields the caller does not know their default
+// (0); a library older than the caller's header accepts fields it does not know only if
+// they are 0, and otherwise answers `BUDDYFREE_STATUS_INVALID_CONFIG` (a setting it
+// cannot honour is never dropped silently). `config_size` must reach at least past
+// `allocator` and must not end inside a field. New fields start past the previous
+// version's `sizeof` (never in its trailing padding), so that sizes tell versions apart.
+// The calls without a size (`buddyfree_create`, `buddyfree_create_with_metadata`,
+// `buddyfree_metadata_size`, `buddyfree_device_create`,
+// `buddyfree_device_create_with_metadata`) read the fields up to `interrupt_safe_frees`
+// and no further, in this version and every later one: callers built against this
+// header keep working with later libraries, but fields appended later are read only by
+// the sized calls.
 typedef struct BuddyfreeConfig {
   // Bytes per unit, a power of two.
   size_t unit_size;
@@ -152,6 +195,23 @@ BuddyfreeStatus buddyfree_create(const struct BuddyfreeConfig *config,
                                  size_t region_len,
                                  struct Buddyfree **out);
 
+// As `buddyfree_create` (`metadata` null) or `buddyfree_create_with_metadata` (`metadata`
+// not null; `metadata_len` is ignored when it is), reading the first `config_size` bytes
+// of `*config`: pass `sizeof(BuddyfreeConfig)`. See `BuddyfreeConfig` for how sizes of
+// older and newer headers are read; a size this library refuses is
+// `BUDDYFREE_STATUS_INVALID_CONFIG`, and `buddyfree_last_error` says why.
+//
+// # Safety
+// As for `buddyfree_create_with_metadata`, and `config` must be null or valid for reads of
+// `config_size` bytes.
+BuddyfreeStatus buddyfree_create_sized(const struct BuddyfreeConfig *config,
+                                       size_t config_size,
+                                       void *region,
+                                       size_t region_len,
+                                       void *metadata,
+                                       size_t metadata_len,
+                                       struct Buddyfree **out);
+
 // Stores in `*size` and `*align` the bytes and alignment of the metadata that the allocator
 // `config` names needs for `config` (`units` must be given), for
 // `buddyfree_create_with_metadata` and `buddyfree_device_create_with_metadata`. Allocators
@@ -165,6 +225,17 @@ BuddyfreeStatus buddyfree_create(const struct BuddyfreeConfig *config,
 BuddyfreeStatus buddyfree_metadata_size(const struct BuddyfreeConfig *config,
                                         size_t *size,
                                         size_t *align);
+
+// As `buddyfree_metadata_size`, reading the first `config_size` bytes of `*config` as
+// `buddyfree_create_sized` does.
+//
+// # Safety
+// As for `buddyfree_metadata_size`, and `config` must be null or valid for reads of
+// `config_size` bytes.
+BuddyfreeStatus buddyfree_metadata_size_sized(const struct BuddyfreeConfig *config,
+                                              size_t config_size,
+                                              size_t *size,
+                                              size_t *align);
 
 // As `buddyfree_create`, with the allocator's metadata (its tables) in the caller's
 // `metadata_len` bytes at `metadata` (at least `buddyfree_metadata_size`'s bytes at its
@@ -200,7 +271,11 @@ const char *buddyfree_last_error(void);
 void buddyfree_destroy(struct Buddyfree *bf);
 
 // Allocates at least `size` bytes aligned to `align` (0 for no requirement) and stores the
-// address in `*out` (set to NULL on failure).
+// address in `*out` (set to NULL on failure). Every call that takes a size and an
+// alignment checks them in this order: an alignment that is not a power of two is
+// `BUDDYFREE_STATUS_BAD_ALIGN`; a size of 0 `BUDDYFREE_STATUS_ZERO_SIZE`; an alignment
+// above the instance's `max_align` (`buddyfree_stats`) `BUDDYFREE_STATUS_BAD_ALIGN`; more
+// bytes than the largest block (`unit_size << max_order`) `BUDDYFREE_STATUS_TOO_LARGE`.
 //
 // # Safety
 // `bf` must be null or a live instance; `out` must be null or writable.
@@ -398,6 +473,24 @@ const char *buddyfree_allocator_name(size_t i);
 // that serve single units only), or -1 if `i` is out of range.
 int32_t buddyfree_allocator_max_order(size_t i);
 
+// Stores in `*out` the `BUDDYFREE_CAP_*` bits of the operations the instance's allocator
+// offers: a call whose bit is set never answers `BUDDYFREE_STATUS_UNSUPPORTED`, and one
+// whose bit is clear does (per-core caches in front of an allocator that lacks it may
+// still serve some calls themselves; do not rely on those). The same for the instance's
+// whole life; bits this version does not know stay 0.
+//
+// # Safety
+// `bf` must be null or a live instance; `out` must be null or writable.
+BuddyfreeStatus buddyfree_capabilities(const struct Buddyfree *bf, uint32_t *out);
+
+// Stores in `*out` the `BUDDYFREE_CAP_*` bits of allocator `i` (see
+// `buddyfree_allocator_name`), as `buddyfree_capabilities` gives them for every instance of
+// it, without building one; `BUDDYFREE_STATUS_OUT_OF_RANGE` if `i` is out of range.
+//
+// # Safety
+// `out` must be null or writable.
+BuddyfreeStatus buddyfree_allocator_capabilities(size_t i, uint32_t *out);
+
 // Builds a device-memory instance of `config.units` units (which must be given) of
 // `config.unit_size` bytes from address `base` (a multiple of the unit size) and stores it
 // in `*out`. Nothing is ever read or written at these addresses. On failure
@@ -421,6 +514,21 @@ BuddyfreeStatus buddyfree_device_create_with_metadata(const struct BuddyfreeConf
                                                       void *metadata,
                                                       size_t metadata_len,
                                                       struct BuddyfreeDevice **out);
+
+// As `buddyfree_device_create` (`metadata` null) or
+// `buddyfree_device_create_with_metadata` (`metadata` not null), reading the first
+// `config_size` bytes of `*config` as `buddyfree_create_sized` does: pass
+// `sizeof(BuddyfreeConfig)`.
+//
+// # Safety
+// As for `buddyfree_device_create_with_metadata`, and `config` must be null or valid for
+// reads of `config_size` bytes.
+BuddyfreeStatus buddyfree_device_create_sized(const struct BuddyfreeConfig *config,
+                                              size_t config_size,
+                                              uint64_t base,
+                                              void *metadata,
+                                              size_t metadata_len,
+                                              struct BuddyfreeDevice **out);
 
 // Destroys a device-memory instance (null is ignored).
 //
@@ -450,6 +558,12 @@ BuddyfreeStatus buddyfree_device_try_alloc(const struct BuddyfreeDevice *dev,
                                            size_t size,
                                            size_t align,
                                            uint64_t *out);
+
+// `buddyfree_capabilities` for a device instance.
+//
+// # Safety
+// `dev` must be null or a live instance; `out` must be null or writable.
+BuddyfreeStatus buddyfree_device_capabilities(const struct BuddyfreeDevice *dev, uint32_t *out);
 
 // `buddyfree_drain` for a device instance.
 //

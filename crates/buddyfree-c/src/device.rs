@@ -10,7 +10,8 @@ use buddyfree::registry::DynAlloc;
 
 use super::held::{lent, run_held};
 use super::{
-    build, created, layout, named_entry, status, BuddyfreeConfig, BuddyfreeStatus, Refusal, Tables,
+    build, created, layout, named_entry, read_config, status, BuddyfreeConfig, BuddyfreeStatus,
+    Refusal, Tables, UNSIZED_CONFIG,
 };
 
 /// A device-memory instance (opaque).
@@ -32,8 +33,9 @@ pub unsafe extern "C" fn buddyfree_device_create(
     base: u64,
     out: *mut *mut BuddyfreeDevice,
 ) -> BuddyfreeStatus {
-    // SAFETY: the caller's contract on `config` and `out`.
-    unsafe { create(config, base, Tables::Heap, out) }
+    // SAFETY: the caller's contract on `config` and `out`; a configuration of the first
+    // release's fields.
+    unsafe { create(config, UNSIZED_CONFIG, base, Tables::Heap, out) }
 }
 
 /// As `buddyfree_device_create`, with the allocator's metadata in the caller's
@@ -53,14 +55,42 @@ pub unsafe extern "C" fn buddyfree_device_create_with_metadata(
     let Some(metadata) = NonNull::new(metadata.cast()) else {
         return BuddyfreeStatus::NullArgument;
     };
-    // SAFETY: the caller's contract on `config`, `metadata` and `out`.
-    unsafe { create(config, base, Tables::Caller(metadata, metadata_len), out) }
+    let tables = Tables::Caller(metadata, metadata_len);
+    // SAFETY: the caller's contract on `config`, `metadata` and `out`; a configuration of
+    // the first release's fields.
+    unsafe { create(config, UNSIZED_CONFIG, base, tables, out) }
+}
+
+/// As `buddyfree_device_create` (`metadata` null) or
+/// `buddyfree_device_create_with_metadata` (`metadata` not null), reading the first
+/// `config_size` bytes of `*config` as `buddyfree_create_sized` does: pass
+/// `sizeof(BuddyfreeConfig)`.
+///
+/// # Safety
+/// As for `buddyfree_device_create_with_metadata`, and `config` must be null or valid for
+/// reads of `config_size` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_device_create_sized(
+    config: *const BuddyfreeConfig,
+    config_size: usize,
+    base: u64,
+    metadata: *mut c_void,
+    metadata_len: usize,
+    out: *mut *mut BuddyfreeDevice,
+) -> BuddyfreeStatus {
+    let tables = match NonNull::new(metadata.cast()) {
+        Some(metadata) => Tables::Caller(metadata, metadata_len),
+        None => Tables::Heap,
+    };
+    // SAFETY: the caller's contract.
+    unsafe { create(config, config_size, base, tables, out) }
 }
 
 /// # Safety
-/// As for [`buddyfree_device_create`], and for [`build`] on `tables`.
+/// As for [`buddyfree_device_create_sized`], and for [`build`] on `tables`.
 unsafe fn create(
     config: *const BuddyfreeConfig,
+    config_size: usize,
     base: u64,
     tables: Tables,
     out: *mut *mut BuddyfreeDevice,
@@ -68,9 +98,9 @@ unsafe fn create(
     if config.is_null() || out.is_null() {
         return BuddyfreeStatus::NullArgument;
     }
-    // SAFETY: non-null and valid by the caller's contract.
-    let config = unsafe { *config };
     let result = (|| -> Result<BuddyfreeDevice, Refusal> {
+        // SAFETY: readable for `config_size` bytes by the caller's contract.
+        let config = unsafe { read_config(config, config_size)? };
         // SAFETY: the caller's contract on `config.allocator`.
         let entry = unsafe { named_entry(&config)? };
         // SAFETY: the caller's contract on `tables`.
@@ -155,7 +185,7 @@ pub unsafe extern "C" fn buddyfree_device_try_alloc(
 ///
 /// # Safety
 /// `out` must be null or writable.
-unsafe fn alloc_into<T>(
+unsafe fn alloc_into<T: MaxAlign>(
     out: *mut u64,
     size: usize,
     align: usize,
@@ -167,8 +197,47 @@ unsafe fn alloc_into<T>(
     }
     // SAFETY: `out` is writable by the caller's contract.
     unsafe { out.write(0) };
-    let result = target.and_then(|t| Ok(alloc(t, layout(size, align)?)?));
+    let result = target.and_then(|t| {
+        let layout = layout(size, align, t.max_align())?;
+        Ok(alloc(t, layout)?)
+    });
     // SAFETY: as above.
+    unsafe { status(result, out) }
+}
+
+/// What a size and alignment are checked against: the largest alignment of the heap that
+/// `alloc_into` allocates from.
+trait MaxAlign {
+    fn max_align(&self) -> usize;
+}
+
+impl MaxAlign for &DeviceHeap<DynAlloc> {
+    fn max_align(&self) -> usize {
+        DeviceHeap::max_align(self)
+    }
+}
+
+impl MaxAlign for &mut HeldDevice<'_, DynAlloc> {
+    fn max_align(&self) -> usize {
+        HeldDevice::max_align(self)
+    }
+}
+
+/// `buddyfree_capabilities` for a device instance.
+///
+/// # Safety
+/// `dev` must be null or a live instance; `out` must be null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_device_capabilities(
+    dev: *const BuddyfreeDevice,
+    out: *mut u32,
+) -> BuddyfreeStatus {
+    if out.is_null() {
+        return BuddyfreeStatus::NullArgument;
+    }
+    // SAFETY: the caller's contract on `dev`.
+    let result = unsafe { device(dev) }.map(|d| d.allocator().capabilities().bits());
+    // SAFETY: `out` is non-null and writable by the caller's contract.
     unsafe { status(result, out) }
 }
 
@@ -228,8 +297,10 @@ pub unsafe extern "C" fn buddyfree_device_try_free(
     align: usize,
 ) -> BuddyfreeStatus {
     // SAFETY: the caller's contract on `dev`.
-    let result = unsafe { device(dev) }
-        .and_then(|d| Ok(d.try_free(addr, layout(size, align)?, buddyfree::core_hint())?));
+    let result = unsafe { device(dev) }.and_then(|d| {
+        let layout = layout(size, align, d.max_align())?;
+        Ok(d.try_free(addr, layout, buddyfree::core_hint())?)
+    });
     // SAFETY: a null `out` is allowed.
     unsafe { status(result, ptr::null_mut()) }
 }

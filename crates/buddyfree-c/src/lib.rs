@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 use buddyfree::heap::{block_bytes, Heap, HeapError, Region};
 use buddyfree::magazine::Settings;
 use buddyfree::registry::{self, DynAlloc};
-use buddyfree::{BlockAlloc, Config, ConfigRule, Error};
+use buddyfree::{BlockAlloc, Capabilities, Config, ConfigRule, Error};
 
 mod device;
 mod held;
@@ -180,6 +180,22 @@ fn set_last_error(detail: &str) {
 
 /// How to build an instance. Fields added later are appended and take 0 for their default,
 /// so zero-initialise it or use designated initialisers.
+///
+/// Versions: the calls that take a `config_size` beside it (`buddyfree_create_sized`,
+/// `buddyfree_metadata_size_sized`, `buddyfree_device_create_sized`) read only the first
+/// `config_size` bytes, so pass `sizeof(BuddyfreeConfig)` as your header has it. A library
+/// newer than the caller's header gives the fields the caller does not know their default
+/// (0); a library older than the caller's header accepts fields it does not know only if
+/// they are 0, and otherwise answers `BUDDYFREE_STATUS_INVALID_CONFIG` (a setting it
+/// cannot honour is never dropped silently). `config_size` must reach at least past
+/// `allocator` and must not end inside a field. New fields start past the previous
+/// version's `sizeof` (never in its trailing padding), so that sizes tell versions apart.
+/// The calls without a size (`buddyfree_create`, `buddyfree_create_with_metadata`,
+/// `buddyfree_metadata_size`, `buddyfree_device_create`,
+/// `buddyfree_device_create_with_metadata`) read the fields up to `interrupt_safe_frees`
+/// and no further, in this version and every later one: callers built against this
+/// header keep working with later libraries, but fields appended later are read only by
+/// the sized calls.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct BuddyfreeConfig {
@@ -263,13 +279,68 @@ pub unsafe extern "C" fn buddyfree_create(
     region_len: usize,
     out: *mut *mut Buddyfree,
 ) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract; a configuration of the first release's fields.
+    unsafe {
+        create_sized(
+            config,
+            UNSIZED_CONFIG,
+            region,
+            region_len,
+            Tables::Heap,
+            out,
+        )
+    }
+}
+
+/// As `buddyfree_create` (`metadata` null) or `buddyfree_create_with_metadata` (`metadata`
+/// not null; `metadata_len` is ignored when it is), reading the first `config_size` bytes
+/// of `*config`: pass `sizeof(BuddyfreeConfig)`. See `BuddyfreeConfig` for how sizes of
+/// older and newer headers are read; a size this library refuses is
+/// `BUDDYFREE_STATUS_INVALID_CONFIG`, and `buddyfree_last_error` says why.
+///
+/// # Safety
+/// As for `buddyfree_create_with_metadata`, and `config` must be null or valid for reads of
+/// `config_size` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_create_sized(
+    config: *const BuddyfreeConfig,
+    config_size: usize,
+    region: *mut c_void,
+    region_len: usize,
+    metadata: *mut c_void,
+    metadata_len: usize,
+    out: *mut *mut Buddyfree,
+) -> BuddyfreeStatus {
+    let tables = match NonNull::new(metadata.cast()) {
+        Some(metadata) => Tables::Caller(metadata, metadata_len),
+        None => Tables::Heap,
+    };
+    // SAFETY: the caller's contract.
+    unsafe { create_sized(config, config_size, region, region_len, tables, out) }
+}
+
+/// The body of every create call: the first `config_size` bytes of `*config` read as
+/// [`read_config`] says, the instance built as [`create`] does, and the answer stored.
+///
+/// # Safety
+/// As for [`buddyfree_create_sized`], with `tables` for its `metadata`.
+unsafe fn create_sized(
+    config: *const BuddyfreeConfig,
+    config_size: usize,
+    region: *mut c_void,
+    region_len: usize,
+    tables: Tables,
+    out: *mut *mut Buddyfree,
+) -> BuddyfreeStatus {
     if config.is_null() || out.is_null() {
         return BuddyfreeStatus::NullArgument;
     }
-    // SAFETY: non-null and valid by the caller's contract.
-    let config = unsafe { *config };
-    // SAFETY: the caller's contract on `config.allocator` and `region`.
-    let result = unsafe { create(config, region.cast(), region_len, Tables::Heap) };
+    // SAFETY: `config` is readable for `config_size` bytes, its `allocator` null or a
+    // NUL-terminated string, `region` and `tables` valid, by the caller's contract.
+    let result = unsafe {
+        read_config(config, config_size)
+            .and_then(|config| create(config, region.cast(), region_len, tables))
+    };
     // SAFETY: `out` is non-null and writable by the caller's contract.
     unsafe { created(result, out) }
 }
@@ -290,12 +361,43 @@ pub unsafe extern "C" fn buddyfree_metadata_size(
     size: *mut usize,
     align: *mut usize,
 ) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract; a configuration of the first release's fields.
+    unsafe { metadata_size(config, UNSIZED_CONFIG, size, align) }
+}
+
+/// As `buddyfree_metadata_size`, reading the first `config_size` bytes of `*config` as
+/// `buddyfree_create_sized` does.
+///
+/// # Safety
+/// As for `buddyfree_metadata_size`, and `config` must be null or valid for reads of
+/// `config_size` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_metadata_size_sized(
+    config: *const BuddyfreeConfig,
+    config_size: usize,
+    size: *mut usize,
+    align: *mut usize,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract.
+    unsafe { metadata_size(config, config_size, size, align) }
+}
+
+/// The body of both metadata size calls.
+///
+/// # Safety
+/// As for [`buddyfree_metadata_size_sized`].
+unsafe fn metadata_size(
+    config: *const BuddyfreeConfig,
+    config_size: usize,
+    size: *mut usize,
+    align: *mut usize,
+) -> BuddyfreeStatus {
     if config.is_null() || size.is_null() || align.is_null() {
         return BuddyfreeStatus::NullArgument;
     }
-    // SAFETY: non-null and valid by the caller's contract.
-    let config = unsafe { *config };
     let layout = (|| {
+        // SAFETY: readable for `config_size` bytes by the caller's contract.
+        let config = unsafe { read_config(config, config_size) }.map_err(|r| r.status)?;
         // SAFETY: the caller's contract on `config.allocator`.
         let entry = unsafe { named_entry(&config)? };
         let caller = entry.metadata.ok_or(BuddyfreeStatus::Unsupported)?;
@@ -336,16 +438,9 @@ pub unsafe extern "C" fn buddyfree_create_with_metadata(
     let Some(metadata) = NonNull::new(metadata.cast()) else {
         return BuddyfreeStatus::NullArgument;
     };
-    if config.is_null() || out.is_null() {
-        return BuddyfreeStatus::NullArgument;
-    }
-    // SAFETY: non-null and valid by the caller's contract.
-    let config = unsafe { *config };
     let tables = Tables::Caller(metadata, metadata_len);
-    // SAFETY: the caller's contract on `config.allocator`, `region` and `metadata`.
-    let result = unsafe { create(config, region.cast(), region_len, tables) };
-    // SAFETY: `out` is non-null and writable by the caller's contract.
-    unsafe { created(result, out) }
+    // SAFETY: the caller's contract; a configuration of the first release's fields.
+    unsafe { create_sized(config, UNSIZED_CONFIG, region, region_len, tables, out) }
 }
 
 /// Where an allocator's own tables (its metadata) live.
@@ -355,6 +450,76 @@ enum Tables {
     Heap,
     /// In the caller's `len` bytes at the pointer.
     Caller(NonNull<u8>, usize),
+}
+
+/// The bytes of a [`BuddyfreeConfig`] that the calls without a `config_size` read: the
+/// fields up to `interrupt_safe_frees`, the last of the first release, whatever is
+/// appended later (a caller built against that header passes no more).
+const UNSIZED_CONFIG: usize =
+    std::mem::offset_of!(BuddyfreeConfig, interrupt_safe_frees) + std::mem::size_of::<u32>();
+
+/// Where each field of [`BuddyfreeConfig`] ends, in order: the `config_size`s that end no
+/// field half-way, from the shortest accepted (the first version's fields, to `allocator`)
+/// on. Sizes past the whole struct are accepted too (a newer caller's).
+const CONFIG_FIELD_ENDS: [usize; 3] = [
+    std::mem::offset_of!(BuddyfreeConfig, allocator) + std::mem::size_of::<*const c_char>(),
+    std::mem::offset_of!(BuddyfreeConfig, parking_limit) + std::mem::size_of::<usize>(),
+    UNSIZED_CONFIG,
+];
+
+/// The caller's configuration of `size` bytes at `config`, read as [`BuddyfreeConfig`]
+/// says: the fields within `size` from the caller, the rest their defaults (0); a larger
+/// `size` (a newer header's) only with every byte this version does not know 0.
+///
+/// # Safety
+/// `config` must be null or valid for reads of `size` bytes.
+unsafe fn read_config(
+    config: *const BuddyfreeConfig,
+    size: usize,
+) -> Result<BuddyfreeConfig, Refusal> {
+    if config.is_null() {
+        return Err(BuddyfreeStatus::NullArgument.into());
+    }
+    let whole = std::mem::size_of::<BuddyfreeConfig>();
+    let refused = |detail: String| Refusal {
+        status: BuddyfreeStatus::InvalidConfig,
+        detail: format!("invalid configuration: {detail}"),
+    };
+    if size < CONFIG_FIELD_ENDS[0] {
+        return Err(refused(format!(
+            "config_size {size} is smaller than the first BuddyfreeConfig ({} bytes, to `allocator`)",
+            CONFIG_FIELD_ENDS[0]
+        )));
+    }
+    if size < whole && !CONFIG_FIELD_ENDS.contains(&size) {
+        return Err(refused(format!(
+            "config_size {size} ends inside a field of BuddyfreeConfig (fields end at {CONFIG_FIELD_ENDS:?})"
+        )));
+    }
+    let bytes = config.cast::<u8>();
+    if size > whole {
+        // SAFETY: `size` readable bytes at `config`, by the caller's contract.
+        let newer = unsafe { slice::from_raw_parts(bytes.add(whole), size - whole) };
+        if let Some(at) = newer.iter().position(|&b| b != 0) {
+            return Err(refused(format!(
+                "byte {} of the {size} given is set, in a field this library ({whole} bytes of \
+                 BuddyfreeConfig) does not know",
+                whole + at
+            )));
+        }
+    }
+    let mut read = BuddyfreeConfig::default();
+    // SAFETY: `size.min(whole)` bytes, readable at `config` by the caller's contract and
+    // writable in `read`; byte copies, so the caller's struct need not be aligned, and every
+    // field of `BuddyfreeConfig` takes any bytes (integers and a raw pointer).
+    unsafe {
+        ptr::copy_nonoverlapping(
+            bytes,
+            ptr::from_mut(&mut read).cast::<u8>(),
+            size.min(whole),
+        );
+    }
+    Ok(read)
 }
 
 /// The library's configuration of `units` units from C's.
@@ -538,17 +703,34 @@ unsafe fn status<T>(result: Result<T, BuddyfreeStatus>, out: *mut T) -> Buddyfre
     }
 }
 
-/// A layout from C's size and alignment; alignment 0 means none.
-fn layout(size: usize, align: usize) -> Result<std::alloc::Layout, BuddyfreeStatus> {
+/// A layout from C's size and alignment (0 means none), for an instance whose blocks are
+/// aligned to at most `max_align` bytes. What the header promises: an alignment that is not
+/// a power of two is `BadAlign`, and so is one above `max_align`; a size no block can hold
+/// is `TooLarge`. A pair that `Layout` cannot hold (the size rounded up to the alignment
+/// past `isize::MAX`) gets the answer the heap gives a request it could hold: `BadAlign`
+/// for an alignment above `max_align` (the heap's first check), else `TooLarge` (the
+/// largest block of a heap in memory is at most 2^62 bytes, far below such a size).
+fn layout(
+    size: usize,
+    align: usize,
+    max_align: usize,
+) -> Result<std::alloc::Layout, BuddyfreeStatus> {
     let align = align.max(1);
     if !align.is_power_of_two() {
         return Err(BuddyfreeStatus::BadAlign);
     }
-    std::alloc::Layout::from_size_align(size, align).map_err(|_| BuddyfreeStatus::TooLarge)
+    std::alloc::Layout::from_size_align(size, align).map_err(|_| match align > max_align {
+        true => BuddyfreeStatus::BadAlign,
+        false => BuddyfreeStatus::TooLarge,
+    })
 }
 
 /// Allocates at least `size` bytes aligned to `align` (0 for no requirement) and stores the
-/// address in `*out` (set to NULL on failure).
+/// address in `*out` (set to NULL on failure). Every call that takes a size and an
+/// alignment checks them in this order: an alignment that is not a power of two is
+/// `BUDDYFREE_STATUS_BAD_ALIGN`; a size of 0 `BUDDYFREE_STATUS_ZERO_SIZE`; an alignment
+/// above the instance's `max_align` (`buddyfree_stats`) `BUDDYFREE_STATUS_BAD_ALIGN`; more
+/// bytes than the largest block (`unit_size << max_order`) `BUDDYFREE_STATUS_TOO_LARGE`.
 ///
 /// # Safety
 /// `bf` must be null or a live instance; `out` must be null or writable.
@@ -601,7 +783,7 @@ unsafe fn alloc_ptr(
     unsafe { out.write(ptr::null_mut()) };
     // SAFETY: the caller's contract on `bf`.
     let result = unsafe { instance(bf) }.and_then(|bf| {
-        let p = alloc(&bf.heap, layout(size, align)?)?;
+        let p = alloc(&bf.heap, layout(size, align, bf.heap.max_align())?)?;
         Ok(p.as_ptr().cast())
     });
     // SAFETY: as above.
@@ -660,7 +842,11 @@ unsafe fn free_ptr(
         if ptr.is_null() {
             return Err(BuddyfreeStatus::NullArgument);
         }
-        Ok(free(&bf.heap, ptr.cast(), layout(size, align)?)?)
+        Ok(free(
+            &bf.heap,
+            ptr.cast(),
+            layout(size, align, bf.heap.max_align())?,
+        )?)
     });
     // SAFETY: a null `out` is allowed.
     unsafe { status(result, ptr::null_mut()) }
@@ -1085,6 +1271,88 @@ pub extern "C" fn buddyfree_allocator_max_order(i: usize) -> i32 {
         .get(i)
         .map_or(-1, |e| i32::try_from(e.max_order).unwrap_or(i32::MAX))
 }
+
+/// Capability bit: `buddyfree_try_alloc`, `buddyfree_try_alloc_order` and
+/// `buddyfree_device_try_alloc` never answer `BUDDYFREE_STATUS_UNSUPPORTED` (Rust's
+/// `Capabilities::TRY_ALLOC`).
+pub const BUDDYFREE_CAP_TRY_ALLOC: u32 = 1;
+/// Capability bit: `buddyfree_try_free`, `buddyfree_try_free_order` and
+/// `buddyfree_device_try_free` never answer `BUDDYFREE_STATUS_UNSUPPORTED`
+/// (`Capabilities::TRY_FREE`).
+pub const BUDDYFREE_CAP_TRY_FREE: u32 = 2;
+/// Capability bit: `buddyfree_alloc_at` and `buddyfree_reserve_range` never answer
+/// `BUDDYFREE_STATUS_UNSUPPORTED`, nor does `buddyfree_free_range` (with
+/// `BUDDYFREE_CAP_ORDER_AT`) where an end of its range cuts a live block
+/// (`Capabilities::ALLOC_AT`).
+pub const BUDDYFREE_CAP_ALLOC_AT: u32 = 4;
+/// Capability bit: the allocator knows the block at a unit, so `buddyfree_order_at`,
+/// `buddyfree_free_at`, `buddyfree_device_free`, `buddyfree_device_core_free` and
+/// `buddyfree_free_range` (see `BUDDYFREE_CAP_ALLOC_AT`) never answer
+/// `BUDDYFREE_STATUS_UNSUPPORTED` (`Capabilities::BLOCK_OF`).
+pub const BUDDYFREE_CAP_ORDER_AT: u32 = 8;
+/// Capability bit: it knows it without waiting, so `buddyfree_try_free_at` and
+/// `buddyfree_device_try_free_at` (with `BUDDYFREE_CAP_TRY_FREE`) never answer
+/// `BUDDYFREE_STATUS_UNSUPPORTED` (`Capabilities::TRY_BLOCK_OF`).
+pub const BUDDYFREE_CAP_TRY_ORDER_AT: u32 = 16;
+
+/// Stores in `*out` the `BUDDYFREE_CAP_*` bits of the operations the instance's allocator
+/// offers: a call whose bit is set never answers `BUDDYFREE_STATUS_UNSUPPORTED`, and one
+/// whose bit is clear does (per-core caches in front of an allocator that lacks it may
+/// still serve some calls themselves; do not rely on those). The same for the instance's
+/// whole life; bits this version does not know stay 0.
+///
+/// # Safety
+/// `bf` must be null or a live instance; `out` must be null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_capabilities(
+    bf: *const Buddyfree,
+    out: *mut u32,
+) -> BuddyfreeStatus {
+    if out.is_null() {
+        return BuddyfreeStatus::NullArgument;
+    }
+    // SAFETY: the caller's contract on `bf`.
+    let result = unsafe { instance(bf) }.map(|bf| bf.heap.allocator().capabilities().bits());
+    // SAFETY: `out` is non-null and writable by the caller's contract.
+    unsafe { status(result, out) }
+}
+
+/// Stores in `*out` the `BUDDYFREE_CAP_*` bits of allocator `i` (see
+/// `buddyfree_allocator_name`), as `buddyfree_capabilities` gives them for every instance of
+/// it, without building one; `BUDDYFREE_STATUS_OUT_OF_RANGE` if `i` is out of range.
+///
+/// # Safety
+/// `out` must be null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_allocator_capabilities(
+    i: usize,
+    out: *mut u32,
+) -> BuddyfreeStatus {
+    if out.is_null() {
+        return BuddyfreeStatus::NullArgument;
+    }
+    let result = registry::entries()
+        .get(i)
+        .map(|e| e.capabilities.bits())
+        .ok_or(BuddyfreeStatus::OutOfRange);
+    // SAFETY: `out` is non-null and writable by the caller's contract.
+    unsafe { status(result, out) }
+}
+
+/// The C bits of `Capabilities` are its own, flag by flag.
+const _: () = {
+    assert!(BUDDYFREE_CAP_TRY_ALLOC == Capabilities::TRY_ALLOC.bits());
+    assert!(BUDDYFREE_CAP_TRY_FREE == Capabilities::TRY_FREE.bits());
+    assert!(BUDDYFREE_CAP_ALLOC_AT == Capabilities::ALLOC_AT.bits());
+    assert!(BUDDYFREE_CAP_ORDER_AT == Capabilities::BLOCK_OF.bits());
+    assert!(BUDDYFREE_CAP_TRY_ORDER_AT == Capabilities::TRY_BLOCK_OF.bits());
+    let all = BUDDYFREE_CAP_TRY_ALLOC
+        | BUDDYFREE_CAP_TRY_FREE
+        | BUDDYFREE_CAP_ALLOC_AT
+        | BUDDYFREE_CAP_ORDER_AT
+        | BUDDYFREE_CAP_TRY_ORDER_AT;
+    assert!(all == Capabilities::ALL.bits(), "a flag without a C bit");
+};
 
 #[cfg(test)]
 mod tests {

@@ -696,6 +696,32 @@ fn the_parking_limit_chooses_what_a_core_parks() {
                 parking_limit: limit,
                 ..config(name)
             };
+            // Its tables in caller memory: the setting reaches those magazines too.
+            let (mut size, mut align) = (0, 0);
+            // SAFETY: a valid configuration and writable outputs.
+            let got = unsafe { buddyfree_metadata_size(&c, &mut size, &mut align) };
+            assert_eq!(got, BuddyfreeStatus::Ok);
+            let mut meta = vec![0u8; size + align];
+            let at = meta.as_ptr().align_offset(align);
+            let mut in_caller = ptr::null_mut();
+            // SAFETY: `size` bytes at `align` inside `meta`, which outlives the instance.
+            let got = unsafe {
+                buddyfree_create_with_metadata(
+                    &c,
+                    ptr::null_mut(),
+                    0,
+                    meta.as_mut_ptr().add(at).cast(),
+                    size,
+                    &mut in_caller,
+                )
+            };
+            assert_eq!(got, BuddyfreeStatus::Ok);
+            assert!(
+                parked.contains(&parked_units(in_caller)),
+                "{name:?} in caller memory with parking_limit {limit}"
+            );
+            destroy(in_caller);
+            drop(meta);
             let bf = create(&c, ptr::null_mut(), 0).unwrap();
             let parking = Parking {
                 bf: bf as usize,
@@ -807,4 +833,505 @@ fn interrupt_safe_frees_let_a_try_free_through_a_held_cache() {
             destroy(bf);
         }
     }
+}
+
+/// Every allocator, by index, with the largest order up to `MAX_ORDER` it accepts.
+fn every_allocator() -> Vec<(usize, &'static CStr, u32)> {
+    (0..buddyfree_allocator_count())
+        .map(|i| {
+            // SAFETY: a static NUL-terminated name, for `i` in range.
+            let name = unsafe { CStr::from_ptr(buddyfree_allocator_name(i)) };
+            let max_order = u32::try_from(buddyfree_allocator_max_order(i)).unwrap();
+            (i, name, max_order.min(MAX_ORDER))
+        })
+        .collect()
+}
+
+fn try_alloc(bf: *const Buddyfree, size: usize, align: usize) -> BuddyfreeStatus {
+    let mut p = ptr::dangling_mut::<c_void>();
+    // SAFETY: a live instance, `p` writable.
+    let status = unsafe { buddyfree_try_alloc(bf, size, align, &mut p) };
+    if status != BuddyfreeStatus::Ok {
+        assert!(p.is_null(), "out is NULL on failure");
+    }
+    status
+}
+
+/// What each size and alignment error of a call that takes them must answer, by the
+/// header: `BUDDYFREE_STATUS_ZERO_SIZE` for zero bytes, `BUDDYFREE_STATUS_BAD_ALIGN` for an
+/// alignment that is not a power of two or larger than the instance can honour (its
+/// `max_align`), `BUDDYFREE_STATUS_TOO_LARGE` for more bytes than the largest block; the
+/// same answer whether or not Rust's `Layout` can hold the pair (`8` aligned to `2^63`
+/// cannot: it answered `TOO_LARGE`), with the alignment checked before the size, as the
+/// heap checks them.
+fn layout_cases(largest: usize, max_align: usize) -> Vec<(usize, usize, BuddyfreeStatus)> {
+    use BuddyfreeStatus::{BadAlign, TooLarge, ZeroSize};
+    vec![
+        (0, 0, ZeroSize),
+        (0, 64, ZeroSize),
+        (0, 1 << 63, ZeroSize),
+        (0, 3, BadAlign),
+        (8, 3, BadAlign),
+        (8, usize::MAX, BadAlign),
+        (8, max_align * 2, BadAlign),
+        (8, 1 << 63, BadAlign),
+        (largest * 2, max_align * 2, BadAlign),
+        (usize::MAX, 1 << 63, BadAlign),
+        (largest + 1, 0, TooLarge),
+        (largest + 1, max_align, TooLarge),
+        (1 << 63, 0, TooLarge),
+        (usize::MAX, 0, TooLarge),
+        (usize::MAX - max_align, max_align, TooLarge),
+    ]
+}
+
+/// The header's promises for sizes and alignments, on every allocator, through every call
+/// that takes a size and an alignment; a refused call changes nothing.
+#[test]
+fn size_and_alignment_errors_answer_what_the_header_promises() {
+    for (_, name, max_order) in every_allocator() {
+        let c = BuddyfreeConfig {
+            max_order,
+            ..config(name)
+        };
+        let bf = create(&c, ptr::null_mut(), 0).unwrap();
+        let s = stats(bf);
+        let largest = UNIT << max_order;
+        assert!(s.max_align >= UNIT && s.max_align.is_power_of_two());
+        let live = alloc(bf, UNIT, 0).unwrap();
+        for (size, align, want) in layout_cases(largest, s.max_align) {
+            let case = format!("{name:?}: {size} bytes aligned to {align}");
+            assert_eq!(alloc(bf, size, align), Err(want), "alloc {case}");
+            assert_eq!(try_alloc(bf, size, align), want, "try_alloc {case}");
+            assert_eq!(free(bf, live, size, align), want, "free {case}");
+            // SAFETY: a live instance; `live` is never dereferenced.
+            let tried = unsafe { buddyfree_try_free(bf, live, size, align) };
+            assert_eq!(tried, want, "try_free {case}");
+        }
+        assert_eq!(stats(bf).free_units, UNITS - 1, "{name:?}: changed nothing");
+        assert_eq!(free(bf, live, UNIT, 0), BuddyfreeStatus::Ok);
+        destroy(bf);
+
+        let dev = device(&c, 1 << 40);
+        // A base aligned far above the largest block: blocks aligned to their size.
+        for (size, align, want) in layout_cases(largest, largest) {
+            let case = format!("{name:?}: {size} device bytes aligned to {align}");
+            let mut addr = 1;
+            // SAFETY: a live instance and a writable address.
+            let got = unsafe { buddyfree_device_alloc(dev, size, align, &mut addr) };
+            assert_eq!((got, addr), (want, 0), "device_alloc {case}");
+            // SAFETY: as above.
+            let got = unsafe { buddyfree_device_try_alloc(dev, size, align, &mut addr) };
+            assert_eq!((got, addr), (want, 0), "device_try_alloc {case}");
+            // SAFETY: a live instance; addresses are never dereferenced.
+            let got = unsafe { buddyfree_device_try_free(dev, 1 << 40, size, align) };
+            assert_eq!(got, want, "device_try_free {case}");
+            let held = HeldAlloc {
+                size,
+                align,
+                status: Mutex::new(None),
+            };
+            let arg = ptr::from_ref(&held).cast_mut().cast::<c_void>();
+            // SAFETY: a live instance; the callback is safe with `arg`, which outlives it.
+            let status = unsafe { buddyfree_device_with_core(dev, 0, Some(held_alloc), arg) };
+            assert_eq!(status, BuddyfreeStatus::Ok);
+            let got = held.status.into_inner().unwrap();
+            assert_eq!(got, Some(want), "device_core_alloc {case}");
+        }
+        // SAFETY: made above, destroyed once.
+        unsafe { buddyfree_device_destroy(dev) };
+    }
+}
+
+/// A device instance of `c` from `base`.
+fn device(c: &BuddyfreeConfig, base: u64) -> *mut BuddyfreeDevice {
+    let mut dev = ptr::null_mut();
+    // SAFETY: a valid configuration and out pointer.
+    let status = unsafe { buddyfree_device_create(c, base, &mut dev) };
+    assert_eq!(status, BuddyfreeStatus::Ok);
+    dev
+}
+
+/// A request for `buddyfree_device_core_alloc` and its answer.
+struct HeldAlloc {
+    size: usize,
+    align: usize,
+    status: Mutex<Option<BuddyfreeStatus>>,
+}
+
+/// Allocates the `HeldAlloc`'s request on the held device core (and frees what it gets).
+///
+/// # Safety
+/// `core` must be the callback's held core and `arg` the test's `HeldAlloc`, alive until it
+/// returns.
+unsafe extern "C" fn held_alloc(core: *mut BuddyfreeDeviceCore, arg: *mut c_void) {
+    // SAFETY: `arg` is the test's `HeldAlloc`, alive for the callback.
+    let held = unsafe { &*arg.cast::<HeldAlloc>() };
+    let mut addr = 1;
+    // SAFETY: the held core and a writable address.
+    let status = unsafe { buddyfree_device_core_alloc(core, held.size, held.align, &mut addr) };
+    if status == BuddyfreeStatus::Ok {
+        // SAFETY: the held core; the block just allocated.
+        let freed = unsafe { buddyfree_device_core_free(core, addr) };
+        assert_eq!(freed, BuddyfreeStatus::Ok);
+    } else {
+        assert_eq!(addr, 0, "0 on failure");
+    }
+    *held.status.lock().unwrap() = Some(status);
+}
+
+/// Each allocator's capability bits are the same by index and on its instances (heap and
+/// device), they are the library's `Capabilities`, and each call answers
+/// `BUDDYFREE_STATUS_UNSUPPORTED` exactly where its bit is clear.
+#[test]
+fn capability_bits_say_which_calls_are_unsupported() {
+    use BuddyfreeStatus::{Ok as Done, Unsupported};
+
+    let mut bits = u32::MAX;
+    // SAFETY: a writable out; an index out of range is refused.
+    unsafe {
+        assert_eq!(
+            buddyfree_allocator_capabilities(buddyfree_allocator_count(), &mut bits),
+            BuddyfreeStatus::OutOfRange
+        );
+        assert_eq!(
+            buddyfree_allocator_capabilities(0, ptr::null_mut()),
+            BuddyfreeStatus::NullArgument
+        );
+        assert_eq!(
+            buddyfree_capabilities(ptr::null(), &mut bits),
+            BuddyfreeStatus::NullArgument
+        );
+    }
+    assert_eq!(bits, u32::MAX, "untouched on failure");
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, name, max_order) in every_allocator() {
+        let c = BuddyfreeConfig {
+            max_order,
+            ..config(name)
+        };
+        let mut by_index = 0;
+        // SAFETY: a writable out.
+        let status = unsafe { buddyfree_allocator_capabilities(i, &mut by_index) };
+        assert_eq!(status, Done);
+        let entry = buddyfree::registry::find(name.to_str().unwrap()).unwrap();
+        assert_eq!(by_index, entry.capabilities.bits(), "{name:?}");
+        seen.insert(by_index);
+
+        let bf = create(&c, ptr::null_mut(), 0).unwrap();
+        let mut of_instance = 0;
+        // SAFETY: a live instance and a writable out.
+        let status = unsafe { buddyfree_capabilities(bf, &mut of_instance) };
+        assert_eq!(status, Done);
+        assert_eq!(of_instance, by_index, "{name:?}");
+        let has = |bit: u32| by_index & bit != 0;
+        let expect = |bit: u32, got: BuddyfreeStatus, call: &str| {
+            if has(bit) {
+                assert_ne!(got, Unsupported, "{name:?}: {call} claimed");
+            } else {
+                assert_eq!(got, Unsupported, "{name:?}: {call} not claimed");
+            }
+        };
+        let base = stats(bf).base as usize;
+        let (index, p) = alloc_order(bf, 0).unwrap();
+        // SAFETY: a live instance throughout; pointers are never dereferenced.
+        unsafe {
+            let mut order = u32::MAX;
+            let got = buddyfree_order_at(bf, p, &mut order);
+            expect(BUDDYFREE_CAP_ORDER_AT, got, "order_at");
+            let got = buddyfree_try_free_at(bf, p);
+            if has(BUDDYFREE_CAP_TRY_FREE) {
+                expect(BUDDYFREE_CAP_TRY_ORDER_AT, got, "try_free_at");
+            }
+            if got != Done {
+                let got = buddyfree_free_at(bf, p);
+                expect(BUDDYFREE_CAP_ORDER_AT, got, "free_at");
+                if got != Done {
+                    assert_eq!(free_order(bf, index, 0), Done);
+                }
+            }
+            let (index, _) = alloc_order(bf, 0).unwrap();
+            let got = buddyfree_try_free_order(bf, index, 0);
+            expect(BUDDYFREE_CAP_TRY_FREE, got, "try_free_order");
+            if got != Done {
+                assert_eq!(free_order(bf, index, 0), Done);
+            }
+            let (mut index, mut q) = (usize::MAX, ptr::null_mut());
+            let got = buddyfree_try_alloc_order(bf, 0, &mut index, &mut q);
+            expect(BUDDYFREE_CAP_TRY_ALLOC, got, "try_alloc_order");
+            if got == Done {
+                assert_eq!(q as usize, base + index * UNIT);
+                assert_eq!(free_order(bf, index, 0), Done);
+            }
+            let got = buddyfree_alloc_at(bf, UNITS - 1, 0);
+            expect(BUDDYFREE_CAP_ALLOC_AT, got, "alloc_at");
+            if got == Done {
+                assert_eq!(free_order(bf, UNITS - 1, 0), Done);
+            }
+            let got = buddyfree_reserve_range(bf, UNITS - 3, 3);
+            expect(BUDDYFREE_CAP_ALLOC_AT, got, "reserve_range");
+            if got == Done {
+                let got = buddyfree_free_range(bf, UNITS - 3, 3);
+                expect(BUDDYFREE_CAP_ORDER_AT, got, "free_range");
+            }
+            assert_eq!(buddyfree_drain(bf), Done);
+        }
+        assert_eq!(stats(bf).free_units, UNITS, "{name:?}");
+        destroy(bf);
+
+        let dev = device(&c, 1 << 40);
+        let mut of_device = 0;
+        // SAFETY: a live instance and a writable out.
+        let status = unsafe { buddyfree_device_capabilities(dev, &mut of_device) };
+        assert_eq!((status, of_device), (Done, by_index), "{name:?}");
+        // SAFETY: made above, destroyed once.
+        unsafe { buddyfree_device_destroy(dev) };
+    }
+    assert!(seen.len() >= 3, "allocators that differ: {seen:?}");
+}
+
+/// The first release's `BuddyfreeConfig` cut after `allocator`: a caller whose header had
+/// only these fields.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct FirstFields {
+    unit_size: usize,
+    units: usize,
+    max_order: u32,
+    cores: u32,
+    allocator: *const std::ffi::c_char,
+}
+
+/// A caller whose header had the fields up to `parking_limit`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct UpToParkingLimit {
+    first: FirstFields,
+    parking_limit: usize,
+}
+
+/// A caller whose header is newer than this library: a field it does not know, appended.
+#[repr(C)]
+struct Newer {
+    current: BuddyfreeConfig,
+    later: u64,
+}
+
+/// `value` at the start of a buffer whose other bytes are all 0xff, as a configuration: a
+/// library that read past `size_of::<T>()` would see every later field set (the longest
+/// lists, interrupt-safe frees, an unknown field).
+fn after_garbage<T>(value: T) -> Box<[u64]> {
+    let mut words = vec![u64::MAX; 32].into_boxed_slice();
+    assert!(std::mem::size_of::<T>() <= 32 * 8 && std::mem::align_of::<T>() <= 8);
+    // SAFETY: `words` holds a `T` at its start, aligned (8 bytes) and in bounds.
+    unsafe { words.as_mut_ptr().cast::<T>().write(value) };
+    words
+}
+
+/// How many units core 0's cache parks after 64 order-0 frees there (see `park_and_count`).
+fn parked_units(bf: *mut Buddyfree) -> usize {
+    let parking = Parking {
+        bf: bf as usize,
+        got: Mutex::new(Vec::new()),
+    };
+    let arg = ptr::from_ref(&parking).cast_mut().cast::<c_void>();
+    // SAFETY: a live instance; the callback is safe with `arg`, which outlives it.
+    let status = unsafe { buddyfree_with_core(bf, 0, Some(park_and_count), arg) };
+    assert_eq!(status, BuddyfreeStatus::Ok);
+    let got = parking.got.into_inner().unwrap();
+    for &index in &got {
+        assert_eq!(free_order(bf, index, 0), BuddyfreeStatus::Ok);
+    }
+    UNITS - got.len()
+}
+
+/// What a `buddyfree_try_free_order` of a block of the held core answers (see
+/// `try_free_own_block`).
+fn try_free_on_held_core(bf: *mut Buddyfree) -> Option<BuddyfreeStatus> {
+    let interrupted = Interrupted {
+        bf: bf as usize,
+        status: Mutex::new(None),
+    };
+    let arg = ptr::from_ref(&interrupted).cast_mut().cast::<c_void>();
+    // SAFETY: a live instance; the callback is safe with `arg`, which outlives it.
+    let status = unsafe { buddyfree_with_core(bf, 0, Some(try_free_own_block), arg) };
+    assert_eq!(status, BuddyfreeStatus::Ok);
+    interrupted.status.into_inner().unwrap()
+}
+
+fn create_sized(
+    config: *const BuddyfreeConfig,
+    size: usize,
+) -> Result<*mut Buddyfree, BuddyfreeStatus> {
+    let mut bf = ptr::dangling_mut();
+    // SAFETY: `config` is readable for `size` bytes (each caller); `bf` is writable.
+    match unsafe {
+        buddyfree_create_sized(
+            config,
+            size,
+            ptr::null_mut(),
+            0,
+            ptr::null_mut(),
+            0,
+            &mut bf,
+        )
+    } {
+        BuddyfreeStatus::Ok => Ok(bf),
+        e => {
+            assert_eq!(bf, ptr::dangling_mut(), "untouched on failure");
+            Err(e)
+        }
+    }
+}
+
+/// Callers whose headers had fewer fields keep working with the sized calls: only their
+/// `config_size` bytes are read (the bytes after them, all set, change nothing) and the
+/// fields they lack take their defaults: lists that follow the units per core, frees under
+/// the holder's lock. The fields they have are honoured.
+#[test]
+fn an_older_callers_shorter_config_is_read_to_its_size() {
+    let name = c"llfree-magazine";
+    let full = config(name);
+    let first = FirstFields {
+        unit_size: full.unit_size,
+        units: full.units,
+        max_order: full.max_order,
+        cores: full.cores,
+        allocator: full.allocator,
+    };
+    let defaults = create(&full, ptr::null_mut(), 0).unwrap();
+    let (default_parked, default_try_free) =
+        (parked_units(defaults), try_free_on_held_core(defaults));
+    assert_eq!(default_try_free, Some(BuddyfreeStatus::WouldBlock));
+    destroy(defaults);
+
+    let old = after_garbage(first);
+    let bf = create_sized(old.as_ptr().cast(), std::mem::size_of::<FirstFields>()).unwrap();
+    let s = stats(bf);
+    assert_eq!(
+        (s.unit_size, s.total_units, s.max_order),
+        (UNIT, UNITS, MAX_ORDER)
+    );
+    assert_eq!(parked_units(bf), default_parked, "the default lists");
+    assert_eq!(try_free_on_held_core(bf), default_try_free, "frees held");
+    destroy(bf);
+
+    let longest = UpToParkingLimit {
+        first,
+        parking_limit: usize::MAX,
+    };
+    let old = after_garbage(longest);
+    let size = std::mem::size_of::<UpToParkingLimit>();
+    let bf = create_sized(old.as_ptr().cast(), size).unwrap();
+    assert_eq!(parked_units(bf), 64, "its parking limit, the longest lists");
+    assert_eq!(try_free_on_held_core(bf), default_try_free, "frees held");
+    destroy(bf);
+
+    // The metadata size and device instances read the same way.
+    let (mut size, mut align) = (0, 0);
+    let mut want = (0, 0);
+    // SAFETY: readable configurations of the sizes given, writable outputs.
+    unsafe {
+        let old = after_garbage(first);
+        let old = old.as_ptr().cast();
+        let got = buddyfree_metadata_size_sized(old, size_of_first(), &mut size, &mut align);
+        assert_eq!(got, BuddyfreeStatus::Ok);
+        let got = buddyfree_metadata_size(&full, &mut want.0, &mut want.1);
+        assert_eq!(got, BuddyfreeStatus::Ok);
+        assert_eq!((size, align), want);
+        let mut dev = ptr::null_mut();
+        let got = buddyfree_device_create_sized(
+            old,
+            size_of_first(),
+            1 << 40,
+            ptr::null_mut(),
+            0,
+            &mut dev,
+        );
+        assert_eq!(got, BuddyfreeStatus::Ok);
+        buddyfree_device_destroy(dev);
+    }
+}
+
+fn size_of_first() -> usize {
+    std::mem::size_of::<FirstFields>()
+}
+
+/// A newer caller's longer config is taken when the fields this library does not know are
+/// 0 (their defaults), and refused, naming why and building nothing, when one is set: a
+/// setting the library cannot honour is never dropped. Sizes that end before `allocator` or
+/// inside a field are refused too; the calls without a size read the fields up to
+/// `interrupt_safe_frees` and no more.
+#[test]
+fn a_newer_callers_longer_config_is_refused_only_for_fields_it_sets() {
+    let name = c"llfree-magazine";
+    let safe = BuddyfreeConfig {
+        interrupt_safe_frees: 1,
+        ..config(name)
+    };
+    let newer = Newer {
+        current: safe,
+        later: 0,
+    };
+    let bf = create_sized(ptr::from_ref(&newer).cast(), std::mem::size_of::<Newer>()).unwrap();
+    assert_eq!(try_free_on_held_core(bf), Some(BuddyfreeStatus::Ok));
+    destroy(bf);
+
+    let newer = Newer {
+        current: safe,
+        later: 1 << 40,
+    };
+    let size = std::mem::size_of::<Newer>();
+    let refused = create_sized(ptr::from_ref(&newer).cast(), size);
+    assert_eq!(refused, Err(BuddyfreeStatus::InvalidConfig));
+    let why = last_error();
+    assert!(why.contains("does not know"), "{why}");
+    let mut dev = ptr::dangling_mut();
+    // SAFETY: readable for `size` bytes; `dev` writable.
+    let got = unsafe {
+        buddyfree_device_create_sized(
+            ptr::from_ref(&newer).cast(),
+            size,
+            1 << 40,
+            ptr::null_mut(),
+            0,
+            &mut dev,
+        )
+    };
+    assert_eq!(
+        (got, dev),
+        (BuddyfreeStatus::InvalidConfig, ptr::dangling_mut())
+    );
+
+    let whole = std::mem::size_of::<BuddyfreeConfig>();
+    let in_parking_limit = std::mem::offset_of!(BuddyfreeConfig, parking_limit) + 2;
+    for size in [0, size_of_first() - 1, in_parking_limit] {
+        let refused = create_sized(&safe, size);
+        assert_eq!(refused, Err(BuddyfreeStatus::InvalidConfig), "{size} bytes");
+        assert!(last_error().contains("config_size"), "{}", last_error());
+    }
+    assert_eq!(
+        create_sized(ptr::null(), whole),
+        Err(BuddyfreeStatus::NullArgument)
+    );
+    // The whole struct, with its trailing padding, and the fields without it.
+    let end_of_fields = std::mem::offset_of!(BuddyfreeConfig, interrupt_safe_frees) + 4;
+    for size in [whole, end_of_fields] {
+        let bf = create_sized(&safe, size).unwrap();
+        assert_eq!(
+            try_free_on_held_core(bf),
+            Some(BuddyfreeStatus::Ok),
+            "{size}"
+        );
+        destroy(bf);
+    }
+    // The calls without a size read up to `interrupt_safe_frees`: a `BuddyfreeConfig`
+    // followed by set bytes (in its trailing padding too) is read as it is.
+    let old = after_garbage(safe);
+    let mut bf = ptr::null_mut();
+    // SAFETY: a `BuddyfreeConfig` at the start of `old`, aligned; `bf` writable.
+    let got = unsafe { buddyfree_create(old.as_ptr().cast(), ptr::null_mut(), 0, &mut bf) };
+    assert_eq!(got, BuddyfreeStatus::Ok);
+    assert_eq!(try_free_on_held_core(bf), Some(BuddyfreeStatus::Ok));
+    destroy(bf);
 }

@@ -32,6 +32,9 @@
 
 enum { UNIT = 64, UNITS = 1024, MAX_ORDER = 6, THREADS = 4, STEPS = 2000 };
 
+/* The largest power of two a size_t holds. */
+#define TOP_BIT ((size_t)1 << (sizeof(size_t) * 8 - 1))
+
 static _Alignas(4096) unsigned char caller_region[UNIT * UNITS];
 /* Metadata for the allocators that keep theirs in the caller's memory (no heap for tables). */
 static _Alignas(4096) unsigned char caller_metadata[256 << 10];
@@ -102,6 +105,11 @@ static void check_bad_requests(Buddyfree *bf) {
     CHECK_STATUS(buddyfree_alloc(bf, SIZE_MAX, 0, &p), BUDDYFREE_STATUS_TOO_LARGE);
     CHECK_STATUS(buddyfree_alloc(bf, 8, 3, &p), BUDDYFREE_STATUS_BAD_ALIGN);
     CHECK_STATUS(buddyfree_alloc(bf, 8, (size_t)1 << 30, &p), BUDDYFREE_STATUS_BAD_ALIGN);
+    /* An alignment no region honours, whatever the size: not "too large". */
+    CHECK_STATUS(buddyfree_alloc(bf, 8, TOP_BIT, &p), BUDDYFREE_STATUS_BAD_ALIGN);
+    CHECK_STATUS(buddyfree_try_alloc(bf, 8, TOP_BIT, &p), BUDDYFREE_STATUS_BAD_ALIGN);
+    CHECK_STATUS(buddyfree_alloc(bf, SIZE_MAX, TOP_BIT, &p), BUDDYFREE_STATUS_BAD_ALIGN);
+    CHECK_STATUS(buddyfree_alloc(bf, 0, TOP_BIT, &p), BUDDYFREE_STATUS_ZERO_SIZE);
     CHECK_STATUS(buddyfree_alloc_order(NULL, 0, &index, &p), BUDDYFREE_STATUS_NULL_ARGUMENT);
     CHECK_STATUS(buddyfree_alloc_order(bf, MAX_ORDER + 1, &index, &p), BUDDYFREE_STATUS_BAD_ORDER);
     CHECK(p == NULL);
@@ -121,6 +129,8 @@ static void check_bad_requests(Buddyfree *bf) {
     CHECK_STATUS(buddyfree_free(bf, a, 10, 8), BUDDYFREE_STATUS_ORDER_MISMATCH);
     CHECK_STATUS(buddyfree_free(bf, a, 0, 8), BUDDYFREE_STATUS_ZERO_SIZE);
     CHECK_STATUS(buddyfree_free(bf, a, 100, 3), BUDDYFREE_STATUS_BAD_ALIGN);
+    CHECK_STATUS(buddyfree_free(bf, a, 100, TOP_BIT), BUDDYFREE_STATUS_BAD_ALIGN);
+    CHECK_STATUS(buddyfree_try_free(bf, a, 100, TOP_BIT), BUDDYFREE_STATUS_BAD_ALIGN);
     CHECK_STATUS(buddyfree_free(bf, a, (UNIT << MAX_ORDER) * 2, 8), BUDDYFREE_STATUS_TOO_LARGE);
     CHECK(free_units(bf) == mid);
     CHECK_STATUS(buddyfree_free(bf, a, 100, 8), BUDDYFREE_STATUS_OK);
@@ -522,6 +532,108 @@ static void run_suite(Buddyfree *bf, const char *name, const char *kind) {
 
 /* An allocator that serves single units only: larger orders are refused at creation, and
  * a unit-sized block comes and goes with the usual checks. */
+/* Allocator i's capability bits: the same by index and on an instance, and each call whose
+ * bit is clear answers BUDDYFREE_STATUS_UNSUPPORTED, each whose bit is set does not. */
+static void check_capabilities(size_t i, const char *name, uint32_t max_order) {
+    const uint32_t known = BUDDYFREE_CAP_TRY_ALLOC | BUDDYFREE_CAP_TRY_FREE | BUDDYFREE_CAP_ALLOC_AT |
+                           BUDDYFREE_CAP_ORDER_AT | BUDDYFREE_CAP_TRY_ORDER_AT;
+    uint32_t by_index = 0, of_instance = 0;
+    CHECK_STATUS(buddyfree_allocator_capabilities(i, &by_index), BUDDYFREE_STATUS_OK);
+    CHECK((by_index & ~known) == 0);
+    BuddyfreeConfig c = config(1, name);
+    c.max_order = max_order;
+    Buddyfree *bf = NULL;
+    CHECK_STATUS(buddyfree_create(&c, NULL, 0, &bf), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_capabilities(bf, &of_instance), BUDDYFREE_STATUS_OK);
+    CHECK(of_instance == by_index);
+    BuddyfreeStatus got = buddyfree_alloc_at(bf, UNITS - 1, 0);
+    CHECK((got == BUDDYFREE_STATUS_UNSUPPORTED) == !(by_index & BUDDYFREE_CAP_ALLOC_AT));
+    if (got == BUDDYFREE_STATUS_OK) {
+        CHECK_STATUS(buddyfree_free_order(bf, UNITS - 1, 0), BUDDYFREE_STATUS_OK);
+    }
+    size_t index = 0;
+    got = buddyfree_try_alloc_order(bf, 0, &index, NULL);
+    CHECK((got == BUDDYFREE_STATUS_UNSUPPORTED) == !(by_index & BUDDYFREE_CAP_TRY_ALLOC));
+    if (got != BUDDYFREE_STATUS_OK) {
+        CHECK_STATUS(buddyfree_alloc_order(bf, 0, &index, NULL), BUDDYFREE_STATUS_OK);
+    }
+    got = buddyfree_try_free_order(bf, index, 0);
+    CHECK((got == BUDDYFREE_STATUS_UNSUPPORTED) == !(by_index & BUDDYFREE_CAP_TRY_FREE));
+    if (got != BUDDYFREE_STATUS_OK) {
+        CHECK_STATUS(buddyfree_free_order(bf, index, 0), BUDDYFREE_STATUS_OK);
+    }
+    void *p = NULL;
+    uint32_t order = 99;
+    CHECK_STATUS(buddyfree_alloc_order(bf, 0, &index, &p), BUDDYFREE_STATUS_OK);
+    got = buddyfree_order_at(bf, p, &order);
+    CHECK((got == BUDDYFREE_STATUS_UNSUPPORTED) == !(by_index & BUDDYFREE_CAP_ORDER_AT));
+    CHECK_STATUS(buddyfree_free_order(bf, index, 0), BUDDYFREE_STATUS_OK);
+    CHECK_STATUS(buddyfree_drain(bf), BUDDYFREE_STATUS_OK);
+    CHECK(free_units(bf) == UNITS);
+    buddyfree_destroy(bf);
+}
+
+/* A caller built against an older header passes a shorter BuddyfreeConfig and its size: the
+ * library reads that much (the set bytes after it change nothing) and defaults the rest. A
+ * newer caller's longer struct is taken while the fields this library does not know are 0. */
+struct first_config {
+    size_t unit_size;
+    size_t units;
+    uint32_t max_order;
+    uint32_t cores;
+    const char *allocator;
+};
+
+static void check_config_sizes(const char *name) {
+    union {
+        struct first_config old;
+        unsigned char bytes[sizeof(BuddyfreeConfig) + 64];
+    } u;
+    memset(&u, 0xff, sizeof u);
+    u.old.unit_size = UNIT;
+    u.old.units = UNITS;
+    u.old.max_order = MAX_ORDER;
+    u.old.cores = 2;
+    u.old.allocator = name;
+    Buddyfree *bf = NULL;
+    CHECK_STATUS(buddyfree_create_sized((const BuddyfreeConfig *)&u, sizeof u.old, NULL, 0, NULL, 0, &bf),
+                 BUDDYFREE_STATUS_OK);
+    BuddyfreeStats s;
+    CHECK_STATUS(buddyfree_stats(bf, &s), BUDDYFREE_STATUS_OK);
+    CHECK(s.unit_size == UNIT && s.total_units == UNITS && s.max_order == MAX_ORDER);
+    buddyfree_destroy(bf);
+    size_t size = 0, align = 0, want_size = 0, want_align = 0;
+    BuddyfreeConfig c = config(2, name);
+    BuddyfreeStatus by_size = buddyfree_metadata_size_sized((const BuddyfreeConfig *)&u, sizeof u.old, &size, &align);
+    CHECK(by_size == buddyfree_metadata_size(&c, &want_size, &want_align));
+    CHECK(size == want_size && align == want_align);
+    /* Too short for the first fields: refused, nothing built. */
+    bf = (Buddyfree *)0x1;
+    CHECK_STATUS(buddyfree_create_sized(&c, sizeof u.old - 1, NULL, 0, NULL, 0, &bf),
+                 BUDDYFREE_STATUS_INVALID_CONFIG);
+    CHECK(bf == (Buddyfree *)0x1);
+    CHECK(strstr(buddyfree_last_error(), "config_size") != NULL);
+
+    struct {
+        BuddyfreeConfig current;
+        uint64_t later;
+    } newer = {.current = c, .later = 0};
+    CHECK_STATUS(buddyfree_create_sized(&newer.current, sizeof newer, NULL, 0, NULL, 0, &bf), BUDDYFREE_STATUS_OK);
+    buddyfree_destroy(bf);
+    newer.later = 1;
+    bf = (Buddyfree *)0x1;
+    CHECK_STATUS(buddyfree_create_sized(&newer.current, sizeof newer, NULL, 0, NULL, 0, &bf),
+                 BUDDYFREE_STATUS_INVALID_CONFIG);
+    CHECK(bf == (Buddyfree *)0x1);
+    CHECK(strstr(buddyfree_last_error(), "does not know") != NULL);
+    BuddyfreeDevice *dev = NULL;
+    CHECK_STATUS(buddyfree_device_create_sized((const BuddyfreeConfig *)&u, sizeof u.old, (uint64_t)1 << 40, NULL, 0, &dev),
+                 BUDDYFREE_STATUS_OK);
+    uint32_t bits = 0;
+    CHECK_STATUS(buddyfree_device_capabilities(dev, &bits), BUDDYFREE_STATUS_OK);
+    buddyfree_device_destroy(dev);
+}
+
 static void check_order_0_allocator(const char *name) {
     BuddyfreeConfig c = config(THREADS, name);
     Buddyfree *bf = NULL;
@@ -727,16 +839,21 @@ int main(void) {
     CHECK(count > 0);
     CHECK(buddyfree_allocator_name(count) == NULL);
     CHECK(buddyfree_allocator_max_order(count) == -1);
+    uint32_t bits = 7;
+    CHECK_STATUS(buddyfree_allocator_capabilities(count, &bits), BUDDYFREE_STATUS_OUT_OF_RANGE);
+    CHECK(bits == 7);
     for (size_t i = 0; i < count; i++) {
         const char *name = buddyfree_allocator_name(i);
         CHECK(name != NULL);
         int32_t max_order = buddyfree_allocator_max_order(i);
         CHECK(max_order >= 0);
+        check_capabilities(i, name, max_order < MAX_ORDER ? (uint32_t)max_order : MAX_ORDER);
         if (max_order < MAX_ORDER) {
             check_order_0_allocator(name);
             continue;
         }
         check_bad_configs(name);
+        check_config_sizes(name);
         check_memory_map(name);
         check_caller_metadata(name);
 

@@ -196,6 +196,14 @@ impl<A: BlockAlloc> DeviceHeap<A> {
     pub fn allocator(&self) -> &A {
         &self.alloc
     }
+
+    /// The largest alignment a request may ask for: `base`'s own, capped at the largest
+    /// block (as [`Heap::max_align`](super::Heap::max_align)); above it,
+    /// [`HeapError::BadAlign`].
+    #[must_use]
+    pub fn max_align(&self) -> usize {
+        self.max_align
+    }
 }
 
 /// A [`DeviceHeap`]'s core held by [`DeviceHeap::with_core`]: its allocations and frees go
@@ -206,6 +214,12 @@ pub struct HeldDevice<'a, A> {
 }
 
 impl<A: BlockAlloc> HeldDevice<'_, A> {
+    /// [`DeviceHeap::max_align`] of the heap whose core is held.
+    #[must_use]
+    pub fn max_align(&self) -> usize {
+        self.heap.max_align()
+    }
+
     /// [`DeviceHeap::alloc`] on the held core.
     pub fn alloc(&mut self, layout: Layout) -> Result<u64, HeapError> {
         let order = self.heap.order_of(layout)?;
