@@ -80,7 +80,7 @@ struct Cli {
     /// Per-core caches (the `*-magazine` allocators, `linux`) that decide every free by a
     /// compare-and-swap on the block's state instead of under the lock of the cache that
     /// handed it out: what a kernel whose interrupt handlers free builds
-    /// (`Config::interrupt_safe_frees`); one more locked instruction per free.
+    /// (`magazine::Settings::with_interrupt_safe_frees`); one more locked instruction per free.
     #[arg(long)]
     interrupt_safe_frees: bool,
     /// linux-scalability and thread-test: run each burst on a held core

@@ -96,7 +96,7 @@ pub struct Request {
     /// The most units each core's magazine may park (default: what the heap per core gets).
     pub parking_limit: Option<usize>,
     /// Per-core caches whose frees never wait for the cache that handed the block out
-    /// ([`Config::interrupt_safe_frees`]).
+    /// ([`Settings::with_interrupt_safe_frees`](buddyfree::magazine::Settings::with_interrupt_safe_frees)).
     pub interrupt_safe_frees: bool,
     /// Tiny sizes.
     pub quick: bool,
@@ -128,7 +128,7 @@ pub struct Plan {
     pub max_order: u32,
     /// The most units each core's magazine may park, if the request chose it.
     pub parking_limit: Option<usize>,
-    /// Whether the per-core caches' frees are interrupt-safe ([`Config::interrupt_safe_frees`]).
+    /// Whether the per-core caches' frees are interrupt-safe ([`Settings::with_interrupt_safe_frees`](buddyfree::magazine::Settings::with_interrupt_safe_frees)).
     pub interrupt_safe_frees: bool,
     /// Counted repetitions of each run.
     pub reps: usize,
