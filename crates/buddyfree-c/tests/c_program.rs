@@ -1,5 +1,6 @@
 //! Builds tests/c/test.c with gcc against this crate's static and dynamic libraries and runs
-//! it: every exported function, bad input included, from several pthreads.
+//! it: every exported function, bad input included, from several pthreads. Then the C
+//! programs of the README and the C guide, as written.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,8 +25,9 @@ fn gcc_available() -> bool {
     Command::new("gcc").arg("--version").output().is_ok()
 }
 
-/// Compiles the C test linked to `lib` (plus `extra` flags) and runs it.
-fn build_and_run(name: &str, link: &[&str]) {
+/// Compiles the C file `source` linked as `link` says into an executable named `name`, runs
+/// it, and returns its standard output; fails the test if either step fails.
+fn build_and_run(name: &str, source: &Path, link: &[&str]) -> String {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let status = Command::new("gcc")
@@ -34,18 +36,86 @@ fn build_and_run(name: &str, link: &[&str]) {
         ])
         .arg("-I")
         .arg(crate_dir.join("include"))
-        .arg(crate_dir.join("tests/c/test.c"))
+        .arg(source)
         .args(link)
         .arg("-o")
         .arg(&exe)
         .status()
         .expect("run gcc");
     assert!(status.success(), "gcc failed to build {name}");
-    let out = Command::new(&exe).output().expect("run the C test");
-    print!("{}", String::from_utf8_lossy(&out.stdout));
+    let out = Command::new(&exe).output().expect("run the C program");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    print!("{stdout}");
     eprint!("{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{name} failed: {}", out.status);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("all ok"));
+    stdout
+}
+
+/// The C test program against `link`.
+fn run_test_program(name: &str, link: &[&str]) {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/test.c");
+    assert!(build_and_run(name, &source, link).contains("all ok"));
+}
+
+/// The fenced C blocks of a Markdown file that are whole programs (they have a `main`).
+fn c_programs(markdown: &str) -> Vec<String> {
+    let mut programs = Vec::new();
+    let mut block: Option<String> = None;
+    for line in markdown.lines() {
+        match (&mut block, line.trim_start()) {
+            (None, "```c") => block = Some(String::new()),
+            (Some(code), "```") => {
+                if code.contains("int main(") {
+                    programs.push(std::mem::take(code));
+                }
+                block = None;
+            }
+            (Some(code), _) => {
+                code.push_str(line);
+                code.push('\n');
+            }
+            (None, _) => {}
+        }
+    }
+    programs
+}
+
+/// The C programs in the README and the C guide build as written, against the static library,
+/// and exit 0: the docs' examples never drift from the header.
+#[test]
+fn c_examples_in_the_docs_build_and_run() {
+    if !gcc_available() {
+        eprintln!("SKIPPED: gcc not found; the docs' C examples were not built");
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let lib = library("libbuddyfree_c.a");
+    let mut built = 0;
+    for doc in ["README.md", "docs/c.md"] {
+        let Ok(markdown) = std::fs::read_to_string(root.join(doc)) else {
+            // The packaged crate has no docs folder; in the repository both files exist.
+            assert!(
+                !root.join(".git").exists(),
+                "{doc} missing from the repository"
+            );
+            continue;
+        };
+        for (i, program) in c_programs(&markdown).into_iter().enumerate() {
+            let name = format!("doc_{}_{i}", doc.replace(['/', '.'], "_"));
+            let source = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.c"));
+            std::fs::write(&source, program).unwrap();
+            build_and_run(
+                &name,
+                &source,
+                &[lib.to_str().unwrap(), "-ldl", "-lm", "-lrt"],
+            );
+            built += 1;
+        }
+    }
+    assert!(
+        built >= 2 || !root.join(".git").exists(),
+        "only {built} C examples found"
+    );
 }
 
 #[test]
@@ -56,7 +126,7 @@ fn c_program_passes_against_the_static_library() {
     }
     let lib = library("libbuddyfree_c.a");
     let lib = lib.to_str().unwrap();
-    build_and_run("c_test_static", &[lib, "-ldl", "-lm", "-lrt"]);
+    run_test_program("c_test_static", &[lib, "-ldl", "-lm", "-lrt"]);
 }
 
 #[test]
@@ -68,5 +138,5 @@ fn c_program_passes_against_the_shared_library() {
     let lib = library("libbuddyfree_c.so");
     let dir = lib.parent().unwrap().to_str().unwrap();
     let rpath = format!("-Wl,-rpath,{dir}");
-    build_and_run("c_test_shared", &[lib.to_str().unwrap(), &rpath]);
+    run_test_program("c_test_shared", &[lib.to_str().unwrap(), &rpath]);
 }
