@@ -117,8 +117,10 @@ pub use locked::Locked;
 pub use nbbs::{Nbbs, Nbbs4};
 
 /// The README's examples, compiled and run by `cargo test` so that the front door never lies.
+/// `../README.md` is the crate's own readme: a symlink to the workspace's in the repository,
+/// a copy in the published package, so the doctests run in both.
 #[cfg(all(doctest, feature = "std"))]
-#[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
 /// An allocator of naturally aligned blocks of `2^order` units, safe to share between threads.

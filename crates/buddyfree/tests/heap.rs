@@ -146,6 +146,7 @@ fn every_block_honours_its_alignment_and_stays_in_the_region() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "leaks its buffer on purpose; Miri reports leaks")]
 fn alignment_beyond_the_base_is_refused() {
     // A buffer aligned to 4096 whose region starts 64 bytes in: the base is 64-aligned only.
     #[repr(align(4096))]
@@ -175,6 +176,7 @@ fn box_regions_start_at_the_first_unit_boundary() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "maps more than Miri can allocate, to see it refused")]
 fn bad_regions_are_refused() {
     let small = Region::from_box(vec![0u8; 64 * 10].into_boxed_slice());
     let alloc = backend(Config::new(64, 4)).unwrap();
@@ -558,6 +560,7 @@ fn global_heaps_build_lazily_and_refuse_or_fall_back() {
 /// Threads allocate, stamp, check and free through one heap per registered allocator,
 /// freeing some blocks on another thread; any overlap breaks a stamp.
 #[test]
+#[cfg_attr(miri, ignore = "stress: 4 threads, 6000 operations per allocator")]
 fn threads_share_a_heap_without_overlap() {
     const THREADS: usize = 4;
     for entry in entries_serving(6) {
