@@ -105,7 +105,11 @@ impl Region {
                 core::ptr::null_mut(),
                 map_len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                // Miri's mmap models private anonymous mappings alone; reserving swap or
+                // not changes nothing it checks.
+                libc::MAP_PRIVATE
+                    | libc::MAP_ANONYMOUS
+                    | if cfg!(miri) { 0 } else { libc::MAP_NORESERVE },
                 -1,
                 0,
             )
