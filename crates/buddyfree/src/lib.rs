@@ -42,8 +42,8 @@
 //!   arenas; small objects of mixed sizes belong to a front end (a slab or size-class
 //!   allocator) over them. [`heap::GlobalHeap`] works, but rounds every request up.
 //! - **Defragmentation on a hot path.** [`buddy::defrag`](mod@buddy::defrag) always satisfies a request when
-//!   enough units are free, but planning costs `O(units · 2^k)` for order `k`: 5.8 ms for
-//!   `k = 10` on a 16 MiB heap.
+//!   enough units are free, but planning costs `O(units · 2^k)` for order `k`, orders of
+//!   magnitude more than an allocation.
 //!
 //! # References
 //!

@@ -28,8 +28,8 @@
 //! region of one batch's size (its blocks aligned to their size: a huge frame at order 6)
 //! and would go on into the next stops at the region's end, so that later batches are
 //! whole regions and a spill gives back whole ones; otherwise every later batch lies
-//! astride two frames, and bursts whose length is not a multiple of a batch ran up to 1.5x
-//! slower through a magazine than without (docs/results.md).
+//! astride two frames, and bursts whose length is not a multiple of a batch run slower
+//! through a magazine than without it (see docs/results.md, 'The magazines' fast path').
 //! With LLFree behind it, a batch comes from one huge frame with one update of each counter
 //! for all its blocks, orders 0–5 claimed and given back with one compare-and-swap per
 //! bit-field word instead of one per block, orders 6–8 a group of 2, 4 or 8 words per block,
@@ -59,13 +59,13 @@
 //!   [`Magazine::parking_limit`] says which a magazine has,
 //!   [`Magazine::with_parking_limit`] picks another (or [`Settings::with_parking_limit`], for
 //!   magazines built by name through the registry or from C), and
-//!   [`Magazine::parked_units`] says what a core holds now. The shorter lists cost speed where
-//!   blocks are large next to them: with the second step's lists instead of the full ones
-//!   on one heap, bursts of 256 KiB blocks ran 1.2x slower and larson at 256 KiB 1.5x
-//!   (docs/results.md). Order 0, the one that
-//!   fragments huge frames, keeps the small figures: over LLFree, `buddybench`'s `frag`
-//!   ends with as many free huge frames, and a compaction cost within 1% at one thread (15
-//!   seeds) and 1–2% lower at two (45 seeds; over NBBS no worse; docs/results.md). An
+//!   [`Magazine::parked_units`] says what a core holds at the moment. The shorter lists
+//!   cost speed where blocks are large next to them, since a list of a few blocks is
+//!   refilled and spilled more often (bursts and larson at 256 KiB; see docs/results.md,
+//!   'The magazines' fast path'). Order 0, the one that fragments huge frames, has short
+//!   lists in every step, so that over LLFree `buddybench`'s `frag` ends with as many free
+//!   huge frames, at no higher compaction cost, through a magazine as without (over NBBS
+//!   no worse; see docs/results.md, 'Does it keep huge frames free'). An
 //!   allocation the backend refuses drains every magazine (and the backend's own per-core
 //!   state) and asks once more, so it fails only if no free aligned block exists (with no
 //!   concurrent frees in flight). [`BlockAlloc::free_units`] counts parked blocks as free, as
@@ -108,15 +108,14 @@
 //! - **Bursts of orders the backend does not take in bulk** (NBBS-4 where the order is on
 //!   the top row of its cell, as order 6 is with `max_order` 10: the default suite's 256 KiB
 //!   blocks): where every block is allocated before any is freed, a magazine reuses nothing
-//!   and each operation pays its lock and state-table byte on top of the backend's, about
-//!   1.4x the plain design's time in `buddybench`'s linux-scalability and thread-test
-//!   (docs/results.md). LLFree takes orders 0–8 in bulk, and its bursts run as fast through
-//!   a magazine as without up to 256 KiB; its bursts of huge frames (order 9, one block a
-//!   batch) pay the magazine as NBBS-4's do, 16 ns per free against 9 and 23 per
-//!   allocation against 16, for a pool of huge frames that is recycled at 12 ns per pair
-//!   instead of 20 (`buddybench`'s bulk and repeat at 2 MiB). Skipping the lock when a
-//!   list looks empty or full won such bursts back only in part and cost the common pair
-//!   1–1.5 ns, so it was not kept.
+//!   and each operation pays its lock and state-table byte on top of the backend's, so
+//!   `buddybench`'s linux-scalability and thread-test take longer through a magazine than
+//!   with the plain design (docs/results.md). LLFree takes orders 0–8 in bulk, and its
+//!   bursts run as fast through a magazine as without up to 256 KiB; its bursts of huge
+//!   frames (order 9, one block a batch) pay the magazine as NBBS-4's do, in return for a
+//!   cheaper pair where a pool of huge frames is recycled (`buddybench`'s bulk and repeat
+//!   at 2 MiB). Every operation takes the lock even when its list looks empty or full:
+//!   skipping it would win such bursts back only in part and make the common pair dearer.
 //! - **Placement**: reused blocks come from the magazine, not from where the backend would
 //!   place them (LLFree's per-core trees, say); `docs/results.md` measures the effect on
 //!   fragmentation.
@@ -124,11 +123,11 @@
 //!   persistent zone's blocks after recovery) are adopted when the magazines are built:
 //!   `states` records those of orders 0–9, so their frees are as exact as any. That walks
 //!   the allocator's live blocks with [`BlockAlloc::next_block`], which NBBS and LLFree
-//!   answer past free sub-trees, huge frames and bit-field words at a read each: on the
-//!   2-core dev machine, per GiB of 4 KiB units, 4–5 µs with a memory map's few holes out,
-//!   and 0.17 ms over LLFree and 1.5 ms over NBBS-4 with a unit out in every 16 (nothing
-//!   when no block is out; allocators that answer `next_block` unit by unit, the locked
-//!   buddies, take a `block_of` per free unit). An allocator with blocks out that cannot
+//!   answer past free sub-trees, huge frames and bit-field words at a read each, so the
+//!   walk's cost follows the blocks out rather than the heap's size: small with a memory
+//!   map's few holes out, nothing when no block is out (allocators that answer
+//!   `next_block` unit by unit, the locked buddies, take a `block_of` per free unit; see
+//!   docs/results.md, 'The magazines' fast path'). An allocator with blocks out that cannot
 //!   name them (`block_of` unsupported) is refused ([`ConfigRule::InnerInUse`]).
 //! - **Persistent zones** ([`PersistentLLFree`](crate::llfree::persist::PersistentLLFree)):
 //!   a parked block is allocated in the zone, so its free becomes durable only when the
@@ -149,10 +148,10 @@
 //! preemption off, a worker thread with a core of its own) can [`Magazine::pin`] it: the
 //! handle holds the magazine's lock until it is dropped, and its allocations and frees of
 //! orders 0–9 take no lock, leaving the compare-and-swap that keeps double frees exact
-//! (a median of 6.1 ns per order-0 pair on the 2-core dev machine, against 12.8 through
-//! the trait in the same runs; docs/results.md). Behind a `dyn BlockAlloc` (the registry,
-//! the C ABI), [`BlockAlloc::with_core`] holds the magazine for the length of a closure
-//! (7.8 ns per pair). Bad frees get the same answers either way.
+//! (so a pinned pair costs well under a pair through the trait; see docs/results.md, 'The
+//! magazines' fast path'). Behind a `dyn BlockAlloc` (the registry, the C ABI),
+//! [`BlockAlloc::with_core`] holds the magazine for the length of a closure, at close to a
+//! pinned handle's cost per pair. Bad frees get the same answers either way.
 
 use core::alloc::Layout;
 use core::mem::MaybeUninit;
@@ -167,21 +166,18 @@ use crate::{BlockAlloc, Config, ConfigRule, Error, HeldCore};
 ///
 /// Step 0, the full lists: orders 0–9. Order 0 is refilled and spilled 32 units at a time,
 /// spilling above 128 units; orders 1–5 move 256 units at a time, spilling above 512, since
-/// a batch of a larger order holds fewer blocks to spread a backend call over (with 128
-/// units, 32 KiB blocks, order 3, moved 16 a batch and their bursts ran 1.1x slower than
-/// with 32). Orders 6–8 move 512 units, one LLFree huge frame (8, 4 and 2 blocks), and
-/// spill above twice that (order 8: above 8 blocks): LLFree's bursts of 256 KiB blocks ran
-/// 1.6x slower with 2 a batch than with 4, and 1.13x faster with 8 than with 4 (16, two
-/// frames, ran 1.25x slower than 8); at orders 7 and 8 a frame a batch, which LLFree fills
-/// with plain stores when it is free as a whole, ran bursts of 512 KiB and 1 MiB blocks
-/// 1.5–2.4x faster than one block a batch (which had been slower than no magazine), and a
-/// watermark of 1.5 batches instead of 2 gave that back (spills then take blocks of two
-/// frames). Order 0 stays small: it is what fragments huge frames (and 64 a batch gained
-/// nothing measurable). Order 9 (2 MiB blocks of 4 KiB units, the huge frames) moves one
-/// block at a time and keeps up to 8 blocks: larson at 256 KiB (blocks of orders 6–9, six
-/// in seven of them 8 or 9) ran at 0.78x of `knuth-locked` with 2 blocks each of orders 8
-/// and 9, 0.85–0.95x with 4 and 1.06–1.16x with 8. In all, a core parks at most 10 880
-/// units; 5 440, 2 720 and 2 256 in the later steps.
+/// a batch of a larger order holds fewer blocks to spread a backend call over. Orders 6–8
+/// move 512 units, one LLFree huge frame (8, 4 and 2 blocks), and spill above twice that
+/// (order 8: above 8 blocks): a batch of one whole frame is one that LLFree fills with
+/// plain stores when the frame is free as a whole, smaller batches spread a backend call
+/// over fewer blocks, and larger ones span two frames; a watermark of two batches, not
+/// less, keeps a spill's blocks within one frame. Order 0 stays small: it is what
+/// fragments huge frames, and a larger batch would not make its pairs cheaper. Order 9
+/// (2 MiB blocks of 4 KiB units, the huge frames) moves one block at a time and keeps up to
+/// 8 blocks, so that workloads of mostly huge frames and half-frames (larson at 256 KiB)
+/// find enough parked to run faster than a locked buddy allocator (`knuth-locked`); see
+/// docs/results.md, 'The magazines' fast path'. In all, a core parks at most 10 880 units;
+/// 5 440, 2 720 and 2 256 in the later steps.
 static MAGAZINE_STEPS: [Policy; 4] = [
     magazine_policy(0),
     magazine_policy(1),

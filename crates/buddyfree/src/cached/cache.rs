@@ -368,8 +368,8 @@ mod tests {
     }
 
     // Not under ThreadSanitizer: single-threaded, so it has nothing to check there, and its
-    // panic, overlapping another test's in the uninstrumented standard library, drew false
-    // race reports (in 4 runs of 10 of the library's tests).
+    // panic, overlapping another test's in the uninstrumented standard library, can draw
+    // false race reports.
     #[test]
     #[cfg_attr(buddyfree_tsan, ignore = "single-threaded; see above")]
     #[should_panic(expected = "a per-core cache list overflowed")]

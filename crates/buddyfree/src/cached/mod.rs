@@ -21,9 +21,9 @@
 //! in the freeing core's cache (a block another cache holds is ended under that cache's
 //! lock, and only that happens there). A block handed out with no cache held (by the backend directly, or
 //! adopted) is `Live`, and one CAS there decides its free. Either way a free costs one locked
-//! instruction where the lock and a CAS on the state cost two (docs/results.md, "Frees under
-//! the holder's lock"). Blocks of the other orders never enter a cache: the backend answers
-//! their frees as it would without caches, and `states` does not record them.
+//! instruction where the lock and a CAS on the state cost two (docs/results.md, "The
+//! magazines' fast path"). Blocks of the other orders never enter a cache: the backend
+//! answers their frees as it would without caches, and `states` does not record them.
 //! Locks are taken in the order cache, then backend (if it has one), and never two caches at
 //! once: a pinned core that frees a block another cache holds lets its own go meanwhile.
 
@@ -137,8 +137,8 @@ pub(crate) trait Backend {
 /// and the spills, which give back a batch at a time, would leave both partly free, so the
 /// backend's next batches straddle again. Cut at the region's end, the next refill starts a
 /// fresh region, batches line up with regions again, and spills give back whole ones. NBBS
-/// places its next batch elsewhere, so cutting its batches only added frees (up to 1.7x
-/// slower bursts of 256 KiB blocks at 16 threads): only backends that say they continue
+/// places its next batch elsewhere, so cutting its batches would only add frees and slow
+/// its bursts: only backends that say they continue
 /// ([`BlockAlloc::alloc_bulk_continues`]) are cut.
 fn batch_in_regions(got: &[usize], order: u32, batch: usize) -> usize {
     let Some(&first) = got.first() else {
@@ -238,8 +238,8 @@ pub(crate) struct Parts {
 
 /// A core's cache behind a lock that spins briefly, then yields (with `std`): a thread that
 /// is preempted while it holds a cache must not cost every drainer and every other thread of
-/// its core a whole time slice of spinning. With 8 threads on 2 cores, plain spinning made
-/// the drains on out-of-memory answers 70% of a magazine's time in the large stress test.
+/// its core a whole time slice of spinning. Where threads outnumber cores, plain spinning
+/// would let the drains on out-of-memory answers take most of a magazine's time.
 type CacheLock = lock_api::Mutex<YieldMutex, CoreCache>;
 
 /// The layout of the metadata of caches for `cores` cores in front of a backend of `units`
@@ -512,12 +512,13 @@ impl<B: Backend> Cached<B> {
     }
 
     /// Takes a batch off `cache`'s list at `slot` (above its watermark), lets the cache go,
-    /// and only then gives the batch back to the backend: a spill under the lock kept every
-    /// other core's free of a block this cache holds waiting for the backend
-    /// (docs/results.md, "Cross-core frees"). The batch's blocks are `Free` in the table
-    /// before the lock goes, so a free of one meanwhile is refused, and no allocation can
-    /// find them: they are in no list, and the backend has them allocated until it frees
-    /// them. A batch larger than the buffer (no policy's is) is given back under the lock.
+    /// and only then gives the batch back to the backend: a spill under the lock would keep
+    /// every other core's free of a block this cache holds waiting for the backend
+    /// (docs/results.md, "Frees of other cores' blocks"). The batch's blocks are `Free` in
+    /// the table before the lock goes, so a free of one meanwhile is refused, and no
+    /// allocation can find them: they are in no list, and the backend has them allocated
+    /// until it frees them. A batch larger than the buffer (no policy's is) is given back
+    /// under the lock.
     #[cold]
     #[inline(never)]
     fn spill_unlocked(
@@ -546,11 +547,11 @@ impl<B: Backend> Cached<B> {
     /// Ends the caller's block at `index` of the order at `slot`, held by cache `owner` (not
     /// one the caller holds), under `owner`'s lock: only the check and the store happen
     /// there, and the block, `Cached` and in no list, is the caller's to park in its own
-    /// cache. Parking it in `owner`'s cache instead, with that cache's spills, held the
-    /// lock that `owner`'s core takes for every call while a batch went back to the backend:
-    /// two cores freeing each other's blocks waited for each other's spills
-    /// (docs/results.md, "Cross-core frees"). Out of line: the usual free ends its own
-    /// cache's blocks.
+    /// cache. Parking it in `owner`'s cache instead, with that cache's spills, would hold
+    /// the lock that `owner`'s core takes for every call while a batch went back to the
+    /// backend, so two cores freeing each other's blocks would wait for each other's spills
+    /// (docs/results.md, "Frees of other cores' blocks"). Out of line: the usual free ends
+    /// its own cache's blocks.
     #[cold]
     #[inline(never)]
     fn end_held_elsewhere(&self, index: usize, slot: usize, owner: usize) -> Result<(), Error> {

@@ -89,8 +89,8 @@ mod tests {
     use crate::{BlockAlloc, Config, Error};
 
     /// Checks `f` under loom, exhaustively or with at most `preemptions` preemptions per
-    /// execution (an unbounded run of the heaviest test takes minutes; bounded, it still
-    /// covers every interleaving with up to that many forced switches).
+    /// execution (an unbounded run of the heaviest test is too long to run routinely;
+    /// bounded, it still covers every interleaving with up to that many forced switches).
     fn model(preemptions: Option<usize>, f: impl Fn() + Sync + Send + 'static) {
         let mut builder = loom::model::Builder::new();
         builder.preemption_bound = preemptions;

@@ -352,7 +352,7 @@ fn loom_a_wrong_order_free_races_a_multi_word_free() {
     });
 }
 
-/// Issue 15: a double free of an order-0 unit races its owner's free and an order-2
+/// A double free of an order-0 unit races its owner's free and an order-2
 /// allocation that covers the unit. Exactly one free of the unit succeeds, and the order-2
 /// block stays whole.
 #[test]

@@ -682,8 +682,9 @@ impl<W: WriteBack> Lower<W> {
     /// took was all that was left, and the rest are blocks it has just allocated, which no
     /// one frees). No other thread can then write a word of the frame (an allocation needs
     /// units of the counter, a free a block it has), so the words are written with plain
-    /// stores, in the same order: two compare-and-swaps fewer per order-6 block, most of
-    /// what a burst of them through a magazine cost (docs/results.md).
+    /// stores, in the same order: two compare-and-swaps fewer per order-6 block, which is
+    /// most of what a magazine adds to a burst of them (docs/results.md, "The magazines'
+    /// fast path").
     #[inline]
     fn fill_group(&self, h: HugeId, g: usize, order: u32) -> bool {
         if !self.group_is_free(h, g, order) {
@@ -1064,7 +1065,7 @@ mod tests {
 
     use super::*;
 
-    /// Issue 15's interleaving, forced: a double free of order-0 unit `i` that has just been
+    /// An interleaving, forced: a double free of order-0 unit `i` that has just been
     /// read by the free, and in its window `i`'s owner frees it and an order-2 allocation
     /// covers it. The double free must fail and leave the order-2 block whole.
     #[test]

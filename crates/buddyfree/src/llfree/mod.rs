@@ -132,13 +132,11 @@ impl Options {
     /// The paper's tuning ([`Options::default`]) for `config`, with the trees halved (down
     /// to 2 huge frames) until there is at least one per core. The paper's 64 MiB trees
     /// assume more trees than cores; with fewer, the cores take the reservations from each
-    /// other on almost every allocation (on 64 MiB, one tree, two threads: a median of
-    /// 631 ns per Larson allocation and a p99 of 1.6 µs, against 30 and 90 ns with two
-    /// trees; docs/results.md). Heaps of `64 MiB × cores` and more keep 64 MiB trees. Not
-    /// two per core: that made a nearly full heap worse for one core (a p99 of 600 ns
-    /// against 110 ns per allocation on the real-time workloads' fragmented 64 MiB heap),
-    /// since more, smaller trees each run out sooner and the core moves its reservation more
-    /// often.
+    /// other on almost every allocation, which makes an allocation many times dearer, in
+    /// the median and in the tail. Heaps of `64 MiB × cores` and more keep 64 MiB trees.
+    /// Not two per core: on a nearly full, fragmented heap that would lengthen one core's
+    /// tail latency, since more, smaller trees each run out sooner and the core moves its
+    /// reservation more often.
     ///
     /// ```
     /// use buddyfree::llfree::Options;

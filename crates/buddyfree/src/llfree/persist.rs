@@ -12,9 +12,9 @@
 //! it clean. Opening a clean zone verifies the lower level against that checksum, then
 //! trusts its child counters (the paper's "re-initialisation"); a zone changed after its
 //! clean close is refused ([`PersistError::LowerChecksum`]) with the file untouched. The
-//! checksum reads the lower level (0.0063% of the zone) once at close and once at open: about
-//! 0.02 ms per GiB of zone (17 µs for 1 GiB, 5.6 ms for 256 GiB; `lower_checksum_cost` in
-//! `persist/header.rs`). Opening a zone that was not closed (its
+//! checksum reads the lower level (0.0063% of the zone) once at close and once at open, one
+//! pass whose cost is linear in the zone's size (`lower_checksum_cost` in
+//! `persist/header.rs` times it). Opening a zone that was not closed (its
 //! user crashed, or dropped it) recovers: the bit fields and huge flags are the truth, the
 //! counters are rebuilt from them and taken slots that name no block become order-0 blocks
 //! (see `lower/recover.rs`), then the trees; a state no run leaves (a block above the

@@ -134,7 +134,7 @@ impl Trees {
     /// line twice, partial trees first: the line is in the cache either way, and with a
     /// heap of 16 trees or fewer (1 GiB of 4 KiB units) the line is the whole array, so
     /// taking whichever comes first would let small allocations into the free trees the
-    /// heuristic exists to keep free (the `frag` workload at 1 GiB ended with none).
+    /// heuristic exists to keep free, until none is left (as under the `frag` workload).
     pub(crate) fn search(&self, n: usize, near: usize, huge: bool) -> Option<(TreeId, usize)> {
         let len = self.len();
         let room = |t: Tree| t.free() >= n;

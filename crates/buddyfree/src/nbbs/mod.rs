@@ -28,8 +28,8 @@
 //!   the second free's coalescing bit looks like the first one's. Every mark bumps a
 //!   per-cell generation; UNMARK clears a link only if the generation is the one it read
 //!   before it found the child free, and otherwise re-checks the child (`Forest::unmark`
-//!   has the argument). Found by the unit test `stale_unmark_cannot_free_a_reused_branch`
-//!   and the loom test `loom_nbbs_stale_unmark`.
+//!   has the argument). The unit test `stale_unmark_cannot_free_a_reused_branch` and the
+//!   loom test `loom_nbbs_stale_unmark` exercise that race.
 //!
 //!   The generation is what makes the check sound, so it is as wide as a word allows and
 //!   does not wrap: 59 bits in a 1-level node, a full 64 bits beside the 47 state bits of a
@@ -38,33 +38,33 @@
 //!   was stalled. The marks of a cell are successful RMWs on one cache line, which the
 //!   hardware serialises, at well under one per nanosecond: 2^59 of them take over 18 years
 //!   of back-to-back marking of that cell (2^64: over 580 years), longer than any run of
-//!   the allocator, stalled or not. Narrower generations did wrap within milliseconds
-//!   (17 bits); tests with a deliberately 2-bit generation (`Narrow` in module `forest`)
-//!   show that the replay and the loom model `loom_nbbs_stale_unmark_over_reallocations`
-//!   catch a wrap, and the real cells pass them.
+//!   the allocator, stalled or not. A narrower generation (17 bits, say) can wrap within
+//!   milliseconds of marking; tests with a deliberately 2-bit generation (`Narrow` in
+//!   module `forest`) show that the replay and the loom model
+//!   `loom_nbbs_stale_unmark_over_reallocations` catch a wrap, and the real cells pass them.
 //!
 //!   The cost: cells twice as wide, and on x86_64 a `cmpxchg16b` (selected at run time)
-//!   for every change of a bunch; single-threaded, an `Nbbs4` alloc+free pair takes about
-//!   1.5-2x as long as with 64-bit cells and an `Nbbs` pair about 1.1x (docs/results.md,
-//!   "What does closing the NBBS ABA window cost?"; buddybench's `cached` workload on one
-//!   thread measures it now).
+//!   for every change of a bunch, so single-threaded an `Nbbs4` alloc+free pair costs
+//!   clearly more than it would with 64-bit cells, and an `Nbbs` pair a little more
+//!   (buddybench's `cached` workload on one thread measures it; docs/results.md, "How much
+//!   does one operation cost on one thread?").
 //!   Builds that may assume the instruction (`-C target-feature=+cmpxchg16b`, or a
-//!   `target-cpu` that has it) inline it and skip the run-time selection, about a tenth of
-//!   the cost.
+//!   `target-cpu` that has it) inline it and skip the run-time selection, which saves a
+//!   small part of that cost.
 //! - Every refusal of a CAS step is confirmed by an RMW: the paper assumes sequential
-//!   consistency, and a stale plain read made UNMARK give up and strand an occupied bit
-//!   (found by loom). UNMARK also goes on over a cell that is free even when its own
-//!   coalescing bit was consumed by another free.
+//!   consistency, and a stale plain read could make UNMARK give up and strand an occupied
+//!   bit (a case the loom tests reach). UNMARK also goes on over a cell that is free even
+//!   when its own coalescing bit was consumed by another free.
 //! - A rolled-back allocation (Alg. 3, T11) releases like a free, past the last link it
 //!   marked, where the paper's FREENODE stops. A free stops its coalescing climb under a
 //!   link that is occupied and not coalescing, leaving the links above to that link's
 //!   holder, and the holder may be an allocation about to roll back: the ancestor that
 //!   failed it was freed, and the branch above reused, meanwhile. Stopping at its own marks,
-//!   the rollback left such a link occupied over a free sub-tree (in the large stress, one
-//!   `Nbbs` run in twenty lost a top block that way; `Nbbs4` has the same path). Above its
+//!   the rollback would leave such a link occupied over a free sub-tree, and the top block
+//!   above it lost (in `Nbbs` and `Nbbs4` alike). Above its
 //!   own marks it marks only links that are set and live, and its UNMARK re-checks them.
-//!   Found by the unit test `rollback_unlinks_a_cell_emptied_after_reuse` (and the loom
-//!   test `loom_nbbs_rollback_after_reuse`).
+//!   The unit test `rollback_unlinks_a_cell_emptied_after_reuse` (and the loom test
+//!   `loom_nbbs_rollback_after_reuse`) exercise that case.
 //! - Full-heap fast path: per-core unit counters (also the `release_count`) answer "fewer
 //!   than `2^order` free units" in O(cores) loads after the hinted node fails, instead of a
 //!   scan of the level. A heap with enough free units that are all fragmented still scans
@@ -88,8 +88,9 @@
 //!   would look first (the node above the core's hint of the blocks' order) and only if it
 //!   is free there; otherwise the next block comes from `alloc`. So groups go where single
 //!   allocations would, and a fragmented heap costs a bulk allocation one load per miss,
-//!   never a scan (searching for free groups instead broke up free blocks while the holes
-//!   that frees hint stayed empty: frag's compaction cost doubled, docs/results.md). Model
+//!   never a scan (searching for free groups instead would break up free blocks while the
+//!   holes that frees hint stay empty, raising `frag`'s compaction cost; docs/results.md,
+//!   "Does it keep huge frames free"). Model
 //!   checked by `loom_nbbs_bulk_*` (a group racing a single allocation of the same leaves;
 //!   a group freed while another block is freed and its node allocated), stressed by
 //!   `bulk_groups_race_single_operations_on_small_trees`.

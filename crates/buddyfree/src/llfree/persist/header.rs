@@ -111,9 +111,9 @@ fn checksum(bytes: &[u8]) -> u64 {
 /// blocks the lower level holds) is caught here. Each step,
 /// `h -> ((h ^ word) * K) ^ (.. >> 29)`, is a bijection of `h` for a given word and of the
 /// word for a given `h`, so damage confined to one word always changes the result; other
-/// damage (swapped words, several flips) escapes only by a 64-bit collision. About 4 GB/s (a
-/// dependent multiply per word): 0.017 ms for the 66 KiB lower level of a 1 GiB zone,
-/// 5.6 ms for 256 GiB (`lower_checksum_cost` below, on a loaded 2-core machine).
+/// damage (swapped words, several flips) escapes only by a 64-bit collision. It costs a
+/// dependent multiply per word, linear in the lower level's size (66 KiB for a 1 GiB zone;
+/// `lower_checksum_cost` below times it).
 pub(crate) fn lower_checksum(zone: &[u8]) -> u64 {
     const K: u64 = 0x9E37_79B9_7F4A_7C15;
     let lower = &zone[PAGE..];
