@@ -155,88 +155,39 @@ struct Machine {
     map: MemoryMap,
     /// The physical address of frame 0: the lowest memory address.
     base: usize,
+    /// Frames from `base` to the end of memory: the allocators' index space.
+    frames: usize,
+    /// One past the highest hart id: the allocators' cores.
+    cores: usize,
     hart_ids: Vec<usize>,
+    timebase_hz: u64,
+    /// The frame allocators' metadata, carved from usable memory.
+    metadata: Range<usize>,
+}
+
+impl Machine {
+    fn config(&self, entry: &Entry) -> Config {
+        allocator_config(entry, self.frames, self.cores)
+    }
+}
+
+/// The configuration of `entry` over `frames` frames and `cores` harts.
+fn allocator_config(entry: &Entry, frames: usize, cores: usize) -> Config {
+    Config::new(frames, entry.max_order.min(10)).with_cores(cores)
 }
 
 fn kmain(boot: usize, dtb: usize, report: &mut Report) {
     println!("buddyfree kernel on hart {boot}; device tree at {dtb:#x}");
     report.section("boot");
-    // SAFETY: the firmware passes the device tree's address in a1; it stays where it is.
-    let fdt = match unsafe { Fdt::from_ptr(dtb as *const u8) } {
-        Ok(fdt) => fdt,
-        Err(e) => {
-            println!("device tree: {e:?}");
-            return report.check("device tree read", false);
-        }
-    };
-    let finisher = fdt
-        .find_compatible(&["sifive,test0"])
-        .and_then(|n| n.reg()?.next());
-    sbi::set_finisher(finisher.map_or(0, |r| r.starting_address as usize));
-    // SAFETY: linker symbols; only their addresses are taken.
-    let kernel =
-        unsafe { &__kernel_start as *const u8 as usize..&__kernel_end as *const u8 as usize };
-    let mut map = match memmap::read(&fdt, dtb..dtb + fdt.total_size(), kernel.clone()) {
-        Ok(map) => map,
-        Err(e) => {
-            println!("memory map: {e:?}");
-            return report.check("memory map read", false);
-        }
-    };
-    println!("memory:   {}", map.memory);
-    println!("reserved: {} (firmware), {:#x}..{:#x} (kernel and boot stacks), {:#x}..{:#x} (device tree)",
-        map.reserved, kernel.start, kernel.end, dtb, dtb + fdt.total_size());
-    let timebase_hz = fdt.cpus().next().map_or(0, |c| c.timebase_frequency()) as u64;
-    TIMEBASE_HZ.store(timebase_hz, Release);
-    let base = map.memory.iter().next().map_or(0, |r| r.start);
-    let end = map.memory.iter().last().map_or(0, |r| r.end);
-    let frames = (end - base) / FRAME;
-    let cores = fdt
-        .cpus()
-        .map(|c| c.ids().first() + 1)
-        .max()
-        .unwrap_or(1)
-        .min(MAX_HARTS);
-    let config = |entry: &Entry| Config::new(frames, entry.max_order.min(10)).with_cores(cores);
-    let need = kernel_allocators()
-        .filter_map(|(e, m)| (m.layout)(config(e)).ok())
-        .fold(Layout::new::<u8>(), |a, b| {
-            Layout::from_size_align(a.size().max(b.size()), a.align().max(b.align())).unwrap()
-        });
-    let carved = carve(&mut map, need, cores);
-    report.check(
-        "memory map read, metadata and heap carved from usable memory",
-        carved.is_some(),
-    );
-    let Some((metadata, heap_metadata, heap_memory)) = carved else {
+    let Some(machine) = boot_memory(dtb, report) else {
         return;
     };
-    println!("carved:   {:#x}..{:#x} (allocator metadata), {:#x}..{:#x} (heap metadata), {:#x}..{:#x} (heap)",
-        metadata.start, metadata.end, heap_metadata.start, heap_metadata.end, heap_memory.start, heap_memory.end);
+    trap::install(machine.timebase_hz);
+    let harts = harts::start_others(machine.hart_ids.iter().copied(), boot, machine.timebase_hz);
     println!(
-        "usable:   {} ({} frames)",
-        map.usable,
-        map.usable.bytes() / FRAME
+        "harts: {:?} in the device tree, {harts} running; timebase {} Hz",
+        machine.hart_ids, machine.timebase_hz
     );
-    report.check("usable memory left", map.usable.bytes() > 0);
-    if let Err(e) = install_heap(cores, heap_metadata, heap_memory) {
-        println!("kernel heap: {e:?}");
-        return report.check("kernel heap installed", false);
-    }
-
-    // From here on there is a heap.
-    let machine = Machine {
-        base,
-        hart_ids: fdt.cpus().map(|c| c.ids().first()).collect(),
-        map,
-    };
-    trap::install(timebase_hz);
-    let harts = harts::start_others(machine.hart_ids.iter().copied(), boot, timebase_hz);
-    println!(
-        "harts: {:?} in the device tree, {harts} running; timebase {timebase_hz} Hz",
-        machine.hart_ids
-    );
-    report.section("boot");
     report.check(
         "every hart in the device tree runs",
         harts == machine.hart_ids.len(),
@@ -244,14 +195,7 @@ fn kmain(boot: usize, dtb: usize, report: &mut Report) {
 
     let mut summaries = BTreeMap::new();
     for (entry, caller_metadata) in kernel_allocators() {
-        let summary = run_allocator(
-            entry,
-            caller_metadata,
-            config(entry),
-            &machine,
-            &metadata,
-            report,
-        );
+        let summary = run_allocator(entry, caller_metadata, &machine, report);
         summaries.insert(entry.name, summary);
     }
     CURRENT.store(DONE, Release);
@@ -272,6 +216,84 @@ fn kmain(boot: usize, dtb: usize, report: &mut Report) {
         "harts: {harts}, interrupt allocations: {}, frames stamped: {}",
         total.irq_allocs, total.stamped
     );
+}
+
+/// Reads the memory map from the device tree at `dtb`, carves the allocators' metadata and
+/// the kernel heap from usable memory and installs the heap: `None` (the failure reported)
+/// where any step fails.
+fn boot_memory(dtb: usize, report: &mut Report) -> Option<Machine> {
+    // SAFETY: the firmware passes the device tree's address in a1; it stays where it is.
+    let fdt = match unsafe { Fdt::from_ptr(dtb as *const u8) } {
+        Ok(fdt) => fdt,
+        Err(e) => {
+            println!("device tree: {e:?}");
+            report.check("device tree read", false);
+            return None;
+        }
+    };
+    let finisher = fdt
+        .find_compatible(&["sifive,test0"])
+        .and_then(|n| n.reg()?.next());
+    sbi::set_finisher(finisher.map_or(0, |r| r.starting_address as usize));
+    // SAFETY: linker symbols; only their addresses are taken.
+    let kernel =
+        unsafe { &__kernel_start as *const u8 as usize..&__kernel_end as *const u8 as usize };
+    let mut map = match memmap::read(&fdt, dtb..dtb + fdt.total_size(), kernel.clone()) {
+        Ok(map) => map,
+        Err(e) => {
+            println!("memory map: {e:?}");
+            report.check("memory map read", false);
+            return None;
+        }
+    };
+    println!("memory:   {}", map.memory);
+    println!("reserved: {} (firmware), {:#x}..{:#x} (kernel and boot stacks), {:#x}..{:#x} (device tree)",
+        map.reserved, kernel.start, kernel.end, dtb, dtb + fdt.total_size());
+    let timebase_hz = fdt.cpus().next().map_or(0, |c| c.timebase_frequency()) as u64;
+    TIMEBASE_HZ.store(timebase_hz, Release);
+    let base = map.memory.iter().next().map_or(0, |r| r.start);
+    let end = map.memory.iter().last().map_or(0, |r| r.end);
+    let frames = (end - base) / FRAME;
+    let cores = fdt
+        .cpus()
+        .map(|c| c.ids().first() + 1)
+        .max()
+        .unwrap_or(1)
+        .min(MAX_HARTS);
+    let need = kernel_allocators()
+        .filter_map(|(e, m)| (m.layout)(allocator_config(e, frames, cores)).ok())
+        .fold(Layout::new::<u8>(), |a, b| {
+            Layout::from_size_align(a.size().max(b.size()), a.align().max(b.align())).unwrap()
+        });
+    let carved = carve(&mut map, need, cores);
+    report.check(
+        "memory map read, metadata and heap carved from usable memory",
+        carved.is_some(),
+    );
+    let (metadata, heap_metadata, heap_memory) = carved?;
+    println!("carved:   {:#x}..{:#x} (allocator metadata), {:#x}..{:#x} (heap metadata), {:#x}..{:#x} (heap)",
+        metadata.start, metadata.end, heap_metadata.start, heap_metadata.end, heap_memory.start, heap_memory.end);
+    println!(
+        "usable:   {} ({} frames)",
+        map.usable,
+        map.usable.bytes() / FRAME
+    );
+    report.check("usable memory left", map.usable.bytes() > 0);
+    if let Err(e) = install_heap(cores, heap_metadata, heap_memory) {
+        println!("kernel heap: {e:?}");
+        report.check("kernel heap installed", false);
+        return None;
+    }
+    // From here on there is a heap.
+    Some(Machine {
+        map,
+        base,
+        frames,
+        cores,
+        hart_ids: fdt.cpus().map(|c| c.ids().first()).collect(),
+        timebase_hz,
+        metadata,
+    })
 }
 
 /// The allocators a kernel can build over memory it carved itself: the registry's entries
@@ -367,11 +389,11 @@ fn irq_totals() -> [usize; 4] {
 fn run_allocator(
     entry: &'static Entry,
     caller_metadata: CallerMetadata,
-    config: Config,
     machine: &Machine,
-    metadata: &Range<usize>,
     report: &mut Report,
 ) -> Summary {
+    let config = machine.config(entry);
+    let metadata = &machine.metadata;
     report.section(entry.name);
     let meta = NonNull::new(metadata.start as *mut u8).expect("carved memory is not at 0");
     // Interrupt-safe frees: the timer handler's `try_free`s never wait for a held magazine.
