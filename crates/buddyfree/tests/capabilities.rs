@@ -3,6 +3,8 @@
 //! the entry's constant is what its instances say, built on the heap or in caller memory;
 //! and wrappers pass on what the allocators behind them offer.
 
+mod common;
+
 use std::ptr::NonNull;
 
 use buddyfree::buddy::Knuth;
@@ -181,15 +183,7 @@ fn the_default_claims_nothing() {
         fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
             self.0.free(index, order, core)
         }
-        fn free_units(&self) -> usize {
-            self.0.free_units()
-        }
-        fn total_units(&self) -> usize {
-            self.0.total_units()
-        }
-        fn max_order(&self) -> u32 {
-            self.0.max_order()
-        }
+        common::pass_on!(sizes);
     }
     let plain = Plain((registry::find("nbbs").unwrap().build)(Config::new(UNITS, 4)).unwrap());
     assert_eq!(plain.capabilities(), Capabilities::NONE);

@@ -26,6 +26,14 @@ const BASE: u64 = 0x1_2340_0000;
 /// Bytes of one unit.
 const UNIT_BYTES: u64 = Size4KiB::SIZE;
 
+/// Every frame size answers `None` (a refusal changes nothing, so the order of asking does
+/// not matter).
+fn assert_no_frame_of_any_size<A: BlockAlloc + ?Sized>(frames: &mut PhysFrames<'_, A>) {
+    assert_eq!(FrameAllocator::<Size4KiB>::allocate_frame(frames), None);
+    assert_eq!(FrameAllocator::<Size2MiB>::allocate_frame(frames), None);
+    assert_eq!(FrameAllocator::<Size1GiB>::allocate_frame(frames), None);
+}
+
 /// The frames of `alloc` from `base` on, for core 0.
 fn frames_at<A: BlockAlloc + ?Sized>(alloc: &A, base: u64) -> PhysFrames<'_, A> {
     // SAFETY: these tests never touch the memory the frames name, only their addresses.
@@ -130,18 +138,7 @@ fn exhausted_allocator_answers_none_for_every_size() {
     let mut spans: Vec<_> = small.iter().copied().map(span).collect();
     assert_distinct_aligned_inside(&mut spans, BASE, UNITS);
     for _ in 0..3 {
-        assert_eq!(
-            FrameAllocator::<Size4KiB>::allocate_frame(&mut frames),
-            None
-        );
-        assert_eq!(
-            FrameAllocator::<Size2MiB>::allocate_frame(&mut frames),
-            None
-        );
-        assert_eq!(
-            FrameAllocator::<Size1GiB>::allocate_frame(&mut frames),
-            None
-        );
+        assert_no_frame_of_any_size(&mut frames);
     }
     assert_eq!(llfree.free_units(), 0);
 
@@ -332,18 +329,7 @@ fn giant_frames_are_blocks_of_order_18() {
     let giant: PhysFrame<Size1GiB> = frames.allocate_frame().unwrap();
     assert_eq!(giant.start_address().as_u64(), base);
     assert_eq!(nbbs.free_units(), 0);
-    assert_eq!(
-        FrameAllocator::<Size1GiB>::allocate_frame(&mut frames),
-        None
-    );
-    assert_eq!(
-        FrameAllocator::<Size2MiB>::allocate_frame(&mut frames),
-        None
-    );
-    assert_eq!(
-        FrameAllocator::<Size4KiB>::allocate_frame(&mut frames),
-        None
-    );
+    assert_no_frame_of_any_size(&mut frames);
 
     // SAFETY: the frame is not in use.
     unsafe { frames.deallocate_frame(giant) };
