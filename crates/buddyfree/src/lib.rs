@@ -89,6 +89,7 @@ mod table;
 pub mod buddy;
 mod cached;
 mod caps;
+mod class;
 mod config;
 mod error;
 pub mod heap;
@@ -111,6 +112,7 @@ pub mod x86_64;
 pub mod zones;
 
 pub use caps::Capabilities;
+pub use class::Class;
 pub use config::{Config, ConfigRule, MAX_CORES};
 pub use error::Error;
 pub use locked::Locked;
@@ -132,6 +134,14 @@ pub trait BlockAlloc: Sync {
     /// Allocates a block of `2^order` units aligned to `2^order` and returns the index of its
     /// first unit.
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error>;
+
+    /// Allocates like [`BlockAlloc::alloc`] a block for memory of kind `class` (movable,
+    /// unmovable, huge: see [`Class`]), which allocators that place kinds apart use to keep
+    /// them apart. The default ignores `class` and calls `alloc`.
+    fn alloc_class(&self, order: u32, class: Class, core: usize) -> Result<usize, Error> {
+        let _ = class;
+        self.alloc(order, core)
+    }
 
     /// Frees the block of `2^order` units starting at `index`.
     ///
@@ -485,6 +495,9 @@ pub(crate) fn free_each<A: BlockAlloc + ?Sized>(
 impl<A: BlockAlloc + ?Sized> BlockAlloc for alloc::boxed::Box<A> {
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
         (**self).alloc(order, core)
+    }
+    fn alloc_class(&self, order: u32, class: Class, core: usize) -> Result<usize, Error> {
+        (**self).alloc_class(order, class, core)
     }
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         (**self).free(index, order, core)
