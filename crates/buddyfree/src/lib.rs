@@ -572,6 +572,11 @@ impl<A: BlockAlloc + ?Sized> BlockAlloc for alloc::boxed::Box<A> {
 pub trait SeqBlockAlloc: Send {
     /// See [`BlockAlloc::alloc`].
     fn alloc(&mut self, order: u32) -> Result<usize, Error>;
+    /// See [`BlockAlloc::alloc_class`]: the default ignores `class` and calls `alloc`.
+    fn alloc_class(&mut self, order: u32, class: Class) -> Result<usize, Error> {
+        let _ = class;
+        self.alloc(order)
+    }
     /// See [`BlockAlloc::free`].
     fn free(&mut self, index: usize, order: u32) -> Result<(), Error>;
     /// See [`BlockAlloc::free_units`].

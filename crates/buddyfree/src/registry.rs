@@ -7,7 +7,7 @@ use core::alloc::Layout;
 use core::convert::identity;
 use core::ptr::NonNull;
 
-use crate::buddy::{Estranged, Knuth};
+use crate::buddy::{Estranged, Knuth, MigrateBuddy};
 use crate::list::{CasList, FirstFit, LockedList, PerCoreLists};
 use crate::llfree::LLFree;
 use crate::locked::{PerCpu, PerLevelSpin, PerLevelYield};
@@ -246,6 +246,14 @@ const ENTRIES: &[Entry] = &[
         about: "Linux-like: Knuth's buddy behind a spinlock plus per-core caches (orders 0-3, 9)",
         max_order: ANY_ORDER,
         build: |c, s| Ok(Box::new(PerCpu::<Knuth>::with_config(c, Knuth::new)?.with_settings(s))),
+        metadata: None,
+        capabilities: Capabilities::ALL,
+    },
+    entry! {
+        name: "linux-migrate",
+        about: "Linux-like grouping by mobility: Knuth's buddy with free lists per migrate type, order-9 pageblocks and Linux's fallback, behind a spinlock (no per-CPU lists)",
+        max_order: ANY_ORDER,
+        build: |c, _| Ok(Box::new(Locked::<MigrateBuddy>::new(MigrateBuddy::new(c)?))),
         metadata: None,
         capabilities: Capabilities::ALL,
     },

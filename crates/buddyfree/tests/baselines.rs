@@ -1,12 +1,13 @@
 //! The battery on the baselines: the Linux-like buddy (per-core caches in front of a locked
-//! sequential buddy, here Knuth's) and the three list allocators.
+//! sequential buddy, here Knuth's), the Linux-like buddy with free lists per migrate type
+//! (`linux-migrate`) and the three list allocators.
 
 mod common;
 
-use buddyfree::buddy::Knuth;
+use buddyfree::buddy::{Knuth, MigrateBuddy, MigrateType};
 use buddyfree::list::{CasList, LockedList, PerCoreLists};
 use buddyfree::locked::PerCpu;
-use buddyfree::{BlockAlloc, Config, ConfigRule, Error};
+use buddyfree::{BlockAlloc, Capabilities, Class, Config, ConfigRule, Error, Locked};
 use proptest::prelude::*;
 
 /// The inner buddy of the Linux-like tests, as in the registry's `linux`.
@@ -38,6 +39,121 @@ proptest! {
         let config = LINUX.with_cores(3);
         common::check_against_model(&linux(config), config, &ops);
     }
+}
+
+/// The registry's `linux-migrate`.
+fn migrate(config: Config) -> Locked<MigrateBuddy> {
+    Locked::new(MigrateBuddy::new(config).unwrap())
+}
+
+/// An allocator whose plain `alloc` asks for a class picked by the core hint (movable,
+/// unmovable, huge), so that the battery, which calls `alloc`, mixes migrate types.
+struct Mixed<A>(A);
+
+fn class_of(core: usize) -> Class {
+    Class::new((core % 3) as u8)
+}
+
+impl<A: BlockAlloc> BlockAlloc for Mixed<A> {
+    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        self.0.alloc_class(order, class_of(core), core)
+    }
+    fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        self.0.free(index, order, core)
+    }
+    fn free_units(&self) -> usize {
+        self.0.free_units()
+    }
+    fn total_units(&self) -> usize {
+        self.0.total_units()
+    }
+    fn max_order(&self) -> u32 {
+        self.0.max_order()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+    fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        self.0.try_free(index, order, core)
+    }
+    fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        self.0.alloc_at(index, order, core)
+    }
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        self.0.block_of(index)
+    }
+    fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        self.0.try_block_of(index)
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Mixed migrate types, falling back and claiming pageblocks, answer as the model does
+    /// (pageblocks of order 4 here, so that a small heap has several).
+    #[test]
+    fn linux_migrate_matches_model(ops in common::ops(256, 4, 300)) {
+        let config = Config::new(256, 4);
+        common::check_against_model(&Mixed(migrate(config)), config, &ops);
+    }
+
+    #[test]
+    fn linux_migrate_matches_model_with_ragged_tails(ops in common::ops(64, 5, 200)) {
+        for &(units, max_order) in common::CONFIGS {
+            let config = Config::new(units, max_order);
+            let ops = common::clamp(&ops, max_order);
+            common::check_against_model(&Mixed(migrate(config)), config, &ops);
+        }
+    }
+}
+
+#[test]
+fn linux_migrate_survives_stress_with_mixed_types() {
+    assert!(common::stress(&Mixed(migrate(Config::new(4096, 10))), 4, 3_000, 10) > 0);
+}
+
+#[test]
+fn linux_migrate_frees_each_block_once_under_racing_double_frees() {
+    for order in [0, 3, 9] {
+        let blocks = (1024 >> order).min(128);
+        common::double_free_race(&Mixed(migrate(Config::new(1024, 9))), 4, blocks, order);
+    }
+}
+
+/// One unmovable request in ten, at random, over half the heap: the unmovable frames fill
+/// as few pageblocks as they can (each claimed whole), and every pageblock that holds one is
+/// unmovable.
+#[test]
+fn linux_migrate_keeps_unmovable_frames_in_few_pageblocks() {
+    const P: usize = 512;
+    let alloc = migrate(Config::new(64 * P, 10));
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut unmovable = Vec::new();
+    for _ in 0..32 * P {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        if x.is_multiple_of(10) {
+            unmovable.push(alloc.alloc_class(0, Class::UNMOVABLE, 0).unwrap());
+        } else {
+            alloc.alloc_class(0, Class::MOVABLE, 0).unwrap();
+        }
+    }
+    let mut pageblocks: Vec<usize> = unmovable.iter().map(|&i| i / P).collect();
+    pageblocks.sort_unstable();
+    pageblocks.dedup();
+    assert!(
+        pageblocks.len() <= unmovable.len().div_ceil(P),
+        "{} unmovable frames over {} pageblocks",
+        unmovable.len(),
+        pageblocks.len()
+    );
+    alloc.with(|b| {
+        for &p in &pageblocks {
+            assert_eq!(b.pageblock_type(p * P), MigrateType::Unmovable);
+        }
+    });
 }
 
 proptest! {

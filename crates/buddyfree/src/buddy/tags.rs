@@ -40,6 +40,10 @@ impl Tag {
         Tag(PAIR | order as u8)
     }
 
+    pub(crate) fn free_order(self) -> Option<u32> {
+        (self.0 & KIND == FREE).then_some((self.0 & ORDER) as u32)
+    }
+
     pub(crate) fn used_order(self) -> Option<u32> {
         (self.0 & KIND == USED).then_some((self.0 & ORDER) as u32)
     }

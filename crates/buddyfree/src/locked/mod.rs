@@ -10,7 +10,7 @@ use lock_api::{Mutex, RawMutex};
 pub use per_level::{PerLevel, PerLevelSpin, PerLevelYield};
 pub use yield_mutex::YieldMutex;
 
-use crate::{BlockAlloc, Capabilities, Error, SeqBlockAlloc};
+use crate::{BlockAlloc, Capabilities, Class, Error, SeqBlockAlloc};
 
 #[cfg(feature = "alloc")]
 mod percpu;
@@ -80,6 +80,10 @@ const fn locked_capabilities(inner: Capabilities) -> Capabilities {
 impl<A: SeqBlockAlloc, R: RawMutex + Sync + Send> BlockAlloc for Locked<A, R> {
     fn alloc(&self, order: u32, _core: usize) -> Result<usize, Error> {
         self.inner.lock().alloc(order)
+    }
+
+    fn alloc_class(&self, order: u32, class: Class, _core: usize) -> Result<usize, Error> {
+        self.inner.lock().alloc_class(order, class)
     }
 
     fn free(&self, index: usize, order: u32, _core: usize) -> Result<(), Error> {
