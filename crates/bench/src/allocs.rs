@@ -1,7 +1,7 @@
 //! The allocators the tool can run: every entry of the library's registry, plus the system
 //! allocator adapter and persistent LLFree zones over temporary files.
 
-use buddyfree::buddy::Knuth;
+use buddyfree::buddy::{Knuth, MigrateBuddy};
 use buddyfree::locked::PerCpu;
 use buddyfree::magazine::Settings;
 use buddyfree::registry::{self, DynAlloc, Entry};
@@ -70,6 +70,11 @@ type Build = fn(Config, Settings) -> Result<DynAlloc, Error>;
 const TICKET_BUILDS: &[(&str, Build)] = &[
     ("knuth-locked", |c, _| {
         Ok(Box::new(Locked::<Knuth, Ticket>::new(Knuth::new(c)?)))
+    }),
+    ("linux-migrate", |c, _| {
+        Ok(Box::new(Locked::<MigrateBuddy, Ticket>::new(
+            MigrateBuddy::new(c)?,
+        )))
     }),
     ("linux", |c, s| {
         Ok(Box::new(

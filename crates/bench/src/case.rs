@@ -2,9 +2,10 @@
 //! and heap) and the [`RunSet`] of its repetitions on one allocator. The suite makes them and
 //! the report summarises them, so they sit below both.
 
-use crate::workloads::{Outcome, Workload};
+use crate::workloads::{Outcome, Params, Workload};
 
-/// One workload at one order and thread count over a heap of `units` units.
+/// One workload at one order and thread count over a heap of `units` units (for frag, with
+/// one share of unmovable allocations).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Case {
     /// The workload.
@@ -15,6 +16,20 @@ pub struct Case {
     pub threads: usize,
     /// Units in the heap.
     pub units: usize,
+    /// frag: the chance of an unmovable allocation, in percent
+    /// ([`Params::frag_unmovable_percent`]); 0 for the other workloads.
+    pub unmovable: u32,
+}
+
+impl Case {
+    /// The workloads' parameters for this case: `params` with its share of unmovable
+    /// allocations.
+    pub fn params(&self, params: &Params) -> Params {
+        Params {
+            frag_unmovable_percent: self.unmovable,
+            ..params.clone()
+        }
+    }
 }
 
 /// All repetitions of one case on one allocator.

@@ -108,6 +108,12 @@ struct Cli {
     /// crash workload: write-back of each operation: none, line (clwb) or msync.
     #[arg(long, value_enum, default_value_t = WriteBack::None)]
     durability: WriteBack,
+    /// frag: shares of unmovable allocations in percent, comma-separated, one case each
+    /// (e.g. 0,10,30; default 0): each allocation asks for an unmovable frame with that
+    /// chance (`BlockAlloc::alloc_class`), and the report adds the huge frames compaction can
+    /// recover moving movable frames only. Not in the paper.
+    #[arg(long, value_delimiter = ',')]
+    unmovable: Option<Vec<u32>>,
     /// The seed of the workloads' random choices (which blocks frag and rand free, the sizes
     /// of constant occupancy and larson, the crash points). Fixed by default, so that runs
     /// repeat; vary it to see how much a figure owes to one random stream.
@@ -202,6 +208,7 @@ fn request(cli: &Cli) -> Result<Request, String> {
         quick: cli.quick,
         seed: cli.seed,
         held_bursts: cli.held_bursts,
+        unmovable: cli.unmovable.clone(),
     })
 }
 

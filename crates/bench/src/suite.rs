@@ -111,6 +111,8 @@ pub struct Request {
     /// Each burst of linux-scalability and thread-test on a held core
     /// ([`Params::held_bursts`]).
     pub held_bursts: bool,
+    /// frag: the shares of unmovable allocations, in percent, one case each (default 0).
+    pub unmovable: Option<Vec<u32>>,
 }
 
 /// A checked request: everything needed to run.
@@ -313,6 +315,30 @@ fn repetitions(req: &Request) -> Result<usize, PlanError> {
     Ok(reps)
 }
 
+/// Checks the shares of unmovable allocations: percentages, at least one; a note where frag
+/// does not run.
+fn unmovable_shares(
+    req: &Request,
+    workloads: &[Workload],
+    notes: &mut Vec<String>,
+) -> Result<(), PlanError> {
+    let Some(shares) = &req.unmovable else {
+        return Ok(());
+    };
+    if shares.is_empty() {
+        return err("--unmovable: no share given");
+    }
+    if let Some(s) = shares.iter().find(|&&s| s > 100) {
+        return err(format!(
+            "--unmovable {s}: a share is a percentage, 0 to 100"
+        ));
+    }
+    if !workloads.contains(&Workload::Frag) {
+        notes.push("--unmovable applies to frag only, which does not run".into());
+    }
+    Ok(())
+}
+
 /// The largest order the allocators are built for.
 fn max_order(req: &Request) -> Result<u32, PlanError> {
     let max_order = req.max_order.unwrap_or(DEFAULT_MAX_ORDER);
@@ -373,6 +399,7 @@ impl Sweep<'_> {
                     order: 0,
                     threads: 1,
                     units: 0,
+                    unmovable: 0,
                 });
                 continue;
             }
@@ -380,12 +407,15 @@ impl Sweep<'_> {
                 self.check_order(w, order)?;
                 for &threads in self.threads(w) {
                     for units in self.heaps(w, order, threads)? {
-                        cases.push(Case {
-                            workload: w,
-                            order,
-                            threads,
-                            units,
-                        });
+                        for &unmovable in self.unmovable(w) {
+                            cases.push(Case {
+                                workload: w,
+                                order,
+                                threads,
+                                units,
+                                unmovable,
+                            });
+                        }
                     }
                 }
             }
@@ -422,6 +452,14 @@ impl Sweep<'_> {
             ));
         }
         Ok(())
+    }
+
+    /// The shares of unmovable allocations `w` runs with: those asked for in frag, else 0.
+    fn unmovable(&self, w: Workload) -> &[u32] {
+        match (w, &self.req.unmovable) {
+            (Workload::Frag, Some(shares)) => shares,
+            _ => &[0],
+        }
     }
 
     /// The thread counts `w` runs with.
@@ -536,6 +574,7 @@ impl Plan {
         let mut allocs = alloc_names(req, &mut notes)?;
         let realtime_only = add_realtime_allocs(req, &workloads, &mut allocs, &mut notes);
         let threads = thread_counts(req)?;
+        unmovable_shares(req, &workloads, &mut notes)?;
         let reps = repetitions(req)?;
         let max_order = max_order(req)?;
         let heap_units = heap_units(req, max_order)?;
@@ -607,11 +646,16 @@ impl Plan {
         let mut skipped: Vec<(&'static str, String)> = Vec::new();
         for case in self.cases.iter().filter(|c| !c.workload.standalone()) {
             bar.set_message(format!(
-                "{} {} x{}",
+                "{} {} x{}{}",
                 case.workload.name(),
                 bytes(UNIT_BYTES << case.order),
-                case.threads
+                case.threads,
+                match case.unmovable {
+                    0 => String::new(),
+                    u => format!(" {u}% unmovable"),
+                }
             ));
+            let params = case.params(&self.params);
             let mut live = Vec::new();
             for a in self.runners(case) {
                 match self.build(a, case) {
@@ -638,7 +682,7 @@ impl Plan {
                         &**inst,
                         case.order,
                         case.threads,
-                        &self.params,
+                        &params,
                         self.min_phase,
                         MAX_PASSES,
                     );
@@ -934,6 +978,42 @@ mod tests {
         .expect("order 9 above the maximum")
         .0
         .contains("up to order 9"));
+    }
+
+    /// `--unmovable` makes one frag case per share, and only frag's; a share above 100% is
+    /// an error, a share without frag a note.
+    #[test]
+    fn unmovable_shares_make_one_frag_case_each() {
+        let plan = |workloads: &[&str], shares: Option<Vec<u32>>| {
+            Plan::new(&Request {
+                workloads: Some(workloads.iter().map(|w| w.to_string()).collect()),
+                threads: Some(vec![1]),
+                unmovable: shares,
+                ..req()
+            })
+        };
+        let p = plan(&["frag", "bulk"], Some(vec![0, 10, 30])).unwrap();
+        let frag: Vec<u32> = p
+            .cases
+            .iter()
+            .filter(|c| c.workload == Workload::Frag)
+            .map(|c| c.unmovable)
+            .collect();
+        assert_eq!(frag, [0, 10, 30]);
+        assert!(p
+            .cases
+            .iter()
+            .all(|c| c.workload == Workload::Frag || c.unmovable == 0));
+        assert_eq!(p.cases[2].params(&p.params).frag_unmovable_percent, 30);
+        let default = plan(&["frag"], None).unwrap();
+        assert_eq!(default.cases.len(), 1);
+        assert_eq!(default.cases[0].unmovable, 0);
+        let bad = plan(&["frag"], Some(vec![10, 101])).err().unwrap().0;
+        assert!(bad.contains("--unmovable 101"), "{bad}");
+        let none = plan(&["frag"], Some(vec![])).err().unwrap().0;
+        assert!(none.contains("no share"), "{none}");
+        let unused = plan(&["bulk"], Some(vec![10])).unwrap();
+        assert!(unused.notes.iter().any(|n| n.contains("frag only")));
     }
 
     #[test]

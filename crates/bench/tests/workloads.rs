@@ -219,6 +219,75 @@ fn frag_counts_rounds_and_measures_each() {
     }
 }
 
+/// frag with a share of unmovable allocations: the same calls as without, about that share
+/// of them through `alloc_class(.., UNMOVABLE, ..)`, and per measurement a recovery that agrees
+/// with the fragmentation; with none unmovable, compaction recovers what it could anyway.
+#[test]
+fn frag_with_unmovable_allocations_reports_what_compaction_can_recover() {
+    let units = 32 * 512;
+    for alloc in ["model", "linux-migrate"] {
+        for unmovable in [0, 30] {
+            let p = Params {
+                frag_unmovable_percent: unmovable,
+                ..Params::quick()
+            };
+            let c = Counting::new(alloc, units, 1);
+            let out = workloads::run(Workload::Frag, &c, 0, 1, &p);
+            let (allocs, frees, failures) = c.counts();
+            assert_eq!((out.allocs, out.frees), (allocs, frees), "{alloc}");
+            assert_eq!(
+                (out.failures, failures, out.bad_frees),
+                (0, 0, 0),
+                "{alloc}"
+            );
+            assert_eq!(Some(allocs + frees), Workload::Frag.calls(0, 1, units, &p));
+            c.assert_whole(units);
+            let share = c.unmovable() * 100 / allocs;
+            match unmovable {
+                0 => assert_eq!(c.unmovable(), 0),
+                _ => assert!((25..=35).contains(&share), "{alloc}: {share}% unmovable"),
+            }
+            assert_eq!(out.frag.len(), p.frag_rounds + 1);
+            assert_eq!(out.recovery.len(), out.frag.len());
+            for (f, r) in out.frag.iter().zip(&out.recovery) {
+                assert!(r.unpinned_frames <= f.frames, "{alloc}");
+                assert_eq!(
+                    r.recoverable_frames,
+                    r.unpinned_frames.min(f.possible_frames),
+                    "{alloc}"
+                );
+                assert!(f.free_frames <= r.recoverable_frames, "{alloc}");
+                if r.recoverable_frames == f.possible_frames {
+                    assert!(r.recovery_cost >= f.compaction_cost, "{alloc}");
+                }
+                if unmovable == 0 {
+                    assert_eq!(r.unpinned_frames, f.frames, "{alloc}");
+                    assert_eq!(r.recovery_cost, f.compaction_cost, "{alloc}");
+                }
+            }
+        }
+    }
+}
+
+/// The claim the experiment tests, small: an allocator that keeps unmovable frames apart
+/// (`linux-migrate`) leaves compaction more huge frames to recover than one that ignores the
+/// class (the first-fit `model`, which spreads them over every frame it fills).
+#[test]
+fn frag_recovers_more_where_unmovable_frames_are_kept_apart() {
+    let units = 32 * 512;
+    let p = Params {
+        frag_unmovable_percent: 10,
+        ..Params::quick()
+    };
+    let recoverable = |alloc| {
+        let c = Counting::new(alloc, units, 1);
+        let out = workloads::run(Workload::Frag, &c, 0, 1, &p);
+        out.recovery.last().unwrap().recoverable_frames
+    };
+    let (apart, mixed) = (recoverable("linux-migrate"), recoverable("model"));
+    assert!(apart > mixed, "linux-migrate {apart}, model {mixed}");
+}
+
 #[test]
 fn frag_follows_its_seed() {
     let frag = |seed| {

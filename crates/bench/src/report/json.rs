@@ -45,13 +45,13 @@ pub fn records_csv(report: &Report) -> String {
 /// frag's rounds as CSV.
 pub fn frag_csv(report: &Report) -> String {
     let mut s = String::from(
-        "alloc,threads,heap_units,round,free_huge,possible_huge,compaction_cost,free_units\n",
+        "alloc,threads,heap_units,round,free_huge,possible_huge,compaction_cost,free_units,unmovable_percent,unpinned_huge,recoverable_huge,recovery_cost\n",
     );
     for f in &report.frag {
         for r in &f.rounds {
             let _ = writeln!(
                 s,
-                "{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{},{}",
                 f.alloc,
                 f.threads,
                 f.heap_units,
@@ -59,7 +59,11 @@ pub fn frag_csv(report: &Report) -> String {
                 r.free_huge,
                 r.possible_huge,
                 r.compaction_cost,
-                r.free_units
+                r.free_units,
+                f.unmovable_percent,
+                r.unpinned_huge,
+                r.recoverable_huge,
+                r.recovery_cost
             );
         }
     }

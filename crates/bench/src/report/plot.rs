@@ -1,5 +1,6 @@
 //! SVG and PNG plots of a report: ns/op and Mops/s against threads for each workload phase
-//! and size (one line per allocator), frag's free huge frames and compaction cost per round,
+//! and size (one line per allocator), frag's free huge frames and compaction cost per round
+//! (and, with unmovable allocations, the huge frames compaction can recover),
 //! and the real-time suite's charts.
 
 use std::collections::BTreeMap;
@@ -68,7 +69,10 @@ fn charts(report: &Report) -> Vec<Chart> {
                 .iter()
                 .map(|r| {
                     (
-                        format!("{} x{}", r.alloc, r.threads),
+                        match r.unmovable_percent {
+                            0 => format!("{} x{}", r.alloc, r.threads),
+                            u => format!("{} x{} {u}% unmovable", r.alloc, r.threads),
+                        },
                         r.rounds
                             .iter()
                             .map(|x| {
@@ -100,6 +104,18 @@ fn charts(report: &Report) -> Vec<Chart> {
             log_y: false,
             series: series(|r| r.compaction_cost),
         });
+        if report.frag.iter().any(|f| f.unmovable_percent > 0) {
+            out.push(Chart {
+                file: "frag-recoverable-huge".into(),
+                title: "frag: huge frames compaction can free moving movable frames only".into(),
+                x_desc: "round",
+                x_fmt: whole,
+                x_scale: XScale::Linear,
+                y_desc: "recoverable huge frames (higher is better)",
+                log_y: false,
+                series: series(|r| r.recoverable_huge),
+            });
+        }
     }
     out.extend(latency::charts(&report.realtime));
     out

@@ -105,6 +105,12 @@ pub struct FragRound {
     pub compaction_cost: usize,
     /// Free units.
     pub free_units: usize,
+    /// Huge frames holding no unmovable frame.
+    pub unpinned_huge: usize,
+    /// Huge frames compaction moving movable frames only could free.
+    pub recoverable_huge: usize,
+    /// Movable 4 KiB moves needed to free them.
+    pub recovery_cost: usize,
 }
 
 /// frag's rounds for one allocator and thread count (first repetition).
@@ -116,6 +122,8 @@ pub struct FragRecord {
     pub threads: usize,
     /// Heap size in 4 KiB units.
     pub heap_units: usize,
+    /// The chance of an unmovable allocation, in percent.
+    pub unmovable_percent: u32,
     /// Huge frames in the heap.
     pub huge_frames: usize,
     /// The rounds.
@@ -235,17 +243,22 @@ fn frag_record(set: &RunSet) -> Option<FragRecord> {
         alloc: set.alloc.to_string(),
         threads: set.case.threads,
         heap_units: set.case.units,
+        unmovable_percent: set.case.unmovable,
         huge_frames: first.frag[0].frames,
         rounds: first
             .frag
             .iter()
+            .zip(&first.recovery)
             .enumerate()
-            .map(|(round, f)| FragRound {
+            .map(|(round, (f, r))| FragRound {
                 round,
                 free_huge: f.free_frames,
                 possible_huge: f.possible_frames,
                 compaction_cost: f.compaction_cost,
                 free_units: f.free_units,
+                unpinned_huge: r.unpinned_frames,
+                recoverable_huge: r.recoverable_frames,
+                recovery_cost: r.recovery_cost,
             })
             .collect(),
     })

@@ -117,6 +117,7 @@ pub fn render(report: &Report) -> String {
         let mut rows = vec![[
             "frag",
             "thr",
+            "unmovable",
             "huge frames",
             "free huge (start -> end)",
             "possible",
@@ -134,6 +135,7 @@ pub fn render(report: &Report) -> String {
             rows.push(vec![
                 f.alloc.clone(),
                 f.threads.to_string(),
+                format!("{}%", f.unmovable_percent),
                 f.huge_frames.to_string(),
                 format!("{} -> {}", a.free_huge, z.free_huge),
                 format!("{} -> {}", a.possible_huge, z.possible_huge),
@@ -145,11 +147,15 @@ pub fn render(report: &Report) -> String {
         out.push('\n');
         out.push_str(&columns(
             &rows,
-            &[false, true, true, true, true, true, true, true],
+            &[false, true, true, true, true, true, true, true, true],
         ));
         out.push_str(
             "late mean: over the second half of the rounds (a single round's figures swing)\n",
         );
+        if report.frag.iter().any(|f| f.unmovable_percent > 0) {
+            out.push('\n');
+            out.push_str(&recovery_table(report));
+        }
     }
     out.push_str(&latency::render(&report.realtime));
     if !report.notes.is_empty() {
@@ -158,6 +164,62 @@ pub fn render(report: &Report) -> String {
             let _ = writeln!(out, "  - {n}");
         }
     }
+    out
+}
+
+/// The rounds frag's recovery table shows, where the run has them (the paper's 100 and two
+/// earlier).
+const CHECKPOINTS: &[usize] = &[10, 50, 100];
+
+/// frag with unmovable allocations: after rounds 10, 50 and 100 (and the last, where the run
+/// has fewer), the free huge frames and what compaction can free, moving any frame and
+/// moving movable frames only.
+fn recovery_table(report: &Report) -> String {
+    let mut rows = vec![[
+        "frag",
+        "thr",
+        "unmovable",
+        "round",
+        "huge frames",
+        "free huge",
+        "possible",
+        "cost",
+        "unpinned",
+        "recoverable",
+        "recovery cost",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect::<Vec<_>>()];
+    for f in &report.frag {
+        let last = f.rounds.len().saturating_sub(1);
+        let mut shown: Vec<usize> = CHECKPOINTS.iter().map(|&r| r.min(last)).collect();
+        shown.dedup();
+        for r in shown.iter().filter_map(|&r| f.rounds.get(r)) {
+            rows.push(vec![
+                f.alloc.clone(),
+                f.threads.to_string(),
+                format!("{}%", f.unmovable_percent),
+                r.round.to_string(),
+                f.huge_frames.to_string(),
+                r.free_huge.to_string(),
+                r.possible_huge.to_string(),
+                r.compaction_cost.to_string(),
+                r.unpinned_huge.to_string(),
+                r.recoverable_huge.to_string(),
+                r.recovery_cost.to_string(),
+            ]);
+        }
+    }
+    let mut out = columns(
+        &rows,
+        &[
+            false, true, true, true, true, true, true, true, true, true, true,
+        ],
+    );
+    out.push_str(
+        "possible, cost: huge frames compaction could free moving any frame, and the 4 KiB moves; unpinned: huge frames holding no unmovable frame; recoverable, recovery cost: the same moving movable frames only\n",
+    );
     out
 }
 
@@ -175,6 +237,9 @@ mod tests {
                 possible_huge: 0,
                 compaction_cost,
                 free_units: 0,
+                unpinned_huge: 0,
+                recoverable_huge: 0,
+                recovery_cost: 0,
             })
             .collect()
     }

@@ -5,6 +5,7 @@ use std::time::Duration;
 use buddyfree::stats::Fragmentation;
 
 use super::counts::Counts;
+use super::llfree::Recovery;
 use super::realtime::samples::RtOutcome;
 
 /// One timed phase of a run.
@@ -34,6 +35,9 @@ pub struct Outcome {
     pub bad_frees: u64,
     /// frag only: the fragmentation after the initial phase (round 0) and after each round.
     pub frag: Vec<Fragmentation>,
+    /// frag only: what compaction moving movable frames only can recover, when `frag` was
+    /// measured.
+    pub recovery: Vec<Recovery>,
     /// The real-time workloads' measurements.
     pub realtime: RtOutcome,
     /// Minor page faults taken inside the timed phases.

@@ -42,6 +42,9 @@ pub struct Params {
     pub llfree_min_blocks: usize,
     /// frag: reallocation rounds (paper: 100).
     pub frag_rounds: usize,
+    /// frag: the chance, in percent, that an allocation asks for an unmovable frame rather
+    /// than a movable one (not in the paper: 0).
+    pub frag_unmovable_percent: u32,
     /// Seed of every random choice, so runs are repeatable.
     pub seed: u64,
     /// Linux Scalability and Thread Test: each burst (its allocations, then its frees) on
@@ -69,6 +72,7 @@ impl Default for Params {
             llfree_units: 1 << 18,
             llfree_min_blocks: 1 << 12,
             frag_rounds: 100,
+            frag_unmovable_percent: 0,
             seed: 0x5eed_b0dd,
             held_bursts: false,
             rt: RtParams::default(),
@@ -93,6 +97,7 @@ impl Params {
             llfree_units: 1 << 12,
             llfree_min_blocks: 0,
             frag_rounds: 5,
+            frag_unmovable_percent: 0,
             seed: 0x5eed_b0dd,
             held_bursts: false,
             rt: RtParams::quick(),

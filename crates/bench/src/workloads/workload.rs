@@ -335,9 +335,11 @@ impl Workload {
             Workload::FullHeap => 2 * (units >> order) + t + t * 2 * params.full_heap_fails,
             Workload::Bulk | Workload::Rand => 2 * n,
             Workload::Repeat => 4 * n,
+            // Per thread: its share of 90% allocated and freed, and each round a tenth of
+            // the half it holds freed and reallocated.
             Workload::Frag => {
-                let held = units * 9 / 10 / t / 2 * t;
-                2 * units * 9 / 10 + 2 * params.frag_rounds * (held / 10)
+                let per_thread = units * 9 / 10 / t;
+                t * (2 * per_thread + 2 * params.frag_rounds * (per_thread / 2 / 10))
             }
             Workload::Latency => latency::timed_ops(threads, params) * 3 / 2,
             Workload::Contrived => {

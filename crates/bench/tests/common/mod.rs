@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use buddybench::allocs::{AllocSpec, Lock};
 use buddyfree::registry::DynAlloc;
-use buddyfree::{BlockAlloc, Config, Error, HeldCore, OnCore};
+use buddyfree::{BlockAlloc, Class, Config, Error, HeldCore, OnCore};
 
 /// Counts every call and checks that each free names a live block of the right order.
 pub struct Counting {
@@ -19,6 +19,7 @@ pub struct Counting {
     failures: AtomicU64,
     frees: AtomicU64,
     holds: AtomicU64,
+    unmovable: AtomicU64,
     pub live: Mutex<HashMap<usize, u32>>,
 }
 
@@ -37,6 +38,7 @@ impl Counting {
             failures: AtomicU64::new(0),
             frees: AtomicU64::new(0),
             holds: AtomicU64::new(0),
+            unmovable: AtomicU64::new(0),
             live: Mutex::new(HashMap::new()),
         }
     }
@@ -47,6 +49,11 @@ impl Counting {
             self.frees.load(Relaxed),
             self.failures.load(Relaxed),
         )
+    }
+
+    /// Allocations (counted among all of them) that asked for `Class::UNMOVABLE`.
+    pub fn unmovable(&self) -> u64 {
+        self.unmovable.load(Relaxed)
     }
 
     /// Calls of `with_core` so far.
@@ -76,8 +83,16 @@ pub fn temp_dir(name: &str) -> PathBuf {
 
 impl BlockAlloc for Counting {
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        self.alloc_class(order, Class::MOVABLE, core)
+    }
+
+    /// Counts and checks as `alloc` does, and passes the class on.
+    fn alloc_class(&self, order: u32, class: Class, core: usize) -> Result<usize, Error> {
         self.allocs.fetch_add(1, Relaxed);
-        let r = self.inner.alloc(order, core);
+        if class == Class::UNMOVABLE {
+            self.unmovable.fetch_add(1, Relaxed);
+        }
+        let r = self.inner.alloc_class(order, class, core);
         match r {
             Ok(i) => assert!(self.live.lock().unwrap().insert(i, order).is_none()),
             Err(_) => {
