@@ -228,7 +228,7 @@ struct FragThread {
 
 /// The stream of frag's class choices, apart from its block choices so that the share of
 /// unmovable frames changes nothing else at 0%.
-const CLASS_STREAM: u64 = 0xc1a5_5e5;
+const CLASS_STREAM: u64 = 0x0c1a_55e5;
 
 impl FragThread {
     /// Allocates one frame, unmovable with a chance of `unmovable` percent, and holds it.
