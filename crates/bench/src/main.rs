@@ -57,7 +57,7 @@ struct Cli {
     /// Skip the uncounted warm-up round.
     #[arg(long)]
     no_warmup: bool,
-    /// The lock of the locked baselines (knuth-locked, linux): `ticket` (fair, like Linux's
+    /// The lock of the locked baselines (knuth-locked, linux, linux-migrate): `ticket` (fair, like Linux's
     /// queued zone lock) or `tas` (test-and-set).
     #[arg(long, value_enum, default_value_t = Lock::Ticket)]
     lock: Lock,
