@@ -299,8 +299,8 @@ const ENTRIES: &[Entry] = &[
     },
     entry! {
         name: "llfree",
-        about: "LLFree (ATC'23): bit fields per 2 MiB, 64 MiB trees, per-core reservations; orders 0..=10",
-        max_order: 10,
+        about: "LLFree (ATC'23): bit fields per 2 MiB, 64 MiB trees, per-core reservations; orders 0..=14 (up to a whole tree)",
+        max_order: crate::llfree::MAX_ORDER,
         build: |c, _| Ok(Box::new(LLFree::new(c)?)),
         metadata: caller_metadata!(LLFree, identity),
         capabilities: Capabilities::ALL,
@@ -308,7 +308,7 @@ const ENTRIES: &[Entry] = &[
     entry! {
         name: "llfree-magazine",
         about: "llfree behind per-core magazines of orders 0-9 (the NBBS paper's per-thread cache)",
-        max_order: 10,
+        max_order: crate::llfree::MAX_ORDER,
         build: |c, s| Ok(Box::new(Magazine::with_config(c, LLFree::new)?.with_settings(s))),
         metadata: magazine_metadata!(LLFree),
         capabilities: Capabilities::ALL,

@@ -163,8 +163,17 @@ fn rejects_configurations_it_cannot_serve() {
     );
     assert!(build(9, 1).is_ok());
     assert!(build(10, 2).is_ok());
+    // Orders above 10 take whole trees at most: 2^(order - 9) children.
+    assert!(build(12, 8).is_ok());
+    assert_eq!(build(12, 4).err(), children_rule);
+    assert!(LLFree::new(Config::new(1 << 14, 14)).is_ok());
     assert_eq!(
-        LLFree::new(Config::new(1 << 14, 11)).err(),
+        LLFree::new(Config::new(1 << 16, 15)).err(),
+        Some(Error::InvalidConfig(ConfigRule::OrderAboveAllocator))
+    );
+    assert!(LLFree::with_options(Config::new(1 << 16, 16), children(128)).is_ok());
+    assert_eq!(
+        build(31, 1 << 21).err(),
         Some(Error::InvalidConfig(ConfigRule::OrderAboveAllocator))
     );
     assert_eq!(
