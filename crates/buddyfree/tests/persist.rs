@@ -13,7 +13,7 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use buddyfree::llfree::persist::crash::{self, Injector, Plan, Run};
+use buddyfree::llfree::persist::crash::{self, Form, Injector, Plan, Run};
 use buddyfree::llfree::persist::{Durability, PersistError, PersistentLLFree, Recovery};
 use buddyfree::llfree::Options;
 use buddyfree::magazine::Magazine;
@@ -592,7 +592,9 @@ fn worker_command() -> Command {
 }
 
 /// Kills a worker (3 threads allocating and freeing on a zone of 2^14 units) at a random
-/// moment, 100 times with orders 0..=10 and 30 times with order 0 only; after each:
+/// moment, 100 times with orders 0..=11 (11: a whole tree of 4 frames) and 30 times with
+/// order 0 only on a zone file, and 60 times with orders 0..=11 on LLFree over caller memory
+/// (a mapped file holding the lower level alone, recovered with `Init::Recover`); after each:
 /// recovery succeeds, every block the worker had recorded is allocated with its order, at
 /// most the blocks of its operations in flight are lost (order 0: at most one frame per
 /// thread), a stress with an ownership map holding the worker's blocks hands out no unit
@@ -603,7 +605,12 @@ fn crash_injections() {
     let mut rng = Rng::new(0xC4A5);
     let mut in_flight_somewhere = 0;
     let mut bulk_in_flight = 0;
-    for (name, max_order, rounds) in [("mixed", 10, 100), ("order0", 0, 30)] {
+    let forms = [
+        ("mixed", Form::Zone, 11, 100),
+        ("order0", Form::Zone, 0, 30),
+        ("memory", Form::CallerMemory, 11, 60),
+    ];
+    for (name, form, max_order, rounds) in forms {
         let threads = 3;
         let plan = Plan {
             threads,
@@ -613,7 +620,8 @@ fn crash_injections() {
         let sub = dir.file(name);
         fs::create_dir(&sub).unwrap();
         // One zone for all rounds, each starting from the clean close of the last.
-        let injector = Injector::new(&sub, Config::new(1 << 14, 10), options(), plan).unwrap();
+        let config = Config::new(1 << 14, 11);
+        let injector = Injector::with_form(&sub, config, options(), plan, form).unwrap();
         let mut lost_somewhere = 0;
         for round in 0..rounds {
             let run = Run {
@@ -645,12 +653,12 @@ fn crash_injections() {
                 owners.claim(i, o, 1);
             }
             // Two threads allocate and free at random while the worker's blocks stay claimed.
-            common::stress_with(&got.zone, &owners, 2, 300, 10);
+            common::stress_with(&*got.zone, &owners, 2, 300, 11);
             for &(i, o) in &held {
                 owners.release(i, o, 1);
                 got.zone.free(i, o, 0).unwrap();
             }
-            common::assert_whole(&got.zone);
+            common::assert_whole(&*got.zone);
             got.zone.close().unwrap();
         }
         eprintln!("{name}: {lost_somewhere} of {rounds} injections lost units");

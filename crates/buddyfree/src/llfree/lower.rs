@@ -77,7 +77,9 @@ use crate::Error;
 mod recover;
 mod span;
 
-pub(crate) use span::{Frames, SPAN_MAX_ORDER};
+#[cfg(not(loom))]
+pub(crate) use span::Frames;
+pub(crate) use span::SPAN_MAX_ORDER;
 
 /// Units per bit-field word (two bits each).
 pub(crate) const SLOTS: usize = 32;
@@ -206,6 +208,7 @@ pub(crate) mod window {
 }
 
 /// What [`Lower::in_place`] overwrites the memory with.
+#[cfg_attr(loom, allow(dead_code))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Fill {
     /// Every unit free.
@@ -943,6 +946,7 @@ impl<W: WriteBack> Lower<W> {
 
     /// The bit-field words of frame `h` (one read each: meaningful with no operation in
     /// flight).
+    #[cfg(any(test, not(loom)))]
     fn frame_words(&self, h: HugeId) -> [u64; WORDS] {
         core::array::from_fn(|w| self.bits(h, w).load(Ordering::Acquire))
     }
@@ -1018,6 +1022,7 @@ const fn slots_of(order: u32) -> u64 {
 /// slots name them in full (`named`), `01` slots as order-0 blocks (`named`), and every
 /// other taken slot as an order-0 block that nothing names (`!named`: what an operation cut
 /// off by a crash leaves, or damage). Units past `real` are padding and skipped.
+#[cfg(any(test, not(loom)))]
 fn frame_blocks(words: &[u64; WORDS], real: usize, mut f: impl FnMut(usize, u32, bool)) {
     let mut w = 0;
     while w < WORDS && w * SLOTS < real {
@@ -1070,6 +1075,7 @@ fn frame_blocks(words: &[u64; WORDS], real: usize, mut f: impl FnMut(usize, u32,
 }
 
 /// The number of taken (not free) slots in a bit-field word.
+#[cfg(any(test, not(loom)))]
 fn taken_slots(word: u64) -> u32 {
     ((word | word >> 1) & LOW_BITS).count_ones()
 }
