@@ -153,7 +153,10 @@ impl Options {
     /// ```
     pub const fn max_order(&self) -> u32 {
         match self.tree_children.checked_mul(HUGE_UNITS) {
-            Some(units) => units.ilog2(),
+            Some(units) => match units.checked_ilog2() {
+                Some(order) => order,
+                None => 0,
+            },
             None => usize::BITS - 1,
         }
     }

@@ -319,3 +319,56 @@ mod tests {
         assert_eq!(blocks_of(&lower, 2048).len(), 32);
     }
 }
+
+#[cfg(test)]
+mod span_tests {
+    use alloc::vec::Vec;
+
+    use super::*;
+
+    /// Spans of orders 11 and 12 come back whole; a span claim cut off after some of its
+    /// pair words (no first word), a free cut off after its claim (first word FREEING, some
+    /// words cleared) and a first word whose other frames are not all set (damage) leave
+    /// frames taken whole that name nothing: each becomes an order-9 block nobody holds.
+    /// A span above the largest order is refused untouched.
+    #[test]
+    fn recovery_keeps_spans_and_turns_cut_off_ones_into_huge_frames() {
+        let lower = Lower::new(48 * HUGE_UNITS);
+        assert!(lower.take_span(HugeId(0), 12));
+        assert!(lower.take_span(HugeId(8), 11));
+        let set = |h: usize, child: Child| {
+            let _ = lower.update_child(HugeId(h), |_| Some(child));
+        };
+        // A claim of order 12 at frame 16 that had set the pair words of frames 18..=21.
+        (18..22).for_each(|h| set(h, Child::SPAN));
+        // A free of order 12 at frame 24 that had claimed the first word and cleared the
+        // frames 26 and 27.
+        set(24, Child::SPAN_FREEING);
+        set(25, Child::SPAN);
+        (28..32).for_each(|h| set(h, Child::SPAN));
+        // A first word of order 11 at frame 32 whose frame 34 is free.
+        set(32, Child::span_start(11));
+        set(33, Child::SPAN);
+        set(35, Child::SPAN);
+        let before: Vec<Child> = (0..48).map(|h| lower.child(HugeId(h))).collect();
+        let refused = lower
+            .recover(48 * HUGE_UNITS, 11)
+            .map_err(|c| (c.frame, c.what));
+        assert_eq!(refused, Err((0, "a block above the largest order")));
+        let after: Vec<Child> = (0..48).map(|h| lower.child(HugeId(h))).collect();
+        assert_eq!(before, after, "a refused recovery changed a child entry");
+        let orphans = [18, 19, 20, 21, 24, 25, 28, 29, 30, 31, 32, 33, 35];
+        let allocated = (8 + 4 + orphans.len()) * HUGE_UNITS;
+        assert_eq!(lower.recover(48 * HUGE_UNITS, 12), Ok(allocated));
+        lower.assert_consistent();
+        let mut want = alloc::vec![(0, 12), (8 * HUGE_UNITS, 11)];
+        want.extend(orphans.iter().map(|&h| (h * HUGE_UNITS, HUGE_ORDER)));
+        let mut blocks = Vec::new();
+        lower.blocks(48 * HUGE_UNITS, |i, o| blocks.push((i, o)));
+        assert_eq!(blocks, want);
+        for (index, order) in want {
+            assert_eq!(lower.free(index, order), Ok(()), "free({index}, {order})");
+        }
+        assert!((0..48).all(|h| lower.child(HugeId(h)) == Child::FREE));
+    }
+}
