@@ -253,7 +253,11 @@ fn damaged_memory_is_refused_untouched_or_consistent() {
                 seed ^= seed >> 7;
                 seed ^= seed << 17;
                 // Mostly zeros (free units, empty child entries), some noise.
-                *b = if seed.is_multiple_of(8) { seed as u8 } else { 0 };
+                *b = if seed.is_multiple_of(8) {
+                    seed as u8
+                } else {
+                    0
+                };
             }
         }
         let before = memory.snapshot();
