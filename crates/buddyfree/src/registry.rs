@@ -337,7 +337,8 @@ mod tests {
             );
             let a = (e.build)(Config::new(1 << 12, e.max_order.min(9)).with_cores(2)).unwrap();
             if e.max_order < ANY_ORDER {
-                let over = Config::new(1 << 12, e.max_order + 1);
+                // Units that hold a block of the order, so that the order alone is refused.
+                let over = Config::new((1 << 12).max(2 << e.max_order), e.max_order + 1);
                 assert_eq!(
                     (e.build)(over).err(),
                     Some(Error::InvalidConfig(crate::ConfigRule::OrderAboveAllocator)),
