@@ -226,7 +226,8 @@ fn create_never_overwrites_a_file() {
         .unwrap();
     assert!(matches!(&err, PersistError::Io(e) if e.kind() == ErrorKind::AlreadyExists));
     assert_eq!(fs::read(&path).unwrap(), b"precious");
-    let err = PersistentLLFree::create(dir.file("z2"), Config::new(4096, 11), Durability::None)
+    // Above the whole tree of the paper's trees (14).
+    let err = PersistentLLFree::create(dir.file("z2"), Config::new(1 << 16, 15), Durability::None)
         .err()
         .unwrap();
     assert!(matches!(err, PersistError::Config(_)), "{err}");
@@ -320,7 +321,8 @@ fn bad_and_foreign_files_give_named_errors_and_stay_untouched() {
         patch_field(p, 16, &(1u64 << 60).to_le_bytes())
     });
     assert!(matches!(err, PersistError::BadHeader(_)), "{err}");
-    let err = open_damaged(&dir, "order", |p| patch_field(p, 12, &11u32.to_le_bytes()));
+    // Above any tree's whole-tree order (30).
+    let err = open_damaged(&dir, "order", |p| patch_field(p, 12, &31u32.to_le_bytes()));
     assert!(matches!(err, PersistError::BadHeader(_)), "{err}");
     let err = open_damaged(&dir, "marker", |p| patch(p, 64, b"??"));
     assert!(matches!(err, PersistError::BadHeader(_)), "{err}");

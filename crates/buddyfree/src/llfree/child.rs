@@ -46,6 +46,13 @@ impl Child {
         Child(HUGE | SPAN | order << ORDER_SHIFT)
     }
 
+    /// The entry without its counter and the unused bits below the flags: what recovery
+    /// trusts of it (the counter is rebuilt from the bit field).
+    #[inline]
+    pub(crate) const fn flags(self) -> Child {
+        Child(self.0 & !(HUGE - 1))
+    }
+
     /// Whether the frame is part of a block of order 11 and up (or of a cut-off claim or
     /// free of one).
     #[inline]

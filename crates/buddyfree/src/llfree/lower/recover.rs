@@ -59,12 +59,21 @@ impl<W: WriteBack> Lower<W> {
                     self.rebuild_slots(h, real);
                     let _ = self.update_child(h, |_| Some(Child::with_free(real - taken)));
                 }
-                // A pair's flags and a span's entries are exact (`Lower::frames_at`); a
-                // huge frame is set to exactly that, dropping any stray bits.
+                // Frames taken whole get exactly their entries, with no counter or stray
+                // bits below the flags.
                 Frames::Whole(HUGE_ORDER) | Frames::Orphan => {
                     let _ = self.update_child(h, |_| Some(Child::HUGE));
                 }
-                Frames::Whole(_) => {}
+                Frames::Whole(order) => {
+                    let (first, rest) = match order {
+                        10 => (Child::PAIR, Child::PAIR),
+                        _ => (Child::span_start(order), Child::SPAN),
+                    };
+                    let _ = self.update_child(h, |_| Some(first));
+                    for f in h.0 + 1..h.0 + frames.frames() {
+                        let _ = self.update_child(HugeId(f), |_| Some(rest));
+                    }
+                }
             }
             Ok(())
         })?;
@@ -346,6 +355,10 @@ mod span_tests {
         set(24, Child::SPAN_FREEING);
         set(25, Child::SPAN);
         (28..32).for_each(|h| set(h, Child::SPAN));
+        // Counters (below the flags) are rebuilt, not trusted: damaged ones in the frames of
+        // the span at frame 8 leave it whole.
+        set(8, Child::from_raw(Child::span_start(11).raw() | 0x155));
+        set(9, Child::from_raw(Child::SPAN.raw() | 0x3_0000));
         // A first word of order 11 at frame 32 whose frame 34 is free.
         set(32, Child::span_start(11));
         set(33, Child::SPAN);
@@ -361,6 +374,8 @@ mod span_tests {
         let allocated = (8 + 4 + orphans.len()) * HUGE_UNITS;
         assert_eq!(lower.recover(48 * HUGE_UNITS, 12), Ok(allocated));
         lower.assert_consistent();
+        assert_eq!(lower.child(HugeId(8)), Child::span_start(11));
+        assert_eq!(lower.child(HugeId(9)), Child::SPAN);
         let mut want = alloc::vec![(0, 12), (8 * HUGE_UNITS, 11)];
         want.extend(orphans.iter().map(|&h| (h * HUGE_UNITS, HUGE_ORDER)));
         let mut blocks = Vec::new();

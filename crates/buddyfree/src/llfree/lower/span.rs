@@ -157,9 +157,11 @@ impl<W: WriteBack> Lower<W> {
 
     #[cfg_attr(loom, allow(dead_code))]
     /// What the child entries from frame `h` on hold (quiescent state only), and the frames
-    /// that covers. A state no run leaves is `Err` with what is wrong.
+    /// that covers, read from their flags alone (the counters are rebuilt by recovery). A
+    /// state no run leaves is `Err` with what is wrong.
     pub(crate) fn frames_at(&self, h: HugeId) -> Result<Frames, &'static str> {
-        let child = self.child(h);
+        let flags = |h: usize| self.child(HugeId(h)).flags();
+        let child = flags(h.0);
         if !child.huge() {
             return match child.pair() || child.span() {
                 true => Err("a pair or span flag without the huge flag"),
@@ -171,15 +173,14 @@ impl<W: WriteBack> Lower<W> {
                 let frames = 1usize << (order - HUGE_ORDER);
                 h.0.is_multiple_of(frames)
                     && h.0 + frames <= self.huges
-                    && (h.0 + 1..h.0 + frames).all(|f| self.child(HugeId(f)) == Child::SPAN)
+                    && (h.0 + 1..h.0 + frames).all(|f| flags(f) == Child::SPAN)
             });
             return Ok(named.map_or(Frames::Orphan, Frames::Whole));
         }
         if !child.pair() {
             return Ok(Frames::Whole(HUGE_ORDER));
         }
-        let whole =
-            h.0.is_multiple_of(2) && h.0 + 1 < self.huges && self.child(HugeId(h.0 + 1)).pair();
+        let whole = h.0.is_multiple_of(2) && h.0 + 1 < self.huges && flags(h.0 + 1).pair();
         match whole {
             true => Ok(Frames::Whole(HUGE_ORDER + 1)),
             false => Err("half of an order-10 block"),
