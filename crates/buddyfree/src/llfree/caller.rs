@@ -173,8 +173,11 @@ impl LLFree {
     ///
     /// # Safety
     /// `lower` must be valid for reads and writes of `len` bytes (initialised, for
-    /// [`Init::Recover`]; any bytes), and read or written by nothing else, for as long as
-    /// the allocator lives (see the [contract](self#safety-contract)).
+    /// [`Init::Recover`]; any bytes), and read or written by nothing else (no other
+    /// allocator, thread, device or process), for as long as the allocator lives. Once it
+    /// is dropped the memory holds the lower level as the allocator left it, which
+    /// [`Init::Recover`] reads at the next build. Its alignment (64) and size are checked:
+    /// [`Error::MetadataMisaligned`] and [`Error::MetadataTooSmall`], nothing written.
     #[cfg(feature = "alloc")]
     pub unsafe fn from_raw_lower(
         config: Config,

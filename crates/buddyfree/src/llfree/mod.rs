@@ -200,7 +200,11 @@ impl Options {
 /// The LLFree allocator over `Config.units` units, with one reservation per `Config.cores`.
 ///
 /// Any unit count is accepted: the last huge frame may be partial (it then never serves
-/// orders 9 and 10), and with an odd number of huge frames the last one has no order-10 buddy.
+/// orders 9 and up), with an odd number of huge frames the last one has no order-10 buddy,
+/// and a block of order 11 and up needs all its frames (a partial last tree serves fewer).
+///
+/// Its lower level may lie in memory the caller owns and keeps across runs
+/// ([`LLFree::from_raw_lower`], [`LLFree::from_raw_parts`]), built over as an [`Init`] says.
 ///
 /// `W` says whether the lower level is written back to a persistent medium: [`Volatile`]
 /// (the default, compiled away) or a persistent zone's write-back ([`persist`]).

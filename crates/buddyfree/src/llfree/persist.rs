@@ -26,12 +26,15 @@
 //! Every allocation and free commits with one atomic change of one word (one cache line):
 //! the bits for orders 0..=8, which also name the block's order (orders 6..=8: the words of
 //! one line, set one by one, the start word that names the block last), the child's huge
-//! flags for orders 9 and 10. After recovery:
+//! flags for orders 9 and 10, and for orders 11 and up (whole frames, `lower/span.rs`) the
+//! block's first child entry, which records its order and is set after the others (each
+//! written back before the next). After recovery:
 //! - every block whose `alloc` returned, and whose `free` was not called, is allocated with
 //!   its order (it can be freed as before);
 //! - every block whose `free` returned is free;
 //! - the block of an operation in flight at the crash is either in its old state, in its new
-//!   state, or lost: its taken units are order-0 blocks no one holds (listed by
+//!   state, or lost: its taken units are order-0 blocks no one holds, its frames taken whole
+//!   order-9 blocks (listed by
 //!   [`PersistentLLFree::blocks`]). At most one block per thread is lost (the paper: at most
 //!   one frame per core), or the blocks of one bulk call (`alloc_bulk`, `free_bulk`, which
 //!   commit a bit-field word at a time); recovery never frees a unit.
@@ -415,7 +418,8 @@ impl PersistentLLFree {
     }
 
     /// Every block the zone holds, as `(index, order)`, in address order: blocks of orders
-    /// 1..=10 with their order, every other taken unit as an order-0 block. After a crash
+    /// 1 and up with their order, every other taken unit as an order-0 block (every other
+    /// frame taken whole as an order-9 block). After a crash
     /// this is how a user finds units lost by operations in flight (those its own records
     /// do not hold), to free them. Only meaningful while no operation is running.
     #[must_use]
