@@ -2,8 +2,9 @@
 # Miri (nightly) over the tests of the unsafe code it can run, in a few minutes on 2 cores:
 # caller-memory tables (table), the per-core caches' fixed lists and one-byte state table
 # (cached, magazine, locked::percpu), every allocator built in caller memory by name
-# (registry), StaticHeap, Region::from_box, and the C ABI's status names and instances over
-# the caller's region. Installs Miri into the nightly toolchain if it is missing.
+# (registry), StaticHeap, Region::from_box, LLFree over a lower level in caller memory
+# (every Init, recovery, damaged memory: llfree_caller), and the C ABI's status names and
+# instances over the caller's region. Installs Miri into the nightly toolchain if it is missing.
 #
 #   scripts/miri.sh
 #
@@ -47,7 +48,7 @@ slow=(
 )
 cargo +nightly miri test -p buddyfree --lib -- \
   table:: cached:: magazine:: locked::percpu:: registry:: "${slow[@]/#/--skip=}"
-cargo +nightly miri test -p buddyfree --test static_heap --test global_held
+cargo +nightly miri test -p buddyfree --test static_heap --test global_held --test llfree_caller
 cargo +nightly miri test -p buddyfree --test heap -- \
   --skip every_block_honours_its_alignment_and_stays_in_the_region
 cargo +nightly miri test -p buddyfree-c --lib --test abi -- \

@@ -114,6 +114,10 @@ struct Cli {
     /// recover moving movable frames only. Not in the paper.
     #[arg(long, value_delimiter = ',')]
     unmovable: Option<Vec<u32>>,
+    /// crash workload: LLFree over caller memory (a mapped file holding the lower level
+    /// alone, rebuilt with `Init::Recover`; no write-back) instead of a zone file.
+    #[arg(long)]
+    crash_memory: bool,
     /// The seed of the workloads' random choices (which blocks frag and rand free, the sizes
     /// of constant occupancy and larson, the crash points). Fixed by default, so that runs
     /// repeat; vary it to see how much a figure owes to one random stream.
@@ -238,6 +242,7 @@ fn crash(cli: &Cli) -> ExitCode {
         units,
         durability: cli.durability.into(),
         seed: cli.seed.unwrap_or(0x5eed_c4a5),
+        caller_memory: cli.crash_memory,
     };
     if params.threads == 0 || params.units < 1024 {
         eprintln!("error: the crash workload needs a thread and a heap of at least 4M");

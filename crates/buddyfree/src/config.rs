@@ -131,14 +131,16 @@ pub enum ConfigRule {
     TooManyCores,
     /// `2^max_order` is more than `units` (or does not fit in a `usize`).
     OrderAboveUnits,
-    /// `max_order` is above what this allocator serves (LLFree: 10, the list allocators: 0;
+    /// `max_order` is above what this allocator serves (LLFree: a whole tree, 14 with the
+    /// paper's trees; the list allocators: 0;
     /// see `registry::Entry::max_order`).
     OrderAboveAllocator,
     /// More units than this allocator can name (the list allocators: below `u32::MAX`; a
     /// persistent LLFree zone: `llfree::persist::MAX_UNITS`).
     TooManyUnits,
-    /// LLFree's `Options::tree_children` is not a power of two, is below 2 with order 10, or
-    /// makes trees of 2^31 units or more.
+    /// LLFree's `Options::tree_children` is not a power of two, is smaller than a block of
+    /// the largest order (2 huge frames for order 10, `2^(max_order - 9)` above), or makes
+    /// trees of 2^31 units or more.
     TreeChildren,
     /// One of LLFree's `Options` thresholds is above 1000 (they are thousandths).
     Permille,
@@ -176,7 +178,7 @@ impl ConfigRule {
             ConfigRule::OrderAboveAllocator => "max order above the largest this allocator serves",
             ConfigRule::TooManyUnits => "more units than this allocator can name",
             ConfigRule::TreeChildren => {
-                "tree_children not a power of two, below 2 with order 10, or trees of 2^31 units"
+                "tree_children not a power of two, smaller than a block of max order, or trees of 2^31 units"
             }
             ConfigRule::Permille => "a threshold above 1000 permille",
             ConfigRule::MetadataOverflow => "metadata size overflows usize",

@@ -307,8 +307,8 @@ const ENTRIES: &[Entry] = &[
     },
     entry! {
         name: "llfree",
-        about: "LLFree (ATC'23): bit fields per 2 MiB, 64 MiB trees, per-core reservations; orders 0..=10",
-        max_order: 10,
+        about: "LLFree (ATC'23): bit fields per 2 MiB, 64 MiB trees, per-core reservations; orders 0..=14 (up to a whole tree)",
+        max_order: crate::llfree::MAX_ORDER,
         build: |c, _| Ok(Box::new(LLFree::new(c)?)),
         metadata: caller_metadata!(LLFree, identity),
         capabilities: Capabilities::ALL,
@@ -316,7 +316,7 @@ const ENTRIES: &[Entry] = &[
     entry! {
         name: "llfree-magazine",
         about: "llfree behind per-core magazines of orders 0-9 (the NBBS paper's per-thread cache)",
-        max_order: 10,
+        max_order: crate::llfree::MAX_ORDER,
         build: |c, s| Ok(Box::new(Magazine::with_config(c, LLFree::new)?.with_settings(s))),
         metadata: magazine_metadata!(LLFree),
         capabilities: Capabilities::ALL,
@@ -345,7 +345,8 @@ mod tests {
             );
             let a = (e.build)(Config::new(1 << 12, e.max_order.min(9)).with_cores(2)).unwrap();
             if e.max_order < ANY_ORDER {
-                let over = Config::new(1 << 12, e.max_order + 1);
+                // Units that hold a block of the order, so that the order alone is refused.
+                let over = Config::new((1 << 12).max(2 << e.max_order), e.max_order + 1);
                 assert_eq!(
                     (e.build)(over).err(),
                     Some(Error::InvalidConfig(crate::ConfigRule::OrderAboveAllocator)),

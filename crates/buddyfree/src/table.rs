@@ -61,7 +61,7 @@ impl<T> Table<T> {
     /// `ptr` must be aligned for `T`, valid for reads and writes of `len` initialised values
     /// for as long as the table lives, and accessed by nothing else in this process other than
     /// through shared references of the same type (for atomics: atomic operations).
-    #[cfg(all(feature = "persist", not(loom)))]
+    #[cfg(not(loom))]
     pub(crate) unsafe fn borrowed(ptr: NonNull<T>, len: usize) -> Table<T> {
         Table {
             ptr,

@@ -43,8 +43,9 @@ const UNITS: &[usize] = &[
     (1 << 48) + 1,
     usize::MAX,
 ];
-/// LLFree's 10 and 11, the list allocators' 0, the width of `usize` and past it.
-const ORDERS: &[u32] = &[0, 10, 11, 63, 64, u32::MAX];
+/// The list allocators' 0, LLFree's pair (10), its whole tree of the paper's size (14) and
+/// of the largest size (30), one past each, the width of `usize` and past it.
+const ORDERS: &[u32] = &[0, 10, 11, 14, 15, 30, 31, 63, 64, u32::MAX];
 /// None, one, `MAX_CORES` and one more, and the counts a negative number cast gives.
 const CORES: &[usize] = &[
     0,

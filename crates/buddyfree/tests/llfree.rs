@@ -163,8 +163,17 @@ fn rejects_configurations_it_cannot_serve() {
     );
     assert!(build(9, 1).is_ok());
     assert!(build(10, 2).is_ok());
+    // Orders above 10 take whole trees at most: 2^(order - 9) children.
+    assert!(build(12, 8).is_ok());
+    assert_eq!(build(12, 4).err(), children_rule);
+    assert!(LLFree::new(Config::new(1 << 14, 14)).is_ok());
     assert_eq!(
-        LLFree::new(Config::new(1 << 14, 11)).err(),
+        LLFree::new(Config::new(1 << 16, 15)).err(),
+        Some(Error::InvalidConfig(ConfigRule::OrderAboveAllocator))
+    );
+    assert!(LLFree::with_options(Config::new(1 << 16, 16), children(128)).is_ok());
+    assert_eq!(
+        build(31, 1 << 21).err(),
         Some(Error::InvalidConfig(ConfigRule::OrderAboveAllocator))
     );
     assert_eq!(
@@ -452,4 +461,144 @@ fn alloc_at_counts_the_units_of_a_tree_split_between_its_holder_and_its_entry() 
     assert_eq!(alloc.free_units(), 0);
     assert_eq!(alloc.alloc_at(0, 0, 1), Err(Error::Occupied));
     assert_eq!(alloc.block_of(40), Ok(Some((32, 5))));
+}
+
+/// Trees of 8 huge frames (4096 units): orders up to 12, a whole tree.
+fn trees_of_8() -> Options {
+    Options {
+        tree_children: 8,
+        ..Options::default()
+    }
+}
+
+/// The battery over orders 0..=12 on four trees of 8 frames (whole trees included): the
+/// ownership map catches a unit handed out twice, and the allocator must be whole after.
+#[test]
+fn survives_stress_with_orders_up_to_a_whole_tree() {
+    let config = Config::new(1 << 14, 12).with_cores(4);
+    let alloc = llfree(config, trees_of_8());
+    assert!(common::stress(&alloc, 4, 40_000, 12) > 0);
+    // The paper's trees: orders up to 14 on two trees of 32 frames.
+    let alloc = LLFree::new(Config::new(1 << 15, 14).with_cores(2)).unwrap();
+    assert_eq!(alloc.max_order(), 14);
+    assert!(common::stress(&alloc, 4, 20_000, 14) > 0);
+}
+
+/// Threads that allocate mostly whole frames and spans (orders 9..=12: one frame, a pair,
+/// half a tree, a whole tree), with order-0 and order-3 blocks among them, on sixteen trees of
+/// 8 frames, by `alloc` and by `alloc_at` at random aligned places: every block stamped in
+/// the ownership map, each thread holding a few at a time and leaving some for another
+/// thread to free, so claims race claims of overlapping spans and small allocations in
+/// their frames. At the end every block is freed and the allocator must be whole.
+#[test]
+fn span_claims_racing_each_other_and_small_blocks_share_no_unit() {
+    const THREADS: usize = 4;
+    const UNITS: usize = 1 << 16;
+    let alloc = llfree(Config::new(UNITS, 12).with_cores(THREADS), trees_of_8());
+    let owners = common::Owners::new(UNITS);
+    // Blocks one thread leaves for whichever thread comes next to free.
+    let handoff = std::sync::Mutex::new(Vec::new());
+    let spans = AtomicUsize::new(0);
+    common::run_threads(THREADS, |t| {
+        let mut rng = Rng::new(t as u64 + 41);
+        let mut mine: Vec<(usize, u32)> = Vec::new();
+        let free = |(index, order): (usize, u32), core: usize| {
+            owners.release(index, order, common::stamp(index, order));
+            alloc.free(index, order, core).unwrap();
+        };
+        for _ in 0..10_000 {
+            let order = [0, 3, 9, 10, 11, 11, 11, 12, 12, 12][rng.below(10)];
+            let got = match rng.below(3) {
+                0 => {
+                    let index = rng.below(UNITS) & !((1 << order) - 1);
+                    alloc.alloc_at(index, order, t).ok().map(|()| index)
+                }
+                _ => alloc.alloc(order, t).ok(),
+            };
+            if let Some(index) = got {
+                owners.claim(index, order, common::stamp(index, order));
+                assert_eq!(
+                    alloc.block_of(index + (1 << order) - 1),
+                    Ok(Some((index, order)))
+                );
+                spans.fetch_add(usize::from(order > 10), Ordering::Relaxed);
+                mine.push((index, order));
+            }
+            if mine.len() > 1 || (got.is_none() && !mine.is_empty()) {
+                let block = mine.swap_remove(rng.below(mine.len()));
+                if rng.below(2) == 0 {
+                    handoff.lock().unwrap().push(block);
+                } else {
+                    free(block, t);
+                }
+            }
+            if rng.below(2) == 0 {
+                let theirs = std::mem::take(&mut *handoff.lock().unwrap());
+                theirs.into_iter().for_each(|b| free(b, t));
+            }
+        }
+        mine.into_iter().for_each(|b| free(b, t));
+    });
+    for (index, order) in handoff.into_inner().unwrap() {
+        owners.release(index, order, common::stamp(index, order));
+        alloc.free(index, order, 0).unwrap();
+    }
+    let spans = spans.into_inner();
+    assert!(spans > 1000, "too few spans ({spans}) to test anything");
+    common::assert_whole(&alloc);
+}
+
+/// Every bad free around spans gets its exact error and changes nothing: another order at a
+/// span's start, a part of a span, a span's order where a huge frame, a pair or an order-0
+/// block lives, twice. Then racing double frees of spans free each exactly once.
+#[test]
+fn bad_frees_of_spans_are_refused_exactly() {
+    let alloc = llfree(Config::new(1 << 14, 12).with_cores(2), trees_of_8());
+    // Tree 0 one whole block; tree 1: a pair, a huge frame, an order-0 unit, half a tree.
+    let live = [(0, 12), (4096, 10), (5120, 9), (5637, 0), (6144, 11)];
+    for (index, order) in live {
+        alloc.alloc_at(index, order, 0).unwrap();
+    }
+    let free = alloc.free_units();
+    let refused = [
+        (0, 11, Error::OrderMismatch),
+        (0, 10, Error::OrderMismatch),
+        (0, 9, Error::OrderMismatch),
+        (2048, 11, Error::NotAllocated),
+        (1024, 10, Error::NotAllocated),
+        (512, 9, Error::NotAllocated),
+        (6144, 12, Error::Misaligned),
+        (4096, 12, Error::OrderMismatch),
+        (4096, 11, Error::OrderMismatch),
+        (6144, 10, Error::OrderMismatch),
+        (6144, 9, Error::OrderMismatch),
+        (6144 + 1024, 10, Error::NotAllocated),
+        (6144 + 512, 9, Error::NotAllocated),
+        (4096 + 512, 9, Error::NotAllocated),
+        (5632, 9, Error::NotAllocated),
+        (5632, 0, Error::NotAllocated),
+        (8192, 11, Error::NotAllocated),
+        (0, 13, Error::BadOrder),
+    ];
+    for (index, order, want) in refused {
+        assert_eq!(
+            alloc.free(index, order, 0),
+            Err(want),
+            "free({index}, {order})"
+        );
+        assert_eq!(
+            alloc.free_units(),
+            free,
+            "free({index}, {order}) changed the count"
+        );
+    }
+    for (index, order) in live {
+        assert_eq!(alloc.block_of(index), Ok(Some((index, order))));
+        alloc.free(index, order, 0).unwrap();
+        assert_eq!(alloc.free(index, order, 1), Err(Error::NotAllocated));
+    }
+    common::assert_whole(&alloc);
+    for order in [11, 12] {
+        common::double_free_race(&alloc, 4, (1 << 14) >> order, order);
+    }
 }

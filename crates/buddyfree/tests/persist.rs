@@ -13,7 +13,7 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use buddyfree::llfree::persist::crash::{self, Injector, Plan, Run};
+use buddyfree::llfree::persist::crash::{self, Form, Injector, Plan, Run};
 use buddyfree::llfree::persist::{Durability, PersistError, PersistentLLFree, Recovery};
 use buddyfree::llfree::Options;
 use buddyfree::magazine::Magazine;
@@ -226,7 +226,8 @@ fn create_never_overwrites_a_file() {
         .unwrap();
     assert!(matches!(&err, PersistError::Io(e) if e.kind() == ErrorKind::AlreadyExists));
     assert_eq!(fs::read(&path).unwrap(), b"precious");
-    let err = PersistentLLFree::create(dir.file("z2"), Config::new(4096, 11), Durability::None)
+    // Above the whole tree of the paper's trees (14).
+    let err = PersistentLLFree::create(dir.file("z2"), Config::new(1 << 16, 15), Durability::None)
         .err()
         .unwrap();
     assert!(matches!(err, PersistError::Config(_)), "{err}");
@@ -320,7 +321,8 @@ fn bad_and_foreign_files_give_named_errors_and_stay_untouched() {
         patch_field(p, 16, &(1u64 << 60).to_le_bytes())
     });
     assert!(matches!(err, PersistError::BadHeader(_)), "{err}");
-    let err = open_damaged(&dir, "order", |p| patch_field(p, 12, &11u32.to_le_bytes()));
+    // Above any tree's whole-tree order (30).
+    let err = open_damaged(&dir, "order", |p| patch_field(p, 12, &31u32.to_le_bytes()));
     assert!(matches!(err, PersistError::BadHeader(_)), "{err}");
     let err = open_damaged(&dir, "marker", |p| patch(p, 64, b"??"));
     assert!(matches!(err, PersistError::BadHeader(_)), "{err}");
@@ -592,7 +594,9 @@ fn worker_command() -> Command {
 }
 
 /// Kills a worker (3 threads allocating and freeing on a zone of 2^14 units) at a random
-/// moment, 100 times with orders 0..=10 and 30 times with order 0 only; after each:
+/// moment, 100 times with orders 0..=11 (11: a whole tree of 4 frames) and 30 times with
+/// order 0 only on a zone file, and 60 times with orders 0..=11 on LLFree over caller memory
+/// (a mapped file holding the lower level alone, recovered with `Init::Recover`); after each:
 /// recovery succeeds, every block the worker had recorded is allocated with its order, at
 /// most the blocks of its operations in flight are lost (order 0: at most one frame per
 /// thread), a stress with an ownership map holding the worker's blocks hands out no unit
@@ -603,7 +607,12 @@ fn crash_injections() {
     let mut rng = Rng::new(0xC4A5);
     let mut in_flight_somewhere = 0;
     let mut bulk_in_flight = 0;
-    for (name, max_order, rounds) in [("mixed", 10, 100), ("order0", 0, 30)] {
+    let forms = [
+        ("mixed", Form::Zone, 11, 100),
+        ("order0", Form::Zone, 0, 30),
+        ("memory", Form::CallerMemory, 11, 60),
+    ];
+    for (name, form, max_order, rounds) in forms {
         let threads = 3;
         let plan = Plan {
             threads,
@@ -613,7 +622,8 @@ fn crash_injections() {
         let sub = dir.file(name);
         fs::create_dir(&sub).unwrap();
         // One zone for all rounds, each starting from the clean close of the last.
-        let injector = Injector::new(&sub, Config::new(1 << 14, 10), options(), plan).unwrap();
+        let config = Config::new(1 << 14, 11);
+        let injector = Injector::with_form(&sub, config, options(), plan, form).unwrap();
         let mut lost_somewhere = 0;
         for round in 0..rounds {
             let run = Run {
@@ -645,12 +655,12 @@ fn crash_injections() {
                 owners.claim(i, o, 1);
             }
             // Two threads allocate and free at random while the worker's blocks stay claimed.
-            common::stress_with(&got.zone, &owners, 2, 300, 10);
+            common::stress_with(&*got.zone, &owners, 2, 300, 11);
             for &(i, o) in &held {
                 owners.release(i, o, 1);
                 got.zone.free(i, o, 0).unwrap();
             }
-            common::assert_whole(&got.zone);
+            common::assert_whole(&*got.zone);
             got.zone.close().unwrap();
         }
         eprintln!("{name}: {lost_somewhere} of {rounds} injections lost units");

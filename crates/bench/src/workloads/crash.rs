@@ -10,15 +10,19 @@
 //! block the worker had recorded, and lose at most the blocks of its operations in flight.
 //! Then everything is freed, the zone must be whole, it is closed, and reopened once clean
 //! to time the re-initialisation the paper compares recovery with.
+//!
+//! With `caller_memory` the zone is LLFree over caller memory instead (a mapped file that
+//! holds the lower level alone, which worker and checker build with `Init::Recover`; no
+//! write-back, no clean open to time).
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use buddyfree::llfree::persist::crash::{Injector, Plan, Run};
+use buddyfree::llfree::persist::crash::{Form, Injector, Plan, Run};
 use buddyfree::llfree::persist::{Durability, PersistentLLFree};
 use buddyfree::llfree::Options;
-use buddyfree::{BlockAlloc, Config};
+use buddyfree::Config;
 use serde::Serialize;
 
 use super::rng::Rng;
@@ -41,6 +45,8 @@ pub struct CrashParams {
     pub durability: Durability,
     /// Seed of the kill times and the workers' choices.
     pub seed: u64,
+    /// LLFree over caller memory (a mapped lower level) instead of a zone file.
+    pub caller_memory: bool,
 }
 
 /// A summary of durations, in microseconds.
@@ -82,6 +88,8 @@ pub struct CrashReport {
     pub file_bytes: u64,
     /// The write-back the worker used.
     pub durability: String,
+    /// `zone` (a persistent zone file) or `caller-memory` (LLFree over a mapped lower level).
+    pub form: String,
     /// Injections that killed at least one thread inside an operation.
     pub hit_in_flight: usize,
     /// Injections after which units were lost.
@@ -112,7 +120,11 @@ pub fn run(p: &CrashParams, mut progress: impl FnMut(usize)) -> Result<CrashRepo
         max_order: 10,
     };
     let config = Config::new(p.units, 10);
-    let injector = Injector::new(&dir.0, config, Options::default(), plan)
+    let form = match p.caller_memory {
+        true => Form::CallerMemory,
+        false => Form::Zone,
+    };
+    let injector = Injector::with_form(&dir.0, config, Options::default(), plan, form)
         .map_err(|e| format!("cannot create the zone: {e}"))?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut rng = Rng::new(p.seed, 0);
@@ -124,7 +136,14 @@ pub fn run(p: &CrashParams, mut progress: impl FnMut(usize)) -> Result<CrashRepo
         file_bytes: std::fs::metadata(injector.zone_path())
             .map_err(|e| e.to_string())?
             .len(),
-        durability: format!("{:?}", p.durability),
+        durability: match form {
+            Form::Zone => format!("{:?}", p.durability),
+            Form::CallerMemory => "None".into(),
+        },
+        form: match form {
+            Form::Zone => "zone".into(),
+            Form::CallerMemory => "caller-memory".into(),
+        },
         ..CrashReport::default()
     };
     let (mut recoveries, mut opens, mut held) = (Vec::new(), Vec::new(), 0usize);
@@ -156,11 +175,13 @@ pub fn run(p: &CrashParams, mut progress: impl FnMut(usize)) -> Result<CrashRepo
             ));
         }
         got.zone.close().map_err(|e| e.to_string())?;
-        let (zone, clean) =
-            PersistentLLFree::open(injector.zone_path(), p.threads, Durability::None)
-                .map_err(|e| format!("injection {i}: clean open: {e}"))?;
-        opens.push(clean.elapsed);
-        zone.close().map_err(|e| e.to_string())?;
+        if form == Form::Zone {
+            let (zone, clean) =
+                PersistentLLFree::open(injector.zone_path(), p.threads, Durability::None)
+                    .map_err(|e| format!("injection {i}: clean open: {e}"))?;
+            opens.push(clean.elapsed);
+            zone.close().map_err(|e| e.to_string())?;
+        }
         progress(i + 1);
     }
     r.mean_held_units = held as f64 / p.injections.max(1) as f64;
@@ -173,7 +194,7 @@ pub fn run(p: &CrashParams, mut progress: impl FnMut(usize)) -> Result<CrashRepo
 /// The report as a few lines of text.
 pub fn render(r: &CrashReport) -> String {
     format!(
-        "crash: {} injections, {} worker threads, zone of {} units ({} bytes of file), write-back {}\n\
+        "crash: {} injections, {} worker threads, {} of {} units ({} bytes of file), write-back {}\n\
          \x20 killed inside an operation: {} injections; units lost in {} (total {}, at most {} in one; at most {} operations in flight at a kill)\n\
          \x20 worker held {:.0} units on average at the kill\n\
          \x20 recovery after a crash: median {:.0} us, mean {:.0} us, max {:.0} us\n\
@@ -181,6 +202,7 @@ pub fn render(r: &CrashReport) -> String {
          \x20 {:.1} s in all\n",
         r.injections,
         r.threads,
+        r.form,
         r.units,
         r.file_bytes,
         r.durability,

@@ -3,12 +3,15 @@
 //! compare-and-swap (§4.2.1).
 //!
 //! ```text
-//!  31      21  20    19   18     10 9          0
-//! [ unused ][pair][huge][ unused ][ free (10 b) ]
+//!  31   27 26    22  21    20    19   18     10 9          0
+//! [unused][ order ][span][pair][huge][ unused ][ free (10 b) ]
 //! ```
 //! - `free`: free units in the bit field (0..=512); 0 while the frame is handed out whole.
 //! - `huge`: the frame is handed out as one order-9 block, or as half of an order-10 block if
-//!   `pair` is set too.
+//!   `pair` is set too, or as part of a block of order 11 and up if `span` is set too.
+//! - `order`: with `span`, the order (11..=30) of the block that starts at this frame, 0 in
+//!   the block's other frames, [`SPAN_FREEING`] while a free clears the block
+//!   (`lower/span.rs`).
 
 use super::HUGE_UNITS;
 
@@ -19,6 +22,11 @@ pub(crate) struct Child(u32);
 const FREE_MASK: u32 = 0x3FF;
 const HUGE: u32 = 1 << 19;
 const PAIR: u32 = 1 << 20;
+const SPAN: u32 = 1 << 21;
+const ORDER_SHIFT: u32 = 22;
+const ORDER_MASK: u32 = 0x1F << ORDER_SHIFT;
+/// The order field of a span's first frame while a free clears the span.
+const SPAN_FREEING: u32 = 0x1F;
 
 impl Child {
     /// A frame with every unit free.
@@ -27,6 +35,38 @@ impl Child {
     pub(crate) const HUGE: Child = Child(HUGE);
     /// A frame handed out as half of an order-10 block.
     pub(crate) const PAIR: Child = Child(HUGE | PAIR);
+    /// A frame of a block of order 11 and up other than its first (a span's continuation).
+    pub(crate) const SPAN: Child = Child(HUGE | SPAN);
+    /// The first frame of a block of order 11 and up whose free has claimed it.
+    pub(crate) const SPAN_FREEING: Child = Child(HUGE | SPAN | SPAN_FREEING << ORDER_SHIFT);
+
+    /// The first frame of a block of `order` (11..=30).
+    #[inline]
+    pub(crate) const fn span_start(order: u32) -> Child {
+        Child(HUGE | SPAN | order << ORDER_SHIFT)
+    }
+
+    /// The entry without its counter and the unused bits below the flags: what recovery
+    /// trusts of it (the counter is rebuilt from the bit field).
+    #[inline]
+    pub(crate) const fn flags(self) -> Child {
+        Child(self.0 & !(HUGE - 1))
+    }
+
+    /// Whether the frame is part of a block of order 11 and up (or of a cut-off claim or
+    /// free of one).
+    #[inline]
+    pub(crate) const fn span(self) -> bool {
+        self.0 & SPAN != 0
+    }
+
+    /// The order of the block of order 11 and up that starts at this frame, if one does:
+    /// exactly [`Child::span_start`], no other bit.
+    #[inline]
+    pub(crate) fn span_order(self) -> Option<u32> {
+        let order = (self.0 & ORDER_MASK) >> ORDER_SHIFT;
+        (self.0 & !ORDER_MASK == HUGE | SPAN && (11..=30).contains(&order)).then_some(order)
+    }
 
     #[inline]
     /// A frame (not handed out whole) with `free` free units.

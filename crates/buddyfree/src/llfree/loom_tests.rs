@@ -1,6 +1,8 @@
 //! Loom model checks of LLFree's protocols on one or two huge frames: the multi-word claim
-//! of orders 7 and 8, the paired children of order 10, the claims that serialise racing
-//! double frees, and the reservation, sync and steal protocol of the upper level.
+//! of orders 7 and 8, the paired children of order 10, the spans of whole frames of orders
+//! 11 and up (overlapping claims, a claim against an order-0 allocation, racing frees), the
+//! claims that serialise racing double frees, and the reservation, sync and steal protocol
+//! of the upper level.
 
 use loom::sync::Arc;
 use loom::thread;
@@ -573,5 +575,80 @@ fn loom_an_owned_free_races_a_wrong_order_free_and_a_claim() {
         lower.assert_consistent();
         assert_eq!(lower.free(kept, 8), Ok(()));
         assert_eq!(lower.child(HugeId(0)).free(), 512);
+    });
+}
+
+/// Two claims of overlapping spans race: order 12 over frames 0..8 and order 11 over frames
+/// 4..8. At most one gets its block, a losing claim leaves no frame taken, and both blocks
+/// free again exactly.
+#[test]
+fn loom_overlapping_span_claims_exclude_each_other() {
+    check(|| {
+        let lower = Arc::new(Lower::new(8 * 512));
+        let big = {
+            let lower = lower.clone();
+            thread::spawn(move || lower.take_span(HugeId(0), 12))
+        };
+        let small = lower.take_span(HugeId(4), 11);
+        let big = big.join().unwrap();
+        assert!(!(big && small), "two spans over frames 4..8");
+        if big {
+            assert_eq!(lower.block_of(5 * 512), Some((0, 12)));
+            lower.free(0, 12).unwrap();
+        }
+        if small {
+            assert_eq!(lower.block_of(5 * 512), Some((4 * 512, 11)));
+            assert_eq!(lower.free(0, 12), Err(Error::NotAllocated));
+            lower.free(4 * 512, 11).unwrap();
+        }
+        lower.assert_consistent();
+        // Nothing is left half-claimed: the whole level is one span again.
+        assert!(lower.take_span(HugeId(0), 12));
+    });
+}
+
+/// A span claim races an order-0 allocation in one of its frames: exactly one of them gets
+/// its block (the order-0 allocation takes the frame's counter first, the claim needs it
+/// whole), and they never share a unit.
+#[test]
+fn loom_a_span_claim_races_an_order0_allocation_in_its_frame() {
+    check(|| {
+        let lower = Arc::new(Lower::new(4 * 512));
+        let span = {
+            let lower = lower.clone();
+            thread::spawn(move || lower.take_span(HugeId(0), 11))
+        };
+        let small = lower.alloc(HugeId(2), 0, 0);
+        let span = span.join().unwrap();
+        assert!(span != small.is_some(), "span {span}, order 0 {small:?}");
+        lower.assert_consistent();
+        if span {
+            lower.free(0, 11).unwrap();
+        }
+        if let Some(unit) = small {
+            lower.free(unit, 0).unwrap();
+        }
+        assert!(lower.take_span(HugeId(0), 11));
+    });
+}
+
+/// Racing frees of one span, one of them of the wrong order: the right one wins, the other
+/// is refused, and the span's frames are free afterwards.
+#[test]
+fn loom_span_frees_are_serialised() {
+    check(|| {
+        let lower = Arc::new(Lower::new(8 * 512));
+        assert!(lower.take_span(HugeId(0), 11));
+        let other = {
+            let lower = lower.clone();
+            thread::spawn(move || (lower.free(0, 11), lower.free(0, 12)))
+        };
+        let mine = lower.free(0, 11);
+        let (theirs, wrong) = other.join().unwrap();
+        assert!(mine.is_ok() != theirs.is_ok(), "{mine:?} {theirs:?}");
+        assert!(matches!(mine.and(theirs).err(), Some(Error::NotAllocated)));
+        assert!(matches!(wrong, Err(Error::NotAllocated)));
+        lower.assert_consistent();
+        assert!(lower.take_span(HugeId(0), 12));
     });
 }

@@ -51,8 +51,9 @@
 //! start word names only a block whose words are all set.
 //!
 //! Racing frees are serialised by one compare-and-swap each: the word for orders 0..=5, the
-//! start word for orders 6..=8, the child entry for orders 9 and 10; exactly one wins and the
-//! others see an error. Two paths write the words of orders 6..=8 with plain stores, in the
+//! start word for orders 6..=8, the child entry for orders 9 and 10, the first pair word of
+//! a span of whole frames for orders 11 and up (`span.rs`); exactly one wins and the others
+//! see an error. Two paths write the words of orders 6..=8 with plain stores, in the
 //! order above, where no other thread can write them: a bulk claim in a frame whose every
 //! unit its caller holds ([`Lower::fill_group`]), and a bulk free by a caller that
 //! owns its blocks and promises that no free races it ([`Lower::free_owned`], behind
@@ -72,8 +73,13 @@ use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::table::{Metadata, Part, Plan};
 use crate::Error;
 
-#[cfg(all(feature = "persist", not(loom)))]
+#[cfg(not(loom))]
 mod recover;
+mod span;
+
+#[cfg(not(loom))]
+pub(crate) use span::Frames;
+pub(crate) use span::SPAN_MAX_ORDER;
 
 /// Units per bit-field word (two bits each).
 pub(crate) const SLOTS: usize = 32;
@@ -201,6 +207,16 @@ pub(crate) mod window {
     }
 }
 
+/// What [`Lower::in_place`] overwrites the memory with.
+#[cfg_attr(loom, allow(dead_code))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fill {
+    /// Every unit free.
+    Free,
+    /// Every unit an order-0 block.
+    Allocated,
+}
+
 /// Bit fields and child entries of `units` units.
 pub(crate) struct Lower<W: WriteBack = Volatile> {
     lines: Lines,
@@ -248,12 +264,12 @@ impl Lower {
     /// huge frame are marked taken for good (and not counted free), so any `units` works.
     pub(crate) fn build(meta: &Metadata, part: Part<Line>, units: usize) -> Result<Lower, Error> {
         let lower = Lower::on(meta.table(part, |_| Line::zeroed())?, units, Volatile);
-        lower.format(units);
+        lower.format(units, Fill::Free);
         Ok(lower)
     }
 
     /// Bytes the lower level of `units` units takes (a whole number of cache lines).
-    #[cfg(all(feature = "persist", not(loom)))]
+    #[cfg(not(loom))]
     pub(crate) fn bytes(units: usize) -> usize {
         Layout::of(units).lines * core::mem::size_of::<super::lines::Line>()
     }
@@ -273,46 +289,60 @@ impl<W: WriteBack> Lower<W> {
         }
     }
 
-    /// The lower level of `units` units in the memory at `at`, taken as it is (`fresh`:
-    /// zeroed memory, formatted here to every unit free).
+    /// The lower level of `units` units in the memory at `at`: taken as it is (`fill`
+    /// `None`), or overwritten with every unit free or every unit allocated.
     ///
     /// # Safety
     /// As for [`Table::borrowed`](crate::table::Table::borrowed), for
     /// [`Lower::bytes`]`(units)` bytes at `at`, which hold atomics (any bit pattern).
-    #[cfg(all(feature = "persist", not(loom)))]
+    #[cfg(not(loom))]
     pub(crate) unsafe fn in_place(
         at: core::ptr::NonNull<super::lines::Line>,
         units: usize,
-        fresh: bool,
+        fill: Option<Fill>,
         write_back: W,
     ) -> Lower<W> {
         // SAFETY: passed on to our caller.
         let lines = unsafe { Lines::borrowed(at, Layout::of(units).lines) };
         let lower = Lower::on(lines, units, write_back);
-        if fresh {
-            lower.format(units);
+        if let Some(fill) = fill {
+            lower.format(units, fill);
         }
         lower
     }
 
-    /// Sets zeroed memory to every unit free.
-    fn format(&self, units: usize) {
+    /// Overwrites the whole lower level: every unit free, or every unit an order-0 block.
+    /// Units past `units` in the last huge frame are taken for good (and not counted free),
+    /// as `10` slots that no free matches (a `10` followed by `10`), so that no free can
+    /// clear them. Not `11`: the slot after a block of order 1..=4 would then read as a
+    /// larger block going on. A missing odd frame has only its child entry, with nothing
+    /// free.
+    fn format(&self, units: usize, fill: Fill) {
+        for line in self.lines.iter() {
+            for word in &line.0 {
+                word.store(0, Ordering::Relaxed);
+            }
+        }
         for h in 0..self.huges.next_multiple_of(2) {
             let real = units.saturating_sub(h * HUGE_UNITS).min(HUGE_UNITS);
+            let free = match fill {
+                Fill::Free => real,
+                Fill::Allocated => 0,
+            };
             let half = h % 2;
             let word = self.pair_word(HugeId(h));
-            let pair = ChildPair(word.load(Ordering::Relaxed)).set(half, Child::with_free(real));
+            let pair = ChildPair(word.load(Ordering::Relaxed)).set(half, Child::with_free(free));
             word.store(pair.0, Ordering::Relaxed);
-            // A partial last frame: its missing units are taken for good, as `10` slots that
-            // no free matches (a `10` followed by `10`), so that no free can clear them. Not
-            // `11`: the slot after a block of order 1..=4 would then read as a larger block
-            // going on. (A missing odd frame has only its child entry, with nothing free.)
             if h < self.huges {
                 for w in 0..WORDS {
                     let padding = padding(real, w);
-                    if padding != 0 {
-                        self.bits(HugeId(h), w)
-                            .fetch_or(padding & HIGH_BITS, Ordering::Relaxed);
+                    let taken = match fill {
+                        Fill::Free => 0,
+                        Fill::Allocated => LOW_BITS & !padding,
+                    };
+                    let bits = padding & HIGH_BITS | taken;
+                    if bits != 0 {
+                        self.bits(HugeId(h), w).store(bits, Ordering::Relaxed);
                     }
                 }
             }
@@ -338,12 +368,14 @@ impl<W: WriteBack> Lower<W> {
         ChildPair(self.pair_word(h).get()).get(h.0 % 2)
     }
 
-    /// Allocates a block of `order` (0..=10) in huge frame `h` (order 10: the aligned pair
-    /// starting at `h`), starting the bit-field search at word `hint`. Returns its first unit.
+    /// Allocates a block of `order` in huge frame `h` (orders 10 and up: the aligned run of
+    /// frames starting at `h`), starting the bit-field search at word `hint`. Returns its
+    /// first unit.
     pub(crate) fn alloc(&self, h: HugeId, order: u32, hint: usize) -> Option<usize> {
         match order {
             0..=8 => self.alloc_small(h, order, Search::From(hint)),
-            _ => self.take_huge(h, order).then(|| h.first_unit()),
+            9 | 10 => self.take_huge(h, order).then(|| h.first_unit()),
+            _ => self.take_span(h, order).then(|| h.first_unit()),
         }
     }
 
@@ -451,7 +483,8 @@ impl<W: WriteBack> Lower<W> {
         let h = HugeId(index / HUGE_UNITS);
         match order {
             0..=8 => self.alloc_small(h, order, Search::At(index)).is_some(),
-            _ => self.take_huge(h, order),
+            9 | 10 => self.take_huge(h, order),
+            _ => self.take_span(h, order),
         }
     }
 
@@ -483,6 +516,9 @@ impl<W: WriteBack> Lower<W> {
     pub(crate) fn block_of(&self, index: usize) -> Option<(usize, u32)> {
         let h = HugeId(index / HUGE_UNITS);
         let child = self.child(h);
+        if child.span() {
+            return self.span_of(h);
+        }
         if child.huge() {
             return Some(if child.pair() {
                 (HugeId(h.0 & !1).first_unit(), 10)
@@ -527,7 +563,14 @@ impl<W: WriteBack> Lower<W> {
             let h = HugeId(at / HUGE_UNITS);
             let child = self.child(h);
             if child.huge() {
-                return self.block_of(at);
+                // A frame of a span being claimed or freed is no block: on past it.
+                match self.block_of(at) {
+                    Some(block) => return Some(block),
+                    None => {
+                        at = h.first_unit() + HUGE_UNITS;
+                        continue;
+                    }
+                }
             }
             if child.free() == HUGE_UNITS {
                 at = h.first_unit() + HUGE_UNITS;
@@ -561,6 +604,7 @@ impl<W: WriteBack> Lower<W> {
                 }
                 Err(_) => Err(self.wrong_free(h, index)),
             },
+            11.. => self.free_span(h, index, order),
             _ => {
                 let free = ChildPair::new(Child::FREE, Child::FREE).0;
                 let taken = ChildPair::new(Child::PAIR, Child::PAIR).0;
@@ -846,7 +890,10 @@ impl<W: WriteBack> Lower<W> {
     /// fact, so a racing change may tip it from one to the other, never to success.
     fn wrong_free(&self, h: HugeId, index: usize) -> Error {
         let child = self.child(h);
-        let starts = if child.huge() {
+        let starts = if child.span() {
+            // Only a span's first frame records its order; its others start nothing.
+            index == h.first_unit() && child.span_order().is_some()
+        } else if child.huge() {
             // A whole frame starts at its first unit; the odd half of a pair starts nothing.
             index == h.first_unit() && !(child.pair() && h.0 % 2 == 1)
         } else {
@@ -899,7 +946,7 @@ impl<W: WriteBack> Lower<W> {
 
     /// The bit-field words of frame `h` (one read each: meaningful with no operation in
     /// flight).
-    #[cfg(any(test, all(feature = "persist", not(loom))))]
+    #[cfg(any(test, not(loom)))]
     fn frame_words(&self, h: HugeId) -> [u64; WORDS] {
         core::array::from_fn(|w| self.bits(h, w).load(Ordering::Acquire))
     }
@@ -975,7 +1022,7 @@ const fn slots_of(order: u32) -> u64 {
 /// slots name them in full (`named`), `01` slots as order-0 blocks (`named`), and every
 /// other taken slot as an order-0 block that nothing names (`!named`: what an operation cut
 /// off by a crash leaves, or damage). Units past `real` are padding and skipped.
-#[cfg(any(test, all(feature = "persist", not(loom))))]
+#[cfg(any(test, not(loom)))]
 fn frame_blocks(words: &[u64; WORDS], real: usize, mut f: impl FnMut(usize, u32, bool)) {
     let mut w = 0;
     while w < WORDS && w * SLOTS < real {
@@ -1028,7 +1075,7 @@ fn frame_blocks(words: &[u64; WORDS], real: usize, mut f: impl FnMut(usize, u32,
 }
 
 /// The number of taken (not free) slots in a bit-field word.
-#[cfg_attr(not(any(test, all(feature = "persist", not(loom)))), allow(dead_code))]
+#[cfg(any(test, not(loom)))]
 fn taken_slots(word: u64) -> u32 {
     ((word | word >> 1) & LOW_BITS).count_ones()
 }

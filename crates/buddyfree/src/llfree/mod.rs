@@ -1,6 +1,7 @@
 //! LLFree (Wrenger et al., USENIX ATC'23): the lock- and log-free page-frame allocator.
 //!
-//! A unit is a 4 KiB frame; a huge frame is 512 units (order 9); orders 0..=10 are served.
+//! A unit is a 4 KiB frame; a huge frame is 512 units (order 9); orders 0..=10 are served,
+//! and beyond the paper orders up to a whole tree (14 with the paper's 64 MiB trees).
 //! The lower level (`lower.rs`) keeps per huge frame a 1024-bit bit field and a child entry
 //! (free counter, huge flag); the upper level groups huge frames into trees (32 by default,
 //! 64 MiB) with a free counter and a reserved flag (`trees.rs`), and gives every core a
@@ -20,6 +21,11 @@
 //! no operation is running.
 //!
 //! Beyond the paper:
+//! - Orders 11 and up (as far as a tree reaches: [`Options::max_order`]) claim
+//!   `2^(order - 9)` whole free huge frames of one tree, their child entries one pair after
+//!   the other and the first pair, which records the order, last (`lower/span.rs`); a claim
+//!   that meets a taken frame gives back what it claimed. Their units are taken from the
+//!   tree's counters as for every order, so a tree with too few free units is passed over.
 //! - Orders 6, 7 and 8 claim 2, 4 or 8 whole bit-field words one after the other; if a
 //!   racing allocation took a unit of a word not yet claimed, every claimed word is cleared
 //!   again and the group counts as taken. Success is reported only for a complete claim.
@@ -45,11 +51,15 @@
 //!   still make an allocation fail within a few blocks of exhaustion. Sequential allocation
 //!   is complete.
 //! - The lower level is one contiguous array of cache lines of plain atomics, with no
-//!   pointers, so that it can be placed in a file mapping: [`persist`] (feature `persist`)
-//!   keeps it in a file and recovers it after a crash (§3.2.3).
+//!   pointers, so that it can lie in memory the caller owns and keeps across runs
+//!   ([`LLFree::from_raw_lower`], `caller.rs`: every unit free, every unit allocated, or
+//!   recovered from what the memory holds, §3.2.3); [`persist`] (feature `persist`) keeps
+//!   it in a file mapping through the same constructor.
 
 mod atomic;
 mod bitfield;
+#[cfg(not(loom))]
+mod caller;
 mod child;
 mod lines;
 mod local;
@@ -72,6 +82,8 @@ use crate::sync::{spin_loop, CachePadded};
 use crate::table::build_on_heap;
 use crate::table::{Metadata, Part, Plan, Table};
 use crate::{check_block, BlockAlloc, Capabilities, Config, ConfigRule, Error};
+#[cfg(not(loom))]
+pub use caller::{Init, RecoverError};
 use lines::Line;
 use local::{Local, Reservation};
 use lower::Lower;
@@ -83,8 +95,11 @@ pub use writeback::{Volatile, WriteBack};
 pub const HUGE_UNITS: usize = 512;
 /// The order of a huge frame.
 pub const HUGE_ORDER: u32 = 9;
-/// The largest order LLFree serves (two huge frames).
-pub const MAX_ORDER: u32 = 10;
+/// The largest order LLFree serves with the paper's trees ([`Options::default`], 32 huge
+/// frames, 64 MiB of 4 KiB units): a whole tree. Larger trees serve larger orders, up to a
+/// whole tree ([`Options::max_order`]; at most 30, trees of 2^30 units); orders 11 and up
+/// take whole huge frames of one tree.
+pub const MAX_ORDER: u32 = 14;
 
 /// A huge frame, by number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,8 +119,8 @@ pub(crate) struct TreeId(pub(crate) usize);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Options {
     /// Huge frames per tree (the paper's N = 32: 64 MiB trees). A power of two (trees are
-    /// found by shifting), at least 2 when orders up to 10 are served, so that an order-10
-    /// block lies within one tree.
+    /// found by shifting), at least the frames of a block of the largest order (2 for order
+    /// 10, `2^(order - 9)` above), so that every block lies within one tree.
     pub tree_children: usize,
     /// A tree with less than this share (in thousandths) free is "allocated" (paper: 12.5%).
     pub allocated_below_permille: usize,
@@ -129,6 +144,23 @@ impl Default for Options {
 }
 
 impl Options {
+    /// The largest order these trees serve: a whole tree (log2 of its units).
+    ///
+    /// ```
+    /// use buddyfree::llfree::{Options, MAX_ORDER};
+    ///
+    /// assert_eq!(Options::default().max_order(), MAX_ORDER);
+    /// ```
+    pub const fn max_order(&self) -> u32 {
+        match self.tree_children.checked_mul(HUGE_UNITS) {
+            Some(units) => match units.checked_ilog2() {
+                Some(order) => order,
+                None => 0,
+            },
+            None => usize::BITS - 1,
+        }
+    }
+
     /// The paper's tuning ([`Options::default`]) for `config`, with the trees halved (down
     /// to 2 huge frames) until there is at least one per core. The paper's 64 MiB trees
     /// assume more trees than cores; with fewer, the cores take the reservations from each
@@ -136,7 +168,9 @@ impl Options {
     /// the median and in the tail. Heaps of `64 MiB × cores` and more keep 64 MiB trees.
     /// Not two per core: on a nearly full, fragmented heap that would lengthen one core's
     /// tail latency, since more, smaller trees each run out sooner and the core moves its
-    /// reservation more often.
+    /// reservation more often. Never smaller than a block of `config.max_order` needs (a
+    /// whole tree for orders above 10); never larger than the paper's, so a `max_order`
+    /// above [`MAX_ORDER`] needs larger trees chosen by hand.
     ///
     /// ```
     /// use buddyfree::llfree::Options;
@@ -149,7 +183,11 @@ impl Options {
         let paper = Options::default();
         let huges = config.units.div_ceil(HUGE_UNITS);
         let mut children = paper.tree_children;
-        while children > 2 && huges.div_ceil(children) < config.cores {
+        let least = 1usize
+            .checked_shl(config.max_order.saturating_sub(HUGE_ORDER))
+            .unwrap_or(usize::MAX)
+            .max(2);
+        while children > least && huges.div_ceil(children) < config.cores {
             children /= 2;
         }
         Options {
@@ -162,7 +200,11 @@ impl Options {
 /// The LLFree allocator over `Config.units` units, with one reservation per `Config.cores`.
 ///
 /// Any unit count is accepted: the last huge frame may be partial (it then never serves
-/// orders 9 and 10), and with an odd number of huge frames the last one has no order-10 buddy.
+/// orders 9 and up), with an odd number of huge frames the last one has no order-10 buddy,
+/// and a block of order 11 and up needs all its frames (a partial last tree serves fewer).
+///
+/// Its lower level may lie in memory the caller owns and keeps across runs
+/// ([`LLFree::from_raw_lower`], [`LLFree::from_raw_parts`]), built over as an [`Init`] says.
 ///
 /// `W` says whether the lower level is written back to a persistent medium: [`Volatile`]
 /// (the default, compiled away) or a persistent zone's write-back ([`persist`]).
@@ -251,17 +293,23 @@ impl LLFree {
 
     /// Rejects configurations LLFree cannot serve.
     pub(crate) fn check(config: Config, options: Options) -> Result<(), Error> {
-        config.validate()?;
-        if config.max_order > MAX_ORDER {
+        // Before the rest: a largest order above the trees' (and above the paper's trees')
+        // is the allocator's limit, even where the units could not hold such a block either.
+        let trees = options.max_order().min(lower::SPAN_MAX_ORDER);
+        if config.max_order > trees.max(MAX_ORDER) {
             return Err(ConfigRule::OrderAboveAllocator.into());
         }
+        config.validate()?;
         let children = options.tree_children;
-        let odd_pairs = config.max_order == MAX_ORDER && children < 2;
         // Tree counters are 31 bits (the top bit is the reserved flag).
         let too_large = children
             .checked_mul(HUGE_UNITS)
             .is_none_or(|u| u >= 1 << 31);
-        if !children.is_power_of_two() || odd_pairs || too_large {
+        if !children.is_power_of_two() || too_large {
+            return Err(ConfigRule::TreeChildren.into());
+        }
+        // Every block lies within one tree: trees smaller than the paper's are too small.
+        if config.max_order > options.max_order() {
             return Err(ConfigRule::TreeChildren.into());
         }
         // The thresholds are scaled by the tree's units (`LLFree::on`), which must not wrap.
@@ -280,14 +328,6 @@ caller_metadata!(
 );
 
 impl<W: WriteBack> LLFree<W> {
-    /// LLFree over a checked configuration and a lower level (fresh, recovered or reopened),
-    /// its upper level on the heap.
-    #[cfg(all(feature = "persist", not(loom)))]
-    fn upper_on_heap(config: Config, options: Options, lower: Lower<W>) -> Result<Self, Error> {
-        let upper = Upper::plan(&mut Plan::new(), config, options)?;
-        LLFree::on(config, options, lower, &Metadata::heap(), upper)
-    }
-
     /// LLFree over a checked configuration and a lower level (fresh, recovered or reopened):
     /// the upper level is built at `upper` of `meta` from its child counters, with no
     /// reservations. Fails only when the upper level's memory cannot be had.
@@ -382,8 +422,9 @@ impl<W: WriteBack> LLFree<W> {
     /// Searches the children of `t` for a block, from the child and word of `hint` on
     /// ([`LLFree::frames_from`]).
     fn alloc_in(&self, t: TreeId, order: u32, hint: usize) -> Option<usize> {
-        // Order 10 looks at even children only.
-        let step = if order == MAX_ORDER { 2 } else { 1 };
+        // Order 10 looks at even children only, orders above at the first of each aligned
+        // run of `2^(order - 9)`.
+        let step = 1 << order.saturating_sub(HUGE_ORDER);
         let mut word = (hint % HUGE_UNITS) / lower::SLOTS;
         for h in self.frames_from(t, hint, step) {
             // `Lower::alloc` reads the child entry first and refuses a frame without room.

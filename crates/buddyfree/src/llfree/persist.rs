@@ -1,5 +1,7 @@
 //! Persistent LLFree (§3.2.3): a zone whose lower level lives in a file mapping
 //! (`MAP_SHARED`), so that its allocations survive the process, with recovery after a crash.
+//! The allocator is LLFree over caller memory ([`LLFree::from_raw_lower`]), the mapping
+//! being that memory; this module adds the file, its header, its lock and the write-back.
 //!
 //! ```text
 //! file: | header page (4 KiB) | lower level: bit fields | child entries |
@@ -24,12 +26,15 @@
 //! Every allocation and free commits with one atomic change of one word (one cache line):
 //! the bits for orders 0..=8, which also name the block's order (orders 6..=8: the words of
 //! one line, set one by one, the start word that names the block last), the child's huge
-//! flags for orders 9 and 10. After recovery:
+//! flags for orders 9 and 10, and for orders 11 and up (whole frames, `lower/span.rs`) the
+//! block's first child entry, which records its order and is set after the others (each
+//! written back before the next). After recovery:
 //! - every block whose `alloc` returned, and whose `free` was not called, is allocated with
 //!   its order (it can be freed as before);
 //! - every block whose `free` returned is free;
 //! - the block of an operation in flight at the crash is either in its old state, in its new
-//!   state, or lost: its taken units are order-0 blocks no one holds (listed by
+//!   state, or lost: its taken units are order-0 blocks no one holds, its frames taken whole
+//!   order-9 blocks (listed by
 //!   [`PersistentLLFree::blocks`]). At most one block per thread is lost (the paper: at most
 //!   one frame per core), or the blocks of one bulk call (`alloc_bulk`, `free_bulk`, which
 //!   commit a bit-field word at a time); recovery never frees a unit.
@@ -81,7 +86,7 @@ pub use flush::{Durability, FlushKind};
 pub use header::VERSION;
 use header::{lower_checksum, Header, CLEAN, DIRTY, LOWER_SUM_AT, PAGE, STATE_AT};
 
-use super::lines::Line;
+use super::caller::{Init, RecoverError, Start};
 use super::lower::Lower;
 use super::writeback::{sealed, WriteBack};
 use super::{LLFree, Options};
@@ -210,7 +215,6 @@ pub struct PersistentLLFree {
     base: NonNull<u8>,
     /// Holds the lock on the file while the zone is open.
     _file: File,
-    header: Header,
     flush: FlushKind,
 }
 
@@ -279,15 +283,14 @@ impl PersistentLLFree {
             lower_bytes: Lower::bytes(config.units),
         };
         file.set_len(header.file_bytes())?;
-        let mapped = Mapped::new(file, header, durability, true)?;
+        let zone = Mapped::new(file, header, durability)?.into_zone(config, Init::Free)?;
         // The magic goes in last, after the formatted lower level is on the medium: a file
         // whose creation was cut short is not taken for a zone.
-        mapped.map.flush()?;
+        zone.map.flush()?;
         let bytes = header.to_bytes();
         // SAFETY: bytes 0..STATE_AT of the mapping are ours and nothing else views them
         // (the lower level starts at PAGE, the state word at STATE_AT).
-        unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), mapped.base.as_ptr(), STATE_AT) };
-        let zone = mapped.into_zone(config)?;
+        unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), zone.base.as_ptr(), STATE_AT) };
         zone.set_state(DIRTY)?;
         Ok(zone)
     }
@@ -347,22 +350,17 @@ impl PersistentLLFree {
             return Err(PersistError::BadHeader("shutdown marker"));
         }
         let started = Instant::now();
-        let mapped = Mapped::new(file, header, durability, false)?;
+        let mapped = Mapped::new(file, header, durability)?;
         // Before anything is trusted or written: a clean zone is taken as it is, so it must
         // be exactly as it was closed.
         if state == CLEAN && lower_checksum(&mapped.map) != word_at(LOWER_SUM_AT) {
             return Err(PersistError::LowerChecksum);
         }
-        if state != CLEAN {
-            mapped
-                .lower
-                .recover(header.units, header.max_order)
-                .map_err(|c| PersistError::Corrupt {
-                    frame: c.frame,
-                    what: c.what,
-                })?;
-        }
-        let zone = mapped.into_zone(config)?;
+        let start = match state {
+            CLEAN => Start::Clean,
+            _ => Start::Init(Init::Recover),
+        };
+        let zone = mapped.into_zone(config, start)?;
         let allocated_units = zone.alloc.total_units() - zone.alloc.free_units();
         let elapsed = started.elapsed();
         // From here on a crash must be seen as one.
@@ -420,16 +418,13 @@ impl PersistentLLFree {
     }
 
     /// Every block the zone holds, as `(index, order)`, in address order: blocks of orders
-    /// 1..=10 with their order, every other taken unit as an order-0 block. After a crash
+    /// 1 and up with their order, every other taken unit as an order-0 block (every other
+    /// frame taken whole as an order-9 block). After a crash
     /// this is how a user finds units lost by operations in flight (those its own records
     /// do not hold), to free them. Only meaningful while no operation is running.
     #[must_use]
     pub fn blocks(&self) -> Vec<(usize, u32)> {
-        let mut blocks = Vec::new();
-        self.alloc
-            .lower
-            .blocks(self.header.units, |i, o| blocks.push((i, o)));
-        blocks
+        self.alloc.blocks()
     }
 
     /// Sets the shutdown marker and writes the header page to the file.
@@ -451,9 +446,8 @@ impl PersistentLLFree {
     }
 }
 
-/// A mapped zone file with its lower level, before the upper level is built.
+/// A mapped zone file, before the allocator is built over it.
 struct Mapped {
-    lower: Lower<Durable>,
     map: MmapMut,
     base: NonNull<u8>,
     file: File,
@@ -462,47 +456,58 @@ struct Mapped {
 }
 
 impl Mapped {
-    /// Maps `file` (locked, of the header's size) and views its lower level; `fresh`: the
-    /// lower level is zeros, to be formatted.
-    fn new(
-        file: File,
-        header: Header,
-        durability: Durability,
-        fresh: bool,
-    ) -> Result<Mapped, PersistError> {
+    /// Maps `file` (locked, of the header's size).
+    fn new(file: File, header: Header, durability: Durability) -> Result<Mapped, PersistError> {
         // SAFETY: the file is locked against other zones, and its size was checked (or
         // set). Another process writing or truncating it regardless is outside what this
         // type can defend against (as for any `MAP_SHARED` mapping).
         let mut map = unsafe { MmapMut::map_mut(&file)? };
         let base = NonNull::new(map.as_mut_ptr()).expect("a mapping is never at null");
-        let flush = FlushKind::select(durability);
-        // SAFETY: the mapping is page-aligned and `PAGE + Lower::bytes(units)` long, so
-        // the lines past the header page are 64-aligned and in bounds; the mapping moves
-        // into the zone together with the lower level, which is dropped first.
-        let lower = unsafe {
-            let lines = base.add(PAGE).cast::<Line>();
-            Lower::in_place(lines, header.units, fresh, Durable(flush.hook()))
-        };
         Ok(Mapped {
-            lower,
             map,
             base,
             file,
             header,
-            flush,
+            flush: FlushKind::select(durability),
         })
     }
 
-    /// Builds the upper level from the child counters, on the heap.
-    fn into_zone(self, config: Config) -> Result<PersistentLLFree, PersistError> {
-        let options = self.header.options;
-        let alloc = LLFree::upper_on_heap(config, options, self.lower);
+    /// Builds LLFree over the lower level in the mapping, taken as `start` says, its upper
+    /// level on the heap.
+    fn into_zone(
+        self,
+        config: Config,
+        start: impl Into<Start>,
+    ) -> Result<PersistentLLFree, PersistError> {
+        let write_back = Durable(self.flush.hook());
+        let lower = (
+            // SAFETY: the lower level starts at PAGE, inside the mapping.
+            unsafe { self.base.add(PAGE) },
+            self.map.len() - PAGE,
+        );
+        // SAFETY: the mapping is page-aligned and `PAGE + Lower::bytes(units)` long, so the
+        // lines past the header page are 64-aligned and in bounds; it is locked against
+        // other zones, and moves into the zone together with the allocator, which is
+        // dropped first.
+        let alloc = unsafe {
+            LLFree::over_raw(
+                config,
+                self.header.options,
+                start.into(),
+                lower,
+                write_back,
+                None,
+            )
+        };
+        let alloc = alloc.map_err(|e| match e {
+            RecoverError::Config(e) => PersistError::Config(e),
+            RecoverError::Corrupt { frame, what } => PersistError::Corrupt { frame, what },
+        })?;
         Ok(PersistentLLFree {
-            alloc: alloc.map_err(PersistError::Config)?,
+            alloc,
             map: self.map,
             base: self.base,
             _file: self.file,
-            header: self.header,
             flush: self.flush,
         })
     }

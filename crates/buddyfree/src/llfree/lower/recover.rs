@@ -20,9 +20,14 @@
 //! the medium, a start word there names a block whose continuation words were set before
 //! it; one not followed by them (damage only) names nothing, and its units become orphans.
 //!
+//! - an allocation or free of order 11 and up (a span of whole frames, `span.rs`) cut off
+//!   between its pair words: the frames it had taken whole name no block, and become order-9
+//!   blocks nobody holds (orphans again; recovery never frees a frame).
+//!
 //! So every block whose allocation returned and whose free was not called is recovered
 //! with its order, and at most the block of each operation in flight is lost, as units
-//! that [`Lower::blocks`] lists as order-0 blocks (they can be freed as such).
+//! that [`Lower::blocks`] lists as order-0 blocks, or whole frames it lists as order-9
+//! blocks (they can be freed as such).
 
 use super::*;
 use crate::llfree::HUGE_ORDER;
@@ -37,88 +42,111 @@ pub(crate) struct Corrupt {
 }
 
 impl<W: WriteBack> Lower<W> {
-    /// Rebuilds the child counters, and turns the slots no block names into order-0 blocks,
-    /// from the bit fields and huge flags of a zone of `units` units and blocks up to
-    /// `max_order`. Returns the units allocated. Runs alone (no operation in flight). Every
-    /// frame is checked before any is changed, so a damaged lower level is reported
-    /// untouched.
+    /// Rebuilds the child counters, and turns the slots no block names into order-0 blocks
+    /// and the frames taken whole that no block names into order-9 blocks, from the bit
+    /// fields and huge flags of a zone of `units` units and blocks up to `max_order`.
+    /// Returns the units allocated. Runs alone (no operation in flight). Every frame is
+    /// checked before any is changed, so a damaged lower level is reported untouched.
     pub(crate) fn recover(&self, units: usize, max_order: u32) -> Result<usize, Corrupt> {
-        for h in (0..self.huges).map(HugeId) {
-            self.check_frame(h, units, max_order)?;
-        }
+        self.walk_frames(|h, frames| self.check_frames(h, frames, units, max_order).map(|_| ()))?;
         let mut allocated = 0;
-        for h in (0..self.huges).map(HugeId) {
-            let (taken, child) = self.check_frame(h, units, max_order)?;
-            let fixed = if child.huge() {
-                allocated += HUGE_UNITS;
-                if child.pair() {
-                    Child::PAIR
-                } else {
-                    Child::HUGE
+        self.walk_frames(|h, frames| {
+            let taken = self.check_frames(h, frames, units, max_order)?;
+            allocated += taken;
+            match frames {
+                Frames::Bits => {
+                    let real = units.saturating_sub(h.first_unit()).min(HUGE_UNITS);
+                    self.rebuild_slots(h, real);
+                    let _ = self.update_child(h, |_| Some(Child::with_free(real - taken)));
                 }
-            } else {
-                allocated += taken;
-                let real = units.saturating_sub(h.first_unit()).min(HUGE_UNITS);
-                self.rebuild_slots(h, real);
-                Child::with_free(real - taken)
-            };
-            let _ = self.update_child(h, |_| Some(fixed));
-        }
+                // Frames taken whole get exactly their entries, with no counter or stray
+                // bits below the flags.
+                Frames::Whole(HUGE_ORDER) | Frames::Orphan => {
+                    let _ = self.update_child(h, |_| Some(Child::HUGE));
+                }
+                Frames::Whole(order) => {
+                    let (first, rest) = match order {
+                        10 => (Child::PAIR, Child::PAIR),
+                        _ => (Child::span_start(order), Child::SPAN),
+                    };
+                    let _ = self.update_child(h, |_| Some(first));
+                    for f in h.0 + 1..h.0 + frames.frames() {
+                        let _ = self.update_child(HugeId(f), |_| Some(rest));
+                    }
+                }
+            }
+            Ok(())
+        })?;
         Ok(allocated)
     }
 
-    /// Checks what recovery trusts in frame `h`: the padding past the last unit is intact
-    /// (`10` slots), a huge frame has no taken bits and its pair flag a partner, and no block
-    /// is above `max_order` (one could never be freed). Returns the taken units (without
-    /// padding) and the child entry.
-    fn check_frame(
+    /// Calls `f` for each run of frames [`Lower::frames_at`] tells apart, in address order;
+    /// stops at the first error, of `f` or of a state no run leaves.
+    fn walk_frames(
+        &self,
+        mut f: impl FnMut(HugeId, Frames) -> Result<(), Corrupt>,
+    ) -> Result<(), Corrupt> {
+        let mut h = 0;
+        while h < self.huges {
+            let frames = self
+                .frames_at(HugeId(h))
+                .map_err(|what| Corrupt { frame: h, what })?;
+            f(HugeId(h), frames)?;
+            h += frames.frames();
+        }
+        Ok(())
+    }
+
+    /// Checks what recovery trusts in the frames from `h` on: the padding past the last unit
+    /// is intact (`10` slots), a frame taken whole is whole and has no taken bits, and no
+    /// block is above `max_order` (one could never be freed). Returns the units they hold
+    /// taken (without padding).
+    fn check_frames(
         &self,
         h: HugeId,
+        frames: Frames,
         units: usize,
         max_order: u32,
-    ) -> Result<(usize, Child), Corrupt> {
-        let real = units.saturating_sub(h.first_unit()).min(HUGE_UNITS);
-        let corrupt = |what| Corrupt { frame: h.0, what };
-        let words = self.frame_words(h);
+    ) -> Result<usize, Corrupt> {
+        let corrupt = |frame, what| Corrupt { frame, what };
         let mut taken = 0;
-        for (w, &bits) in words.iter().enumerate() {
-            let padding = padding(real, w);
-            if bits & padding != padding & HIGH_BITS {
-                return Err(corrupt("a unit past the end is not padding"));
+        let mut largest = None;
+        for f in (h.0..h.0 + frames.frames()).map(HugeId) {
+            let real = units.saturating_sub(f.first_unit()).min(HUGE_UNITS);
+            let words = self.frame_words(f);
+            let mut bits = 0;
+            for (w, &word) in words.iter().enumerate() {
+                let padding = padding(real, w);
+                if word & padding != padding & HIGH_BITS {
+                    return Err(corrupt(f.0, "a unit past the end is not padding"));
+                }
+                bits += taken_slots(word & !padding) as usize;
             }
-            taken += taken_slots(bits & !padding) as usize;
+            if frames == Frames::Bits {
+                taken += bits;
+                // The slots name orders up to 8: only a smaller limit needs them read.
+                if max_order < HUGE_ORDER - 1 {
+                    frame_blocks(&words, real, |_, order, named| {
+                        if named {
+                            largest = largest.max(Some(order));
+                        }
+                    });
+                }
+            } else if bits != 0 || real != HUGE_UNITS {
+                return Err(corrupt(f.0, "a huge frame with taken bits"));
+            } else {
+                taken += HUGE_UNITS;
+            }
         }
-        let child = self.child(h);
-        let order = match (child.huge(), child.pair()) {
-            (true, true) => Some(HUGE_ORDER + 1),
-            (true, false) => Some(HUGE_ORDER),
-            // The slots name orders up to 8: only a smaller limit needs them read.
-            _ if max_order < HUGE_ORDER - 1 => {
-                let mut largest = None;
-                frame_blocks(&words, real, |_, order, named| {
-                    if named {
-                        largest = largest.max(Some(order));
-                    }
-                });
-                largest
-            }
-            _ => None,
+        let order = match frames {
+            Frames::Whole(order) => Some(order),
+            Frames::Orphan => Some(HUGE_ORDER),
+            Frames::Bits => largest,
         };
         if order.is_some_and(|o| o > max_order) {
-            return Err(corrupt("a block above the largest order"));
+            return Err(corrupt(h.0, "a block above the largest order"));
         }
-        if child.huge() {
-            let partner = HugeId(h.0 ^ 1);
-            if taken != 0 || real != HUGE_UNITS {
-                return Err(corrupt("a huge frame with taken bits"));
-            }
-            if child.pair() && (partner.0 >= self.huges || !self.child(partner).pair()) {
-                return Err(corrupt("half of an order-10 block"));
-            }
-        } else if child.pair() {
-            return Err(corrupt("a pair flag without the huge flag"));
-        }
-        Ok((taken, child))
+        Ok(taken)
     }
 
     /// Makes every taken slot of frame `h` that no block names (cut-off operations) an
@@ -144,24 +172,25 @@ impl<W: WriteBack> Lower<W> {
     }
 
     /// Calls `f(index, order)` for every block the lower level holds, in address order:
-    /// huge flags give orders 9 and 10, the slots orders 0..=8, and any other taken unit is
-    /// an order-0 block. Only meaningful with no operation in flight.
+    /// huge flags give orders 9, 10 and the spans of orders 11 and up, the slots orders
+    /// 0..=8; any other taken unit is an order-0 block, any other frame taken whole an
+    /// order-9 block. Only meaningful with no operation in flight (a damaged part is
+    /// skipped).
+    #[cfg(feature = "alloc")]
     pub(crate) fn blocks(&self, units: usize, mut f: impl FnMut(usize, u32)) {
-        for h in (0..self.huges).map(HugeId) {
-            let child = self.child(h);
-            if child.huge() {
-                if !child.pair() {
-                    f(h.first_unit(), HUGE_ORDER);
-                } else if h.0.is_multiple_of(2) {
-                    f(h.first_unit(), HUGE_ORDER + 1);
+        let _ = self.walk_frames(|h, frames| {
+            match frames {
+                Frames::Whole(order) => f(h.first_unit(), order),
+                Frames::Orphan => f(h.first_unit(), HUGE_ORDER),
+                Frames::Bits => {
+                    let real = units.saturating_sub(h.first_unit()).min(HUGE_UNITS);
+                    frame_blocks(&self.frame_words(h), real, |unit, order, _| {
+                        f(h.first_unit() + unit, order)
+                    });
                 }
-                continue;
             }
-            let real = units.saturating_sub(h.first_unit()).min(HUGE_UNITS);
-            frame_blocks(&self.frame_words(h), real, |unit, order, _| {
-                f(h.first_unit() + unit, order)
-            });
-        }
+            Ok(())
+        });
     }
 }
 
@@ -297,5 +326,64 @@ mod tests {
             .store(start_word(8), Ordering::Relaxed);
         assert_eq!(lower.recover(2048, 7), Ok(32));
         assert_eq!(blocks_of(&lower, 2048).len(), 32);
+    }
+}
+
+#[cfg(test)]
+mod span_tests {
+    use alloc::vec::Vec;
+
+    use super::*;
+
+    /// Spans of orders 11 and 12 come back whole; a span claim cut off after some of its
+    /// pair words (no first word), a free cut off after its claim (first word FREEING, some
+    /// words cleared) and a first word whose other frames are not all set (damage) leave
+    /// frames taken whole that name nothing: each becomes an order-9 block nobody holds.
+    /// A span above the largest order is refused untouched.
+    #[test]
+    fn recovery_keeps_spans_and_turns_cut_off_ones_into_huge_frames() {
+        let lower = Lower::new(48 * HUGE_UNITS);
+        assert!(lower.take_span(HugeId(0), 12));
+        assert!(lower.take_span(HugeId(8), 11));
+        let set = |h: usize, child: Child| {
+            let _ = lower.update_child(HugeId(h), |_| Some(child));
+        };
+        // A claim of order 12 at frame 16 that had set the pair words of frames 18..=21.
+        (18..22).for_each(|h| set(h, Child::SPAN));
+        // A free of order 12 at frame 24 that had claimed the first word and cleared the
+        // frames 26 and 27.
+        set(24, Child::SPAN_FREEING);
+        set(25, Child::SPAN);
+        (28..32).for_each(|h| set(h, Child::SPAN));
+        // Counters (below the flags) are rebuilt, not trusted: damaged ones in the frames of
+        // the span at frame 8 leave it whole.
+        set(8, Child::from_raw(Child::span_start(11).raw() | 0x155));
+        set(9, Child::from_raw(Child::SPAN.raw() | 0x3_0000));
+        // A first word of order 11 at frame 32 whose frame 34 is free.
+        set(32, Child::span_start(11));
+        set(33, Child::SPAN);
+        set(35, Child::SPAN);
+        let before: Vec<Child> = (0..48).map(|h| lower.child(HugeId(h))).collect();
+        let refused = lower
+            .recover(48 * HUGE_UNITS, 11)
+            .map_err(|c| (c.frame, c.what));
+        assert_eq!(refused, Err((0, "a block above the largest order")));
+        let after: Vec<Child> = (0..48).map(|h| lower.child(HugeId(h))).collect();
+        assert_eq!(before, after, "a refused recovery changed a child entry");
+        let orphans = [18, 19, 20, 21, 24, 25, 28, 29, 30, 31, 32, 33, 35];
+        let allocated = (8 + 4 + orphans.len()) * HUGE_UNITS;
+        assert_eq!(lower.recover(48 * HUGE_UNITS, 12), Ok(allocated));
+        lower.assert_consistent();
+        assert_eq!(lower.child(HugeId(8)), Child::span_start(11));
+        assert_eq!(lower.child(HugeId(9)), Child::SPAN);
+        let mut want = alloc::vec![(0, 12), (8 * HUGE_UNITS, 11)];
+        want.extend(orphans.iter().map(|&h| (h * HUGE_UNITS, HUGE_ORDER)));
+        let mut blocks = Vec::new();
+        lower.blocks(48 * HUGE_UNITS, |i, o| blocks.push((i, o)));
+        assert_eq!(blocks, want);
+        for (index, order) in want {
+            assert_eq!(lower.free(index, order), Ok(()), "free({index}, {order})");
+        }
+        assert!((0..48).all(|h| lower.child(HugeId(h)) == Child::FREE));
     }
 }

@@ -4,6 +4,10 @@
 //! buddybench's `crash` workload; each re-executes its own binary as the worker, which calls
 //! [`run_worker_if_asked`] first thing.
 //!
+//! The zone is a [`Form`]: a persistent zone file, or LLFree over caller memory
+//! ([`LLFree::from_raw_lower`]) that is a mapping of a plain file holding the lower level
+//! alone, which both the worker and the checker build with [`Init::Recover`].
+//!
 //! The side file (a `MAP_SHARED` mapping, so every store survives the kill) holds per worker
 //! thread one `pending` word and `slots` block words. Each thread keeps the record such
 //! that, at any instruction where it may be killed, the zone holds the recorded blocks plus
@@ -19,6 +23,7 @@
 //! "orphans") total at most the pending operations' units.
 
 use std::fs::OpenOptions;
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::string::{String, ToString};
@@ -29,7 +34,7 @@ use std::{format, thread, vec};
 use memmap2::MmapMut;
 
 use super::{Durability, PersistError, PersistentLLFree, Recovery};
-use crate::llfree::Options;
+use crate::llfree::{Init, LLFree, Options, RecoverError};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::{BlockAlloc, Config};
 
@@ -65,17 +70,118 @@ pub struct Run {
     pub kill_after: Duration,
 }
 
+/// Where the worker's allocator keeps its lower level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// A persistent zone file ([`PersistentLLFree`]).
+    Zone,
+    /// LLFree over caller memory ([`LLFree::from_raw_lower`]): a `MAP_SHARED` mapping of a
+    /// file that holds the lower level alone, built with [`Init::Recover`] every time.
+    CallerMemory,
+}
+
 /// A zone file and its side file, set up for repeated injections.
 pub struct Injector {
     zone: PathBuf,
     side: PathBuf,
     plan: Plan,
+    form: Form,
+    config: Config,
+    options: Options,
+}
+
+/// LLFree over the lower level in a mapped file: the caller-memory form of a zone.
+pub struct MappedLower {
+    // Declared before `map`: the allocator borrows the mapping and must go first.
+    alloc: LLFree,
+    map: MmapMut,
+}
+
+impl MappedLower {
+    /// Creates the file at `path` (which must not exist) with every unit free.
+    fn create(path: &Path, config: Config, options: Options) -> Result<(), PersistError> {
+        let layout = LLFree::lower_layout(config).map_err(PersistError::Config)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)?;
+        file.set_len(layout.size() as u64)?;
+        MappedLower::open(path, config, options, Init::Free)?.close()
+    }
+
+    /// Maps the file at `path` and builds LLFree over it as `init` says.
+    fn open(
+        path: &Path,
+        config: Config,
+        options: Options,
+        init: Init,
+    ) -> Result<MappedLower, PersistError> {
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        // SAFETY: the file belongs to the injector, and one process at a time maps it (the
+        // checker only once the worker is dead).
+        let mut map = unsafe { MmapMut::map_mut(&file)? };
+        let base = std::ptr::NonNull::new(map.as_mut_ptr()).expect("a mapping is never at null");
+        // SAFETY: the page-aligned mapping of the whole file, ours alone while `map` lives,
+        // and `map` outlives the allocator (it is dropped after it).
+        let alloc = unsafe { LLFree::from_raw_lower(config, options, init, base, map.len()) };
+        let alloc = alloc.map_err(|e| match e {
+            RecoverError::Corrupt { frame, what } => PersistError::Corrupt { frame, what },
+            RecoverError::Config(e) => PersistError::Config(e),
+        })?;
+        Ok(MappedLower { alloc, map })
+    }
+
+    /// Drops the allocator and writes the mapping back to the file.
+    fn close(self) -> Result<(), PersistError> {
+        let MappedLower { alloc, map } = self;
+        drop(alloc);
+        map.flush()?;
+        Ok(())
+    }
+}
+
+/// A zone recovered after a kill, in its [`Form`]; dereferences to its allocator.
+pub enum Opened {
+    /// A persistent zone.
+    Zone(PersistentLLFree),
+    /// LLFree over a mapped lower level.
+    CallerMemory(MappedLower),
+}
+
+impl Opened {
+    /// Closes the zone (cleanly), or drops the allocator over caller memory and writes the
+    /// mapping back.
+    pub fn close(self) -> Result<(), PersistError> {
+        match self {
+            Opened::Zone(zone) => zone.close(),
+            Opened::CallerMemory(lower) => lower.close(),
+        }
+    }
+
+    fn blocks(&self) -> Vec<(usize, u32)> {
+        match self {
+            Opened::Zone(zone) => zone.blocks(),
+            Opened::CallerMemory(lower) => lower.alloc.blocks(),
+        }
+    }
+}
+
+impl Deref for Opened {
+    type Target = dyn BlockAlloc + Send + Sync;
+
+    fn deref(&self) -> &Self::Target {
+        match self {
+            Opened::Zone(zone) => zone,
+            Opened::CallerMemory(lower) => &lower.alloc,
+        }
+    }
 }
 
 /// The result of one injection: the recovered zone and what the worker held.
 pub struct Injection {
     /// The zone, recovered and open.
-    pub zone: PersistentLLFree,
+    pub zone: Opened,
     /// What the open found.
     pub recovery: Recovery,
     /// Blocks the worker had recorded (allocation returned, free not called).
@@ -115,22 +221,73 @@ impl Injector {
         options: Options,
         plan: Plan,
     ) -> Result<Injector, PersistError> {
+        Injector::with_form(dir, config, options, plan, Form::Zone)
+    }
+
+    /// [`Injector::new`] for a zone of the given [`Form`] (for [`Form::CallerMemory`] the
+    /// file `zone.llfree` holds the lower level alone, every unit free).
+    pub fn with_form(
+        dir: &Path,
+        config: Config,
+        options: Options,
+        plan: Plan,
+        form: Form,
+    ) -> Result<Injector, PersistError> {
         let zone = dir.join("zone.llfree");
         let side = dir.join("side.bin");
         let config = config.with_cores(plan.threads);
-        PersistentLLFree::create_with_options(&zone, config, options, Durability::None)?.close()?;
+        match form {
+            Form::Zone => {
+                PersistentLLFree::create_with_options(&zone, config, options, Durability::None)?
+                    .close()?;
+            }
+            Form::CallerMemory => MappedLower::create(&zone, config, options)?,
+        }
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
             .open(&side)?;
         file.set_len((side_words(&plan) * 8) as u64)?;
-        Ok(Injector { zone, side, plan })
+        Ok(Injector {
+            zone,
+            side,
+            plan,
+            form,
+            config,
+            options,
+        })
     }
 
     /// The zone file.
     pub fn zone_path(&self) -> &Path {
         &self.zone
+    }
+
+    /// Opens the zone after a kill, recovering it.
+    fn recover(&self) -> Result<(Opened, Recovery), PersistError> {
+        match self.form {
+            Form::Zone => {
+                let (zone, recovery) = PersistentLLFree::open_waiting(
+                    &self.zone,
+                    self.plan.threads,
+                    Durability::None,
+                    LOCK_WAIT,
+                )?;
+                Ok((Opened::Zone(zone), recovery))
+            }
+            Form::CallerMemory => {
+                let started = Instant::now();
+                let lower =
+                    MappedLower::open(&self.zone, self.config, self.options, Init::Recover)?;
+                let recovery = Recovery {
+                    clean: false,
+                    allocated_units: lower.alloc.total_units() - lower.alloc.free_units(),
+                    elapsed: started.elapsed(),
+                };
+                Ok((Opened::CallerMemory(lower), recovery))
+            }
+        }
     }
 
     /// Runs one worker with `worker` (a command running a binary that calls
@@ -140,15 +297,23 @@ impl Injector {
     pub fn inject(&self, mut worker: Command, run: Run) -> Result<Injection, String> {
         let side = Side::map(&self.side, &self.plan).map_err(|e| e.to_string())?;
         side.clear();
+        let o = &self.options;
         let spec = format!(
-            "{};{};{};{};{};{};{}",
+            "{};{};{};{};{};{};{};{};{};{};{};{};{};{}",
             self.zone.display(),
             self.side.display(),
             self.plan.threads,
             self.plan.slots,
             self.plan.max_order,
             durability_name(run.durability),
-            run.seed
+            run.seed,
+            u8::from(self.form == Form::CallerMemory),
+            self.config.units,
+            self.config.max_order,
+            o.tree_children,
+            o.allocated_below_permille,
+            o.free_above_permille,
+            o.reserve_on_free,
         );
         let mut child = worker
             .env(WORKER_ENV, spec)
@@ -176,13 +341,9 @@ impl Injector {
         if status.code().is_some() {
             return Err(format!("worker ended by itself before the kill: {status}"));
         }
-        let (zone, recovery) = PersistentLLFree::open_waiting(
-            &self.zone,
-            self.plan.threads,
-            Durability::None,
-            LOCK_WAIT,
-        )
-        .map_err(|e| format!("recovery failed: {e}"))?;
+        let (zone, recovery) = self
+            .recover()
+            .map_err(|e| format!("recovery failed: {e}"))?;
         if recovery.clean {
             return Err("a killed zone opened as clean".into());
         }
@@ -346,7 +507,9 @@ pub fn run_worker_if_asked() {
 
 fn worker(spec: &str) -> Result<(), String> {
     let f: Vec<&str> = spec.split(';').collect();
-    let [zone, side, threads, slots, max_order, durability, seed] = f[..] else {
+    let [zone, side, threads, slots, max_order, durability, seed, memory, units, zone_order, children, below, above, reserve] =
+        f[..]
+    else {
         return Err(format!("bad {WORKER_ENV}: {spec}"));
     };
     let num = |s: &str| s.parse::<u64>().map_err(|e| format!("{s}: {e}"));
@@ -361,17 +524,41 @@ fn worker(spec: &str) -> Result<(), String> {
         _ => Durability::None,
     };
     let seed = num(seed)?;
-    let (zone, recovery) =
-        PersistentLLFree::open_waiting(zone, plan.threads, durability, LOCK_WAIT)
-            .map_err(|e| e.to_string())?;
-    if !recovery.clean {
-        return Err("the zone was not closed before the worker started".into());
-    }
+    let zone = match memory {
+        "1" => {
+            let config =
+                Config::new(num(units)? as usize, num(zone_order)? as u32).with_cores(plan.threads);
+            let options = Options {
+                tree_children: num(children)? as usize,
+                allocated_below_permille: num(below)? as usize,
+                free_above_permille: num(above)? as usize,
+                reserve_on_free: num(reserve)? as u32,
+            };
+            // The checker left it whole; recovery is how it is taken every time.
+            let lower = MappedLower::open(Path::new(zone), config, options, Init::Recover)
+                .map_err(|e| e.to_string())?;
+            if lower.alloc.free_units() != config.units {
+                return Err("the lower level was not whole before the worker started".into());
+            }
+            Opened::CallerMemory(lower)
+        }
+        _ => {
+            let (zone, recovery) =
+                PersistentLLFree::open_waiting(zone, plan.threads, durability, LOCK_WAIT)
+                    .map_err(|e| e.to_string())?;
+            if !recovery.clean {
+                return Err("the zone was not closed before the worker started".into());
+            }
+            Opened::Zone(zone)
+        }
+    };
+    let opened = zone;
+    let zone: &(dyn BlockAlloc + Send + Sync) = &*opened;
     let side = Side::map(Path::new(side), &plan).map_err(|e| e.to_string())?;
     let deadline = Instant::now() + WORKER_LIFETIME;
     thread::scope(|s| {
         for t in 0..plan.threads {
-            let (zone, side) = (&zone, &side);
+            let side = &side;
             s.spawn(move || work(zone, side, &plan, seed, t, deadline));
         }
     });
@@ -388,7 +575,14 @@ const BULK: usize = 8;
 
 /// One worker thread: random allocations and frees, single and in bulk, recorded as the
 /// module doc says.
-fn work(zone: &PersistentLLFree, side: &Side, plan: &Plan, seed: u64, t: usize, deadline: Instant) {
+fn work(
+    zone: &(dyn BlockAlloc + Send + Sync),
+    side: &Side,
+    plan: &Plan,
+    seed: u64,
+    t: usize,
+    deadline: Instant,
+) {
     let (pending, slots) = side.thread(plan, t);
     let mut rng = seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut next = move || {

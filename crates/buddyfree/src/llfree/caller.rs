@@ -1,0 +1,300 @@
+//! LLFree over a lower level in memory the caller owns: a kernel that keeps the bit fields
+//! and child entries in memory it mapped itself (persistent memory, or memory that survives
+//! a warm reboot) builds the allocator over them at every boot, and after a crash rebuilds
+//! it from what they hold (§3.2.3 of the LLFree paper).
+//!
+//! ```text
+//! caller's memory (kept): | bit fields: 16 words per huge frame | child entries | (64-aligned)
+//! heap or caller memory:  | tree entries | per-core reservations |  (rebuilt every time)
+//! ```
+//!
+//! The lower level holds no pointers and no per-run state, so its bytes mean the same to
+//! every run over the same number of units ([`LLFree::lower_layout`] depends on nothing
+//! else). How it is taken is an [`Init`]: overwritten with every unit free or every unit
+//! allocated, or recovered: the bit fields and huge flags are the truth, the child counters
+//! are rebuilt from them, and what an operation cut off by a crash left taken but named by
+//! no block becomes order-0 blocks (or order-9 blocks, for whole frames) that nobody holds
+//! (`lower/recover.rs`). The upper level (tree counters, reservations) is always built anew
+//! from the child counters.
+//!
+//! The file-backed zone ([`persist`](super::persist)) is this constructor over a file
+//! mapping, with a header, a lock and a write-back per operation around it.
+//!
+//! # Safety contract
+//! The memory must stay valid, and be read or written by nothing else (no other allocator,
+//! thread, device or process), for as long as the allocator lives; once it is dropped the
+//! memory holds the lower level as the allocator left it (what [`Init::Recover`] reads at
+//! the next build). Any bytes are memory-safe: recovery checks every frame before it changes
+//! any, and a state no run of the allocator leaves is [`RecoverError::Corrupt`] with the
+//! memory untouched.
+
+use core::alloc::Layout;
+use core::ptr::NonNull;
+
+#[cfg(feature = "alloc")]
+use alloc::vec::Vec;
+
+use super::lines::Line;
+use super::lower::{Fill, Lower};
+use super::{LLFree, Options, Upper, Volatile, WriteBack};
+use crate::table::{check_memory, Metadata, Plan};
+use crate::{Config, Error};
+
+/// How [`LLFree::from_raw_lower`] takes the caller's lower level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Init {
+    /// Every unit free: the memory is overwritten, whatever it held.
+    Free,
+    /// Every unit allocated, each as an order-0 block (free what is free with
+    /// `free_bulk` of order 0, a bit-field word at a time): the memory is overwritten.
+    Allocated,
+    /// The memory holds the lower level of an earlier allocator over the same number of
+    /// units, cleanly dropped or cut off by a crash at any instruction: every block whose
+    /// allocation returned and whose free was not called is allocated with its order; the
+    /// block of an operation in flight may be lost (listed by [`LLFree::blocks`] as order-0
+    /// blocks, or order-9 blocks for frames taken whole, to be freed as such).
+    Recover,
+}
+
+/// How the lower level is taken: an [`Init`], or (the file-backed zone's clean open, after
+/// its checksum matched) exactly as a clean shutdown left it, child counters trusted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Start {
+    Init(Init),
+    #[cfg_attr(not(feature = "persist"), allow(dead_code))]
+    Clean,
+}
+
+impl From<Init> for Start {
+    fn from(init: Init) -> Start {
+        Start::Init(init)
+    }
+}
+
+/// Why LLFree cannot be built over the caller's lower level.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecoverError {
+    /// A configuration LLFree refuses, memory too small or misaligned
+    /// ([`Error::MetadataTooSmall`], [`Error::MetadataMisaligned`]), or no memory for the
+    /// upper level; nothing was written.
+    Config(Error),
+    /// [`Init::Recover`] found a state no run of the allocator leaves (damage, or a lower
+    /// level of another size); nothing was written.
+    Corrupt {
+        /// The huge frame.
+        frame: usize,
+        /// What is wrong with it.
+        what: &'static str,
+    },
+}
+
+impl From<Error> for RecoverError {
+    fn from(e: Error) -> Self {
+        RecoverError::Config(e)
+    }
+}
+
+impl core::fmt::Display for RecoverError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            RecoverError::Config(e) => write!(f, "LLFree over caller memory: {e}"),
+            RecoverError::Corrupt { frame, what } => {
+                write!(
+                    f,
+                    "LLFree lower level damaged at huge frame {frame}: {what}"
+                )
+            }
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for RecoverError {}
+
+/// The alignment of the lower level: a cache line.
+const LOWER_ALIGN: usize = core::mem::align_of::<Line>();
+
+impl LLFree {
+    /// The bytes and alignment (64) of the lower level of LLFree over `config`, for
+    /// [`LLFree::from_raw_lower`]: bit fields and child entries, 66 KiB per GiB of 4 KiB
+    /// units. Depends on `config.units` alone.
+    ///
+    /// ```
+    /// use buddyfree::llfree::LLFree;
+    /// use buddyfree::Config;
+    ///
+    /// let layout = LLFree::lower_layout(Config::new(1 << 18, 10))?;
+    /// assert_eq!((layout.size(), layout.align()), (66 << 10, 64));
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
+    pub fn lower_layout(config: Config) -> Result<Layout, Error> {
+        config.validate()?;
+        Layout::from_size_align(Lower::bytes(config.units), LOWER_ALIGN)
+            .map_err(|_| crate::ConfigRule::MetadataOverflow.into())
+    }
+
+    /// The bytes and alignment of the upper level (tree entries, per-core reservations) of
+    /// LLFree over `config` tuned by `options`, for [`LLFree::from_raw_parts`].
+    pub fn upper_layout(config: Config, options: Options) -> Result<Layout, Error> {
+        LLFree::check(config, options)?;
+        let mut plan = Plan::new();
+        Upper::plan(&mut plan, config, options)?;
+        plan.layout()
+    }
+
+    /// LLFree over `config` tuned by `options`, its lower level in the caller's `len` bytes
+    /// at `lower` (at least [`LLFree::lower_layout`], 64-aligned), taken as `init` says; its
+    /// upper level on the heap, built from the lower level with no reservations.
+    ///
+    /// ```
+    /// use buddyfree::llfree::{Init, LLFree, Options};
+    /// use buddyfree::{BlockAlloc, Config};
+    ///
+    /// let config = Config::new(1 << 12, 10).with_cores(2);
+    /// let layout = LLFree::lower_layout(config)?;
+    /// // Memory the caller keeps (persistent memory, say); here from the system allocator.
+    /// // SAFETY: the layout is not empty.
+    /// let lower = std::ptr::NonNull::new(unsafe { std::alloc::alloc(layout) }).unwrap();
+    /// let options = Options::for_config(config);
+    /// // SAFETY: `layout.size()` bytes, ours alone until freed below.
+    /// let a = unsafe { LLFree::from_raw_lower(config, options, Init::Free, lower, layout.size())? };
+    /// let block = a.alloc(3, 0)?;
+    /// drop(a); // as a crash would leave it: the block is still allocated
+    /// // SAFETY: as above; the memory holds the lower level the allocator left.
+    /// let a = unsafe { LLFree::from_raw_lower(config, options, Init::Recover, lower, layout.size())? };
+    /// assert_eq!(a.block_of(block + 1)?, Some((block, 3)));
+    /// a.free(block, 3, 0)?;
+    /// drop(a);
+    /// // SAFETY: allocated above with this layout; the allocator is gone.
+    /// unsafe { std::alloc::dealloc(lower.as_ptr(), layout) };
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Safety
+    /// `lower` must be valid for reads and writes of `len` bytes (initialised, for
+    /// [`Init::Recover`]; any bytes), and read or written by nothing else (no other
+    /// allocator, thread, device or process), for as long as the allocator lives. Once it
+    /// is dropped the memory holds the lower level as the allocator left it, which
+    /// [`Init::Recover`] reads at the next build. Its alignment (64) and size are checked:
+    /// [`Error::MetadataMisaligned`] and [`Error::MetadataTooSmall`], nothing written.
+    #[cfg(feature = "alloc")]
+    pub unsafe fn from_raw_lower(
+        config: Config,
+        options: Options,
+        init: Init,
+        lower: NonNull<u8>,
+        len: usize,
+    ) -> Result<LLFree, RecoverError> {
+        // SAFETY: passed on to our caller.
+        unsafe {
+            LLFree::over_raw(
+                config,
+                options,
+                Start::Init(init),
+                (lower, len),
+                Volatile,
+                None,
+            )
+        }
+    }
+
+    /// As [`LLFree::from_raw_lower`] over a `'static` exclusive borrow, which keeps the
+    /// memory the allocator's for good.
+    #[cfg(feature = "alloc")]
+    pub fn in_lower(
+        config: Config,
+        options: Options,
+        init: Init,
+        lower: &'static mut [u8],
+    ) -> Result<LLFree, RecoverError> {
+        let len = lower.len();
+        // SAFETY: a `'static` exclusive borrow of initialised bytes: valid, and ours alone,
+        // forever.
+        unsafe { LLFree::from_raw_lower(config, options, init, NonNull::from(lower).cast(), len) }
+    }
+
+    /// As [`LLFree::from_raw_lower`], with the upper level too in the caller's memory: the
+    /// `upper_len` bytes at `upper` (at least [`LLFree::upper_layout`], at its alignment),
+    /// free again once the allocator is dropped. No heap at all.
+    ///
+    /// # Safety
+    /// As for [`LLFree::from_raw_lower`], for both `lower` and `upper`, which must not
+    /// overlap.
+    pub unsafe fn from_raw_parts(
+        config: Config,
+        options: Options,
+        init: Init,
+        lower: NonNull<u8>,
+        lower_len: usize,
+        upper: NonNull<u8>,
+        upper_len: usize,
+    ) -> Result<LLFree, RecoverError> {
+        let lower = (lower, lower_len);
+        let upper = Some((upper, upper_len));
+        // SAFETY: passed on to our caller.
+        unsafe { LLFree::over_raw(config, options, Start::Init(init), lower, Volatile, upper) }
+    }
+}
+
+impl<W: WriteBack> LLFree<W> {
+    /// The constructor behind [`LLFree::from_raw_lower`], [`LLFree::from_raw_parts`] and the
+    /// file-backed zone: checks the configuration and the memory, takes the lower level as
+    /// `start` says (writing back through `write_back`), then builds the upper level in
+    /// `upper` or, `None`, on the heap. Nothing is written before every check passed.
+    ///
+    /// # Safety
+    /// As for [`LLFree::from_raw_parts`].
+    pub(crate) unsafe fn over_raw(
+        config: Config,
+        options: Options,
+        start: Start,
+        (lower, len): (NonNull<u8>, usize),
+        write_back: W,
+        upper: Option<(NonNull<u8>, usize)>,
+    ) -> Result<LLFree<W>, RecoverError> {
+        LLFree::check(config, options)?;
+        check_memory(LLFree::lower_layout(config)?, lower, len)?;
+        let mut plan = Plan::new();
+        let parts = Upper::plan(&mut plan, config, options)?;
+        let meta = match upper {
+            // SAFETY: passed on to our caller.
+            Some((base, len)) => unsafe { Metadata::caller(&plan, base, len)? },
+            #[cfg(feature = "alloc")]
+            None => Metadata::heap(),
+            #[cfg(not(feature = "alloc"))]
+            None => unreachable!("an upper level on the heap needs the `alloc` feature"),
+        };
+        let fill = match start {
+            Start::Init(Init::Free) => Some(Fill::Free),
+            Start::Init(Init::Allocated) => Some(Fill::Allocated),
+            Start::Init(Init::Recover) | Start::Clean => None,
+        };
+        // SAFETY: checked above to be 64-aligned (as `Line` is) and at least
+        // `Lower::bytes(units)` long; valid and ours alone by our caller's contract.
+        let lower =
+            unsafe { Lower::in_place(lower.cast::<Line>(), config.units, fill, write_back) };
+        if start == Start::Init(Init::Recover) {
+            lower
+                .recover(config.units, config.max_order)
+                .map_err(|c| RecoverError::Corrupt {
+                    frame: c.frame,
+                    what: c.what,
+                })?;
+        }
+        Ok(LLFree::on(config, options, lower, &meta, parts)?)
+    }
+
+    /// Every block the lower level holds, as `(index, order)`, in address order (the
+    /// walk [`BlockAlloc::next_block`](crate::BlockAlloc::next_block) does one block at a
+    /// time). After [`Init::Recover`] this is how a user finds the units lost by operations
+    /// in flight at a crash (those its own records do not hold), to free them. Only
+    /// meaningful while no operation is running.
+    #[cfg(feature = "alloc")]
+    #[must_use]
+    pub fn blocks(&self) -> Vec<(usize, u32)> {
+        let mut blocks = Vec::new();
+        self.lower.blocks(self.units, |i, o| blocks.push((i, o)));
+        blocks
+    }
+}

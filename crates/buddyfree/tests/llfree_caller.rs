@@ -1,0 +1,283 @@
+//! LLFree over a lower level in memory the caller owns (`LLFree::from_raw_lower`,
+//! `from_raw_parts`): every `Init`, recovery of what an earlier allocator left (blocks of
+//! every order, spans of whole frames among them), refused memory, damaged memory. Small
+//! heaps, so that Miri runs these (scripts/miri.sh).
+
+mod common;
+
+use std::ptr::NonNull;
+
+use buddyfree::llfree::{Init, LLFree, Options, RecoverError};
+use buddyfree::{BlockAlloc, Config, Error};
+
+/// Memory for a lower level: cache lines, so 64-aligned.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+/// Memory for an upper level: as aligned as its per-core lines (128 on x86_64).
+#[derive(Clone, Copy)]
+#[repr(C, align(128))]
+struct Wide([u8; 128]);
+
+struct Memory(Vec<Line>);
+
+impl Memory {
+    fn for_config(config: Config) -> Memory {
+        let layout = LLFree::lower_layout(config).unwrap();
+        assert_eq!(layout.align(), 64);
+        Memory(vec![Line([0xA5; 64]); layout.size().div_ceil(64)])
+    }
+
+    fn bytes(&self) -> usize {
+        self.0.len() * 64
+    }
+
+    fn ptr(&mut self) -> NonNull<u8> {
+        NonNull::from(&mut self.0[..]).cast()
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        self.0.iter().flat_map(|l| l.0).collect()
+    }
+
+    /// LLFree over this memory, taken as `init` says, its upper level on the heap.
+    fn build(
+        &mut self,
+        config: Config,
+        options: Options,
+        init: Init,
+    ) -> Result<LLFree, RecoverError> {
+        let len = self.bytes();
+        // SAFETY: `len` bytes of this vector, which outlives every allocator the tests
+        // build over it, and which nothing else touches while one lives.
+        unsafe { LLFree::from_raw_lower(config, options, init, self.ptr(), len) }
+    }
+}
+
+/// Trees of 4 frames: orders up to 11 (a whole tree).
+fn options() -> Options {
+    Options {
+        tree_children: 4,
+        ..Options::default()
+    }
+}
+
+/// 9 huge frames and a part of a tenth: three trees, the last one partial.
+fn config() -> Config {
+    Config::new(9 * 512 + 300, 11).with_cores(2)
+}
+
+/// Allocates blocks of every order from 0 to 11 (spans of whole frames included).
+fn allocate_some(alloc: &LLFree) -> Vec<(usize, u32)> {
+    let mut blocks: Vec<(usize, u32)> = [11, 10, 9, 8, 7, 6, 5, 3, 1, 0, 0, 4]
+        .into_iter()
+        .map(|order| (alloc.alloc(order, order as usize % 2).unwrap(), order))
+        .collect();
+    blocks.sort_unstable();
+    blocks
+}
+
+/// An allocator dropped without freeing (as a crash or a reboot leaves the memory) is
+/// rebuilt by `Init::Recover` with every block and its order, the same free count, and
+/// the blocks free exactly once; then it is whole. A second recovery of a whole lower
+/// level changes no byte.
+#[test]
+fn recovery_finds_every_block_an_earlier_allocator_left() {
+    let config = config();
+    let mut memory = Memory::for_config(config);
+    let alloc = memory.build(config, options(), Init::Free).unwrap();
+    assert_eq!(alloc.free_units(), config.units);
+    let blocks = allocate_some(&alloc);
+    let free = alloc.free_units();
+    drop(alloc);
+    let alloc = memory.build(config, options(), Init::Recover).unwrap();
+    assert_eq!(alloc.blocks(), blocks);
+    assert_eq!(alloc.free_units(), free);
+    for &(index, order) in &blocks {
+        assert_eq!(
+            alloc.block_of(index + (1 << order) - 1),
+            Ok(Some((index, order)))
+        );
+        assert!(alloc.free(index, order + 1, 0).is_err());
+        assert_eq!(alloc.free_units(), free);
+    }
+    for &(index, order) in &blocks {
+        alloc.free(index, order, 0).unwrap();
+        assert_eq!(alloc.free(index, order, 1), Err(Error::NotAllocated));
+    }
+    common::assert_whole(&alloc);
+    drop(alloc);
+    let whole = memory.snapshot();
+    let alloc = memory.build(config, options(), Init::Recover).unwrap();
+    assert_eq!(alloc.free_units(), config.units);
+    drop(alloc);
+    assert_eq!(
+        memory.snapshot(),
+        whole,
+        "recovery of a whole level changed it"
+    );
+}
+
+/// `Init::Allocated`: every unit an order-0 block, whatever the memory held; freed in bulk
+/// (a bit-field word at a time) it is whole. `Init::Free` over a level full of blocks
+/// forgets them.
+#[test]
+fn all_allocated_frees_unit_by_unit_and_all_free_forgets() {
+    let config = config();
+    let mut memory = Memory::for_config(config);
+    let alloc = memory.build(config, options(), Init::Free).unwrap();
+    allocate_some(&alloc);
+    drop(alloc);
+    let alloc = memory.build(config, options(), Init::Allocated).unwrap();
+    assert_eq!(alloc.free_units(), 0);
+    assert_eq!(alloc.alloc(0, 0), Err(Error::OutOfMemory));
+    let units: Vec<usize> = (0..config.units).collect();
+    assert_eq!(
+        alloc.blocks(),
+        units.iter().map(|&u| (u, 0)).collect::<Vec<_>>()
+    );
+    assert_eq!(alloc.free(0, 1, 0), Err(Error::OrderMismatch));
+    alloc.free_bulk(&units, 0, 0).unwrap();
+    common::assert_whole(&alloc);
+    allocate_some(&alloc);
+    drop(alloc);
+    let alloc = memory.build(config, options(), Init::Free).unwrap();
+    assert_eq!(alloc.free_units(), config.units);
+    assert!(alloc.blocks().is_empty());
+    common::assert_whole(&alloc);
+}
+
+/// The upper level in caller memory too: no heap for the allocator's tables. Too little or
+/// misaligned memory, for either level, is refused with the memory untouched.
+#[test]
+fn both_levels_in_caller_memory_and_bad_memory_is_refused() {
+    let config = config();
+    let mut lower = Memory::for_config(config);
+    let upper_layout = LLFree::upper_layout(config, options()).unwrap();
+    let mut upper = vec![Wide([0; 128]); upper_layout.size().div_ceil(128)];
+    assert!(upper_layout.align() <= 128);
+    let upper_ptr = NonNull::from(&mut upper[..]).cast::<u8>();
+    let before = lower.snapshot();
+    let (lower_ptr, lower_len) = (lower.ptr(), lower.bytes());
+    let build = |lower: NonNull<u8>, lower_len: usize, upper_len: usize| {
+        // SAFETY: both vectors outlive every allocator built here and are used by nothing
+        // else meanwhile; the lengths are at most theirs.
+        unsafe {
+            LLFree::from_raw_parts(
+                config,
+                options(),
+                Init::Free,
+                lower,
+                lower_len,
+                upper_ptr,
+                upper_len,
+            )
+        }
+    };
+    let refused = |e: Error| Err::<(), _>(RecoverError::Config(e));
+    assert_eq!(
+        build(lower_ptr, lower_len - 64, upper_layout.size()).map(drop),
+        refused(Error::MetadataTooSmall)
+    );
+    // SAFETY: one byte into the vector, still inside it.
+    let odd = unsafe { lower_ptr.add(8) };
+    assert_eq!(
+        build(odd, lower_len - 64, upper_layout.size()).map(drop),
+        refused(Error::MetadataMisaligned)
+    );
+    assert_eq!(
+        build(lower_ptr, lower_len, upper_layout.size() - 1).map(drop),
+        refused(Error::MetadataTooSmall)
+    );
+    assert_eq!(lower.snapshot(), before, "a refused build wrote");
+    let alloc = build(lower_ptr, lower_len, upper_layout.size()).unwrap();
+    let blocks = allocate_some(&alloc);
+    drop(alloc);
+    // SAFETY: as above.
+    let alloc = unsafe {
+        LLFree::from_raw_parts(
+            config,
+            options(),
+            Init::Recover,
+            lower_ptr,
+            lower_len,
+            upper_ptr,
+            upper_layout.size(),
+        )
+    }
+    .unwrap();
+    assert_eq!(alloc.blocks(), blocks);
+    for (index, order) in blocks {
+        alloc.free(index, order, 0).unwrap();
+    }
+    common::assert_whole(&alloc);
+}
+
+/// Recovery of memory that holds no lower level of this size, or one with a block above the
+/// largest order: `Corrupt`, with the memory untouched; garbage is never memory-unsafe, and
+/// where it happens to read as a lower level the allocator is consistent.
+#[test]
+fn damaged_memory_is_refused_untouched_or_consistent() {
+    let config = config();
+    let mut memory = Memory::for_config(config);
+    let alloc = memory.build(config, options(), Init::Free).unwrap();
+    let span = alloc.alloc(11, 0).unwrap();
+    drop(alloc);
+    let before = memory.snapshot();
+    let smaller = Config::new(config.units, 10).with_cores(2);
+    let got = memory.build(smaller, options(), Init::Recover).map(drop);
+    assert!(
+        matches!(
+            got,
+            Err(RecoverError::Corrupt {
+                what: "a block above the largest order",
+                ..
+            })
+        ),
+        "{got:?}"
+    );
+    assert_eq!(memory.snapshot(), before);
+    let alloc = memory.build(config, options(), Init::Recover).unwrap();
+    alloc.free(span, 11, 0).unwrap();
+    drop(alloc);
+    // Whole frames only, so that no padding makes every noisy level damaged.
+    let config = Config::new(8 * 512, 11).with_cores(2);
+    let mut seed = 0x1234_5678_9ABC_DEF1u64;
+    let mut opened = 0;
+    for round in 0..8 {
+        let mut memory = Memory::for_config(config);
+        for line in &mut memory.0 {
+            for b in &mut line.0 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                // Mostly zeros (free units, empty child entries), some noise.
+                *b = if seed.is_multiple_of(8) {
+                    seed as u8
+                } else {
+                    0
+                };
+            }
+        }
+        let before = memory.snapshot();
+        match memory.build(config, options(), Init::Recover) {
+            Err(RecoverError::Corrupt { .. }) => {
+                assert_eq!(memory.snapshot(), before, "round {round}")
+            }
+            Err(e) => panic!("round {round}: {e}"),
+            Ok(alloc) => {
+                opened += 1;
+                let blocks = alloc.blocks();
+                let taken: usize = blocks.iter().map(|&(_, o)| 1usize << o).sum();
+                assert_eq!(alloc.free_units() + taken, config.units, "round {round}");
+                for (index, order) in blocks {
+                    alloc.free(index, order, 0).unwrap();
+                }
+                common::assert_whole(&alloc);
+            }
+        }
+    }
+    // Not about the allocator: the noise must leave some levels to recover.
+    eprintln!("{opened} of 8 noisy levels recovered");
+}
