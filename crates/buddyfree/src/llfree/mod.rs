@@ -51,10 +51,12 @@
 mod atomic;
 mod bitfield;
 mod child;
+mod classes;
 mod lines;
 mod local;
 mod lower;
 mod moves;
+mod online;
 #[cfg(all(feature = "persist", not(loom)))]
 pub mod persist;
 mod trees;
@@ -71,11 +73,14 @@ use crate::sync::{spin_loop, CachePadded};
 #[cfg(feature = "alloc")]
 use crate::table::build_on_heap;
 use crate::table::{Metadata, Part, Plan, Table};
-use crate::{check_block, BlockAlloc, Capabilities, Config, ConfigRule, Error};
+use crate::{check_block, BlockAlloc, Capabilities, Class, Config, ConfigRule, Error};
+use classes::Classes;
+pub use classes::{Access, Policy};
 use lines::Line;
 use local::{Local, Reservation};
 use lower::Lower;
 use moves::Moves;
+pub use online::TreeState;
 use trees::Trees;
 pub use writeback::{Volatile, WriteBack};
 
@@ -169,7 +174,11 @@ impl Options {
 pub struct LLFree<W: WriteBack = Volatile> {
     lower: Lower<W>,
     trees: Trees,
+    /// One reservation per core and tree class: core `c`'s of class `k` at `c * classes + k`.
     locals: Table<CachePadded<Local>>,
+    cores: usize,
+    /// The classes of trees and the policy between them (`classes.rs`).
+    classes: Classes,
     units: usize,
     max_order: u32,
     tree_children: usize,
@@ -187,19 +196,37 @@ pub(crate) struct Parts {
     upper: Upper,
 }
 
-/// Where the upper level's tables lie.
+/// Where the upper level's tables lie, and the classes of its trees.
 pub(crate) struct Upper {
     trees: Part<AtomicU32>,
     locals: Part<CachePadded<Local>>,
+    policy: Policy,
 }
 
 impl Upper {
-    /// Places the upper level of LLFree over `config` tuned by `options` in `plan`.
+    /// Places the upper level of LLFree over `config` tuned by `options` in `plan`, with one
+    /// class of trees.
     fn plan(plan: &mut Plan, config: Config, options: Options) -> Result<Upper, Error> {
+        Upper::plan_with(plan, config, options, Policy::single())
+    }
+
+    /// As [`Upper::plan`], with the classes of `policy`: a reservation per core and class.
+    fn plan_with(
+        plan: &mut Plan,
+        config: Config,
+        options: Options,
+        policy: Policy,
+    ) -> Result<Upper, Error> {
         let huges = config.units.div_ceil(HUGE_UNITS);
+        let classes = usize::from(policy.classes());
+        let locals = config
+            .cores
+            .checked_mul(classes)
+            .ok_or(ConfigRule::MetadataOverflow)?;
         Ok(Upper {
             trees: plan.add(huges.div_ceil(options.tree_children))?,
-            locals: plan.add(config.cores)?,
+            locals: plan.add(locals)?,
+            policy,
         })
     }
 }
@@ -215,7 +242,28 @@ impl LLFree {
     /// LLFree with the given tuning, its metadata on the heap.
     #[cfg(feature = "alloc")]
     pub fn with_options(config: Config, options: Options) -> Result<LLFree, Error> {
-        build_on_heap(LLFree::plan(config, options), |parts, meta| {
+        LLFree::with_policy(config, options, Policy::single())
+    }
+
+    /// LLFree with the given tuning and classes of trees ([`Policy`]), its metadata on the
+    /// heap: [`BlockAlloc::alloc_class`] places each class of request in trees of its own.
+    ///
+    /// ```
+    /// use buddyfree::llfree::{LLFree, Options, Policy};
+    /// use buddyfree::{BlockAlloc, Class, Config};
+    ///
+    /// let config = Config::new(1 << 14, 10).with_cores(2);
+    /// let options = Options::for_config(config);
+    /// let a = LLFree::with_policy(config, options, Policy::unmovable_movable_huge())?;
+    /// let page = a.alloc_class(0, Class::UNMOVABLE, 0)?;
+    /// let user = a.alloc(0, 0)?; // movable
+    /// assert_ne!(page / (1 << 13), user / (1 << 13), "trees of 8192 units, one per class");
+    /// assert_eq!(a.free_units_of(Class::UNMOVABLE), (1 << 13) - 1);
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
+    #[cfg(feature = "alloc")]
+    pub fn with_policy(config: Config, options: Options, policy: Policy) -> Result<LLFree, Error> {
+        build_on_heap(LLFree::plan_with(config, options, policy), |parts, meta| {
             LLFree::build(config, parts, meta)
         })
     }
@@ -229,10 +277,15 @@ impl LLFree {
     /// Lays out the metadata of LLFree over `config` tuned by `options`: the lower level's
     /// lines, the tree entries and the per-core state.
     fn plan(config: Config, options: Options) -> Result<(Plan, Parts), Error> {
+        LLFree::plan_with(config, options, Policy::single())
+    }
+
+    /// [`LLFree::plan`] with the classes of `policy`.
+    fn plan_with(config: Config, options: Options, policy: Policy) -> Result<(Plan, Parts), Error> {
         LLFree::check(config, options)?;
         let mut plan = Plan::new();
         let lower = Lower::plan(&mut plan, config.units)?;
-        let upper = Upper::plan(&mut plan, config, options)?;
+        let upper = Upper::plan_with(&mut plan, config, options, policy)?;
         Ok((
             plan,
             Parts {
@@ -257,10 +310,10 @@ impl LLFree {
         }
         let children = options.tree_children;
         let odd_pairs = config.max_order == MAX_ORDER && children < 2;
-        // Tree counters are 31 bits (the top bit is the reserved flag).
+        // Tree counters are 27 bits (the bits above are the flags and the class).
         let too_large = children
             .checked_mul(HUGE_UNITS)
-            .is_none_or(|u| u >= 1 << 31);
+            .is_none_or(|u| u >= trees::TREE_UNITS_LIMIT);
         if !children.is_power_of_two() || odd_pairs || too_large {
             return Err(ConfigRule::TreeChildren.into());
         }
@@ -302,14 +355,17 @@ impl<W: WriteBack> LLFree<W> {
         let tree_units = children * HUGE_UNITS;
         let permille = |p: usize| tree_units * p / 1000;
         let huges = lower.huges();
+        let classes = Classes::new(upper.policy);
         let trees = Trees::new(
             meta,
             upper.trees,
+            (tree_units, config.units),
             |t| {
                 (t * children..((t + 1) * children).min(huges))
                     .map(|h| lower.child(HugeId(h)).free())
                     .sum()
             },
+            classes.initial(),
             (
                 permille(options.allocated_below_permille),
                 permille(options.free_above_permille),
@@ -319,6 +375,8 @@ impl<W: WriteBack> LLFree<W> {
             lower,
             trees,
             locals: meta.table(upper.locals, |_| CachePadded::new(Local::new()))?,
+            cores: config.cores,
+            classes,
             units: config.units,
             max_order: config.max_order,
             tree_children: children,
@@ -333,9 +391,16 @@ impl<W: WriteBack> LLFree<W> {
         self.free_per_huge().filter(|&f| f == HUGE_UNITS).count()
     }
 
-    /// Free units per huge frame (512 units; the last one may be smaller), in address order.
+    /// Free units per huge frame (512 units; the last one may be smaller), in address order;
+    /// 0 for the frames of offline trees, which nothing can allocate.
     pub fn free_per_huge(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..self.lower.huges()).map(|h| self.lower.child(HugeId(h)).free())
+        (0..self.lower.huges()).map(|h| {
+            let t = TreeId(h / self.tree_children);
+            match self.trees.get(t).offline() {
+                true => 0,
+                false => self.lower.child(HugeId(h)).free(),
+            }
+        })
     }
 
     /// Free units per tree (its counter plus the counter of the core holding it).
@@ -355,7 +420,13 @@ impl<W: WriteBack> LLFree<W> {
 
     /// The core hint, reduced to a core.
     fn core(&self, core: usize) -> usize {
-        crate::core_slot(core, self.locals.len())
+        crate::core_slot(core, self.cores)
+    }
+
+    /// The reservations of `core` (one per class), as indices into `locals`.
+    fn slots_of(&self, core: usize) -> core::ops::Range<usize> {
+        let first = core * self.classes.count();
+        first..first + self.classes.count()
     }
 
     fn tree_of(&self, index: usize) -> TreeId {
@@ -395,13 +466,24 @@ impl<W: WriteBack> LLFree<W> {
         None
     }
 
-    /// Puts `n` units of `t` back: into `cP` of `core` if it holds `t`, else into `cU`.
+    /// Puts `n` units of `t` back: into `cP` of `core` if one of its reservations is `t`,
+    /// else into `cU`.
     fn credit(&self, core: usize, t: TreeId, n: usize) -> bool {
-        let local = self.locals[core].add(t, n);
+        let local = self.slots_of(core).any(|l| self.locals[l].add(t, n));
         if !local {
             self.trees.add(t, n);
         }
         local
+    }
+
+    /// Puts `n` units of `t` back: into `cP` of the reservation `local` if it is `t`, else
+    /// into `cU`.
+    fn credit_local(&self, local: usize, t: TreeId, n: usize) -> bool {
+        let held = self.locals[local].add(t, n);
+        if !held {
+            self.trees.add(t, n);
+        }
+        held
     }
 
     /// Ends a reservation swapped out of a core; says whether there was one (whether a count
@@ -416,20 +498,20 @@ impl<W: WriteBack> LLFree<W> {
         }
     }
 
-    /// Makes `t` (reserved by the caller, with `free` units moved out) the tree of `core`.
-    /// Only inside a move begun before `t` was reserved.
-    fn install(&self, core: usize, t: TreeId, free: usize) {
-        let local = &self.locals[core];
+    /// Makes `t` (reserved by the caller, with `free` units moved out) the tree of the
+    /// reservation `local`. Only inside a move begun before `t` was reserved.
+    fn install(&self, local: usize, t: TreeId, free: usize) {
+        let local = &self.locals[local];
         let first = self.children(t).start * HUGE_UNITS;
         local.last.store(first as u64, Ordering::Relaxed);
         self.release(local.swap(Reservation::new(t, free)));
     }
 
-    /// Swaps every reservation out (except `keep`'s) and gives it back to its tree; says
-    /// whether any was there. Only inside a move.
+    /// Swaps every reservation out (except those of core `keep`) and gives it back to its
+    /// tree; says whether any was there. Only inside a move.
     fn release_all(&self, keep: Option<usize>) -> bool {
         let mut moved = false;
-        for core in 0..self.locals.len() {
+        for core in 0..self.cores {
             if Some(core) != keep {
                 moved |= self.release_core(core);
             }
@@ -437,37 +519,60 @@ impl<W: WriteBack> LLFree<W> {
         moved
     }
 
-    /// Swaps `core`'s reservation out and gives it back to its tree; says whether there was
-    /// one. Only inside a move.
+    /// Swaps `core`'s reservations out and gives them back to their trees; says whether
+    /// there was one. Only inside a move.
     fn release_core(&self, core: usize) -> bool {
-        self.release(self.locals[core].swap(Reservation::NONE))
+        let mut moved = false;
+        for local in self.slots_of(core) {
+            moved |= self.release(self.locals[local].swap(Reservation::NONE));
+        }
+        moved
     }
 
-    /// Fig. 14a (1b): reserves a new tree for `core` with room for `n` units, stealing the
-    /// reservations of the other cores as a last resort (step 4 of §3.2.2).
-    fn reserve(&self, core: usize, n: usize, order: u32, near: usize) -> bool {
+    /// Fig. 14a (1b): reserves a new tree of class `class` for the reservation `local` of
+    /// `core` with room for `n` units (a tree of that class, or one the policy lets it
+    /// demote), stealing the reservations of the other cores, if `steal`, as a last resort
+    /// (step 4 of §3.2.2).
+    fn reserve(
+        &self,
+        core: usize,
+        class: usize,
+        n: usize,
+        order: u32,
+        near: usize,
+        steal: bool,
+    ) -> bool {
+        let local = self.slots_of(core).start + class;
         let huge = order >= HUGE_ORDER;
         self.moves.bracket(|| {
             let mut stole = false;
-            let found = self.trees.search(n, near, huge).or_else(|| {
+            let found = self.search(class, n, near, huge).or_else(|| {
+                if !steal {
+                    return None;
+                }
                 stole = self.release_all(Some(core));
-                self.trees.search(n, near, huge)
+                self.search(class, n, near, huge)
             });
-            let found = found.map(|(t, free)| self.install(core, t, free)).is_some();
+            let found = found
+                .map(|(t, free)| self.install(local, t, free))
+                .is_some();
             (found, found || stole)
         })
     }
 
-    /// Fig. 14a (1a): moves the frees other cores made into `t` (reserved by `core`) from the
-    /// tree entry to `core`; true if `core` still holds `t` and got some.
-    fn sync(&self, core: usize, t: TreeId) -> bool {
+    /// Fig. 14a (1a): moves the frees other cores made into `t` (reserved by the reservation
+    /// `local`) from the tree entry to `local`; true if it still holds `t` and got some.
+    fn sync(&self, local: usize, t: TreeId) -> bool {
         // Read first: most of the time there is nothing, and then no move is needed.
         if self.trees.get(t).free() == 0 {
             return false;
         }
         self.moves.bracket(|| {
             let synced = self.trees.take_all_reserved(t);
-            (synced > 0 && self.credit(core, t, synced), synced > 0)
+            (
+                synced > 0 && self.credit_local(local, t, synced),
+                synced > 0,
+            )
         })
     }
 
@@ -537,21 +642,22 @@ impl<W: WriteBack> LLFree<W> {
     /// Returns `n` units taken by [`LLFree::take_any`] to the counter they came from.
     fn give_back(&self, source: Counter, t: TreeId, n: usize) {
         match source {
-            Counter::Core(core) => {
-                self.credit(core, t, n);
+            Counter::Local(local) => {
+                self.credit_local(local, t, n);
             }
             Counter::Tree => self.trees.add(t, n),
         }
     }
 
-    /// Takes `n` units of `t` from its tree counter or from the counter of a core holding it.
+    /// Takes `n` units of `t` from its tree counter or from the counter of a reservation
+    /// holding it.
     fn take_any(&self, t: TreeId, n: usize) -> Option<Counter> {
         if self.trees.take(t, n) {
             return Some(Counter::Tree);
         }
         (0..self.locals.len())
-            .find(|&core| self.locals[core].take(t, n))
-            .map(Counter::Core)
+            .find(|&local| self.locals[local].take(t, n))
+            .map(Counter::Local)
     }
 
     /// Counts `n` units freed at `index` (taken off the bit field) as free, for `core`.
@@ -564,26 +670,29 @@ impl<W: WriteBack> LLFree<W> {
     }
 
     /// Reserve-on-free (§3.2.2): a core that freed F times in a row into the partial tree
-    /// `t` (held by nobody) makes it its own.
+    /// `t` (held by nobody) makes it its own, as its reservation of the tree's class.
     fn free_elsewhere(&self, core: usize, t: TreeId) {
         let threshold = self.reserve_on_free;
-        if threshold == 0 || !self.locals[core].count_free(t, threshold) {
+        let slots = self.slots_of(core);
+        if threshold == 0 || !self.locals[slots.start].count_free(t, threshold) {
             return;
         }
         let partial = |e| self.trees.is_partial(e);
         // Read first: no move (and no write to the shared move counter) for a tree that
         // another core holds.
         let e = self.trees.get(t);
-        if e.reserved() || !partial(e) {
+        if e.reserved() || e.offline() || !partial(e) {
             return;
         }
-        self.moves.bracket(|| match self.trees.reserve(t, partial) {
-            Some(free) => {
-                self.install(core, t, free);
-                ((), true)
-            }
-            None => ((), false),
-        });
+        let keep_class = |e: trees::Tree| partial(e).then_some(e.class());
+        self.moves
+            .bracket(|| match self.trees.reserve(t, keep_class) {
+                Some(old) => {
+                    self.install(slots.start + usize::from(old.class()), t, old.free());
+                    ((), true)
+                }
+                None => ((), false),
+            });
     }
 
     #[cfg(test)]
@@ -595,7 +704,29 @@ impl<W: WriteBack> LLFree<W> {
                 .children(TreeId(t))
                 .map(|h| self.lower.child(HugeId(h)).free())
                 .sum();
-            assert_eq!(free, lower, "tree {t}");
+            let entry = self.trees.get(TreeId(t));
+            assert!(
+                usize::from(entry.class()) < self.classes.count(),
+                "tree {t}"
+            );
+            if entry.offline() {
+                // An offline tree is whole in the lower level and counts nothing.
+                assert_eq!(
+                    (free, lower),
+                    (0, self.trees.capacity(TreeId(t))),
+                    "tree {t}"
+                );
+                assert!(!entry.reserved(), "tree {t}");
+            } else {
+                assert_eq!(free, lower, "tree {t}");
+            }
+        }
+        // A reservation's tree has the reservation's class.
+        for (l, local) in self.locals.iter().enumerate() {
+            if let Some(t) = local.get().tree() {
+                let class = usize::from(self.trees.get(t).class());
+                assert_eq!(class, l % self.classes.count(), "reservation {l}");
+            }
         }
     }
 }
@@ -604,8 +735,18 @@ impl<W: WriteBack> LLFree<W> {
 enum Counter {
     /// The tree entry's `cU`.
     Tree,
-    /// The `cP` of this core.
-    Core(usize),
+    /// The `cP` of this reservation (an index into `locals`).
+    Local(usize),
+}
+
+/// What [`LLFree::renew`] got.
+enum Renewal {
+    /// A new reservation.
+    Reserved,
+    /// No reservation, but a block taken from a tree of another class (`classes.rs`).
+    Stole(usize),
+    /// Neither: the complete fallback is next.
+    Failed,
 }
 
 /// Tries to reserve a new tree this often before falling back to the complete scan.
@@ -626,12 +767,14 @@ const MAX_PAUSE: usize = 1 << 10;
 const MAX_PAUSE: usize = 1;
 
 impl<W: WriteBack> LLFree<W> {
-    /// The allocation, with at most `rounds` rounds of the complete fallback, answering
-    /// `busy` if they all met a reservation move of another core in flight.
+    /// The allocation for a request whose trees are of class `class` (a reservation slot),
+    /// with at most `rounds` rounds of the complete fallback, answering `busy` if they all
+    /// met a reservation move of another core in flight.
     fn alloc_with(
         &self,
         order: u32,
         core: usize,
+        class: usize,
         rounds: usize,
         busy: Error,
     ) -> Result<usize, Error> {
@@ -639,7 +782,8 @@ impl<W: WriteBack> LLFree<W> {
             return Err(Error::BadOrder);
         }
         let core = self.core(core);
-        let local = &self.locals[core];
+        let slot = self.slots_of(core).start + class;
+        let local = &self.locals[slot];
         let n = 1 << order;
         for _ in 0..RESERVE_ATTEMPTS {
             let near = match local.take_any(n) {
@@ -650,24 +794,38 @@ impl<W: WriteBack> LLFree<W> {
                         return Ok(index);
                     }
                     // Too fragmented for this order: give the units back, move on.
-                    self.credit(core, t, n);
+                    self.credit_local(slot, t, n);
                     t.0
                 }
                 Err(r) => match r.tree() {
                     Some(t) => {
-                        if self.sync(core, t) {
+                        if self.sync(slot, t) {
                             continue;
                         }
                         t.0
                     }
-                    None => core * self.trees.len() / self.locals.len(),
+                    None => core * self.trees.len() / self.cores,
                 },
             };
-            if !self.reserve(core, n, order, near) {
-                break;
+            match self.renew(core, class, order, near) {
+                Renewal::Reserved => {}
+                Renewal::Stole(index) => return Ok(index),
+                Renewal::Failed => break,
             }
         }
         self.alloc_anywhere(order, rounds, busy)
+    }
+
+    /// A new reservation of class `class` for `core` after its own ran short. With one class,
+    /// Fig. 14a (1b); with several, `classes.rs` ([`LLFree::renew_classed`]).
+    fn renew(&self, core: usize, class: usize, order: u32, near: usize) -> Renewal {
+        if self.classes.count() > 1 {
+            return self.renew_classed(core, class, order, near);
+        }
+        match self.reserve(core, class, 1 << order, order, near, true) {
+            true => Renewal::Reserved,
+            false => Renewal::Failed,
+        }
     }
 
     /// [`BlockAlloc::free_bulk`] with `free_group` freeing the blocks of one huge frame in
@@ -710,8 +868,8 @@ impl<W: WriteBack> LLFree<W> {
     /// has room, its tree has too few free units, or the frame's free units lie apart).
     /// `before`: the blocks of this bulk allocation so far, which no one else has seen yet.
     fn alloc_near(&self, order: u32, core: usize, before: &[usize], out: &mut [usize]) -> usize {
-        let core = self.core(core);
-        let local = &self.locals[core];
+        let slot = self.slots_of(self.core(core)).start + self.classes.default_class();
+        let local = &self.locals[slot];
         let reservation = local.get();
         let Some(t) = reservation.tree() else {
             return 0;
@@ -745,7 +903,7 @@ impl<W: WriteBack> LLFree<W> {
         let ours = before.iter().filter(|&&i| i / HUGE_UNITS == h).count() << order;
         let got = self.lower.alloc_many(HugeId(h), order, word, out, ours);
         if got < out.len() {
-            self.credit(core, t, (out.len() - got) << order);
+            self.credit_local(slot, t, (out.len() - got) << order);
         }
         if got > 0 {
             local.last.store(out[got - 1] as u64, Ordering::Relaxed);
@@ -756,7 +914,15 @@ impl<W: WriteBack> LLFree<W> {
 
 impl<W: WriteBack> BlockAlloc for LLFree<W> {
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        self.alloc_with(order, core, FALLBACK_ROUNDS, Error::OutOfMemory)
+        let class = self.classes.default_class();
+        self.alloc_with(order, core, class, FALLBACK_ROUNDS, Error::OutOfMemory)
+    }
+
+    /// In the trees of the class the [`Policy`] gives `class` (stealing from or demoting
+    /// trees of other classes as it allows, and at last from any tree): see `classes.rs`.
+    fn alloc_class(&self, order: u32, class: Class, core: usize) -> Result<usize, Error> {
+        let class = self.classes.home(class);
+        self.alloc_with(order, core, class, FALLBACK_ROUNDS, Error::OutOfMemory)
     }
 
     /// Blocks of orders 0..=8 come frame by frame from the core's tree, from the frame of
@@ -794,7 +960,8 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
     /// One round of the fallback and no pause: where [`BlockAlloc::alloc`] would wait for a
     /// reservation move of another core to finish, this answers [`Error::WouldBlock`].
     fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        self.alloc_with(order, core, 1, Error::WouldBlock)
+        let class = self.classes.default_class();
+        self.alloc_with(order, core, class, 1, Error::WouldBlock)
     }
 
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
@@ -889,7 +1056,7 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
             // they count together.
             let source = self.take_any(t, n).or_else(|| {
                 let holder =
-                    (0..self.locals.len()).find(|&c| self.locals[c].get().tree() == Some(t))?;
+                    (0..self.locals.len()).find(|&l| self.locals[l].get().tree() == Some(t))?;
                 self.sync(holder, t).then(|| self.take_any(t, n))?
             })?;
             if self.lower.alloc_at(index, order) {
