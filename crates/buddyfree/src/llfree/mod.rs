@@ -13,7 +13,9 @@
 //! sequential allocation fails only when no free aligned block exists.
 //!
 //! Free (Fig. 14b): clear the block in the lower level, then credit `cP` if this core holds
-//! the tree, else `cU`; after 4 frees in a row into one partial tree this core reserves it.
+//! the tree (in any of its reservations, one per class of trees), else `cU`; after 4 frees
+//! in a row into one partial tree this core reserves it (as its reservation of the tree's
+//! class).
 //!
 //! Counters are moved, never recomputed: the free units of a tree are its `cU` plus the `cP`
 //! of the core holding it plus units in flight, so [`BlockAlloc::free_units`] is exact when
@@ -44,6 +46,14 @@
 //!   tree's count split between `cU` and `cP`s none of which alone has `2^order` units, can
 //!   still make an allocation fail within a few blocks of exhaustion. Sequential allocation
 //!   is complete.
+//! - Classes of trees (`classes.rs`, the paper's §6 outlook): a request names a
+//!   [`Class`](crate::Class) ([`BlockAlloc::alloc_class`]), trees carry one, each core holds
+//!   a reservation per class, and a [`Policy`] says when a request may demote (re-class) or
+//!   steal from a tree of another class. The complete fallback ignores classes, so a
+//!   sequential allocation still fails only when no free block exists in any class. With
+//!   one class (the default) the allocator is the paper's.
+//! - Trees taken out of service and back, or re-classed, while entirely free and held by no
+//!   core ([`LLFree::set_tree_state`], `online.rs`).
 //! - The lower level is one contiguous array of cache lines of plain atomics, with no
 //!   pointers, so that it can be placed in a file mapping: [`persist`] (feature `persist`)
 //!   keeps it in a file and recovers it after a crash (§3.2.3).
@@ -206,11 +216,13 @@ pub(crate) struct Upper {
 impl Upper {
     /// Places the upper level of LLFree over `config` tuned by `options` in `plan`, with one
     /// class of trees.
+    #[cfg(all(feature = "persist", not(loom)))]
     fn plan(plan: &mut Plan, config: Config, options: Options) -> Result<Upper, Error> {
         Upper::plan_with(plan, config, options, Policy::single())
     }
 
-    /// As [`Upper::plan`], with the classes of `policy`: a reservation per core and class.
+    /// Places the upper level as `Upper::plan` does, with the classes of `policy`: a
+    /// reservation per core and class.
     fn plan_with(
         plan: &mut Plan,
         config: Config,
