@@ -175,36 +175,43 @@ fn demote_free_else_steal(_: Class, _: Class, free: usize, capacity: usize) -> A
     }
 }
 
-/// A policy as the allocator uses it: the home classes looked up once for every class.
+/// A policy as the allocator uses it, with what the hot paths read kept apart: the number
+/// of classes and the home class of requests without one.
 pub(crate) struct Classes {
+    count: usize,
+    default: usize,
     policy: Policy,
-    homes: [u8; 256],
 }
 
 impl Classes {
     pub(crate) fn new(policy: Policy) -> Classes {
         Classes {
+            count: usize::from(policy.classes),
+            default: usize::from(policy.home(Class::MOVABLE).number()),
             policy,
-            homes: core::array::from_fn(|c| policy.home(Class::new(c as u8)).number()),
         }
     }
 
     /// Classes of trees (and reservations per core).
     #[inline]
     pub(crate) fn count(&self) -> usize {
-        usize::from(self.policy.classes)
+        self.count
     }
 
-    /// The class of trees that serves requests of `class`.
+    /// The class of trees that serves requests of `class` (below `count`: `Policy::new`
+    /// checked every class).
     #[inline]
     pub(crate) fn home(&self, class: Class) -> usize {
-        usize::from(self.homes[usize::from(class.number())])
+        match self.count {
+            1 => 0,
+            _ => usize::from(self.policy.home(class).number()),
+        }
     }
 
     /// The class of trees that serves requests without a class ([`Class::MOVABLE`]).
     #[inline]
     pub(crate) fn default_class(&self) -> usize {
-        self.home(Class::MOVABLE)
+        self.default
     }
 
     /// The class trees start with.
@@ -248,7 +255,9 @@ impl<W: WriteBack> LLFree<W> {
     }
 
     /// A new reservation of class `class` for `core`, or a block stolen from a tree of
-    /// another class, with several classes (steps 1 to 4 of the module's list).
+    /// another class, with several classes (steps 1 to 4 of the module's list). Out of line:
+    /// the allocation's fast path stays as small as without classes.
+    #[inline(never)]
     pub(super) fn renew_classed(
         &self,
         core: usize,
@@ -324,8 +333,8 @@ impl<W: WriteBack> LLFree<W> {
             .map(|e| e.free())
             .sum();
         // A reserved tree has the class of the reservation holding it.
-        let reserved: usize = (usize::from(c)..self.locals.len())
-            .step_by(count)
+        let reserved: usize = (0..self.cores)
+            .map(|core| self.slot(core, usize::from(c)))
             .filter_map(|l| {
                 let r = self.locals[l].get();
                 r.tree().map(|_| r.free())

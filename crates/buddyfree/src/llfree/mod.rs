@@ -184,7 +184,8 @@ impl Options {
 pub struct LLFree<W: WriteBack = Volatile> {
     lower: Lower<W>,
     trees: Trees,
-    /// One reservation per core and tree class: core `c`'s of class `k` at `c * classes + k`.
+    /// One reservation per core and tree class: core `c`'s of class `k` at `k * cores + c`
+    /// (class-major, so that the default class's reservation of a core is found by an add).
     locals: Table<CachePadded<Local>>,
     cores: usize,
     /// The classes of trees and the policy between them (`classes.rs`).
@@ -435,10 +436,15 @@ impl<W: WriteBack> LLFree<W> {
         crate::core_slot(core, self.cores)
     }
 
+    /// The reservation of `core` for trees of class `class`, as an index into `locals`.
+    #[inline]
+    fn slot(&self, core: usize, class: usize) -> usize {
+        class * self.cores + core
+    }
+
     /// The reservations of `core` (one per class), as indices into `locals`.
-    fn slots_of(&self, core: usize) -> core::ops::Range<usize> {
-        let first = core * self.classes.count();
-        first..first + self.classes.count()
+    fn slots_of(&self, core: usize) -> impl Iterator<Item = usize> {
+        (core..self.locals.len()).step_by(self.cores)
     }
 
     fn tree_of(&self, index: usize) -> TreeId {
@@ -463,7 +469,10 @@ impl<W: WriteBack> LLFree<W> {
     }
 
     /// Searches the children of `t` for a block, from the child and word of `hint` on
-    /// ([`LLFree::frames_from`]).
+    /// ([`LLFree::frames_from`]). Inlined into the allocation's fast path, where it is most
+    /// of the work (the steal of `classes.rs` and the fallback's scan call it too, and would
+    /// otherwise tip the compiler into a call).
+    #[inline(always)]
     fn alloc_in(&self, t: TreeId, order: u32, hint: usize) -> Option<usize> {
         // Order 10 looks at even children only.
         let step = if order == MAX_ORDER { 2 } else { 1 };
@@ -481,7 +490,10 @@ impl<W: WriteBack> LLFree<W> {
     /// Puts `n` units of `t` back: into `cP` of `core` if one of its reservations is `t`,
     /// else into `cU`.
     fn credit(&self, core: usize, t: TreeId, n: usize) -> bool {
-        let local = self.slots_of(core).any(|l| self.locals[l].add(t, n));
+        let local = match self.classes.count() {
+            1 => self.locals[core].add(t, n),
+            _ => self.slots_of(core).any(|l| self.locals[l].add(t, n)),
+        };
         if !local {
             self.trees.add(t, n);
         }
@@ -554,7 +566,7 @@ impl<W: WriteBack> LLFree<W> {
         near: usize,
         steal: bool,
     ) -> bool {
-        let local = self.slots_of(core).start + class;
+        let local = self.slot(core, class);
         let huge = order >= HUGE_ORDER;
         self.moves.bracket(|| {
             let mut stole = false;
@@ -685,8 +697,7 @@ impl<W: WriteBack> LLFree<W> {
     /// `t` (held by nobody) makes it its own, as its reservation of the tree's class.
     fn free_elsewhere(&self, core: usize, t: TreeId) {
         let threshold = self.reserve_on_free;
-        let slots = self.slots_of(core);
-        if threshold == 0 || !self.locals[slots.start].count_free(t, threshold) {
+        if threshold == 0 || !self.locals[core].count_free(t, threshold) {
             return;
         }
         let partial = |e| self.trees.is_partial(e);
@@ -700,7 +711,7 @@ impl<W: WriteBack> LLFree<W> {
         self.moves
             .bracket(|| match self.trees.reserve(t, keep_class) {
                 Some(old) => {
-                    self.install(slots.start + usize::from(old.class()), t, old.free());
+                    self.install(self.slot(core, usize::from(old.class())), t, old.free());
                     ((), true)
                 }
                 None => ((), false),
@@ -737,7 +748,7 @@ impl<W: WriteBack> LLFree<W> {
         for (l, local) in self.locals.iter().enumerate() {
             if let Some(t) = local.get().tree() {
                 let class = usize::from(self.trees.get(t).class());
-                assert_eq!(class, l % self.classes.count(), "reservation {l}");
+                assert_eq!(class, l / self.cores, "reservation {l}");
             }
         }
     }
@@ -794,7 +805,7 @@ impl<W: WriteBack> LLFree<W> {
             return Err(Error::BadOrder);
         }
         let core = self.core(core);
-        let slot = self.slots_of(core).start + class;
+        let slot = self.slot(core, class);
         let local = &self.locals[slot];
         let n = 1 << order;
         for _ in 0..RESERVE_ATTEMPTS {
@@ -880,7 +891,7 @@ impl<W: WriteBack> LLFree<W> {
     /// has room, its tree has too few free units, or the frame's free units lie apart).
     /// `before`: the blocks of this bulk allocation so far, which no one else has seen yet.
     fn alloc_near(&self, order: u32, core: usize, before: &[usize], out: &mut [usize]) -> usize {
-        let slot = self.slots_of(self.core(core)).start + self.classes.default_class();
+        let slot = self.slot(self.core(core), self.classes.default_class());
         let local = &self.locals[slot];
         let reservation = local.get();
         let Some(t) = reservation.tree() else {
