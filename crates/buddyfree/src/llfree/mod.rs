@@ -190,6 +190,9 @@ pub struct LLFree<W: WriteBack = Volatile> {
     cores: usize,
     /// The classes of trees and the policy between them (`classes.rs`).
     classes: Classes,
+    /// Where the reservations of requests without a class start in `locals` (the default
+    /// class's times `cores`), so that the fast path finds a core's by an add.
+    default_slots: usize,
     units: usize,
     max_order: u32,
     tree_children: usize,
@@ -389,6 +392,7 @@ impl<W: WriteBack> LLFree<W> {
             trees,
             locals: meta.table(upper.locals, |_| CachePadded::new(Local::new()))?,
             cores: config.cores,
+            default_slots: classes.default_class() * config.cores,
             classes,
             units: config.units,
             max_order: config.max_order,
@@ -790,14 +794,14 @@ const MAX_PAUSE: usize = 1 << 10;
 const MAX_PAUSE: usize = 1;
 
 impl<W: WriteBack> LLFree<W> {
-    /// The allocation for a request whose trees are of class `class` (a reservation slot),
-    /// with at most `rounds` rounds of the complete fallback, answering `busy` if they all
+    /// The allocation for a request whose trees are of the class whose reservations start at
+    /// `slots` in `locals` (the class times `cores`), with at most `rounds` rounds of the complete fallback, answering `busy` if they all
     /// met a reservation move of another core in flight.
     fn alloc_with(
         &self,
         order: u32,
         core: usize,
-        class: usize,
+        slots: usize,
         rounds: usize,
         busy: Error,
     ) -> Result<usize, Error> {
@@ -805,7 +809,7 @@ impl<W: WriteBack> LLFree<W> {
             return Err(Error::BadOrder);
         }
         let core = self.core(core);
-        let slot = self.slot(core, class);
+        let slot = slots + core;
         let local = &self.locals[slot];
         let n = 1 << order;
         for _ in 0..RESERVE_ATTEMPTS {
@@ -830,7 +834,7 @@ impl<W: WriteBack> LLFree<W> {
                     None => core * self.trees.len() / self.cores,
                 },
             };
-            match self.renew(core, class, order, near) {
+            match self.renew(core, slots / self.cores, order, near) {
                 Renewal::Reserved => {}
                 Renewal::Stole(index) => return Ok(index),
                 Renewal::Failed => break,
@@ -937,15 +941,15 @@ impl<W: WriteBack> LLFree<W> {
 
 impl<W: WriteBack> BlockAlloc for LLFree<W> {
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        let class = self.classes.default_class();
-        self.alloc_with(order, core, class, FALLBACK_ROUNDS, Error::OutOfMemory)
+        let slots = self.default_slots;
+        self.alloc_with(order, core, slots, FALLBACK_ROUNDS, Error::OutOfMemory)
     }
 
     /// In the trees of the class the [`Policy`] gives `class` (stealing from or demoting
     /// trees of other classes as it allows, and at last from any tree): see `classes.rs`.
     fn alloc_class(&self, order: u32, class: Class, core: usize) -> Result<usize, Error> {
-        let class = self.classes.home(class);
-        self.alloc_with(order, core, class, FALLBACK_ROUNDS, Error::OutOfMemory)
+        let slots = self.classes.home(class) * self.cores;
+        self.alloc_with(order, core, slots, FALLBACK_ROUNDS, Error::OutOfMemory)
     }
 
     /// Blocks of orders 0..=8 come frame by frame from the core's tree, from the frame of
@@ -983,8 +987,8 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
     /// One round of the fallback and no pause: where [`BlockAlloc::alloc`] would wait for a
     /// reservation move of another core to finish, this answers [`Error::WouldBlock`].
     fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        let class = self.classes.default_class();
-        self.alloc_with(order, core, class, 1, Error::WouldBlock)
+        let slots = self.default_slots;
+        self.alloc_with(order, core, slots, 1, Error::WouldBlock)
     }
 
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
