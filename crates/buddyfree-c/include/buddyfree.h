@@ -7,6 +7,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// Class of memory the owner can move or reclaim (user pages, page cache): the default
+// (Rust's `Class::MOVABLE`).
+#define BUDDYFREE_CLASS_MOVABLE 0
+
+// Class of memory that stays where it is until freed (kernel objects, page tables, DMA
+// buffers; `Class::UNMOVABLE`).
+#define BUDDYFREE_CLASS_UNMOVABLE 1
+
+// Class of huge frames, kept apart from small blocks (`Class::HUGE`).
+#define BUDDYFREE_CLASS_HUGE 2
+
 // Capability bit: `buddyfree_try_alloc`, `buddyfree_try_alloc_order` and
 // `buddyfree_device_try_alloc` never answer `BUDDYFREE_STATUS_UNSUPPORTED` (Rust's
 // `Capabilities::TRY_ALLOC`).
@@ -321,6 +332,19 @@ BuddyfreeStatus buddyfree_try_free(const struct Buddyfree *bf,
 // `bf` must be null or a live instance; `index_out` and `ptr_out` must be null or writable.
 BuddyfreeStatus buddyfree_alloc_order(const struct Buddyfree *bf,
                                       uint32_t order,
+                                      size_t *index_out,
+                                      void **ptr_out);
+
+// Like `buddyfree_alloc_order`, for memory of kind `class` (`BUDDYFREE_CLASS_*`, or another
+// number the allocator's placement policy knows): allocators that place kinds apart
+// (`llfree-classes`: unmovable, movable and huge requests in trees of their own) use it to
+// keep them apart; the others ignore it. Frees do not name the class.
+//
+// # Safety
+// `bf` must be null or a live instance; `index_out` and `ptr_out` must be null or writable.
+BuddyfreeStatus buddyfree_alloc_class(const struct Buddyfree *bf,
+                                      uint32_t order,
+                                      uint8_t class_,
                                       size_t *index_out,
                                       void **ptr_out);
 

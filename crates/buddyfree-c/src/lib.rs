@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 use buddyfree::heap::{block_bytes, Heap, HeapError, Region};
 use buddyfree::magazine::Settings;
 use buddyfree::registry::{self, DynAlloc};
-use buddyfree::{BlockAlloc, Capabilities, Config, ConfigRule, Error};
+use buddyfree::{BlockAlloc, Capabilities, Class, Config, ConfigRule, Error};
 
 mod device;
 mod held;
@@ -866,6 +866,37 @@ pub unsafe extern "C" fn buddyfree_alloc_order(
 ) -> BuddyfreeStatus {
     // SAFETY: the caller's contract on `bf`.
     let result = unsafe { instance(bf) }.and_then(|bf| Ok(bf.heap.alloc_index(order)?));
+    // SAFETY: the caller's contract on the outputs.
+    unsafe { write_pair(result, index_out, ptr_out) }
+}
+
+/// Class of memory the owner can move or reclaim (user pages, page cache): the default
+/// (Rust's `Class::MOVABLE`).
+pub const BUDDYFREE_CLASS_MOVABLE: u8 = 0;
+/// Class of memory that stays where it is until freed (kernel objects, page tables, DMA
+/// buffers; `Class::UNMOVABLE`).
+pub const BUDDYFREE_CLASS_UNMOVABLE: u8 = 1;
+/// Class of huge frames, kept apart from small blocks (`Class::HUGE`).
+pub const BUDDYFREE_CLASS_HUGE: u8 = 2;
+
+/// Like `buddyfree_alloc_order`, for memory of kind `class` (`BUDDYFREE_CLASS_*`, or another
+/// number the allocator's placement policy knows): allocators that place kinds apart
+/// (`llfree-classes`: unmovable, movable and huge requests in trees of their own) use it to
+/// keep them apart; the others ignore it. Frees do not name the class.
+///
+/// # Safety
+/// `bf` must be null or a live instance; `index_out` and `ptr_out` must be null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn buddyfree_alloc_class(
+    bf: *const Buddyfree,
+    order: u32,
+    class: u8,
+    index_out: *mut usize,
+    ptr_out: *mut *mut c_void,
+) -> BuddyfreeStatus {
+    // SAFETY: the caller's contract on `bf`.
+    let result = unsafe { instance(bf) }
+        .and_then(|bf| Ok(bf.heap.alloc_index_class(order, Class::new(class))?));
     // SAFETY: the caller's contract on the outputs.
     unsafe { write_pair(result, index_out, ptr_out) }
 }

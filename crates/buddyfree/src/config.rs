@@ -140,7 +140,7 @@ pub enum ConfigRule {
     TooManyUnits,
     /// LLFree's `Options::tree_children` is not a power of two, is smaller than a block of
     /// the largest order (2 huge frames for order 10, `2^(max_order - 9)` above), or makes
-    /// trees of 2^31 units or more.
+    /// trees of 2^27 units or more.
     TreeChildren,
     /// One of LLFree's `Options` thresholds is above 1000 (they are thousandths).
     Permille,
@@ -165,6 +165,9 @@ pub enum ConfigRule {
     /// cells need (riscv64, for one): there it would fall back to a lock and stop being
     /// lock-free, so it is refused; `Nbbs` and `LLFree` are lock-free on every target.
     NoDoubleWidthCas,
+    /// An LLFree class policy (`llfree::Policy::new`) with no class or more than 8, or a
+    /// class of trees (initial or home) not below its number of classes.
+    Classes,
 }
 
 impl ConfigRule {
@@ -178,7 +181,7 @@ impl ConfigRule {
             ConfigRule::OrderAboveAllocator => "max order above the largest this allocator serves",
             ConfigRule::TooManyUnits => "more units than this allocator can name",
             ConfigRule::TreeChildren => {
-                "tree_children not a power of two, smaller than a block of max order, or trees of 2^31 units"
+                "tree_children not a power of two, smaller than a block of max order, or trees of 2^27 units"
             }
             ConfigRule::Permille => "a threshold above 1000 permille",
             ConfigRule::MetadataOverflow => "metadata size overflows usize",
@@ -193,6 +196,9 @@ impl ConfigRule {
             }
             ConfigRule::NoDoubleWidthCas => {
                 "no lock-free 128-bit compare-and-swap on this target (nbbs4 needs one)"
+            }
+            ConfigRule::Classes => {
+                "a class policy with 0 or over 8 classes, or a class beyond them"
             }
         }
     }

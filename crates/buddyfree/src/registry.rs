@@ -9,7 +9,7 @@ use core::ptr::NonNull;
 
 use crate::buddy::{Estranged, Knuth, MigrateBuddy};
 use crate::list::{CasList, FirstFit, LockedList, PerCoreLists};
-use crate::llfree::LLFree;
+use crate::llfree::{LLFree, Policy};
 use crate::locked::{PerCpu, PerLevelSpin, PerLevelYield};
 use crate::magazine::{Magazine, Settings};
 use crate::model::Model;
@@ -311,6 +311,17 @@ const ENTRIES: &[Entry] = &[
         max_order: crate::llfree::MAX_ORDER,
         build: |c, _| Ok(Box::new(LLFree::new(c)?)),
         metadata: caller_metadata!(LLFree, identity),
+        capabilities: Capabilities::ALL,
+    },
+    entry! {
+        name: "llfree-classes",
+        about: "llfree with classes of trees: unmovable, movable and huge requests (alloc_class) each in trees of their own",
+        max_order: crate::llfree::MAX_ORDER,
+        build: |c, _| {
+            let options = crate::llfree::Options::for_config(c);
+            Ok(Box::new(LLFree::with_policy(c, options, Policy::unmovable_movable_huge())?))
+        },
+        metadata: None,
         capabilities: Capabilities::ALL,
     },
     entry! {

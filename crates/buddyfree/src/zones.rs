@@ -3,7 +3,7 @@
 
 // Statistics only, never part of a protocol, so loom need not model them, and `Zone::new` can
 // stay `const` (loom's atomics are not).
-use crate::{BlockAlloc, Capabilities, ConfigRule, Error};
+use crate::{BlockAlloc, Capabilities, Class, ConfigRule, Error};
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 /// Blocks [`Zones`] hands to one zone's `free_bulk` at once (their indices, on the stack).
@@ -134,6 +134,18 @@ impl<A: BlockAlloc, const N: usize> Zones<A, N> {
         core: usize,
     ) -> Result<usize, Error> {
         self.serve(preference, |a| a.alloc(order, core))
+    }
+
+    /// [`Zones::alloc_from`] for memory of kind `class`: each zone in `preference` is asked
+    /// with [`BlockAlloc::alloc_class`].
+    pub fn alloc_class_from(
+        &self,
+        preference: &[usize],
+        order: u32,
+        class: Class,
+        core: usize,
+    ) -> Result<usize, Error> {
+        self.serve(preference, |a| a.alloc_class(order, class, core))
     }
 
     /// [`Zones::alloc_from`] that never waits, for interrupt context: each zone in
@@ -311,6 +323,11 @@ impl<A: BlockAlloc, const N: usize> Zones<A, N> {
 impl<A: BlockAlloc, const N: usize> BlockAlloc for Zones<A, N> {
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
         self.serve_in_order(order, |a| a.alloc(order, core))
+    }
+
+    /// The zones in order, each asked with its `alloc_class`.
+    fn alloc_class(&self, order: u32, class: Class, core: usize) -> Result<usize, Error> {
+        self.serve_in_order(order, |a| a.alloc_class(order, class, core))
     }
 
     /// The first zone with a free block gives it, unless one before it would wait: then

@@ -146,6 +146,14 @@ static void check_bad_requests(Buddyfree *bf) {
     CHECK_STATUS(buddyfree_free_order(bf, index, MAX_ORDER + 1), BUDDYFREE_STATUS_BAD_ORDER);
     CHECK_STATUS(buddyfree_free_order(bf, index, 2), BUDDYFREE_STATUS_OK);
     CHECK_STATUS(buddyfree_free_order(bf, index, 2), BUDDYFREE_STATUS_NOT_ALLOCATED);
+    /* A class of memory: placed apart by llfree-classes, ignored by the others; freed alike. */
+    CHECK_STATUS(buddyfree_alloc_class(NULL, 0, BUDDYFREE_CLASS_HUGE, &index, &p), BUDDYFREE_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(buddyfree_alloc_class(bf, MAX_ORDER + 1, BUDDYFREE_CLASS_HUGE, &index, &p), BUDDYFREE_STATUS_BAD_ORDER);
+    CHECK_STATUS(buddyfree_alloc_class(bf, 1, BUDDYFREE_CLASS_UNMOVABLE, &index, &p), BUDDYFREE_STATUS_OK);
+    CHECK(index % 2 == 0 && p != NULL);
+    CHECK_STATUS(buddyfree_free_order(bf, index, 0), BUDDYFREE_STATUS_ORDER_MISMATCH);
+    CHECK_STATUS(buddyfree_free_order(bf, index, 1), BUDDYFREE_STATUS_OK);
+    CHECK(free_units(bf) == before);
     /* Index and pointer name the same block. */
     CHECK_STATUS(buddyfree_alloc_order(bf, 0, &index, &p), BUDDYFREE_STATUS_OK);
     CHECK_STATUS(buddyfree_free(bf, p, UNIT, 0), BUDDYFREE_STATUS_OK);

@@ -42,7 +42,7 @@ use crate::locked::YieldMutex;
 use crate::sync::atomic::AtomicU8;
 use crate::sync::CachePadded;
 use crate::table::{Metadata, Part, Plan, Table};
-use crate::{check_block, BlockAlloc, ConfigRule, Error, HeldCore, Locked, SeqBlockAlloc};
+use crate::{check_block, BlockAlloc, Class, ConfigRule, Error, HeldCore, Locked, SeqBlockAlloc};
 
 /// Blocks asked for in one [`BlockAlloc::alloc_bulk`] call.
 const BULK: usize = 32;
@@ -474,6 +474,33 @@ impl<B: Backend> Cached<B> {
             }
             other => other,
         }
+    }
+
+    /// See [`BlockAlloc::alloc_class`]: the default class as [`Cached::alloc`]; any other
+    /// past the caches, from the backend's `alloc_class` (the caches hold blocks of no
+    /// particular class), recorded as `alloc` records blocks it gets from the backend.
+    pub(crate) fn alloc_class(
+        &self,
+        order: u32,
+        class: Class,
+        core: usize,
+    ) -> Result<usize, Error> {
+        if class == Class::default() {
+            return self.alloc(order, core);
+        }
+        if order > self.max_order() {
+            return Err(Error::BadOrder);
+        }
+        let backend = || self.backend.shared().alloc_class(order, class, core);
+        let index = match backend() {
+            Err(Error::OutOfMemory) => {
+                self.drain(core);
+                backend()?
+            }
+            other => other?,
+        };
+        self.record_live(self.slot(order), index);
+        Ok(index)
     }
 
     /// Records a block that the backend handed to a caller, no cache held, in the state
@@ -1023,6 +1050,14 @@ macro_rules! block_alloc_via_cached {
         #[inline]
         fn alloc(&self, order: u32, core: usize) -> Result<usize, $crate::Error> {
             self.$field.alloc(order, core)
+        }
+        fn alloc_class(
+            &self,
+            order: u32,
+            class: $crate::Class,
+            core: usize,
+        ) -> Result<usize, $crate::Error> {
+            self.$field.alloc_class(order, class, core)
         }
         #[inline]
         fn free(&self, index: usize, order: u32, core: usize) -> Result<(), $crate::Error> {

@@ -29,7 +29,7 @@ use core::fmt;
 use core::ptr::NonNull;
 
 use crate::sync::atomic::{AtomicUsize, Ordering};
-use crate::{BlockAlloc, Config, Error, HeldCore};
+use crate::{BlockAlloc, Class, Config, Error, HeldCore};
 
 pub use device::{DeviceHeap, HeldDevice};
 #[cfg(all(feature = "std", unix, not(loom)))]
@@ -253,6 +253,15 @@ impl<A: BlockAlloc> Heap<A> {
     /// Allocates a block of `2^order` units; returns its first unit's index and address.
     pub fn alloc_index(&self, order: u32) -> Result<(usize, NonNull<u8>), HeapError> {
         self.placed(self.alloc.alloc(order, self.core())?)
+    }
+
+    /// [`Heap::alloc_index`] for memory of kind `class` ([`BlockAlloc::alloc_class`]).
+    pub fn alloc_index_class(
+        &self,
+        order: u32,
+        class: Class,
+    ) -> Result<(usize, NonNull<u8>), HeapError> {
+        self.placed(self.alloc.alloc_class(order, class, self.core())?)
     }
 
     /// [`Heap::alloc`] that never waits, for interrupt context: [`Error::WouldBlock`] where

@@ -1,15 +1,16 @@
 //! Loom model checks of LLFree's protocols on one or two huge frames: the multi-word claim
 //! of orders 7 and 8, the paired children of order 10, the spans of whole frames of orders
 //! 11 and up (overlapping claims, a claim against an order-0 allocation, racing frees), the
-//! claims that serialise racing double frees, and the reservation, sync and steal protocol
-//! of the upper level.
+//! claims that serialise racing double frees, the reservation, sync and steal protocol of
+//! the upper level, and the classes and states of trees (a steal or a demotion racing a
+//! reservation or a free, offlining racing a reservation).
 
 use loom::sync::Arc;
 use loom::thread;
 
 use super::lower::Lower;
-use super::{HugeId, LLFree, Options};
-use crate::{BlockAlloc, Config, Error};
+use super::{HugeId, LLFree, Options, Policy, TreeState};
+use crate::{BlockAlloc, Class, Config, Error};
 
 fn check(f: impl Fn() + Send + Sync + 'static) {
     let mut builder = loom::model::Builder::new();
@@ -650,5 +651,128 @@ fn loom_span_frees_are_serialised() {
         assert!(matches!(wrong, Err(Error::NotAllocated)));
         lower.assert_consistent();
         assert!(lower.take_span(HugeId(0), 12));
+    });
+}
+
+/// Trees of two frames under the unmovable/movable/huge policy, `trees` of them, for `cores`.
+fn classed_trees(trees: usize, cores: usize) -> LLFree {
+    let options = Options {
+        tree_children: 2,
+        ..Options::default()
+    };
+    let config = Config::new(1024 * trees, 9).with_cores(cores);
+    LLFree::with_policy(config, options, Policy::unmovable_movable_huge()).unwrap()
+}
+
+/// Both trees movable and in use, no core holding either: an unmovable request finds no
+/// tree of its class and none free, so it steals a unit from a tree's counter, while another
+/// core's movable request reserves a tree (moving that counter out). The steal's take and
+/// the reservation's compare-and-swap are on one word: neither may hand out a unit twice or
+/// lose one, and the stolen-from tree keeps its class.
+#[test]
+fn loom_a_steal_races_a_reservation() {
+    check(|| {
+        let alloc = Arc::new(classed_trees(2, 2));
+        let a = alloc.alloc(0, 0).unwrap();
+        let b = alloc.alloc(0, 1).unwrap();
+        assert_ne!(a / 1024, b / 1024);
+        alloc.drain();
+        let other = {
+            let alloc = alloc.clone();
+            thread::spawn(move || {
+                let mut stolen = alloc.alloc_class(0, Class::UNMOVABLE, 1);
+                while stolen == Err(Error::OutOfMemory) {
+                    thread::yield_now();
+                    stolen = alloc.alloc_class(0, Class::UNMOVABLE, 1);
+                }
+                stolen.unwrap()
+            })
+        };
+        let mine = alloc_retry(&alloc, 0, 0);
+        let stolen = other.join().unwrap();
+        let all = [a, b, mine, stolen];
+        for (i, x) in all.iter().enumerate() {
+            assert!(!all[..i].contains(x), "{all:?}");
+        }
+        for t in 0..2 {
+            assert_eq!(alloc.tree_state(t), Ok(TreeState::Online(Class::MOVABLE)));
+        }
+        alloc.assert_consistent();
+        for x in all {
+            alloc.free(x, 0, 0).unwrap();
+        }
+        alloc.drain();
+        assert_eq!(alloc.free_units(), 2048);
+        alloc.assert_consistent();
+    });
+}
+
+/// The last block of a movable tree is freed (by a core not holding it: into the tree's
+/// counter) while an unmovable request looks at that tree: if the free came first the tree
+/// is entirely free and is demoted (re-classed in the reservation's compare-and-swap),
+/// else the request steals from it and it stays movable. Either way the units add up, the
+/// free succeeds once, and a reserved tree has its reservation's class.
+#[test]
+fn loom_a_demotion_races_a_free() {
+    check(|| {
+        let alloc = Arc::new(classed_trees(1, 2));
+        let last = alloc.alloc(0, 0).unwrap();
+        alloc.drain();
+        let other = {
+            let alloc = alloc.clone();
+            thread::spawn(move || alloc.free(last, 0, 1))
+        };
+        let mut got = alloc.alloc_class(0, Class::UNMOVABLE, 0);
+        while got == Err(Error::OutOfMemory) {
+            thread::yield_now();
+            got = alloc.alloc_class(0, Class::UNMOVABLE, 0);
+        }
+        let got = got.unwrap();
+        assert_eq!(other.join().unwrap(), Ok(()));
+        alloc.assert_consistent();
+        let class = match alloc.tree_state(0) {
+            Ok(TreeState::Online(class)) => class,
+            state => panic!("{state:?}"),
+        };
+        assert!(class == Class::MOVABLE || class == Class::UNMOVABLE);
+        let of = |c| alloc.free_units_of(c);
+        assert_eq!(of(Class::MOVABLE) + of(Class::UNMOVABLE), 1023);
+        alloc.free(got, 0, 0).unwrap();
+        alloc.drain();
+        assert_eq!(alloc.free_units(), 1024);
+        alloc.assert_consistent();
+    });
+}
+
+/// Tree 0 is taken offline while a core's first allocation reserves a tree, tree 0 first:
+/// the offlining's and the reservation's compare-and-swaps on tree 0's entry decide. If the
+/// tree went offline, the block comes from tree 1; if the core reserved it first, the
+/// offlining is refused (the tree is held, or in use).
+#[test]
+fn loom_offlining_races_a_reservation() {
+    check(|| {
+        let alloc = Arc::new(classed_trees(2, 1));
+        let other = {
+            let alloc = alloc.clone();
+            thread::spawn(move || alloc.set_tree_state(0..1, TreeState::Offline))
+        };
+        let block = alloc_retry(&alloc, 0, 0);
+        let offline = other.join().unwrap();
+        match offline {
+            Ok(()) => {
+                assert!(block >= 1024, "unit {block} of the offline tree");
+                assert_eq!(alloc.tree_state(0), Ok(TreeState::Offline));
+                assert_eq!(alloc.free_units(), 1023);
+            }
+            Err((0, Error::WouldBlock | Error::Occupied)) => {
+                assert!(block < 1024, "{block}");
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+        alloc.assert_consistent();
+        alloc.free(block, 0, 0).unwrap();
+        alloc.drain();
+        assert_eq!(alloc.free_units() + alloc.offline_units(), 2048);
+        alloc.assert_consistent();
     });
 }

@@ -14,7 +14,9 @@
 //! sequential allocation fails only when no free aligned block exists.
 //!
 //! Free (Fig. 14b): clear the block in the lower level, then credit `cP` if this core holds
-//! the tree, else `cU`; after 4 frees in a row into one partial tree this core reserves it.
+//! the tree (in any of its reservations, one per class of trees), else `cU`; after 4 frees
+//! in a row into one partial tree this core reserves it (as its reservation of the tree's
+//! class).
 //!
 //! Counters are moved, never recomputed: the free units of a tree are its `cU` plus the `cP`
 //! of the core holding it plus units in flight, so [`BlockAlloc::free_units`] is exact when
@@ -50,6 +52,14 @@
 //!   tree's count split between `cU` and `cP`s none of which alone has `2^order` units, can
 //!   still make an allocation fail within a few blocks of exhaustion. Sequential allocation
 //!   is complete.
+//! - Classes of trees (`classes.rs`, the paper's §6 outlook): a request names a
+//!   [`Class`](crate::Class) ([`BlockAlloc::alloc_class`]), trees carry one, each core holds
+//!   a reservation per class, and a [`Policy`] says when a request may demote (re-class) or
+//!   steal from a tree of another class. The complete fallback ignores classes, so a
+//!   sequential allocation still fails only when no free block exists in any class. With
+//!   one class (the default) the allocator is the paper's.
+//! - Trees taken out of service and back, or re-classed, while entirely free and held by no
+//!   core ([`LLFree::set_tree_state`], `online.rs`).
 //! - The lower level is one contiguous array of cache lines of plain atomics, with no
 //!   pointers, so that it can lie in memory the caller owns and keeps across runs
 //!   ([`LLFree::from_raw_lower`], `caller.rs`: every unit free, every unit allocated, or
@@ -61,10 +71,12 @@ mod bitfield;
 #[cfg(not(loom))]
 mod caller;
 mod child;
+mod classes;
 mod lines;
 mod local;
 mod lower;
 mod moves;
+mod online;
 #[cfg(all(feature = "persist", not(loom)))]
 pub mod persist;
 mod trees;
@@ -81,13 +93,16 @@ use crate::sync::{spin_loop, CachePadded};
 #[cfg(feature = "alloc")]
 use crate::table::build_on_heap;
 use crate::table::{Metadata, Part, Plan, Table};
-use crate::{check_block, BlockAlloc, Capabilities, Config, ConfigRule, Error};
+use crate::{check_block, BlockAlloc, Capabilities, Class, Config, ConfigRule, Error};
 #[cfg(not(loom))]
 pub use caller::{Init, RecoverError};
+use classes::Classes;
+pub use classes::{Access, Policy};
 use lines::Line;
 use local::{Local, Reservation};
 use lower::Lower;
 use moves::Moves;
+pub use online::TreeState;
 use trees::Trees;
 pub use writeback::{Volatile, WriteBack};
 
@@ -211,7 +226,15 @@ impl Options {
 pub struct LLFree<W: WriteBack = Volatile> {
     lower: Lower<W>,
     trees: Trees,
+    /// One reservation per core and tree class: core `c`'s of class `k` at `k * cores + c`
+    /// (class-major, so that the default class's reservation of a core is found by an add).
     locals: Table<CachePadded<Local>>,
+    cores: usize,
+    /// The classes of trees and the policy between them (`classes.rs`).
+    classes: Classes,
+    /// Where the reservations of requests without a class start in `locals` (the default
+    /// class's times `cores`), so that the fast path finds a core's by an add.
+    default_slots: usize,
     units: usize,
     max_order: u32,
     tree_children: usize,
@@ -229,19 +252,39 @@ pub(crate) struct Parts {
     upper: Upper,
 }
 
-/// Where the upper level's tables lie.
+/// Where the upper level's tables lie, and the classes of its trees.
 pub(crate) struct Upper {
     trees: Part<AtomicU32>,
     locals: Part<CachePadded<Local>>,
+    policy: Policy,
 }
 
 impl Upper {
-    /// Places the upper level of LLFree over `config` tuned by `options` in `plan`.
+    /// Places the upper level of LLFree over `config` tuned by `options` in `plan`, with one
+    /// class of trees.
+    #[cfg(all(feature = "persist", not(loom)))]
     fn plan(plan: &mut Plan, config: Config, options: Options) -> Result<Upper, Error> {
+        Upper::plan_with(plan, config, options, Policy::single())
+    }
+
+    /// Places the upper level as `Upper::plan` does, with the classes of `policy`: a
+    /// reservation per core and class.
+    fn plan_with(
+        plan: &mut Plan,
+        config: Config,
+        options: Options,
+        policy: Policy,
+    ) -> Result<Upper, Error> {
         let huges = config.units.div_ceil(HUGE_UNITS);
+        let classes = usize::from(policy.classes());
+        let locals = config
+            .cores
+            .checked_mul(classes)
+            .ok_or(ConfigRule::MetadataOverflow)?;
         Ok(Upper {
             trees: plan.add(huges.div_ceil(options.tree_children))?,
-            locals: plan.add(config.cores)?,
+            locals: plan.add(locals)?,
+            policy,
         })
     }
 }
@@ -257,7 +300,28 @@ impl LLFree {
     /// LLFree with the given tuning, its metadata on the heap.
     #[cfg(feature = "alloc")]
     pub fn with_options(config: Config, options: Options) -> Result<LLFree, Error> {
-        build_on_heap(LLFree::plan(config, options), |parts, meta| {
+        LLFree::with_policy(config, options, Policy::single())
+    }
+
+    /// LLFree with the given tuning and classes of trees ([`Policy`]), its metadata on the
+    /// heap: [`BlockAlloc::alloc_class`] places each class of request in trees of its own.
+    ///
+    /// ```
+    /// use buddyfree::llfree::{LLFree, Options, Policy};
+    /// use buddyfree::{BlockAlloc, Class, Config};
+    ///
+    /// let config = Config::new(1 << 14, 10).with_cores(2);
+    /// let options = Options::for_config(config);
+    /// let a = LLFree::with_policy(config, options, Policy::unmovable_movable_huge())?;
+    /// let page = a.alloc_class(0, Class::UNMOVABLE, 0)?;
+    /// let user = a.alloc(0, 0)?; // movable
+    /// assert_ne!(page / (1 << 13), user / (1 << 13), "trees of 8192 units, one per class");
+    /// assert_eq!(a.free_units_of(Class::UNMOVABLE), (1 << 13) - 1);
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
+    #[cfg(feature = "alloc")]
+    pub fn with_policy(config: Config, options: Options, policy: Policy) -> Result<LLFree, Error> {
+        build_on_heap(LLFree::plan_with(config, options, policy), |parts, meta| {
             LLFree::build(config, parts, meta)
         })
     }
@@ -271,10 +335,15 @@ impl LLFree {
     /// Lays out the metadata of LLFree over `config` tuned by `options`: the lower level's
     /// lines, the tree entries and the per-core state.
     fn plan(config: Config, options: Options) -> Result<(Plan, Parts), Error> {
+        LLFree::plan_with(config, options, Policy::single())
+    }
+
+    /// [`LLFree::plan`] with the classes of `policy`.
+    fn plan_with(config: Config, options: Options, policy: Policy) -> Result<(Plan, Parts), Error> {
         LLFree::check(config, options)?;
         let mut plan = Plan::new();
         let lower = Lower::plan(&mut plan, config.units)?;
-        let upper = Upper::plan(&mut plan, config, options)?;
+        let upper = Upper::plan_with(&mut plan, config, options, policy)?;
         Ok((
             plan,
             Parts {
@@ -301,10 +370,10 @@ impl LLFree {
         }
         config.validate()?;
         let children = options.tree_children;
-        // Tree counters are 31 bits (the top bit is the reserved flag).
+        // Tree counters are 27 bits (the bits above are the flags and the class).
         let too_large = children
             .checked_mul(HUGE_UNITS)
-            .is_none_or(|u| u >= 1 << 31);
+            .is_none_or(|u| u >= trees::TREE_UNITS_LIMIT);
         if !children.is_power_of_two() || too_large {
             return Err(ConfigRule::TreeChildren.into());
         }
@@ -342,14 +411,17 @@ impl<W: WriteBack> LLFree<W> {
         let tree_units = children * HUGE_UNITS;
         let permille = |p: usize| tree_units * p / 1000;
         let huges = lower.huges();
+        let classes = Classes::new(upper.policy);
         let trees = Trees::new(
             meta,
             upper.trees,
+            (tree_units, config.units),
             |t| {
                 (t * children..((t + 1) * children).min(huges))
                     .map(|h| lower.child(HugeId(h)).free())
                     .sum()
             },
+            classes.initial(),
             (
                 permille(options.allocated_below_permille),
                 permille(options.free_above_permille),
@@ -359,6 +431,9 @@ impl<W: WriteBack> LLFree<W> {
             lower,
             trees,
             locals: meta.table(upper.locals, |_| CachePadded::new(Local::new()))?,
+            cores: config.cores,
+            default_slots: classes.default_class() * config.cores,
+            classes,
             units: config.units,
             max_order: config.max_order,
             tree_children: children,
@@ -373,9 +448,16 @@ impl<W: WriteBack> LLFree<W> {
         self.free_per_huge().filter(|&f| f == HUGE_UNITS).count()
     }
 
-    /// Free units per huge frame (512 units; the last one may be smaller), in address order.
+    /// Free units per huge frame (512 units; the last one may be smaller), in address order;
+    /// 0 for the frames of offline trees, which nothing can allocate.
     pub fn free_per_huge(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..self.lower.huges()).map(|h| self.lower.child(HugeId(h)).free())
+        (0..self.lower.huges()).map(|h| {
+            let t = TreeId(h / self.tree_children);
+            match self.trees.get(t).offline() {
+                true => 0,
+                false => self.lower.child(HugeId(h)).free(),
+            }
+        })
     }
 
     /// Free units per tree (its counter plus the counter of the core holding it).
@@ -395,7 +477,18 @@ impl<W: WriteBack> LLFree<W> {
 
     /// The core hint, reduced to a core.
     fn core(&self, core: usize) -> usize {
-        crate::core_slot(core, self.locals.len())
+        crate::core_slot(core, self.cores)
+    }
+
+    /// The reservation of `core` for trees of class `class`, as an index into `locals`.
+    #[inline]
+    fn slot(&self, core: usize, class: usize) -> usize {
+        class * self.cores + core
+    }
+
+    /// The reservations of `core` (one per class), as indices into `locals`.
+    fn slots_of(&self, core: usize) -> impl Iterator<Item = usize> {
+        (core..self.locals.len()).step_by(self.cores)
     }
 
     fn tree_of(&self, index: usize) -> TreeId {
@@ -420,7 +513,10 @@ impl<W: WriteBack> LLFree<W> {
     }
 
     /// Searches the children of `t` for a block, from the child and word of `hint` on
-    /// ([`LLFree::frames_from`]).
+    /// ([`LLFree::frames_from`]). Inlined into the allocation's fast path, where it is most
+    /// of the work (the steal of `classes.rs` and the fallback's scan call it too, and would
+    /// otherwise tip the compiler into a call).
+    #[inline(always)]
     fn alloc_in(&self, t: TreeId, order: u32, hint: usize) -> Option<usize> {
         // Order 10 looks at even children only, orders above at the first of each aligned
         // run of `2^(order - 9)`.
@@ -436,13 +532,27 @@ impl<W: WriteBack> LLFree<W> {
         None
     }
 
-    /// Puts `n` units of `t` back: into `cP` of `core` if it holds `t`, else into `cU`.
+    /// Puts `n` units of `t` back: into `cP` of `core` if one of its reservations is `t`,
+    /// else into `cU`.
     fn credit(&self, core: usize, t: TreeId, n: usize) -> bool {
-        let local = self.locals[core].add(t, n);
+        let local = match self.classes.count() {
+            1 => self.locals[core].add(t, n),
+            _ => self.slots_of(core).any(|l| self.locals[l].add(t, n)),
+        };
         if !local {
             self.trees.add(t, n);
         }
         local
+    }
+
+    /// Puts `n` units of `t` back: into `cP` of the reservation `local` if it is `t`, else
+    /// into `cU`.
+    fn credit_local(&self, local: usize, t: TreeId, n: usize) -> bool {
+        let held = self.locals[local].add(t, n);
+        if !held {
+            self.trees.add(t, n);
+        }
+        held
     }
 
     /// Ends a reservation swapped out of a core; says whether there was one (whether a count
@@ -457,20 +567,20 @@ impl<W: WriteBack> LLFree<W> {
         }
     }
 
-    /// Makes `t` (reserved by the caller, with `free` units moved out) the tree of `core`.
-    /// Only inside a move begun before `t` was reserved.
-    fn install(&self, core: usize, t: TreeId, free: usize) {
-        let local = &self.locals[core];
+    /// Makes `t` (reserved by the caller, with `free` units moved out) the tree of the
+    /// reservation `local`. Only inside a move begun before `t` was reserved.
+    fn install(&self, local: usize, t: TreeId, free: usize) {
+        let local = &self.locals[local];
         let first = self.children(t).start * HUGE_UNITS;
         local.last.store(first as u64, Ordering::Relaxed);
         self.release(local.swap(Reservation::new(t, free)));
     }
 
-    /// Swaps every reservation out (except `keep`'s) and gives it back to its tree; says
-    /// whether any was there. Only inside a move.
+    /// Swaps every reservation out (except those of core `keep`) and gives it back to its
+    /// tree; says whether any was there. Only inside a move.
     fn release_all(&self, keep: Option<usize>) -> bool {
         let mut moved = false;
-        for core in 0..self.locals.len() {
+        for core in 0..self.cores {
             if Some(core) != keep {
                 moved |= self.release_core(core);
             }
@@ -478,37 +588,60 @@ impl<W: WriteBack> LLFree<W> {
         moved
     }
 
-    /// Swaps `core`'s reservation out and gives it back to its tree; says whether there was
-    /// one. Only inside a move.
+    /// Swaps `core`'s reservations out and gives them back to their trees; says whether
+    /// there was one. Only inside a move.
     fn release_core(&self, core: usize) -> bool {
-        self.release(self.locals[core].swap(Reservation::NONE))
+        let mut moved = false;
+        for local in self.slots_of(core) {
+            moved |= self.release(self.locals[local].swap(Reservation::NONE));
+        }
+        moved
     }
 
-    /// Fig. 14a (1b): reserves a new tree for `core` with room for `n` units, stealing the
-    /// reservations of the other cores as a last resort (step 4 of §3.2.2).
-    fn reserve(&self, core: usize, n: usize, order: u32, near: usize) -> bool {
+    /// Fig. 14a (1b): reserves a new tree of class `class` for the reservation `local` of
+    /// `core` with room for `n` units (a tree of that class, or one the policy lets it
+    /// demote), stealing the reservations of the other cores, if `steal`, as a last resort
+    /// (step 4 of §3.2.2).
+    fn reserve(
+        &self,
+        core: usize,
+        class: usize,
+        n: usize,
+        order: u32,
+        near: usize,
+        steal: bool,
+    ) -> bool {
+        let local = self.slot(core, class);
         let huge = order >= HUGE_ORDER;
         self.moves.bracket(|| {
             let mut stole = false;
-            let found = self.trees.search(n, near, huge).or_else(|| {
+            let found = self.search(class, n, near, huge).or_else(|| {
+                if !steal {
+                    return None;
+                }
                 stole = self.release_all(Some(core));
-                self.trees.search(n, near, huge)
+                self.search(class, n, near, huge)
             });
-            let found = found.map(|(t, free)| self.install(core, t, free)).is_some();
+            let found = found
+                .map(|(t, free)| self.install(local, t, free))
+                .is_some();
             (found, found || stole)
         })
     }
 
-    /// Fig. 14a (1a): moves the frees other cores made into `t` (reserved by `core`) from the
-    /// tree entry to `core`; true if `core` still holds `t` and got some.
-    fn sync(&self, core: usize, t: TreeId) -> bool {
+    /// Fig. 14a (1a): moves the frees other cores made into `t` (reserved by the reservation
+    /// `local`) from the tree entry to `local`; true if it still holds `t` and got some.
+    fn sync(&self, local: usize, t: TreeId) -> bool {
         // Read first: most of the time there is nothing, and then no move is needed.
         if self.trees.get(t).free() == 0 {
             return false;
         }
         self.moves.bracket(|| {
             let synced = self.trees.take_all_reserved(t);
-            (synced > 0 && self.credit(core, t, synced), synced > 0)
+            (
+                synced > 0 && self.credit_local(local, t, synced),
+                synced > 0,
+            )
         })
     }
 
@@ -578,21 +711,22 @@ impl<W: WriteBack> LLFree<W> {
     /// Returns `n` units taken by [`LLFree::take_any`] to the counter they came from.
     fn give_back(&self, source: Counter, t: TreeId, n: usize) {
         match source {
-            Counter::Core(core) => {
-                self.credit(core, t, n);
+            Counter::Local(local) => {
+                self.credit_local(local, t, n);
             }
             Counter::Tree => self.trees.add(t, n),
         }
     }
 
-    /// Takes `n` units of `t` from its tree counter or from the counter of a core holding it.
+    /// Takes `n` units of `t` from its tree counter or from the counter of a reservation
+    /// holding it.
     fn take_any(&self, t: TreeId, n: usize) -> Option<Counter> {
         if self.trees.take(t, n) {
             return Some(Counter::Tree);
         }
         (0..self.locals.len())
-            .find(|&core| self.locals[core].take(t, n))
-            .map(Counter::Core)
+            .find(|&local| self.locals[local].take(t, n))
+            .map(Counter::Local)
     }
 
     /// Counts `n` units freed at `index` (taken off the bit field) as free, for `core`.
@@ -605,7 +739,7 @@ impl<W: WriteBack> LLFree<W> {
     }
 
     /// Reserve-on-free (§3.2.2): a core that freed F times in a row into the partial tree
-    /// `t` (held by nobody) makes it its own.
+    /// `t` (held by nobody) makes it its own, as its reservation of the tree's class.
     fn free_elsewhere(&self, core: usize, t: TreeId) {
         let threshold = self.reserve_on_free;
         if threshold == 0 || !self.locals[core].count_free(t, threshold) {
@@ -615,16 +749,18 @@ impl<W: WriteBack> LLFree<W> {
         // Read first: no move (and no write to the shared move counter) for a tree that
         // another core holds.
         let e = self.trees.get(t);
-        if e.reserved() || !partial(e) {
+        if e.reserved() || e.offline() || !partial(e) {
             return;
         }
-        self.moves.bracket(|| match self.trees.reserve(t, partial) {
-            Some(free) => {
-                self.install(core, t, free);
-                ((), true)
-            }
-            None => ((), false),
-        });
+        let keep_class = |e: trees::Tree| partial(e).then_some(e.class());
+        self.moves
+            .bracket(|| match self.trees.reserve(t, keep_class) {
+                Some(old) => {
+                    self.install(self.slot(core, usize::from(old.class())), t, old.free());
+                    ((), true)
+                }
+                None => ((), false),
+            });
     }
 
     #[cfg(test)]
@@ -636,7 +772,29 @@ impl<W: WriteBack> LLFree<W> {
                 .children(TreeId(t))
                 .map(|h| self.lower.child(HugeId(h)).free())
                 .sum();
-            assert_eq!(free, lower, "tree {t}");
+            let entry = self.trees.get(TreeId(t));
+            assert!(
+                usize::from(entry.class()) < self.classes.count(),
+                "tree {t}"
+            );
+            if entry.offline() {
+                // An offline tree is whole in the lower level and counts nothing.
+                assert_eq!(
+                    (free, lower),
+                    (0, self.trees.capacity(TreeId(t))),
+                    "tree {t}"
+                );
+                assert!(!entry.reserved(), "tree {t}");
+            } else {
+                assert_eq!(free, lower, "tree {t}");
+            }
+        }
+        // A reservation's tree has the reservation's class.
+        for (l, local) in self.locals.iter().enumerate() {
+            if let Some(t) = local.get().tree() {
+                let class = usize::from(self.trees.get(t).class());
+                assert_eq!(class, l / self.cores, "reservation {l}");
+            }
         }
     }
 }
@@ -645,8 +803,18 @@ impl<W: WriteBack> LLFree<W> {
 enum Counter {
     /// The tree entry's `cU`.
     Tree,
-    /// The `cP` of this core.
-    Core(usize),
+    /// The `cP` of this reservation (an index into `locals`).
+    Local(usize),
+}
+
+/// What [`LLFree::renew`] got.
+enum Renewal {
+    /// A new reservation.
+    Reserved,
+    /// No reservation, but a block taken from a tree of another class (`classes.rs`).
+    Stole(usize),
+    /// Neither: the complete fallback is next.
+    Failed,
 }
 
 /// Tries to reserve a new tree this often before falling back to the complete scan.
@@ -667,12 +835,14 @@ const MAX_PAUSE: usize = 1 << 10;
 const MAX_PAUSE: usize = 1;
 
 impl<W: WriteBack> LLFree<W> {
-    /// The allocation, with at most `rounds` rounds of the complete fallback, answering
-    /// `busy` if they all met a reservation move of another core in flight.
+    /// The allocation for a request whose trees are of the class whose reservations start at
+    /// `slots` in `locals` (the class times `cores`), with at most `rounds` rounds of the complete fallback, answering `busy` if they all
+    /// met a reservation move of another core in flight.
     fn alloc_with(
         &self,
         order: u32,
         core: usize,
+        slots: usize,
         rounds: usize,
         busy: Error,
     ) -> Result<usize, Error> {
@@ -680,7 +850,8 @@ impl<W: WriteBack> LLFree<W> {
             return Err(Error::BadOrder);
         }
         let core = self.core(core);
-        let local = &self.locals[core];
+        let slot = slots + core;
+        let local = &self.locals[slot];
         let n = 1 << order;
         for _ in 0..RESERVE_ATTEMPTS {
             let near = match local.take_any(n) {
@@ -691,24 +862,38 @@ impl<W: WriteBack> LLFree<W> {
                         return Ok(index);
                     }
                     // Too fragmented for this order: give the units back, move on.
-                    self.credit(core, t, n);
+                    self.credit_local(slot, t, n);
                     t.0
                 }
                 Err(r) => match r.tree() {
                     Some(t) => {
-                        if self.sync(core, t) {
+                        if self.sync(slot, t) {
                             continue;
                         }
                         t.0
                     }
-                    None => core * self.trees.len() / self.locals.len(),
+                    None => core * self.trees.len() / self.cores,
                 },
             };
-            if !self.reserve(core, n, order, near) {
-                break;
+            match self.renew(core, slots / self.cores, order, near) {
+                Renewal::Reserved => {}
+                Renewal::Stole(index) => return Ok(index),
+                Renewal::Failed => break,
             }
         }
         self.alloc_anywhere(order, rounds, busy)
+    }
+
+    /// A new reservation of class `class` for `core` after its own ran short. With one class,
+    /// Fig. 14a (1b); with several, `classes.rs` ([`LLFree::renew_classed`]).
+    fn renew(&self, core: usize, class: usize, order: u32, near: usize) -> Renewal {
+        if self.classes.count() > 1 {
+            return self.renew_classed(core, class, order, near);
+        }
+        match self.reserve(core, class, 1 << order, order, near, true) {
+            true => Renewal::Reserved,
+            false => Renewal::Failed,
+        }
     }
 
     /// [`BlockAlloc::free_bulk`] with `free_group` freeing the blocks of one huge frame in
@@ -751,8 +936,8 @@ impl<W: WriteBack> LLFree<W> {
     /// has room, its tree has too few free units, or the frame's free units lie apart).
     /// `before`: the blocks of this bulk allocation so far, which no one else has seen yet.
     fn alloc_near(&self, order: u32, core: usize, before: &[usize], out: &mut [usize]) -> usize {
-        let core = self.core(core);
-        let local = &self.locals[core];
+        let slot = self.slot(self.core(core), self.classes.default_class());
+        let local = &self.locals[slot];
         let reservation = local.get();
         let Some(t) = reservation.tree() else {
             return 0;
@@ -786,7 +971,7 @@ impl<W: WriteBack> LLFree<W> {
         let ours = before.iter().filter(|&&i| i / HUGE_UNITS == h).count() << order;
         let got = self.lower.alloc_many(HugeId(h), order, word, out, ours);
         if got < out.len() {
-            self.credit(core, t, (out.len() - got) << order);
+            self.credit_local(slot, t, (out.len() - got) << order);
         }
         if got > 0 {
             local.last.store(out[got - 1] as u64, Ordering::Relaxed);
@@ -797,7 +982,15 @@ impl<W: WriteBack> LLFree<W> {
 
 impl<W: WriteBack> BlockAlloc for LLFree<W> {
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        self.alloc_with(order, core, FALLBACK_ROUNDS, Error::OutOfMemory)
+        let slots = self.default_slots;
+        self.alloc_with(order, core, slots, FALLBACK_ROUNDS, Error::OutOfMemory)
+    }
+
+    /// In the trees of the class the [`Policy`] gives `class` (stealing from or demoting
+    /// trees of other classes as it allows, and at last from any tree): see `classes.rs`.
+    fn alloc_class(&self, order: u32, class: Class, core: usize) -> Result<usize, Error> {
+        let slots = self.classes.home(class) * self.cores;
+        self.alloc_with(order, core, slots, FALLBACK_ROUNDS, Error::OutOfMemory)
     }
 
     /// Blocks of orders 0..=8 come frame by frame from the core's tree, from the frame of
@@ -835,7 +1028,8 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
     /// One round of the fallback and no pause: where [`BlockAlloc::alloc`] would wait for a
     /// reservation move of another core to finish, this answers [`Error::WouldBlock`].
     fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        self.alloc_with(order, core, 1, Error::WouldBlock)
+        let slots = self.default_slots;
+        self.alloc_with(order, core, slots, 1, Error::WouldBlock)
     }
 
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
@@ -930,7 +1124,7 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
             // they count together.
             let source = self.take_any(t, n).or_else(|| {
                 let holder =
-                    (0..self.locals.len()).find(|&c| self.locals[c].get().tree() == Some(t))?;
+                    (0..self.locals.len()).find(|&l| self.locals[l].get().tree() == Some(t))?;
                 self.sync(holder, t).then(|| self.take_any(t, n))?
             })?;
             if self.lower.alloc_at(index, order) {

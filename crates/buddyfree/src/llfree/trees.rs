@@ -1,6 +1,18 @@
 //! The upper level's tree entries (§3.2.2): per tree of `children` huge frames a free counter
-//! `cU` and a reserved flag `r` in one 32-bit word, 16 trees to a cache line, and the search
-//! for a tree to reserve.
+//! `cU`, a reserved flag `r`, the tree's class and whether it is offline, in one 32-bit word,
+//! 16 trees to a cache line, and the search for a tree to reserve.
+//!
+//! ```text
+//!  31   30      29..27    26                 0
+//! [ r ][ off ][ class  ][ free cU (27 bits)   ]
+//! ```
+//!
+//! Every field changes only by a compare-and-swap of the whole word (or, for `cU`, an add that
+//! cannot carry into the fields above it: `cU` never exceeds the tree's units, below 2^27), so
+//! a reservation, a demotion (a reservation that also re-classes) and a change of state see
+//! each other. While a tree is reserved its class does not change: only an unreserved tree is
+//! demoted or re-classed. An offline tree has `cU` = 0 and is never reserved, so nothing takes
+//! a unit of it (`classes.rs`, `online.rs`).
 
 use super::atomic::Atom;
 use super::TreeId;
@@ -16,22 +28,55 @@ const PER_LINE: usize = 16;
 pub(crate) struct Tree(u32);
 
 const RESERVED: u32 = 1 << 31;
+const OFFLINE: u32 = 1 << 30;
+const CLASS_SHIFT: u32 = 27;
+const CLASS_MASK: u32 = 0b111 << CLASS_SHIFT;
+const FREE_MASK: u32 = (1 << CLASS_SHIFT) - 1;
+/// Trees must have fewer units than this: the free counter's width.
+pub(crate) const TREE_UNITS_LIMIT: usize = 1 << CLASS_SHIFT;
+/// Classes a tree entry can name.
+pub(crate) const MAX_CLASSES: usize = 1 << (30 - CLASS_SHIFT);
 
 impl Tree {
+    /// An unreserved, online entry of class `class` with `free` units.
+    pub(crate) const fn new(free: usize, class: u8) -> Tree {
+        Tree(free as u32 | (class as u32) << CLASS_SHIFT)
+    }
+
+    /// An offline entry that was (and comes back as) class `class`.
+    pub(crate) const fn offline_of(class: u8) -> Tree {
+        Tree(OFFLINE | (class as u32) << CLASS_SHIFT)
+    }
+
     #[inline]
     pub(crate) const fn free(self) -> usize {
-        (self.0 & !RESERVED) as usize
+        (self.0 & FREE_MASK) as usize
     }
 
     #[inline]
     pub(crate) const fn reserved(self) -> bool {
         self.0 & RESERVED != 0
     }
+
+    #[inline]
+    pub(crate) const fn class(self) -> u8 {
+        ((self.0 & CLASS_MASK) >> CLASS_SHIFT) as u8
+    }
+
+    #[inline]
+    pub(crate) const fn offline(self) -> bool {
+        self.0 & OFFLINE != 0
+    }
+
+    /// This entry reserved for class `class` with its free count moved out.
+    const fn reserved_as(class: u8) -> Tree {
+        Tree(RESERVED | (class as u32) << CLASS_SHIFT)
+    }
 }
 
 /// How full a tree is, for the reservation heuristic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Class {
+enum Fill {
     /// Almost all units free.
     Free,
     Partial,
@@ -39,9 +84,12 @@ enum Class {
     Allocated,
 }
 
-/// The tree entries and the class thresholds.
+/// The tree entries and the fill thresholds.
 pub(crate) struct Trees {
     entries: Table<AtomicU32>,
+    /// Units of a whole tree, and of all trees (the last tree may have fewer).
+    tree_units: usize,
+    units: usize,
     /// A tree with fewer free units than this is "allocated".
     allocated_below: usize,
     /// A tree with more free units than this is "free".
@@ -49,16 +97,20 @@ pub(crate) struct Trees {
 }
 
 impl Trees {
-    /// Trees at `part` of `meta` with the free counts `free(tree)`, none reserved;
-    /// thresholds in units.
+    /// Trees of `tree_units` over `units` at `part` of `meta` with the free counts
+    /// `free(tree)`, none reserved, all of class `class`; thresholds in units.
     pub(crate) fn new(
         meta: &Metadata,
         part: Part<AtomicU32>,
+        (tree_units, units): (usize, usize),
         free: impl Fn(usize) -> usize,
+        class: u8,
         thresholds: (usize, usize),
     ) -> Result<Trees, Error> {
         Ok(Trees {
-            entries: meta.table(part, |t| AtomicU32::new(free(t) as u32))?,
+            entries: meta.table(part, |t| AtomicU32::new(Tree::new(free(t), class).0))?,
+            tree_units,
+            units,
             allocated_below: thresholds.0,
             free_above: thresholds.1,
         })
@@ -72,6 +124,24 @@ impl Trees {
     #[inline]
     pub(crate) fn get(&self, t: TreeId) -> Tree {
         Tree(self.entries[t.0].get())
+    }
+
+    /// The units of tree `t` (those of the last tree may be fewer than a whole tree's).
+    pub(crate) fn capacity(&self, t: TreeId) -> usize {
+        let first = t.0 * self.tree_units;
+        self.tree_units.min(self.units.saturating_sub(first))
+    }
+
+    /// Replaces the entry of `t` by `f(old)` if `f` gives one; the old entry either way.
+    pub(crate) fn change(
+        &self,
+        t: TreeId,
+        mut f: impl FnMut(Tree) -> Option<Tree>,
+    ) -> Result<Tree, Tree> {
+        self.entries[t.0]
+            .try_change(|e| f(Tree(e)).map(|new| new.0))
+            .map(Tree)
+            .map_err(Tree)
     }
 
     #[inline]
@@ -92,18 +162,29 @@ impl Trees {
     /// Takes the whole global counter of a reserved tree (the sync of Fig. 14a (1a)).
     pub(crate) fn take_all_reserved(&self, t: TreeId) -> usize {
         self.entries[t.0]
-            .try_change(|e| (Tree(e).reserved() && Tree(e).free() > 0).then_some(RESERVED))
+            .try_change(|e| (Tree(e).reserved() && Tree(e).free() > 0).then_some(e & !FREE_MASK))
             .map_or(0, |e| Tree(e).free())
     }
 
     #[inline]
-    /// Reserves `t` if no core has it and `accept` likes its entry: sets `r`, moves `cU` out
-    /// (returned) and leaves 0 behind.
-    pub(crate) fn reserve(&self, t: TreeId, accept: impl Fn(Tree) -> bool) -> Option<usize> {
+    /// Reserves `t` if no core has it, it is online and `class_for` gives the class it is to
+    /// have (its own: a match; another: a demotion): sets `r` and that class, moves `cU` out
+    /// and leaves 0 behind. Returns the entry it replaced (its free count and old class).
+    pub(crate) fn reserve(
+        &self,
+        t: TreeId,
+        class_for: impl Fn(Tree) -> Option<u8>,
+    ) -> Option<Tree> {
         self.entries[t.0]
-            .try_change(|e| (!Tree(e).reserved() && accept(Tree(e))).then_some(RESERVED))
+            .try_change(|e| {
+                let tree = Tree(e);
+                if tree.reserved() || tree.offline() {
+                    return None;
+                }
+                class_for(tree).map(|class| Tree::reserved_as(class).0)
+            })
             .ok()
-            .map(|e| Tree(e).free())
+            .map(Tree)
     }
 
     #[inline]
@@ -115,27 +196,35 @@ impl Trees {
         });
     }
 
-    fn class(&self, tree: Tree) -> Class {
+    fn fill(&self, tree: Tree) -> Fill {
         if tree.free() > self.free_above {
-            Class::Free
+            Fill::Free
         } else if tree.free() < self.allocated_below {
-            Class::Allocated
+            Fill::Allocated
         } else {
-            Class::Partial
+            Fill::Partial
         }
     }
 
     /// The search order of §3.2.2: (1) partial, then free trees on the cache line of `near`,
     /// (2) first-fit partial trees, (3) free trees, then allocated ones with room. For huge
     /// orders free trees come before partial ones (§4.2.1), on the line as in the whole array.
-    /// Reserves the tree found and returns it with the free count moved out of it.
+    /// Only trees `accept` takes (by number and entry) count; the one found is reserved as
+    /// class `class` and returned with the free count moved out of it.
     ///
     /// The paper's step 1 takes the first partial *or* free tree on the line. We look at the
     /// line twice, partial trees first: the line is in the cache either way, and with a
     /// heap of 16 trees or fewer (1 GiB of 4 KiB units) the line is the whole array, so
     /// taking whichever comes first would let small allocations into the free trees the
     /// heuristic exists to keep free, until none is left (as under the `frag` workload).
-    pub(crate) fn search(&self, n: usize, near: usize, huge: bool) -> Option<(TreeId, usize)> {
+    pub(crate) fn search(
+        &self,
+        n: usize,
+        near: usize,
+        huge: bool,
+        accept: impl Fn(TreeId, Tree) -> bool + Copy,
+        class: u8,
+    ) -> Option<(TreeId, usize)> {
         let len = self.len();
         let room = |t: Tree| t.free() >= n;
         let line = near / PER_LINE * PER_LINE;
@@ -145,40 +234,50 @@ impl Trees {
                 .filter(move |&t| t < len)
         };
         let all = || (0..len).map(|i| (near + i) % len);
-        let of_class = |class| move |e: Tree| room(e) && self.class(e) == class;
+        let of_fill = |fill| move |e: Tree| room(e) && self.fill(e) == fill;
         let (first, second) = if huge {
-            (Class::Free, Class::Partial)
+            (Fill::Free, Fill::Partial)
         } else {
-            (Class::Partial, Class::Free)
+            (Fill::Partial, Fill::Free)
         };
-        self.reserve_first(neighbourhood(), of_class(first))
-            .or_else(|| self.reserve_first(neighbourhood(), of_class(second)))
-            .or_else(|| self.reserve_first(all(), of_class(first)))
-            .or_else(|| self.reserve_first(all(), of_class(second)))
-            .or_else(|| self.reserve_first(all(), room))
+        self.reserve_first(neighbourhood(), of_fill(first), accept, class)
+            .or_else(|| self.reserve_first(neighbourhood(), of_fill(second), accept, class))
+            .or_else(|| self.reserve_first(all(), of_fill(first), accept, class))
+            .or_else(|| self.reserve_first(all(), of_fill(second), accept, class))
+            .or_else(|| self.reserve_first(all(), room, accept, class))
     }
 
-    /// Reserves the first of `trees` whose entry `accept` likes.
+    /// Reserves as class `class` the first of `trees` whose entry `like` and `accept` like.
     fn reserve_first(
         &self,
         mut trees: impl Iterator<Item = usize>,
-        accept: impl Fn(Tree) -> bool,
+        like: impl Fn(Tree) -> bool,
+        accept: impl Fn(TreeId, Tree) -> bool,
+        class: u8,
     ) -> Option<(TreeId, usize)> {
-        trees.find_map(|t| self.try_reserve(t, &accept))
+        trees.find_map(|t| {
+            let t = TreeId(t);
+            self.try_reserve(t, |e| like(e) && accept(t, e), class)
+        })
     }
 
-    fn try_reserve(&self, t: usize, accept: impl Fn(Tree) -> bool) -> Option<(TreeId, usize)> {
+    fn try_reserve(
+        &self,
+        t: TreeId,
+        accept: impl Fn(Tree) -> bool,
+        class: u8,
+    ) -> Option<(TreeId, usize)> {
         // Read first: a CAS on every tree would write every cache line of the array.
-        let tree = self.get(TreeId(t));
-        (!tree.reserved() && accept(tree))
-            .then(|| self.reserve(TreeId(t), &accept))?
-            .map(|free| (TreeId(t), free))
+        let tree = self.get(t);
+        (!tree.reserved() && !tree.offline() && accept(tree))
+            .then(|| self.reserve(t, |e| accept(e).then_some(class)))?
+            .map(|old| (t, old.free()))
     }
 
     #[inline]
     /// Whether `t` is partial (the trees reserve-on-free picks).
     pub(crate) fn is_partial(&self, tree: Tree) -> bool {
-        self.class(tree) == Class::Partial
+        self.fill(tree) == Fill::Partial
     }
 }
 
@@ -186,10 +285,14 @@ impl Trees {
 mod tests {
     use super::*;
 
+    /// Every tree, for searches without classes.
+    const ANY: fn(TreeId, Tree) -> bool = |_, _| true;
+
     /// Trees of 1000 units: below 125 allocated, above 875 free.
     fn trees(free: &[usize]) -> Trees {
         let part = crate::table::Plan::new().add(free.len()).unwrap();
-        Trees::new(&Metadata::heap(), part, |t| free[t], (125, 875)).unwrap()
+        let units = (1000, 1000 * free.len());
+        Trees::new(&Metadata::heap(), part, units, |t| free[t], 0, (125, 875)).unwrap()
     }
 
     /// 48 trees, all full but the given ones; the search starts on the first cache line
@@ -206,24 +309,24 @@ mod tests {
     fn search_prefers_partial_then_free_then_allocated() {
         // 16: free, 17: allocated, 32: partial, 33: partial with too little room.
         let t = trees_beyond_first_line(&[(16, 1000), (17, 100), (32, 500), (33, 130)]);
-        assert_eq!(t.search(200, 0, false), Some((TreeId(32), 500)));
+        assert_eq!(t.search(200, 0, false, ANY, 0), Some((TreeId(32), 500)));
         assert!(t.get(TreeId(32)).reserved());
         assert_eq!(t.get(TreeId(32)).free(), 0);
         // Partial trees are taken or too small now: a free tree next.
-        assert_eq!(t.search(200, 0, false), Some((TreeId(16), 1000)));
+        assert_eq!(t.search(200, 0, false, ANY, 0), Some((TreeId(16), 1000)));
         // A smaller request fits the small partial tree; then only an allocated one is left.
-        assert_eq!(t.search(50, 0, false), Some((TreeId(33), 130)));
-        assert_eq!(t.search(50, 0, false), Some((TreeId(17), 100)));
-        assert_eq!(t.search(1, 0, false), None);
+        assert_eq!(t.search(50, 0, false, ANY, 0), Some((TreeId(33), 130)));
+        assert_eq!(t.search(50, 0, false, ANY, 0), Some((TreeId(17), 100)));
+        assert_eq!(t.search(1, 0, false, ANY, 0), None);
         t.unreserve(TreeId(32), 480);
-        assert_eq!(t.get(TreeId(32)), Tree(480));
+        assert_eq!(t.get(TreeId(32)), Tree::new(480, 0));
     }
 
     #[test]
     fn search_for_huge_orders_prefers_free_trees() {
         let t = trees_beyond_first_line(&[(16, 600), (32, 1000)]);
-        assert_eq!(t.search(512, 0, true), Some((TreeId(32), 1000)));
-        assert_eq!(t.search(512, 0, true), Some((TreeId(16), 600)));
+        assert_eq!(t.search(512, 0, true, ANY, 0), Some((TreeId(32), 1000)));
+        assert_eq!(t.search(512, 0, true, ANY, 0), Some((TreeId(16), 600)));
     }
 
     #[test]
@@ -234,11 +337,11 @@ mod tests {
         free[4] = 1000;
         free[9] = 500;
         let t = trees(&free);
-        assert_eq!(t.search(10, 3, false), Some((TreeId(9), 500)));
-        assert_eq!(t.search(10, 3, false), Some((TreeId(4), 1000)));
+        assert_eq!(t.search(10, 3, false, ANY, 0), Some((TreeId(9), 500)));
+        assert_eq!(t.search(10, 3, false, ANY, 0), Some((TreeId(4), 1000)));
         // Huge requests the other way round.
         let t = trees(&free);
-        assert_eq!(t.search(10, 3, true), Some((TreeId(4), 1000)));
+        assert_eq!(t.search(10, 3, true, ANY, 0), Some((TreeId(4), 1000)));
     }
 
     #[test]
@@ -249,7 +352,7 @@ mod tests {
         free[4] = 1000;
         free[20] = 500;
         let t = trees(&free);
-        assert_eq!(t.search(10, 3, false), Some((TreeId(4), 1000)));
-        assert_eq!(t.search(10, 3, false), Some((TreeId(20), 500)));
+        assert_eq!(t.search(10, 3, false, ANY, 0), Some((TreeId(4), 1000)));
+        assert_eq!(t.search(10, 3, false, ANY, 0), Some((TreeId(20), 500)));
     }
 }

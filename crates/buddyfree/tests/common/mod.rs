@@ -329,6 +329,11 @@ impl Owners {
         }
     }
 
+    /// Whether a block owns `unit` now.
+    pub fn owned(&self, unit: usize) -> bool {
+        self.0[unit].load(Ordering::Acquire) != 0
+    }
+
     pub fn release(&self, index: usize, order: u32, stamp: u64) {
         for unit in index..index + (1 << order) {
             let owner = self.0[unit].swap(0, Ordering::AcqRel);

@@ -1,0 +1,535 @@
+//! Classes of trees: placement by kind of memory (movable, unmovable, huge), which the LLFree
+//! paper (Wrenger et al., USENIX ATC'23, §6) names as the way to keep memory that cannot be
+//! moved off most huge frames, as Linux does with a free list per migrate type.
+//!
+//! Every tree carries a class in its entry (`trees.rs`); a request names a [`Class`], which
+//! the [`Policy`] maps to the class of trees that serves it (its *home*: requests of several
+//! classes may share one). Each core has one reservation per class of trees, so a core
+//! allocating two kinds of memory fills two trees, one of each class.
+//!
+//! A request whose reservation runs short goes, in this order:
+//! 1. **match**: reserves a tree of its home class (the paper's search, §3.2.2, among those);
+//! 2. **demote**: reserves a tree of another class that the policy lets it demote
+//!    ([`Access::Demote`]), re-classing it in the same compare-and-swap that reserves it;
+//! 3. **steal**: takes one block from a tree of another class that the policy lets it steal
+//!    from ([`Access::Steal`]), without reserving or re-classing it: its units come from
+//!    the tree's counter `cU` as in the complete fallback, so the tree's holder (if any)
+//!    keeps its reservation;
+//! 4. takes the other cores' reservations and searches (1, 2) again (step 4 of §3.2.2);
+//! 5. the complete fallback of `mod.rs`, which takes a block from any tree of any class. So
+//!    a sequential allocation fails only when no free aligned block exists anywhere, whatever
+//!    the policy: the policy decides where memory goes first, never whether it is found.
+//!
+//! Invariants: a tree's class changes only by a compare-and-swap of its entry, and only
+//! while no core holds it (a demotion is the reservation itself; a re-class by
+//! `LLFree::set_tree_state` needs an unreserved, entirely free tree), so a reserved tree
+//! always has the class of the reservation holding it. Frees never name a class: a block's
+//! units go back to the counter of the reservation holding its tree (any of the freeing
+//! core's reservations), else to the tree's `cU`, as without classes. Every move of a count
+//! between counters is the one of `mod.rs`, bracketed on the move counter (`moves.rs`); a
+//! steal moves no count (its units belong to the allocation, as in the complete fallback).
+//!
+//! With one class ([`Policy::single`], what `LLFree::new` builds) there is one reservation
+//! per core, every tree is of class 0, and steps 2 and 3 are skipped: LLFree as in the paper.
+
+use super::trees::{Tree, MAX_CLASSES};
+use super::{LLFree, Renewal, TreeId, WriteBack, HUGE_ORDER, HUGE_UNITS};
+use crate::{Class, ConfigRule, Error};
+
+/// What a request may do with a tree of another class than its home class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// Reserve the tree and re-class it to the request's home class, for good (until it is
+    /// demoted or re-classed again): the tree joins the request's class.
+    Demote,
+    /// Take one block from the tree, leaving it in its class and with its holder.
+    Steal,
+    /// Neither: only the complete fallback takes a block from it, when no tree of the
+    /// request's class, and none it may demote or steal from, has one.
+    Fallback,
+}
+
+/// Which class of trees serves each class of request, and what a request may do with trees
+/// of other classes: the placement policy of LLFree with classes
+/// ([`LLFree::with_policy`](super::LLFree::with_policy)).
+///
+/// The functions are asked while the allocator runs (`access` whenever a request looks for
+/// a tree outside its class); they must be cheap and give the same answer for the same
+/// arguments.
+#[derive(Clone, Copy, Debug)]
+pub struct Policy {
+    classes: u8,
+    initial: Class,
+    home: fn(Class) -> Class,
+    access: fn(Class, Class, usize, usize) -> Access,
+}
+
+impl Policy {
+    /// A policy with `classes` classes of trees (numbered `0..classes`, at most 8), every
+    /// tree of class `initial` at the start; `home(class)` is the class of trees that serves
+    /// requests of `class`, and `access(request, tree, free, capacity)` what a request whose
+    /// home is `request` may do with a tree of class `tree` that has `free` of its `capacity`
+    /// units free (asked only for `tree != request`).
+    ///
+    /// [`ConfigRule::Classes`] if `classes` is 0 or above 8, or `initial` or a home class is
+    /// not below `classes`.
+    pub fn new(
+        classes: u8,
+        initial: Class,
+        home: fn(Class) -> Class,
+        access: fn(Class, Class, usize, usize) -> Access,
+    ) -> Result<Policy, Error> {
+        let count = usize::from(classes);
+        let below = |c: Class| c.number() < classes;
+        let homes_below = (0..=u8::MAX).all(|c| below(home(Class::new(c))));
+        if !(1..=MAX_CLASSES).contains(&count) || !below(initial) || !homes_below {
+            return Err(ConfigRule::Classes.into());
+        }
+        Ok(Policy {
+            classes,
+            initial,
+            home,
+            access,
+        })
+    }
+
+    /// One class: every request is served by every tree, as in the paper (the default).
+    #[must_use]
+    pub fn single() -> Policy {
+        Policy {
+            classes: 1,
+            initial: Class::MOVABLE,
+            home: |_| Class::MOVABLE,
+            access: |_, _, _, _| Access::Fallback,
+        }
+    }
+
+    /// Small and huge: movable and unmovable requests (and any other class but
+    /// [`Class::HUGE`]) share the trees of class [`Class::MOVABLE`], huge ones have their
+    /// own, so that freeing huge frames leaves trees of whole huge frames. Trees start
+    /// movable. A tree entirely free is demoted to whichever class asks for it; a tree in
+    /// use is only stolen from.
+    #[must_use]
+    pub fn small_huge() -> Policy {
+        Policy {
+            classes: 3,
+            initial: Class::MOVABLE,
+            home: |class| match class {
+                Class::HUGE => Class::HUGE,
+                _ => Class::MOVABLE,
+            },
+            access: demote_free_else_steal,
+        }
+    }
+
+    /// Unmovable, movable and huge, each in trees of its own (classes other than these three
+    /// are movable): memory that cannot move pins only the trees it is in, so the huge
+    /// frames compaction can free stay in the other trees. Trees start movable. A tree
+    /// entirely free is demoted to whichever class asks for it; a tree in use is only stolen
+    /// from.
+    #[must_use]
+    pub fn unmovable_movable_huge() -> Policy {
+        Policy {
+            classes: 3,
+            initial: Class::MOVABLE,
+            home: |class| match class {
+                Class::UNMOVABLE | Class::HUGE => class,
+                _ => Class::MOVABLE,
+            },
+            access: demote_free_else_steal,
+        }
+    }
+
+    /// Classes of trees.
+    #[must_use]
+    pub fn classes(&self) -> u8 {
+        self.classes
+    }
+
+    /// The class of every tree at the start.
+    #[must_use]
+    pub fn initial(&self) -> Class {
+        self.initial
+    }
+
+    /// The class of trees that serves requests of `class`.
+    #[must_use]
+    pub fn home(&self, class: Class) -> Class {
+        (self.home)(class)
+    }
+
+    /// What a request whose home is `request` may do with a tree of class `tree` that has
+    /// `free` of its `capacity` units free.
+    #[must_use]
+    pub fn access(&self, request: Class, tree: Class, free: usize, capacity: usize) -> Access {
+        (self.access)(request, tree, free, capacity)
+    }
+}
+
+/// The ready policies' rule: a tree that is entirely free costs no placement, so any class
+/// may take it over; one in use keeps its class, and gives single blocks only.
+fn demote_free_else_steal(_: Class, _: Class, free: usize, capacity: usize) -> Access {
+    match free == capacity {
+        true => Access::Demote,
+        false => Access::Steal,
+    }
+}
+
+/// A policy as the allocator uses it, with what the hot paths read kept apart: the number
+/// of classes and the home class of requests without one.
+pub(crate) struct Classes {
+    count: usize,
+    default: usize,
+    policy: Policy,
+}
+
+impl Classes {
+    pub(crate) fn new(policy: Policy) -> Classes {
+        Classes {
+            count: usize::from(policy.classes),
+            default: usize::from(policy.home(Class::MOVABLE).number()),
+            policy,
+        }
+    }
+
+    /// Classes of trees (and reservations per core).
+    #[inline]
+    pub(crate) fn count(&self) -> usize {
+        self.count
+    }
+
+    /// The class of trees that serves requests of `class` (below `count`: `Policy::new`
+    /// checked every class).
+    #[inline]
+    pub(crate) fn home(&self, class: Class) -> usize {
+        match self.count {
+            1 => 0,
+            _ => usize::from(self.policy.home(class).number()),
+        }
+    }
+
+    /// The class of trees that serves requests without a class ([`Class::MOVABLE`]).
+    #[inline]
+    pub(crate) fn default_class(&self) -> usize {
+        self.default
+    }
+
+    /// The class trees start with.
+    pub(crate) fn initial(&self) -> u8 {
+        self.policy.initial.number()
+    }
+
+    pub(crate) fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// What a request of home class `class` may do with the tree whose entry is `tree`.
+    fn access(&self, class: usize, tree: Tree, capacity: usize) -> Access {
+        let (request, target) = (Class::new(class as u8), Class::new(tree.class()));
+        self.policy.access(request, target, tree.free(), capacity)
+    }
+}
+
+impl<W: WriteBack> LLFree<W> {
+    /// Finds and reserves (as class `class`) a tree with room for `n` units: one of class
+    /// `class`, else one the policy lets a request of that class demote. With one class,
+    /// any tree.
+    pub(super) fn search(
+        &self,
+        class: usize,
+        n: usize,
+        near: usize,
+        huge: bool,
+    ) -> Option<(TreeId, usize)> {
+        let own = class as u8;
+        if self.classes.count() == 1 {
+            return self.trees.search(n, near, huge, |_, _| true, own);
+        }
+        let demotable = |t: TreeId, e: Tree| {
+            e.class() != own
+                && self.classes.access(class, e, self.trees.capacity(t)) == Access::Demote
+        };
+        self.trees
+            .search(n, near, huge, |_, e| e.class() == own, own)
+            .or_else(|| self.trees.search(n, near, huge, demotable, own))
+    }
+
+    /// A new reservation of class `class` for `core`, or a block stolen from a tree of
+    /// another class, with several classes (steps 1 to 4 of the module's list). Out of line:
+    /// the allocation's fast path stays as small as without classes.
+    #[inline(never)]
+    pub(super) fn renew_classed(
+        &self,
+        core: usize,
+        class: usize,
+        order: u32,
+        near: usize,
+    ) -> Renewal {
+        let n = 1 << order;
+        if self.reserve(core, class, n, order, near, false) {
+            return Renewal::Reserved;
+        }
+        if let Some(index) = self.steal(class, order, near) {
+            return Renewal::Stole(index);
+        }
+        match self.reserve(core, class, n, order, near, true) {
+            true => Renewal::Reserved,
+            false => Renewal::Failed,
+        }
+    }
+
+    /// Takes a block of `order` from the first tree from `near` on (wrapping around) of
+    /// another class than `class` that the policy lets a request of `class` steal from:
+    /// units from the tree's counter `cU`, the block from its frames, the units given back
+    /// if it has no such block. Huge orders look at the trees with most free units first
+    /// (they hold whole huge frames), the others at the fullest first (to leave whole huge
+    /// frames alone).
+    fn steal(&self, class: usize, order: u32, near: usize) -> Option<usize> {
+        let n = 1 << order;
+        let len = self.trees.len();
+        let own = class as u8;
+        let stealable = |t: TreeId| {
+            let e = self.trees.get(t);
+            let candidate = e.class() != own && !e.offline() && e.free() >= n;
+            candidate && self.classes.access(class, e, self.trees.capacity(t)) == Access::Steal
+        };
+        let huge = order >= HUGE_ORDER;
+        // Two passes: first the trees the order prefers (less than half free for small
+        // orders, more for huge ones), then any.
+        let prefers = |t: TreeId| (self.trees.get(t).free() * 2 > self.trees.capacity(t)) == huge;
+        for pass in 0..2 {
+            for t in (0..len).map(|i| TreeId((near + i) % len)) {
+                if (pass == 0 && !prefers(t)) || !stealable(t) || !self.trees.take(t, n) {
+                    continue;
+                }
+                let first = self.children(t).start * HUGE_UNITS;
+                if let Some(index) = self.alloc_in(t, order, first) {
+                    return Some(index);
+                }
+                self.trees.add(t, n);
+            }
+        }
+        None
+    }
+
+    /// The placement policy.
+    pub fn policy(&self) -> Policy {
+        self.classes.policy()
+    }
+
+    /// Free units in the online trees of class `class` (the counters of those trees and of
+    /// the reservations holding them; exact when no operation runs, as
+    /// [`BlockAlloc::free_units`](crate::BlockAlloc::free_units)): over every class they add
+    /// up to `free_units`. 0 for a class with no trees.
+    pub fn free_units_of(&self, class: Class) -> usize {
+        let count = self.classes.count();
+        let c = class.number();
+        if usize::from(c) >= count {
+            return 0;
+        }
+        let in_trees: usize = (0..self.trees.len())
+            .map(|t| self.trees.get(TreeId(t)))
+            .filter(|e| e.class() == c && !e.offline())
+            .map(|e| e.free())
+            .sum();
+        // A reserved tree has the class of the reservation holding it.
+        let reserved: usize = (0..self.cores)
+            .map(|core| self.slot(core, usize::from(c)))
+            .filter_map(|l| {
+                let r = self.locals[l].get();
+                r.tree().map(|_| r.free())
+            })
+            .sum();
+        in_trees + reserved
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use alloc::vec::Vec;
+
+    use super::super::{Options, TreeState};
+    use super::*;
+    use crate::{BlockAlloc, Config};
+
+    /// Trees of 1024 units (two huge frames).
+    fn classed(units: usize, cores: usize, policy: Policy) -> LLFree {
+        let options = Options {
+            tree_children: 2,
+            ..Options::default()
+        };
+        LLFree::with_policy(Config::new(units, 10).with_cores(cores), options, policy).unwrap()
+    }
+
+    fn tree(index: usize) -> usize {
+        index / 1024
+    }
+
+    fn class_of(a: &LLFree, index: usize) -> Class {
+        match a.tree_state(tree(index)).unwrap() {
+            TreeState::Online(class) => class,
+            TreeState::Offline => panic!("a block in an offline tree"),
+        }
+    }
+
+    #[test]
+    fn each_class_fills_trees_of_its_own() {
+        let a = classed(4096, 1, Policy::unmovable_movable_huge());
+        let movable = a.alloc(0, 0).unwrap();
+        let unmovable = a.alloc_class(0, Class::UNMOVABLE, 0).unwrap();
+        let huge = a.alloc_class(9, Class::HUGE, 0).unwrap();
+        let trees = [tree(movable), tree(unmovable), tree(huge)];
+        assert!(trees[0] != trees[1] && trees[1] != trees[2] && trees[0] != trees[2]);
+        for (index, class) in [
+            (movable, Class::MOVABLE),
+            (unmovable, Class::UNMOVABLE),
+            (huge, Class::HUGE),
+        ] {
+            assert_eq!(class_of(&a, index), class);
+        }
+        // More of each class go to the same trees; a class beyond the three is movable.
+        assert_eq!(
+            tree(a.alloc_class(0, Class::UNMOVABLE, 0).unwrap()),
+            trees[1]
+        );
+        assert_eq!(tree(a.alloc_class(0, Class::new(7), 0).unwrap()), trees[0]);
+        assert_eq!(tree(a.alloc_class(9, Class::HUGE, 0).unwrap()), trees[2]);
+        a.assert_consistent();
+        let of = |c| a.free_units_of(c);
+        assert_eq!((of(Class::UNMOVABLE), of(Class::HUGE)), (1022, 0));
+        assert_eq!(of(Class::MOVABLE), 1024 + 1022);
+        assert_eq!(of(Class::new(3)), 0);
+        let per_class: usize = (0..3).map(|c| of(Class::new(c))).sum();
+        assert_eq!(per_class, a.free_units());
+    }
+
+    #[test]
+    fn small_and_huge_share_small_trees() {
+        let a = classed(4096, 1, Policy::small_huge());
+        let movable = a.alloc(0, 0).unwrap();
+        let unmovable = a.alloc_class(0, Class::UNMOVABLE, 0).unwrap();
+        let huge = a.alloc_class(9, Class::HUGE, 0).unwrap();
+        assert_eq!(tree(movable), tree(unmovable));
+        assert_ne!(tree(movable), tree(huge));
+        assert_eq!(class_of(&a, unmovable), Class::MOVABLE);
+        assert_eq!(a.free_units_of(Class::UNMOVABLE), 0);
+        a.assert_consistent();
+    }
+
+    /// With no free tree left, a request of a class without trees steals single blocks from
+    /// the trees in use, which keep their class; a freed tree is demoted to it.
+    #[test]
+    fn a_request_steals_from_trees_in_use_and_demotes_free_ones() {
+        let a = classed(2048, 2, Policy::unmovable_movable_huge());
+        // Both trees movable and in use.
+        let first = a.alloc(0, 0).unwrap();
+        let second = a.alloc(0, 1).unwrap();
+        assert_ne!(tree(first), tree(second));
+        let stolen = a.alloc_class(0, Class::UNMOVABLE, 0).unwrap();
+        assert_eq!(class_of(&a, stolen), Class::MOVABLE);
+        assert_eq!(a.free_units_of(Class::UNMOVABLE), 0);
+        a.assert_consistent();
+        // Tree of `second` entirely free again: the next unmovable request demotes it.
+        a.free(second, 0, 1).unwrap();
+        a.drain();
+        let demoted = a.alloc_class(0, Class::UNMOVABLE, 0).unwrap();
+        assert_eq!(tree(demoted), tree(second));
+        assert_eq!(class_of(&a, demoted), Class::UNMOVABLE);
+        assert_eq!(a.free_units_of(Class::UNMOVABLE), 1023);
+        a.assert_consistent();
+        for (b, core) in [(first, 0), (stolen, 0), (demoted, 1)] {
+            a.free(b, 0, core).unwrap();
+        }
+        a.drain();
+        assert_eq!(a.free_units(), 2048);
+        a.assert_consistent();
+    }
+
+    /// Whatever the classes asked for, a sequential allocation fails only when no free block
+    /// of its order is left: every unit is handed out before the first failure.
+    #[test]
+    fn sequential_allocation_is_complete_in_any_class() {
+        for policy in [Policy::unmovable_movable_huge(), Policy::small_huge()] {
+            let a = classed(3 * 1024 + 512, 3, policy);
+            let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+            let mut live: Vec<(usize, u32)> = Vec::new();
+            let mut taken = 0;
+            loop {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let class = Class::new((rng % 4) as u8);
+                let core = (rng >> 8) as usize;
+                match a.alloc_class(0, class, core) {
+                    Ok(i) => {
+                        live.push((i, 0));
+                        taken += 1;
+                    }
+                    Err(e) => {
+                        assert_eq!(e, Error::OutOfMemory);
+                        break;
+                    }
+                }
+            }
+            assert_eq!(taken, a.total_units());
+            a.assert_consistent();
+            for (i, o) in live {
+                a.free(i, o, 0).unwrap();
+            }
+            a.drain();
+            assert_eq!(a.free_units(), a.total_units());
+            a.assert_consistent();
+        }
+    }
+
+    /// With one class, `alloc_class` places every class as `alloc` does.
+    #[test]
+    fn one_class_places_every_request_as_alloc_does() {
+        let plain = classed(4096, 2, Policy::single());
+        let classes = classed(4096, 2, Policy::single());
+        let mut rng = 0x1234_5678u64;
+        for _ in 0..2000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let order = (rng % 6) as u32;
+            let core = (rng >> 8) as usize % 2;
+            let class = Class::new((rng >> 16) as u8);
+            assert_eq!(
+                plain.alloc(order, core),
+                classes.alloc_class(order, class, core)
+            );
+        }
+        assert_eq!(plain.free_units(), classes.free_units());
+        assert_eq!(plain.free_units_of(Class::MOVABLE), plain.free_units());
+    }
+
+    #[test]
+    fn policies_name_only_their_classes() {
+        let rule: Result<(), _> = Err(Error::InvalidConfig(ConfigRule::Classes));
+        let home = |_| Class::MOVABLE;
+        let access = |_, _, _, _| Access::Steal;
+        assert_eq!(
+            Policy::new(0, Class::MOVABLE, home, access).err(),
+            rule.err()
+        );
+        assert_eq!(
+            Policy::new(9, Class::MOVABLE, home, access).err(),
+            rule.err()
+        );
+        assert_eq!(Policy::new(2, Class::HUGE, home, access).err(), rule.err());
+        let far = |c: Class| Class::new(c.number() % 4);
+        assert_eq!(
+            Policy::new(3, Class::MOVABLE, far, access).err(),
+            rule.err()
+        );
+        let p = Policy::new(4, Class::HUGE, far, access).unwrap();
+        assert_eq!(
+            (p.classes(), p.initial(), p.home(Class::new(6))),
+            (4, Class::HUGE, Class::new(2))
+        );
+        let a = classed(4096, 1, p);
+        assert_eq!(a.tree_state(3), Ok(TreeState::Online(Class::HUGE)));
+        assert_eq!(a.free_units_of(Class::HUGE), 4096);
+    }
+}
