@@ -10,7 +10,10 @@
 //! the tree's `cU`, or reserving a new tree, when short), then search the tree's children
 //! from the last allocated position. A failure anywhere gives the units back. When every
 //! fast path fails the allocator drains all reservations and scans every tree, so a
-//! sequential allocation fails only when no free aligned block exists.
+//! sequential allocation fails only when no free aligned block exists. Before it reserves
+//! another tree, an allocation sums the cores' counters and the entries of the trees that
+//! a summary bitmap marks as holding units (`summary.rs`): on a heap with fewer free units
+//! than it asks for, it is refused after a few reads, with no reservation moved.
 //!
 //! Free (Fig. 14b): clear the block in the lower level, then credit `cP` if this core holds
 //! the tree, else `cU`; after 4 frees in a row into one partial tree this core reserves it.
@@ -57,6 +60,7 @@ mod lower;
 mod moves;
 #[cfg(all(feature = "persist", not(loom)))]
 pub mod persist;
+mod summary;
 mod trees;
 mod writeback;
 
@@ -66,7 +70,7 @@ mod loom_tests;
 #[cfg(feature = "alloc")]
 use alloc::vec::Vec;
 
-use crate::sync::atomic::{AtomicU32, Ordering};
+use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use crate::sync::{spin_loop, CachePadded};
 #[cfg(feature = "alloc")]
 use crate::table::build_on_heap;
@@ -76,6 +80,7 @@ use lines::Line;
 use local::{Local, Reservation};
 use lower::Lower;
 use moves::Moves;
+use summary::Summary;
 use trees::Trees;
 pub use writeback::{Volatile, WriteBack};
 
@@ -178,6 +183,8 @@ pub struct LLFree<W: WriteBack = Volatile> {
     reserve_on_free: u32,
     /// Reservation changes in flight, for the complete fallback (`moves.rs`).
     moves: Moves,
+    /// The trees whose entries may hold free units, for quick refusals (`summary.rs`).
+    summary: Summary,
 }
 
 /// Where the tables of LLFree lie in its metadata, and its tuning.
@@ -191,15 +198,20 @@ pub(crate) struct Parts {
 pub(crate) struct Upper {
     trees: Part<AtomicU32>,
     locals: Part<CachePadded<Local>>,
+    summary: Part<AtomicU64>,
 }
 
 impl Upper {
     /// Places the upper level of LLFree over `config` tuned by `options` in `plan`.
     fn plan(plan: &mut Plan, config: Config, options: Options) -> Result<Upper, Error> {
-        let huges = config.units.div_ceil(HUGE_UNITS);
+        let trees = config
+            .units
+            .div_ceil(HUGE_UNITS)
+            .div_ceil(options.tree_children);
         Ok(Upper {
-            trees: plan.add(huges.div_ceil(options.tree_children))?,
+            trees: plan.add(trees)?,
             locals: plan.add(config.cores)?,
+            summary: plan.add(Summary::words(trees))?,
         })
     }
 }
@@ -315,9 +327,13 @@ impl<W: WriteBack> LLFree<W> {
                 permille(options.free_above_permille),
             ),
         )?;
+        let summary = Summary::new(meta, upper.summary, trees.len(), |t| {
+            trees.get(TreeId(t)).free() > 0
+        })?;
         Ok(LLFree {
             lower,
             trees,
+            summary,
             locals: meta.table(upper.locals, |_| CachePadded::new(Local::new()))?,
             units: config.units,
             max_order: config.max_order,
@@ -399,9 +415,17 @@ impl<W: WriteBack> LLFree<W> {
     fn credit(&self, core: usize, t: TreeId, n: usize) -> bool {
         let local = self.locals[core].add(t, n);
         if !local {
-            self.trees.add(t, n);
+            self.add_to_tree(t, n);
         }
         local
+    }
+
+    /// Adds `n` units to `t`'s entry `cU`, marking the tree in the summary if it had none.
+    #[inline]
+    fn add_to_tree(&self, t: TreeId, n: usize) {
+        if self.trees.add(t, n) == 0 && n > 0 {
+            self.summary.mark(t);
+        }
     }
 
     /// Ends a reservation swapped out of a core; says whether there was one (whether a count
@@ -409,7 +433,9 @@ impl<W: WriteBack> LLFree<W> {
     fn release(&self, r: Reservation) -> bool {
         match r.tree() {
             Some(t) => {
-                self.trees.unreserve(t, r.free());
+                if self.trees.unreserve(t, r.free()) == 0 && r.free() > 0 {
+                    self.summary.mark(t);
+                }
                 true
             }
             None => false,
@@ -469,6 +495,50 @@ impl<W: WriteBack> LLFree<W> {
             let synced = self.trees.take_all_reserved(t);
             (synced > 0 && self.credit(core, t, synced), synced > 0)
         })
+    }
+
+    /// Whether every counter together holds fewer than `n` free units (the cores' `cP`s and
+    /// the entries of the trees the summary marks), read while no reservation move was in
+    /// flight: then no free block of `2^n` units exists but what concurrent operations hold
+    /// or free meanwhile, and an allocation may fail without reserving or scanning. A
+    /// handful of reads on a full heap; on a heap with enough free units it stops at the
+    /// first counter that has them. Stale marks met on the way are cleared (`summary.rs`).
+    fn too_few_free(&self, n: usize) -> bool {
+        // A second pass only after this one cleared stale marks: those moves were its own.
+        for _ in 0..2 {
+            let before = self.moves.snapshot();
+            let mut total = 0;
+            let mut cleared = false;
+            for local in self.locals.iter() {
+                let r = local.get();
+                if r.tree().is_some() {
+                    total += r.free();
+                }
+            }
+            for t in self.summary.marked() {
+                if total >= n {
+                    return false;
+                }
+                match self.trees.get(t).free() {
+                    0 => {
+                        self.moves.bracket(|| {
+                            let has_free = || self.trees.get(t).free() > 0;
+                            self.summary.clear_stale(t, has_free);
+                            ((), true)
+                        });
+                        cleared = true;
+                    }
+                    free => total += free,
+                }
+            }
+            if total >= n {
+                return false;
+            }
+            if !cleared {
+                return self.moves.quiet_since(before);
+            }
+        }
+        false
     }
 
     /// The complete fallback: every reservation back, then every tree in turn, taking its
@@ -540,7 +610,7 @@ impl<W: WriteBack> LLFree<W> {
             Counter::Core(core) => {
                 self.credit(core, t, n);
             }
-            Counter::Tree => self.trees.add(t, n),
+            Counter::Tree => self.add_to_tree(t, n),
         }
     }
 
@@ -596,6 +666,11 @@ impl<W: WriteBack> LLFree<W> {
                 .map(|h| self.lower.child(HugeId(h)).free())
                 .sum();
             assert_eq!(free, lower, "tree {t}");
+            let entry = self.trees.get(TreeId(t)).free();
+            assert!(
+                entry == 0 || self.summary.is_marked(TreeId(t)),
+                "tree {t} unmarked"
+            );
         }
     }
 }
@@ -651,18 +726,22 @@ impl<W: WriteBack> LLFree<W> {
                     }
                     // Too fragmented for this order: give the units back, move on.
                     self.credit(core, t, n);
-                    t.0
+                    Some(t.0)
                 }
                 Err(r) => match r.tree() {
                     Some(t) => {
                         if self.sync(core, t) {
                             continue;
                         }
-                        t.0
+                        Some(t.0)
                     }
-                    None => core * self.trees.len() / self.locals.len(),
+                    None => None,
                 },
             };
+            if self.too_few_free(n) {
+                return Err(Error::OutOfMemory);
+            }
+            let near = near.unwrap_or_else(|| core * self.trees.len() / self.locals.len());
             if !self.reserve(core, n, order, near) {
                 break;
             }
@@ -713,7 +792,11 @@ impl<W: WriteBack> LLFree<W> {
         let core = self.core(core);
         let local = &self.locals[core];
         let reservation = local.get();
-        let Some(t) = reservation.tree() else {
+        // Too few units in the core's counter for a block: no frame can have room.
+        let Some(t) = reservation
+            .tree()
+            .filter(|_| reservation.free() >> order > 0)
+        else {
             return 0;
         };
         let hint = local.last.load(Ordering::Relaxed) as usize;
@@ -1045,6 +1128,44 @@ mod tests {
             assert_eq!(held == Some(TreeId(0)), i == 3, "after {} frees", i + 1);
         }
         alloc.assert_consistent();
+    }
+
+    /// On a full heap, allocations are refused through the summary and the cores' counters:
+    /// no reservation moves (core 0 keeps its tree, the move counter stays as it is), and a
+    /// unit freed afterwards, into a tree entry or a core's counter, is found.
+    #[test]
+    fn a_refusal_on_a_full_heap_moves_no_reservation() {
+        let alloc = tiny(2, 1, 1024);
+        let blocks: Vec<usize> = (0..1024).map(|_| alloc.alloc(0, 0).unwrap()).collect();
+        // The first refusal clears the marks of the trees whose counts went to 0 (a move,
+        // so it takes the complete path, which gives every reservation back); core 0 then
+        // takes a tree again.
+        assert_eq!(alloc.alloc(0, 1), Err(Error::OutOfMemory));
+        alloc.free(blocks[0], 0, 0).unwrap();
+        assert_eq!(alloc.alloc(0, 0), Ok(blocks[0]));
+        let held = alloc.locals[0].get();
+        assert!(held.tree().is_some());
+        // Refused at once; the first refusal clears the mark core 0's reservation left stale.
+        assert_eq!(alloc.alloc(0, 1), Err(Error::OutOfMemory));
+        assert_eq!(alloc.locals[0].get(), held);
+        let moves = alloc.moves.snapshot();
+        for (order, core) in [(0, 0), (0, 1), (9, 0), (3, 1)] {
+            assert_eq!(alloc.alloc(order, core), Err(Error::OutOfMemory));
+            assert_eq!(alloc.try_alloc(order, core), Err(Error::OutOfMemory));
+        }
+        assert_eq!(alloc.locals[0].get(), held);
+        assert_eq!(alloc.moves.snapshot(), moves);
+        alloc.assert_consistent();
+        // Into the entry of a tree core 0 does not hold, then into core 0's own counter.
+        let (elsewhere, own) = match held.tree() {
+            Some(TreeId(0)) => (blocks[700], blocks[7]),
+            _ => (blocks[7], blocks[700]),
+        };
+        for b in [elsewhere, own] {
+            alloc.free(b, 0, 0).unwrap();
+            alloc.assert_consistent();
+            assert_eq!(alloc.alloc(0, 1), Ok(b));
+        }
     }
 
     #[test]
