@@ -70,8 +70,9 @@
 //!   state) and asks once more, so it fails only if no free aligned block exists (with no
 //!   concurrent frees in flight); where every magazine's hint (a flag per core, set when it
 //!   parks a block, cleared when a drain empties it, read without its lock) says it holds
-//!   nothing, the backend's refusal stands at once, with no lock taken: a caller that
-//!   retries under memory pressure pays the backend's refusal and a read per core. [`BlockAlloc::free_units`] counts parked blocks as free, as
+//!   nothing, the backend's refusal stands at once, with no other core's lock taken: a
+//!   caller that retries under memory pressure pays its own lock, the backend's refusal
+//!   and a read per core. [`BlockAlloc::free_units`] counts parked blocks as free, as
 //!   [`PerCpu`](crate::locked::PerCpu) does. [`BlockAlloc::drain_core`] gives back one
 //!   core's magazine (and, over LLFree, its reserved tree) and leaves the others': for a
 //!   core that goes offline, which would otherwise keep its blocks until a drain.
@@ -988,11 +989,12 @@ mod tests {
         }
     }
 
-    /// On a full heap with nothing parked, a refused allocation takes no cache's lock: it
-    /// answers while another cache is held (here by this very thread, which waiting for it
-    /// would report as a bug); a block parked afterwards is found by the drain.
+    /// On a full heap with nothing parked, a refused allocation takes no other cache's
+    /// lock: it answers while another cache is held (here by this very thread, which
+    /// waiting for it would report as a bug); a block parked afterwards is found by the
+    /// drain.
     #[test]
-    fn a_refusal_with_nothing_parked_takes_no_lock() {
+    fn a_refusal_with_nothing_parked_takes_no_other_lock() {
         let alloc = nbbs4(256, 2);
         let blocks: Vec<usize> = (0..256).map(|_| alloc.alloc(0, 0).unwrap()).collect();
         assert_eq!(alloc.alloc(0, 0), Err(Error::OutOfMemory));

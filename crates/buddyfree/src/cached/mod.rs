@@ -31,7 +31,6 @@ mod cache;
 mod states;
 
 use core::marker::PhantomData;
-use core::mem::MaybeUninit;
 
 use lock_api::RawMutex;
 
@@ -245,7 +244,7 @@ pub(crate) struct Front {
     /// the backend (a pop that empties it leaves it set). So a reader that sees it clear
     /// (with no park in flight) knows the cache holds nothing, and an allocation the backend
     /// refuses drains nothing, and asks nothing again, where every cache is seen clear: the
-    /// refusal on a full heap costs the backend's own and a read per core.
+    /// refusal on a full heap costs the backend's own, the own cache's lock and a read per core.
     may_hold: AtomicBool,
 }
 
@@ -454,57 +453,6 @@ impl<B: Backend> Cached<B> {
         Ok(index)
     }
 
-    /// [`Self::take`] where `core`'s cache was seen holding nothing ([`Front`]): the batch
-    /// comes from the backend before the cache is locked, and the cache is locked only to
-    /// park it, so that an allocation the backend refuses takes no lock of the caches (its
-    /// cost is the backend's refusal and a read per core). The block handed out is recorded
-    /// under that lock as [`Self::take`] records it; with nothing to park (a batch of one
-    /// block) it is `Live`, as one straight from the backend is. The rest of the batch is
-    /// parked while the list has room (another thread on this core may have filled it
-    /// meanwhile), the remainder given back.
-    #[cold]
-    #[inline(never)]
-    fn refill_empty(&self, slot: usize, order: u32, core: usize) -> Result<usize, Error> {
-        // Not zeroed: a refused allocation should not pay for clearing a kilobyte.
-        let mut batch = [MaybeUninit::<usize>::uninit(); SPILL_BUFFER];
-        let mut got = 0;
-        let more = (self.policy.batch(slot) - 1).min(SPILL_BUFFER);
-        let first = self.backend.alloc_batch(order, core, more, |index| {
-            batch[got].write(index);
-            got += 1;
-        })?;
-        if got == 0 {
-            self.record_live(Some(slot), first);
-            return Ok(first);
-        }
-        // SAFETY: `put` wrote the first `got` entries (at most `more <= SPILL_BUFFER`).
-        let batch = unsafe { &*(core::ptr::from_ref(&batch[..got]) as *const [usize]) };
-        let at = self.cache_index(core);
-        let Some(mut cache) = self.caches[at].try_lock() else {
-            // Held: by another thread naming this core, or by this one (a call inside its
-            // own pin, which waiting reports as a bug). Nothing fetched may be lost on the
-            // way: the batch goes back, and the allocation takes the cache as `take` does.
-            self.backend.give_back(batch, order, core);
-            self.backend.give_back(&[first], order, core);
-            return self.take(&mut self.caches[at].lock(), slot, order, core);
-        };
-        let mut parked = 0;
-        while parked < got && cache.has_room(self.policy, slot) {
-            self.states.set(batch[parked], State::Cached(slot));
-            cache.push(slot, batch[parked]);
-            parked += 1;
-        }
-        if parked > 0 {
-            self.parks(at);
-        }
-        self.hand_out(first, slot, core);
-        drop(cache);
-        if parked < got {
-            self.backend.give_back(&batch[parked..], order, core);
-        }
-        Ok(first)
-    }
-
     /// Returns every cached block to the backend; whether there were any.
     fn drain_caches(&self, core: usize) -> bool {
         let mut any = false;
@@ -559,10 +507,7 @@ impl<B: Backend> Cached<B> {
         }
         let slot = self.slot(order);
         let found = match slot {
-            Some(slot) if self.cache(core).may_hold.load(Ordering::Relaxed) => {
-                self.take(&mut self.cache(core).lock(), slot, order, core)
-            }
-            Some(slot) => self.refill_empty(slot, order, core),
+            Some(slot) => self.take(&mut self.cache(core).lock(), slot, order, core),
             None => self.backend.shared().alloc(order, core),
         };
         match found {

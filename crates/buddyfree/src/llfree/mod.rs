@@ -503,6 +503,8 @@ impl<W: WriteBack> LLFree<W> {
     /// or free meanwhile, and an allocation may fail without reserving or scanning. A
     /// handful of reads on a full heap; on a heap with enough free units it stops at the
     /// first counter that has them. Stale marks met on the way are cleared (`summary.rs`).
+    #[cold]
+    #[inline(never)]
     fn too_few_free(&self, n: usize) -> bool {
         // A second pass only after this one cleared stale marks: those moves were its own.
         for _ in 0..2 {
