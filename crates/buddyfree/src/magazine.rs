@@ -68,7 +68,11 @@
 //!   no worse; see docs/results.md, 'Does it keep huge frames free'). An
 //!   allocation the backend refuses drains every magazine (and the backend's own per-core
 //!   state) and asks once more, so it fails only if no free aligned block exists (with no
-//!   concurrent frees in flight). [`BlockAlloc::free_units`] counts parked blocks as free, as
+//!   concurrent frees in flight); where every magazine's hint (a flag per core, set when it
+//!   parks a block, cleared when a drain empties it, read without its lock) says it holds
+//!   nothing, the backend's refusal stands at once, with no other core's lock taken: a
+//!   caller that retries under memory pressure pays its own lock, the backend's refusal
+//!   and a read per core. [`BlockAlloc::free_units`] counts parked blocks as free, as
 //!   [`PerCpu`](crate::locked::PerCpu) does. [`BlockAlloc::drain_core`] gives back one
 //!   core's magazine (and, over LLFree, its reserved tree) and leaves the others': for a
 //!   core that goes offline, which would otherwise keep its blocks until a drain.
@@ -983,6 +987,24 @@ mod tests {
             let big = alloc.alloc(6, cores - 1).unwrap();
             alloc.free(big, 6, 0).unwrap();
         }
+    }
+
+    /// On a full heap with nothing parked, a refused allocation takes no other cache's
+    /// lock: it answers while another cache is held (here by this very thread, which
+    /// waiting for it would report as a bug); a block parked afterwards is found by the
+    /// drain.
+    #[test]
+    fn a_refusal_with_nothing_parked_takes_no_other_lock() {
+        let alloc = nbbs4(256, 2);
+        let blocks: Vec<usize> = (0..256).map(|_| alloc.alloc(0, 0).unwrap()).collect();
+        assert_eq!(alloc.alloc(0, 0), Err(Error::OutOfMemory));
+        let pin = alloc.pin(1);
+        for (order, core) in [(0, 0), (3, 0), (0, 2)] {
+            assert_eq!(alloc.alloc(order, core), Err(Error::OutOfMemory));
+        }
+        drop(pin);
+        alloc.free(blocks[9], 0, 1).unwrap();
+        assert_eq!(alloc.alloc(0, 0), Ok(blocks[9]));
     }
 
     /// The figures of the module docs: with the full lists, a core parks at most 128 units

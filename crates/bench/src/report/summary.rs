@@ -14,7 +14,9 @@ use crate::units::{bytes, UNIT_BYTES};
 use crate::workloads::Workload;
 
 /// The phase names, in table order.
-const PHASES: &[&str] = &["op", "get", "put", "get+put", "fail 4K", "fail 2M"];
+const PHASES: &[&str] = &[
+    "op", "get", "put", "get+put", "fail 4K", "fail 2M", "fail 2k",
+];
 
 /// Above this many page faults per operation in its timed phases, a record's time is partly
 /// the kernel's (a minor fault costs about as much as a few dozen allocator calls), and no
@@ -47,7 +49,8 @@ pub struct Record {
     /// Workload name.
     pub workload: String,
     /// What one operation is ("op" = an alloc or a free; "get", "put", "get+put"; "fail 4K",
-    /// "fail 2M" = a failing allocation of that size).
+    /// "fail 2M" = a failing allocation of that size; "fail 2k" = of twice the block size,
+    /// on a heap with every other block free).
     pub phase: String,
     /// Block order (the smallest, for workloads mixing sizes).
     pub order: u32,

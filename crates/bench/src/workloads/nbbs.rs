@@ -168,10 +168,10 @@ pub fn full_heap(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> 
                 None => break,
             }
         }
-        let mut timed = |o: u32| {
+        let timed = |held: &mut Vec<(usize, u32)>, o: u32, requests: usize| {
             let mut c = Counts::default();
             let ((), time) = w.timed(|| {
-                for _ in 0..p.full_heap_fails {
+                for _ in 0..requests {
                     // Not full after all (another thread's spurious failure stopped its
                     // fill early): keep the block, which fills the heap further.
                     if let Some(i) = c.alloc(a, o, core) {
@@ -181,29 +181,62 @@ pub fn full_heap(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> 
             });
             (c, time)
         };
-        let small = timed(0);
-        let large = timed(FULL_HEAP_LARGE);
+        let small = timed(&mut held, 0, p.full_heap_fails);
+        let large = timed(&mut held, FULL_HEAP_LARGE, p.full_heap_fails);
         // A thread freeing early would serve the requests of one still timing them.
+        w.sync();
+        // Half the fill back (untimed): of each pair of buddies of `order` this thread
+        // holds, the upper one. Half the units are then free, and the buddy of every free
+        // block is held, so no free block of twice the size exists and requests of 2k all
+        // fail, however the allocator placed the threads' blocks.
+        held.sort_unstable();
+        let mut kept = Vec::with_capacity(held.len());
+        for (n, &(i, o)) in held.iter().enumerate() {
+            let pair = n > 0 && o == order && held[n - 1] == (i ^ (1 << order), order);
+            match pair && i & (1 << order) != 0 {
+                true => setup.free(a, i, o, core),
+                false => kept.push((i, o)),
+            }
+        }
+        held = kept;
+        w.sync();
+        let fragmented = match order < a.max_order() {
+            true => timed(
+                &mut held,
+                order + 1,
+                p.full_heap_fails.min(FRAGMENTED_FAILS),
+            ),
+            false => (Counts::default(), Default::default()),
+        };
         w.sync();
         for &(i, o) in &held {
             setup.free(a, i, o, core);
         }
-        (setup, small, large)
+        (setup, small, large, fragmented)
     });
     let small: Vec<_> = parts.iter().map(|p| p.1).collect();
     let large: Vec<_> = parts.iter().map(|p| p.2).collect();
+    let fragmented: Vec<_> = parts.iter().map(|p| p.3).collect();
     let mut out = Outcome {
-        phases: vec![phase("fail 4K", &small), phase("fail 2M", &large)],
+        phases: vec![
+            phase("fail 4K", &small),
+            phase("fail 2M", &large),
+            phase("fail 2k", &fragmented),
+        ],
         ..Outcome::default()
     };
     out.count(
         &parts
             .iter()
-            .flat_map(|p| [p.0, p.1 .0, p.2 .0])
+            .flat_map(|p| [p.0, p.1 .0, p.2 .0, p.3 .0])
             .collect::<Vec<_>>(),
     );
     out
 }
+
+/// full-heap's requests on the fragmented heap, per thread: at most this many, since a
+/// design that answers them by a scan of the heap takes microseconds each.
+pub(crate) const FRAGMENTED_FAILS: usize = 2000;
 
 /// Frees every block of a pool (after the timed part).
 fn free_pool(a: &dyn BlockAlloc, pool: &[(usize, u32)], core: usize, c: &mut impl Recorder) {

@@ -12,7 +12,8 @@ use super::realtime::samples::RtOutcome;
 #[derive(Clone, Debug, PartialEq)]
 pub struct Phase {
     /// What one operation is: "op" (an alloc or a free), "get", "put", "get+put", or a
-    /// failing allocation of 4 KiB or 2 MiB ("fail 4K", "fail 2M").
+    /// failing allocation of 4 KiB or 2 MiB ("fail 4K", "fail 2M"), or of twice the block
+    /// size on a heap with every other block free ("fail 2k").
     pub name: &'static str,
     /// Operations over all threads.
     pub ops: u64,

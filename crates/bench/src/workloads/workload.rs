@@ -119,7 +119,7 @@ impl Workload {
             }
             Workload::Cached => "NBBS: per thread N alloc+free pairs of one size",
             Workload::FullHeap => {
-                "not in the papers: fill the heap with blocks of k units, then per thread N allocations of 4K and N of 2M, which fail (fail 4K, fail 2M)"
+                "not in the papers: fill the heap with blocks of k units, then per thread N allocations of 4K and N of 2M, which fail (fail 4K, fail 2M); then free every other block and make up to 2000 allocations of 2k, which fail too (fail 2k: free units, no block of the size)"
             }
             Workload::Bulk => {
                 "LLFree: each thread allocates units/P/2/2^order blocks, barrier, frees them (get and put)"
@@ -332,7 +332,10 @@ impl Workload {
             Workload::ConstantOccupancy => t * (2 * nbbs::POOL_BLOCKS + 2 * (params.co_steps / t)),
             Workload::Cached => t * params.cached_pairs * 2,
             // Fill until one failure per thread, the failing requests, free the blocks.
-            Workload::FullHeap => 2 * (units >> order) + t + t * 2 * params.full_heap_fails,
+            Workload::FullHeap => {
+                let fails = params.full_heap_fails;
+                2 * (units >> order) + t + t * (2 * fails + fails.min(nbbs::FRAGMENTED_FAILS))
+            }
             Workload::Bulk | Workload::Rand => 2 * n,
             Workload::Repeat => 4 * n,
             // Per thread: its share of 90% allocated and freed, and each round a tenth of

@@ -39,7 +39,7 @@ use cache::{CoreCache, ListLine, LINES};
 use states::{BlockStates, State};
 
 use crate::locked::YieldMutex;
-use crate::sync::atomic::AtomicU8;
+use crate::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use crate::sync::CachePadded;
 use crate::table::{Metadata, Part, Plan, Table};
 use crate::{check_block, BlockAlloc, Class, ConfigRule, Error, HeldCore, Locked, SeqBlockAlloc};
@@ -219,7 +219,7 @@ impl<A: SeqBlockAlloc, R: RawMutex + Send + Sync> Backend for Locked<A, R> {
 pub(crate) struct Cached<B> {
     backend: B,
     policy: &'static Policy,
-    caches: Table<CachePadded<CacheLock>>,
+    caches: Table<CachePadded<Front>>,
     /// The caches' lists, [`LINES`] lines per core; used only through the caches.
     _lists: Table<ListLine>,
     states: BlockStates,
@@ -232,8 +232,36 @@ pub(crate) struct Cached<B> {
 /// Where a [`Cached`]'s tables lie in its metadata.
 pub(crate) struct Parts {
     states: Part<AtomicU8>,
-    caches: Part<CachePadded<CacheLock>>,
+    caches: Part<CachePadded<Front>>,
     lists: Part<ListLine>,
+}
+
+/// A core's cache behind its lock, with a hint that others read without the lock.
+pub(crate) struct Front {
+    lock: CacheLock,
+    /// Whether the cache may hold blocks: set under the lock by every operation that parks
+    /// one, before the lock goes; cleared under the lock only when the cache is emptied into
+    /// the backend (a pop that empties it leaves it set). So a reader that sees it clear
+    /// (with no park in flight) knows the cache holds nothing, and an allocation the backend
+    /// refuses drains nothing, and asks nothing again, where every cache is seen clear: the
+    /// refusal on a full heap costs the backend's own, the own cache's lock and a read per core.
+    may_hold: AtomicBool,
+}
+
+impl core::ops::Deref for Front {
+    type Target = CacheLock;
+
+    #[inline]
+    fn deref(&self) -> &CacheLock {
+        &self.lock
+    }
+}
+
+impl core::ops::DerefMut for Front {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut CacheLock {
+        &mut self.lock
+    }
 }
 
 /// A core's cache behind a lock that spins briefly, then yields (with `std`): a thread that
@@ -278,7 +306,10 @@ impl<B: Backend> Cached<B> {
             // SAFETY: core `core`'s `LINES` lines of `lists` (`plan` made `cores * LINES`),
             // which only this cache uses, and which live as long as it (both in `Cached`).
             let cache = unsafe { CoreCache::new(policy, lines.add(core * LINES)) };
-            CachePadded::new(CacheLock::new(cache))
+            CachePadded::new(Front {
+                lock: CacheLock::new(cache),
+                may_hold: AtomicBool::new(false),
+            })
         })?;
         let states = BlockStates(meta.table(parts.states, |_| AtomicU8::new(0))?);
         if in_use {
@@ -379,8 +410,18 @@ impl<B: Backend> Cached<B> {
     }
 
     #[inline]
-    fn cache(&self, core: usize) -> &CacheLock {
+    fn cache(&self, core: usize) -> &Front {
         &self.caches[self.cache_index(core)]
+    }
+
+    /// Notes that cache `at`, whose lock the caller holds, parks a block now ([`Front`]):
+    /// a read of the cache's own line, and a store only when the hint was clear.
+    #[inline]
+    fn parks(&self, at: usize) {
+        let hint = &self.caches[at].may_hold;
+        if !hint.load(Ordering::Relaxed) {
+            hint.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Takes a block of the order at `slot` from `cache` (`core`'s, held by the caller),
@@ -398,10 +439,14 @@ impl<B: Backend> Cached<B> {
             Some(index) => index,
             None => {
                 let more = self.policy.batch(slot) - 1;
-                self.backend.alloc_batch(order, core, more, |index| {
+                let first = self.backend.alloc_batch(order, core, more, |index| {
                     self.states.set(index, State::Cached(slot));
                     cache.push(slot, index);
-                })?
+                })?;
+                if more > 0 {
+                    self.parks(self.cache_index(core));
+                }
+                first
             }
         };
         self.hand_out(index, slot, core);
@@ -411,15 +456,17 @@ impl<B: Backend> Cached<B> {
     /// Returns every cached block to the backend; whether there were any.
     fn drain_caches(&self, core: usize) -> bool {
         let mut any = false;
-        for cache in self.caches.iter() {
-            any |= self.empty_cache(&mut cache.lock(), core);
+        for front in self.caches.iter() {
+            any |= self.empty_cache(front, core);
         }
         any
     }
 
-    /// Gives every block of `cache` (held) back to the backend for `core`; whether it had
+    /// Gives every block of the cache `front` back to the backend for `core`; whether it had
     /// any.
-    fn empty_cache(&self, cache: &mut CoreCache, core: usize) -> bool {
+    fn empty_cache(&self, front: &Front, core: usize) -> bool {
+        let mut cache = front.lock();
+        front.may_hold.store(false, Ordering::Relaxed);
         if cache.units(self.policy) == 0 {
             return false;
         }
@@ -465,8 +512,18 @@ impl<B: Backend> Cached<B> {
         };
         match found {
             // Free blocks may sit in caches (this core's of other orders, or other cores'):
-            // give them back so they merge, then ask once more.
+            // give them back so they merge, then ask once more. Where no cache holds any,
+            // the backend's refusal stands: its own allocation gives back what it keeps per
+            // core before it refuses (LLFree's complete fallback), so draining it would
+            // change nothing but the placement of later allocations.
             Err(Error::OutOfMemory) => {
+                if !self
+                    .caches
+                    .iter()
+                    .any(|f| f.may_hold.load(Ordering::Relaxed))
+                {
+                    return Err(Error::OutOfMemory);
+                }
                 self.drain(core);
                 let index = self.backend.shared().alloc(order, core)?;
                 self.record_live(slot, index);
@@ -532,6 +589,7 @@ impl<B: Backend> Cached<B> {
             cache = self.caches[own].lock();
         }
         cache.push(slot, index);
+        self.parks(own);
         if cache.is_over(self.policy, slot) {
             self.spill_unlocked(cache, slot, order, own);
         }
@@ -672,6 +730,7 @@ impl<B: Backend> Cached<B> {
                     }
                     if parks {
                         cache.push(slot, index);
+                        self.parks(owner);
                         return Ok(());
                     }
                     return self
@@ -685,6 +744,7 @@ impl<B: Backend> Cached<B> {
                         continue;
                     }
                     cache.push(slot, index);
+                    self.parks(self.cache_index(core));
                     return Ok(());
                 }
             }
@@ -763,6 +823,7 @@ impl<B: Backend> Cached<B> {
     #[inline]
     fn park(&self, cache: &mut CoreCache, slot: usize, index: usize, order: u32, core: usize) {
         cache.push(slot, index);
+        self.parks(self.cache_index(core));
         cache.spill(self.policy, slot, |blocks| {
             self.give_back(blocks, order, core)
         });
@@ -820,7 +881,7 @@ impl<B: Backend> Cached<B> {
     /// See [`BlockAlloc::drain_core`]: `core`'s cache, then what the backend keeps for
     /// `core`.
     pub(crate) fn drain_core(&self, core: usize) {
-        self.empty_cache(&mut self.cache(core).lock(), core);
+        self.empty_cache(self.cache(core), core);
         self.backend.shared().drain_core(core);
     }
 

@@ -306,7 +306,7 @@ impl<W: WriteBack> LLFree<W> {
                 if let Some(index) = self.alloc_in(t, order, first) {
                     return Some(index);
                 }
-                self.trees.add(t, n);
+                self.add_to_tree(t, n);
             }
         }
         None

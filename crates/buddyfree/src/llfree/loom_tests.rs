@@ -3,7 +3,8 @@
 //! 11 and up (overlapping claims, a claim against an order-0 allocation, racing frees), the
 //! claims that serialise racing double frees, the reservation, sync and steal protocol of
 //! the upper level, and the classes and states of trees (a steal or a demotion racing a
-//! reservation or a free, offlining racing a reservation).
+//! reservation or a free, offlining racing a reservation), and a stale summary mark cleared
+//! by a refusal.
 
 use loom::sync::Arc;
 use loom::thread;
@@ -774,5 +775,34 @@ fn loom_offlining_races_a_reservation() {
         alloc.drain();
         assert_eq!(alloc.free_units() + alloc.offline_units(), 2048);
         alloc.assert_consistent();
+    });
+}
+
+/// Two trees (a huge frame, and 4 units) full, both summary marks stale (their counts went
+/// to 0 when core 0 reserved them). Core 1 frees a unit into the second tree (raising its
+/// entry from 0, marking it) while core 0's allocation of two units is refused through the
+/// summary and clears the stale marks: whatever the order, the mark of a tree with units is
+/// never lost (`assert_consistent` checks it), and an allocation after both finds the unit.
+#[test]
+fn loom_a_stale_mark_cleared_by_a_refusal_never_hides_a_free() {
+    check(|| {
+        let options = Options {
+            tree_children: 1,
+            ..Options::default()
+        };
+        let alloc =
+            Arc::new(LLFree::with_options(Config::new(516, 9).with_cores(2), options).unwrap());
+        alloc.alloc(9, 0).unwrap();
+        let small: [usize; 4] = core::array::from_fn(|_| alloc.alloc(0, 0).unwrap());
+        alloc.drain();
+        let other = {
+            let alloc = alloc.clone();
+            thread::spawn(move || alloc.free(small[2], 0, 1).unwrap())
+        };
+        assert_eq!(alloc.alloc(1, 0), Err(Error::OutOfMemory));
+        other.join().unwrap();
+        alloc.assert_consistent();
+        assert_eq!(alloc.alloc(0, 0), Ok(small[2]));
+        assert_eq!(alloc.alloc(0, 1), Err(Error::OutOfMemory));
     });
 }

@@ -11,7 +11,10 @@
 //! the tree's `cU`, or reserving a new tree, when short), then search the tree's children
 //! from the last allocated position. A failure anywhere gives the units back. When every
 //! fast path fails the allocator drains all reservations and scans every tree, so a
-//! sequential allocation fails only when no free aligned block exists.
+//! sequential allocation fails only when no free aligned block exists. Before it reserves
+//! another tree, an allocation sums the cores' counters and the entries of the trees that
+//! a summary bitmap marks as holding units (`summary.rs`): on a heap with fewer free units
+//! than it asks for, it is refused after a few reads, with no reservation moved.
 //!
 //! Free (Fig. 14b): clear the block in the lower level, then credit `cP` if this core holds
 //! the tree (in any of its reservations, one per class of trees), else `cU`; after 4 frees
@@ -79,6 +82,7 @@ mod moves;
 mod online;
 #[cfg(all(feature = "persist", not(loom)))]
 pub mod persist;
+mod summary;
 mod trees;
 mod writeback;
 
@@ -88,7 +92,7 @@ mod loom_tests;
 #[cfg(feature = "alloc")]
 use alloc::vec::Vec;
 
-use crate::sync::atomic::{AtomicU32, Ordering};
+use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use crate::sync::{spin_loop, CachePadded};
 #[cfg(feature = "alloc")]
 use crate::table::build_on_heap;
@@ -103,6 +107,7 @@ use local::{Local, Reservation};
 use lower::Lower;
 use moves::Moves;
 pub use online::TreeState;
+use summary::Summary;
 use trees::Trees;
 pub use writeback::{Volatile, WriteBack};
 
@@ -243,6 +248,8 @@ pub struct LLFree<W: WriteBack = Volatile> {
     reserve_on_free: u32,
     /// Reservation changes in flight, for the complete fallback (`moves.rs`).
     moves: Moves,
+    /// The trees whose entries may hold free units, for quick refusals (`summary.rs`).
+    summary: Summary,
 }
 
 /// Where the tables of LLFree lie in its metadata, and its tuning.
@@ -257,6 +264,7 @@ pub(crate) struct Upper {
     trees: Part<AtomicU32>,
     locals: Part<CachePadded<Local>>,
     policy: Policy,
+    summary: Part<AtomicU64>,
 }
 
 impl Upper {
@@ -281,10 +289,12 @@ impl Upper {
             .cores
             .checked_mul(classes)
             .ok_or(ConfigRule::MetadataOverflow)?;
+        let trees = huges.div_ceil(options.tree_children);
         Ok(Upper {
-            trees: plan.add(huges.div_ceil(options.tree_children))?,
+            trees: plan.add(trees)?,
             locals: plan.add(locals)?,
             policy,
+            summary: plan.add(Summary::words(trees))?,
         })
     }
 }
@@ -427,9 +437,13 @@ impl<W: WriteBack> LLFree<W> {
                 permille(options.free_above_permille),
             ),
         )?;
+        let summary = Summary::new(meta, upper.summary, trees.len(), |t| {
+            trees.get(TreeId(t)).free() > 0
+        })?;
         Ok(LLFree {
             lower,
             trees,
+            summary,
             locals: meta.table(upper.locals, |_| CachePadded::new(Local::new()))?,
             cores: config.cores,
             default_slots: classes.default_class() * config.cores,
@@ -540,7 +554,7 @@ impl<W: WriteBack> LLFree<W> {
             _ => self.slots_of(core).any(|l| self.locals[l].add(t, n)),
         };
         if !local {
-            self.trees.add(t, n);
+            self.add_to_tree(t, n);
         }
         local
     }
@@ -550,9 +564,17 @@ impl<W: WriteBack> LLFree<W> {
     fn credit_local(&self, local: usize, t: TreeId, n: usize) -> bool {
         let held = self.locals[local].add(t, n);
         if !held {
-            self.trees.add(t, n);
+            self.add_to_tree(t, n);
         }
         held
+    }
+
+    /// Adds `n` units to `t`'s entry `cU`, marking the tree in the summary if it had none.
+    #[inline]
+    fn add_to_tree(&self, t: TreeId, n: usize) {
+        if self.trees.add(t, n) == 0 && n > 0 {
+            self.summary.mark(t);
+        }
     }
 
     /// Ends a reservation swapped out of a core; says whether there was one (whether a count
@@ -560,7 +582,9 @@ impl<W: WriteBack> LLFree<W> {
     fn release(&self, r: Reservation) -> bool {
         match r.tree() {
             Some(t) => {
-                self.trees.unreserve(t, r.free());
+                if self.trees.unreserve(t, r.free()) == 0 && r.free() > 0 {
+                    self.summary.mark(t);
+                }
                 true
             }
             None => false,
@@ -645,6 +669,52 @@ impl<W: WriteBack> LLFree<W> {
         })
     }
 
+    /// Whether every counter together holds fewer than `n` free units (the cores' `cP`s and
+    /// the entries of the trees the summary marks), read while no reservation move was in
+    /// flight: then no free block of `2^n` units exists but what concurrent operations hold
+    /// or free meanwhile, and an allocation may fail without reserving or scanning. A
+    /// handful of reads on a full heap; on a heap with enough free units it stops at the
+    /// first counter that has them. Stale marks met on the way are cleared (`summary.rs`).
+    #[cold]
+    #[inline(never)]
+    fn too_few_free(&self, n: usize) -> bool {
+        // A second pass only after this one cleared stale marks: those moves were its own.
+        for _ in 0..2 {
+            let before = self.moves.snapshot();
+            let mut total = 0;
+            let mut cleared = false;
+            for local in self.locals.iter() {
+                let r = local.get();
+                if r.tree().is_some() {
+                    total += r.free();
+                }
+            }
+            for t in self.summary.marked() {
+                if total >= n {
+                    return false;
+                }
+                match self.trees.get(t).free() {
+                    0 => {
+                        self.moves.bracket(|| {
+                            let has_free = || self.trees.get(t).free() > 0;
+                            self.summary.clear_stale(t, has_free);
+                            ((), true)
+                        });
+                        cleared = true;
+                    }
+                    free => total += free,
+                }
+            }
+            if total >= n {
+                return false;
+            }
+            if !cleared {
+                return self.moves.quiet_since(before);
+            }
+        }
+        false
+    }
+
     /// The complete fallback: every reservation back, then every tree in turn, taking its
     /// units from whichever counter holds them. Sequentially this finds any free block.
     ///
@@ -714,7 +784,7 @@ impl<W: WriteBack> LLFree<W> {
             Counter::Local(local) => {
                 self.credit_local(local, t, n);
             }
-            Counter::Tree => self.trees.add(t, n),
+            Counter::Tree => self.add_to_tree(t, n),
         }
     }
 
@@ -788,6 +858,10 @@ impl<W: WriteBack> LLFree<W> {
             } else {
                 assert_eq!(free, lower, "tree {t}");
             }
+            assert!(
+                entry.free() == 0 || self.summary.is_marked(TreeId(t)),
+                "tree {t} unmarked"
+            );
         }
         // A reservation's tree has the reservation's class.
         for (l, local) in self.locals.iter().enumerate() {
@@ -863,18 +937,22 @@ impl<W: WriteBack> LLFree<W> {
                     }
                     // Too fragmented for this order: give the units back, move on.
                     self.credit_local(slot, t, n);
-                    t.0
+                    Some(t.0)
                 }
                 Err(r) => match r.tree() {
                     Some(t) => {
                         if self.sync(slot, t) {
                             continue;
                         }
-                        t.0
+                        Some(t.0)
                     }
-                    None => core * self.trees.len() / self.cores,
+                    None => None,
                 },
             };
+            if self.too_few_free(n) {
+                return Err(Error::OutOfMemory);
+            }
+            let near = near.unwrap_or_else(|| core * self.trees.len() / self.cores);
             match self.renew(core, slots / self.cores, order, near) {
                 Renewal::Reserved => {}
                 Renewal::Stole(index) => return Ok(index),
@@ -939,7 +1017,11 @@ impl<W: WriteBack> LLFree<W> {
         let slot = self.slot(self.core(core), self.classes.default_class());
         let local = &self.locals[slot];
         let reservation = local.get();
-        let Some(t) = reservation.tree() else {
+        // Too few units in the core's counter for a block: no frame can have room.
+        let Some(t) = reservation
+            .tree()
+            .filter(|_| reservation.free() >> order > 0)
+        else {
             return 0;
         };
         let hint = local.last.load(Ordering::Relaxed) as usize;
@@ -1280,6 +1362,44 @@ mod tests {
             assert_eq!(held == Some(TreeId(0)), i == 3, "after {} frees", i + 1);
         }
         alloc.assert_consistent();
+    }
+
+    /// On a full heap, allocations are refused through the summary and the cores' counters:
+    /// no reservation moves (core 0 keeps its tree, the move counter stays as it is), and a
+    /// unit freed afterwards, into a tree entry or a core's counter, is found.
+    #[test]
+    fn a_refusal_on_a_full_heap_moves_no_reservation() {
+        let alloc = tiny(2, 1, 1024);
+        let blocks: Vec<usize> = (0..1024).map(|_| alloc.alloc(0, 0).unwrap()).collect();
+        // The first refusal clears the marks of the trees whose counts went to 0 (a move,
+        // so it takes the complete path, which gives every reservation back); core 0 then
+        // takes a tree again.
+        assert_eq!(alloc.alloc(0, 1), Err(Error::OutOfMemory));
+        alloc.free(blocks[0], 0, 0).unwrap();
+        assert_eq!(alloc.alloc(0, 0), Ok(blocks[0]));
+        let held = alloc.locals[0].get();
+        assert!(held.tree().is_some());
+        // Refused at once; the first refusal clears the mark core 0's reservation left stale.
+        assert_eq!(alloc.alloc(0, 1), Err(Error::OutOfMemory));
+        assert_eq!(alloc.locals[0].get(), held);
+        let moves = alloc.moves.snapshot();
+        for (order, core) in [(0, 0), (0, 1), (9, 0), (3, 1)] {
+            assert_eq!(alloc.alloc(order, core), Err(Error::OutOfMemory));
+            assert_eq!(alloc.try_alloc(order, core), Err(Error::OutOfMemory));
+        }
+        assert_eq!(alloc.locals[0].get(), held);
+        assert_eq!(alloc.moves.snapshot(), moves);
+        alloc.assert_consistent();
+        // Into the entry of a tree core 0 does not hold, then into core 0's own counter.
+        let (elsewhere, own) = match held.tree() {
+            Some(TreeId(0)) => (blocks[700], blocks[7]),
+            _ => (blocks[7], blocks[700]),
+        };
+        for b in [elsewhere, own] {
+            alloc.free(b, 0, 0).unwrap();
+            alloc.assert_consistent();
+            assert_eq!(alloc.alloc(0, 1), Ok(b));
+        }
     }
 
     #[test]

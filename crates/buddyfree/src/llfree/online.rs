@@ -132,7 +132,13 @@ impl<W: WriteBack> LLFree<W> {
                 };
                 (!already(e) && whole(e)).then_some(new)
             })
-            .map(|_| ())
+            .map(|_| {
+                // A tree back online holds units its entry did not: mark it for refusals
+                // (`summary.rs`), as every raise of a count from 0 does.
+                if to.is_some() {
+                    self.summary.mark(t);
+                }
+            })
             .or_else(|e| match e {
                 e if already(e) => Ok(()),
                 e if e.reserved() => Err(Error::WouldBlock),

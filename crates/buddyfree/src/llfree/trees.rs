@@ -153,9 +153,10 @@ impl Trees {
     }
 
     #[inline]
-    /// Gives `n` units back to the global counter (frees from cores not holding the tree).
-    pub(crate) fn add(&self, t: TreeId, n: usize) {
-        self.entries[t.0].fetch_add(n as u32, Ordering::AcqRel);
+    /// Gives `n` units back to the global counter (frees from cores not holding the tree);
+    /// returns the free units it had before.
+    pub(crate) fn add(&self, t: TreeId, n: usize) -> usize {
+        Tree(self.entries[t.0].fetch_add(n as u32, Ordering::AcqRel)).free()
     }
 
     #[inline]
@@ -188,12 +189,14 @@ impl Trees {
     }
 
     #[inline]
-    /// Ends a reservation, returning the per-core count `free` to `cU`.
-    pub(crate) fn unreserve(&self, t: TreeId, free: usize) {
-        let _ = self.entries[t.0].try_change(|e| {
+    /// Ends a reservation, returning the per-core count `free` to `cU`; returns the free
+    /// units `cU` had before.
+    pub(crate) fn unreserve(&self, t: TreeId, free: usize) -> usize {
+        let before = self.entries[t.0].try_change(|e| {
             debug_assert!(Tree(e).reserved());
             Some((e & !RESERVED) + free as u32)
         });
+        Tree(before.unwrap_or_else(|e| e)).free()
     }
 
     fn fill(&self, tree: Tree) -> Fill {
@@ -318,7 +321,7 @@ mod tests {
         assert_eq!(t.search(50, 0, false, ANY, 0), Some((TreeId(33), 130)));
         assert_eq!(t.search(50, 0, false, ANY, 0), Some((TreeId(17), 100)));
         assert_eq!(t.search(1, 0, false, ANY, 0), None);
-        t.unreserve(TreeId(32), 480);
+        assert_eq!(t.unreserve(TreeId(32), 480), 0);
         assert_eq!(t.get(TreeId(32)), Tree::new(480, 0));
     }
 
