@@ -12,7 +12,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use super::cell::State;
-use super::forest::{Forest, FourLevel, Kind, Narrow, OneLevel};
+use super::forest::{Forest, FourLevel, Guarded, Kind, Narrow, OneLevel};
 use super::{Nbbs, Nbbs4};
 use crate::{BlockAlloc, Config, Error};
 
@@ -119,9 +119,8 @@ impl Heap {
 
 /// Bunches whose order-0 blocks form groups of two under their order-1 node ([`Forest`]'s
 /// bulk operations), in a root cell (4 units) and below one (32 units on 6 levels). In the
-/// bunch's layout, but in a plain 64-bit atomic with a 17-bit generation, which no model here
-/// marks often enough to wrap: `Nbbs4`'s 128-bit cells are a lock under loom, which would
-/// order every step and hide a missing release or acquire.
+/// bunch's layout, unguarded, with a 17-bit generation, which no model here marks often
+/// enough to wrap (`Nbbs4`'s own cells are in `CASES`).
 const GROUP_CASES: [(Build, usize, u32); 2] = [
     (|c| Box::new(Forest::<Narrow<4, 17>>::new(c).unwrap()), 4, 2),
     (
@@ -328,6 +327,16 @@ fn loom_nbbs_stale_unmark_over_reallocations() {
     // X's value after them would let X unlink Y's branch (the narrow-generation test below).
     stale_unmark::<OneLevel>(4, 2, 3);
     stale_unmark::<FourLevel>(32, 5, 3);
+}
+
+#[test]
+fn loom_nbbs_stale_unmark_guarded_narrow_generation() {
+    // With the guard (module docs of `nbbs`), a 2-bit generation that wraps during the stall
+    // is harmless: the wrap finds X registered and invalidates the cell, X gives up and the
+    // last to leave sweeps. A count of 1 also makes V's and Y's registrations overflow.
+    stale_unmark::<Guarded<1, 5, 2>>(4, 2, 3);
+    stale_unmark::<Guarded<4, 5, 2>>(32, 5, 3);
+    stale_unmark::<Guarded<4, 1, 2>>(32, 5, 3);
 }
 
 #[test]
