@@ -9,8 +9,8 @@
 //!   generation, about 16 bytes per unit (2 nodes per unit; no reverse map: `free` takes the
 //!   order): 4 MiB per GiB of 4 KiB units.
 //! - [`Nbbs4`]: 4-level bunches (3.6.2), 15 nodes per `AtomicU64` (47 state bits, a guard
-//!   and an 11-bit generation, below), so a climb does one CAS per four levels: 1 MiB per
-//!   GiB of 4 KiB units with `max_order` 9, 0.55 MiB with 18.
+//!   and an 11-bit generation, below), so a climb does one CAS per four levels: about 1 MiB
+//!   per GiB of 4 KiB units with `max_order` 9, 0.55 MiB with 10 or 18.
 //!
 //! The managed units form a forest of `ceil(units / 2^max_order)` trees of height `max_order`
 //! (the paper's `base_level` is the roots); a last partial tree has its missing units
