@@ -330,12 +330,21 @@ fn loom_nbbs_stale_unmark_over_reallocations() {
 }
 
 #[test]
-fn loom_nbbs_stale_unmark_guarded_narrow_generation() {
+fn loom_nbbs_stale_unmark_guarded_one_level() {
     // With the guard (module docs of `nbbs`), a 2-bit generation that wraps during the stall
     // is harmless: the wrap finds X registered and invalidates the cell, X gives up and the
-    // last to leave sweeps. A count of 1 also makes V's and Y's registrations overflow.
+    // last to leave sweeps.
     stale_unmark::<Guarded<1, 5, 2>>(4, 2, 3);
+}
+
+#[test]
+fn loom_nbbs_stale_unmark_guarded_bunch() {
     stale_unmark::<Guarded<4, 5, 2>>(32, 5, 3);
+}
+
+#[test]
+fn loom_nbbs_stale_unmark_guarded_bunch_overflowing() {
+    // A count of 1: V's and Y's registrations overflow while X is registered.
     stale_unmark::<Guarded<4, 1, 2>>(32, 5, 3);
 }
 

@@ -31,40 +31,38 @@
 //!   has the argument). The unit test `stale_unmark_cannot_free_a_reused_branch` and the
 //!   loom test `loom_nbbs_stale_unmark` exercise that race.
 //!
-//!   Equal generations must mean "no mark in between". A 1-level node's 59-bit generation
-//!   does not come back to a value within any run of the allocator: the marks of a cell are
-//!   successful RMWs on one cache line, which the hardware serialises, at well under one
-//!   per nanosecond, so 2^59 of them take over 18 years of back-to-back marking of that
-//!   cell. A bunch has 47 state bits, and with a 64-bit word only 17 bits to spare: any
-//!   generation that fits there (11 bits) wraps within tens of microseconds of marking, and a free
-//!   can be descheduled between its reading and its UNMARK for far longer. A bounded
-//!   counter alone cannot close the window (whatever value a stalled UNMARK read, enough
-//!   marks bring it back), so the bunch adds what the counter lacks: the cell knows who
-//!   might still trust an old reading. Its guard is a 5-bit `COUNT` of the UNMARKs
-//!   *registered* in the cell (a free registers with the RMW of its coalescing climb that
-//!   reads the generation, and leaves with its UNMARK's CAS there, or with an RMW when it
-//!   stops below) and an `INVALID` bit:
+//!   Equal generations must mean "no mark in between". A 1-level node's 59-bit generation does not
+//!   come back to a value within any run of the allocator: the marks of a cell are successful RMWs
+//!   on one cache line, which the hardware serialises, at well under one per nanosecond, so 2^59 of
+//!   them take over 18 years of back-to-back marking of that cell. A bunch has 47 state bits, and
+//!   with a 64-bit word only 17 bits to spare: any generation that fits there (11 bits) wraps
+//!   within tens of microseconds of marking, and a free can be descheduled between its reading and
+//!   its UNMARK for far longer. A bounded counter alone cannot close the window (whatever value a
+//!   stalled UNMARK read, enough marks bring it back), so the bunch adds what the counter lacks:
+//!   the cell knows who might still trust an old reading. Its guard is a 5-bit `COUNT` of the
+//!   UNMARKs *registered* in the cell (a free registers with the RMW of its coalescing climb that
+//!   reads the generation, and leaves with its UNMARK's CAS there, or with an RMW when it stops
+//!   below) and an `INVALID` bit:
 //!   - a mark that wraps the generation while `COUNT > 0` sets `INVALID`;
-//!   - an UNMARK's CAS needs `INVALID` clear, and `INVALID` is cleared only by the last
-//!     registered UNMARK to leave.
+//!   - an UNMARK's CAS needs `INVALID` clear, and `INVALID` is cleared only by the last registered
+//!     UNMARK to leave.
 //!
-//!   So a registered UNMARK whose CAS finds the generation it read passes only if no mark
-//!   came in between: `2^11` or more marks would include a wrap while it was registered,
-//!   whose `INVALID` it would find. While `INVALID` is set nothing registers (the count
-//!   only drains; so does a 32nd registration, which sets `INVALID` instead), and an UNMARK
-//!   that finds it, or cannot register, stops and leaves its coalescing bit. The last to
-//!   leave keeps its registration, clears `INVALID` and *sweeps* the cell: it clears every
-//!   coalescing link whose child is free, in one CAS checked like an UNMARK's, and climbs
-//!   on if the cell is then free (the coalescing climbs of the frees that stopped here went
-//!   on above it as usual, so their bits are there). The fast path pays a CAS loop where
-//!   the coalescing climb had a `fetch_or`, nothing more; a wrap with an UNMARK registered
-//!   costs one sweep (a check of each coalescing child). What a stall costs: a free stalled
-//!   in a cell for `2^11` of its marks postpones that cell's merges (not allocations or
-//!   frees, which never wait) until it goes on; no block is ever handed out twice. The unit
-//!   test `stale_unmark_replay_passes_a_guarded_narrow_generation` and the loom model
-//!   `loom_nbbs_stale_unmark_guarded_narrow_generation` run the race with a 2-bit
-//!   generation, which wraps, and pass; without the guard, the replay and the loom model
-//!   `loom_nbbs_stale_unmark_over_reallocations` catch the wrap (`Narrow` in module
+//!   So a registered UNMARK whose CAS finds the generation it read passes only if no mark came in
+//!   between: `2^11` or more marks would include a wrap while it was registered, whose `INVALID` it
+//!   would find. While `INVALID` is set nothing registers (the count only drains; so does a 32nd
+//!   registration, which sets `INVALID` instead), and an UNMARK that finds it, or cannot register,
+//!   stops and leaves its coalescing bit. The last to leave keeps its registration, clears
+//!   `INVALID` and *sweeps* the cell: it clears every coalescing link whose child is free, in one
+//!   CAS checked like an UNMARK's, and climbs on if the cell is then free (the coalescing climbs of
+//!   the frees that stopped here went on above it as usual, so their bits are there). The fast path
+//!   pays a CAS loop where the coalescing climb had a `fetch_or`, nothing more; a wrap with an
+//!   UNMARK registered costs one sweep (a check of each coalescing child). What a stall costs: a
+//!   free stalled in a cell for `2^11` of its marks postpones that cell's merges (not allocations
+//!   or frees, which never wait) until it goes on; no block is ever handed out twice. The unit test
+//!   `stale_unmark_replay_passes_a_guarded_narrow_generation` and the loom model
+//!   `loom_nbbs_stale_unmark_guarded_*` run the race with a 2-bit generation, which wraps, and
+//!   pass; without the guard, the replay and the loom models
+//!   `loom_nbbs_stale_unmark_catches_a_narrow_generation_*` catch the wrap (`Narrow` in module
 //!   `forest`).
 //! - Every refusal of a CAS step is confirmed by an RMW: the paper assumes sequential
 //!   consistency, and a stale plain read could make UNMARK give up and strand an occupied
