@@ -438,7 +438,12 @@ fn stale_unmark<K: Kind>(units: usize, max_order: u32, reallocs: usize) {
         let y = thread::spawn(move || fy.alloc(0, 1));
         x.join().unwrap();
         v.join().unwrap();
-        if let Ok(j) = y.join().unwrap() {
+        let y = y.join().unwrap();
+        // Every registration ended, every `INVALID` swept.
+        for w in f.dump() {
+            assert!(K::SHAPE.is_idle(w), "cell left registered: {w:x}");
+        }
+        if let Ok(j) = y {
             if let Ok(top) = f.alloc(max_order, 0) {
                 let trace = super::forest::TRACE.lock().unwrap().join("\n");
                 panic!(
