@@ -56,7 +56,7 @@
 //!   still make an allocation fail within a few blocks of exhaustion. Sequential allocation
 //!   is complete.
 //! - Classes of trees (`classes.rs`, the paper's §6 outlook): a request names a
-//!   [`Class`](crate::Class) ([`BlockAlloc::alloc_class`]), trees carry one, each core holds
+//!   [`Class`] ([`BlockAlloc::alloc_class`]), trees carry one, each core holds
 //!   a reservation per class, and a [`Policy`] says when a request may demote (re-class) or
 //!   steal from a tree of another class. The complete fallback ignores classes, so a
 //!   sequential allocation still fails only when no free block exists in any class. With
