@@ -270,7 +270,7 @@ pub(crate) struct Upper {
 impl Upper {
     /// Places the upper level of LLFree over `config` tuned by `options` in `plan`, with one
     /// class of trees.
-    #[cfg(all(feature = "persist", not(loom)))]
+    #[cfg(not(loom))]
     fn plan(plan: &mut Plan, config: Config, options: Options) -> Result<Upper, Error> {
         Upper::plan_with(plan, config, options, Policy::single())
     }
