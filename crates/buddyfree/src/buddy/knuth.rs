@@ -194,10 +194,7 @@ impl SeqBlockAlloc for Knuth {
 
 impl Entries for Knuth {
     fn entry_at(&self, index: usize) -> Option<(usize, u32)> {
-        (0..=self.max_order).find_map(|k| {
-            let start = index & !((1 << k) - 1);
-            (self.tags.get(start) == Tag::free(k)).then_some((start, k))
-        })
+        super::free_entry_at(&self.tags, index, self.max_order)
     }
 
     fn unlink_entry(&mut self, start: usize, order: u32) {

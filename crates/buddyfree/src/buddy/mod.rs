@@ -173,6 +173,19 @@ pub(crate) fn block_of<S: lists::Slot<u8>>(
         .find(|&(start, order)| tags.get(start).used_order() == Some(order)))
 }
 
+/// The free block containing `index` by the tags of a buddy whose free blocks carry
+/// `Tag::free` at their start (Knuth's, the migrate-type buddy): its start and order.
+pub(crate) fn free_entry_at<S: lists::Slot<u8>>(
+    tags: &tags::Tags<S>,
+    index: usize,
+    max_order: u32,
+) -> Option<(usize, u32)> {
+    (0..=max_order).find_map(|k| {
+        let start = index & !((1 << k) - 1);
+        (tags.get(start) == tags::Tag::free(k)).then_some((start, k))
+    })
+}
+
 /// The buddy of the block of `2^order` units at `index`.
 #[inline]
 pub(crate) fn buddy_of(index: usize, order: u32) -> usize {
