@@ -517,13 +517,17 @@ impl<W: WriteBack> LLFree<W> {
     /// The children of `t`, every `step`th (counted from the tree's first), from the one
     /// holding `hint` (the last allocation, clamped into the tree: next fit, as the paper's
     /// start PFN) on, wrapping around.
-    fn frames_from(&self, t: TreeId, hint: usize, step: usize) -> impl Iterator<Item = usize> {
+    #[inline]
+    fn frames_from(&self, t: TreeId, hint: usize, step: usize) -> NextFit {
         let children = self.children(t);
         let near = (hint / HUGE_UNITS).clamp(children.start, children.end - 1);
         let first = children.start + ((near - children.start) & !(step - 1));
-        (first..children.end)
-            .step_by(step)
-            .chain((children.start..first).step_by(step))
+        NextFit {
+            at: Some(first),
+            first,
+            children,
+            step,
+        }
     }
 
     /// Searches the children of `t` for a block, from the child and word of `hint` on
@@ -548,11 +552,17 @@ impl<W: WriteBack> LLFree<W> {
 
     /// Puts `n` units of `t` back: into `cP` of `core` if one of its reservations is `t`,
     /// else into `cU`.
+    #[inline]
     fn credit(&self, core: usize, t: TreeId, n: usize) -> bool {
-        let local = match self.classes.count() {
-            1 => self.locals[core].add(t, n),
-            _ => self.slots_of(core).any(|l| self.locals[l].add(t, n)),
-        };
+        // The default class's reservation first, which is all there is with one class: the
+        // free path reads the class count only when that one does not hold `t`. A tree is
+        // in at most one reservation of a core, so the order of the tries does not matter.
+        let default = self.default_slots + core;
+        let local = self.locals[default].add(t, n)
+            || (self.classes.count() > 1
+                && self
+                    .slots_of(core)
+                    .any(|l| l != default && self.locals[l].add(t, n)));
         if !local {
             self.add_to_tree(t, n);
         }
@@ -870,6 +880,34 @@ impl<W: WriteBack> LLFree<W> {
                 assert_eq!(class, l / self.cores, "reservation {l}");
             }
         }
+    }
+}
+
+/// The frames [`LLFree::frames_from`] visits: from `first` on, every `step`th, wrapping
+/// around to the tree's first child once past its last, until `first` comes round again.
+/// One add and two compares a frame (the allocation's fast path walks it), where a chain
+/// of two stepped ranges works out both their lengths before the first frame.
+struct NextFit {
+    /// The next frame, `None` once every frame was visited.
+    at: Option<usize>,
+    first: usize,
+    /// The tree's children; `first` and `children.start` are multiples of `step` apart.
+    children: core::ops::Range<usize>,
+    step: usize,
+}
+
+impl Iterator for NextFit {
+    type Item = usize;
+
+    #[inline]
+    fn next(&mut self) -> Option<usize> {
+        let h = self.at?;
+        let mut next = h + self.step;
+        if next >= self.children.end {
+            next = self.children.start;
+        }
+        self.at = (next != self.first).then_some(next);
+        Some(h)
     }
 }
 
