@@ -1289,6 +1289,31 @@ mod tests {
         *state
     }
 
+    /// Next fit visits every `step`th child of the tree once, from the hint's on, wrapping
+    /// round to the tree's first; a partial last tree only its own children.
+    #[test]
+    fn next_fit_visits_each_child_once_from_the_hint_on() {
+        // 8 children a tree; the last of the 3 trees has 5 (units for 21 huge frames).
+        let options = Options {
+            tree_children: 8,
+            ..Options::default()
+        };
+        let a = LLFree::with_options(Config::new(21 * HUGE_UNITS, 10), options).unwrap();
+        let frames = |t: usize, hint_frame: usize, step: usize| -> Vec<usize> {
+            a.frames_from(TreeId(t), hint_frame * HUGE_UNITS + 7, step)
+                .collect()
+        };
+        assert_eq!(frames(1, 13, 1), [13, 14, 15, 8, 9, 10, 11, 12]);
+        assert_eq!(frames(1, 13, 2), [12, 14, 8, 10]);
+        assert_eq!(frames(1, 8, 4), [8, 12]);
+        // A hint outside the tree is clamped into it.
+        assert_eq!(frames(0, 40, 1), [7, 0, 1, 2, 3, 4, 5, 6]);
+        assert_eq!(frames(0, 0, 8), [0]);
+        assert_eq!(frames(2, 19, 1), [19, 20, 16, 17, 18]);
+        assert_eq!(frames(2, 20, 2), [20, 16, 18]);
+        assert_eq!(frames(2, 0, 4), [16, 20]);
+    }
+
     #[test]
     fn counters_match_the_bits_after_every_step() {
         let options = Options {
