@@ -119,8 +119,9 @@ fn groups_from(order: u32, hint: usize) -> impl Iterator<Item = usize> {
 }
 
 /// Calls `f` with the words of a block of `order` (6..=8), 2, 4 or 8, as a constant in
-/// each arm, so that the loops over a block's words unroll: under a mix of orders they
-/// cost one branch on the order, not a loop exit that the order makes hard to predict.
+/// each arm, so that the compiler can unroll the loops over a block's words: under a mix of
+/// orders they then cost one branch on the order, not a loop exit that the order makes hard
+/// to predict.
 #[inline(always)]
 fn with_span<R>(order: u32, f: impl FnOnce(usize) -> R) -> R {
     debug_assert!((6..=BITS_ORDER).contains(&order));
@@ -132,8 +133,9 @@ fn with_span<R>(order: u32, f: impl FnOnce(usize) -> R) -> R {
 }
 
 /// Per log2 of a group's words (1..=3), a bit at the first word of every group of that
-/// many words in a frame's 16.
+/// many words in a frame's 16 (a frame's words fit a `u32` mask).
 const GROUP_FIRSTS: [u32; 4] = [0xFFFF, 0x5555, 0x1111, 0x0101];
+const _: () = assert!(WORDS == 16);
 
 /// The start word of a live block of order 6..=8: slots 0 and 1 `10` (no in-word block
 /// starts so), slot 3 `10` for order 7 or slot 5 `10` for order 8 (odd slots, where no
