@@ -552,17 +552,11 @@ impl<W: WriteBack> LLFree<W> {
 
     /// Puts `n` units of `t` back: into `cP` of `core` if one of its reservations is `t`,
     /// else into `cU`.
-    #[inline]
     fn credit(&self, core: usize, t: TreeId, n: usize) -> bool {
-        // The default class's reservation first, which is all there is with one class: the
-        // free path reads the class count only when that one does not hold `t`. A tree is
-        // in at most one reservation of a core, so the order of the tries does not matter.
-        let default = self.default_slots + core;
-        let local = self.locals[default].add(t, n)
-            || (self.classes.count() > 1
-                && self
-                    .slots_of(core)
-                    .any(|l| l != default && self.locals[l].add(t, n)));
+        let local = match self.classes.count() {
+            1 => self.locals[core].add(t, n),
+            _ => self.slots_of(core).any(|l| self.locals[l].add(t, n)),
+        };
         if !local {
             self.add_to_tree(t, n);
         }
