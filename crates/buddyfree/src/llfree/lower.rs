@@ -118,6 +118,25 @@ fn groups_from(order: u32, hint: usize) -> impl Iterator<Item = usize> {
     (0..groups).map(move |i| (hint / span + i) % groups * span)
 }
 
+/// Calls `f` with the words of a block of `order` (6..=8), 2, 4 or 8, as a constant in
+/// each arm, so that the compiler can unroll the loops over a block's words: under a mix of
+/// orders they then cost one branch on the order, not a loop exit that the order makes hard
+/// to predict.
+#[inline(always)]
+fn with_span<R>(order: u32, f: impl FnOnce(usize) -> R) -> R {
+    debug_assert!((6..=BITS_ORDER).contains(&order));
+    match order {
+        6 => f(2),
+        7 => f(4),
+        _ => f(8),
+    }
+}
+
+/// Per log2 of a group's words (1..=3), a bit at the first word of every group of that
+/// many words in a frame's 16 (a frame's words fit a `u32` mask).
+const GROUP_FIRSTS: [u32; 4] = [0xFFFF, 0x5555, 0x1111, 0x0101];
+const _: () = assert!(WORDS == 16);
+
 /// The start word of a live block of order 6..=8: slots 0 and 1 `10` (no in-word block
 /// starts so), slot 3 `10` for order 7 or slot 5 `10` for order 8 (odd slots, where no
 /// block of order 1..=5 can start), every other slot `11`.
@@ -677,13 +696,42 @@ impl<W: WriteBack> Lower<W> {
     }
 
     /// Orders 6..=8: the first group of 2, 4 or 8 whole free words from the one holding word
-    /// `hint` on (the frame's last allocation: the groups before it are likely taken). Kept
-    /// out of line, so that the order-0 path it shares `alloc_small` with stays small.
+    /// `hint` on (the frame's last allocation: the groups before it are likely taken). The
+    /// frame's words are read once, the free groups found among them by shifts, and only
+    /// those are tried ([`Lower::claim_free_group`]): a group taken meanwhile fails there,
+    /// one freed meanwhile is passed over, as a search that had passed it already would.
+    /// Kept out of line, so that the order-0 path it shares `alloc_small` with stays small.
     #[inline(never)]
     fn claim_words(&self, h: HugeId, order: u32, hint: usize) -> Option<usize> {
-        groups_from(order, hint)
-            .find(|&g| self.claim_group(h, g, order))
-            .map(|g| h.first_unit() + g * SLOTS)
+        with_span(order, |span| {
+            // Bit `w` set where word `w` is free, then where words `w..w + span` all are.
+            let words = self.frame(h);
+            let mut groups = (0..WORDS).fold(0u32, |free, w| {
+                free | u32::from(words[w / LINE_WORDS].0[w % LINE_WORDS].get() == 0) << w
+            });
+            let mut width = 1;
+            while width < span {
+                groups &= groups >> width;
+                width *= 2;
+            }
+            groups &= GROUP_FIRSTS[span.trailing_zeros() as usize];
+            // The groups from the one holding `hint` on, then those before it.
+            let from = (hint % WORDS) & !(span - 1);
+            let mut later = groups & (u32::MAX << from);
+            let mut earlier = groups & !(u32::MAX << from);
+            loop {
+                let next = match later {
+                    0 if earlier == 0 => return None,
+                    0 => &mut earlier,
+                    _ => &mut later,
+                };
+                let g = next.trailing_zeros() as usize;
+                *next &= *next - 1;
+                if self.claim_free_group(h, g, order) {
+                    return Some(h.first_unit() + g * SLOTS);
+                }
+            }
+        })
     }
 
     /// The words of a block of `order` (6..=8) from word `g`, set one after the other: the
@@ -692,10 +740,20 @@ impl<W: WriteBack> Lower<W> {
     /// allocation took a unit of a word not set yet, every word set is cleared again and the
     /// group counts as taken (§4.2.1); success is reported only once all words are ours.
     fn claim_group(&self, h: HugeId, g: usize, order: u32) -> bool {
-        if !self.group_is_free(h, g, order) {
-            return false;
-        }
-        let span = 1 << (order - WORD_ORDER);
+        self.group_is_free(h, g, order) && self.claim_free_group(h, g, order)
+    }
+
+    /// [`Lower::claim_group`] for a group just read free (a racing claim of one of its words
+    /// makes it fail and undo, as there).
+    #[inline]
+    fn claim_free_group(&self, h: HugeId, g: usize, order: u32) -> bool {
+        with_span(order, |span| self.claim_span(h, g, span, start_word(order)))
+    }
+
+    /// The words `g..g + span` set to a block whose start word is `start`: the continuation
+    /// words one after the other, then the start word (see [`Lower::claim_group`]).
+    #[inline(always)]
+    fn claim_span(&self, h: HugeId, g: usize, span: usize, start: u64) -> bool {
         let set = |w: usize, value: u64| {
             self.bits(h, w)
                 .try_change(|v| (v == 0).then_some(value))
@@ -716,7 +774,7 @@ impl<W: WriteBack> Lower<W> {
                 return undo(g + 1..w);
             }
         }
-        if !set(g, start_word(order)) {
+        if !set(g, start) {
             return undo(g + 1..g + span);
         }
         true
@@ -744,7 +802,9 @@ impl<W: WriteBack> Lower<W> {
     /// Whether the words of the group of `order` (6..=8) at word `g` are all free.
     #[inline]
     fn group_is_free(&self, h: HugeId, g: usize, order: u32) -> bool {
-        (g..g + (1 << (order - WORD_ORDER))).all(|w| self.bits(h, w).get() == 0)
+        with_span(order, |span| {
+            (g..g + span).all(|w| self.bits(h, w).get() == 0)
+        })
     }
 
     /// Fig. 14b for orders 0..=5: the slots say whether a block of exactly `order` starts at
@@ -861,7 +921,7 @@ impl<W: WriteBack> Lower<W> {
     /// free yet taken, and no allocation can take the start word while a word of the block
     /// is still set. `owned`: the caller owns the block and no free races it
     /// ([`Lower::free_owned`]), so a plain store makes the start word FREEING.
-    #[inline]
+    #[inline(always)]
     fn clear_words(&self, h: HugeId, index: usize, order: u32, owned: bool) -> Result<(), Error> {
         let g = (index % HUGE_UNITS) / SLOTS;
         let start = self.bits(h, g);
@@ -874,10 +934,12 @@ impl<W: WriteBack> Lower<W> {
                 .try_change(|v| (v == start_word(order)).then_some(FREEING))
                 .map_err(|_| self.wrong_free(h, index))?;
         }
-        for w in g + 1..g + (1 << (order - WORD_ORDER)) {
-            // Ours since the claim: a continuation word is changed by nothing else.
-            self.bits(h, w).store(0, Ordering::Release);
-        }
+        with_span(order, |span| {
+            for w in g + 1..g + span {
+                // Ours since the claim: a continuation word is changed by nothing else.
+                self.bits(h, w).store(0, Ordering::Release);
+            }
+        });
         start.store(0, Ordering::Release);
         // One line holds all the block's words (a crash before this write-back leaves the
         // block allocated, or its remaining words orphans: see `recover.rs`).
@@ -925,6 +987,14 @@ impl<W: WriteBack> Lower<W> {
             .try_change(|p| f(ChildPair(p).get(half)).map(|c| ChildPair(p).set(half, c).0))
             .map(|p| ChildPair(p).get(half))
             .map_err(|p| ChildPair(p).get(half))
+    }
+
+    /// The cache lines of huge frame `h`'s bit field (one bounds check for all its words).
+    #[inline]
+    fn frame(&self, h: HugeId) -> &[Line; WORDS / LINE_WORDS] {
+        let first = h.0 * (WORDS / LINE_WORDS);
+        let lines: &[Line] = &self.lines[first..first + WORDS / LINE_WORDS];
+        lines.try_into().expect("a frame's lines")
     }
 
     fn word(&self, w: usize) -> &AtomicU64 {

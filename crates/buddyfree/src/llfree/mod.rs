@@ -517,13 +517,17 @@ impl<W: WriteBack> LLFree<W> {
     /// The children of `t`, every `step`th (counted from the tree's first), from the one
     /// holding `hint` (the last allocation, clamped into the tree: next fit, as the paper's
     /// start PFN) on, wrapping around.
-    fn frames_from(&self, t: TreeId, hint: usize, step: usize) -> impl Iterator<Item = usize> {
+    #[inline]
+    fn frames_from(&self, t: TreeId, hint: usize, step: usize) -> NextFit {
         let children = self.children(t);
         let near = (hint / HUGE_UNITS).clamp(children.start, children.end - 1);
         let first = children.start + ((near - children.start) & !(step - 1));
-        (first..children.end)
-            .step_by(step)
-            .chain((children.start..first).step_by(step))
+        NextFit {
+            at: Some(first),
+            first,
+            children,
+            step,
+        }
     }
 
     /// Searches the children of `t` for a block, from the child and word of `hint` on
@@ -870,6 +874,34 @@ impl<W: WriteBack> LLFree<W> {
                 assert_eq!(class, l / self.cores, "reservation {l}");
             }
         }
+    }
+}
+
+/// The frames [`LLFree::frames_from`] visits: from `first` on, every `step`th, wrapping
+/// around to the tree's first child once past its last, until `first` comes round again.
+/// One add and two compares a frame (the allocation's fast path walks it), where a chain
+/// of two stepped ranges works out both their lengths before the first frame.
+struct NextFit {
+    /// The next frame, `None` once every frame was visited.
+    at: Option<usize>,
+    first: usize,
+    /// The tree's children; `first` and `children.start` are multiples of `step` apart.
+    children: core::ops::Range<usize>,
+    step: usize,
+}
+
+impl Iterator for NextFit {
+    type Item = usize;
+
+    #[inline]
+    fn next(&mut self) -> Option<usize> {
+        let h = self.at?;
+        let mut next = h + self.step;
+        if next >= self.children.end {
+            next = self.children.start;
+        }
+        self.at = (next != self.first).then_some(next);
+        Some(h)
     }
 }
 
@@ -1249,6 +1281,31 @@ mod tests {
         *state ^= *state >> 7;
         *state ^= *state << 17;
         *state
+    }
+
+    /// Next fit visits every `step`th child of the tree once, from the hint's on, wrapping
+    /// round to the tree's first; a partial last tree only its own children.
+    #[test]
+    fn next_fit_visits_each_child_once_from_the_hint_on() {
+        // 8 children a tree; the last of the 3 trees has 5 (units for 21 huge frames).
+        let options = Options {
+            tree_children: 8,
+            ..Options::default()
+        };
+        let a = LLFree::with_options(Config::new(21 * HUGE_UNITS, 10), options).unwrap();
+        let frames = |t: usize, hint_frame: usize, step: usize| -> Vec<usize> {
+            a.frames_from(TreeId(t), hint_frame * HUGE_UNITS + 7, step)
+                .collect()
+        };
+        assert_eq!(frames(1, 13, 1), [13, 14, 15, 8, 9, 10, 11, 12]);
+        assert_eq!(frames(1, 13, 2), [12, 14, 8, 10]);
+        assert_eq!(frames(1, 8, 4), [8, 12]);
+        // A hint outside the tree is clamped into it.
+        assert_eq!(frames(0, 40, 1), [7, 0, 1, 2, 3, 4, 5, 6]);
+        assert_eq!(frames(0, 0, 8), [0]);
+        assert_eq!(frames(2, 19, 1), [19, 20, 16, 17, 18]);
+        assert_eq!(frames(2, 20, 2), [20, 16, 18]);
+        assert_eq!(frames(2, 0, 4), [16, 20]);
     }
 
     #[test]
