@@ -12,7 +12,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use super::cell::State;
-use super::forest::{Forest, FourLevel, Kind, Narrow, OneLevel};
+use super::forest::{Forest, FourLevel, Guarded, Kind, Narrow, OneLevel};
 use super::{Nbbs, Nbbs4};
 use crate::{BlockAlloc, Config, Error};
 
@@ -119,9 +119,8 @@ impl Heap {
 
 /// Bunches whose order-0 blocks form groups of two under their order-1 node ([`Forest`]'s
 /// bulk operations), in a root cell (4 units) and below one (32 units on 6 levels). In the
-/// bunch's layout, but in a plain 64-bit atomic with a 17-bit generation, which no model here
-/// marks often enough to wrap: `Nbbs4`'s 128-bit cells are a lock under loom, which would
-/// order every step and hide a missing release or acquire.
+/// bunch's layout, unguarded, with a 17-bit generation, which no model here marks often
+/// enough to wrap (`Nbbs4`'s own cells are in `CASES`).
 const GROUP_CASES: [(Build, usize, u32); 2] = [
     (|c| Box::new(Forest::<Narrow<4, 17>>::new(c).unwrap()), 4, 2),
     (
@@ -331,6 +330,25 @@ fn loom_nbbs_stale_unmark_over_reallocations() {
 }
 
 #[test]
+fn loom_nbbs_stale_unmark_guarded_one_level() {
+    // With the guard (module docs of `nbbs`), a 2-bit generation that wraps during the stall
+    // is harmless: the wrap finds X registered and invalidates the cell, X gives up and the
+    // last to leave sweeps.
+    stale_unmark::<Guarded<1, 5, 2>>(4, 2, 3);
+}
+
+#[test]
+fn loom_nbbs_stale_unmark_guarded_bunch() {
+    stale_unmark::<Guarded<4, 5, 2>>(32, 5, 3);
+}
+
+#[test]
+fn loom_nbbs_stale_unmark_guarded_bunch_overflowing() {
+    // A count of 1: V's and Y's registrations overflow while X is registered.
+    stale_unmark::<Guarded<4, 1, 2>>(32, 5, 3);
+}
+
+#[test]
 #[should_panic(expected = "top block")]
 fn loom_nbbs_stale_unmark_catches_a_narrow_generation_one_level() {
     // The model is strong enough to see a wrap: a 2-bit generation is back where X read it
@@ -420,7 +438,12 @@ fn stale_unmark<K: Kind>(units: usize, max_order: u32, reallocs: usize) {
         let y = thread::spawn(move || fy.alloc(0, 1));
         x.join().unwrap();
         v.join().unwrap();
-        if let Ok(j) = y.join().unwrap() {
+        let y = y.join().unwrap();
+        // Every registration ended, every `INVALID` swept.
+        for w in f.dump() {
+            assert!(K::SHAPE.is_idle(w), "cell left registered: {w:x}");
+        }
+        if let Ok(j) = y {
             if let Ok(top) = f.alloc(max_order, 0) {
                 let trace = super::forest::TRACE.lock().unwrap().join("\n");
                 panic!(
