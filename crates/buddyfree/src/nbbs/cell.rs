@@ -433,11 +433,24 @@ impl Shape {
         }
     }
 
-    /// A registered sweep's unlink of the links `drop` (their [`Shape::child_bits`]), if the
-    /// generation is still `expect` and not invalid; it leaves the cell.
+    /// A registered sweep's unlink of those of the links `drop` (their
+    /// [`Shape::child_bits`]) that are still coalescing in `w`, if the generation is still
+    /// `expect` and not invalid; it leaves the cell.
+    ///
+    /// The sweep found `drop` coalescing over free children in an earlier reading, and the
+    /// generation only says that no mark came since. A link may have been unlinked since
+    /// (by another UNMARK, which needs no mark) and the node above it reserved and allocated
+    /// (a reservation marks no link of its own cell): the link's `OCC_CHILD` is then that
+    /// node's `ALLOCATED` bit. So, as a single UNMARK's CAS does ([`Shape::unmark`]), each
+    /// link is cleared only while its coalescing bit is set, which nothing sets again
+    /// without a mark (the loom model `loom_nbbs_sweep_races_unlink_and_alloc`).
     #[inline]
     pub fn sweep(&self, w: State, expect: u64, drop: State) -> Option<State> {
-        (!self.invalid(w) && self.gen(w) == expect).then(|| (w & !drop) - self.count_one)
+        (!self.invalid(w) && self.gen(w) == expect).then(|| {
+            let coal = drop & w & self.all_coal_child;
+            // `COAL_CHILD(ch)` lies `C` bits above `OCC_CHILD(ch)`.
+            (w & !(coal | coal >> self.children)) - self.count_one
+        })
     }
 
     /// Whether no UNMARK is registered in `w` and it is not `INVALID`.
@@ -564,6 +577,34 @@ mod tests {
                 assert!(!registered && s.invalid(over));
                 assert!(!s.register(over).1);
             }
+        }
+    }
+
+    /// A sweep found link 0 coalescing over a free child; since, another UNMARK unlinked it
+    /// and the node above it was allocated, whose `ALLOCATED` bit is that link's `OCC_CHILD`.
+    /// No mark came, so the generation is the sweep's: the sweep must leave that bit.
+    #[test]
+    fn sweeps_clear_only_links_still_coalescing() {
+        for s in [
+            Shape::guarded(4, 5, 11),
+            Shape::guarded(1, 5, 2),
+            Shape::guarded(4, 2, 1),
+        ] {
+            let above = 1 << (s.levels - 1);
+            let read = s.register(s.mark(0, 0).unwrap() | s.coal_bit(0)).0;
+            let g = s.gen(read);
+            let other = s.register(read).0;
+            let unlinked = s.unmark(other, 0, Some(g)).unwrap();
+            let taken = s.complete(s.reserve(unlinked, above).unwrap(), above, 0);
+            assert!(s.is_allocated(taken, above));
+            let swept = s.sweep(taken, g, s.child_bits(0)).unwrap();
+            assert!(s.is_allocated(swept, above), "{swept:x}");
+            assert!(s.is_idle(swept));
+            // Still coalescing: cleared, with the other links left alone.
+            let both = s.register(read | s.mark(0, 1).unwrap() & !s.gen_mask).0;
+            let swept = s.sweep(both, g, s.child_bits(0)).unwrap();
+            assert_eq!(swept & s.child_bits(0), 0);
+            assert_eq!(swept & s.child_bits(1), s.occ_child(1));
         }
     }
 }

@@ -672,9 +672,11 @@ impl<K: Kind> Forest<K> {
 
     /// The sweep of a guarded cell whose `INVALID` bit the caller cleared, registered, its
     /// reading `w`: the UNMARKs that gave up here (module docs) left their links coalescing,
-    /// so every coalescing link whose child is free is cleared, in one CAS checked against
-    /// the generation of the reading, as a single UNMARK's is. The cell's state after, or
-    /// `None` if it gave up again (to the next sweeper).
+    /// so every coalescing link whose child is free is cleared, in one CAS checked as a
+    /// single UNMARK's is: against the generation of the reading, and only for links still
+    /// coalescing then ([`Shape::sweep`]: between the check and the CAS, another UNMARK may
+    /// unlink one and an allocation take the node above it, which marks nothing here). The
+    /// cell's state after, or `None` if it gave up again (to the next sweeper).
     fn sweep(&self, level: usize, cell: usize, mut w: State) -> Option<State> {
         let here = self.cell(level, cell);
         loop {

@@ -470,3 +470,52 @@ fn stale_unmark<K: Kind>(units: usize, max_order: u32, reallocs: usize) {
         f.free(top, max_order, 0).unwrap();
     });
 }
+
+#[test]
+fn loom_nbbs_sweep_races_unlink_and_alloc() {
+    sweep_races_unlink_and_alloc::<Guarded<4, 2, 1>>();
+}
+
+/// A sweep races an UNMARK of one of the links it checks and an allocation of the node
+/// above that link. X's free of unit 0 registers in the root cell and stalls after its
+/// clear; the allocation of unit 1 then wraps the root cell's 1-bit generation with X
+/// registered (`INVALID`), so X's UNMARK leaves last and sweeps. Y frees unit 1, whose
+/// coalescing bit finds the cell `INVALID` and stays for the sweep, then allocates and
+/// frees the order-2 block over both units, a node of the root cell whose `ALLOCATED` bit
+/// is the link to their cell. The bad schedule: X reads the cell and finds the child free;
+/// Y's UNMARK registers, unlinks, and Y allocates the order-2 block (no mark in the root
+/// cell, so the generation stays); X's sweep, clearing the links it found coalescing,
+/// would clear that `ALLOCATED` bit, and Y's free of its own block would be refused.
+fn sweep_races_unlink_and_alloc<K: Kind>() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(2);
+    model.check(|| {
+        super::forest::TRACE.lock().unwrap().clear();
+        let f = Arc::new(Forest::<K>::new(Config::new(32, 5).with_cores(2)).unwrap());
+        f.alloc_at(0, 0, 0).unwrap();
+        let stalled = f.free_until_unmark(0, 0);
+        f.alloc_at(1, 0, 0).unwrap();
+        assert!(K::SHAPE.invalid(f.dump()[0]), "the wrap found X registered");
+        let fx = f.clone();
+        let x = thread::spawn(move || fx.resume(stalled, 0));
+        let fy = f.clone();
+        let y = thread::spawn(move || {
+            fy.free(1, 0, 1).unwrap();
+            fy.alloc_at(0, 2, 1).is_ok()
+        });
+        x.join().unwrap();
+        // Y's block is freed after the join, so that the bad schedule takes 2 preemptions.
+        if y.join().unwrap() {
+            f.free(0, 2, 1).unwrap_or_else(|e| {
+                let trace = super::forest::TRACE.lock().unwrap().join("\n");
+                panic!("own block refused: {e}: cells {:x?}\n{trace}", f.dump())
+            });
+        }
+        for w in f.dump() {
+            assert!(K::SHAPE.is_idle(w), "cell left registered: {w:x}");
+        }
+        assert_eq!(f.free_units(), 32);
+        let top = f.alloc(5, 0).unwrap();
+        f.free(top, 5, 0).unwrap();
+    });
+}

@@ -52,9 +52,13 @@
 //!   would find. While `INVALID` is set nothing registers (the count only drains; so does a 32nd
 //!   registration, which sets `INVALID` instead), and an UNMARK that finds it, or cannot register,
 //!   stops and leaves its coalescing bit. The last to leave keeps its registration, clears
-//!   `INVALID` and *sweeps* the cell: it clears every coalescing link whose child is free, in one
-//!   CAS checked like an UNMARK's, and climbs on if the cell is then free (the coalescing climbs of
-//!   the frees that stopped here went on above it as usual, so their bits are there). The fast path
+//!   `INVALID` and *sweeps* the cell: it clears every coalescing link whose child it finds free, in
+//!   one CAS checked like an UNMARK's (generation, `INVALID`, and each link still coalescing: one
+//!   unlinked since by another UNMARK may already carry the `ALLOCATED` bit of a node allocated
+//!   above it, with no mark to move the generation; the loom model
+//!   `loom_nbbs_sweep_races_unlink_and_alloc`), and climbs on if the cell is then free (the
+//!   coalescing climbs of the frees that stopped here went on above it as usual, so their bits are
+//!   there). The fast path
 //!   pays a CAS loop where the coalescing climb had a `fetch_or`, nothing more; a wrap with an
 //!   UNMARK registered costs one sweep (a check of each coalescing child). What a stall costs: a
 //!   free stalled in a cell for `2^11` of its marks postpones that cell's merges (not allocations
