@@ -1104,6 +1104,7 @@ impl<K: Kind> BlockAlloc for Forest<K> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use core::ops::RangeInclusive;
 
     /// A free's UNMARK stalls after its clear while its units are allocated again: V takes
     /// unit 0 and starts freeing it, Y takes unit 1 and completes, then V's coalescing mark
@@ -1334,12 +1335,12 @@ mod tests {
         assert_whole(&f);
     }
 
-    /// Threads allocate and free blocks of random orders in a small forest whose cells wrap
+    /// Threads allocate and free blocks of random orders (of `orders`) in a small forest whose cells wrap
     /// their generation every mark or two and take one registration at a time, so that
     /// nearly every UNMARK meets `INVALID`, overflows, gives up or sweeps. Every unit a
     /// thread holds is stamped with the thread; a stamp found taken is an overlap. At the
     /// end everything must be whole again (a stranded link would lose the top blocks).
-    fn guard_stress<K: Kind>(units: usize, max_order: u32) {
+    fn guard_stress<K: Kind>(units: usize, max_order: u32, orders: RangeInclusive<u32>) {
         use core::sync::atomic::AtomicUsize;
         use std::sync::Arc;
         const THREADS: usize = 4;
@@ -1350,7 +1351,7 @@ mod tests {
             Arc::new((0..units).map(|_| AtomicUsize::new(0)).collect());
         let workers: alloc::vec::Vec<_> = (0..THREADS)
             .map(|t| {
-                let (f, owner) = (f.clone(), owner.clone());
+                let (f, owner, orders) = (f.clone(), owner.clone(), orders.clone());
                 std::thread::spawn(move || {
                     let mut held: alloc::vec::Vec<(usize, u32)> = alloc::vec::Vec::new();
                     let mut x = 0x9E37_79B9_7F4A_7C15_u64 ^ (t as u64 + 1);
@@ -1359,7 +1360,8 @@ mod tests {
                         x ^= x >> 7;
                         x ^= x << 17;
                         if held.len() < 4 && !x.is_multiple_of(3) {
-                            let order = (x >> 8) as u32 % (max_order + 1);
+                            let order =
+                                orders.start() + (x >> 8) as u32 % orders.clone().count() as u32;
                             if let Ok(i) = f.alloc(order, t) {
                                 for u in &owner[i..i + (1 << order)] {
                                     let was = u.swap(t + 1, Ordering::Relaxed);
@@ -1397,10 +1399,22 @@ mod tests {
 
     #[test]
     fn guarded_cells_stay_exact_when_every_mark_wraps() {
-        guard_stress::<Guarded<4, 1, 1>>(512, 9);
-        guard_stress::<Guarded<4, 1, 2>>(64, 6);
-        guard_stress::<Guarded<4, 2, 1>>(32, 5);
-        guard_stress::<FourLevel>(512, 9);
+        guard_stress::<Guarded<4, 1, 1>>(512, 9, 0..=9);
+        guard_stress::<Guarded<4, 1, 2>>(64, 6, 0..=6);
+        guard_stress::<Guarded<4, 2, 1>>(32, 5, 0..=5);
+        guard_stress::<FourLevel>(512, 9, 0..=9);
+    }
+
+    /// The same with only the orders whose nodes keep their `ALLOCATED` bit in a link: the
+    /// bottom row of a cell (order 2 in the root cell of a 32-unit tree), over the orders
+    /// below it, whose frees sweep that cell. A sweep that cleared a link it had found
+    /// coalescing, after another UNMARK unlinked it and the node above was allocated, would
+    /// take a live block's `ALLOCATED` bit (the loom model
+    /// `loom_nbbs_sweep_races_unlink_and_alloc`); its owner's free would be refused.
+    #[test]
+    fn guarded_sweeps_keep_the_allocated_bits_in_links() {
+        guard_stress::<Guarded<4, 2, 1>>(32, 5, 0..=2);
+        guard_stress::<Guarded<4, 3, 1>>(512, 9, 2..=6);
     }
 
     #[test]
