@@ -26,11 +26,6 @@ cd "$(dirname "$0")/.."
 rustup component list --toolchain nightly --installed | grep -q '^miri' ||
   rustup component add --toolchain nightly miri rust-src
 
-# Miri runs no cpuid, so portable-atomic would call 128-bit atomics not lock-free and Nbbs4
-# would be refused (NoDoubleWidthCas); assuming cmpxchg16b models an x86_64 CPU that has it.
-# Miri builds in target/miri, so this does not rebuild the rest.
-export RUSTFLAGS="-C target-feature=+cmpxchg16b"
-
 # Miri ignores the test profile's opt-level, and warns of it at every run.
 export CARGO_PROFILE_TEST_OPT_LEVEL=0
 

@@ -161,10 +161,6 @@ pub enum ConfigRule {
     /// index space, a zone whose first unit is not aligned to its largest block, or none at
     /// all (`zones::Zones::new`).
     ZoneLayout,
-    /// The target has no lock-free double-width (128-bit) compare-and-swap, which `Nbbs4`'s
-    /// cells need (riscv64, for one): there it would fall back to a lock and stop being
-    /// lock-free, so it is refused; `Nbbs` and `LLFree` are lock-free on every target.
-    NoDoubleWidthCas,
     /// An LLFree class policy (`llfree::Policy::new`) with no class or more than 8, or a
     /// class of trees (initial or home) not below its number of classes.
     Classes,
@@ -193,9 +189,6 @@ impl ConfigRule {
             ConfigRule::NotPowerOfTwo => "alignment or unit size not a power of two",
             ConfigRule::ZoneLayout => {
                 "zones overlapping, out of order, misaligned, too large, or none"
-            }
-            ConfigRule::NoDoubleWidthCas => {
-                "no lock-free 128-bit compare-and-swap on this target (nbbs4 needs one)"
             }
             ConfigRule::Classes => {
                 "a class policy with 0 or over 8 classes, or a class beyond them"

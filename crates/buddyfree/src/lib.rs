@@ -24,7 +24,7 @@
 //! | allocator | 1 core | 16 cores | alignment | mostly |
 //! |---|---|---|---|---|
 //! | [`Nbbs`] | 4095 KiB | 4101 KiB | 128 | 16 bytes per unit (two 8-byte nodes: state and generation) |
-//! | [`Nbbs4`] | 1093 KiB | 1098 KiB | 128 | 15 nodes and a 64-bit generation per 16-byte cell |
+//! | [`Nbbs4`] | 547 KiB | 552 KiB | 128 | 15 nodes, a guard and an 11-bit generation per 8-byte cell |
 //! | [`LLFree`](llfree::LLFree) | 66 KiB | 68 KiB | 128 | 2 bits per unit |
 //! | [`Knuth`](buddy::Knuth) | 4352 KiB | 4352 KiB | 8 | links (16 bytes) and a tag per unit |
 //! | [`Estranged`](buddy::Estranged) | 4352 KiB | 4352 KiB | 8 | as Knuth's |

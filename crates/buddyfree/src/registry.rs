@@ -211,7 +211,7 @@ const ENTRIES: &[Entry] = &[
     },
     entry! {
         name: "nbbs4",
-        about: "NBBS with 4-level bunches: 15 nodes per 128-bit cell, one CAS per 4 levels",
+        about: "NBBS with 4-level bunches: 15 nodes per 64-bit cell, one CAS per 4 levels",
         max_order: ANY_ORDER,
         build: |c, _| Ok(Box::new(Nbbs4::new(c)?)),
         metadata: caller_metadata!(Nbbs4, identity),

@@ -50,7 +50,7 @@ use buddyfree::heap::{Heap, Region, StaticHeap};
 use buddyfree::llfree::LLFree;
 use buddyfree::magazine::{Magazine, Settings};
 use buddyfree::registry::{self, CallerMetadata, Entry};
-use buddyfree::{range, BlockAlloc, Config, ConfigRule, Error};
+use buddyfree::{range, BlockAlloc, Config, Error};
 use fdt::Fdt;
 
 use harts::{this_hart, MAX_HARTS, ROUNDS, STACK};
@@ -403,14 +403,6 @@ fn run_allocator(
     let built = unsafe { (caller_metadata.build_with)(config, settings, meta, metadata.len()) };
     let alloc = match built {
         Ok(alloc) => alloc,
-        Err(e @ Error::InvalidConfig(ConfigRule::NoDoubleWidthCas)) => {
-            println!("{}: refused on this target: {e}", entry.name);
-            report.check(
-                "refused only where there is no 128-bit CAS",
-                !cfg!(target_arch = "x86_64"),
-            );
-            return Summary::default();
-        }
         Err(e) => {
             report.check(&alloc::format!("built over caller metadata: {e}"), false);
             return Summary::default();

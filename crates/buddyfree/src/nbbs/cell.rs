@@ -13,8 +13,9 @@
 //!        OCC(j)        OCC_CHILD(ch)      COAL_CHILD(ch)     GEN
 //!        j = 1..=N     ch = 0..C          ch = 0..C
 //!  N = 2^K - 1 nodes, C = 2^K child cells, GEN a B-bit field at bit G >= N + 2C;
-//!  K = 1: 5 state bits + a 59-bit GEN at bit 5 (a u64);
-//!  K = 4: 47 state bits in the low u64 + a 64-bit GEN in the high u64 (a u128)
+//!  K = 1: 5 state bits + a 59-bit GEN at bit 5;
+//!  K = 4: 47 state bits, INVALID at bit 47, a 5-bit COUNT at bit 48, an 11-bit GEN at bit 53
+//!  (both in a u64)
 //!  ALLOCATED(j) = the OCC bit of j's left child: OCC(2j) inside the cell, or for a bottom
 //!                 node OCC_CHILD of its left child cell
 //! ```
@@ -35,18 +36,21 @@
 //!   or a free there is propagating upwards.
 //! - `GEN`: a counter bumped by every allocation's mark of one of the cell's links (Alg. 3,
 //!   T13). An UNMARK that checked the child sub-tree free clears the link only if no mark
-//!   passed the cell since before that check (module `forest`, `Forest::unmark`). It is as
-//!   wide as the word allows, so that equal generations mean "no mark in between" (the
-//!   argument, and why it cannot wrap, is in the module docs of `nbbs`).
+//!   passed the cell since before that check (module `forest`, `Forest::unmark`). Equal
+//!   generations mean "no mark in between": in a 1-level node because its 59 bits do not
+//!   wrap within any run, in a bunch because of its guard.
+//! - `INVALID`, `COUNT` (bunches only, the *guard*): how many UNMARKs have read the
+//!   generation and may still compare it (registered), and whether a mark wrapped the
+//!   generation while one was. The argument is in the module docs of `nbbs`.
 //!
-//! Every state is handled as a [`State`] (`u128`) whatever the word's width; the bits above
-//! the word's width are always zero.
+//! Every state is handled as a [`State`] (`u64`) whatever the cell; the bits above the
+//! cell's width are always zero.
 //!
 //! The paper's partial-occupancy bits of the inner nodes of a bunch are derived from the
 //! nodes below them (Fig. 5) rather than stored.
 
 /// A cell's state, for cells of any width.
-pub type State = u128;
+pub type State = u64;
 
 /// The masks of a cell of `levels` levels. Built at compile time for each cell kind.
 #[derive(Clone, Copy, Debug)]
@@ -62,6 +66,11 @@ pub struct Shape {
     gen_mask: State,
     gen_at: u32,
     gen_one: State,
+    /// The guard (module docs): the `INVALID` bit, the unit of `COUNT` and its largest value
+    /// (0: no guard).
+    invalid: State,
+    count_one: State,
+    count_max: u64,
     /// Per node `j`: the bit that says it is allocated (with `OCC(j)`).
     allocated: [State; 16],
     /// Per node `j`: the state that must be clear for `j` to be free: `OCC` of `j` and of its
@@ -78,8 +87,21 @@ const fn depth(j: u32) -> u32 {
 }
 
 impl Shape {
-    /// The masks of a cell of `levels` (1 to 4) levels with a generation of `gen_bits` (at
-    /// most 64) bits from bit `gen_at` on, above the state bits.
+    /// The masks of a guarded cell of `levels` (1 to 4) levels: its state bits, the
+    /// `INVALID` bit, a `COUNT` of `count_bits` bits and a generation of `gen_bits` bits, in
+    /// that order from bit 0.
+    pub const fn guarded(levels: u32, count_bits: u32, gen_bits: u32) -> Shape {
+        assert!(count_bits >= 1 && count_bits < 64);
+        let at = Self::state_bits(levels);
+        let mut s = Self::new(levels, at + 1 + count_bits, gen_bits);
+        s.invalid = 1 << at;
+        s.count_one = 1 << (at + 1);
+        s.count_max = (1 << count_bits) - 1;
+        s
+    }
+
+    /// The masks of an unguarded cell of `levels` (1 to 4) levels with a generation of
+    /// `gen_bits` (at most 64) bits from bit `gen_at` on, above the state bits.
     pub const fn new(levels: u32, gen_at: u32, gen_bits: u32) -> Shape {
         assert!(levels >= 1 && levels <= 4);
         let nodes = (1u32 << levels) - 1;
@@ -96,6 +118,9 @@ impl Shape {
             gen_mask: ((1 << gen_bits) - 1) << gen_at,
             gen_at,
             gen_one: 1 << gen_at,
+            invalid: 0,
+            count_one: 0,
+            count_max: 0,
             allocated: [0; 16],
             below: [0; 16],
             above: [0; 16],
@@ -178,7 +203,7 @@ impl Shape {
     /// field's width.
     #[inline]
     pub fn gen(&self, w: State) -> u64 {
-        ((w & self.gen_mask) >> self.gen_at) as u64
+        (w & self.gen_mask) >> self.gen_at
     }
 
     /// Whether node `j` looks free (the paper's IS_FREE, also checking in-cell ancestors).
@@ -263,7 +288,13 @@ impl Shape {
             return Err(Self::highest(above));
         }
         let w = (w & !self.coal_child(ch)) | self.occ_child(ch);
-        Ok((w & !self.gen_mask) | (w.wrapping_add(self.gen_one) & self.gen_mask))
+        let w = (w & !self.gen_mask) | (w.wrapping_add(self.gen_one) & self.gen_mask);
+        // A wrap while an UNMARK is registered could bring the generation back to the value
+        // it read: it can no longer trust any generation it read before.
+        if self.gen(w) == 0 && self.count(w) != 0 {
+            return Ok(w | self.invalid);
+        }
+        Ok(w)
     }
 
     /// Whether node `j` is allocated (occupied, allocation complete, not being freed).
@@ -344,16 +375,94 @@ impl Shape {
     /// generation `expect` was seen; `None` otherwise (or when `expect` is unknown).
     #[inline]
     pub fn unmark(&self, w: State, ch: u32, expect: Option<u64>) -> Option<State> {
-        (self.coalescing(w, ch) && expect == Some(self.gen(w))).then(|| {
+        (self.coalescing(w, ch) && !self.invalid(w) && expect == Some(self.gen(w))).then(|| {
             debug_assert!(self.link_live(w, ch), "coalescing below a node: {w:x} {ch}");
-            w & !self.child_bits(ch)
+            (w & !self.child_bits(ch)) - self.count_one
         })
     }
 
+    /// Whether the cell has a guard (module docs). Without one, registering and leaving
+    /// change nothing.
+    #[inline]
+    pub const fn is_guarded(&self) -> bool {
+        self.count_max != 0
+    }
+
+    /// Whether a generation read by a registered UNMARK may have wrapped since (`INVALID`).
+    #[inline]
+    pub fn invalid(&self, w: State) -> bool {
+        w & self.invalid != 0
+    }
+
+    /// How many UNMARKs are registered (`COUNT`).
+    #[inline]
+    fn count(&self, w: State) -> u64 {
+        if self.is_guarded() {
+            (w / self.count_one) & self.count_max
+        } else {
+            0
+        }
+    }
+
+    /// Registers an UNMARK that reads this cell's generation, if it may: `(state, whether
+    /// registered)`. Not while `INVALID` is set (the count must drain), nor past the largest
+    /// count, which sets `INVALID` so that the last to leave sweeps. Unguarded cells need no
+    /// registration.
+    #[inline]
+    pub fn register(&self, w: State) -> (State, bool) {
+        if !self.is_guarded() {
+            (w, true)
+        } else if self.invalid(w) {
+            (w, false)
+        } else if self.count(w) == self.count_max {
+            (w | self.invalid, false)
+        } else {
+            (w + self.count_one, true)
+        }
+    }
+
+    /// Unregisters an UNMARK: `(state, whether the caller sweeps)`. The last to leave while
+    /// `INVALID` is set stays registered, clears `INVALID` and sweeps the cell.
+    #[inline]
+    pub fn leave(&self, w: State) -> (State, bool) {
+        debug_assert!(self.count(w) > 0, "leaving an unregistered cell: {w:x}");
+        if self.invalid(w) && self.count(w) == 1 {
+            (w & !self.invalid, true)
+        } else {
+            (w - self.count_one, false)
+        }
+    }
+
+    /// A registered sweep's unlink of those of the links `drop` (their
+    /// [`Shape::child_bits`]) that are still coalescing in `w`, if the generation is still
+    /// `expect` and not invalid; it leaves the cell.
+    ///
+    /// The sweep found `drop` coalescing over free children in an earlier reading, and the
+    /// generation only says that no mark came since. A link may have been unlinked since
+    /// (by another UNMARK, which needs no mark) and the node above it reserved and allocated
+    /// (a reservation marks no link of its own cell): the link's `OCC_CHILD` is then that
+    /// node's `ALLOCATED` bit. So, as a single UNMARK's CAS does ([`Shape::unmark`]), each
+    /// link is cleared only while its coalescing bit is set, which nothing sets again
+    /// without a mark (the loom model `loom_nbbs_sweep_races_unlink_and_alloc`).
+    #[inline]
+    pub fn sweep(&self, w: State, expect: u64, drop: State) -> Option<State> {
+        (!self.invalid(w) && self.gen(w) == expect).then(|| {
+            let coal = drop & w & self.all_coal_child;
+            // `COAL_CHILD(ch)` lies `C` bits above `OCC_CHILD(ch)`.
+            (w & !(coal | coal >> self.children)) - self.count_one
+        })
+    }
+
+    /// Whether no UNMARK is registered in `w` and it is not `INVALID`.
+    #[cfg(test)]
+    pub fn is_idle(&self, w: State) -> bool {
+        self.count(w) == 0 && !self.invalid(w)
+    }
+
     /// The state bits of `w`, its generation cleared.
-    #[cfg(all(test, not(loom)))]
+    #[cfg(test)]
     pub fn without_gen(&self, w: State) -> State {
-        w & !self.gen_mask
+        w & !(self.gen_mask | self.invalid | (self.count_one * self.count_max))
     }
 
     /// Whether nothing in the cell is occupied (Alg. 5, U13: the free may merge upwards).
@@ -389,11 +498,13 @@ mod tests {
 
     #[test]
     fn bunch_fits_47_bits_and_derives_inner_nodes() {
-        let s = Shape::new(4, 64, 64);
+        let s = Shape::guarded(4, 5, 11);
         assert_eq!(State::BITS - s.all_coal_child.leading_zeros(), 47);
         assert_eq!(Shape::state_bits(4), 47);
-        assert_eq!(s.gen_mask, State::from(u64::MAX) << 64);
-        assert_eq!(s.width(), 128);
+        assert_eq!(s.invalid, 1 << 47);
+        assert_eq!(s.count_one, 1 << 48);
+        assert_eq!(s.gen_mask, 0x7ff << 53);
+        assert_eq!(s.width(), 64);
         // Node 8 (bottom, leftmost) covers children 0 and 1; node 2 covers children 0..8.
         assert_eq!(s.below[8], 1 << 7 | s.child_bits(0) | s.child_bits(1));
         assert_eq!(s.above[8], 0b1011);
@@ -420,11 +531,13 @@ mod tests {
     fn marks_bump_the_generation_and_stale_unmarks_refuse() {
         for (s, bits) in [
             (Shape::new(1, 5, 59), 59),
-            (Shape::new(4, 64, 64), 64),
+            (Shape::guarded(4, 5, 11), 11),
             (Shape::new(1, 5, 2), 2),
             (Shape::new(4, 47, 2), 2),
+            (Shape::guarded(4, 1, 2), 2),
         ] {
-            let w = s.mark(0, 1).unwrap() | s.coal_bit(1);
+            // Registered, as every UNMARK of a guarded cell is.
+            let w = s.register(s.mark(0, 1).unwrap() | s.coal_bit(1)).0;
             let g = s.gen(w);
             assert_eq!(s.unmark(w, 1, Some(g)), Some(w & s.gen_mask));
             assert_eq!(g, 1);
@@ -434,11 +547,64 @@ mod tests {
             assert_ne!(again, w);
             assert_eq!(s.unmark(again, 1, Some(g)), None);
             // The generation wraps inside its field, leaving the state bits alone.
-            let top = w | s.gen_mask;
+            let top = s.without_gen(w) | s.gen_mask;
             let wrapped = s.mark(top, 0).unwrap();
             assert_eq!(s.gen(wrapped), 0);
-            assert_eq!(wrapped, s.mark(w & !s.gen_mask, 0).unwrap() & !s.gen_mask);
+            assert_eq!(
+                s.without_gen(wrapped),
+                s.without_gen(s.mark(s.without_gen(w), 0).unwrap())
+            );
             assert_eq!(s.gen_mask.count_ones(), bits);
+            // In a guarded cell, a wrap with an UNMARK registered invalidates what it read:
+            // equal generations no longer unmark, until the last to leave sweeps.
+            let wrapped = s.mark(w | s.gen_mask, 0).unwrap();
+            assert_eq!(s.invalid(wrapped), s.is_guarded());
+            if s.is_guarded() {
+                let back = (wrapped & !s.gen_mask) | (w & s.gen_mask);
+                assert_eq!(s.unmark(back, 1, Some(g)), None);
+                let (left, sweeps) = s.leave(back);
+                assert!(sweeps && !s.invalid(left));
+                let swept = s.sweep(left, g, s.child_bits(1)).unwrap();
+                assert_eq!(swept & s.child_bits(1), 0);
+                assert_eq!(s.count(swept), 0);
+                assert_eq!(s.sweep(left, g + 1, s.child_bits(1)), None);
+                // Registrations beyond the count are refused, and invalidate.
+                let mut full = w;
+                for _ in 1..s.count_max {
+                    full = s.register(full).0;
+                }
+                let (over, registered) = s.register(full);
+                assert!(!registered && s.invalid(over));
+                assert!(!s.register(over).1);
+            }
+        }
+    }
+
+    /// A sweep found link 0 coalescing over a free child; since, another UNMARK unlinked it
+    /// and the node above it was allocated, whose `ALLOCATED` bit is that link's `OCC_CHILD`.
+    /// No mark came, so the generation is the sweep's: the sweep must leave that bit.
+    #[test]
+    fn sweeps_clear_only_links_still_coalescing() {
+        for s in [
+            Shape::guarded(4, 5, 11),
+            Shape::guarded(1, 5, 2),
+            Shape::guarded(4, 2, 1),
+        ] {
+            let above = 1 << (s.levels - 1);
+            let read = s.register(s.mark(0, 0).unwrap() | s.coal_bit(0)).0;
+            let g = s.gen(read);
+            let other = s.register(read).0;
+            let unlinked = s.unmark(other, 0, Some(g)).unwrap();
+            let taken = s.complete(s.reserve(unlinked, above).unwrap(), above, 0);
+            assert!(s.is_allocated(taken, above));
+            let swept = s.sweep(taken, g, s.child_bits(0)).unwrap();
+            assert!(s.is_allocated(swept, above), "{swept:x}");
+            assert!(s.is_idle(swept));
+            // Still coalescing: cleared, with the other links left alone.
+            let both = s.register(read | s.mark(0, 1).unwrap() & !s.gen_mask).0;
+            let swept = s.sweep(both, g, s.child_bits(0)).unwrap();
+            assert_eq!(swept & s.child_bits(0), 0);
+            assert_eq!(swept & s.child_bits(1), s.occ_child(1));
         }
     }
 }

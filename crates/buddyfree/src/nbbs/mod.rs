@@ -8,9 +8,9 @@
 //! - [`Nbbs`]: the 1-level tree, one `AtomicU64` per node: 5 state bits and a 59-bit
 //!   generation, about 16 bytes per unit (2 nodes per unit; no reverse map: `free` takes the
 //!   order): 4 MiB per GiB of 4 KiB units.
-//! - [`Nbbs4`]: 4-level bunches (3.6.2), 15 nodes per 128-bit cell (47 state bits and a
-//!   64-bit generation, updated by a double-width CAS), so a climb does one CAS per four
-//!   levels: 2.1 MiB per GiB of 4 KiB units with `max_order` 9, 1.1 MiB with 18.
+//! - [`Nbbs4`]: 4-level bunches (3.6.2), 15 nodes per `AtomicU64` (47 state bits, a guard
+//!   and an 11-bit generation, below), so a climb does one CAS per four levels: about 1 MiB
+//!   per GiB of 4 KiB units with `max_order` 9, 0.55 MiB with 10 or 18.
 //!
 //! The managed units form a forest of `ceil(units / 2^max_order)` trees of height `max_order`
 //! (the paper's `base_level` is the roots); a last partial tree has its missing units
@@ -31,26 +31,43 @@
 //!   has the argument). The unit test `stale_unmark_cannot_free_a_reused_branch` and the
 //!   loom test `loom_nbbs_stale_unmark` exercise that race.
 //!
-//!   The generation is what makes the check sound, so it is as wide as a word allows and
-//!   does not wrap: 59 bits in a 1-level node, a full 64 bits beside the 47 state bits of a
-//!   bunch (hence its 128-bit cell). A stale UNMARK could only pass if the generation came
-//!   back to the value it read, i.e. after 2^59 (or 2^64) marks of that one cell while it
-//!   was stalled. The marks of a cell are successful RMWs on one cache line, which the
-//!   hardware serialises, at well under one per nanosecond: 2^59 of them take over 18 years
-//!   of back-to-back marking of that cell (2^64: over 580 years), longer than any run of
-//!   the allocator, stalled or not. A narrower generation (17 bits, say) can wrap within
-//!   milliseconds of marking; tests with a deliberately 2-bit generation (`Narrow` in
-//!   module `forest`) show that the replay and the loom model
-//!   `loom_nbbs_stale_unmark_over_reallocations` catch a wrap, and the real cells pass them.
+//!   Equal generations must mean "no mark in between". A 1-level node's 59-bit generation does not
+//!   come back to a value within any run of the allocator: the marks of a cell are successful RMWs
+//!   on one cache line, which the hardware serialises, at well under one per nanosecond, so 2^59 of
+//!   them take over 18 years of back-to-back marking of that cell. A bunch has 47 state bits, and
+//!   with a 64-bit word only 17 bits to spare: any generation that fits there (11 bits) wraps
+//!   within tens of microseconds of marking, and a free can be descheduled between its reading and
+//!   its UNMARK for far longer. A bounded counter alone cannot close the window (whatever value a
+//!   stalled UNMARK read, enough marks bring it back), so the bunch adds what the counter lacks:
+//!   the cell knows who might still trust an old reading. Its guard is a 5-bit `COUNT` of the
+//!   UNMARKs *registered* in the cell (a free registers with the RMW of its coalescing climb that
+//!   reads the generation, and leaves with its UNMARK's CAS there, or with an RMW when it stops
+//!   below) and an `INVALID` bit:
+//!   - a mark that wraps the generation while `COUNT > 0` sets `INVALID`;
+//!   - an UNMARK's CAS needs `INVALID` clear, and `INVALID` is cleared only by the last registered
+//!     UNMARK to leave.
 //!
-//!   The cost: cells twice as wide, and on x86_64 a `cmpxchg16b` (selected at run time)
-//!   for every change of a bunch, so single-threaded an `Nbbs4` alloc+free pair costs
-//!   clearly more than it would with 64-bit cells, and an `Nbbs` pair a little more
-//!   (buddybench's `cached` workload on one thread measures it; docs/results.md, "How much
-//!   does one operation cost on one thread?").
-//!   Builds that may assume the instruction (`-C target-feature=+cmpxchg16b`, or a
-//!   `target-cpu` that has it) inline it and skip the run-time selection, which saves a
-//!   small part of that cost.
+//!   So a registered UNMARK whose CAS finds the generation it read passes only if no mark came in
+//!   between: `2^11` or more marks would include a wrap while it was registered, whose `INVALID` it
+//!   would find. While `INVALID` is set nothing registers (the count only drains; so does a 32nd
+//!   registration, which sets `INVALID` instead), and an UNMARK that finds it, or cannot register,
+//!   stops and leaves its coalescing bit. The last to leave keeps its registration, clears
+//!   `INVALID` and *sweeps* the cell: it clears every coalescing link whose child it finds free, in
+//!   one CAS checked like an UNMARK's (generation, `INVALID`, and each link still coalescing: one
+//!   unlinked since by another UNMARK may already carry the `ALLOCATED` bit of a node allocated
+//!   above it, with no mark to move the generation; the loom model
+//!   `loom_nbbs_sweep_races_unlink_and_alloc`), and climbs on if the cell is then free (the
+//!   coalescing climbs of the frees that stopped here went on above it as usual, so their bits are
+//!   there). The fast path
+//!   pays a CAS loop where the coalescing climb had a `fetch_or`, nothing more; a wrap with an
+//!   UNMARK registered costs one sweep (a check of each coalescing child). What a stall costs: a
+//!   free stalled in a cell for `2^11` of its marks postpones that cell's merges (not allocations
+//!   or frees, which never wait) until it goes on; no block is ever handed out twice. The unit test
+//!   `stale_unmark_replay_passes_a_guarded_narrow_generation` and the loom model
+//!   `loom_nbbs_stale_unmark_guarded_*` run the race with a 2-bit generation, which wraps, and
+//!   pass; without the guard, the replay and the loom models
+//!   `loom_nbbs_stale_unmark_catches_a_narrow_generation_*` catch the wrap (`Narrow` in module
+//!   `forest`).
 //! - Every refusal of a CAS step is confirmed by an RMW: the paper assumes sequential
 //!   consistency, and a stale plain read could make UNMARK give up and strand an occupied
 //!   bit (a case the loom tests reach). UNMARK also goes on over a cell that is free even
@@ -215,8 +232,8 @@ nbbs_type!(
     OneLevel
 );
 nbbs_type!(
-    /// NBBS over 4-level bunches: 15 nodes and a 64-bit generation per 128-bit cell, one
-    /// double-width CAS per four levels climbed.
+    /// NBBS over 4-level bunches: 15 nodes, a guard and an 11-bit generation per 64-bit
+    /// cell, one CAS per four levels climbed.
     Nbbs4,
     FourLevel
 );

@@ -1,16 +1,15 @@
 //! The atomic words that hold cell states, and the one CAS loop every protocol step goes
 //! through.
 //!
-//! A 4-level bunch needs 47 state bits and a 64-bit generation, so its word is 128 bits wide
-//! ([`AtomicU128`]), updated only as a whole: every access to a cell is an access of the
-//! cell's full width, never of one half.
+//! Both layouts fit a cell in an `AtomicU64` (a 1-level node: 5 state bits and a 59-bit
+//! generation; a 4-level bunch: 47 state bits, the guard and an 11-bit generation), a word
+//! every 64-bit target updates lock-free.
 
 use super::cell::State;
 use crate::sync::atomic::{AtomicU64, Ordering};
 
 /// An atomic word holding one cell's state, seen as a [`State`] whatever its width, so that
-/// the protocol is written once for 1-level nodes (`AtomicU64`) and 4-level bunches
-/// ([`AtomicU128`]).
+/// the protocol is written once for any cell width.
 pub trait Word: Send + Sync {
     /// The word's width: a cell's [`Shape::width`](super::cell::Shape::width) must fit.
     const BITS: u32;
@@ -22,11 +21,6 @@ pub trait Word: Send + Sync {
     fn fetch_or(&self, bits: State, order: Ordering) -> State;
     /// Atomic AND, returning the previous state.
     fn fetch_and(&self, bits: State, order: Ordering) -> State;
-    /// Whether this word's operations are lock-free on the running CPU: a word that would
-    /// fall back to a lock is refused ([`ConfigRule::NoDoubleWidthCas`](crate::ConfigRule)).
-    fn is_lock_free() -> bool {
-        true
-    }
     /// Weak compare-and-swap.
     fn compare_exchange_weak(
         &self,
@@ -110,110 +104,3 @@ macro_rules! word {
 }
 
 word!(AtomicU64, u64);
-
-/// A 128-bit atomic cell.
-///
-/// Normally `portable_atomic::AtomicU128`: `cmpxchg16b` on x86_64 (detected at run time when
-/// the build does not assume it, loads by `vmovdqa` where AVX makes them atomic), `casp` or
-/// `ldxp`/`stxp` on aarch64, and elsewhere, or on a CPU without a double-width CAS, a
-/// lock-based fallback, which [`Word::is_lock_free`] reports so that `Nbbs4` is refused there
-/// rather than taking locks (an interrupt handler could then spin on the lock of the code it
-/// interrupted). `portable-atomic` rather than our own `asm!`: the detection, the
-/// `rbx` juggling `cmpxchg16b` needs, and the per-target fallbacks are already written and
-/// tested there, and it builds on stable Rust.
-///
-/// Under loom, and under ThreadSanitizer (`--cfg buddyfree_tsan`, which does not see inside
-/// inline assembly and would miss the cell's synchronisation), a value behind a lock that
-/// those tools do see. Every operation then orders as a lock does, at least as strongly as
-/// asked; the 64-bit cells of [`Nbbs`](super::Nbbs) run the same protocol code on plain
-/// atomics, so loom still checks the orderings it chooses.
-#[cfg(not(any(loom, buddyfree_tsan)))]
-pub struct AtomicU128(portable_atomic::AtomicU128);
-
-/// A 128-bit atomic cell: see the non-loom, non-TSan build for the real one.
-#[cfg(any(loom, buddyfree_tsan))]
-pub struct AtomicU128(Lock<u128>);
-
-#[cfg(loom)]
-type Lock<T> = loom::sync::Mutex<T>;
-#[cfg(all(buddyfree_tsan, not(loom)))]
-type Lock<T> = spin::Mutex<T>;
-
-#[cfg(not(any(loom, buddyfree_tsan)))]
-impl Word for AtomicU128 {
-    const BITS: u32 = u128::BITS;
-    #[inline]
-    fn new(value: State) -> Self {
-        AtomicU128(portable_atomic::AtomicU128::new(value))
-    }
-    fn is_lock_free() -> bool {
-        portable_atomic::AtomicU128::is_lock_free()
-    }
-    #[inline]
-    fn load(&self, order: Ordering) -> State {
-        self.0.load(order)
-    }
-    #[inline]
-    fn fetch_or(&self, bits: State, order: Ordering) -> State {
-        self.0.fetch_or(bits, order)
-    }
-    #[inline]
-    fn fetch_and(&self, bits: State, order: Ordering) -> State {
-        self.0.fetch_and(bits, order)
-    }
-    #[inline]
-    fn compare_exchange_weak(
-        &self,
-        current: State,
-        new: State,
-        success: Ordering,
-        failure: Ordering,
-    ) -> Result<State, State> {
-        self.0.compare_exchange_weak(current, new, success, failure)
-    }
-}
-
-#[cfg(any(loom, buddyfree_tsan))]
-impl AtomicU128 {
-    /// Runs `f` on the value under the lock.
-    fn with<R>(&self, f: impl FnOnce(&mut u128) -> R) -> R {
-        #[cfg(loom)]
-        let mut value = self.0.lock().unwrap();
-        #[cfg(not(loom))]
-        let mut value = self.0.lock();
-        f(&mut value)
-    }
-}
-
-#[cfg(any(loom, buddyfree_tsan))]
-impl Word for AtomicU128 {
-    const BITS: u32 = u128::BITS;
-    fn new(value: State) -> Self {
-        AtomicU128(Lock::new(value))
-    }
-    fn load(&self, _: Ordering) -> State {
-        self.with(|v| *v)
-    }
-    fn fetch_or(&self, bits: State, _: Ordering) -> State {
-        self.with(|v| core::mem::replace(v, *v | bits))
-    }
-    fn fetch_and(&self, bits: State, _: Ordering) -> State {
-        self.with(|v| core::mem::replace(v, *v & bits))
-    }
-    fn compare_exchange_weak(
-        &self,
-        current: State,
-        new: State,
-        _: Ordering,
-        _: Ordering,
-    ) -> Result<State, State> {
-        self.with(|v| {
-            if *v == current {
-                *v = new;
-                Ok(current)
-            } else {
-                Err(*v)
-            }
-        })
-    }
-}
