@@ -375,9 +375,9 @@ impl<A: BlockAlloc> Magazine<A> {
     #[cfg(feature = "alloc")]
     pub fn new(inner: A, cores: usize) -> Result<Self, Error> {
         let policy = policy(inner.total_units(), cores);
-        Ok(Magazine {
-            cached: Cached::new(Direct(inner), cores, policy)?,
-        })
+        let mut cached = Cached::new(Direct(inner), cores, policy)?;
+        cached.set_streams(true);
+        Ok(Magazine { cached })
     }
 
     /// Builds the allocator with `build` over `config` and puts `config.cores` magazines in
@@ -572,9 +572,9 @@ impl<A: BlockAlloc> Magazine<A> {
 
     fn build(inner: A, cores: usize, parts: Parts, meta: &Metadata) -> Result<Self, Error> {
         let policy = policy(inner.total_units(), cores);
-        Ok(Magazine {
-            cached: Cached::build(Direct(inner), policy, parts, meta)?,
-        })
+        let mut cached = Cached::build(Direct(inner), policy, parts, meta)?;
+        cached.set_streams(true);
+        Ok(Magazine { cached })
     }
 
     /// The allocator behind the magazines.

@@ -163,6 +163,9 @@ pub(crate) struct CoreCache {
     start: [u32; MAX_SLOTS + 1],
     /// [`CAPACITY`] blocks, this cache's alone.
     blocks: NonNull<usize>,
+    /// Per slot (a bit each): whether the list was refilled and no free has parked a block
+    /// in it since.
+    dry: u16,
 }
 
 // SAFETY: `blocks` is memory this cache alone uses (`CoreCache::new`'s contract), so the
@@ -181,6 +184,7 @@ impl CoreCache {
             top,
             start,
             blocks: blocks.cast(),
+            dry: 0,
         }
     }
 
@@ -191,6 +195,7 @@ impl CoreCache {
             "laid out anew a cache that holds blocks"
         );
         (self.top, self.start) = Self::empty_lists(policy);
+        self.dry = 0;
     }
 
     /// `top` and `start` of empty lists laid out for `policy`.
@@ -251,6 +256,25 @@ impl CoreCache {
     }
 
     /// Whether the list at `slot` takes one more block without a spill.
+    /// Notes a refill of the list at `slot`; whether the one before it was dry too (no free
+    /// parked a block in the list between them): then the core allocates in a stream that
+    /// its frees do not feed, such as a burst whose blocks are freed elsewhere or later, all
+    /// at once, and parking those frees would only move every block through the list on its
+    /// way back to the backend.
+    #[inline]
+    pub(crate) fn refilled(&mut self, slot: usize) -> bool {
+        let bit = 1 << slot;
+        let stream = self.dry & bit != 0;
+        self.dry |= bit;
+        stream
+    }
+
+    /// Notes a free that parks a block in the list at `slot`.
+    #[inline]
+    pub(crate) fn fed(&mut self, slot: usize) {
+        self.dry &= !(1 << slot);
+    }
+
     #[inline]
     pub(crate) fn has_room(&self, policy: &Policy, slot: usize) -> bool {
         self.len(slot) < policy.high(slot)

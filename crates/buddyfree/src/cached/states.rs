@@ -11,9 +11,21 @@
 //! through. Either way the block then goes to a cache or back to the backend. Blocks of
 //! orders that are never cached are not recorded: the backend decides their frees.
 //!
+//! A block handed out while its cache sees a stream of allocations that no free feeds
+//! (see [`Cached`](super::Cached)) is `Direct`: its free never parks it, but sends it
+//! straight back to the backend, which has it allocated to the caller and no one else, so
+//! the backend's own free decides racing frees: exactly one of them finds the block
+//! allocated there. The table only names the route, with a plain load, and records the
+//! block `Free` with a plain store before the backend has it, so that no later free of it
+//! stops anywhere but at the table; no lock and no compare-and-swap of the caches' own.
+//! A `Direct` state is written only by the thread that just got the block (from its cache
+//! or the backend) and is left only by a free, so a free that reads it has the right
+//! route, unless it races the block's free and reuse (a stale double free), where no
+//! allocator can tell the old owner's free from the new owner's block.
+//!
 //! A state names the block's order by its slot in the caches' policy (its list), so that
-//! a byte has room for the holders: `Free`, then per slot `Cached`, `Live` and `Owned` by
-//! each of [`OWNERS`] caches.
+//! a byte has room for the holders: `Free`, then per slot `Cached`, `Live`, `Direct` and
+//! `Owned` by each of [`OWNERS`] caches.
 
 use super::cache::MAX_SLOTS;
 use crate::sync::atomic::{AtomicU8, Ordering};
@@ -22,7 +34,7 @@ use crate::{BlockAlloc, Error};
 
 /// How many caches (the first, by index) can hold the blocks they hand out; the blocks of
 /// the others are `Live`.
-pub(crate) const OWNERS: usize = (u8::MAX as usize - 2 * MAX_SLOTS) / MAX_SLOTS;
+pub(crate) const OWNERS: usize = (u8::MAX as usize - 3 * MAX_SLOTS) / MAX_SLOTS;
 
 /// The state of the block of a cached order starting at a unit; the order is named by its
 /// slot in the caches' policy. Units inside a block (not its first), units free in the
@@ -38,6 +50,9 @@ pub(crate) enum State {
     /// this cache (by index, below [`OWNERS`]): only the holder of that cache's lock changes
     /// this state.
     Owned(usize, usize),
+    /// A block of the order at this slot starting here is allocated by a caller, who got it
+    /// in a stream of allocations: its free goes straight to the backend, which decides it.
+    Direct(usize),
     /// A block of the order at this slot starting here sits in a per-core cache (free to
     /// callers, allocated in the backend).
     Cached(usize),
@@ -50,7 +65,8 @@ impl State {
             State::Free => 0,
             State::Cached(slot) => 1 + slot,
             State::Live(slot) => 1 + MAX_SLOTS + slot,
-            State::Owned(slot, cache) => 1 + (2 + cache) * MAX_SLOTS + slot,
+            State::Direct(slot) => 1 + 2 * MAX_SLOTS + slot,
+            State::Owned(slot, cache) => 1 + (3 + cache) * MAX_SLOTS + slot,
         };
         debug_assert!(code <= usize::from(u8::MAX), "{self:?}");
         code as u8
@@ -65,7 +81,8 @@ impl State {
                 match kind {
                     0 => State::Cached(slot),
                     1 => State::Live(slot),
-                    _ => State::Owned(slot, kind - 2),
+                    2 => State::Direct(slot),
+                    _ => State::Owned(slot, kind - 3),
                 }
             }
         }
@@ -88,6 +105,13 @@ impl BlockStates {
     #[inline]
     pub(crate) fn get(&self, index: usize) -> State {
         State::decode(self.0[index].load(Ordering::Acquire))
+    }
+
+    /// Whether the state recorded at `index` is `state` (a snapshot): one comparison of the
+    /// byte, without decoding it.
+    #[inline]
+    pub(crate) fn is(&self, index: usize, state: State) -> bool {
+        self.0[index].load(Ordering::Acquire) == state.encode()
     }
 
     /// Records the blocks `alloc` has out whose order is cached (`slot` gives its slot) as
@@ -118,6 +142,24 @@ impl BlockStates {
         Ok(())
     }
 
+    /// Ends the caller's `Direct` block at `index` of the order at `slot`, recording it
+    /// `Free` before the backend has it back; false (nothing changed) if the state is
+    /// anything else, or `index` is past the table. Where it is true, the block `(index,
+    /// order)` is a valid one (in range and aligned): a block of its order was handed out
+    /// there. A plain load and store: the backend's free, which the caller makes
+    /// next, decides racing frees (see the module docs).
+    #[inline]
+    pub(crate) fn end_direct(&self, index: usize, slot: usize) -> bool {
+        let Some(state) = self.0.get(index) else {
+            return false;
+        };
+        let direct = state.load(Ordering::Acquire) == State::Direct(slot).encode();
+        if direct {
+            state.store(State::Free.encode(), Ordering::Release);
+        }
+        direct
+    }
+
     /// Ends the caller's `Live` block at `index` of the order at `slot` by moving it to
     /// `to`; else the state found there. A state read as anything but that `Live` one is
     /// answered without a compare-and-swap (a held block's free goes on under its holder's
@@ -144,7 +186,7 @@ impl BlockStates {
 /// far as the table knows: a caller's block of another order, or none.
 pub(crate) fn refusal(found: State) -> Error {
     match found {
-        State::Live(_) | State::Owned(..) => Error::OrderMismatch,
+        State::Live(_) | State::Owned(..) | State::Direct(_) => Error::OrderMismatch,
         State::Free | State::Cached(_) => Error::NotAllocated,
     }
 }
