@@ -577,6 +577,14 @@ impl<A: BlockAlloc> Magazine<A> {
         Ok(Magazine { cached })
     }
 
+    /// The same magazines parking every free of a cached order, with no streams (see the
+    /// `cached` module's docs): for the tests of what parked blocks do.
+    #[cfg(test)]
+    pub(crate) fn without_streams(mut self) -> Self {
+        self.cached.set_streams(false);
+        self
+    }
+
     /// The allocator behind the magazines.
     pub fn inner(&self) -> &A {
         &self.cached.backend().0

@@ -428,7 +428,6 @@ impl<B: Backend> Cached<B> {
     }
 
     /// Starts cache `at`'s stream of the order at `slot` (the caller holds the cache).
-    #[cold]
     fn start_stream(&self, at: usize, slot: usize) {
         if !self.in_stream(at, slot) {
             self.caches[at]
@@ -453,9 +452,21 @@ impl<B: Backend> Cached<B> {
     /// of the order.
     #[inline]
     fn fed(&self, cache: &mut CoreCache, at: usize, slot: usize) {
-        cache.fed(slot);
-        self.end_stream(at, slot);
+        if cache.is_dry(slot) {
+            self.end_dry_run(cache, at, slot);
+        }
         self.parks(at);
+    }
+
+    /// [`Self::fed`] after refills: ends the stream the cache is in, if any. Out of line,
+    /// since most frees park where the last one did.
+    #[cold]
+    #[inline(never)]
+    fn end_dry_run(&self, cache: &mut CoreCache, at: usize, slot: usize) {
+        if cache.in_stream(slot) {
+            self.end_stream(at, slot);
+        }
+        cache.fed(slot);
     }
 
     /// Frees the caller's block `(index, order)` straight to the backend if the state table
@@ -533,14 +544,18 @@ impl<B: Backend> Cached<B> {
         let index = match cache.pop(slot) {
             Some(index) => index,
             None => {
-                if self.streams && cache.refilled(slot) {
-                    self.start_stream(self.cache_index(core), slot);
+                let at = self.cache_index(core);
+                if self.streams && cache.streams_on(self.policy, slot, self.in_stream(at, slot)) {
+                    self.start_stream(at, slot);
                 }
                 let more = self.policy.batch(slot) - 1;
+                let mut got = 1;
                 let first = self.backend.alloc_batch(order, core, more, |index| {
                     self.states.set(index, State::Cached(slot));
                     cache.push(slot, index);
+                    got += 1;
                 })?;
+                cache.refilled(slot, got);
                 if more > 0 {
                     self.parks(self.cache_index(core));
                 }
@@ -1413,16 +1428,19 @@ mod tests {
     #[test]
     fn try_alloc_gives_back_the_blocks_of_caches_it_can_take() {
         let config = Config::new(256, 8).with_cores(2);
-        // The full lists, which park a unit of every block of order 6 here.
+        // The full lists, which park a unit of every block of order 6 here; no streams, so
+        // that every free parks (a stream's last blocks would go straight back).
         try_alloc_gives_back_what_free_caches_park(
             &Magazine::with_config(config, LLFree::new)
                 .unwrap()
-                .with_parking_limit(usize::MAX),
+                .with_parking_limit(usize::MAX)
+                .without_streams(),
         );
         try_alloc_gives_back_what_free_caches_park(
             &Magazine::with_config(config, crate::Nbbs4::new)
                 .unwrap()
-                .with_parking_limit(usize::MAX),
+                .with_parking_limit(usize::MAX)
+                .without_streams(),
         );
         try_alloc_gives_back_what_free_caches_park(
             &PerCpu::<Model>::with_config(config, Model::new).unwrap(),
