@@ -472,14 +472,19 @@ impl<B: Backend> Cached<B> {
     /// Frees the caller's block `(index, order)` straight to the backend if the state table
     /// has it `Direct` (ending it there first), else `None`, with nothing done: the backend's
     /// free decides it. First on every free, before the block is checked: a `Direct` state
-    /// of the order vouches for the block (see [`BlockStates::end_direct`]). A free of a
+    /// of the order vouches for the block (see [`BlockStates::direct_at`]). A free of a
     /// `Direct` block by `core` ends `core`'s stream of the order.
     #[inline]
     fn free_if_direct(&self, index: usize, order: u32, core: usize) -> Option<Result<(), Error>> {
-        let slot = self.policy.slot(order)?;
-        if !self.states.end_direct(index, slot) {
+        let slot = self.states.direct_at(index)?;
+        if self.policy.slot(order) != Some(slot) {
+            // Another order's block, or none of a cached order: the full check answers.
             return None;
         }
+        // Recorded `Free` before the backend has it, so that no later free of it stops
+        // anywhere but at the table; a racing free of the same block may do the same, and
+        // the backend lets one of the two through.
+        self.states.set(index, State::Free);
         let freed = self.backend.shared().free(index, order, core);
         self.end_stream(self.cache_index(core), slot);
         Some(freed)

@@ -142,20 +142,30 @@ impl BlockStates {
         Ok(())
     }
 
+    /// The slot of the order of the `Direct` block at `index`, if one is recorded there
+    /// (`None` also for an `index` past the table): one load and one comparison, without
+    /// the caller's order, so that a free that is not of a `Direct` block pays only this.
+    /// Where it is `Some`, a block of that order was handed out at `index`, so `index` is in
+    /// range and aligned for it.
+    #[inline]
+    pub(crate) fn direct_at(&self, index: usize) -> Option<usize> {
+        let slot = self
+            .0
+            .get(index)?
+            .load(Ordering::Acquire)
+            .wrapping_sub(State::Direct(0).encode());
+        (usize::from(slot) < MAX_SLOTS).then_some(usize::from(slot))
+    }
+
     /// Ends the caller's `Direct` block at `index` of the order at `slot`, recording it
     /// `Free` before the backend has it back; false (nothing changed) if the state is
-    /// anything else, or `index` is past the table. Where it is true, the block `(index,
-    /// order)` is a valid one (in range and aligned): a block of its order was handed out
-    /// there. A plain load and store: the backend's free, which the caller makes
+    /// anything else. A plain load and store: the backend's free, which the caller makes
     /// next, decides racing frees (see the module docs).
     #[inline]
     pub(crate) fn end_direct(&self, index: usize, slot: usize) -> bool {
-        let Some(state) = self.0.get(index) else {
-            return false;
-        };
-        let direct = state.load(Ordering::Acquire) == State::Direct(slot).encode();
+        let direct = self.direct_at(index) == Some(slot);
         if direct {
-            state.store(State::Free.encode(), Ordering::Release);
+            self.set(index, State::Free);
         }
         direct
     }
