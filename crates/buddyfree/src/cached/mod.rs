@@ -9,8 +9,8 @@
 //!  ├── caches:  [CachePadded<Mutex<YieldMutex, CoreCache>>; cores]
 //!  │              per cached order: a list of free blocks (allocated in the backend),
 //!  │              all in one fixed array per core
-//!  └── states:  [u8; units]           Free | Live | Owned(cache) | Cached, with the
-//!                                       order's slot, per block start
+//!  └── states:  [u8; units]           Free | Live | Direct | Owned(cache) | Cached, with
+//!                                       the order's slot, per block start
 //! ```
 //!
 //! A block in a cache is allocated as far as the backend knows, so the backend cannot
@@ -400,8 +400,8 @@ impl<B: Backend> Cached<B> {
     /// module docs.
     pub(crate) fn set_streams(&mut self, streams: bool) {
         self.streams = streams;
-        for cache in self.caches.iter_mut() {
-            *cache.streams.get_mut() = 0;
+        for cache in self.caches.iter() {
+            cache.streams.store(0, Ordering::Relaxed);
         }
     }
 

@@ -204,6 +204,7 @@ pub(crate) fn refusal(found: State) -> Error {
 /// The one compare-and-swap that decides every free of a cached order, under racing frees.
 #[cfg(all(test, loom))]
 pub(super) mod loom_tests {
+    use loom::sync::atomic::AtomicBool;
     use loom::sync::Arc;
     use loom::thread;
 
@@ -286,6 +287,69 @@ pub(super) mod loom_tests {
         });
     }
 
+    /// A free as `Cached` makes it of the block at `index` of the order at `slot`: straight
+    /// to `backend` (allocated: `true`; its free a swap, as a backend's free decides racing
+    /// frees with one atomic step) where the table has the block `Direct`, else through
+    /// the table's CAS, parking it.
+    fn free_via(
+        states: &BlockStates,
+        backend: &AtomicBool,
+        index: usize,
+        slot: usize,
+    ) -> Result<(), Error> {
+        if states.end_direct(index, slot) {
+            return match backend.swap(false, Ordering::AcqRel) {
+                true => Ok(()),
+                false => Err(Error::NotAllocated),
+            };
+        }
+        end(states, index, slot, State::Cached(slot))
+    }
+
+    /// Two frees of one `Direct` block race (a double free from two cores), with no lock
+    /// and no compare-and-swap on the table: exactly one goes through, the backend has the
+    /// block back, and the table has it `Free`, never parked.
+    #[test]
+    fn loom_racing_frees_of_a_direct_block_let_exactly_one_through() {
+        loom::model(|| {
+            let states = states_with(State::Direct(1));
+            let backend = Arc::new(AtomicBool::new(true));
+            let theirs = {
+                let (states, backend) = (states.clone(), backend.clone());
+                thread::spawn(move || free_via(&states, &backend, 4, 1))
+            };
+            let mine = free_via(&states, &backend, 4, 1);
+            let theirs = theirs.join().unwrap();
+            assert!(mine.is_ok() != theirs.is_ok(), "{mine:?} {theirs:?}");
+            assert_eq!(mine.and(theirs), Err(Error::NotAllocated));
+            assert!(!backend.load(Ordering::Acquire), "the backend has it back");
+            assert_eq!(states.get(4), State::Free);
+        });
+    }
+
+    /// A free with the wrong order races the good free of a `Direct` block: the good one
+    /// always goes through, to the backend; the wrong one is refused (`OrderMismatch` while
+    /// the block is live, `NotAllocated` once it is ended) and changes nothing.
+    #[test]
+    fn loom_a_wrong_order_free_never_passes_a_direct_free() {
+        loom::model(|| {
+            let states = states_with(State::Direct(1));
+            let backend = Arc::new(AtomicBool::new(true));
+            let bad = {
+                let (states, backend) = (states.clone(), backend.clone());
+                thread::spawn(move || free_via(&states, &backend, 4, 0))
+            };
+            assert_eq!(free_via(&states, &backend, 4, 1), Ok(()));
+            let bad = bad.join().unwrap();
+            assert!(
+                matches!(bad, Err(Error::OrderMismatch | Error::NotAllocated)),
+                "{bad:?}"
+            );
+            assert!(!backend.load(Ordering::Acquire));
+            assert_eq!(states.get(4), State::Free);
+        });
+    }
+
     /// A `try_free` that ends a live block (`Free`, on its way straight to the backend)
     /// and then backs out because the backend would wait (`Live` again, and the caller told
     /// `WouldBlock`) races a free of the same block: that free either parks the block, or,
@@ -308,5 +372,27 @@ pub(super) mod loom_tests {
                 }
             }
         });
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// Every state fits its byte and reads back as itself, and no two share a byte.
+    #[test]
+    fn every_state_has_its_own_byte() {
+        let mut states = alloc::vec![State::Free];
+        for slot in 0..MAX_SLOTS {
+            states.extend([State::Cached(slot), State::Live(slot), State::Direct(slot)]);
+            states.extend((0..OWNERS).map(|cache| State::Owned(slot, cache)));
+        }
+        let mut bytes: alloc::vec::Vec<u8> = states.iter().map(|s| s.encode()).collect();
+        for (&state, &byte) in states.iter().zip(&bytes) {
+            assert_eq!(State::decode(byte), state);
+        }
+        bytes.sort_unstable();
+        bytes.dedup();
+        assert_eq!(bytes.len(), states.len());
     }
 }
