@@ -598,7 +598,7 @@ impl<A: BlockAlloc> Magazine<A> {
 
     /// The same magazines parking every free of a cached order, with no streams (see the
     /// `cached` module's docs): for the tests of what parked blocks do.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn without_streams(mut self) -> Self {
         self.cached.set_streams(false);
         self

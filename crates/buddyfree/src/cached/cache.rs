@@ -108,7 +108,7 @@ impl Policy {
     }
 
     /// The most blocks any of the lists moves at once.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn largest_batch(&self) -> usize {
         self.batch[..self.orders.len()]
             .iter()
