@@ -113,7 +113,10 @@
 //! - **Streams**: a core that allocates more blocks of an order than its list holds at
 //!   its watermark, with no free parking one between (a burst freed later, all at once, or
 //!   by other cores in a shuffled order: `buddybench`'s bulk and rand), hands the rest of
-//!   that stream out `Direct` (see the `cached` module's *Streams*). Their frees skip the
+//!   that stream out `Direct` (see the `cached` module's *Streams*): over LLFree for every
+//!   order, over NBBS for the huge frames only (its grouped spills give a burst freed in
+//!   address order back far cheaper than single frees, so its smaller orders keep
+//!   parking). Their frees skip the
 //!   magazine: a load and a store of the state byte, then the backend's own free, which
 //!   decides racing frees as it does without a magazine, so a shuffled free costs about
 //!   what the backend alone charges instead of a lock, a park and a share of a spill that

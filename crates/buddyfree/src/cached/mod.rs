@@ -247,6 +247,9 @@ pub(crate) struct Cached<B> {
     /// Whether caches that see a stream of allocations hand its blocks out `Direct`
     /// ([`Self::set_streams`]).
     streams: bool,
+    /// Whether streams cover every cached order, not only those moved one block at a time
+    /// ([`Self::set_streams`]).
+    streams_every_order: bool,
 }
 
 /// Where a [`Cached`]'s tables lie in its metadata.
@@ -346,6 +349,7 @@ impl<B: Backend> Cached<B> {
             states,
             holders: caches.len().min(states::OWNERS),
             streams: false,
+            streams_every_order: false,
             caches,
             _lists: lists,
             policy,
@@ -398,8 +402,17 @@ impl<B: Backend> Cached<B> {
     /// their blocks out `Direct`, so that their frees go straight to the backend (`true`), or
     /// every block passes through the caches (`false`, the default); see *Streams* in the
     /// module docs.
+    ///
+    /// Streams cover the orders moved one block at a time (the huge frames), whose spills
+    /// group nothing, and, over a backend whose bulk allocations continue where the core's
+    /// last one ended ([`BlockAlloc::alloc_bulk_continues`]: LLFree, whose free of one
+    /// block costs about its share of a grouped free), every cached order. Over the others
+    /// (NBBS, which frees a group of neighbours under one node with one tree walk), a burst
+    /// freed in address order goes back much cheaper in grouped spills than block by block,
+    /// so the smaller orders keep parking.
     pub(crate) fn set_streams(&mut self, streams: bool) {
         self.streams = streams;
+        self.streams_every_order = self.backend.shared().alloc_bulk_continues();
         for cache in self.caches.iter() {
             cache.streams.store(0, Ordering::Relaxed);
         }
@@ -419,6 +432,12 @@ impl<B: Backend> Cached<B> {
             State::Live(slot)
         };
         self.states.set(index, state);
+    }
+
+    /// Whether the order at `slot` may be handed out `Direct` in a stream.
+    #[inline]
+    fn streams_for(&self, slot: usize) -> bool {
+        self.streams && (self.streams_every_order || self.policy.batch(slot) == 1)
     }
 
     /// Whether cache `at` hands out the blocks of the order at `slot` `Direct`.
@@ -550,7 +569,9 @@ impl<B: Backend> Cached<B> {
             Some(index) => index,
             None => {
                 let at = self.cache_index(core);
-                if self.streams && cache.streams_on(self.policy, slot, self.in_stream(at, slot)) {
+                if self.streams_for(slot)
+                    && cache.streams_on(self.policy, slot, self.in_stream(at, slot))
+                {
                     self.start_stream(at, slot);
                 }
                 let more = self.policy.batch(slot) - 1;
