@@ -43,7 +43,11 @@ fn burst_then_shuffled_frees(alloc: &dyn BlockAlloc, owners: &Owners, order: u32
     run_threads(THREADS, |t| {
         let mut mine = Vec::with_capacity(burst);
         for _ in 0..burst {
-            let index = alloc.alloc(order, t).expect("half the heap is free");
+            // Half the heap is free, but a refusal while other cores refill and drain is
+            // allowed (see `Magazine`'s docs): the burst just ends there.
+            let Ok(index) = alloc.alloc(order, t) else {
+                break;
+            };
             owners.claim(index, order, stamp(index, order));
             mine.push(index);
         }
