@@ -113,10 +113,9 @@
 //! - **Streams**: a core that allocates more blocks of an order than its list holds at
 //!   its watermark, with no free parking one between (a burst freed later, all at once, or
 //!   by other cores in a shuffled order: `buddybench`'s bulk and rand), hands the rest of
-//!   that stream out `Direct` (see the `cached` module's *Streams*): over LLFree for every
-//!   order, over NBBS for the huge frames only (its grouped spills give a burst freed in
-//!   address order back far cheaper than single frees, so its smaller orders keep
-//!   parking). Their frees skip the
+//!   that stream out `Direct` (see the `cached` module's *Streams*), for the huge frames
+//!   only (the smaller orders' grouped spills give a burst freed in address order back
+//!   cheaper than single frees, so they keep parking). Their frees skip the
 //!   magazine: a load and a store of the state byte, then the backend's own free, which
 //!   decides racing frees as it does without a magazine, so a shuffled free costs about
 //!   what the backend alone charges instead of a lock, a park and a share of a spill that
@@ -125,10 +124,8 @@
 //!   that parks a block of the order, or frees a `Direct` one, ends the stream, so that a
 //!   pool recycled in alloc+free pairs parks again at once. In a stream of huge frames (one
 //!   block a batch) the allocations, too, go to the backend without the magazine's lock.
-//!   What it costs: a burst freed in address order on its own core no longer goes back in
-//!   grouped spills, but a block at a time (LLFree and NBBS-4 free a run of neighbours
-//!   together cheaper than one by one), and every free tests the state byte for `Direct`
-//!   before it takes the lock (a load and a comparison). A stale double free of a `Direct`
+//!   What it costs: every free tests the state byte for `Direct` before it takes the lock
+//!   (a load and a comparison), and allocations count refills to find streams. A stale double free of a `Direct`
 //!   block that races the block's reuse is answered by the backend, as without a
 //!   magazine: it cannot tell the old owner's free from the new owner's block.
 //! - **Bursts of orders the backend does not take in bulk** (NBBS-4 where the order is on
@@ -1249,14 +1246,26 @@ mod tests {
     /// the rest out `Direct`: every free path (shared, pinned, `try_free`) gives those
     /// straight back to the backend, and refuses bad frees of them exactly, changing
     /// nothing; the stream's first blocks park. A free that parks ends the stream, so that
-    /// alloc+free pairs park again. Order 0 (batches of 32) and 9 (one block a batch, taken
-    /// from the backend without the cache's lock in a stream).
+    /// alloc+free pairs park again. Streams are of huge frames (order 9, one block a batch,
+    /// taken from the backend without the cache's lock in a stream); a burst of order 0
+    /// (batches of 32) parks.
     #[test]
     fn a_stream_of_allocations_is_freed_straight_to_the_backend() {
-        for (order, count) in [(0, 1024), (9, 24)] {
-            let m = Magazine::with_config(Config::new(1 << 14, 10).with_cores(2), LLFree::new)
+        let magazine = || {
+            Magazine::with_config(Config::new(1 << 14, 10).with_cores(2), LLFree::new)
                 .unwrap()
-                .with_parking_limit(usize::MAX);
+                .with_parking_limit(usize::MAX)
+        };
+        let m = magazine();
+        let burst: Vec<usize> = (0..1024).map(|_| m.alloc(0, 0).unwrap()).collect();
+        let back = m.inner().free_units();
+        for &block in &burst[1020..] {
+            m.free(block, 0, 1).unwrap();
+        }
+        assert_eq!(m.inner().free_units(), back, "order 0: a burst parks");
+        {
+            let (order, count) = (9, 24);
+            let m = magazine();
             let blocks: Vec<usize> = (0..count).map(|_| m.alloc(order, 0).unwrap()).collect();
             let size = 1 << order;
             let inner = || m.inner().free_units();

@@ -247,9 +247,6 @@ pub(crate) struct Cached<B> {
     /// Whether caches that see a stream of allocations hand its blocks out `Direct`
     /// ([`Self::set_streams`]).
     streams: bool,
-    /// Whether streams cover every cached order, not only those moved one block at a time
-    /// ([`Self::set_streams`]).
-    streams_every_order: bool,
 }
 
 /// Where a [`Cached`]'s tables lie in its metadata.
@@ -349,7 +346,6 @@ impl<B: Backend> Cached<B> {
             states,
             holders: caches.len().min(states::OWNERS),
             streams: false,
-            streams_every_order: false,
             caches,
             _lists: lists,
             policy,
@@ -404,15 +400,12 @@ impl<B: Backend> Cached<B> {
     /// module docs.
     ///
     /// Streams cover the orders moved one block at a time (the huge frames), whose spills
-    /// group nothing, and, over a backend whose bulk allocations continue where the core's
-    /// last one ended ([`BlockAlloc::alloc_bulk_continues`]: LLFree, whose free of one
-    /// block costs about its share of a grouped free), every cached order. Over the others
-    /// (NBBS, which frees a group of neighbours under one node with one tree walk), a burst
-    /// freed in address order goes back much cheaper in grouped spills than block by block,
-    /// so the smaller orders keep parking.
+    /// group nothing. The smaller orders keep parking: over NBBS a burst freed in address
+    /// order goes back far cheaper in grouped spills than block by block, and over LLFree
+    /// streams of them cost the bursts (`linux-scalability`, `thread-test`) and grouped
+    /// frees more than they saved on shuffled frees.
     pub(crate) fn set_streams(&mut self, streams: bool) {
         self.streams = streams;
-        self.streams_every_order = self.backend.shared().alloc_bulk_continues();
         for cache in self.caches.iter() {
             cache.streams.store(0, Ordering::Relaxed);
         }
@@ -437,7 +430,7 @@ impl<B: Backend> Cached<B> {
     /// Whether the order at `slot` may be handed out `Direct` in a stream.
     #[inline]
     fn streams_for(&self, slot: usize) -> bool {
-        self.streams && (self.streams_every_order || self.policy.batch(slot) == 1)
+        self.streams && self.policy.batch(slot) == 1
     }
 
     /// Whether cache `at` hands out the blocks of the order at `slot` `Direct`.
