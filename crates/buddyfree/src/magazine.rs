@@ -9,10 +9,11 @@
 //!      ├── caches:  [CachePadded<Mutex<YieldMutex, CoreCache>>; cores]
 //!      │              per order 0..=9: recently freed blocks (allocated in A), in a
 //!      │              fixed array of 674 blocks per core
-//!      └── states:  [u8; units]         Free | Live | Owned(core) | Cached per block start
+//!      └── states:  [u8; units]         Free | Live | Direct | Owned(core) | Cached
 //! ```
 //!
-//! A free of a small block parks it in the calling core's magazine, and an allocation takes
+//! A free of a small block parks it in the calling core's magazine (but for the later
+//! blocks of a stream of allocations: *Streams*, under *What it trades*), and an allocation takes
 //! the most recently parked one (cache-hot), so the common pair costs one uncontended
 //! per-core lock each way, a list push or pop and one byte of `states`, instead of the backend's
 //! tree or bit-field walk and its shared cache lines. An empty magazine is refilled with a
@@ -109,6 +110,24 @@
 //!   calling core's magazine if its lock is free at once, else gives it straight back,
 //!   at one more locked instruction per free. Or keep interrupts off around magazine
 //!   calls, as Linux does for its per-CPU lists.
+//! - **Streams**: a core that allocates more blocks of an order than its list holds at
+//!   its watermark, with no free parking one between (a burst freed later, all at once, or
+//!   by other cores in a shuffled order: `buddybench`'s bulk and rand), hands the rest of
+//!   that stream out `Direct` (see the `cached` module's *Streams*), for the huge frames
+//!   only (the smaller orders' grouped spills give a burst freed in address order back
+//!   cheaper than single frees, so they keep parking). Their frees skip the
+//!   magazine: a load and a store of the state byte, then the backend's own free, which
+//!   decides racing frees as it does without a magazine, so a shuffled free costs about
+//!   what the backend alone charges instead of a lock, a park and a share of a spill that
+//!   groups nothing. The stream's first blocks are handed out as usual and park when they
+//!   come back (the list fills to its watermark, for the next burst); a free on the core
+//!   that parks a block of the order, or frees a `Direct` one, ends the stream, so that a
+//!   pool recycled in alloc+free pairs parks again at once. In a stream of huge frames (one
+//!   block a batch) the allocations, too, go to the backend without the magazine's lock.
+//!   What it costs: every free tests the state byte for `Direct` before it takes the lock
+//!   (a load and a comparison), and allocations count refills to find streams. A stale double free of a `Direct`
+//!   block that races the block's reuse is answered by the backend, as without a
+//!   magazine: it cannot tell the old owner's free from the new owner's block.
 //! - **Bursts of orders the backend does not take in bulk** (NBBS-4 where the order is on
 //!   the top row of its cell, as order 6 is with `max_order` 10: the default suite's 256 KiB
 //!   blocks): where every block is allocated before any is freed, a magazine reuses nothing
@@ -375,9 +394,9 @@ impl<A: BlockAlloc> Magazine<A> {
     #[cfg(feature = "alloc")]
     pub fn new(inner: A, cores: usize) -> Result<Self, Error> {
         let policy = policy(inner.total_units(), cores);
-        Ok(Magazine {
-            cached: Cached::new(Direct(inner), cores, policy)?,
-        })
+        let mut cached = Cached::new(Direct(inner), cores, policy)?;
+        cached.set_streams(true);
+        Ok(Magazine { cached })
     }
 
     /// Builds the allocator with `build` over `config` and puts `config.cores` magazines in
@@ -572,9 +591,17 @@ impl<A: BlockAlloc> Magazine<A> {
 
     fn build(inner: A, cores: usize, parts: Parts, meta: &Metadata) -> Result<Self, Error> {
         let policy = policy(inner.total_units(), cores);
-        Ok(Magazine {
-            cached: Cached::build(Direct(inner), policy, parts, meta)?,
-        })
+        let mut cached = Cached::build(Direct(inner), policy, parts, meta)?;
+        cached.set_streams(true);
+        Ok(Magazine { cached })
+    }
+
+    /// The same magazines parking every free of a cached order, with no streams (see the
+    /// `cached` module's docs): for the tests of what parked blocks do.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn without_streams(mut self) -> Self {
+        self.cached.set_streams(false);
+        self
     }
 
     /// The allocator behind the magazines.
@@ -1213,6 +1240,82 @@ mod tests {
         }
         assert_eq!(inner.alloc(6, 0).map(|_| ()), Ok(()));
         assert_eq!(inner.free_units(), 1024 - 64);
+    }
+
+    /// A core that allocates past a list's watermark with no free between (a stream) hands
+    /// the rest out `Direct`: every free path (shared, pinned, `try_free`) gives those
+    /// straight back to the backend, and refuses bad frees of them exactly, changing
+    /// nothing; the stream's first blocks park. A free that parks ends the stream, so that
+    /// alloc+free pairs park again. Streams are of huge frames (order 9, one block a batch,
+    /// taken from the backend without the cache's lock in a stream); a burst of order 0
+    /// (batches of 32) parks.
+    #[test]
+    fn a_stream_of_allocations_is_freed_straight_to_the_backend() {
+        let magazine = || {
+            Magazine::with_config(Config::new(1 << 14, 10).with_cores(2), LLFree::new)
+                .unwrap()
+                .with_parking_limit(usize::MAX)
+        };
+        let m = magazine();
+        let burst: Vec<usize> = (0..1024).map(|_| m.alloc(0, 0).unwrap()).collect();
+        let back = m.inner().free_units();
+        for &block in &burst[1020..] {
+            m.free(block, 0, 1).unwrap();
+        }
+        assert_eq!(m.inner().free_units(), back, "order 0: a burst parks");
+        {
+            let (order, count) = (9, 24);
+            let m = magazine();
+            let blocks: Vec<usize> = (0..count).map(|_| m.alloc(order, 0).unwrap()).collect();
+            let size = 1 << order;
+            let inner = || m.inner().free_units();
+            let (free, back) = (m.free_units(), inner());
+            // The stream's last blocks, through each free path, from the other core.
+            let [.., a, b, c] = blocks[..] else {
+                unreachable!()
+            };
+            m.free(a, order, 1).unwrap();
+            m.pin(1).free(b, order).unwrap();
+            m.try_free(c, order, 1).unwrap();
+            assert_eq!(inner(), back + 3 * size, "order {order}: not straight back");
+            assert_eq!(m.free_units(), free + 3 * size);
+            // Bad frees of them, and of a live one with the wrong order, change nothing.
+            let d = blocks[count - 4];
+            let wrong = if order == 0 { 1 } else { 8 };
+            for (index, order, core, error) in [
+                (a, order, 1, Error::NotAllocated),
+                (b, order, 0, Error::NotAllocated),
+                (c, order, 1, Error::NotAllocated),
+                (d, wrong, 0, Error::OrderMismatch),
+            ] {
+                if index.is_multiple_of(1 << order) {
+                    assert_eq!(m.free(index, order, core), Err(error), "({index}, {order})");
+                    assert_eq!(m.try_free(index, order, core), Err(error));
+                    assert_eq!(m.pin(core).free(index, order), Err(error));
+                }
+            }
+            assert_eq!(
+                (m.free_units(), inner()),
+                (free + 3 * size, back + 3 * size)
+            );
+            // The first block parks, which ends core 0's stream; pairs park after it.
+            m.free(blocks[0], order, 0).unwrap();
+            assert_eq!(
+                inner(),
+                back + 3 * size,
+                "order {order}: the first block parks"
+            );
+            for _ in 0..3 * count {
+                let pair = m.alloc(order, 0).unwrap();
+                m.free(pair, order, 0).unwrap();
+            }
+            assert_eq!(inner(), back + 3 * size, "order {order}: pairs park");
+            for &block in &blocks[1..count - 3] {
+                m.free(block, order, 0).unwrap();
+            }
+            m.drain();
+            assert_eq!((m.free_units(), inner()), (1 << 14, 1 << 14));
+        }
     }
 
     /// `try_free` parks a block while its list has room without a spill, and gives the rest

@@ -108,7 +108,7 @@ impl Policy {
     }
 
     /// The most blocks any of the lists moves at once.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn largest_batch(&self) -> usize {
         self.batch[..self.orders.len()]
             .iter()
@@ -163,6 +163,12 @@ pub(crate) struct CoreCache {
     start: [u32; MAX_SLOTS + 1],
     /// [`CAPACITY`] blocks, this cache's alone.
     blocks: NonNull<usize>,
+    /// Per slot: blocks refills brought into the list since a free last parked a block in
+    /// it (at most `u16::MAX`).
+    dry: [u16; MAX_SLOTS],
+    /// Per slot (a bit each): whether this cache started a stream of the order and has not
+    /// seen it end since (its front's flag may have been cleared meanwhile by a free).
+    streaming: u16,
 }
 
 // SAFETY: `blocks` is memory this cache alone uses (`CoreCache::new`'s contract), so the
@@ -181,6 +187,8 @@ impl CoreCache {
             top,
             start,
             blocks: blocks.cast(),
+            dry: [0; MAX_SLOTS],
+            streaming: 0,
         }
     }
 
@@ -191,6 +199,8 @@ impl CoreCache {
             "laid out anew a cache that holds blocks"
         );
         (self.top, self.start) = Self::empty_lists(policy);
+        self.dry = [0; MAX_SLOTS];
+        self.streaming = 0;
     }
 
     /// `top` and `start` of empty lists laid out for `policy`.
@@ -251,6 +261,53 @@ impl CoreCache {
     }
 
     /// Whether the list at `slot` takes one more block without a spill.
+    /// Whether a refill of the list at `slot` starts (or goes on with) a stream: whether
+    /// the refills since a free last parked a block in it, or ended the stream (`flagged`
+    /// is the front's flag, which such a free clears), brought more blocks than the list's
+    /// watermark (`policy`'s). Then the core allocates in a stream that its frees do not
+    /// feed, such as a burst whose blocks are freed elsewhere or later, all at once. The
+    /// blocks it has out by then fill the list past its watermark when they come back;
+    /// parking the rest would only move each of them through the list on its way back to
+    /// the backend.
+    #[inline]
+    pub(crate) fn streams_on(&mut self, policy: &Policy, slot: usize, flagged: bool) -> bool {
+        if self.streaming & (1 << slot) != 0 && !flagged {
+            self.fed(slot);
+        }
+        let on = usize::from(self.dry[slot]) > policy.high(slot);
+        if on {
+            self.streaming |= 1 << slot;
+        }
+        on
+    }
+
+    /// Whether this cache started a stream of the order at `slot` that it has not seen end.
+    #[inline]
+    pub(crate) fn in_stream(&self, slot: usize) -> bool {
+        self.streaming & (1 << slot) != 0
+    }
+
+    /// Notes a refill of `blocks` blocks of the list at `slot`.
+    #[inline]
+    pub(crate) fn refilled(&mut self, slot: usize, blocks: usize) {
+        let dry = &mut self.dry[slot];
+        *dry = dry.saturating_add(u16::try_from(blocks).unwrap_or(u16::MAX));
+    }
+
+    /// Whether a refill of the list at `slot` has come since a free last parked a block in
+    /// it (so that [`Self::fed`] has something to note; a stream has such refills).
+    #[inline]
+    pub(crate) fn is_dry(&self, slot: usize) -> bool {
+        self.dry[slot] != 0
+    }
+
+    /// Notes a free that parks a block in the list at `slot`.
+    #[inline]
+    pub(crate) fn fed(&mut self, slot: usize) {
+        self.dry[slot] = 0;
+        self.streaming &= !(1 << slot);
+    }
+
     #[inline]
     pub(crate) fn has_room(&self, policy: &Policy, slot: usize) -> bool {
         self.len(slot) < policy.high(slot)

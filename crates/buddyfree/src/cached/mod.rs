@@ -9,8 +9,8 @@
 //!  ├── caches:  [CachePadded<Mutex<YieldMutex, CoreCache>>; cores]
 //!  │              per cached order: a list of free blocks (allocated in the backend),
 //!  │              all in one fixed array per core
-//!  └── states:  [u8; units]           Free | Live | Owned(cache) | Cached, with the
-//!                                       order's slot, per block start
+//!  └── states:  [u8; units]           Free | Live | Direct | Owned(cache) | Cached, with
+//!                                       the order's slot, per block start
 //! ```
 //!
 //! A block in a cache is allocated as far as the backend knows, so the backend cannot
@@ -26,6 +26,23 @@
 //! answers their frees as it would without caches, and `states` does not record them.
 //! Locks are taken in the order cache, then backend (if it has one), and never two caches at
 //! once: a pinned core that frees a block another cache holds lets its own go meanwhile.
+//!
+//! # Streams
+//!
+//! A cache helps where a core's frees feed its allocations. Where they do not (a burst of
+//! allocations freed all at once later, or on other cores, in a shuffled order: `bulk` and
+//! `rand` in `buddybench`), every block would pass through a list on its way back, at the
+//! price of a lock, a list push and a spill per free on top of the backend's own free, and
+//! the shuffled spills group no better than single frees. So, where the caches are set to
+//! follow streams ([`Cached::set_streams`]), a core whose list of an order is refilled twice
+//! with no free parking a block in it between (a stream of allocations its frees do not
+//! feed) hands the blocks of that order out `Direct` until one of its frees parks a block
+//! of the order, or frees a `Direct` one (its frees feed its allocations again): their
+//! frees go straight to the backend, with a plain load and store of the state and no lock
+//! (the state table's docs). Refills keep their batches; an order moved one block at a
+//! time (the huge frames) is allocated straight from the backend meanwhile, without the
+//! cache's lock. The flag per order ([`Front::streams`]) lies on the line of the core's
+//! lock, which each operation touches anyway.
 
 mod cache;
 mod states;
@@ -39,7 +56,7 @@ use cache::{CoreCache, ListLine, LINES};
 use states::{BlockStates, State};
 
 use crate::locked::YieldMutex;
-use crate::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU16, AtomicU8, Ordering};
 use crate::sync::CachePadded;
 use crate::table::{Metadata, Part, Plan, Table};
 use crate::{check_block, BlockAlloc, Class, ConfigRule, Error, HeldCore, Locked, SeqBlockAlloc};
@@ -227,6 +244,9 @@ pub(crate) struct Cached<B> {
     /// ([`State::Owned`]); at most [`states::OWNERS`], 0 for frees that never need the
     /// cache that handed a block out ([`Self::set_holding`]).
     holders: usize,
+    /// Whether caches that see a stream of allocations hand its blocks out `Direct`
+    /// ([`Self::set_streams`]).
+    streams: bool,
 }
 
 /// Where a [`Cached`]'s tables lie in its metadata.
@@ -246,6 +266,12 @@ pub(crate) struct Front {
     /// refuses drains nothing, and asks nothing again, where every cache is seen clear: the
     /// refusal on a full heap costs the backend's own, the own cache's lock and a read per core.
     may_hold: AtomicBool,
+    /// Per cached order's slot (a bit each): whether the cache hands that order's blocks out
+    /// `Direct` (see *Streams* in the module docs). Set under the lock by a refill that
+    /// follows a dry one; cleared by a free that parks a block of the order here (under the
+    /// lock) or that a core with this cache makes of a `Direct` block (without it). A hint:
+    /// either answer is sound, since a `Direct` block's free never needs a cache.
+    streams: AtomicU16,
 }
 
 impl core::ops::Deref for Front {
@@ -309,6 +335,7 @@ impl<B: Backend> Cached<B> {
             CachePadded::new(Front {
                 lock: CacheLock::new(cache),
                 may_hold: AtomicBool::new(false),
+                streams: AtomicU16::new(0),
             })
         })?;
         let states = BlockStates(meta.table(parts.states, |_| AtomicU8::new(0))?);
@@ -318,6 +345,7 @@ impl<B: Backend> Cached<B> {
         Ok(Cached {
             states,
             holders: caches.len().min(states::OWNERS),
+            streams: false,
             caches,
             _lists: lists,
             policy,
@@ -366,17 +394,112 @@ impl<B: Backend> Cached<B> {
         };
     }
 
+    /// Whether a core's cache that sees a stream of allocations no free of its feeds hands
+    /// their blocks out `Direct`, so that their frees go straight to the backend (`true`), or
+    /// every block passes through the caches (`false`, the default); see *Streams* in the
+    /// module docs.
+    ///
+    /// Streams cover the orders moved one block at a time (the huge frames), whose spills
+    /// group nothing. The smaller orders keep parking: over NBBS a burst freed in address
+    /// order goes back far cheaper in grouped spills than block by block, and over LLFree
+    /// streams of them cost the bursts (`linux-scalability`, `thread-test`) and grouped
+    /// frees more than they saved on shuffled frees.
+    pub(crate) fn set_streams(&mut self, streams: bool) {
+        self.streams = streams;
+        for cache in self.caches.iter() {
+            cache.streams.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// Records the block at `index` of the order at `slot`, just taken from `core`'s cache
-    /// (held by the caller), as the caller's: held by that cache if it is one of the
-    /// holders.
+    /// (held by the caller), as the caller's: `Direct` in a stream, else held by that cache
+    /// if it is one of the holders.
     #[inline]
     fn hand_out(&self, index: usize, slot: usize, core: usize) {
         let cache = self.cache_index(core);
-        let state = match cache < self.holders {
-            true => State::Owned(slot, cache),
-            false => State::Live(slot),
+        let state = if self.in_stream(cache, slot) {
+            State::Direct(slot)
+        } else if cache < self.holders {
+            State::Owned(slot, cache)
+        } else {
+            State::Live(slot)
         };
         self.states.set(index, state);
+    }
+
+    /// Whether the order at `slot` may be handed out `Direct` in a stream.
+    #[inline]
+    fn streams_for(&self, slot: usize) -> bool {
+        self.streams && self.policy.batch(slot) == 1
+    }
+
+    /// Whether cache `at` hands out the blocks of the order at `slot` `Direct`.
+    #[inline]
+    fn in_stream(&self, at: usize, slot: usize) -> bool {
+        self.caches[at].streams.load(Ordering::Relaxed) & (1 << slot) != 0
+    }
+
+    /// Starts cache `at`'s stream of the order at `slot` (the caller holds the cache).
+    fn start_stream(&self, at: usize, slot: usize) {
+        if !self.in_stream(at, slot) {
+            self.caches[at]
+                .streams
+                .fetch_or(1 << slot, Ordering::Relaxed);
+        }
+    }
+
+    /// Ends cache `at`'s stream of the order at `slot`, if it is in one: a read of the
+    /// cache's own line, and a write only when the flag was set.
+    #[inline]
+    fn end_stream(&self, at: usize, slot: usize) {
+        if self.in_stream(at, slot) {
+            self.caches[at]
+                .streams
+                .fetch_and(!(1 << slot), Ordering::Relaxed);
+        }
+    }
+
+    /// Notes that a free parks a block of the order at `slot` in `cache` (cache `at`'s, held
+    /// by the caller): the cache may hold blocks, and its core's frees feed its allocations
+    /// of the order.
+    #[inline]
+    fn fed(&self, cache: &mut CoreCache, at: usize, slot: usize) {
+        if cache.is_dry(slot) {
+            self.end_dry_run(cache, at, slot);
+        }
+        self.parks(at);
+    }
+
+    /// [`Self::fed`] after refills: ends the stream the cache is in, if any. Out of line,
+    /// since most frees park where the last one did.
+    #[cold]
+    #[inline(never)]
+    fn end_dry_run(&self, cache: &mut CoreCache, at: usize, slot: usize) {
+        if cache.in_stream(slot) {
+            self.end_stream(at, slot);
+        }
+        cache.fed(slot);
+    }
+
+    /// Frees the caller's block `(index, order)` straight to the backend if the state table
+    /// has it `Direct` (ending it there first), else `None`, with nothing done: the backend's
+    /// free decides it. First on every free, before the block is checked: a `Direct` state
+    /// of the order vouches for the block (see [`BlockStates::direct_at`]). A free of a
+    /// `Direct` block by `core` ends `core`'s stream of the order.
+    #[inline]
+    fn free_if_direct(&self, index: usize, order: u32, core: usize) -> Option<Result<(), Error>> {
+        let slot = self.states.direct_at(index)?;
+        if self.policy.slot(order) != Some(slot) {
+            // Another order's block, or none of a cached order: the full check answers.
+            return None;
+        }
+        // Recorded `Free` before the backend has it, so that no later free of it stops
+        // anywhere but at the table; a racing free of the same block may do the same, and
+        // the backend lets one of the two through.
+        self.states.set(index, State::Free);
+        let freed = self.backend.shared().free(index, order, core);
+        self.end_stream(self.cache_index(core), slot);
+        Some(freed)
     }
 
     /// The backend.
@@ -438,11 +561,20 @@ impl<B: Backend> Cached<B> {
         let index = match cache.pop(slot) {
             Some(index) => index,
             None => {
+                let at = self.cache_index(core);
+                if self.streams_for(slot)
+                    && cache.streams_on(self.policy, slot, self.in_stream(at, slot))
+                {
+                    self.start_stream(at, slot);
+                }
                 let more = self.policy.batch(slot) - 1;
+                let mut got = 1;
                 let first = self.backend.alloc_batch(order, core, more, |index| {
                     self.states.set(index, State::Cached(slot));
                     cache.push(slot, index);
+                    got += 1;
                 })?;
+                cache.refilled(slot, got);
                 if more > 0 {
                     self.parks(self.cache_index(core));
                 }
@@ -451,6 +583,21 @@ impl<B: Backend> Cached<B> {
         };
         self.hand_out(index, slot, core);
         Ok(index)
+    }
+
+    /// [`Self::take`] from `core`'s cache, under its lock; in a stream of an order moved one
+    /// block at a time, straight from the backend without the lock: the list is empty
+    /// (a refill emptied into the hand-out started the stream, and a park ends it), so the
+    /// cache has nothing to add.
+    #[inline]
+    fn take_shared(&self, slot: usize, order: u32, core: usize) -> Result<usize, Error> {
+        let at = self.cache_index(core);
+        if self.policy.batch(slot) == 1 && self.in_stream(at, slot) {
+            let index = self.backend.shared().alloc(order, core)?;
+            self.states.set(index, State::Direct(slot));
+            return Ok(index);
+        }
+        self.take(&mut self.caches[at].lock(), slot, order, core)
     }
 
     /// Returns every cached block to the backend; whether there were any.
@@ -507,7 +654,7 @@ impl<B: Backend> Cached<B> {
         }
         let slot = self.slot(order);
         let found = match slot {
-            Some(slot) => self.take(&mut self.cache(core).lock(), slot, order, core),
+            Some(slot) => self.take_shared(slot, order, core),
             None => self.backend.shared().alloc(order, core),
         };
         match found {
@@ -577,6 +724,9 @@ impl<B: Backend> Cached<B> {
     /// path, and its address does not wait for the state's load.
     #[inline]
     pub(crate) fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        if let Some(freed) = self.free_if_direct(index, order, core) {
+            return freed;
+        }
         let Some(slot) = self.cached_slot(index, order, core)? else {
             return Ok(());
         };
@@ -589,7 +739,7 @@ impl<B: Backend> Cached<B> {
             cache = self.caches[own].lock();
         }
         cache.push(slot, index);
-        self.parks(own);
+        self.fed(&mut cache, own, slot);
         if cache.is_over(self.policy, slot) {
             self.spill_unlocked(cache, slot, order, own);
         }
@@ -715,6 +865,20 @@ impl<B: Backend> Cached<B> {
             Error::Unsupported => Error::WouldBlock,
             e => e,
         };
+        if self.states.end_direct(index, slot) {
+            // Back to `Direct` only where the backend did nothing (it would have waited).
+            return self
+                .backend
+                .shared()
+                .try_free(index, order, core)
+                .inspect(|()| self.end_stream(self.cache_index(core), slot))
+                .inspect_err(|&e| {
+                    if matches!(e, Error::WouldBlock | Error::Unsupported) {
+                        self.states.set(index, State::Direct(slot));
+                    }
+                })
+                .map_err(would_block);
+        }
         loop {
             if let State::Owned(held, owner) = self.states.get(index) {
                 if held == slot {
@@ -730,7 +894,7 @@ impl<B: Backend> Cached<B> {
                     }
                     if parks {
                         cache.push(slot, index);
-                        self.parks(owner);
+                        self.fed(&mut cache, owner, slot);
                         return Ok(());
                     }
                     return self
@@ -744,7 +908,7 @@ impl<B: Backend> Cached<B> {
                         continue;
                     }
                     cache.push(slot, index);
-                    self.parks(self.cache_index(core));
+                    self.fed(&mut cache, self.cache_index(core), slot);
                     return Ok(());
                 }
             }
@@ -793,6 +957,9 @@ impl<B: Backend> Cached<B> {
         match self.states.release(index, slot, to) {
             Ok(()) => Ok(Ended::Ended),
             Err(State::Owned(held, owner)) if held == slot => Ok(Ended::HeldBy(owner)),
+            // Handed out `Direct` since the free read the state (which its free decides
+            // alone): the block named was not allocated when the free began.
+            Err(State::Direct(held)) if held == slot => Err(Error::NotAllocated),
             Err(found) => match states::refusal(found) {
                 // No cached order's block starts here; a caller's block of an uncached
                 // order may (the table does not record those).
@@ -811,7 +978,7 @@ impl<B: Backend> Cached<B> {
     fn end_owned(&self, index: usize, slot: usize, owner: usize, to: State) -> bool {
         // Only the holder of `owner`'s lock moves the state out of `Owned(_, owner)`, so it
         // cannot change between this check and the store.
-        let held = self.states.get(index) == State::Owned(slot, owner);
+        let held = self.states.is(index, State::Owned(slot, owner));
         if held {
             self.states.set(index, to);
         }
@@ -823,7 +990,7 @@ impl<B: Backend> Cached<B> {
     #[inline]
     fn park(&self, cache: &mut CoreCache, slot: usize, index: usize, order: u32, core: usize) {
         cache.push(slot, index);
-        self.parks(self.cache_index(core));
+        self.fed(cache, self.cache_index(core), slot);
         cache.spill(self.policy, slot, |blocks| {
             self.give_back(blocks, order, core)
         });
@@ -1094,6 +1261,9 @@ impl<B: Backend> HeldCore for Pinned<'_, B> {
     #[inline]
     fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
         let (cached, core) = (self.cached, self.core);
+        if let Some(freed) = cached.free_if_direct(index, order, core) {
+            return freed;
+        }
         let Some(slot) = cached.cached_slot(index, order, core)? else {
             return Ok(());
         };
@@ -1277,16 +1447,19 @@ mod tests {
     #[test]
     fn try_alloc_gives_back_the_blocks_of_caches_it_can_take() {
         let config = Config::new(256, 8).with_cores(2);
-        // The full lists, which park a unit of every block of order 6 here.
+        // The full lists, which park a unit of every block of order 6 here; no streams, so
+        // that every free parks (a stream's last blocks would go straight back).
         try_alloc_gives_back_what_free_caches_park(
             &Magazine::with_config(config, LLFree::new)
                 .unwrap()
-                .with_parking_limit(usize::MAX),
+                .with_parking_limit(usize::MAX)
+                .without_streams(),
         );
         try_alloc_gives_back_what_free_caches_park(
             &Magazine::with_config(config, crate::Nbbs4::new)
                 .unwrap()
-                .with_parking_limit(usize::MAX),
+                .with_parking_limit(usize::MAX)
+                .without_streams(),
         );
         try_alloc_gives_back_what_free_caches_park(
             &PerCpu::<Model>::with_config(config, Model::new).unwrap(),

@@ -11,9 +11,21 @@
 //! through. Either way the block then goes to a cache or back to the backend. Blocks of
 //! orders that are never cached are not recorded: the backend decides their frees.
 //!
+//! A block handed out while its cache sees a stream of allocations that no free feeds
+//! (see [`Cached`](super::Cached)) is `Direct`: its free never parks it, but sends it
+//! straight back to the backend, which has it allocated to the caller and no one else, so
+//! the backend's own free decides racing frees: exactly one of them finds the block
+//! allocated there. The table only names the route, with a plain load, and records the
+//! block `Free` with a plain store before the backend has it, so that no later free of it
+//! stops anywhere but at the table; no lock and no compare-and-swap of the caches' own.
+//! A `Direct` state is written only by the thread that just got the block (from its cache
+//! or the backend) and is left only by a free, so a free that reads it has the right
+//! route, unless it races the block's free and reuse (a stale double free), where no
+//! allocator can tell the old owner's free from the new owner's block.
+//!
 //! A state names the block's order by its slot in the caches' policy (its list), so that
-//! a byte has room for the holders: `Free`, then per slot `Cached`, `Live` and `Owned` by
-//! each of [`OWNERS`] caches.
+//! a byte has room for the holders: `Free`, then per slot `Cached`, `Live`, `Direct` and
+//! `Owned` by each of [`OWNERS`] caches.
 
 use super::cache::MAX_SLOTS;
 use crate::sync::atomic::{AtomicU8, Ordering};
@@ -22,7 +34,7 @@ use crate::{BlockAlloc, Error};
 
 /// How many caches (the first, by index) can hold the blocks they hand out; the blocks of
 /// the others are `Live`.
-pub(crate) const OWNERS: usize = (u8::MAX as usize - 2 * MAX_SLOTS) / MAX_SLOTS;
+pub(crate) const OWNERS: usize = (u8::MAX as usize - 3 * MAX_SLOTS) / MAX_SLOTS;
 
 /// The state of the block of a cached order starting at a unit; the order is named by its
 /// slot in the caches' policy. Units inside a block (not its first), units free in the
@@ -38,6 +50,9 @@ pub(crate) enum State {
     /// this cache (by index, below [`OWNERS`]): only the holder of that cache's lock changes
     /// this state.
     Owned(usize, usize),
+    /// A block of the order at this slot starting here is allocated by a caller, who got it
+    /// in a stream of allocations: its free goes straight to the backend, which decides it.
+    Direct(usize),
     /// A block of the order at this slot starting here sits in a per-core cache (free to
     /// callers, allocated in the backend).
     Cached(usize),
@@ -50,7 +65,8 @@ impl State {
             State::Free => 0,
             State::Cached(slot) => 1 + slot,
             State::Live(slot) => 1 + MAX_SLOTS + slot,
-            State::Owned(slot, cache) => 1 + (2 + cache) * MAX_SLOTS + slot,
+            State::Direct(slot) => 1 + 2 * MAX_SLOTS + slot,
+            State::Owned(slot, cache) => 1 + (3 + cache) * MAX_SLOTS + slot,
         };
         debug_assert!(code <= usize::from(u8::MAX), "{self:?}");
         code as u8
@@ -65,7 +81,8 @@ impl State {
                 match kind {
                     0 => State::Cached(slot),
                     1 => State::Live(slot),
-                    _ => State::Owned(slot, kind - 2),
+                    2 => State::Direct(slot),
+                    _ => State::Owned(slot, kind - 3),
                 }
             }
         }
@@ -88,6 +105,13 @@ impl BlockStates {
     #[inline]
     pub(crate) fn get(&self, index: usize) -> State {
         State::decode(self.0[index].load(Ordering::Acquire))
+    }
+
+    /// Whether the state recorded at `index` is `state` (a snapshot): one comparison of the
+    /// byte, without decoding it.
+    #[inline]
+    pub(crate) fn is(&self, index: usize, state: State) -> bool {
+        self.0[index].load(Ordering::Acquire) == state.encode()
     }
 
     /// Records the blocks `alloc` has out whose order is cached (`slot` gives its slot) as
@@ -118,6 +142,34 @@ impl BlockStates {
         Ok(())
     }
 
+    /// The slot of the order of the `Direct` block at `index`, if one is recorded there
+    /// (`None` also for an `index` past the table): one load and one comparison, without
+    /// the caller's order, so that a free that is not of a `Direct` block pays only this.
+    /// Where it is `Some`, a block of that order was handed out at `index`, so `index` is in
+    /// range and aligned for it.
+    #[inline]
+    pub(crate) fn direct_at(&self, index: usize) -> Option<usize> {
+        let slot = self
+            .0
+            .get(index)?
+            .load(Ordering::Acquire)
+            .wrapping_sub(State::Direct(0).encode());
+        (usize::from(slot) < MAX_SLOTS).then_some(usize::from(slot))
+    }
+
+    /// Ends the caller's `Direct` block at `index` of the order at `slot`, recording it
+    /// `Free` before the backend has it back; false (nothing changed) if the state is
+    /// anything else. A plain load and store: the backend's free, which the caller makes
+    /// next, decides racing frees (see the module docs).
+    #[inline]
+    pub(crate) fn end_direct(&self, index: usize, slot: usize) -> bool {
+        let direct = self.direct_at(index) == Some(slot);
+        if direct {
+            self.set(index, State::Free);
+        }
+        direct
+    }
+
     /// Ends the caller's `Live` block at `index` of the order at `slot` by moving it to
     /// `to`; else the state found there. A state read as anything but that `Live` one is
     /// answered without a compare-and-swap (a held block's free goes on under its holder's
@@ -144,7 +196,7 @@ impl BlockStates {
 /// far as the table knows: a caller's block of another order, or none.
 pub(crate) fn refusal(found: State) -> Error {
     match found {
-        State::Live(_) | State::Owned(..) => Error::OrderMismatch,
+        State::Live(_) | State::Owned(..) | State::Direct(_) => Error::OrderMismatch,
         State::Free | State::Cached(_) => Error::NotAllocated,
     }
 }
@@ -152,6 +204,7 @@ pub(crate) fn refusal(found: State) -> Error {
 /// The one compare-and-swap that decides every free of a cached order, under racing frees.
 #[cfg(all(test, loom))]
 pub(super) mod loom_tests {
+    use loom::sync::atomic::AtomicBool;
     use loom::sync::Arc;
     use loom::thread;
 
@@ -234,6 +287,69 @@ pub(super) mod loom_tests {
         });
     }
 
+    /// A free as `Cached` makes it of the block at `index` of the order at `slot`: straight
+    /// to `backend` (allocated: `true`; its free a swap, as a backend's free decides racing
+    /// frees with one atomic step) where the table has the block `Direct`, else through
+    /// the table's CAS, parking it.
+    fn free_via(
+        states: &BlockStates,
+        backend: &AtomicBool,
+        index: usize,
+        slot: usize,
+    ) -> Result<(), Error> {
+        if states.end_direct(index, slot) {
+            return match backend.swap(false, Ordering::AcqRel) {
+                true => Ok(()),
+                false => Err(Error::NotAllocated),
+            };
+        }
+        end(states, index, slot, State::Cached(slot))
+    }
+
+    /// Two frees of one `Direct` block race (a double free from two cores), with no lock
+    /// and no compare-and-swap on the table: exactly one goes through, the backend has the
+    /// block back, and the table has it `Free`, never parked.
+    #[test]
+    fn loom_racing_frees_of_a_direct_block_let_exactly_one_through() {
+        loom::model(|| {
+            let states = states_with(State::Direct(1));
+            let backend = Arc::new(AtomicBool::new(true));
+            let theirs = {
+                let (states, backend) = (states.clone(), backend.clone());
+                thread::spawn(move || free_via(&states, &backend, 4, 1))
+            };
+            let mine = free_via(&states, &backend, 4, 1);
+            let theirs = theirs.join().unwrap();
+            assert!(mine.is_ok() != theirs.is_ok(), "{mine:?} {theirs:?}");
+            assert_eq!(mine.and(theirs), Err(Error::NotAllocated));
+            assert!(!backend.load(Ordering::Acquire), "the backend has it back");
+            assert_eq!(states.get(4), State::Free);
+        });
+    }
+
+    /// A free with the wrong order races the good free of a `Direct` block: the good one
+    /// always goes through, to the backend; the wrong one is refused (`OrderMismatch` while
+    /// the block is live, `NotAllocated` once it is ended) and changes nothing.
+    #[test]
+    fn loom_a_wrong_order_free_never_passes_a_direct_free() {
+        loom::model(|| {
+            let states = states_with(State::Direct(1));
+            let backend = Arc::new(AtomicBool::new(true));
+            let bad = {
+                let (states, backend) = (states.clone(), backend.clone());
+                thread::spawn(move || free_via(&states, &backend, 4, 0))
+            };
+            assert_eq!(free_via(&states, &backend, 4, 1), Ok(()));
+            let bad = bad.join().unwrap();
+            assert!(
+                matches!(bad, Err(Error::OrderMismatch | Error::NotAllocated)),
+                "{bad:?}"
+            );
+            assert!(!backend.load(Ordering::Acquire));
+            assert_eq!(states.get(4), State::Free);
+        });
+    }
+
     /// A `try_free` that ends a live block (`Free`, on its way straight to the backend)
     /// and then backs out because the backend would wait (`Live` again, and the caller told
     /// `WouldBlock`) races a free of the same block: that free either parks the block, or,
@@ -256,5 +372,27 @@ pub(super) mod loom_tests {
                 }
             }
         });
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// Every state fits its byte and reads back as itself, and no two share a byte.
+    #[test]
+    fn every_state_has_its_own_byte() {
+        let mut states = alloc::vec![State::Free];
+        for slot in 0..MAX_SLOTS {
+            states.extend([State::Cached(slot), State::Live(slot), State::Direct(slot)]);
+            states.extend((0..OWNERS).map(|cache| State::Owned(slot, cache)));
+        }
+        let mut bytes: alloc::vec::Vec<u8> = states.iter().map(|s| s.encode()).collect();
+        for (&state, &byte) in states.iter().zip(&bytes) {
+            assert_eq!(State::decode(byte), state);
+        }
+        bytes.sort_unstable();
+        bytes.dedup();
+        assert_eq!(bytes.len(), states.len());
     }
 }
