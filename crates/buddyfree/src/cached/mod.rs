@@ -39,6 +39,7 @@ use cache::{CoreCache, ListLine, LINES};
 use states::{BlockStates, State};
 
 use crate::locked::YieldMutex;
+use crate::refusal::Refusals;
 use crate::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use crate::sync::CachePadded;
 use crate::table::{Metadata, Part, Plan, Table};
@@ -227,6 +228,9 @@ pub(crate) struct Cached<B> {
     /// ([`State::Owned`]); at most [`states::OWNERS`], 0 for frees that never need the
     /// cache that handed a block out ([`Self::set_holding`]).
     holders: usize,
+    /// Refusals remembered until a block is parked or given back (`refusal.rs`): an
+    /// allocation that finds the memo set takes no lock.
+    refusals: CachePadded<Refusals>,
 }
 
 /// Where a [`Cached`]'s tables lie in its metadata.
@@ -322,6 +326,7 @@ impl<B: Backend> Cached<B> {
             _lists: lists,
             policy,
             backend,
+            refusals: CachePadded::new(Refusals::new()),
         })
     }
 
@@ -415,13 +420,18 @@ impl<B: Backend> Cached<B> {
     }
 
     /// Notes that cache `at`, whose lock the caller holds, parks a block now ([`Front`]):
-    /// a read of the cache's own line, and a store only when the hint was clear.
+    /// a read of the cache's own line, and a store only when the hint was clear; then forgets
+    /// any refusal (`refusal.rs`). The store is `SeqCst`: an allocation that refuses reads
+    /// the other caches' hints without their locks, and the memo's argument needs the write
+    /// it would miss in the single order (a hint already set was set so, before this
+    /// cache's lock was last let go).
     #[inline]
     fn parks(&self, at: usize) {
         let hint = &self.caches[at].may_hold;
         if !hint.load(Ordering::Relaxed) {
-            hint.store(true, Ordering::Relaxed);
+            hint.store(true, Ordering::SeqCst);
         }
+        self.refusals.freed();
     }
 
     /// Takes a block of the order at `slot` from `cache` (`core`'s, held by the caller),
@@ -500,11 +510,20 @@ impl<B: Backend> Cached<B> {
         any
     }
 
-    /// See [`BlockAlloc::alloc`].
+    /// See [`BlockAlloc::alloc`]. Through the refusal memo (`refusal.rs`): a refusal (the
+    /// backend's, with every cache seen empty or drained) is remembered until a block is
+    /// parked or given back, and answered meanwhile without taking a lock.
+    #[inline]
     pub(crate) fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
         if order > self.max_order() {
             return Err(Error::BadOrder);
         }
+        self.refusals.alloc(order, || self.alloc_once(order, core))
+    }
+
+    /// One allocation of a checked `order` for [`Cached::alloc`].
+    #[inline]
+    fn alloc_once(&self, order: u32, core: usize) -> Result<usize, Error> {
         let slot = self.slot(order);
         let found = match slot {
             Some(slot) => self.take(&mut self.cache(core).lock(), slot, order, core),
@@ -627,6 +646,7 @@ impl<B: Backend> Cached<B> {
         });
         drop(cache);
         self.backend.give_back(&batch[..taken], order, core);
+        self.refusals.freed();
     }
 
     /// Ends the caller's block at `index` of the order at `slot`, held by cache `owner` (not
@@ -771,6 +791,7 @@ impl<B: Backend> Cached<B> {
         self.backend
             .shared()
             .try_free(index, order, core)
+            .inspect(|()| self.refusals.freed())
             .inspect_err(|_| self.states.set(index, back))
     }
 
@@ -778,6 +799,9 @@ impl<B: Backend> Cached<B> {
     /// uncached order, as callers see it: the backend sees a cached block as allocated, so
     /// where one starts its answer would be `OrderMismatch`, but the unit is free to callers.
     fn uncached_answer(&self, index: usize, freed: Result<(), Error>) -> Result<(), Error> {
+        if freed.is_ok() {
+            self.refusals.freed();
+        }
         freed.map_err(|e| match (e, self.states.get(index)) {
             (Error::OrderMismatch, State::Cached(_)) => Error::NotAllocated,
             _ => e,
@@ -833,6 +857,7 @@ impl<B: Backend> Cached<B> {
     fn give_back(&self, blocks: &[usize], order: u32, core: usize) {
         self.mark_free(blocks);
         self.backend.give_back(blocks, order, core);
+        self.refusals.freed();
     }
 
     /// Records `blocks`, taken out of a cache on their way back to the backend, as `Free`:

@@ -92,6 +92,7 @@ mod loom_tests;
 #[cfg(feature = "alloc")]
 use alloc::vec::Vec;
 
+use crate::refusal::Refusals;
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use crate::sync::{spin_loop, CachePadded};
 #[cfg(feature = "alloc")]
@@ -250,6 +251,8 @@ pub struct LLFree<W: WriteBack = Volatile> {
     moves: Moves,
     /// The trees whose entries may hold free units, for quick refusals (`summary.rs`).
     summary: Summary,
+    /// Refusals remembered until the next credit of units (`refusal.rs`).
+    refusals: Refusals,
 }
 
 /// Where the tables of LLFree lie in its metadata, and its tuning.
@@ -454,6 +457,7 @@ impl<W: WriteBack> LLFree<W> {
             tree_shift: tree_units.trailing_zeros(),
             reserve_on_free: options.reserve_on_free,
             moves: Moves::new(),
+            refusals: Refusals::new(),
         })
     }
 
@@ -556,6 +560,7 @@ impl<W: WriteBack> LLFree<W> {
         if !local {
             self.add_to_tree(t, n);
         }
+        self.refusals.freed();
         local
     }
 
@@ -566,6 +571,7 @@ impl<W: WriteBack> LLFree<W> {
         if !held {
             self.add_to_tree(t, n);
         }
+        self.refusals.freed();
         held
     }
 
@@ -784,7 +790,10 @@ impl<W: WriteBack> LLFree<W> {
             Counter::Local(local) => {
                 self.credit_local(local, t, n);
             }
-            Counter::Tree => self.add_to_tree(t, n),
+            Counter::Tree => {
+                self.add_to_tree(t, n);
+                self.refusals.freed();
+            }
         }
     }
 
@@ -891,6 +900,16 @@ enum Renewal {
     Failed,
 }
 
+/// `alloc`'s answer for a failure that met reservation moves in every round of the fallback
+/// ([`LLFree::alloc_remembered`] says [`Error::WouldBlock`]): out of memory, as before the
+/// memo, but not remembered.
+fn out_of_memory_when_busy(e: Error) -> Error {
+    match e {
+        Error::WouldBlock => Error::OutOfMemory,
+        e => e,
+    }
+}
+
 /// Tries to reserve a new tree this often before falling back to the complete scan.
 const RESERVE_ATTEMPTS: usize = 4;
 /// Rounds of the complete scan, while reservation changes of other cores keep getting in the
@@ -960,6 +979,23 @@ impl<W: WriteBack> LLFree<W> {
             }
         }
         self.alloc_anywhere(order, rounds, busy)
+    }
+
+    /// [`LLFree::alloc_with`] through the refusal memo (`refusal.rs`): a refusal is
+    /// remembered only where it is complete, a fallback round during which no reservation
+    /// move was in flight (or the counters' sum, read likewise); a failure that met moves in
+    /// flight in every round is [`Error::WouldBlock`], never remembered.
+    #[inline]
+    fn alloc_remembered(
+        &self,
+        order: u32,
+        core: usize,
+        slots: usize,
+        rounds: usize,
+    ) -> Result<usize, Error> {
+        self.refusals.alloc(order, || {
+            self.alloc_with(order, core, slots, rounds, Error::WouldBlock)
+        })
     }
 
     /// A new reservation of class `class` for `core` after its own ran short. With one class,
@@ -1064,15 +1100,18 @@ impl<W: WriteBack> LLFree<W> {
 
 impl<W: WriteBack> BlockAlloc for LLFree<W> {
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        let slots = self.default_slots;
-        self.alloc_with(order, core, slots, FALLBACK_ROUNDS, Error::OutOfMemory)
+        self.alloc_remembered(order, core, self.default_slots, FALLBACK_ROUNDS)
+            .map_err(out_of_memory_when_busy)
     }
 
     /// In the trees of the class the [`Policy`] gives `class` (stealing from or demoting
     /// trees of other classes as it allows, and at last from any tree): see `classes.rs`.
+    /// Its refusals are the complete fallback's, which ignores classes, so they share the
+    /// memo of `alloc`.
     fn alloc_class(&self, order: u32, class: Class, core: usize) -> Result<usize, Error> {
         let slots = self.classes.home(class) * self.cores;
-        self.alloc_with(order, core, slots, FALLBACK_ROUNDS, Error::OutOfMemory)
+        self.alloc_remembered(order, core, slots, FALLBACK_ROUNDS)
+            .map_err(out_of_memory_when_busy)
     }
 
     /// Blocks of orders 0..=8 come frame by frame from the core's tree, from the frame of
@@ -1110,8 +1149,7 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
     /// One round of the fallback and no pause: where [`BlockAlloc::alloc`] would wait for a
     /// reservation move of another core to finish, this answers [`Error::WouldBlock`].
     fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        let slots = self.default_slots;
-        self.alloc_with(order, core, slots, 1, Error::WouldBlock)
+        self.alloc_remembered(order, core, self.default_slots, 1)
     }
 
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
