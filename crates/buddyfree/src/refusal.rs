@@ -24,7 +24,7 @@
 //!   `REFUSED(k)` by a compare-and-swap. The first failure is never recorded: only an
 //!   allocation that began after the fence is.
 //! - **Free** ([`Refusals::freed`]): after its last state change, a free loads the word
-//!   (`SeqCst`) and, only if it is non-zero, clears it (`SeqCst`). Without memory pressure
+//!   (`SeqCst`) and, only if it is non-zero, clears it (a `SeqCst` swap). Without memory pressure
 //!   the word stays 0, so a free costs one load of a line nobody writes.
 //!
 //! # Why a recorded refusal is true (C++20 / Rust memory model)
@@ -216,7 +216,9 @@ impl Refusals {
     #[cold]
     #[inline(never)]
     fn clear(&self) {
-        self.word.store(0, Ordering::SeqCst);
+        // A read-modify-write, not a store: it lands after a refusal recorded since the load
+        // (which read the pending word), as a store must too; loom orders only the former.
+        self.word.swap(0, Ordering::SeqCst);
     }
 }
 
@@ -329,7 +331,7 @@ mod loom_tests {
     /// One thread frees the unit (allocated at the start) while another allocates and gets
     /// refused: after both, a request must find the unit unless the allocator holds it.
     fn free_races_refusal(alloc: impl Fn(&Toy) -> Result<usize, Error> + Send + Sync + 'static) {
-        let alloc = Arc::new(alloc);
+        let alloc = std::sync::Arc::new(alloc);
         loom::model(move || {
             let toy = Arc::new(Toy {
                 free: AtomicBool::new(false),
