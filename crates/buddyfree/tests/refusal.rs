@@ -90,17 +90,18 @@ fn no_refusal_outlives_a_free_under_threads() {
         let name = entry.name;
         let a = build(entry, 3, THREADS);
         let owned: Vec<AtomicBool> = (0..UNITS).map(|_| AtomicBool::new(false)).collect();
+        let units = |i: usize, order: u32| owned[i..i + (1 << order)].iter().zip(i..);
         let claim = |i: usize, order: u32| {
-            for u in i..i + (1 << order) {
+            for (unit, u) in units(i, order) {
                 assert!(
-                    !owned[u].swap(true, Ordering::Relaxed),
+                    !unit.swap(true, Ordering::Relaxed),
                     "{name}: unit {u} twice"
                 );
             }
         };
         let release = |i: usize, order: u32| {
-            for u in i..i + (1 << order) {
-                owned[u].store(false, Ordering::Relaxed);
+            for (unit, _) in units(i, order) {
+                unit.store(false, Ordering::Relaxed);
             }
         };
         let start = Barrier::new(THREADS);

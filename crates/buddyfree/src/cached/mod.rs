@@ -26,6 +26,10 @@
 //! answers their frees as it would without caches, and `states` does not record them.
 //! Locks are taken in the order cache, then backend (if it has one), and never two caches at
 //! once: a pinned core that frees a block another cache holds lets its own go meanwhile.
+//!
+//! A refusal (the backend's, with every cache seen empty or drained) is remembered until a
+//! block is parked in a cache or given back to the backend (`refusal.rs`): meanwhile a
+//! request of that order or larger is refused after one load, without a lock.
 
 mod cache;
 mod states;
