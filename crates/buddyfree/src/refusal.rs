@@ -136,24 +136,57 @@ impl Refusals {
             return Err(Error::OutOfMemory);
         }
         match attempt() {
-            Err(Error::OutOfMemory) => self.confirm(order, attempt),
+            Err(Error::OutOfMemory) => self.confirm(order, false, attempt),
             other => other,
         }
     }
 
-    /// The second attempt of [`Refusals::alloc`], after the pending store and the fence.
+    /// [`Refusals::alloc`] for an attempt that may give back units it took and could not use
+    /// (LLFree's counters) without telling the memo at each give-back: the memo is told once
+    /// after each attempt instead, which spares a search its own give-backs. Telling it at
+    /// the give-back itself would clear the search's own pending word, and a search that
+    /// takes and gives back units tree by tree (a fragmented heap) would never record its
+    /// refusal. Told after the attempt, a search that missed those units while the attempt
+    /// held them may record a refusal for the moment until the attempt ends and clears it:
+    /// the transient failure near exhaustion such an allocator has anyway. The attempt's
+    /// give-backs must be `SeqCst` read-modify-writes, as a free's writes.
+    #[inline]
+    pub(crate) fn alloc_giving_back(
+        &self,
+        order: u32,
+        mut attempt: impl FnMut() -> Result<usize, Error>,
+    ) -> Result<usize, Error> {
+        if self.refuses(order) {
+            return Err(Error::OutOfMemory);
+        }
+        let answer = attempt();
+        self.freed();
+        match answer {
+            Err(Error::OutOfMemory) => self.confirm(order, true, attempt),
+            other => other,
+        }
+    }
+
+    /// The second attempt of [`Refusals::alloc`], after the pending store and the fence;
+    /// `gives_back` as for [`Refusals::alloc_giving_back`]: then a word that is no longer
+    /// this search's own is cleared after the attempt, since its give-backs may be what
+    /// another search missed.
     #[cold]
     #[inline(never)]
     fn confirm(
         &self,
         order: u32,
+        gives_back: bool,
         mut attempt: impl FnMut() -> Result<usize, Error>,
     ) -> Result<usize, Error> {
         let pending = self.begin(order);
         let answer = attempt();
-        match answer {
+        let settled = match answer {
             Err(Error::OutOfMemory) => self.refused(pending),
             _ => self.not_refused(pending),
+        };
+        if gives_back && !settled {
+            self.freed();
         }
         answer
     }
@@ -172,24 +205,25 @@ impl Refusals {
 
     /// Records the refusal of a search begun with `pending`, unless anything was freed
     /// since (a free cleared the word) or another search began since (it records its own).
-    pub(crate) fn refused(&self, pending: Pending) {
+    /// Whether the word was still `pending`'s.
+    pub(crate) fn refused(&self, pending: Pending) -> bool {
         let refused = REFUSED | (pending.word & ORDER);
-        let _ =
-            self.word
-                .compare_exchange(pending.word, refused, Ordering::Relaxed, Ordering::Relaxed);
+        self.word
+            .compare_exchange(pending.word, refused, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// Ends a search begun with `pending` that did not end in a refusal: a refusal it
     /// replaced is put back if nothing was freed since, since allocations create no blocks.
-    pub(crate) fn not_refused(&self, pending: Pending) {
-        if pending.replaced & REFUSED != 0 {
-            let _ = self.word.compare_exchange(
-                pending.word,
-                pending.replaced,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
-        }
+    /// Whether the word was still `pending`'s.
+    pub(crate) fn not_refused(&self, pending: Pending) -> bool {
+        let back = match pending.replaced & REFUSED != 0 {
+            true => pending.replaced,
+            false => pending.word,
+        };
+        self.word
+            .compare_exchange(pending.word, back, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// After a free whose writes that make its units findable are `SeqCst` read-modify-writes

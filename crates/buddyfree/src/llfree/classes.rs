@@ -307,7 +307,6 @@ impl<W: WriteBack> LLFree<W> {
                     return Some(index);
                 }
                 self.add_to_tree(t, n);
-                self.refusals.freed();
             }
         }
         None

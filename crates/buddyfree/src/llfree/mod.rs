@@ -575,7 +575,6 @@ impl<W: WriteBack> LLFree<W> {
         if !held {
             self.add_to_tree(t, n);
         }
-        self.refusals.freed();
         held
     }
 
@@ -794,10 +793,7 @@ impl<W: WriteBack> LLFree<W> {
             Counter::Local(local) => {
                 self.credit_local(local, t, n);
             }
-            Counter::Tree => {
-                self.add_to_tree(t, n);
-                self.refusals.freed();
-            }
+            Counter::Tree => self.add_to_tree(t, n),
         }
     }
 
@@ -997,7 +993,7 @@ impl<W: WriteBack> LLFree<W> {
         slots: usize,
         rounds: usize,
     ) -> Result<usize, Error> {
-        self.refusals.alloc(order, || {
+        self.refusals.alloc_giving_back(order, || {
             self.alloc_with(order, core, slots, rounds, Error::WouldBlock)
         })
     }
@@ -1094,6 +1090,8 @@ impl<W: WriteBack> LLFree<W> {
         let got = self.lower.alloc_many(HugeId(h), order, word, out, ours);
         if got < out.len() {
             self.credit_local(slot, t, (out.len() - got) << order);
+            // Outside `alloc`'s attempts, which tell the memo once each.
+            self.refusals.freed();
         }
         if got > 0 {
             local.last.store(out[got - 1] as u64, Ordering::Relaxed);
@@ -1255,6 +1253,7 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
                 return Some(Ok(()));
             }
             self.give_back(source, t, n);
+            self.refusals.freed();
             Some(Err(Error::Occupied))
         };
         self.until_quiet(FALLBACK_ROUNDS, || {}, taken)
