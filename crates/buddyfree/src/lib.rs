@@ -102,6 +102,7 @@ pub mod magazine;
 pub mod model;
 pub mod nbbs;
 pub mod range;
+mod refusal;
 #[cfg(feature = "alloc")]
 pub mod registry;
 #[cfg(feature = "alloc")]

@@ -14,7 +14,11 @@
 //! sequential allocation fails only when no free aligned block exists. Before it reserves
 //! another tree, an allocation sums the cores' counters and the entries of the trees that
 //! a summary bitmap marks as holding units (`summary.rs`): on a heap with fewer free units
-//! than it asks for, it is refused after a few reads, with no reservation moved.
+//! than it asks for, it is refused after a few reads, with no reservation moved. A complete
+//! refusal (that sum, or a round of the complete fallback, read while no reservation move
+//! was in flight) is remembered until units are next credited to a counter (a free, or an
+//! allocation giving back units it took and could not use): meanwhile a request of that
+//! order or larger is refused after one load (`refusal.rs`), on a fragmented heap too.
 //!
 //! Free (Fig. 14b): clear the block in the lower level, then credit `cP` if this core holds
 //! the tree (in any of its reservations, one per class of trees), else `cU`; after 4 frees
@@ -92,6 +96,7 @@ mod loom_tests;
 #[cfg(feature = "alloc")]
 use alloc::vec::Vec;
 
+use crate::refusal::Refusals;
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use crate::sync::{spin_loop, CachePadded};
 #[cfg(feature = "alloc")]
@@ -250,6 +255,8 @@ pub struct LLFree<W: WriteBack = Volatile> {
     moves: Moves,
     /// The trees whose entries may hold free units, for quick refusals (`summary.rs`).
     summary: Summary,
+    /// Refusals remembered until the next credit of units (`refusal.rs`).
+    refusals: Refusals,
 }
 
 /// Where the tables of LLFree lie in its metadata, and its tuning.
@@ -454,6 +461,7 @@ impl<W: WriteBack> LLFree<W> {
             tree_shift: tree_units.trailing_zeros(),
             reserve_on_free: options.reserve_on_free,
             moves: Moves::new(),
+            refusals: Refusals::new(),
         })
     }
 
@@ -560,6 +568,7 @@ impl<W: WriteBack> LLFree<W> {
         if !local {
             self.add_to_tree(t, n);
         }
+        self.refusals.freed();
         local
     }
 
@@ -923,6 +932,16 @@ enum Renewal {
     Failed,
 }
 
+/// `alloc`'s answer for a failure that met reservation moves in every round of the fallback
+/// ([`LLFree::alloc_remembered`] says [`Error::WouldBlock`]): out of memory, as before the
+/// memo, but not remembered.
+fn out_of_memory_when_busy(e: Error) -> Error {
+    match e {
+        Error::WouldBlock => Error::OutOfMemory,
+        e => e,
+    }
+}
+
 /// Tries to reserve a new tree this often before falling back to the complete scan.
 const RESERVE_ATTEMPTS: usize = 4;
 /// Rounds of the complete scan, while reservation changes of other cores keep getting in the
@@ -992,6 +1011,23 @@ impl<W: WriteBack> LLFree<W> {
             }
         }
         self.alloc_anywhere(order, rounds, busy)
+    }
+
+    /// [`LLFree::alloc_with`] through the refusal memo (`refusal.rs`): a refusal is
+    /// remembered only where it is complete, a fallback round during which no reservation
+    /// move was in flight (or the counters' sum, read likewise); a failure that met moves in
+    /// flight in every round is [`Error::WouldBlock`], never remembered.
+    #[inline]
+    fn alloc_remembered(
+        &self,
+        order: u32,
+        core: usize,
+        slots: usize,
+        rounds: usize,
+    ) -> Result<usize, Error> {
+        self.refusals.alloc_giving_back(order, || {
+            self.alloc_with(order, core, slots, rounds, Error::WouldBlock)
+        })
     }
 
     /// A new reservation of class `class` for `core` after its own ran short. With one class,
@@ -1086,6 +1122,8 @@ impl<W: WriteBack> LLFree<W> {
         let got = self.lower.alloc_many(HugeId(h), order, word, out, ours);
         if got < out.len() {
             self.credit_local(slot, t, (out.len() - got) << order);
+            // Outside `alloc`'s attempts, which tell the memo once each.
+            self.refusals.freed();
         }
         if got > 0 {
             local.last.store(out[got - 1] as u64, Ordering::Relaxed);
@@ -1096,15 +1134,18 @@ impl<W: WriteBack> LLFree<W> {
 
 impl<W: WriteBack> BlockAlloc for LLFree<W> {
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        let slots = self.default_slots;
-        self.alloc_with(order, core, slots, FALLBACK_ROUNDS, Error::OutOfMemory)
+        self.alloc_remembered(order, core, self.default_slots, FALLBACK_ROUNDS)
+            .map_err(out_of_memory_when_busy)
     }
 
     /// In the trees of the class the [`Policy`] gives `class` (stealing from or demoting
     /// trees of other classes as it allows, and at last from any tree): see `classes.rs`.
+    /// Its refusals are the complete fallback's, which ignores classes, so they share the
+    /// memo of `alloc`.
     fn alloc_class(&self, order: u32, class: Class, core: usize) -> Result<usize, Error> {
         let slots = self.classes.home(class) * self.cores;
-        self.alloc_with(order, core, slots, FALLBACK_ROUNDS, Error::OutOfMemory)
+        self.alloc_remembered(order, core, slots, FALLBACK_ROUNDS)
+            .map_err(out_of_memory_when_busy)
     }
 
     /// Blocks of orders 0..=8 come frame by frame from the core's tree, from the frame of
@@ -1142,8 +1183,7 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
     /// One round of the fallback and no pause: where [`BlockAlloc::alloc`] would wait for a
     /// reservation move of another core to finish, this answers [`Error::WouldBlock`].
     fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        let slots = self.default_slots;
-        self.alloc_with(order, core, slots, 1, Error::WouldBlock)
+        self.alloc_remembered(order, core, self.default_slots, 1)
     }
 
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
@@ -1245,6 +1285,7 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
                 return Some(Ok(()));
             }
             self.give_back(source, t, n);
+            self.refusals.freed();
             Some(Err(Error::Occupied))
         };
         self.until_quiet(FALLBACK_ROUNDS, || {}, taken)

@@ -137,6 +137,7 @@ impl<W: WriteBack> LLFree<W> {
                 // (`summary.rs`), as every raise of a count from 0 does.
                 if to.is_some() {
                     self.summary.mark(t);
+                    self.refusals.freed();
                 }
             })
             .or_else(|e| match e {

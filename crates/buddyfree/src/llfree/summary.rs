@@ -67,10 +67,12 @@ impl Summary {
     }
 
     /// After `t`'s `cU` was raised from 0: its bit is set (a read-modify-write, see the
-    /// module docs).
+    /// module docs). `SeqCst` (the same instruction as `AcqRel` on x86-64 and AArch64): a
+    /// credit's writes are in the single order that the refusal memo's argument needs
+    /// (`refusal.rs`).
     #[inline]
     pub(crate) fn mark(&self, t: TreeId) {
-        self.words[t.0 / BITS].fetch_or(1 << (t.0 % BITS), Ordering::AcqRel);
+        self.words[t.0 / BITS].fetch_or(1 << (t.0 % BITS), Ordering::SeqCst);
     }
 
     /// The trees whose bits are set, in order (each word read once, with acquire).

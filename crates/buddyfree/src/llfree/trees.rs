@@ -154,9 +154,10 @@ impl Trees {
 
     #[inline]
     /// Gives `n` units back to the global counter (frees from cores not holding the tree);
-    /// returns the free units it had before.
+    /// returns the free units it had before. `SeqCst`, as every change of an entry
+    /// (`atomic.rs`): the refusal memo's argument (`refusal.rs`).
     pub(crate) fn add(&self, t: TreeId, n: usize) -> usize {
-        Tree(self.entries[t.0].fetch_add(n as u32, Ordering::AcqRel)).free()
+        Tree(self.entries[t.0].fetch_add(n as u32, Ordering::SeqCst)).free()
     }
 
     #[inline]

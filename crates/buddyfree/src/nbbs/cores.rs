@@ -107,9 +107,12 @@ impl Slot {
     }
 
     /// Counts a completed free of `units` units (Alg. 4, F4). Release: a thread that sees the
-    /// new count in [`Cores::releases`] also sees the freed node.
+    /// new count in [`Cores::releases`] also sees the freed node. `SeqCst` (on x86-64 and
+    /// AArch64 the same instruction): the write the refusal memo's argument puts in the
+    /// single order (`refusal.rs`); an allocation's slow path reads every core's count, with
+    /// acquire, before it scans, so it sees the freed node whenever it sees this.
     #[inline]
     pub fn freed(&self, units: usize) {
-        self.freed.fetch_add(units, Ordering::Release);
+        self.freed.fetch_add(units, Ordering::SeqCst);
     }
 }

@@ -7,6 +7,7 @@ use core::marker::PhantomData;
 use super::cell::{Shape, State};
 use super::cores::{Cores, Slot};
 use super::word::Word;
+use crate::refusal::Refusals;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::CachePadded;
 #[cfg(feature = "alloc")]
@@ -200,6 +201,8 @@ pub struct Forest<K: Kind> {
     span: usize,
     max_order: u32,
     cores: Cores,
+    /// Refusals remembered until the next free or rollback (`refusal.rs`).
+    refusals: Refusals,
     kind: PhantomData<K>,
 }
 
@@ -283,6 +286,7 @@ impl<K: Kind> Forest<K> {
                 let len = span >> order.min(max_order);
                 (len as u128 * core as u128 / cores as u128) as usize
             })?,
+            refusals: Refusals::new(),
             kind: PhantomData,
         };
         let mut pos = config.units;
@@ -382,6 +386,8 @@ impl<K: Kind> Forest<K> {
                 let failed = Self::S.mark(seen, ch).unwrap_err();
                 let now = home.fetch_or(0, Ordering::Relaxed);
                 self.release(at, now, level + 1);
+                // Units a search may have passed over while this held them.
+                self.refusals.released();
                 return Err(self.node(level, cell, failed));
             }
         }
@@ -782,6 +788,7 @@ impl<K: Kind> Forest<K> {
         let slot = self.cores.slot(core);
         slot.freed(units);
         slot.set_hint(node.order, node.pos);
+        self.refusals.freed();
     }
 
     /// Frees the allocated block (`index`, `order`), which must not lie in a root cell, up
@@ -913,24 +920,8 @@ impl<K: Kind> Forest<K> {
         true
     }
 
-    /// Whether the block (`index`, `order`) is allocated.
-    fn is_allocated(&self, index: usize, order: u32) -> bool {
-        let at = self.place(Node {
-            order,
-            pos: index >> order,
-        });
-        Self::S.is_allocated(self.cell(at.level, at.cell).load(Ordering::Relaxed), at.j)
-    }
-}
-
-impl<K: Kind> BlockAlloc for Forest<K> {
-    /// Alg. 2 (NBALLOC): the core's hint first (3.6.1), then, unless the free-unit count
-    /// already rules it out, a scan of the order's level from the hint, repeated while frees
-    /// complete during the scan (A15-A16).
-    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        if order > self.max_order {
-            return Err(Error::BadOrder);
-        }
+    /// One NBALLOC (Alg. 2) of a checked `order`, for [`Refusals::alloc`].
+    fn alloc_once(&self, order: u32, core: usize) -> Result<usize, Error> {
         let slot = self.cores.slot(core);
         let start = self.start(slot, order, core);
         let pos = match self.attempt(Node { order, pos: start }, 0) {
@@ -951,6 +942,30 @@ impl<K: Kind> BlockAlloc for Forest<K> {
         };
         self.count_alloc(slot, 1 << order, order, pos);
         Ok(pos << order)
+    }
+
+    /// Whether the block (`index`, `order`) is allocated.
+    fn is_allocated(&self, index: usize, order: u32) -> bool {
+        let at = self.place(Node {
+            order,
+            pos: index >> order,
+        });
+        Self::S.is_allocated(self.cell(at.level, at.cell).load(Ordering::Relaxed), at.j)
+    }
+}
+
+impl<K: Kind> BlockAlloc for Forest<K> {
+    /// Alg. 2 (NBALLOC): the core's hint first (3.6.1), then, unless the free-unit count
+    /// already rules it out, a scan of the order's level from the hint, repeated while frees
+    /// complete during the scan (A15-A16).
+    ///
+    /// Through the refusal memo (`refusal.rs`): a refusal after a scan during which no free
+    /// completed is remembered until the next free or rolled-back allocation.
+    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        if order > self.max_order {
+            return Err(Error::BadOrder);
+        }
+        self.refusals.alloc(order, || self.alloc_once(order, core))
     }
 
     /// Groups of `2^r` blocks under one node of their cell, each group taken by one TRYALLOC

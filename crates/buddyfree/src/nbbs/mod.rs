@@ -84,8 +84,10 @@
 //!   `loom_nbbs_rollback_after_reuse`) exercise that case.
 //! - Full-heap fast path: per-core unit counters (also the `release_count`) answer "fewer
 //!   than `2^order` free units" in O(cores) loads after the hinted node fails, instead of a
-//!   scan of the level. A heap with enough free units that are all fragmented still scans
-//!   (skipping occupied sub-trees).
+//!   scan of the level. A heap with enough free units that are all fragmented scans
+//!   (skipping occupied sub-trees), once: a refusal, by the count or by a scan during which
+//!   no free completed, is remembered until the next free or rolled-back allocation, and
+//!   answers requests of its order or larger with one load (`refusal.rs`).
 //! - Bulk operations in groups (`alloc_bulk`, `free_bulk`, what per-core magazines refill
 //!   and spill with). `2^r` blocks of one order under one node `j` of their cell (`r` up to
 //!   the order's row in the cell: with 4-level cells and `max_order` 10, four blocks of
