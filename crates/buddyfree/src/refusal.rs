@@ -130,15 +130,9 @@ impl Refusals {
     pub(crate) fn alloc(
         &self,
         order: u32,
-        mut attempt: impl FnMut() -> Result<usize, Error>,
+        attempt: impl FnMut() -> Result<usize, Error>,
     ) -> Result<usize, Error> {
-        if self.refuses(order) {
-            return Err(Error::OutOfMemory);
-        }
-        match attempt() {
-            Err(Error::OutOfMemory) => self.confirm(order, false, attempt),
-            other => other,
-        }
+        self.run(order, false, attempt)
     }
 
     /// [`Refusals::alloc`] for an attempt that may give back units it took and could not use
@@ -154,15 +148,28 @@ impl Refusals {
     pub(crate) fn alloc_giving_back(
         &self,
         order: u32,
+        attempt: impl FnMut() -> Result<usize, Error>,
+    ) -> Result<usize, Error> {
+        self.run(order, true, attempt)
+    }
+
+    /// [`Refusals::alloc`], or [`Refusals::alloc_giving_back`] where `gives_back`.
+    #[inline]
+    fn run(
+        &self,
+        order: u32,
+        gives_back: bool,
         mut attempt: impl FnMut() -> Result<usize, Error>,
     ) -> Result<usize, Error> {
         if self.refuses(order) {
             return Err(Error::OutOfMemory);
         }
         let answer = attempt();
-        self.freed();
+        if gives_back {
+            self.freed();
+        }
         match answer {
-            Err(Error::OutOfMemory) => self.confirm(order, true, attempt),
+            Err(Error::OutOfMemory) => self.confirm(order, gives_back, attempt),
             other => other,
         }
     }
