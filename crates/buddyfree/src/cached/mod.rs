@@ -1621,6 +1621,9 @@ mod loom_tests {
         // unbounded model takes minutes for the spill's many lock and state-table steps.
         let mut model = loom::model::Builder::new();
         model.preemption_bound = Some(2);
+        // Setting up and draining 32 blocks, each free telling the refusal memo, takes more
+        // scheduling points than loom's default allows one execution.
+        model.max_branches = 10_000;
         model.check(|| {
             // 32 units on 2 cores: the shortest lists, order 0 spilling 8 blocks above 16.
             let inner = Locked::new(Model::new(Config::new(32, 5)).unwrap());
