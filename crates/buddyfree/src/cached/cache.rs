@@ -260,7 +260,6 @@ impl CoreCache {
         self.top[slot] = at + 1;
     }
 
-    /// Whether the list at `slot` takes one more block without a spill.
     /// Whether a refill of the list at `slot` starts (or goes on with) a stream: whether
     /// the refills since a free last parked a block in it, or ended the stream (`flagged`
     /// is the front's flag, which such a free clears), brought more blocks than the list's
@@ -308,6 +307,7 @@ impl CoreCache {
         self.streaming &= !(1 << slot);
     }
 
+    /// Whether the list at `slot` takes one more block without a spill.
     #[inline]
     pub(crate) fn has_room(&self, policy: &Policy, slot: usize) -> bool {
         self.len(slot) < policy.high(slot)
