@@ -306,18 +306,28 @@ pub(super) mod loom_tests {
         end(states, index, slot, State::Cached(slot))
     }
 
+    /// A free running on another thread.
+    type Freeing = thread::JoinHandle<Result<(), Error>>;
+
+    /// A `Direct` block at unit 4 of the order at slot 1, allocated in its backend, with a
+    /// [`free_via`] of it as a block of the order at `slot` begun on another thread.
+    fn direct_block_freed_elsewhere(slot: usize) -> (Arc<BlockStates>, Arc<AtomicBool>, Freeing) {
+        let states = states_with(State::Direct(1));
+        let backend = Arc::new(AtomicBool::new(true));
+        let free = {
+            let (states, backend) = (states.clone(), backend.clone());
+            thread::spawn(move || free_via(&states, &backend, 4, slot))
+        };
+        (states, backend, free)
+    }
+
     /// Two frees of one `Direct` block race (a double free from two cores), with no lock
     /// and no compare-and-swap on the table: exactly one goes through, the backend has the
     /// block back, and the table has it `Free`, never parked.
     #[test]
     fn loom_racing_frees_of_a_direct_block_let_exactly_one_through() {
         loom::model(|| {
-            let states = states_with(State::Direct(1));
-            let backend = Arc::new(AtomicBool::new(true));
-            let theirs = {
-                let (states, backend) = (states.clone(), backend.clone());
-                thread::spawn(move || free_via(&states, &backend, 4, 1))
-            };
+            let (states, backend, theirs) = direct_block_freed_elsewhere(1);
             let mine = free_via(&states, &backend, 4, 1);
             let theirs = theirs.join().unwrap();
             assert!(mine.is_ok() != theirs.is_ok(), "{mine:?} {theirs:?}");
@@ -333,12 +343,7 @@ pub(super) mod loom_tests {
     #[test]
     fn loom_a_wrong_order_free_never_passes_a_direct_free() {
         loom::model(|| {
-            let states = states_with(State::Direct(1));
-            let backend = Arc::new(AtomicBool::new(true));
-            let bad = {
-                let (states, backend) = (states.clone(), backend.clone());
-                thread::spawn(move || free_via(&states, &backend, 4, 0))
-            };
+            let (states, backend, bad) = direct_block_freed_elsewhere(0);
             assert_eq!(free_via(&states, &backend, 4, 1), Ok(()));
             let bad = bad.join().unwrap();
             assert!(
