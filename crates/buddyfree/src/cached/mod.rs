@@ -591,29 +591,40 @@ impl<B: Backend> Cached<B> {
     ) -> Result<usize, Error> {
         let index = match cache.pop(slot) {
             Some(index) => index,
-            None => {
-                let at = self.cache_index(core);
-                if self.streams_for(slot)
-                    && cache.streams_on(self.policy, slot, self.in_stream(at, slot))
-                {
-                    self.start_stream(at, slot);
-                }
-                let more = self.policy.batch(slot) - 1;
-                let mut got = 1;
-                let first = self.backend.alloc_batch(order, core, more, |index| {
-                    self.states.set(index, State::Cached(slot));
-                    cache.push(slot, index);
-                    got += 1;
-                })?;
-                cache.refilled(slot, got);
-                if more > 0 {
-                    self.parks(self.cache_index(core));
-                }
-                first
-            }
+            None => self.refill(cache, slot, order, core)?,
         };
         self.hand_out(index, slot, core);
         Ok(index)
+    }
+
+    /// Refills `cache`'s empty list at `slot` with one batch from the backend but its first
+    /// block, which it returns. Out of line, so that the usual allocation (a pop) stays
+    /// small enough to be inlined whole wherever the allocation is.
+    #[cold]
+    #[inline(never)]
+    fn refill(
+        &self,
+        cache: &mut CoreCache,
+        slot: usize,
+        order: u32,
+        core: usize,
+    ) -> Result<usize, Error> {
+        let at = self.cache_index(core);
+        if self.streams_for(slot) && cache.streams_on(self.policy, slot, self.in_stream(at, slot)) {
+            self.start_stream(at, slot);
+        }
+        let more = self.policy.batch(slot) - 1;
+        let mut got = 1;
+        let first = self.backend.alloc_batch(order, core, more, |index| {
+            self.states.set(index, State::Cached(slot));
+            cache.push(slot, index);
+            got += 1;
+        })?;
+        cache.refilled(slot, got);
+        if more > 0 {
+            self.parks(at);
+        }
+        Ok(first)
     }
 
     /// [`Self::take`] from `core`'s cache, under its lock; in a stream of an order moved one

@@ -42,17 +42,20 @@ unsafe impl RawMutex for YieldMutex {
         }
     }
 
+    #[inline]
     fn try_lock(&self) -> bool {
         RawMutex::try_lock(&self.inner)
     }
 
     /// # Safety
     /// The contract of [`RawMutex::unlock`].
+    #[inline]
     unsafe fn unlock(&self) {
         // SAFETY: the caller holds the lock (this method's contract), i.e. the inner one.
         unsafe { RawMutex::unlock(&self.inner) }
     }
 
+    #[inline]
     fn is_locked(&self) -> bool {
         RawMutex::is_locked(&self.inner)
     }
