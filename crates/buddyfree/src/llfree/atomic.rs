@@ -1,6 +1,8 @@
 //! The one compare-and-swap loop of LLFree: every packed entry (bit-field word, child pair,
 //! tree entry, per-core entry) is updated through [`Atom::try_change`], so each protocol
-//! step reads as a pure function from the old value to the new one.
+//! step reads as a pure function from the old value to the new one. The exceptions need no
+//! loop: a counter credited by a plain add that cannot carry out of its field, and a word
+//! claimed by one compare-and-swap from the free value its caller has just read.
 
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 

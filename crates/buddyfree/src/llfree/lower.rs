@@ -754,9 +754,11 @@ impl<W: WriteBack> Lower<W> {
     /// words one after the other, then the start word (see [`Lower::claim_group`]).
     #[inline(always)]
     fn claim_span(&self, h: HugeId, g: usize, span: usize, start: u64) -> bool {
+        // One compare-and-swap from free, no read first: the caller has just read the
+        // group free, and a word that is not is no longer ours to take.
         let set = |w: usize, value: u64| {
             self.bits(h, w)
-                .try_change(|v| (v == 0).then_some(value))
+                .compare_exchange(0, value, Ordering::SeqCst, Ordering::Acquire)
                 .is_ok()
         };
         let undo = |words: core::ops::Range<usize>| {
@@ -972,9 +974,17 @@ impl<W: WriteBack> Lower<W> {
         }
     }
 
-    /// Counts `units` of frame `h` free again in its child counter (always succeeds).
+    /// Counts `units` of frame `h` free again in its child counter (always succeeds). One
+    /// add to the pair word, no compare-and-swap loop: the counter is the lowest field of its
+    /// half, and a give never carries out of it (the units were taken from it, so the sum is
+    /// at most [`HUGE_UNITS`], which the counter's 10 bits hold).
     fn give_child(&self, h: HugeId, units: usize) {
-        let _ = self.update_child(h, |c| Some(c.give(units)));
+        let shift = 32 * (h.0 % 2);
+        let before = self
+            .pair_word(h)
+            .fetch_add((units as u64) << shift, Ordering::SeqCst);
+        // `Child::give` checks that the frame is not taken whole and the sum fits.
+        let _ = ChildPair(before).get(h.0 % 2).give(units);
     }
 
     fn update_child(
