@@ -789,26 +789,24 @@ impl<K: Kind> Forest<K> {
         let slot = self.cores.slot(core);
         slot.freed(units);
         slot.set_hint(node.order, node.pos);
-        let freed = Node {
-            order: units.trailing_zeros(),
-            pos: (node.pos << node.order) >> units.trailing_zeros(),
-        };
-        self.refusals.freed_if(|order| self.covers(freed, order));
+        self.refusals
+            .freed_if(|order| self.covers(units, node, order));
     }
 
-    /// Whether, after the free of `freed` (all its writes done), a block of `order` may be
-    /// free where it lies, for the refusal memo (`refusal.rs`, "Frees that cover"): `freed`
-    /// is that large, or the node of `order` above it looks free now, as a scan reads it
-    /// ([`Forest::attempt`]). A search refuses only after a scan during which no free
-    /// completed, so the free it missed is the one that made the block free, which reads
-    /// its own writes here.
-    fn covers(&self, freed: Node, order: u32) -> bool {
-        if order <= freed.order {
+    /// Whether, after the free of `units` units from `first` on (all its writes done), a
+    /// block of `order` may be free where they lie, for the refusal memo (`refusal.rs`,
+    /// "Frees that cover"): the freed block is that large, or the node of `order` above it
+    /// looks free now, as a scan reads it ([`Forest::attempt`]). A search refuses only after
+    /// a scan during which no free completed, so the free it missed is the one that made the
+    /// block free, which reads its own writes here.
+    fn covers(&self, units: usize, first: Node, order: u32) -> bool {
+        let freed = units.trailing_zeros();
+        if order <= freed {
             return true;
         }
         let at = self.place(Node {
             order,
-            pos: freed.pos >> (order - freed.order),
+            pos: (first.pos << first.order) >> order,
         });
         Self::S.is_free(self.cell(at.level, at.cell).load(Ordering::Relaxed), at.j)
     }
