@@ -16,9 +16,11 @@
 //! a summary bitmap marks as holding units (`summary.rs`): on a heap with fewer free units
 //! than it asks for, it is refused after a few reads, with no reservation moved. A complete
 //! refusal (that sum, or a round of the complete fallback, read while no reservation move
-//! was in flight) is remembered until units are next credited to a counter (a free, or an
-//! allocation giving back units it took and could not use): meanwhile a request of that
-//! order or larger is refused after one load (`refusal.rs`), on a fragmented heap too.
+//! was in flight) is remembered until units that could serve it are next credited to a
+//! counter (a free: of a huge frame or more, or in a tree that then has a whole free frame,
+//! for a refusal of a huge frame or more; any, for one below; or any allocation, which may
+//! have given back units it took and could not use): meanwhile a request of that order or
+//! larger is refused after one load (`refusal.rs`), on a fragmented heap too.
 //!
 //! Free (Fig. 14b): clear the block in the lower level, then credit `cP` if this core holds
 //! the tree (in any of its reservations, one per class of trees), else `cU`; after 4 frees
