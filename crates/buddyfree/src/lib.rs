@@ -118,6 +118,10 @@ pub use config::{Config, ConfigRule, MAX_CORES};
 pub use error::Error;
 pub use locked::Locked;
 pub use nbbs::{Nbbs, Nbbs4};
+/// How many refusals this thread has confirmed by a second search (test machinery, not API).
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use refusal::confirmations as refusal_confirmations;
 
 /// The README's examples, compiled and run by `cargo test` so that the front door never lies.
 /// `../README.md` is the crate's own readme: a symlink to the workspace's in the repository,

@@ -162,3 +162,125 @@ fn no_refusal_outlives_a_free_under_threads() {
         );
     }
 }
+
+/// The allocators whose frees end a refusal of a huge frame only if they may have made one
+/// (LLFree, NBBS, and the magazines over them).
+const BY_ORDER: [&str; 7] = [
+    "llfree",
+    "llfree-classes",
+    "llfree-magazine",
+    "nbbs",
+    "nbbs4",
+    "nbbs-magazine",
+    "nbbs4-magazine",
+];
+
+/// Units in one huge frame; the heaps below hold `FRAMES` of them.
+const FRAME: usize = 512;
+const FRAMES: usize = 4;
+
+/// A heap of `FRAMES` huge frames, filled with single units, and those units.
+fn filled(name: &str, max_order: u32) -> (DynAlloc, Vec<usize>) {
+    let entry = registry::find(name).unwrap();
+    let a = (entry.build)(Config::new(FRAMES * FRAME, max_order).with_cores(2)).unwrap();
+    let held = fill(&a, 0, 0);
+    assert_eq!(held.len(), FRAMES * FRAME, "{name}");
+    (a, held)
+}
+
+/// The kernel's reclaim loop: on a fragmented heap (every frame has a unit taken), free one
+/// unit, ask for a huge frame again. Each free that completes no frame leaves the refusal
+/// as it was: the request is answered without a search (no confirmation runs). The free
+/// that completes a frame ends it: the request after it gets that frame.
+#[test]
+fn a_free_that_completes_no_huge_frame_keeps_the_refusal() {
+    for name in BY_ORDER {
+        let (a, held) = filled(name, 9);
+        // Two units of each frame kept: 0 and 1.
+        for &i in held.iter().filter(|&&i| i % FRAME > 1) {
+            a.free(i, 0, 0).unwrap();
+        }
+        assert_eq!(a.alloc(9, 0), Err(Error::OutOfMemory), "{name}");
+        // The magazines confirm their own refusal once per request after a free (the free
+        // parked a block in a cache); the memo of the allocator behind them answers.
+        let most = if name.ends_with("-magazine") { 1 } else { 0 };
+        for f in 0..FRAMES {
+            let before = buddyfree::refusal_confirmations();
+            a.free(f * FRAME + 1, 0, f % 2).unwrap();
+            for core in 0..2 {
+                assert_eq!(
+                    a.alloc(9, core),
+                    Err(Error::OutOfMemory),
+                    "{name} frame {f}"
+                );
+            }
+            let searched = buddyfree::refusal_confirmations() - before;
+            assert!(
+                searched <= most,
+                "{name} frame {f}: {searched} searches confirmed a refusal after a free that completes no frame"
+            );
+        }
+        // A smaller request still finds its units (an allocation by LLFree ends every
+        // refusal, as its give-backs may have hidden units from a search).
+        let i = a.alloc(8, 0).unwrap();
+        a.free(i, 8, 0).unwrap();
+        assert_eq!(a.alloc(9, 1), Err(Error::OutOfMemory), "{name}");
+        // The last unit of frame 2: a whole frame is free.
+        a.free(2 * FRAME, 0, 1).unwrap();
+        assert_eq!(a.alloc(9, 0), Ok(2 * FRAME), "{name}: the completed frame");
+        assert_eq!(a.alloc(9, 1), Err(Error::OutOfMemory), "{name}");
+        a.free(3 * FRAME, 0, 0).unwrap();
+        assert_eq!(a.alloc(9, 1), Ok(3 * FRAME), "{name}: the completed frame");
+    }
+}
+
+/// Two frames completed by frees on two threads at once while the main thread asks for
+/// huge frames (and pairs of them) in a loop; then every free frame must be allocatable:
+/// a refusal recorded meanwhile must not outlive the free that completed a frame.
+#[test]
+fn no_refusal_of_a_huge_frame_outlives_the_free_that_completes_it() {
+    const ROUNDS: usize = 40;
+    for name in BY_ORDER {
+        for round in 0..ROUNDS {
+            let (a, held) = filled(name, 10);
+            // Every frame keeps units 0 and 1; frames 1 and 2 get them back from the
+            // threads, frame 0 and 3 stay taken.
+            for &i in held.iter().filter(|&&i| i % FRAME > 1) {
+                a.free(i, 0, 0).unwrap();
+            }
+            assert_eq!(a.alloc(9, 0), Err(Error::OutOfMemory), "{name}");
+            let start = Barrier::new(3);
+            let got: Vec<(usize, u32)> = std::thread::scope(|s| {
+                for t in 0..2 {
+                    let (a, start) = (&a, &start);
+                    // Thread t frees unit t of frames 1 and 2, in an order that varies.
+                    s.spawn(move || {
+                        start.wait();
+                        let frames = if (round + t) % 2 == 0 { [1, 2] } else { [2, 1] };
+                        for f in frames {
+                            a.free(f * FRAME + t, 0, t).unwrap();
+                        }
+                    });
+                }
+                let mut got = Vec::new();
+                start.wait();
+                for n in 0..200 {
+                    let order = 9 + (n % 2) as u32;
+                    if let Ok(i) = a.alloc(order, n % 2) {
+                        got.push((i, order));
+                    }
+                }
+                got
+            });
+            let taken: usize = got.iter().map(|&(_, o)| 1usize << o).sum();
+            // Frames 1 and 2 are free unless the loop took them; 0 and 3 are not.
+            let rest = fill(&a, 9, 0);
+            assert_eq!(
+                taken + rest.len() * FRAME,
+                2 * FRAME,
+                "{name} round {round}: a free huge frame refused after the threads joined \
+                 (took {got:?}, then {rest:?})"
+            );
+        }
+    }
+}

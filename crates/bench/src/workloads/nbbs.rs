@@ -151,9 +151,11 @@ pub const FULL_HEAP_LARGE: u32 = HUGE_FRAME_UNITS.trailing_zeros();
 
 /// Failing allocation on a full heap: each thread allocates blocks of `k` units until one
 /// fails (untimed), then, once every thread has, makes `full_heap_fails` requests of 4 KiB
-/// ("fail 4K") and as many of 2 MiB ("fail 2M"), which should all fail; then it frees what it
-/// holds. A request that cannot be served is the slow path of every allocator (a search
-/// that finds nothing), and the one a caller under memory pressure keeps hitting.
+/// ("fail 4K") and as many of 2 MiB ("fail 2M"), which should all fail; then, with every
+/// other block freed, requests of 2k ("fail 2k") and the reclaim loop ("reclaim", see
+/// [`reclaim`]); then it frees what it holds. A request that cannot be served is the slow
+/// path of every allocator (a search that finds nothing), and the one a caller under memory
+/// pressure keeps hitting.
 pub fn full_heap(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> Outcome {
     let parts = run_workers(threads, |w| {
         let core = w.id;
@@ -209,29 +211,69 @@ pub fn full_heap(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> 
             false => (Counts::default(), Default::default()),
         };
         w.sync();
+        let reclaim = reclaim(a, &mut held, order, core, p, w, &mut setup);
+        w.sync();
         for &(i, o) in &held {
             setup.free(a, i, o, core);
         }
-        (setup, small, large, fragmented)
+        (setup, small, large, fragmented, reclaim)
     });
     let small: Vec<_> = parts.iter().map(|p| p.1).collect();
     let large: Vec<_> = parts.iter().map(|p| p.2).collect();
     let fragmented: Vec<_> = parts.iter().map(|p| p.3).collect();
+    let reclaim: Vec<_> = parts.iter().map(|p| p.4).collect();
     let mut out = Outcome {
         phases: vec![
             phase("fail 4K", &small),
             phase("fail 2M", &large),
             phase("fail 2k", &fragmented),
+            phase("reclaim", &reclaim),
         ],
         ..Outcome::default()
     };
     out.count(
         &parts
             .iter()
-            .flat_map(|p| [p.0, p.1 .0, p.2 .0, p.3 .0])
+            .flat_map(|p| [p.0, p.1 .0, p.2 .0, p.3 .0, p.4 .0])
             .collect::<Vec<_>>(),
     );
     out
+}
+
+/// full-heap's last phase, a kernel's reclaim loop on the fragmented heap: free one block of
+/// `k` units the thread holds (a 4 KiB frame at order 0), then ask for a huge frame, which
+/// fails while no frame is whole; at most [`FRAGMENTED_FAILS`] times. The blocks go back
+/// round the huge frames (the first block of every frame, then the second, ...), so that
+/// none is whole again while few are freed. Only the requests are counted (the frees in
+/// `setup`): its time per operation is the time per try, free and request together. A
+/// request that succeeds keeps its frame.
+fn reclaim(
+    a: &dyn BlockAlloc,
+    held: &mut Vec<(usize, u32)>,
+    order: u32,
+    core: usize,
+    p: &Params,
+    w: &Worker,
+    setup: &mut Counts,
+) -> (Counts, Duration) {
+    let frame = |i: usize| (i % HUGE_FRAME_UNITS, i / HUGE_FRAME_UNITS);
+    held.sort_unstable_by_key(|&(i, o)| (o != order, frame(i)));
+    let tries = held
+        .iter()
+        .take_while(|&&(_, o)| o == order)
+        .count()
+        .min(p.full_heap_fails.min(FRAGMENTED_FAILS));
+    let back: Vec<_> = held.drain(..tries).collect();
+    let mut c = Counts::default();
+    let ((), time) = w.timed(|| {
+        for &(i, o) in &back {
+            setup.free(a, i, o, core);
+            if let Some(i) = c.alloc(a, FULL_HEAP_LARGE, core) {
+                held.push((i, FULL_HEAP_LARGE));
+            }
+        }
+    });
+    (c, time)
 }
 
 /// full-heap's requests on the fragmented heap, per thread: at most this many, since a

@@ -334,7 +334,7 @@ impl Workload {
             // Fill until one failure per thread, the failing requests, free the blocks.
             Workload::FullHeap => {
                 let fails = params.full_heap_fails;
-                2 * (units >> order) + t + t * (2 * fails + fails.min(nbbs::FRAGMENTED_FAILS))
+                2 * (units >> order) + t + t * (2 * fails + 3 * fails.min(nbbs::FRAGMENTED_FAILS))
             }
             Workload::Bulk | Workload::Rand => 2 * n,
             Workload::Repeat => 4 * n,

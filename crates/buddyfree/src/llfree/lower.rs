@@ -387,6 +387,17 @@ impl<W: WriteBack> Lower<W> {
         ChildPair(self.pair_word(h).get()).get(h.0 % 2)
     }
 
+    /// Whether a frame of `frames` is free as a whole (its child entry [`Child::FREE`]),
+    /// each pair word read with a `SeqCst` load: the check after a free that the refusal
+    /// memo's argument needs (`refusal.rs`), ordered after the free's writes and against
+    /// the `SeqCst` writes that make a frame free.
+    pub(crate) fn any_free_frame(&self, frames: core::ops::Range<usize>) -> bool {
+        (frames.start / 2..frames.end.div_ceil(2)).any(|p| {
+            let pair = ChildPair(self.word(self.children_at + p).load(Ordering::SeqCst));
+            (0..2).any(|half| frames.contains(&(2 * p + half)) && pair.get(half) == Child::FREE)
+        })
+    }
+
     /// Allocates a block of `order` in huge frame `h` (orders 10 and up: the aligned run of
     /// frames starting at `h`), starting the bit-field search at word `hint`. Returns its
     /// first unit.

@@ -16,9 +16,11 @@
 //! a summary bitmap marks as holding units (`summary.rs`): on a heap with fewer free units
 //! than it asks for, it is refused after a few reads, with no reservation moved. A complete
 //! refusal (that sum, or a round of the complete fallback, read while no reservation move
-//! was in flight) is remembered until units are next credited to a counter (a free, or an
-//! allocation giving back units it took and could not use): meanwhile a request of that
-//! order or larger is refused after one load (`refusal.rs`), on a fragmented heap too.
+//! was in flight) is remembered until units that could serve it are next credited to a
+//! counter (a free: of a huge frame or more, or in a tree that then has a whole free frame,
+//! for a refusal of a huge frame or more; any, for one below; or any allocation, which may
+//! have given back units it took and could not use): meanwhile a request of that order or
+//! larger is refused after one load (`refusal.rs`), on a fragmented heap too.
 //!
 //! Free (Fig. 14b): clear the block in the lower level, then credit `cP` if this core holds
 //! the tree (in any of its reservations, one per class of trees), else `cU`; after 4 frees
@@ -96,7 +98,7 @@ mod loom_tests;
 #[cfg(feature = "alloc")]
 use alloc::vec::Vec;
 
-use crate::refusal::Refusals;
+use crate::refusal::{Failure, Refusals};
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use crate::sync::{spin_loop, CachePadded};
 #[cfg(feature = "alloc")]
@@ -558,8 +560,9 @@ impl<W: WriteBack> LLFree<W> {
         None
     }
 
-    /// Puts `n` units of `t` back: into `cP` of `core` if one of its reservations is `t`,
-    /// else into `cU`.
+    /// Puts `n` units of `t` freed by a free back: into `cP` of `core` if one of its
+    /// reservations is `t`, else into `cU`; then tells the refusal memo what the free may
+    /// have made findable ([`LLFree::covers`]).
     fn credit(&self, core: usize, t: TreeId, n: usize) -> bool {
         let local = match self.classes.count() {
             1 => self.locals[core].add(t, n),
@@ -568,8 +571,22 @@ impl<W: WriteBack> LLFree<W> {
         if !local {
             self.add_to_tree(t, n);
         }
-        self.refusals.freed();
+        self.refusals.freed_if(|k| self.covers(t, n, k));
         local
+    }
+
+    /// Whether, after a free of `n` units in tree `t` (all its writes done), a block of
+    /// `order` may be free for a search to find, for the refusal memo (`refusal.rs`, "Frees
+    /// that cover"): a block of a huge frame or more freed (`n` is at least a frame), or a
+    /// frame of `t` free as a whole, read now with `SeqCst` loads ([`Lower::any_free_frame`]).
+    /// Orders 0..=8 always: a block of them may lie anywhere in a frame's bit field.
+    ///
+    /// The whole tree, not only the frame of the freed units: a search takes a block's units
+    /// from the tree's counter before it looks at frames, and a counter's units are no
+    /// frame's in particular, so a search may miss a free frame of `t` for want of this
+    /// free's units in the counter (another allocation having taken those of the frame).
+    fn covers(&self, t: TreeId, n: usize, order: u32) -> bool {
+        order <= lower::BITS_ORDER || n >= HUGE_UNITS || self.lower.any_free_frame(self.children(t))
     }
 
     /// Puts `n` units of `t` back: into `cP` of the reservation `local` if it is `t`, else
@@ -779,7 +796,7 @@ impl<W: WriteBack> LLFree<W> {
     fn scan(&self, order: u32) -> Option<usize> {
         let n = 1 << order;
         for t in (0..self.trees.len()).map(TreeId) {
-            let Some(source) = self.take_any(t, n) else {
+            let Some(source) = self.take_gathered(t, n) else {
                 continue;
             };
             let first = self.children(t).start * HUGE_UNITS;
@@ -799,6 +816,26 @@ impl<W: WriteBack> LLFree<W> {
             }
             Counter::Tree => self.add_to_tree(t, n),
         }
+    }
+
+    /// [`LLFree::take_any`], and where neither counter has `n` units, the tree's units
+    /// gathered first in the counter of the reservation holding it: a reserved tree's free
+    /// units may be split, the holder's counter having some and the tree entry those that
+    /// other cores freed since, and only together count for the block. Without this, a
+    /// search would miss a free block of such a tree, and its refusal would be no refusal
+    /// (`refusal.rs`: a refusal of a huge frame is ended only by a free that may have made
+    /// one findable). The gathering is a reservation move, so a round that needed it is
+    /// not quiet.
+    fn take_gathered(&self, t: TreeId, n: usize) -> Option<Counter> {
+        self.take_any(t, n).or_else(|| {
+            // Read first: most trees a search passes are held by nobody.
+            if !self.trees.get(t).reserved() {
+                return None;
+            }
+            let holder =
+                (0..self.locals.len()).find(|&l| self.locals[l].get().tree() == Some(t))?;
+            self.sync(holder, t).then(|| self.take_any(t, n))?
+        })
     }
 
     /// Takes `n` units of `t` from its tree counter or from the counter of a reservation
@@ -1027,6 +1064,7 @@ impl<W: WriteBack> LLFree<W> {
     ) -> Result<usize, Error> {
         self.refusals.alloc_giving_back(order, || {
             self.alloc_with(order, core, slots, rounds, Error::WouldBlock)
+                .map_err(Failure::searched)
         })
     }
 
@@ -1273,14 +1311,7 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
         let t = self.tree_of(index);
         let n = 1 << order;
         let taken = || {
-            // A reserved tree's free units may be split: the holder's counter has some, and
-            // the frees other cores made since are in the tree entry. Gathered in the holder,
-            // they count together.
-            let source = self.take_any(t, n).or_else(|| {
-                let holder =
-                    (0..self.locals.len()).find(|&l| self.locals[l].get().tree() == Some(t))?;
-                self.sync(holder, t).then(|| self.take_any(t, n))?
-            })?;
+            let source = self.take_gathered(t, n)?;
             if self.lower.alloc_at(index, order) {
                 return Some(Ok(()));
             }

@@ -7,7 +7,7 @@ use core::marker::PhantomData;
 use super::cell::{Shape, State};
 use super::cores::{Cores, Slot};
 use super::word::Word;
-use crate::refusal::Refusals;
+use crate::refusal::{Failure, Refusals};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::CachePadded;
 #[cfg(feature = "alloc")]
@@ -782,13 +782,33 @@ impl<K: Kind> Forest<K> {
         }
     }
 
-    /// F4: counts a completed free of `units` units and hints `node` to the core's next
-    /// allocation of its order.
+    /// F4: counts a completed free of `units` units (the block that starts with `node`)
+    /// and hints `node` to the core's next allocation of its order; then tells the refusal
+    /// memo what the free may have made findable ([`Forest::covers`]).
     fn count_free(&self, units: usize, node: Node, core: usize) {
         let slot = self.cores.slot(core);
         slot.freed(units);
         slot.set_hint(node.order, node.pos);
-        self.refusals.freed();
+        self.refusals
+            .freed_if(|order| self.covers(units, node, order));
+    }
+
+    /// Whether, after the free of `units` units from `first` on (all its writes done), a
+    /// block of `order` may be free where they lie, for the refusal memo (`refusal.rs`,
+    /// "Frees that cover"): the freed block is that large, or the node of `order` above it
+    /// looks free now, as a scan reads it ([`Forest::attempt`]). A search refuses only after
+    /// a scan during which no free completed, so the free it missed is the one that made the
+    /// block free, which reads its own writes here.
+    fn covers(&self, units: usize, first: Node, order: u32) -> bool {
+        let freed = units.trailing_zeros();
+        if order <= freed {
+            return true;
+        }
+        let at = self.place(Node {
+            order,
+            pos: (first.pos << first.order) >> order,
+        });
+        Self::S.is_free(self.cell(at.level, at.cell).load(Ordering::Relaxed), at.j)
     }
 
     /// Frees the allocated block (`index`, `order`), which must not lie in a root cell, up
@@ -920,8 +940,10 @@ impl<K: Kind> Forest<K> {
         true
     }
 
-    /// One NBALLOC (Alg. 2) of a checked `order`, for [`Refusals::alloc`].
-    fn alloc_once(&self, order: u32, core: usize) -> Result<usize, Error> {
+    /// One NBALLOC (Alg. 2) of a checked `order`, for [`Refusals::alloc_sorted`]: a
+    /// failure by the count of free units is [`Failure::Counted`] (a free anywhere ends it),
+    /// one after a scan [`Failure::Searched`].
+    fn alloc_once(&self, order: u32, core: usize) -> Result<usize, Failure> {
         let slot = self.cores.slot(core);
         let start = self.start(slot, order, core);
         let pos = match self.attempt(Node { order, pos: start }, 0) {
@@ -929,14 +951,14 @@ impl<K: Kind> Forest<K> {
             Err(_) => loop {
                 // The full-heap fast path: too few free units means no block, without a scan.
                 if self.free_units() < 1 << order {
-                    return Err(Error::OutOfMemory);
+                    return Err(Failure::Counted);
                 }
                 let releases = self.cores.releases();
                 if let Some(pos) = self.scan(order, start) {
                     break pos;
                 }
                 if self.cores.releases() == releases {
-                    return Err(Error::OutOfMemory);
+                    return Err(Failure::Searched);
                 }
             },
         };
@@ -960,12 +982,15 @@ impl<K: Kind> BlockAlloc for Forest<K> {
     /// complete during the scan (A15-A16).
     ///
     /// Through the refusal memo (`refusal.rs`): a refusal after a scan during which no free
-    /// completed is remembered until the next free or rolled-back allocation.
+    /// completed is remembered until a free that may have made a block of the order free
+    /// there ([`Forest::covers`]), a refusal by the count of free units until any free,
+    /// either until a rolled-back allocation.
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
         if order > self.max_order {
             return Err(Error::BadOrder);
         }
-        self.refusals.alloc(order, || self.alloc_once(order, core))
+        self.refusals
+            .alloc_sorted(order, || self.alloc_once(order, core))
     }
 
     /// Groups of `2^r` blocks under one node of their cell, each group taken by one TRYALLOC

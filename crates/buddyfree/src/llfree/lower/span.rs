@@ -107,8 +107,10 @@ impl<W: WriteBack> Lower<W> {
         };
         let undo = |set: core::ops::Range<usize>| {
             for p in set {
-                // Ours since the claim set it: see the module documentation.
-                self.word(p).store(FREE_PAIR, Ordering::Release);
+                // Ours since the claim set it: see the module documentation. `SeqCst`: a
+                // write that makes frames free, as the refusal memo's argument needs them
+                // (`refusal.rs`).
+                self.word(p).store(FREE_PAIR, Ordering::SeqCst);
                 self.persist(|| self.word(p));
             }
             false
@@ -137,10 +139,11 @@ impl<W: WriteBack> Lower<W> {
         self.persist(|| start);
         for p in first + 1..first + frames / 2 {
             // Ours since the claim of the first word: no other operation changes it.
-            self.word(p).store(FREE_PAIR, Ordering::Release);
+            // `SeqCst`, as the undo of a claim.
+            self.word(p).store(FREE_PAIR, Ordering::SeqCst);
             self.persist(|| self.word(p));
         }
-        start.store(FREE_PAIR, Ordering::Release);
+        start.store(FREE_PAIR, Ordering::SeqCst);
         self.persist(|| start);
         Ok(())
     }
