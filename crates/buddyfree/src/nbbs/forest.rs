@@ -3,6 +3,7 @@
 #[cfg(all(test, loom))]
 use alloc::vec::Vec;
 use core::marker::PhantomData;
+use core::mem::MaybeUninit;
 
 use super::cell::{Shape, State};
 use super::cores::{Cores, Slot};
@@ -79,16 +80,17 @@ impl<const LEVELS: u32, const COUNT: u32, const GEN: u32> Kind for Guarded<LEVEL
 /// for the first [`Seen::LEVELS`] cell levels above its node: its UNMARK trusts a coalescing
 /// bit only while the generation is unchanged, and re-checks the child where none is known.
 /// In guarded cells a generation recorded here is also a registration, which the free must
-/// end (by its UNMARK's CAS, or by leaving) before it returns. A short array keeps the free's
-/// stack setup cheap; only climbs of more than 32 cell levels (1-level trees of `max_order`
-/// above 32, unguarded) take the re-checking path for their top levels.
+/// end (by its UNMARK's CAS, or by leaving) before it returns. A short array, left
+/// uninitialised but for the entries `known` names, keeps the free's stack setup free; only
+/// climbs of more than 32 cell levels (1-level trees of `max_order` above 32, unguarded) take
+/// the re-checking path for their top levels.
 struct Seen {
     /// The cell level of the freed node.
     home: usize,
-    /// Which entries of `gens` hold a generation.
+    /// Which entries of `gens` hold a generation: exactly those `set` wrote.
     known: u32,
     /// By levels climbed, from the node's parent cell up.
-    gens: [u64; Seen::LEVELS],
+    gens: [MaybeUninit<u64>; Seen::LEVELS],
 }
 
 impl Seen {
@@ -99,7 +101,7 @@ impl Seen {
         Seen {
             home,
             known: 0,
-            gens: [0; Self::LEVELS],
+            gens: [const { MaybeUninit::uninit() }; Self::LEVELS],
         }
     }
 
@@ -113,7 +115,7 @@ impl Seen {
     fn set(&mut self, level: usize, gen: u64) {
         let i = self.home - 1 - level;
         if i < Self::LEVELS {
-            self.gens[i] = gen;
+            self.gens[i] = MaybeUninit::new(gen);
             self.known |= 1 << i;
         }
     }
@@ -126,7 +128,8 @@ impl Seen {
             return None;
         }
         self.known &= !(1 << i);
-        Some(self.gens[i])
+        // SAFETY: bit `i` of `known` is set only by `set`, which initialised `gens[i]` first.
+        Some(unsafe { self.gens[i].assume_init() })
     }
 
     /// Whether any generation is still recorded.
