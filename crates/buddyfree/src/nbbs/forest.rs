@@ -352,6 +352,7 @@ impl<K: Kind> Forest<K> {
     /// out as the `2^rows` nodes `rows` rows below it in its cell ([`Shape::complete`]). On
     /// failure returns the node that made it fail (`node` or an occupied ancestor), having
     /// rolled back its marks.
+    #[inline(always)]
     fn try_alloc(&self, node: Node, rows: u32) -> Result<(), Node> {
         let at = self.place(node);
         let done = at.level == 0;
@@ -385,13 +386,8 @@ impl<K: Kind> Forest<K> {
                 .try_update(Ordering::AcqRel, |w| Self::S.mark(w, ch).ok());
             trace!("mark {level}/{cell} ch {ch} -> {r:x?}");
             if let Err(seen) = r {
-                // T10-T12: an ancestor is occupied; undo the marks below it.
                 let failed = Self::S.mark(seen, ch).unwrap_err();
-                let now = home.fetch_or(0, Ordering::Relaxed);
-                self.release(at, now, level + 1);
-                // Units a search may have passed over while this held them.
-                self.refusals.released();
-                return Err(self.node(level, cell, failed));
+                return Err(self.roll_back(at, level, cell, failed));
             }
         }
         // Relaxed: a free of this block learns of it through the caller, which orders it
@@ -403,6 +399,18 @@ impl<K: Kind> Forest<K> {
         }
         trace!("allocated {node:?} rows {rows}");
         Ok(())
+    }
+
+    /// T10-T12: the mark of cell `cell` at `level` failed on its node `failed`, occupied; undoes
+    /// the marks below it and releases the node at `at`. The node that made the allocation fail.
+    #[cold]
+    #[inline(never)]
+    fn roll_back(&self, at: Place, level: usize, cell: usize, failed: u32) -> Node {
+        let now = self.cell(at.level, at.cell).fetch_or(0, Ordering::Relaxed);
+        self.release(at, now, level + 1);
+        // Units a search may have passed over while this held them.
+        self.refusals.released();
+        self.node(level, cell, failed)
     }
 
     /// Alg. 4 (FREENODE, F6-F22) and Alg. 5 (UNMARK) for the node at `at`, held by the caller
@@ -419,6 +427,7 @@ impl<K: Kind> Forest<K> {
     /// test `rollback_unlinks_a_cell_emptied_after_reuse`). Above `marked` the rollback
     /// only marks links that are set and live, and its UNMARK re-checks them (no generation
     /// seen), as a free's does where its coalescing bit was taken.
+    #[inline(always)]
     fn release(&self, at: Place, now: State, marked: usize) {
         let mut seen = Seen::new(at.level);
         self.mark_coalescing(at, now, marked, &mut seen);
@@ -429,6 +438,7 @@ impl<K: Kind> Forest<K> {
     /// F6-F19: marks the ancestors coalescing, as far as the merge may reach, recording the
     /// generation of each cell marked. Above cell level `marked` (see `release`) only links
     /// that are set and live.
+    #[inline(always)]
     fn mark_coalescing(&self, at: Place, now: State, marked: usize, seen: &mut Seen) {
         if !Self::S.keeps_climbing(now, Self::S.node_bits(at.j)) {
             return;
@@ -452,6 +462,7 @@ impl<K: Kind> Forest<K> {
     /// generation read. `own`: the link carries the caller's own mark; otherwise (a rollback
     /// above its marks, see `release`) only a link that is set and live, and `None` if it is
     /// not. The cell's state after.
+    #[inline(always)]
     fn coalesce(
         &self,
         level: usize,
@@ -508,6 +519,7 @@ impl<K: Kind> Forest<K> {
     /// F20: clears the node, returning its cell's new state. Release: the caller's writes to
     /// the block happen before its next owner's. An RMW, not the paper's store: other nodes
     /// of a bunch change concurrently.
+    #[inline(always)]
     fn clear(&self, at: Place) -> State {
         let keep = Self::S.clear_mask(at.j);
         let now = self
@@ -554,6 +566,7 @@ impl<K: Kind> Forest<K> {
     /// `INVALID`, or cannot register, stops and leaves the cell's coalescing links to the
     /// sweep of the last UNMARK to leave it ([`Forest::sweep`]); one that stops below a cell
     /// where its coalescing climb registered leaves that cell on the way up.
+    #[inline(always)]
     fn unmark(&self, at: Place, now: State, seen: &mut Seen) {
         // `Some(state)` while climbing: the state of the cell below after our last step.
         let mut below = Self::S.looks_free(now).then_some(now);
@@ -582,9 +595,9 @@ impl<K: Kind> Forest<K> {
     /// the child is free and no mark came since generation `reg` (`None`: not read, or not
     /// registered). Returns the cell's state after the step, or `None` where the UNMARK
     /// stops here (the child is occupied, or the cell is left to its sweeper).
+    #[inline(always)]
     fn unlink(&self, level: usize, cell: usize, ch: u32, mut reg: Option<u64>) -> Option<State> {
         let here = self.cell(level, cell);
-        let child = self.cell(level + 1, cell << Self::LEVELS | ch as usize);
         loop {
             let mut step = Step::GaveUp;
             // AcqRel: acquire the frees merged below (the buddy's release), release them,
@@ -608,7 +621,8 @@ impl<K: Kind> Forest<K> {
                 Step::Recheck => {
                     reg = Some(Self::S.gen(w));
                     // Relaxed: ordered after the marks that count by the acquire above.
-                    let c = child
+                    let c = self
+                        .cell(level + 1, cell << Self::LEVELS | ch as usize)
                         .try_update(Ordering::Relaxed, |_| None)
                         .unwrap_or_else(|c| c);
                     trace!("recheck child -> {c:x}");
@@ -729,7 +743,7 @@ impl<K: Kind> Forest<K> {
     /// Tries `node` if it looks free (for `rows`, see [`Forest::try_alloc`]); otherwise, or
     /// on failure, the next position worth trying at its order (past the sub-tree of the node
     /// that made it fail; Alg. 2, A13-A14).
-    #[inline]
+    #[inline(always)]
     fn attempt(&self, node: Node, rows: u32) -> Result<(), usize> {
         let at = self.place(node);
         let w = self.cell(at.level, at.cell).load(Ordering::Relaxed);
@@ -924,6 +938,7 @@ impl<K: Kind> Forest<K> {
     }
 
     /// One NBALLOC (Alg. 2) of a checked `order`, for [`Refusals::alloc`].
+    #[inline(always)]
     fn alloc_once(&self, order: u32, core: usize) -> Result<usize, Error> {
         let slot = self.cores.slot(core);
         let start = self.start(slot, order, core);
@@ -1445,6 +1460,8 @@ mod tests {
         rollback_in_cell_after_reuse::<FourLevel>(32, 5, 5);
     }
 
+    /// Packed or not (five 11-bit generations, one of 59 bits, 32 of 2 bits), the first 32
+    /// levels climbed are kept, each until taken.
     #[test]
     fn seen_keeps_the_first_levels_climbed() {
         let mut seen = Seen::new(40);
