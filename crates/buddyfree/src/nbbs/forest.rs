@@ -81,9 +81,10 @@ impl<const LEVELS: u32, const COUNT: u32, const GEN: u32> Kind for Guarded<LEVEL
 /// bit only while the generation is unchanged, and re-checks the child where none is known.
 /// In guarded cells a generation recorded here is also a registration, which the free must
 /// end (by its UNMARK's CAS, or by leaving) before it returns. A short array, left
-/// uninitialised but for the entries `known` names, keeps the free's stack setup free; only
-/// climbs of more than 32 cell levels (1-level trees of `max_order` above 32, unguarded) take
-/// the re-checking path for their top levels.
+/// uninitialised but for the entries `known` names, so that setting it up writes nothing
+/// before the free's next locked instruction (which would wait for those stores); only climbs
+/// of more than 32 cell levels (1-level trees of `max_order` above 32, unguarded) take the
+/// re-checking path for their top levels.
 struct Seen {
     /// The cell level of the freed node.
     home: usize,
@@ -1460,8 +1461,6 @@ mod tests {
         rollback_in_cell_after_reuse::<FourLevel>(32, 5, 5);
     }
 
-    /// Packed or not (five 11-bit generations, one of 59 bits, 32 of 2 bits), the first 32
-    /// levels climbed are kept, each until taken.
     #[test]
     fn seen_keeps_the_first_levels_climbed() {
         let mut seen = Seen::new(40);
