@@ -288,7 +288,12 @@ impl Shape {
             return Err(Self::highest(above));
         }
         let w = (w & !self.coal_child(ch)) | self.occ_child(ch);
-        let w = (w & !self.gen_mask) | (w.wrapping_add(self.gen_one) & self.gen_mask);
+        // A generation in the top bits wraps by itself: the carry leaves the word.
+        let w = if self.gen_mask >> (State::BITS - 1) != 0 {
+            w.wrapping_add(self.gen_one)
+        } else {
+            (w & !self.gen_mask) | (w.wrapping_add(self.gen_one) & self.gen_mask)
+        };
         // A wrap while an UNMARK is registered could bring the generation back to the value
         // it read: it can no longer trust any generation it read before.
         if self.gen(w) == 0 && self.count(w) != 0 {

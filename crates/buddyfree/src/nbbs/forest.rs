@@ -3,6 +3,7 @@
 #[cfg(all(test, loom))]
 use alloc::vec::Vec;
 use core::marker::PhantomData;
+use core::mem::MaybeUninit;
 
 use super::cell::{Shape, State};
 use super::cores::{Cores, Slot};
@@ -79,16 +80,18 @@ impl<const LEVELS: u32, const COUNT: u32, const GEN: u32> Kind for Guarded<LEVEL
 /// for the first [`Seen::LEVELS`] cell levels above its node: its UNMARK trusts a coalescing
 /// bit only while the generation is unchanged, and re-checks the child where none is known.
 /// In guarded cells a generation recorded here is also a registration, which the free must
-/// end (by its UNMARK's CAS, or by leaving) before it returns. A short array keeps the free's
-/// stack setup cheap; only climbs of more than 32 cell levels (1-level trees of `max_order`
-/// above 32, unguarded) take the re-checking path for their top levels.
+/// end (by its UNMARK's CAS, or by leaving) before it returns. A short array, left
+/// uninitialised but for the entries `known` names, so that setting it up writes nothing
+/// before the free's next locked instruction (which would wait for those stores); only climbs
+/// of more than 32 cell levels (1-level trees of `max_order` above 32, unguarded) take the
+/// re-checking path for their top levels.
 struct Seen {
     /// The cell level of the freed node.
     home: usize,
-    /// Which entries of `gens` hold a generation.
+    /// Which entries of `gens` hold a generation: exactly those `set` wrote.
     known: u32,
     /// By levels climbed, from the node's parent cell up.
-    gens: [u64; Seen::LEVELS],
+    gens: [MaybeUninit<u64>; Seen::LEVELS],
 }
 
 impl Seen {
@@ -99,7 +102,7 @@ impl Seen {
         Seen {
             home,
             known: 0,
-            gens: [0; Self::LEVELS],
+            gens: [const { MaybeUninit::uninit() }; Self::LEVELS],
         }
     }
 
@@ -113,7 +116,7 @@ impl Seen {
     fn set(&mut self, level: usize, gen: u64) {
         let i = self.home - 1 - level;
         if i < Self::LEVELS {
-            self.gens[i] = gen;
+            self.gens[i] = MaybeUninit::new(gen);
             self.known |= 1 << i;
         }
     }
@@ -126,7 +129,8 @@ impl Seen {
             return None;
         }
         self.known &= !(1 << i);
-        Some(self.gens[i])
+        // SAFETY: bit `i` of `known` is set only by `set`, which initialised `gens[i]` first.
+        Some(unsafe { self.gens[i].assume_init() })
     }
 
     /// Whether any generation is still recorded.
@@ -349,6 +353,7 @@ impl<K: Kind> Forest<K> {
     /// out as the `2^rows` nodes `rows` rows below it in its cell ([`Shape::complete`]). On
     /// failure returns the node that made it fail (`node` or an occupied ancestor), having
     /// rolled back its marks.
+    #[inline(always)]
     fn try_alloc(&self, node: Node, rows: u32) -> Result<(), Node> {
         let at = self.place(node);
         let done = at.level == 0;
@@ -382,13 +387,8 @@ impl<K: Kind> Forest<K> {
                 .try_update(Ordering::AcqRel, |w| Self::S.mark(w, ch).ok());
             trace!("mark {level}/{cell} ch {ch} -> {r:x?}");
             if let Err(seen) = r {
-                // T10-T12: an ancestor is occupied; undo the marks below it.
                 let failed = Self::S.mark(seen, ch).unwrap_err();
-                let now = home.fetch_or(0, Ordering::Relaxed);
-                self.release(at, now, level + 1);
-                // Units a search may have passed over while this held them.
-                self.refusals.released();
-                return Err(self.node(level, cell, failed));
+                return Err(self.roll_back(at, level, cell, failed));
             }
         }
         // Relaxed: a free of this block learns of it through the caller, which orders it
@@ -400,6 +400,18 @@ impl<K: Kind> Forest<K> {
         }
         trace!("allocated {node:?} rows {rows}");
         Ok(())
+    }
+
+    /// T10-T12: the mark of cell `cell` at `level` failed on its node `failed`, occupied; undoes
+    /// the marks below it and releases the node at `at`. The node that made the allocation fail.
+    #[cold]
+    #[inline(never)]
+    fn roll_back(&self, at: Place, level: usize, cell: usize, failed: u32) -> Node {
+        let now = self.cell(at.level, at.cell).fetch_or(0, Ordering::Relaxed);
+        self.release(at, now, level + 1);
+        // Units a search may have passed over while this held them.
+        self.refusals.released();
+        self.node(level, cell, failed)
     }
 
     /// Alg. 4 (FREENODE, F6-F22) and Alg. 5 (UNMARK) for the node at `at`, held by the caller
@@ -416,6 +428,7 @@ impl<K: Kind> Forest<K> {
     /// test `rollback_unlinks_a_cell_emptied_after_reuse`). Above `marked` the rollback
     /// only marks links that are set and live, and its UNMARK re-checks them (no generation
     /// seen), as a free's does where its coalescing bit was taken.
+    #[inline(always)]
     fn release(&self, at: Place, now: State, marked: usize) {
         let mut seen = Seen::new(at.level);
         self.mark_coalescing(at, now, marked, &mut seen);
@@ -426,6 +439,7 @@ impl<K: Kind> Forest<K> {
     /// F6-F19: marks the ancestors coalescing, as far as the merge may reach, recording the
     /// generation of each cell marked. Above cell level `marked` (see `release`) only links
     /// that are set and live.
+    #[inline(always)]
     fn mark_coalescing(&self, at: Place, now: State, marked: usize, seen: &mut Seen) {
         if !Self::S.keeps_climbing(now, Self::S.node_bits(at.j)) {
             return;
@@ -449,6 +463,7 @@ impl<K: Kind> Forest<K> {
     /// generation read. `own`: the link carries the caller's own mark; otherwise (a rollback
     /// above its marks, see `release`) only a link that is set and live, and `None` if it is
     /// not. The cell's state after.
+    #[inline(always)]
     fn coalesce(
         &self,
         level: usize,
@@ -505,6 +520,7 @@ impl<K: Kind> Forest<K> {
     /// F20: clears the node, returning its cell's new state. Release: the caller's writes to
     /// the block happen before its next owner's. An RMW, not the paper's store: other nodes
     /// of a bunch change concurrently.
+    #[inline(always)]
     fn clear(&self, at: Place) -> State {
         let keep = Self::S.clear_mask(at.j);
         let now = self
@@ -551,6 +567,7 @@ impl<K: Kind> Forest<K> {
     /// `INVALID`, or cannot register, stops and leaves the cell's coalescing links to the
     /// sweep of the last UNMARK to leave it ([`Forest::sweep`]); one that stops below a cell
     /// where its coalescing climb registered leaves that cell on the way up.
+    #[inline(always)]
     fn unmark(&self, at: Place, now: State, seen: &mut Seen) {
         // `Some(state)` while climbing: the state of the cell below after our last step.
         let mut below = Self::S.looks_free(now).then_some(now);
@@ -579,9 +596,9 @@ impl<K: Kind> Forest<K> {
     /// the child is free and no mark came since generation `reg` (`None`: not read, or not
     /// registered). Returns the cell's state after the step, or `None` where the UNMARK
     /// stops here (the child is occupied, or the cell is left to its sweeper).
+    #[inline(always)]
     fn unlink(&self, level: usize, cell: usize, ch: u32, mut reg: Option<u64>) -> Option<State> {
         let here = self.cell(level, cell);
-        let child = self.cell(level + 1, cell << Self::LEVELS | ch as usize);
         loop {
             let mut step = Step::GaveUp;
             // AcqRel: acquire the frees merged below (the buddy's release), release them,
@@ -605,7 +622,8 @@ impl<K: Kind> Forest<K> {
                 Step::Recheck => {
                     reg = Some(Self::S.gen(w));
                     // Relaxed: ordered after the marks that count by the acquire above.
-                    let c = child
+                    let c = self
+                        .cell(level + 1, cell << Self::LEVELS | ch as usize)
                         .try_update(Ordering::Relaxed, |_| None)
                         .unwrap_or_else(|c| c);
                     trace!("recheck child -> {c:x}");
@@ -726,7 +744,7 @@ impl<K: Kind> Forest<K> {
     /// Tries `node` if it looks free (for `rows`, see [`Forest::try_alloc`]); otherwise, or
     /// on failure, the next position worth trying at its order (past the sub-tree of the node
     /// that made it fail; Alg. 2, A13-A14).
-    #[inline]
+    #[inline(always)]
     fn attempt(&self, node: Node, rows: u32) -> Result<(), usize> {
         let at = self.place(node);
         let w = self.cell(at.level, at.cell).load(Ordering::Relaxed);
@@ -943,6 +961,7 @@ impl<K: Kind> Forest<K> {
     /// One NBALLOC (Alg. 2) of a checked `order`, for [`Refusals::alloc_sorted`]: a
     /// failure by the count of free units is [`Failure::Counted`] (a free anywhere ends it),
     /// one after a scan [`Failure::Searched`].
+    #[inline(always)]
     fn alloc_once(&self, order: u32, core: usize) -> Result<usize, Failure> {
         let slot = self.cores.slot(core);
         let start = self.start(slot, order, core);

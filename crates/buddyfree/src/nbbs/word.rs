@@ -39,7 +39,7 @@ pub trait Word: Send + Sync {
     /// would strand an occupied bit forever. `success` orders the installing or confirming
     /// RMW; the first read and failed attempts are relaxed, because a step acts only on a
     /// state an RMW of its own has read.
-    #[inline]
+    #[inline(always)]
     fn try_update(
         &self,
         success: Ordering,
