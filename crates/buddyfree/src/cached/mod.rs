@@ -498,19 +498,6 @@ impl<B: Backend> Cached<B> {
     #[inline]
     fn free_if_direct(&self, index: usize, order: u32, core: usize) -> Option<Result<(), Error>> {
         let slot = self.states.direct_at(index)?;
-        self.free_direct(index, order, slot, core)
-    }
-
-    /// [`Self::free_if_direct`] for a block recorded `Direct` at `slot`. Out of line: the
-    /// check above is on every free, and this call is short beside the backend's free.
-    #[inline(never)]
-    fn free_direct(
-        &self,
-        index: usize,
-        order: u32,
-        slot: usize,
-        core: usize,
-    ) -> Option<Result<(), Error>> {
         if self.policy.slot(order) != Some(slot) {
             // Another order's block, or none of a cached order: the full check answers.
             return None;
