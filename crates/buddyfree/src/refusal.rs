@@ -278,7 +278,9 @@ impl Refusals {
     }
 
     /// [`Refusals::alloc_sorted`], or [`Refusals::alloc_giving_back`] where `gives_back`.
-    #[inline]
+    /// Always inlined, so that a refusal from the memo costs its load and no call, however
+    /// large the attempt.
+    #[inline(always)]
     fn run(
         &self,
         order: u32,
