@@ -246,7 +246,8 @@ pub fn full_heap(a: &dyn BlockAlloc, order: u32, threads: usize, p: &Params) -> 
 /// round the huge frames (the first block of every frame, then the second, ...), so that
 /// none is whole again while few are freed. Only the requests are counted (the frees in
 /// `setup`): its time per operation is the time per try, free and request together. A
-/// request that succeeds keeps its frame.
+/// request that succeeds keeps its frame. None at orders of a huge frame or more, where the
+/// block freed is a frame itself.
 fn reclaim(
     a: &dyn BlockAlloc,
     held: &mut Vec<(usize, u32)>,
@@ -256,6 +257,9 @@ fn reclaim(
     w: &Worker,
     setup: &mut Counts,
 ) -> (Counts, Duration) {
+    if order >= FULL_HEAP_LARGE {
+        return Default::default();
+    }
     let frame = |i: usize| (i % HUGE_FRAME_UNITS, i / HUGE_FRAME_UNITS);
     held.sort_unstable_by_key(|&(i, o)| (o != order, frame(i)));
     let tries = held

@@ -333,8 +333,15 @@ impl Workload {
             Workload::Cached => t * params.cached_pairs * 2,
             // Fill until one failure per thread, the failing requests, free the blocks.
             Workload::FullHeap => {
+                // One request per reclaim try (its free is the fill's), for every thread
+                // that holds enough blocks, and more for the frames it gets.
                 let fails = params.full_heap_fails;
-                2 * (units >> order) + t + t * (2 * fails + 3 * fails.min(nbbs::FRAGMENTED_FAILS))
+                let fragmented = fails.min(nbbs::FRAGMENTED_FAILS);
+                let reclaims = match order < nbbs::FULL_HEAP_LARGE {
+                    true => fragmented,
+                    false => 0,
+                };
+                2 * (units >> order) + t + t * (2 * fails + fragmented + reclaims)
             }
             Workload::Bulk | Workload::Rand => 2 * n,
             Workload::Repeat => 4 * n,
