@@ -347,12 +347,8 @@ impl Refusals {
     pub(crate) fn refused(&self, pending: Pending, counted: bool) -> bool {
         let refused = REFUSED | (pending.word & ORDER) | if counted { COUNTED } else { 0 };
         let touched = pending.word | TOUCHED;
-        let set = |from: u64, to: u64| {
-            self.word
-                .compare_exchange(from, to, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        };
-        set(pending.word, refused) || set(touched, if counted { 0 } else { refused })
+        self.replace(pending.word, refused)
+            || self.replace(touched, if counted { 0 } else { refused })
     }
 
     /// Ends a search begun with `pending` that did not end in a refusal: a refusal it
@@ -363,12 +359,15 @@ impl Refusals {
             true => pending.replaced,
             false => 0,
         };
-        let set = |from: u64, to: u64| {
-            self.word
-                .compare_exchange(from, to, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        };
-        set(pending.word, back) || set(pending.word | TOUCHED, 0)
+        self.replace(pending.word, back) || self.replace(pending.word | TOUCHED, 0)
+    }
+
+    /// Puts `to` in the word if it holds `from`; whether it did: the end of a search, which
+    /// publishes nothing (Relaxed; the module docs say what orders it).
+    fn replace(&self, from: u64, to: u64) -> bool {
+        self.word
+            .compare_exchange(from, to, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// After a free whose writes that make its units findable are `SeqCst` read-modify-writes
