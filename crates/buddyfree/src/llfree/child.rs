@@ -131,6 +131,14 @@ impl ChildPair {
     }
 
     #[inline]
+    /// What an add to the pair word counts as `units` more free units of child `half`:
+    /// `free` is its half's lowest field. Only for units taken from that counter, whose
+    /// sum then stays within its 10 bits.
+    pub(crate) const fn free_units(half: usize, units: usize) -> u64 {
+        (units as u64) << (32 * half)
+    }
+
+    #[inline]
     /// The pair with child `half` replaced.
     pub(crate) const fn set(self, half: usize, child: Child) -> ChildPair {
         let shift = 32 * half;

@@ -990,10 +990,9 @@ impl<W: WriteBack> Lower<W> {
     /// half, and a give never carries out of it (the units were taken from it, so the sum is
     /// at most [`HUGE_UNITS`], which the counter's 10 bits hold).
     fn give_child(&self, h: HugeId, units: usize) {
-        let shift = 32 * (h.0 % 2);
         let before = self
             .pair_word(h)
-            .fetch_add((units as u64) << shift, Ordering::SeqCst);
+            .fetch_add(ChildPair::free_units(h.0 % 2, units), Ordering::SeqCst);
         // `Child::give` checks that the frame is not taken whole and the sum fits.
         let _ = ChildPair(before).get(h.0 % 2).give(units);
     }
