@@ -120,8 +120,8 @@
 //!   decides racing frees as it does without a magazine, so a shuffled free costs the
 //!   backend's free, the state byte and the memo's load (1.2–1.7 times the backend alone;
 //!   docs/results.md says why no less) instead of a lock, a park and a share of a spill
-//!   that groups nothing. The stream's first blocks are handed out as usual and park when they
-//!   come back (the list fills to its watermark, for the next burst); a free on the core
+//!   that groups nothing. The stream's first blocks are handed out as usual and park when
+//!   they come back (the list fills to its watermark, for the next burst); a free on the core
 //!   that parks a block of the order, or frees a `Direct` one, ends the stream, so that a
 //!   pool recycled in alloc+free pairs parks again at once. In a stream of huge frames (one
 //!   block a batch) the allocations, too, go to the backend without the magazine's lock.

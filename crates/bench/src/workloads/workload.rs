@@ -337,9 +337,10 @@ impl Workload {
                 // that holds enough blocks, and more for the frames it gets.
                 let fails = params.full_heap_fails;
                 let fragmented = fails.min(nbbs::FRAGMENTED_FAILS);
-                let reclaims = match order < nbbs::FULL_HEAP_LARGE {
-                    true => fragmented,
-                    false => 0,
+                let reclaims = if order < nbbs::FULL_HEAP_LARGE {
+                    fragmented
+                } else {
+                    0
                 };
                 2 * (units >> order) + t + t * (2 * fails + fragmented + reclaims)
             }
