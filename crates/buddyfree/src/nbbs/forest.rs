@@ -219,6 +219,12 @@ impl<K: Kind> Forest<K> {
         K::SHAPE
     };
     const LEVELS: u32 = K::SHAPE.levels;
+    /// The first root cell: a cache line of unused cells comes before it, as one comes after
+    /// each level ([`Forest::level_cells`]), so that nothing next to the table (its
+    /// neighbours in the plan, or whatever the system allocator puts there) shares a line
+    /// with a cell in use. A read-mostly neighbour such as `level_start` would otherwise be
+    /// invalidated by every update of the first roots.
+    const FIRST_CELL: usize = K::LINE;
 
     /// A forest managing `config.units` units, its tables on the heap.
     #[cfg(feature = "alloc")]
@@ -229,12 +235,7 @@ impl<K: Kind> Forest<K> {
     }
 
     /// The metadata of a forest of `config`: its cells, the first cell of each cell level,
-    /// and the per-core slots. The cells begin with a cache line of unused cells, as each
-    /// level ends with one ([`Forest::level_cells`]), so that whatever lies next to the
-    /// table (its neighbours in the plan, or on the heap whatever the system allocator puts
-    /// there) shares no line with a cell in use. `level_start`, read on every operation,
-    /// once landed on the heap in the line of the first root cells: one core's updates of
-    /// its root then slowed every operation of the other (1.8x the time at two threads).
+    /// and the per-core slots.
     pub(crate) fn plan(config: Config) -> Result<(Plan, Parts<K>), Error> {
         config.validate()?;
         let roots = config.units.div_ceil(1 << config.max_order);
@@ -242,7 +243,7 @@ impl<K: Kind> Forest<K> {
             .checked_mul(1 << config.max_order)
             .ok_or(ConfigRule::MetadataOverflow)?;
         let levels = (config.max_order / Self::LEVELS) as usize + 1;
-        let mut total = K::LINE;
+        let mut total = Self::FIRST_CELL;
         for level in 0..levels {
             total = total
                 .checked_add(Self::level_cells(roots, level).ok_or(ConfigRule::MetadataOverflow)?)
@@ -278,7 +279,7 @@ impl<K: Kind> Forest<K> {
         let roots = config.units.div_ceil(1 << max_order);
         // `plan` checked that neither this nor the level sizes below overflow.
         let span = roots << max_order;
-        let mut next = K::LINE;
+        let mut next = Self::FIRST_CELL;
         let level_start = meta.table(parts.level_start, |level| {
             let start = next;
             next += Self::level_cells(roots, level).unwrap_or(0);
@@ -875,7 +876,7 @@ impl<K: Kind> Forest<K> {
     /// The cell states from the first root cell on, for failure reports.
     #[cfg(all(test, loom))]
     pub fn dump(&self) -> Vec<State> {
-        self.cells[self.level_start[0]..]
+        self.cells[Self::FIRST_CELL..]
             .iter()
             .map(|c| c.load(Ordering::Relaxed))
             .collect()
@@ -1324,13 +1325,10 @@ mod tests {
             while f.alloc(order, 0).is_ok() {}
             assert_eq!(f.free_units(), 0);
             let cells = states(&f);
-            let edges = cells[..K::LINE]
+            let mut edges = cells[..K::LINE]
                 .iter()
                 .chain(&cells[cells.len() - K::LINE..]);
-            assert!(
-                edges.into_iter().all(|&c| c == 0),
-                "order {order}: {cells:x?}"
-            );
+            assert!(edges.all(|&c| c == 0), "order {order}: {cells:x?}");
         }
     }
 
