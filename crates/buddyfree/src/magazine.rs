@@ -126,15 +126,17 @@
 //!   pool recycled in alloc+free pairs parks again at once. In a stream of huge frames (one
 //!   block a batch) the allocations, too, go to the backend without the magazine's lock.
 //!   What it costs: every free tests the state byte for `Direct` before it takes the lock
-//!   (a load and a comparison), and allocations count refills to find streams. A stale double free of a `Direct`
-//!   block that races the block's reuse is answered by the backend, as without a
-//!   magazine: it cannot tell the old owner's free from the new owner's block.
+//!   (a load and a comparison), and allocations count refills to find streams. A stale
+//!   double free of a `Direct` block that races the block's reuse is answered by the
+//!   backend, as without a magazine: it cannot tell the old owner's free from the new
+//!   owner's block.
 //! - **Bursts of orders the backend does not take in bulk** (NBBS-4 where the order is on
 //!   the top row of its cell, as order 6 is with `max_order` 10: the default suite's 256 KiB
-//!   blocks): where every block is allocated before any is freed, a magazine reuses nothing
-//!   and each operation pays its lock and state-table byte on top of the backend's, so
-//!   `buddybench`'s linux-scalability and thread-test take longer through a magazine than
-//!   with the plain design (docs/results.md). LLFree takes orders 0–8 in bulk, and its
+//!   blocks; the 1-level NBBS at every order, having no groups): where every block is
+//!   allocated before any is freed, a magazine reuses nothing and each operation pays its
+//!   lock and state-table byte on top of the backend's, so `buddybench`'s
+//!   linux-scalability and thread-test take longer through a magazine than with the plain
+//!   design (docs/results.md, 'Every cell against its backend'). LLFree takes orders 0–8 in bulk, and its
 //!   bursts run as fast through a magazine as without up to 256 KiB; its bursts of huge
 //!   frames (order 9, one block a batch) pay the magazine as NBBS-4's do, in return for a
 //!   cheaper pair where a pool of huge frames is recycled (`buddybench`'s bulk and repeat
