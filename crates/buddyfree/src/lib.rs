@@ -211,6 +211,18 @@ pub trait BlockAlloc: Sync {
         false
     }
 
+    /// Whether [`BlockAlloc::alloc_bulk`] and [`BlockAlloc::free_bulk`] take several blocks
+    /// of `order` for less work than as many single calls (LLFree: the free blocks of a
+    /// bit-field word in one compare-and-swap; NBBS-4: the blocks under one node of a
+    /// cell). Per-core caches in front of the allocator
+    /// ([`Magazine`](crate::magazine::Magazine)) move an order one block at a time where it
+    /// is `false` (the default): a batch would cost as many calls, and a burst of single
+    /// blocks can pass the caches by (their *Streams*).
+    fn alloc_bulk_groups(&self, order: u32) -> bool {
+        let _ = order;
+        false
+    }
+
     /// Units not handed out to callers (blocks held in internal caches count as free).
     #[must_use]
     fn free_units(&self) -> usize;
@@ -524,6 +536,9 @@ impl<A: BlockAlloc + ?Sized> BlockAlloc for alloc::boxed::Box<A> {
     }
     fn alloc_bulk_continues(&self) -> bool {
         (**self).alloc_bulk_continues()
+    }
+    fn alloc_bulk_groups(&self, order: u32) -> bool {
+        (**self).alloc_bulk_groups(order)
     }
     fn capabilities(&self) -> Capabilities {
         (**self).capabilities()

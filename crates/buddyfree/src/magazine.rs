@@ -18,10 +18,13 @@
 //! per-core lock each way, a list push or pop and one byte of `states`, instead of the backend's
 //! tree or bit-field walk and its shared cache lines. An empty magazine is refilled with a
 //! batch from the backend's [`BlockAlloc::alloc_bulk`] (order 0: 32 units; orders 1–5: 256
-//! units; orders 6–8: 512, an LLFree huge frame; order 9: one block, by a plain `alloc`);
+//! units; orders 6–8: 512, an LLFree huge frame; order 9: one block, by a plain `alloc`; and
+//! one block of any order that the backend takes in bulk no cheaper than block by block,
+//! [`BlockAlloc::alloc_bulk_groups`]: NBBS-4's on the top row of a cell, as order 6 with
+//! `max_order` 10, and every order of the 1-level NBBS);
 //! one holding more than 128 units of order 0, 512 of orders 1–5, 1024 of orders 6 and 7,
 //! 2048 of order 8 or 8 blocks of order 9 gives its oldest batch back through
-//! [`BlockAlloc::free_bulk_owned`] (order 9: its newest block). Those are
+//! [`BlockAlloc::free_bulk_owned`] (a list of one block a batch: its newest). Those are
 //! the full lists, for heaps of at least 2^17 units (512 MiB of 4 KiB units) per core;
 //! below, they shrink with the heap (see *What it trades*).
 //! Over a backend whose bulk allocations continue where the core's last one ended
@@ -113,9 +116,10 @@
 //! - **Streams**: a core that allocates more blocks of an order than its list holds at
 //!   its watermark, with no free parking one between (a burst freed later, all at once, or
 //!   by other cores in a shuffled order: `buddybench`'s bulk and rand), hands the rest of
-//!   that stream out `Direct` (see the `cached` module's *Streams*), for the huge frames
-//!   only (the smaller orders' grouped spills give a burst freed in address order back
-//!   cheaper than single frees, so they keep parking). Their frees skip the
+//!   that stream out `Direct` (see the `cached` module's *Streams*), for the orders moved one
+//!   block at a time only: the huge frames, and those the backend does not group (the
+//!   others' grouped spills give a burst freed in address order back cheaper than single
+//!   frees, so they keep parking). Their frees skip the
 //!   magazine: a load and a store of the state byte, then the backend's own free, which
 //!   decides racing frees as it does without a magazine, so a shuffled free costs the
 //!   backend's free, the state byte and the memo's load (1.2–1.7 times the backend alone;
@@ -123,25 +127,23 @@
 //!   that groups nothing. The stream's first blocks are handed out as usual and park when
 //!   they come back (the list fills to its watermark, for the next burst); a free on the core
 //!   that parks a block of the order, or frees a `Direct` one, ends the stream, so that a
-//!   pool recycled in alloc+free pairs parks again at once. In a stream of huge frames (one
-//!   block a batch) the allocations, too, go to the backend without the magazine's lock.
+//!   pool recycled in alloc+free pairs parks again at once. In a stream the allocations,
+//!   too, go to the backend without the magazine's lock.
 //!   What it costs: every free tests the state byte for `Direct` before it takes the lock
 //!   (a load and a comparison), and allocations count refills to find streams. A stale
 //!   double free of a `Direct` block that races the block's reuse is answered by the
 //!   backend, as without a magazine: it cannot tell the old owner's free from the new
 //!   owner's block.
-//! - **Bursts of orders the backend does not take in bulk** (NBBS-4 where the order is on
-//!   the top row of its cell, as order 6 is with `max_order` 10: the default suite's 256 KiB
-//!   blocks; the 1-level NBBS at every order, having no groups): where every block is
-//!   allocated before any is freed, a magazine reuses nothing and each operation pays its
-//!   lock and state-table byte on top of the backend's, so `buddybench`'s
-//!   linux-scalability and thread-test take longer through a magazine than with the plain
-//!   design (docs/results.md, 'Every cell against its backend'). LLFree takes orders 0–8 in bulk, and its
-//!   bursts run as fast through a magazine as without up to 256 KiB; its bursts of huge
-//!   frames (order 9, one block a batch) pay the magazine as NBBS-4's do, in return for a
-//!   cheaper pair where a pool of huge frames is recycled (`buddybench`'s bulk and repeat
-//!   at 2 MiB). Every operation takes the lock even when its list looks empty or full:
-//!   skipping it would win such bursts back only in part and make the common pair dearer.
+//! - **Bursts of orders moved one block at a time** (the huge frames; NBBS-4's 256 KiB
+//!   blocks in the default suite, order 6 on the top row of a cell; the 1-level NBBS at every
+//!   order): where every block is allocated before any is freed, a magazine reuses nothing;
+//!   the stream's first blocks pay its lock and park, the rest its state byte, so
+//!   `buddybench`'s linux-scalability and thread-test take a little longer through a
+//!   magazine than with the plain design (docs/results.md, 'Every cell against its
+//!   backend'). The orders a backend groups run their bursts through the lists, LLFree's
+//!   0–8 faster than without a magazine, NBBS-4's others about as fast. Every operation
+//!   of a batched order takes the lock even when its list looks empty or full: skipping it
+//!   would win such bursts back only in part and make the common pair dearer.
 //! - **Placement**: reused blocks come from the magazine, not from where the backend would
 //!   place them (LLFree's per-core trees, say); `docs/results.md` measures the effect on
 //!   fragmentation.
@@ -1203,6 +1205,37 @@ mod tests {
         assert!(llfree.alloc_bulk_continues());
         assert!(!Nbbs4::new(config).unwrap().alloc_bulk_continues());
         assert!(!crate::Nbbs::new(config).unwrap().alloc_bulk_continues());
+    }
+
+    /// The orders a backend takes in bulk no cheaper than block by block move one block at
+    /// a time (NBBS-4's top row of a cell, every order of NBBS), the others in batches;
+    /// wrappers pass the answer on.
+    #[test]
+    fn orders_without_bulk_groups_move_one_block_at_a_time() {
+        fn batches<A: BlockAlloc>(inner: A) -> Vec<usize> {
+            let magazine = Magazine::new(inner, 1).unwrap();
+            let policy = magazine.cached.policy();
+            (0..policy.orders.len())
+                .map(|slot| policy.batch(slot))
+                .collect()
+        }
+        let config = Config::new(1 << 18, 10);
+        let boxed: alloc::boxed::Box<dyn BlockAlloc> =
+            alloc::boxed::Box::new(LLFree::new(config).unwrap());
+        assert!((0..=8).all(|order| boxed.alloc_bulk_groups(order)));
+        assert!(!boxed.alloc_bulk_groups(9));
+        let llfree = batches(LLFree::new(config).unwrap());
+        assert!(llfree[..9].iter().all(|&batch| batch > 1), "{llfree:?}");
+        let nbbs4 = batches(Nbbs4::new(config).unwrap());
+        for (order, &batch) in nbbs4.iter().enumerate().take(9) {
+            assert_eq!(
+                batch == 1,
+                order == 2 || order == 6,
+                "order {order}: {nbbs4:?}"
+            );
+        }
+        let nbbs = batches(crate::Nbbs::new(config).unwrap());
+        assert!(nbbs.iter().all(|&batch| batch == 1), "{nbbs:?}");
     }
 
     #[test]

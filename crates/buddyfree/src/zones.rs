@@ -412,6 +412,10 @@ impl<A: BlockAlloc, const N: usize> BlockAlloc for Zones<A, N> {
         self.zones.iter().all(|z| z.alloc.alloc_bulk_continues())
     }
 
+    fn alloc_bulk_groups(&self, order: u32) -> bool {
+        self.zones.iter().all(|z| z.alloc.alloc_bulk_groups(order))
+    }
+
     fn free_units(&self) -> usize {
         self.zones.iter().map(|z| z.alloc.free_units()).sum()
     }

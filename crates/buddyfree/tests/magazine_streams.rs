@@ -15,9 +15,11 @@ use common::{assert_whole, double_free_race_of, run_threads, stamp, Owners, Rng}
 const UNITS: usize = 1 << 14;
 const MAX_ORDER: u32 = 10;
 const THREADS: usize = 4;
-/// The orders of the rounds: batches of 32 units, of 256, and one huge frame at a time
-/// (allocated without the cache's lock in a stream).
-const ORDERS: [u32; 4] = [0, 1, 3, 9];
+/// The orders of the rounds: batches of 32 units, of 256, and one block at a time (allocated
+/// without the cache's lock in a stream): over NBBS-4 order 6, on the top row of a cell,
+/// which it takes in bulk no cheaper than block by block; everywhere the huge frames; over
+/// NBBS, which has no groups, every order.
+const ORDERS: [u32; 5] = [0, 1, 3, 6, 9];
 
 fn magazines() -> impl Iterator<Item = &'static Entry> {
     let found: Vec<&Entry> = registry::entries()
@@ -77,7 +79,7 @@ fn bursts_freed_on_other_cores_are_never_lost_or_handed_out_twice() {
     for entry in magazines() {
         let alloc = build(entry);
         let owners = Owners::new(UNITS);
-        for round in 0..24 {
+        for round in 0..25 {
             let order = ORDERS[round % ORDERS.len()];
             burst_then_shuffled_frees(&*alloc, &owners, order, round as u64 + 1);
         }
@@ -90,7 +92,7 @@ fn bursts_freed_on_other_cores_are_never_lost_or_handed_out_twice() {
 #[test]
 fn raced_double_frees_of_stream_blocks_let_exactly_one_through() {
     for entry in magazines() {
-        for order in [0, 9] {
+        for order in [0, 6, 9] {
             let alloc = build(entry);
             let live: Vec<usize> = (0..(UNITS / 2) >> order)
                 .map(|_| alloc.alloc(order, 0).unwrap())

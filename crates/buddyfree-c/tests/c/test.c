@@ -400,16 +400,20 @@ static void *try_alloc_while_held(void *arg) {
 }
 
 /* Inside buddyfree_with_core(bf, 0, ...): if asked, frees every unit through the held core,
- * the last ones a unit in every 8 spread over every block of MAX_ORDER, so that the caching
- * allocators keep a unit of each parked in core 0's cache; then lets the other thread ask. */
+ * the first and the last ones a unit in every 8 spread over every block of MAX_ORDER, so that
+ * the caching allocators keep a unit of each parked in core 0's cache, whether a full list
+ * gives back its oldest blocks or (one block a batch) its newest; then lets the other thread
+ * ask. */
 static void hold_and_park(BuddyfreeCore *core, void *arg) {
     struct park_run *r = arg;
     enum { SPREAD = 8, BIG = 1 << MAX_ORDER };
     if (r->park) {
+        for (size_t big = 0; big < UNITS; big += BIG)
+            CHECK_STATUS(buddyfree_core_free_order(core, big, 0), BUDDYFREE_STATUS_OK);
         for (size_t i = 0; i < UNITS; i++)
             if (i % SPREAD != 0)
                 CHECK_STATUS(buddyfree_core_free_order(core, i, 0), BUDDYFREE_STATUS_OK);
-        for (size_t j = 0; j < BIG; j += SPREAD)
+        for (size_t j = SPREAD; j < BIG; j += SPREAD)
             for (size_t big = 0; big < UNITS; big += BIG)
                 CHECK_STATUS(buddyfree_core_free_order(core, big + j, 0), BUDDYFREE_STATUS_OK);
     }
@@ -432,6 +436,9 @@ static BuddyfreeStatus try_alloc_beside_held_core(Buddyfree *bf, int park) {
     return r.answer;
 }
 
+/* Every unit, with the last of every 4 freed and allocated again: a magazine takes no run
+ * of allocations that short for a stream (whose blocks its frees would give straight back to
+ * the allocator instead of parking them: over NBBS, whose order 0 moves a block at a time). */
 static void allocate_every_unit(Buddyfree *bf) {
     static unsigned char taken[UNITS];
     memset(taken, 0, sizeof taken);
@@ -439,6 +446,10 @@ static void allocate_every_unit(Buddyfree *bf) {
         size_t index = 0;
         void *p = NULL;
         CHECK_STATUS(buddyfree_alloc_order(bf, 0, &index, &p), BUDDYFREE_STATUS_OK);
+        if (i % 4 == 3) {
+            CHECK_STATUS(buddyfree_free_order(bf, index, 0), BUDDYFREE_STATUS_OK);
+            CHECK_STATUS(buddyfree_alloc_order(bf, 0, &index, &p), BUDDYFREE_STATUS_OK);
+        }
         CHECK(index < UNITS && !taken[index]);
         taken[index] = 1;
     }

@@ -19,6 +19,7 @@ const NOT_CACHED: u8 = u8::MAX;
 
 /// Which orders a front caches per core and how many blocks move between a cache and the
 /// backend at once.
+#[derive(Clone)]
 pub(crate) struct Policy {
     /// The cached orders (at most [`MAX_SLOTS`]); a block's list is its order's position here.
     pub(crate) orders: &'static [u32],
@@ -88,6 +89,17 @@ impl Policy {
             };
             self.start[at + 1] = self.start[at] + room as u16;
             at += 1;
+        }
+        self
+    }
+
+    /// The same, with every cached order for which `in_bulk` is false moved one block at a
+    /// time (its watermark kept).
+    pub(crate) fn one_at_a_time_unless(mut self, in_bulk: impl Fn(u32) -> bool) -> Self {
+        for (slot, &order) in self.orders.iter().enumerate() {
+            if !in_bulk(order) {
+                self.batch[slot] = 1;
+            }
         }
         self
     }

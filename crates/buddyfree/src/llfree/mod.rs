@@ -1268,6 +1268,11 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
         true
     }
 
+    /// Orders 0..=8: a bit-field word, or a group of words, per compare-and-swap.
+    fn alloc_bulk_groups(&self, order: u32) -> bool {
+        order <= self.max_order.min(lower::BITS_ORDER)
+    }
+
     fn free_units(&self) -> usize {
         let in_trees: usize = (0..self.trees.len())
             .map(|t| self.trees.get(TreeId(t)).free())

@@ -569,6 +569,10 @@ impl BlockAlloc for PersistentLLFree {
         self.alloc.alloc_bulk_continues()
     }
 
+    fn alloc_bulk_groups(&self, order: u32) -> bool {
+        self.alloc.alloc_bulk_groups(order)
+    }
+
     fn capabilities(&self) -> Capabilities {
         self.alloc.capabilities()
     }

@@ -1080,6 +1080,11 @@ impl<K: Kind> BlockAlloc for Forest<K> {
         Ok(())
     }
 
+    /// Orders below the top row of their cell: several blocks under one node.
+    fn alloc_bulk_groups(&self, order: u32) -> bool {
+        order <= self.max_order && self.group_rows(order) > 0
+    }
+
     /// Alg. 4 (NBFREE): claims the allocated node (the one check that makes double frees
     /// harmless), then FREENODE up to the roots and counts the release (F4).
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {

@@ -191,6 +191,9 @@ macro_rules! nbbs_type {
             ) -> Result<(), (usize, Error)> {
                 self.0.free_bulk(blocks, order, core)
             }
+            fn alloc_bulk_groups(&self, order: u32) -> bool {
+                self.0.alloc_bulk_groups(order)
+            }
             fn free_units(&self) -> usize {
                 self.0.free_units()
             }
