@@ -651,8 +651,9 @@ impl<B: Backend> Cached<B> {
     #[inline]
     fn take_shared(&self, slot: usize, order: u32, core: usize) -> Result<usize, Error> {
         let at = self.cache_index(core);
-        // The stream's flag first: almost always clear, it predicts well, where the batch
-        // would split a run of mixed orders (the lists of single blocks from the others).
+        // The stream's flag first: almost always clear, it predicts well, where a test of the
+        // batch first would follow the orders of the calls (one block a batch at some, not
+        // at others) and mispredict on a mix of them.
         if self.in_stream(at, slot) && self.policy.batch(slot) == 1 {
             let index = self.backend.shared().alloc(order, core)?;
             self.states.set(index, State::Direct(slot));
