@@ -909,10 +909,12 @@ impl<K: Kind> Forest<K> {
 
     /// How many rows up a bulk operation of `order` may group blocks: the order's row in its
     /// cell, so that a group's node and its blocks share the cell and one compare-and-swap
-    /// turns one into the other.
+    /// turns one into the other; none above `max_order`.
     #[inline]
     fn group_rows(&self, order: u32) -> u32 {
-        (self.max_order - order) % Self::LEVELS
+        self.max_order
+            .checked_sub(order)
+            .map_or(0, |up| up % Self::LEVELS)
     }
 
     /// A bulk allocation's try for `2^rows` blocks of `order`: the node `rows` rows above
@@ -1057,11 +1059,7 @@ impl<K: Kind> BlockAlloc for Forest<K> {
     /// block that is not allocated, one by one, as `free` would, which gives the exact
     /// answer and position of a bad one.
     fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
-        let rows = if order <= self.max_order {
-            self.group_rows(order)
-        } else {
-            0
-        };
+        let rows = self.group_rows(order);
         let mut i = 0;
         while i < blocks.len() {
             let most = rows.min((blocks.len() - i).ilog2());
@@ -1082,7 +1080,7 @@ impl<K: Kind> BlockAlloc for Forest<K> {
 
     /// Orders below the top row of their cell: several blocks under one node.
     fn alloc_bulk_groups(&self, order: u32) -> bool {
-        order <= self.max_order && self.group_rows(order) > 0
+        self.group_rows(order) > 0
     }
 
     /// Alg. 4 (NBFREE): claims the allocated node (the one check that makes double frees
