@@ -239,7 +239,8 @@ impl Refusals {
     /// confirms an [`Error::OutOfMemory`] by a second attempt after [`Refusals::begin`], and
     /// records it if that fails too. `attempt` answers `OutOfMemory` only for a complete
     /// failure (module docs), which is recorded as [`Failure::Counted`]: every free ends it.
-    #[inline]
+    /// The protocol's plainest form, which the model tests below drive.
+    #[cfg(test)]
     pub(crate) fn alloc(
         &self,
         order: u32,

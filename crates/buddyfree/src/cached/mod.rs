@@ -27,9 +27,10 @@
 //! Locks are taken in the order cache, then backend (if it has one), and never two caches at
 //! once: a pinned core that frees a block another cache holds lets its own go meanwhile.
 //!
-//! A refusal (the backend's, with every cache seen empty or drained) is remembered until a
-//! block is parked in a cache or given back to the backend (`refusal.rs`): meanwhile a
-//! request of that order or larger is refused after one load, without a lock.
+//! A refusal is the backend's (with its own memo of refusals, `refusal.rs`), given only where
+//! every cache is seen empty or was drained. The caches keep no memo of their own: a memo
+//! above the backend would miss what the backend makes findable by itself (a tree given back
+//! by a whole-tree claim that failed, a bulk allocation's rollback) and go on refusing.
 //!
 //! # Streams
 //!
@@ -61,7 +62,6 @@ use cache::{CoreCache, ListLine, LINES};
 use states::{BlockStates, State};
 
 use crate::locked::YieldMutex;
-use crate::refusal::Refusals;
 use crate::sync::atomic::{AtomicBool, AtomicU16, AtomicU8, Ordering};
 use crate::sync::CachePadded;
 use crate::table::{Metadata, Part, Plan, Table};
@@ -267,9 +267,6 @@ pub(crate) struct Cached<B> {
     /// Whether caches that see a stream of allocations hand its blocks out `Direct`
     /// ([`Self::set_streams`]).
     streams: bool,
-    /// Refusals remembered until a block is parked or given back (`refusal.rs`): an
-    /// allocation that finds the memo set takes no lock.
-    refusals: CachePadded<Refusals>,
 }
 
 /// Where a [`Cached`]'s tables lie in its metadata.
@@ -374,7 +371,6 @@ impl<B: Backend> Cached<B> {
             _lists: lists,
             policy,
             backend,
-            refusals: CachePadded::new(Refusals::new()),
         })
     }
 
@@ -535,11 +531,7 @@ impl<B: Backend> Cached<B> {
         // anywhere but at the table; a racing free of the same block may do the same, and
         // the backend lets one of the two through.
         self.states.set(index, State::Free);
-        let freed = self
-            .backend
-            .shared()
-            .free(index, order, core)
-            .inspect(|()| self.refusals.freed());
+        let freed = self.backend.shared().free(index, order, core);
         self.end_stream(self.cache_index(core), slot);
         Some(freed)
     }
@@ -580,18 +572,13 @@ impl<B: Backend> Cached<B> {
     }
 
     /// Notes that cache `at`, whose lock the caller holds, parks a block now ([`Front`]):
-    /// a read of the cache's own line, and a store only when the hint was clear; then forgets
-    /// any refusal (`refusal.rs`). The store is `SeqCst`: an allocation that refuses reads
-    /// the other caches' hints without their locks, and the memo's argument needs the write
-    /// it would miss in the single order (a hint already set was set so, before this
-    /// cache's lock was last let go).
+    /// a read of the cache's own line, and a store only when the hint was clear.
     #[inline]
     fn parks(&self, at: usize) {
         let hint = &self.caches[at].may_hold;
         if !hint.load(Ordering::Relaxed) {
-            hint.store(true, Ordering::SeqCst);
+            hint.store(true, Ordering::Relaxed);
         }
-        self.refusals.freed();
     }
 
     /// Takes a block of the order at `slot` from `cache` (`core`'s, held by the caller),
@@ -709,20 +696,12 @@ impl<B: Backend> Cached<B> {
         any
     }
 
-    /// See [`BlockAlloc::alloc`]. Through the refusal memo (`refusal.rs`): a refusal (the
-    /// backend's, with every cache seen empty or drained) is remembered until a block is
-    /// parked or given back, and answered meanwhile without taking a lock.
+    /// See [`BlockAlloc::alloc`].
     #[inline]
     pub(crate) fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
         if order > self.max_order() {
             return Err(Error::BadOrder);
         }
-        self.refusals.alloc(order, || self.alloc_once(order, core))
-    }
-
-    /// One allocation of a checked `order` for [`Cached::alloc`].
-    #[inline]
-    fn alloc_once(&self, order: u32, core: usize) -> Result<usize, Error> {
         let slot = self.slot(order);
         let found = match slot {
             Some(slot) => self.take_shared(slot, order, core),
@@ -848,7 +827,6 @@ impl<B: Backend> Cached<B> {
         });
         drop(cache);
         self.backend.give_back(&batch[..taken], order, core);
-        self.refusals.freed();
     }
 
     /// Ends the caller's block at `index` of the order at `slot`, held by cache `owner` (not
@@ -1007,7 +985,6 @@ impl<B: Backend> Cached<B> {
         self.backend
             .shared()
             .try_free(index, order, core)
-            .inspect(|()| self.refusals.freed())
             .inspect_err(|_| self.states.set(index, back))
     }
 
@@ -1015,9 +992,6 @@ impl<B: Backend> Cached<B> {
     /// uncached order, as callers see it: the backend sees a cached block as allocated, so
     /// where one starts its answer would be `OrderMismatch`, but the unit is free to callers.
     fn uncached_answer(&self, index: usize, freed: Result<(), Error>) -> Result<(), Error> {
-        if freed.is_ok() {
-            self.refusals.freed();
-        }
         freed.map_err(|e| match (e, self.states.get(index)) {
             (Error::OrderMismatch, State::Cached(_)) => Error::NotAllocated,
             _ => e,
@@ -1076,7 +1050,6 @@ impl<B: Backend> Cached<B> {
     fn give_back(&self, blocks: &[usize], order: u32, core: usize) {
         self.mark_free(blocks);
         self.backend.give_back(blocks, order, core);
-        self.refusals.freed();
     }
 
     /// Records `blocks`, taken out of a cache on their way back to the backend, as `Free`:
@@ -1669,8 +1642,7 @@ mod loom_tests {
         // unbounded model takes minutes for the spill's many lock and state-table steps.
         let mut model = loom::model::Builder::new();
         model.preemption_bound = Some(2);
-        // Setting up and draining 32 blocks, each free telling the refusal memo, takes more
-        // scheduling points than loom's default allows one execution.
+        // Setting up and draining 32 blocks takes more scheduling points than loom's default allows one execution.
         model.max_branches = 10_000;
         model.check(|| {
             // 32 units on 2 cores: the shortest lists, order 0 spilling 8 blocks above 16.
