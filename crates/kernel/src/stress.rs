@@ -46,6 +46,8 @@ pub struct Round<'a> {
     /// Page-table round trips made, and those where a write did not land where mapped.
     pub page_tables: AtomicUsize,
     pub mapping_wrong: AtomicUsize,
+    /// Round trips not made because memory reaches past Sv39's one-to-one map.
+    pub out_of_reach: AtomicUsize,
 }
 
 /// A block and who holds it; `owner` is a hart's index, or `MAX_HARTS` + its index for its
@@ -140,6 +142,7 @@ impl<'a> Round<'a> {
             stamped: AtomicUsize::new(0),
             page_tables: AtomicUsize::new(0),
             mapping_wrong: AtomicUsize::new(0),
+            out_of_reach: AtomicUsize::new(0),
         }
     }
 
@@ -277,7 +280,8 @@ pub fn run(round: &Round, hart: usize, seed: u64) {
         if step % PAGE_TABLES_EVERY == 0 {
             let counter = match paging::round_trip(round, hart) {
                 Ok(Trip::Done) => &round.page_tables,
-                Ok(Trip::Skipped | Trip::OutOfReach) => continue,
+                Ok(Trip::Skipped) => continue,
+                Ok(Trip::OutOfReach) => &round.out_of_reach,
                 Ok(Trip::Misplaced) => &round.mapping_wrong,
                 Err(_) => &round.wrong,
             };
