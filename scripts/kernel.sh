@@ -5,7 +5,7 @@
 # the time limit (a hang, such as a deadlocked interrupt handler, fails).
 #
 #   scripts/kernel.sh [--fault NAME] [--smp N] [--timer-ns N] [--initrd] [--irq-above N]
-#                     [--timeout SECONDS]
+#                     [--timeout SECONDS] [--quiet]
 #
 # --fault NAME    boots a deliberately broken kernel instead (double-alloc, reserved, irq-waits
 #                 or initrd; see crates/kernel/Cargo.toml) and passes only if that run fails:
@@ -15,12 +15,13 @@
 # --initrd        loads a 16 MiB pattern file as the initrd, which the kernel checks, keeps
 #                 out of its allocators and then releases into them.
 # --irq-above N   also requires more than N interrupt allocations.
+# --quiet         prints the kernel's output only where the run did not go as required.
 # Prints `kernel.sh: passed: harts H, interrupt allocations I, S seconds` at the end.
 # Installs what it needs (the riscv64 target, QEMU and OpenSBI) when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-fault="" limit=150 smp=4 timer_ns="" initrd="" irq_above=0
+fault="" limit=150 smp=4 timer_ns="" initrd="" irq_above=0 quiet=""
 while [ $# -gt 0 ]; do
   case $1 in
     --fault) fault=$2; shift ;;
@@ -29,7 +30,8 @@ while [ $# -gt 0 ]; do
     --initrd) initrd=1 ;;
     --irq-above) irq_above=$2; shift ;;
     --timeout) limit=$2; shift ;;
-    *) sed -n '7,19p' "$0" >&2; exit 2 ;;
+    --quiet) quiet=1 ;;
+    *) sed -n '7,20p' "$0" >&2; exit 2 ;;
   esac
   shift
 done
@@ -43,7 +45,7 @@ fi
 
 features=()
 [ -z "$fault" ] || features=(--features "fault-$fault")
-(cd crates/kernel && cargo build --release "${features[@]+"${features[@]}"}")
+(cd crates/kernel && cargo build ${quiet:+-q} --release "${features[@]+"${features[@]}"}")
 
 log=$(mktemp) pattern=$(mktemp)
 trap 'rm -f "$log" "$pattern"' EXIT
@@ -70,7 +72,7 @@ status=0
 start=$(date +%s%N)
 timeout "$limit" qemu-system-riscv64 -M virt -smp "$smp" -m 512M -bios default -nographic -no-reboot \
   -kernel "crates/kernel/target/$target/release/kernel" "${qemu_args[@]+"${qemu_args[@]}"}" \
-  </dev/null | tee "$log" || status=$?
+  </dev/null | if [ -n "$quiet" ]; then cat >"$log"; else tee "$log"; fi || status=$?
 ms=$((($(date +%s%N) - start) / 1000000))
 seconds=$(printf '%d.%02d' $((ms / 1000)) $((ms % 1000 / 10)))
 
@@ -82,6 +84,12 @@ if [ "$status" -eq 0 ] && grep -Eq '^[0-9]+ passed, 0 failed' "$log" &&
   passed=1
 fi
 [ "$status" -ne 124 ] || echo "kernel.sh: no end within ${limit}s (a hang)" >&2
+# As required: passed for the kernel, failed for a broken one.
+required=1
+[ -z "$fault" ] || required=0
+if [ -n "$quiet" ] && [ "$passed" != "$required" ]; then
+  tail -n 40 "$log" >&2
+fi
 if [ -z "$fault" ]; then
   if [ "$passed" != 1 ]; then
     echo "kernel.sh: the kernel failed (QEMU exit status $status; harts $harts of $smp, interrupt allocations $irq_allocs, needed above $irq_above)" >&2
