@@ -6,6 +6,7 @@
 #
 #   scripts/kernel.sh [--fault NAME] [--smp N] [--timer-ns N] [--initrd] [--irq-above N]
 #                     [--timeout SECONDS] [--quiet]
+#   scripts/kernel.sh --bad-trees
 #
 # --fault NAME    boots a deliberately broken kernel instead (double-alloc, reserved, irq-waits
 #                 or initrd; see crates/kernel/Cargo.toml) and passes only if that run fails:
@@ -16,12 +17,15 @@
 #                 out of its allocators and then releases into them.
 # --irq-above N   also requires more than N interrupt allocations.
 # --quiet         prints the kernel's output only where the run did not go as required.
+# --bad-trees     boots device trees whose ranges end past 2^64 (a memory node, a reserved
+#                 child, a /memreserve/ entry), a backwards initrd and too little memory, and
+#                 passes only if each fails with the error that names it.
 # Prints `kernel.sh: passed: harts H, interrupt allocations I, S seconds` at the end.
 # Installs what it needs (the riscv64 target, QEMU and OpenSBI) when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-fault="" limit=150 smp=4 timer_ns="" initrd="" irq_above=0 quiet=""
+fault="" limit=150 smp=4 timer_ns="" initrd="" irq_above=0 quiet="" bad_trees=""
 while [ $# -gt 0 ]; do
   case $1 in
     --fault) fault=$2; shift ;;
@@ -31,7 +35,8 @@ while [ $# -gt 0 ]; do
     --irq-above) irq_above=$2; shift ;;
     --timeout) limit=$2; shift ;;
     --quiet) quiet=1 ;;
-    *) sed -n '7,20p' "$0" >&2; exit 2 ;;
+    --bad-trees) bad_trees=1 ;;
+    *) sed -n '7,24p' "$0" >&2; exit 2 ;;
   esac
   shift
 done
@@ -43,12 +48,58 @@ if ! command -v qemu-system-riscv64 >/dev/null || ! ls /usr/lib/riscv64-linux-gn
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-system-misc opensbi >/dev/null
 fi
 
+if [ -n "$bad_trees" ] && ! command -v dtc >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq device-tree-compiler >/dev/null
+fi
+
 features=()
 [ -z "$fault" ] || features=(--features "fault-$fault")
 (cd crates/kernel && cargo build ${quiet:+-q} --release "${features[@]+"${features[@]}"}")
 
-log=$(mktemp) pattern=$(mktemp)
-trap 'rm -f "$log" "$pattern"' EXIT
+log=$(mktemp) pattern=$(mktemp) trees=$(mktemp -d)
+trap 'rm -rf "$log" "$pattern" "$trees"' EXIT
+kernel=crates/kernel/target/$target/release/kernel
+
+if [ -n "$bad_trees" ]; then
+  # QEMU's own tree for this machine, edited one way per case.
+  qemu-system-riscv64 -M virt,dumpdtb="$trees/virt.dtb" -smp 2 -m 512M -nographic >/dev/null 2>&1
+  dtc -q -I dtb -O dts "$trees/virt.dtb" -o "$trees/virt.dts"
+  memory=$'\tmemory@80000000 {'
+  cases=(
+    "memory|memory node memory@fffffffff0000000: 0xfffffffff0000000 + 0x20000000 bytes ends past 2^64"
+    "reserved|reserved-memory node bad@fffffffffffff000: 0xfffffffffffff000 + 0x2000 bytes ends past 2^64"
+    "memreserve|/memreserve/ entry: 0xfffffffffffff000 + 0x2000 bytes ends past 2^64"
+    "initrd|/chosen: linux,initrd-end 0x80000000 is below linux,initrd-start 0x90000000"
+    "small|carve: the kernel heap needs 4194304 bytes aligned to 0x40000; the largest usable range left has"
+  )
+  failed=0
+  for case in "${cases[@]}"; do
+    name=${case%%|*} want=${case#*|} dts=$(cat "$trees/virt.dts") mem=512M
+    case $name in
+      memory) dts=${dts/"$memory"/$'\tmemory@fffffffff0000000 {\n\t\tdevice_type = "memory";\n\t\treg = <0xffffffff 0xf0000000 0x00 0x20000000>;\n\t};\n'"$memory"} ;;
+      reserved) dts=${dts/"$memory"/$'\treserved-memory {\n\t\t#address-cells = <0x02>;\n\t\t#size-cells = <0x02>;\n\t\tranges;\n\t\tbad@fffffffffffff000 {\n\t\t\treg = <0xffffffff 0xfffff000 0x00 0x2000>;\n\t\t};\n\t};\n'"$memory"} ;;
+      memreserve) dts=${dts/"/ {"/$'/memreserve/ 0xfffffffffffff000 0x2000;\n/ {'} ;;
+      initrd) dts=${dts/$'\tchosen {'/$'\tchosen {\n\t\tlinux,initrd-start = <0x00 0x90000000>;\n\t\tlinux,initrd-end = <0x00 0x80000000>;'} ;;
+      small) mem=8M ;;
+    esac
+    printf '%s\n' "$dts" >"$trees/$name.dts"
+    dtc -q -I dts -O dtb "$trees/$name.dts" -o "$trees/$name.dtb"
+    dtb=(-dtb "$trees/$name.dtb")
+    [ "$name" != small ] || dtb=()
+    status=0
+    timeout 30 qemu-system-riscv64 -M virt -smp 2 -m "$mem" -bios default -nographic -no-reboot \
+      -kernel "$kernel" "${dtb[@]+"${dtb[@]}"}" </dev/null >"$log" 2>&1 || status=$?
+    if [ "$status" -ne 0 ] && grep -qF "$want" "$log"; then
+      echo "kernel.sh: bad tree '$name' refused: $want"
+    else
+      echo "kernel.sh: bad tree '$name' not refused with \"$want\" (QEMU exit status $status):" >&2
+      tail -n 8 "$log" >&2
+      failed=1
+    fi
+  done
+  exit "$failed"
+fi
+
 qemu_args=() append=()
 [ -z "$timer_ns" ] || append+=("timer-ns=$timer_ns")
 if [ -n "$initrd" ]; then
@@ -71,7 +122,7 @@ fi
 status=0
 start=$(date +%s%N)
 timeout "$limit" qemu-system-riscv64 -M virt -smp "$smp" -m 512M -bios default -nographic -no-reboot \
-  -kernel "crates/kernel/target/$target/release/kernel" "${qemu_args[@]+"${qemu_args[@]}"}" \
+  -kernel "$kernel" "${qemu_args[@]+"${qemu_args[@]}"}" \
   </dev/null | if [ -n "$quiet" ]; then cat >"$log"; else tee "$log"; fi || status=$?
 ms=$((($(date +%s%N) - start) / 1000000))
 seconds=$(printf '%d.%02d' $((ms / 1000)) $((ms % 1000 / 10)))
