@@ -1,22 +1,25 @@
 //! A small riscv64 kernel that runs on buddyfree, booted by OpenSBI on QEMU's `virt` machine
 //! (`scripts/kernel.sh`).
 //!
-//! With no heap until buddyfree gives it one, the boot hart
+//! With no heap until buddyfree gives it one, the boot hart (whichever hart the firmware
+//! chose, whatever its id; index 0 from then on)
 //! 1. reads the memory map from the device tree the firmware hands over ([`memmap`]): every
 //!    `/memory` range minus `/reserved-memory` (OpenSBI's own region), the header's
-//!    reservations, the kernel image with its boot stacks, and the device tree blob;
+//!    reservations, what `/chosen` names (the initrd, held until it is released), the kernel
+//!    image with its boot stack, and the device tree blob; every firmware value checked;
 //! 2. carves from usable memory the metadata of the frame allocators (as much as the
-//!    hungriest asks for) and a kernel heap with its metadata, and installs that heap
-//!    (`StaticHeap` over LLFree behind per-hart magazines, each hart's id as its core) as the
-//!    `#[global_allocator]`;
-//! 3. starts every other hart through the firmware's HSM extension;
+//!    hungriest asks for), a kernel heap with its metadata and a stack for every other hart
+//!    the device tree names, and installs that heap (`StaticHeap` over LLFree behind per-hart
+//!    magazines, each hart's index as its core) as the `#[global_allocator]`;
+//! 3. starts every other hart through the firmware's HSM extension ([`harts`]);
 //! 4. for each allocator the registry can build over caller metadata, in turn: builds it over
 //!    the carved metadata, `reserve_all`, `free_range`s the usable ranges, and runs a round on
 //!    every hart at once ([`stress`]): mixed orders, owner stamps in every frame, frees of
 //!    blocks other harts allocated, Sv39 page tables from its frames ([`paging`]), and timer
-//!    interrupts whose handler allocates and frees with `try_alloc`/`try_free` ([`trap`]);
-//!    then checks that every frame came back, none outside the map was handed out, and bad
-//!    frees get the documented errors.
+//!    interrupts at the period the command line asks for, whose handler allocates and frees
+//!    with `try_alloc`/`try_free` ([`trap`]); then checks that every frame came back, none
+//!    outside the map was handed out, bad frees get the documented errors, and the initrd,
+//!    unchanged, can be released into it and only then allocated.
 //!
 //! It prints what it checked, `harts: H, interrupt allocations: I, frames stamped: F` and
 //! `N passed, M failed`, and powers the machine off through the firmware, which makes QEMU exit
