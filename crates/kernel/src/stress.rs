@@ -10,12 +10,15 @@ use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 
 use buddyfree::{BlockAlloc, Error};
 
+use crate::harts::{self, MAX_HARTS};
 use crate::memmap::{Ranges, FRAME};
 use crate::paging::{self, Trip};
-use crate::trap::{self, IRQ};
+use crate::trap;
 
-/// Steps each hart takes per round.
-const STEPS: usize = 40_000;
+/// Steps all harts take per round together, split between them (so that a machine with
+/// many harts boots in about the time of one with four), and the least and most each takes.
+const ROUND_STEPS: usize = 160_000;
+const HART_STEPS: Range<usize> = 4_000..40_000;
 /// Blocks a hart holds at most.
 const LIVE: usize = 48;
 /// A page-table round trip every this many steps.
@@ -27,7 +30,11 @@ pub struct Round<'a> {
     pub base: usize,
     pub usable: &'a Ranges,
     pub memory: &'a Ranges,
+    /// The reserved ranges the page tables must not map.
+    pub no_map: &'a Ranges,
     pub max_order: u32,
+    /// Steps each hart takes.
+    steps: usize,
     seq: AtomicU32,
     /// Blocks handed out that reach outside the usable map.
     pub outside: AtomicUsize,
@@ -39,9 +46,12 @@ pub struct Round<'a> {
     /// Page-table round trips made, and those where a write did not land where mapped.
     pub page_tables: AtomicUsize,
     pub mapping_wrong: AtomicUsize,
+    /// Round trips not made because memory reaches past Sv39's one-to-one map.
+    pub out_of_reach: AtomicUsize,
 }
 
-/// A block and who holds it; `owner` is a hart, or 8 + a hart for its interrupt handler.
+/// A block and who holds it; `owner` is a hart's index, or `MAX_HARTS` + its index for its
+/// interrupt handler.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Block {
     pub index: usize,
@@ -50,24 +60,42 @@ pub struct Block {
     seq: u32,
 }
 
+/// The fields of a block word, low bit first: the frame index, the order, the owner and a
+/// sequence number (wrapping), then the bit that says a block is there.
+const INDEX_BITS: u32 = 33;
+const ORDER_BITS: u32 = 5;
+const OWNER_BITS: u32 = 13;
+const SEQ_BITS: u32 = 12;
+const _: () = assert!(INDEX_BITS + ORDER_BITS + OWNER_BITS + SEQ_BITS == 63);
+const _: () = assert!(2 * MAX_HARTS <= 1 << OWNER_BITS);
+
+/// Frames the stress test can name: the span of memory (from the lowest address) must not
+/// be larger, which the boot hart checks.
+pub const MAX_FRAMES: usize = 1 << INDEX_BITS;
+
+const fn mask(bits: u32) -> u64 {
+    (1 << bits) - 1
+}
+
 impl Block {
     const PRESENT: u64 = 1 << 63;
 
     /// The block in one word (never 0), for atomics.
     pub fn pack(self) -> u64 {
-        Self::PRESENT
-            | (self.seq as u64 & 0x1_FFFF) << 46
-            | (self.owner as u64 & 0xF) << 42
-            | (self.order as u64 & 0x3F) << 36
-            | self.index as u64 & 0xF_FFFF_FFFF
+        let mut word = self.seq as u64 & mask(SEQ_BITS);
+        word = word << OWNER_BITS | self.owner as u64 & mask(OWNER_BITS);
+        word = word << ORDER_BITS | self.order as u64 & mask(ORDER_BITS);
+        word = word << INDEX_BITS | self.index as u64 & mask(INDEX_BITS);
+        Self::PRESENT | word
     }
 
     pub fn unpack(word: u64) -> Option<Block> {
-        (word & Self::PRESENT != 0).then_some(Block {
-            index: (word & 0xF_FFFF_FFFF) as usize,
-            order: (word >> 36 & 0x3F) as u32,
-            owner: (word >> 42 & 0xF) as u32,
-            seq: (word >> 46 & 0x1_FFFF) as u32,
+        let field = |shift: u32, bits: u32| word >> shift & mask(bits);
+        (word & Self::PRESENT != 0).then(|| Block {
+            index: field(0, INDEX_BITS) as usize,
+            order: field(INDEX_BITS, ORDER_BITS) as u32,
+            owner: field(INDEX_BITS + ORDER_BITS, OWNER_BITS) as u32,
+            seq: field(INDEX_BITS + ORDER_BITS + OWNER_BITS, SEQ_BITS) as u32,
         })
     }
 
@@ -75,18 +103,19 @@ impl Block {
         self.index..self.index + (1 << self.order)
     }
 
-    /// The word frame `frame` of this block holds while the block is its owner's.
+    /// The word frame `frame` of this block holds while the block is its owner's: a tag,
+    /// the owner, the sequence number and the frame's low bits.
     fn stamp(self, frame: usize) -> u64 {
-        0xB0D << 52
-            | (self.owner as u64) << 48
-            | (self.seq as u64) << 28
-            | frame as u64 & 0xFFF_FFFF
+        0xB0 << 56
+            | (self.owner as u64 & mask(OWNER_BITS)) << 43
+            | (self.seq as u64 & mask(SEQ_BITS)) << 31
+            | frame as u64 & mask(31)
     }
 }
 
 /// The owner number of hart `hart`'s interrupt handler.
 pub fn handler_owner(hart: usize) -> u32 {
-    8 + hart as u32
+    (MAX_HARTS + hart) as u32
 }
 
 impl<'a> Round<'a> {
@@ -95,13 +124,17 @@ impl<'a> Round<'a> {
         base: usize,
         usable: &'a Ranges,
         memory: &'a Ranges,
+        no_map: &'a Ranges,
+        harts: usize,
     ) -> Self {
         Round {
             alloc,
             base,
             usable,
             memory,
+            no_map,
             max_order: alloc.max_order().min(10),
+            steps: (ROUND_STEPS / harts.max(1)).clamp(HART_STEPS.start, HART_STEPS.end),
             seq: AtomicU32::new(0),
             outside: AtomicUsize::new(0),
             overwritten: AtomicUsize::new(0),
@@ -109,6 +142,7 @@ impl<'a> Round<'a> {
             stamped: AtomicUsize::new(0),
             page_tables: AtomicUsize::new(0),
             mapping_wrong: AtomicUsize::new(0),
+            out_of_reach: AtomicUsize::new(0),
         }
     }
 
@@ -128,7 +162,7 @@ impl<'a> Round<'a> {
             index,
             order,
             owner,
-            seq: self.seq.fetch_add(1, Relaxed) & 0x1_FFFF,
+            seq: self.seq.fetch_add(1, Relaxed) & mask(SEQ_BITS) as u32,
         };
         if self.is_usable(block) {
             self.stamp(block);
@@ -202,9 +236,10 @@ impl<'a> Round<'a> {
 /// Runs `f` with this hart's "inside an allocator call" flag set, for the interrupt handler
 /// to count the ticks that land there.
 fn in_call<T>(hart: usize, f: impl FnOnce() -> T) -> T {
-    IRQ[hart].in_call.store(true, Relaxed);
+    let irq = &harts::all()[hart].irq;
+    irq.in_call.store(true, Relaxed);
     let answer = f();
-    IRQ[hart].in_call.store(false, Relaxed);
+    irq.in_call.store(false, Relaxed);
     answer
 }
 
@@ -241,11 +276,12 @@ pub fn run(round: &Round, hart: usize, seed: u64) {
         }
     };
     trap::start(round);
-    for step in 0..STEPS {
+    for step in 0..round.steps {
         if step % PAGE_TABLES_EVERY == 0 {
             let counter = match paging::round_trip(round, hart) {
                 Ok(Trip::Done) => &round.page_tables,
                 Ok(Trip::Skipped) => continue,
+                Ok(Trip::OutOfReach) => &round.out_of_reach,
                 Ok(Trip::Misplaced) => &round.mapping_wrong,
                 Err(_) => &round.wrong,
             };

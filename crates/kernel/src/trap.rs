@@ -7,13 +7,19 @@
 //! `sstatus.SIE` on entry), so it never nests; it takes no lock, prints nothing and uses no
 //! heap. What it may not do, by design, is wait: where `try_alloc`/`try_free` answer
 //! `WouldBlock` it counts that and tries again at the next tick.
+//!
+//! The period is whatever the kernel is given (`timer-ns=` on the command line), however
+//! short: each deadline follows the previous one by the period, so ticks do not drift, but
+//! never comes sooner after the handler returns than the handler took. A tick that costs more
+//! than the period therefore slows the interrupted code to half speed at worst, and never
+//! stops it, as re-arming from `now()` with no gap did.
 
 use core::arch::{asm, global_asm};
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use buddyfree::Error;
 
-use crate::harts::{this_hart, MAX_HARTS};
+use crate::harts::{self, this_hart};
 use crate::sbi;
 use crate::stress::{Block, Round};
 
@@ -72,7 +78,12 @@ const SIE: usize = 1 << 1;
 const STIE: usize = 1 << 5;
 const TIMER_INTERRUPT: usize = (1 << 63) | 5;
 
-/// Ticks of `time` between timer interrupts (set from the device tree's timebase).
+/// The period when the command line names none: an interrupt every 10 µs of a hart's time
+/// asked for (QEMU delivers fewer), often enough to land inside allocator calls hundreds of
+/// times a round.
+pub const DEFAULT_PERIOD_NS: u64 = 10_000;
+
+/// Ticks of `time` between timer interrupts (from the period and the device tree's timebase).
 static INTERVAL: AtomicU64 = AtomicU64::new(1000);
 
 /// One hart's interrupt-side state. Written by the handler and by its hart with interrupts
@@ -80,11 +91,16 @@ static INTERVAL: AtomicU64 = AtomicU64::new(1000);
 pub struct HartIrq {
     /// The round whose allocator the handler uses; null when timer interrupts are off.
     round: AtomicPtr<Round<'static>>,
+    /// The `time` the pending tick was asked for.
+    deadline: AtomicU64,
     /// A block the handler allocated and has not yet freed (packed by `Block`), or 0.
     held: AtomicU64,
     /// Set by the hart around its `alloc` and `free` calls.
     pub in_call: AtomicBool,
     pub ticks: AtomicUsize,
+    /// Ticks whose next deadline was pushed past the period, to give the interrupted code
+    /// as long as the handler took.
+    pub floored: AtomicUsize,
     /// Ticks that arrived while the hart was inside `alloc` or `free`.
     pub inside_call: AtomicUsize,
     pub allocs: AtomicUsize,
@@ -93,24 +109,34 @@ pub struct HartIrq {
     pub wrong: AtomicUsize,
 }
 
-pub static IRQ: [HartIrq; MAX_HARTS] = [const {
-    HartIrq {
-        round: AtomicPtr::new(core::ptr::null_mut()),
-        held: AtomicU64::new(0),
-        in_call: AtomicBool::new(false),
-        ticks: AtomicUsize::new(0),
-        inside_call: AtomicUsize::new(0),
-        allocs: AtomicUsize::new(0),
-        would_block: AtomicUsize::new(0),
-        wrong: AtomicUsize::new(0),
+impl HartIrq {
+    pub const fn new() -> Self {
+        HartIrq {
+            round: AtomicPtr::new(core::ptr::null_mut()),
+            deadline: AtomicU64::new(0),
+            held: AtomicU64::new(0),
+            in_call: AtomicBool::new(false),
+            ticks: AtomicUsize::new(0),
+            floored: AtomicUsize::new(0),
+            inside_call: AtomicUsize::new(0),
+            allocs: AtomicUsize::new(0),
+            would_block: AtomicUsize::new(0),
+            wrong: AtomicUsize::new(0),
+        }
     }
-}; MAX_HARTS];
+}
+
+/// Sets the period of every hart's timer to `period_ns` of a `timebase_hz` clock, at least
+/// one tick of it; returns the ticks.
+pub fn set_period(timebase_hz: u64, period_ns: u64) -> u64 {
+    let ticks = u128::from(timebase_hz) * u128::from(period_ns) / 1_000_000_000;
+    let ticks = u64::try_from(ticks).unwrap_or(u64::MAX).max(1);
+    INTERVAL.store(ticks, Relaxed);
+    ticks
+}
 
 /// Points this hart's traps at the handler.
-pub fn install(timebase_hz: u64) {
-    // An interrupt every 10 µs of a hart's time asked for (QEMU delivers fewer): often
-    // enough to land inside allocator calls hundreds of times a round.
-    INTERVAL.store((timebase_hz / 100_000).max(1), Relaxed);
+pub fn install() {
     // SAFETY: `trap_entry` is 4-byte aligned (direct mode) and saves what it clobbers.
     unsafe { asm!("csrw stvec, {}", in(reg) trap_entry as *const () as usize) };
 }
@@ -122,16 +148,34 @@ pub fn now() -> u64 {
     time
 }
 
-fn arm() {
-    sbi::set_timer(now() + INTERVAL.load(Relaxed));
+/// Asks for the tick after the one that came at `entered` and was handled until now: a
+/// period after the previous deadline, but no sooner after now than the handler took.
+fn rearm(irq: &HartIrq, entered: u64) {
+    let left = now();
+    let spent = left.saturating_sub(entered).max(1);
+    let next = irq
+        .deadline
+        .load(Relaxed)
+        .saturating_add(INTERVAL.load(Relaxed));
+    let earliest = left.saturating_add(spent);
+    let next = if next < earliest {
+        irq.floored.fetch_add(1, Relaxed);
+        earliest
+    } else {
+        next
+    };
+    irq.deadline.store(next, Relaxed);
+    sbi::set_timer(next);
 }
 
 /// Starts timer interrupts on this hart, whose handler uses `round`'s allocator.
 pub fn start(round: &Round) {
-    let irq = &IRQ[this_hart()];
+    let irq = &harts::this().irq;
     irq.round
         .store((round as *const Round).cast_mut().cast(), Relaxed);
-    arm();
+    let first = now().saturating_add(INTERVAL.load(Relaxed));
+    irq.deadline.store(first, Relaxed);
+    sbi::set_timer(first);
     // SAFETY: enables the supervisor timer interrupt; `stvec` points at the handler.
     unsafe { asm!("csrs sie, {}", "csrs sstatus, {}", in(reg) STIE, in(reg) SIE) };
 }
@@ -141,7 +185,7 @@ pub fn stop() {
     // SAFETY: disables interrupts; nothing depends on them staying on.
     unsafe { asm!("csrc sstatus, {}", "csrc sie, {}", in(reg) SIE, in(reg) STIE) };
     sbi::set_timer(u64::MAX);
-    let irq = &IRQ[this_hart()];
+    let irq = &harts::this().irq;
     let round = irq.round.swap(core::ptr::null_mut(), Relaxed);
     if let Some(block) = Block::unpack(irq.held.swap(0, Relaxed)) {
         // SAFETY: `round` was set by `start` from a round that outlives the interrupts.
@@ -154,6 +198,7 @@ pub fn stop() {
 
 #[no_mangle]
 extern "C" fn trap_handler() {
+    let entered = now();
     let (cause, epc, tval): (usize, usize, usize);
     // SAFETY: reads the trap CSRs.
     unsafe {
@@ -169,7 +214,7 @@ extern "C" fn trap_handler() {
         ));
         sbi::shutdown(true);
     }
-    let irq = &IRQ[this_hart()];
+    let irq = &harts::this().irq;
     irq.ticks.fetch_add(1, Relaxed);
     if irq.in_call.load(Relaxed) {
         irq.inside_call.fetch_add(1, Relaxed);
@@ -179,7 +224,7 @@ extern "C" fn trap_handler() {
         // SAFETY: the round outlives the interrupts: `stop` clears the pointer first.
         on_tick(unsafe { &*round }, irq);
     }
-    arm();
+    rearm(irq, entered);
 }
 
 /// One tick's work: free the block held since the last tick, or allocate one, never waiting.
