@@ -96,6 +96,9 @@ enum BuddyfreeStatus
   BUDDYFREE_STATUS_METADATA_MISALIGNED = 19,
   // An error this version of the C ABI has no code for; `buddyfree_last_error` says it.
   BUDDYFREE_STATUS_OTHER = 20,
+  // A unit of the block is held by the boot reservation (`buddyfree_reserve_range`),
+  // which only `buddyfree_free_range` gives back: a free of firmware memory.
+  BUDDYFREE_STATUS_RESERVED = 21,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

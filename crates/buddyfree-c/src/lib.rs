@@ -76,6 +76,9 @@ pub enum BuddyfreeStatus {
     MetadataMisaligned = 19,
     /// An error this version of the C ABI has no code for; `buddyfree_last_error` says it.
     Other = 20,
+    /// A unit of the block is held by the boot reservation (`buddyfree_reserve_range`),
+    /// which only `buddyfree_free_range` gives back: a free of firmware memory.
+    Reserved = 21,
 }
 
 impl From<Error> for BuddyfreeStatus {
@@ -93,6 +96,7 @@ impl From<Error> for BuddyfreeStatus {
             Error::WouldBlock => BuddyfreeStatus::WouldBlock,
             Error::MetadataTooSmall => BuddyfreeStatus::MetadataTooSmall,
             Error::MetadataMisaligned => BuddyfreeStatus::MetadataMisaligned,
+            Error::Reserved => BuddyfreeStatus::Reserved,
             _ => BuddyfreeStatus::Other,
         }
     }
@@ -113,7 +117,7 @@ impl From<HeapError> for BuddyfreeStatus {
 }
 
 /// The names `buddyfree_strerror` gives, indexed by status value.
-const STATUS_NAMES: [&CStr; 21] = [
+const STATUS_NAMES: [&CStr; 22] = [
     c"ok",
     c"out of memory",
     c"order above the maximum order",
@@ -135,6 +139,7 @@ const STATUS_NAMES: [&CStr; 21] = [
     c"metadata memory too small",
     c"metadata memory misaligned",
     c"error without a status code of its own",
+    c"a unit of the block is reserved (release it with buddyfree_free_range)",
 ];
 
 /// Why a call failed: its status and, for `buddyfree_last_error`, the full description.
@@ -1397,8 +1402,8 @@ mod tests {
             assert!(!s.is_empty());
         }
         // The last status indexes the last name.
-        assert_eq!(BuddyfreeStatus::Other as usize, STATUS_NAMES.len() - 1);
-        for code in [-1, 21, i32::MAX, i32::MIN] {
+        assert_eq!(BuddyfreeStatus::Reserved as usize, STATUS_NAMES.len() - 1);
+        for code in [-1, 22, i32::MAX, i32::MIN] {
             // SAFETY: as above.
             let s = unsafe { CStr::from_ptr(buddyfree_strerror(code)) };
             assert_eq!(s, c"unknown status code");

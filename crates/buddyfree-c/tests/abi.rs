@@ -1071,6 +1071,9 @@ fn capability_bits_say_which_calls_are_unsupported() {
             let got = buddyfree_reserve_range(bf, UNITS - 3, 3);
             expect(BUDDYFREE_CAP_ALLOC_AT, got, "reserve_range");
             if got == Done {
+                // Reserved units are refused by any free, and given back by free_range.
+                let status = free_order(bf, UNITS - 1, 0);
+                assert_eq!(status, BuddyfreeStatus::Reserved, "{name:?}");
                 let got = buddyfree_free_range(bf, UNITS - 3, 3);
                 expect(BUDDYFREE_CAP_ORDER_AT, got, "free_range");
             }

@@ -31,6 +31,10 @@ pub enum Error {
     MetadataTooSmall,
     /// The caller's metadata memory is not aligned as `metadata_layout` says.
     MetadataMisaligned,
+    /// A unit of the block is held by the boot reservation
+    /// ([`crate::BlockAlloc::reserve_range`]), which only
+    /// [`crate::BlockAlloc::free_range`] gives back: a free of firmware memory.
+    Reserved,
 }
 
 impl Error {
@@ -50,6 +54,7 @@ impl Error {
             Error::WouldBlock => "the operation would have had to wait",
             Error::MetadataTooSmall => "metadata memory too small",
             Error::MetadataMisaligned => "metadata memory misaligned",
+            Error::Reserved => "a unit of the block is reserved (release it with free_range)",
         }
     }
 }

@@ -105,6 +105,7 @@ pub mod range;
 mod refusal;
 #[cfg(feature = "alloc")]
 pub mod registry;
+mod reserved;
 #[cfg(feature = "alloc")]
 pub mod stats;
 pub(crate) mod sync;
@@ -122,6 +123,7 @@ pub use nbbs::{Nbbs, Nbbs4};
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub use refusal::confirmations as refusal_confirmations;
+pub use reserved::MAX_RESERVED_RUNS;
 
 /// The README's examples, compiled and run by `cargo test` so that the front door never lies.
 /// `../README.md` is the crate's own readme: a symlink to the workspace's in the repository,

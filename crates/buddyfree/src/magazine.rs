@@ -1247,7 +1247,9 @@ mod tests {
         let used = Nbbs4::new(Config::new(256, 6)).unwrap();
         let small = used.alloc(0, 0).unwrap();
         let cached = used.alloc(3, 0).unwrap();
-        used.reserve_range(100, 20, 0).unwrap(); // orders 2 and 4
+        for (index, order) in [(100, 2), (104, 3), (112, 3)] {
+            used.alloc_at(index, order, 0).unwrap();
+        }
         let alloc = Magazine::new(used, 2).unwrap();
         assert_eq!(alloc.free_units(), 256 - 1 - 8 - 20);
         assert_eq!(alloc.free(cached, 2, 0), Err(Error::OrderMismatch));

@@ -35,7 +35,15 @@
 //! that is not allocated is refused with [`Error::NotAllocated`] and nothing changes.
 //! `reserve_range` is safe under any concurrency: it takes each block with `alloc_at`, and if
 //! one is not free it gives back what it took and answers [`Error::Occupied`].
+//!
+//! **The boot reservation.** What `reserve_range` (and so [`reserve_all`]) takes, the published
+//! allocators remember: any free of a block with a reserved unit answers
+//! [`Error::Reserved`] and changes nothing, whatever its order, and only `free_range` gives
+//! reserved units back (firmware memory is never freed by a stray `free`; an initrd held at
+//! boot is released by `free_range` when the kernel is done with it). At most
+//! [`crate::MAX_RESERVED_RUNS`] separate runs; see `docs/kernel.md`.
 
+use crate::reserved::Reserved;
 use crate::{BlockAlloc, Error, SeqBlockAlloc};
 
 /// The largest naturally aligned blocks (at most `2^max_order` units) that tile
@@ -160,6 +168,43 @@ pub(crate) fn free_range(units: &mut impl Units, start: usize, len: usize) -> Re
         at = first + (1 << order);
     }
     Ok(())
+}
+
+/// [`reserve_range`] that records the range in `reserved`, for allocators whose frees
+/// refuse reserved units.
+pub(crate) fn reserve_recorded(
+    reserved: &Reserved,
+    units: &mut impl Units,
+    start: usize,
+    len: usize,
+) -> Result<(), Error> {
+    let end = check_range(units, start, len)?;
+    reserved.reserve(start, end, || reserve_range(units, start, len))
+}
+
+/// [`free_range`] that takes the range out of `reserved`, the blocks cut at its ends lifted
+/// from it while they are freed and taken again.
+pub(crate) fn free_recorded(
+    reserved: &Reserved,
+    units: &mut impl Units,
+    start: usize,
+    len: usize,
+) -> Result<(), Error> {
+    let end = check_range(units, start, len)?;
+    if len == 0 {
+        return Ok(());
+    }
+    let cut_start = units.block_of(start)?.map_or(start, |(first, _)| first);
+    let cut_end = match end < units.total_units() {
+        true => match units.block_of(end)? {
+            Some((first, order)) if first < end => first + (1 << order),
+            _ => end,
+        },
+        false => end,
+    };
+    reserved.release(start, end, cut_start, cut_end, || {
+        free_range(units, start, len)
+    })
 }
 
 /// Makes `edge` a block boundary: a live block that contains `edge` past its first unit is

@@ -550,3 +550,31 @@ fn offset_page_table_maps_and_cleans_up_with_these_frames() {
     unsafe { frames.deallocate_frame(data) };
     assert_eq!(llfree.free_units(), TABLES);
 }
+
+/// The frames of a real x86_64 bootloader's map under QEMU that were never usable (the
+/// kernel's stack just below the first usable frame, the page tables and the kernel image
+/// in 2 MiB frames) are refused after the documented boot sequence, counted, and change
+/// nothing; the usable frames all allocate.
+#[test]
+fn frames_the_firmware_keeps_are_refused_after_boot() {
+    let llfree = LLFree::new(Config::new(0x7fe0, 9)).unwrap();
+    buddyfree::range::reserve_all(&llfree).unwrap();
+    for (start, end) in [(0x2c1, 0x400), (0x8ff, 0x7fe0)] {
+        llfree.free_range(start, end - start, 0).unwrap();
+    }
+    let usable = llfree.free_units();
+    let mut frames = frames_at(&llfree, 0);
+    for addr in [0x2c_0000u64, 0x8f_e000] {
+        let frame = PhysFrame::<Size4KiB>::containing_address(PhysAddr::new(addr));
+        // SAFETY: a stray free the allocator must refuse; no memory is touched.
+        unsafe { FrameDeallocator::<Size4KiB>::deallocate_frame(&mut frames, frame) };
+    }
+    for addr in [0u64, 0x40_0000] {
+        let frame = PhysFrame::<Size2MiB>::containing_address(PhysAddr::new(addr));
+        // SAFETY: as above.
+        unsafe { FrameDeallocator::<Size2MiB>::deallocate_frame(&mut frames, frame) };
+    }
+    assert_eq!(frames.bad_frees(), 4);
+    assert_eq!(llfree.free_units(), usable);
+    assert_eq!(take_all::<Size4KiB, _>(&mut frames, usable).len(), usable);
+}

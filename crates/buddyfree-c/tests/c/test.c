@@ -52,13 +52,13 @@ static size_t free_units(const Buddyfree *bf) {
 }
 
 static void check_strerror(void) {
-    for (int32_t code = 0; code <= BUDDYFREE_STATUS_OTHER; code++) {
+    for (int32_t code = 0; code <= BUDDYFREE_STATUS_RESERVED; code++) {
         const char *s = buddyfree_strerror(code);
         CHECK(s != NULL && strlen(s) > 0 && strcmp(s, "unknown status code") != 0);
     }
     CHECK(strcmp(buddyfree_strerror(BUDDYFREE_STATUS_OK), "ok") == 0);
     CHECK(strcmp(buddyfree_strerror(-1), "unknown status code") == 0);
-    CHECK(strcmp(buddyfree_strerror(BUDDYFREE_STATUS_OTHER + 1), "unknown status code") == 0);
+    CHECK(strcmp(buddyfree_strerror(BUDDYFREE_STATUS_RESERVED + 1), "unknown status code") == 0);
 }
 
 static void check_bad_configs(const char *name) {

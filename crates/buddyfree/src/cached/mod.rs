@@ -62,6 +62,7 @@ use cache::{CoreCache, ListLine, LINES};
 use states::{BlockStates, State};
 
 use crate::locked::YieldMutex;
+use crate::reserved::Reserved;
 use crate::sync::atomic::{AtomicBool, AtomicU16, AtomicU8, Ordering};
 use crate::sync::CachePadded;
 use crate::table::{Metadata, Part, Plan, Table};
@@ -139,16 +140,24 @@ pub(crate) trait Backend {
     /// Frees `blocks` of `order`, which left every cache and which the backend has
     /// allocated, in bulk.
     fn give_back(&self, blocks: &[usize], order: u32, core: usize) {
-        // SAFETY: the backend handed out each block at `order` (to a refill, or to a caller
-        // whose free the state table let through) and has it allocated; each left its cache
-        // once, and `states` has it `Free` (or never recorded it, when a refill was cut),
-        // so every free of it by a caller stops at the table, an order the caches keep.
-        let freed = unsafe { self.shared().free_bulk_owned(blocks, order, core) };
-        if let Err((k, e)) = freed {
-            panic!(
-                "the backend refused block {} the per-core caches owned: {e}",
-                blocks[k]
+        let mut rest = blocks;
+        loop {
+            // SAFETY: the backend handed out each block at `order` (to a refill, or to a caller
+            // whose free the state table let through) and has it allocated; each left its cache
+            // once, and `states` has it `Free` (or never recorded it, when a refill was cut),
+            // so every free of it by a caller stops at the table, an order the caches keep.
+            let Err((k, e)) = (unsafe { self.shared().free_bulk_owned(rest, order, core) }) else {
+                return;
+            };
+            // A block the backend's own boot reservation holds, adopted by caches built
+            // over it afterwards (reserve through the caches instead): it stays reserved.
+            assert_eq!(
+                e,
+                Error::Reserved,
+                "the backend refused block {} the per-core caches owned",
+                rest[k]
             );
+            rest = &rest[k + 1..];
         }
     }
 }
@@ -267,6 +276,9 @@ pub(crate) struct Cached<B> {
     /// Whether caches that see a stream of allocations hand its blocks out `Direct`
     /// ([`Self::set_streams`]).
     streams: bool,
+    /// Units of the boot reservation, which frees refuse (`reserved.rs`): the caches park
+    /// blocks the backend never sees freed, so the backend's own cannot answer for them.
+    pub(crate) reserved: Reserved,
 }
 
 /// Where a [`Cached`]'s tables lie in its metadata.
@@ -364,6 +376,7 @@ impl<B: Backend> Cached<B> {
             states.adopt(alloc, |order| policy.slot(order))?;
         }
         Ok(Cached {
+            reserved: Reserved::new(alloc.total_units()),
             states,
             holders: caches.len().min(states::OWNERS),
             streams: false,
@@ -774,6 +787,7 @@ impl<B: Backend> Cached<B> {
     /// path, and its address does not wait for the state's load.
     #[inline]
     pub(crate) fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        self.reserved.check_free(index, order)?;
         if let Some(freed) = self.free_if_direct(index, order, core) {
             return freed;
         }
@@ -907,6 +921,7 @@ impl<B: Backend> Cached<B> {
     /// `try_free` for the other orders.
     pub(crate) fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         check_block(index, order, self.max_order(), self.total_units())?;
+        self.reserved.try_check_free(index, order)?;
         let Some(slot) = self.slot(order) else {
             let freed = self.backend.shared().try_free(index, order, core);
             return self.uncached_answer(index, freed);
@@ -1311,6 +1326,7 @@ impl<B: Backend> HeldCore for Pinned<'_, B> {
     #[inline]
     fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
         let (cached, core) = (self.cached, self.core);
+        cached.reserved.check_free(index, order)?;
         if let Some(freed) = cached.free_if_direct(index, order, core) {
             return freed;
         }
@@ -1372,6 +1388,19 @@ macro_rules! block_alloc_via_cached {
         }
         fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), $crate::Error> {
             self.$field.alloc_at(index, order, core)
+        }
+        fn reserve_range(
+            &self,
+            start: usize,
+            len: usize,
+            core: usize,
+        ) -> Result<(), $crate::Error> {
+            let units = &mut $crate::range::Shared(self, core);
+            $crate::range::reserve_recorded(&self.$field.reserved, units, start, len)
+        }
+        fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), $crate::Error> {
+            let units = &mut $crate::range::Shared(self, core);
+            $crate::range::free_recorded(&self.$field.reserved, units, start, len)
         }
         fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, $crate::Error> {
             self.$field.block_of(index)

@@ -98,7 +98,9 @@ mod loom_tests;
 #[cfg(feature = "alloc")]
 use alloc::vec::Vec;
 
+use crate::range;
 use crate::refusal::{Failure, Refusals};
+use crate::reserved::Reserved;
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use crate::sync::{spin_loop, CachePadded};
 #[cfg(feature = "alloc")]
@@ -259,6 +261,8 @@ pub struct LLFree<W: WriteBack = Volatile> {
     summary: Summary,
     /// Refusals remembered until the next credit of units (`refusal.rs`).
     refusals: Refusals,
+    /// Units of the boot reservation, which frees refuse (`reserved.rs`).
+    reserved: Reserved,
 }
 
 /// Where the tables of LLFree lie in its metadata, and its tuning.
@@ -464,6 +468,7 @@ impl<W: WriteBack> LLFree<W> {
             reserve_on_free: options.reserve_on_free,
             moves: Moves::new(),
             refusals: Refusals::new(),
+            reserved: Reserved::new(config.units),
         })
     }
 
@@ -1226,14 +1231,20 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
 
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         check_block(index, order, self.max_order, self.units)?;
+        self.reserved.check_free(index, order)?;
         self.lower.free(index, order)?;
         self.freed(index, 1 << order, core);
         Ok(())
     }
 
-    /// The same as `free`, which waits for no other core.
+    /// The same as `free`, which waits for no other core (but for a range operation's
+    /// update of the reservation, next to reserved units: [`Error::WouldBlock`]).
     fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        self.free(index, order, core)
+        check_block(index, order, self.max_order, self.units)?;
+        self.reserved.try_check_free(index, order)?;
+        self.lower.free(index, order)?;
+        self.freed(index, 1 << order, core);
+        Ok(())
     }
 
     /// Blocks of orders 0..=8 that follow each other in `blocks` within one huge frame are
@@ -1242,8 +1253,10 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
     /// each block's words as [`BlockAlloc::free`] clears them. From a word (or block) with
     /// a bad block on, one by one.
     fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
-        self.free_in_frames(blocks, order, core, |group| {
-            self.lower.free_many(group, order)
+        self.reserved.free_bulk(blocks, order, |blocks| {
+            self.free_in_frames(blocks, order, core, |group| {
+                self.lower.free_many(group, order)
+            })
         })
     }
 
@@ -1256,10 +1269,14 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
         order: u32,
         core: usize,
     ) -> Result<(), (usize, Error)> {
-        self.free_in_frames(blocks, order, core, |group| {
-            // SAFETY: the caller's promise; `free_in_frames` hands over blocks in range,
-            // aligned, of orders up to 8 and in one frame.
-            unsafe { self.lower.free_owned(group, order) }
+        // Checked still: caches built over an allocator that reserved units first adopt
+        // them as a caller's blocks.
+        self.reserved.free_bulk(blocks, order, |blocks| {
+            self.free_in_frames(blocks, order, core, |group| {
+                // SAFETY: the caller's promise; `free_in_frames` hands over blocks in
+                // range, aligned, of orders up to 8 and in one frame.
+                unsafe { self.lower.free_owned(group, order) }
+            })
         })
     }
 
@@ -1311,6 +1328,14 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
     /// then the block itself. A failed take counts only if no reservation move was in flight
     /// meanwhile (the count may be in a moving core's hands); it is retried, bounded as the
     /// fallback is.
+    fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
+        range::reserve_recorded(&self.reserved, &mut range::Shared(self, core), start, len)
+    }
+
+    fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
+        range::free_recorded(&self.reserved, &mut range::Shared(self, core), start, len)
+    }
+
     fn alloc_at(&self, index: usize, order: u32, _core: usize) -> Result<(), Error> {
         check_block(index, order, self.max_order, self.units)?;
         let t = self.tree_of(index);

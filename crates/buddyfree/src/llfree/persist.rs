@@ -589,6 +589,14 @@ impl BlockAlloc for PersistentLLFree {
         self.alloc.alloc_at(index, order, core)
     }
 
+    fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
+        self.alloc.reserve_range(start, len, core)
+    }
+
+    fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
+        self.alloc.free_range(start, len, core)
+    }
+
     fn free_units(&self) -> usize {
         self.alloc.free_units()
     }

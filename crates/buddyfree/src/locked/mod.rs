@@ -10,6 +10,8 @@ use lock_api::{Mutex, RawMutex};
 pub use per_level::{PerLevel, PerLevelSpin, PerLevelYield};
 pub use yield_mutex::YieldMutex;
 
+use crate::range;
+use crate::reserved::Reserved;
 use crate::{BlockAlloc, Capabilities, Class, Error, SeqBlockAlloc};
 
 #[cfg(feature = "alloc")]
@@ -25,6 +27,8 @@ pub struct Locked<A, R = spin::Mutex<()>> {
     max_order: u32,
     /// What `inner` offers, read once so that asking takes no lock.
     capabilities: Capabilities,
+    /// Units of the boot reservation, which frees refuse (`reserved.rs`).
+    reserved: Reserved,
 }
 
 impl<A: SeqBlockAlloc, R: RawMutex> Locked<A, R> {
@@ -48,6 +52,7 @@ impl<A: SeqBlockAlloc, R: RawMutex> Locked<A, R> {
             total_units: alloc.total_units(),
             max_order: alloc.max_order(),
             capabilities: locked_capabilities(alloc.capabilities()),
+            reserved: Reserved::new(alloc.total_units()),
             inner: Mutex::new(alloc),
         }
     }
@@ -87,6 +92,7 @@ impl<A: SeqBlockAlloc, R: RawMutex + Sync + Send> BlockAlloc for Locked<A, R> {
     }
 
     fn free(&self, index: usize, order: u32, _core: usize) -> Result<(), Error> {
+        self.reserved.check_free(index, order)?;
         self.inner.lock().free(index, order)
     }
 
@@ -113,6 +119,7 @@ impl<A: SeqBlockAlloc, R: RawMutex + Sync + Send> BlockAlloc for Locked<A, R> {
 
     /// Only if the lock is free at once, as `try_alloc`.
     fn try_free(&self, index: usize, order: u32, _core: usize) -> Result<(), Error> {
+        self.reserved.try_check_free(index, order)?;
         self.inner
             .try_lock()
             .ok_or(Error::WouldBlock)?
@@ -142,8 +149,10 @@ impl<A: SeqBlockAlloc, R: RawMutex + Sync + Send> BlockAlloc for Locked<A, R> {
 
     /// The whole range under one lock: no other operation sees it half done.
     fn free_range(&self, start: usize, len: usize, _core: usize) -> Result<(), Error> {
-        crate::range::free_range(
-            &mut crate::range::Exclusive(&mut *self.inner.lock()),
+        let mut inner = self.inner.lock();
+        range::free_recorded(
+            &self.reserved,
+            &mut range::Exclusive(&mut *inner),
             start,
             len,
         )
@@ -151,6 +160,11 @@ impl<A: SeqBlockAlloc, R: RawMutex + Sync + Send> BlockAlloc for Locked<A, R> {
 
     fn reserve_range(&self, start: usize, len: usize, _core: usize) -> Result<(), Error> {
         let mut inner = self.inner.lock();
-        crate::range::reserve_range(&mut crate::range::Exclusive(&mut *inner), start, len)
+        range::reserve_recorded(
+            &self.reserved,
+            &mut range::Exclusive(&mut *inner),
+            start,
+            len,
+        )
     }
 }

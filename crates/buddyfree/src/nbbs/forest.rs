@@ -8,7 +8,9 @@ use core::mem::MaybeUninit;
 use super::cell::{Shape, State};
 use super::cores::{Cores, Slot};
 use super::word::Word;
+use crate::range;
 use crate::refusal::{Failure, Refusals};
+use crate::reserved::Reserved;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::CachePadded;
 #[cfg(feature = "alloc")]
@@ -207,6 +209,8 @@ pub struct Forest<K: Kind> {
     cores: Cores,
     /// Refusals remembered until the next free or rollback (`refusal.rs`).
     refusals: Refusals,
+    /// Units of the boot reservation, which frees refuse (`reserved.rs`).
+    reserved: Reserved,
     kind: PhantomData<K>,
 }
 
@@ -297,6 +301,7 @@ impl<K: Kind> Forest<K> {
                 (len as u128 * core as u128 / cores as u128) as usize
             })?,
             refusals: Refusals::new(),
+            reserved: Reserved::new(config.units),
             kind: PhantomData,
         };
         let mut pos = config.units;
@@ -1001,6 +1006,58 @@ impl<K: Kind> Forest<K> {
         });
         Self::S.is_allocated(self.cell(at.level, at.cell).load(Ordering::Relaxed), at.j)
     }
+
+    /// Frees runs of `blocks` that are exactly the `2^r` blocks under one node of their cell
+    /// (in any order within the run) as one free of that node, after one compare-and-swap
+    /// that checks and clears them all ([`Shape::join`]); any other block, and a run with a
+    /// block that is not allocated, one by one, as `free` would, which gives the exact
+    /// answer and position of a bad one.
+    fn free_unreserved_bulk(
+        &self,
+        blocks: &[usize],
+        order: u32,
+        core: usize,
+    ) -> Result<(), (usize, Error)> {
+        let rows = self.group_rows(order);
+        let mut i = 0;
+        while i < blocks.len() {
+            let most = rows.min((blocks.len() - i).ilog2());
+            let group = (1..=most)
+                .rev()
+                .map(|r| &blocks[i..i + (1 << r)])
+                .find(|group| self.free_group(group, order, core));
+            i += match group {
+                Some(group) => group.len(),
+                None => {
+                    self.free_unreserved(blocks[i], order, core)
+                        .map_err(|e| (i, e))?;
+                    1
+                }
+            };
+        }
+        Ok(())
+    }
+
+    /// Alg. 4 (NBFREE): claims the allocated node (the one check that makes double frees
+    /// harmless), then FREENODE up to the roots and counts the release (F4).
+    fn free_unreserved(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        let node = Node {
+            order,
+            pos: index >> order,
+        };
+        let at = self.place(node);
+        if !self.free_node(at, |w| Self::S.claim(w, at.j)) {
+            let other = (0..=self.max_order)
+                .any(|o| o != order && index.is_multiple_of(1 << o) && self.is_allocated(index, o));
+            return Err(if other {
+                Error::OrderMismatch
+            } else {
+                Error::NotAllocated
+            });
+        }
+        self.count_free(1 << node.order, node, core);
+        Ok(())
+    }
 }
 
 impl<K: Kind> BlockAlloc for Forest<K> {
@@ -1053,29 +1110,10 @@ impl<K: Kind> BlockAlloc for Forest<K> {
         Ok(n)
     }
 
-    /// Frees runs of `blocks` that are exactly the `2^r` blocks under one node of their cell
-    /// (in any order within the run) as one free of that node, after one compare-and-swap
-    /// that checks and clears them all ([`Shape::join`]); any other block, and a run with a
-    /// block that is not allocated, one by one, as `free` would, which gives the exact
-    /// answer and position of a bad one.
     fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
-        let rows = self.group_rows(order);
-        let mut i = 0;
-        while i < blocks.len() {
-            let most = rows.min((blocks.len() - i).ilog2());
-            let group = (1..=most)
-                .rev()
-                .map(|r| &blocks[i..i + (1 << r)])
-                .find(|group| self.free_group(group, order, core));
-            i += match group {
-                Some(group) => group.len(),
-                None => {
-                    self.free(blocks[i], order, core).map_err(|e| (i, e))?;
-                    1
-                }
-            };
-        }
-        Ok(())
+        self.reserved.free_bulk(blocks, order, |blocks| {
+            self.free_unreserved_bulk(blocks, order, core)
+        })
     }
 
     /// Orders below the top row of their cell: several blocks under one node.
@@ -1083,26 +1121,26 @@ impl<K: Kind> BlockAlloc for Forest<K> {
         self.group_rows(order) > 0
     }
 
-    /// Alg. 4 (NBFREE): claims the allocated node (the one check that makes double frees
-    /// harmless), then FREENODE up to the roots and counts the release (F4).
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         check_block(index, order, self.max_order, self.units)?;
-        let node = Node {
-            order,
-            pos: index >> order,
-        };
-        let at = self.place(node);
-        if !self.free_node(at, |w| Self::S.claim(w, at.j)) {
-            let other = (0..=self.max_order)
-                .any(|o| o != order && index.is_multiple_of(1 << o) && self.is_allocated(index, o));
-            return Err(if other {
-                Error::OrderMismatch
-            } else {
-                Error::NotAllocated
-            });
-        }
-        self.count_free(1 << node.order, node, core);
-        Ok(())
+        self.reserved.check_free(index, order)?;
+        self.free_unreserved(index, order, core)
+    }
+
+    /// The same as `free`, which waits for no other thread (but for a range operation's
+    /// update of the reservation, next to reserved units: [`Error::WouldBlock`]).
+    fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        check_block(index, order, self.max_order, self.units)?;
+        self.reserved.try_check_free(index, order)?;
+        self.free_unreserved(index, order, core)
+    }
+
+    fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
+        range::reserve_recorded(&self.reserved, &mut range::Shared(self, core), start, len)
+    }
+
+    fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
+        range::free_recorded(&self.reserved, &mut range::Shared(self, core), start, len)
     }
 
     fn free_units(&self) -> usize {

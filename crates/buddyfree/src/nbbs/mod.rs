@@ -212,9 +212,14 @@ macro_rules! nbbs_type {
             fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
                 self.0.alloc(order, core)
             }
-            /// The same as `free`, which waits for no other thread.
             fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-                self.0.free(index, order, core)
+                self.0.try_free(index, order, core)
+            }
+            fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
+                self.0.reserve_range(start, len, core)
+            }
+            fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
+                self.0.free_range(start, len, core)
             }
             fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
                 self.0.alloc_at(index, order, core)
