@@ -44,9 +44,10 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// The boxed handle, the small tables (per-core entries) beside the big ones, and the padding
-/// a caller layout has between its tables.
-const HANDLE_SLACK: usize = 1024;
+/// The boxed handle (with its boot-reservation tables, 2 KiB each: a magazine and its
+/// backend keep one each), the small tables (per-core entries) beside the big ones, and the
+/// padding a caller layout has between its tables.
+const HANDLE_SLACK: usize = 6144;
 
 fn main() {
     let config = Config::new(1 << 18, 10).with_cores(1);

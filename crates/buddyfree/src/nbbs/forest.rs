@@ -1041,6 +1041,7 @@ impl<K: Kind> Forest<K> {
     /// Alg. 4 (NBFREE): claims the allocated node (the one check that makes double frees
     /// harmless), then FREENODE up to the roots and counts the release (F4).
     fn free_unreserved(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        check_block(index, order, self.max_order, self.units)?;
         let node = Node {
             order,
             pos: index >> order,
@@ -1122,7 +1123,6 @@ impl<K: Kind> BlockAlloc for Forest<K> {
     }
 
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        check_block(index, order, self.max_order, self.units)?;
         self.reserved.check_free(index, order)?;
         self.free_unreserved(index, order, core)
     }
@@ -1130,7 +1130,6 @@ impl<K: Kind> BlockAlloc for Forest<K> {
     /// The same as `free`, which waits for no other thread (but for a range operation's
     /// update of the reservation, next to reserved units: [`Error::WouldBlock`]).
     fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        check_block(index, order, self.max_order, self.units)?;
         self.reserved.try_check_free(index, order)?;
         self.free_unreserved(index, order, core)
     }
