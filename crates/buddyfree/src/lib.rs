@@ -8,7 +8,8 @@
 //! The crate is `#![no_std]`. The `alloc` feature (on by default) puts metadata on the heap
 //! (the `new` constructors) and adds what needs a heap (the registry, list allocators, the
 //! model, defragmentation, the per-level and per-CPU baselines); the `std` feature (on by
-//! default, implies `alloc`) adds a thread-local [`core_hint`] and other conveniences.
+//! default, implies `alloc`) adds a thread-local [`core_hint`] and other conveniences;
+//! `persist` (opt-in) adds LLFree zones in files (`llfree::persist`).
 //!
 //! # Metadata from the caller
 //!
