@@ -93,6 +93,12 @@ impl From<Error> for BuddyfreeStatus {
             Error::WouldBlock => BuddyfreeStatus::WouldBlock,
             Error::MetadataTooSmall => BuddyfreeStatus::MetadataTooSmall,
             Error::MetadataMisaligned => BuddyfreeStatus::MetadataMisaligned,
+            // A heap's refusals carried in an `Error`: as their `HeapError`s answer.
+            Error::ZeroSize => BuddyfreeStatus::ZeroSize,
+            Error::TooLarge => BuddyfreeStatus::TooLarge,
+            Error::BadAlign => BuddyfreeStatus::BadAlign,
+            Error::Foreign => BuddyfreeStatus::ForeignPointer,
+            Error::BadRegion | Error::Mmap(_) => BuddyfreeStatus::BadRegion,
             _ => BuddyfreeStatus::Other,
         }
     }
