@@ -131,6 +131,26 @@ pub use refusal::confirmations as refusal_confirmations;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+/// The guides' Rust examples, compiled and run by `cargo test` as the README's are.
+/// `../docs/*.md` are symlinks to the workspace's `docs/` (copies in the package); each guide
+/// needs the features its examples use, which the crate's tests turn on (the dev-dependency
+/// on itself). `tests/guides.rs` checks that every guide with Rust in it is listed here.
+#[cfg(doctest)]
+pub mod guide_doctests {
+    /// docs/kernel.md (its last example is on the `x86_64` crate's traits).
+    #[cfg(all(feature = "alloc", feature = "x86_64"))]
+    #[doc = include_str!("../docs/kernel.md")]
+    pub struct Kernel;
+    /// docs/device-memory.md.
+    #[cfg(feature = "std")]
+    #[doc = include_str!("../docs/device-memory.md")]
+    pub struct DeviceMemory;
+    /// docs/persistence.md.
+    #[cfg(feature = "persist")]
+    #[doc = include_str!("../docs/persistence.md")]
+    pub struct Persistence;
+}
+
 /// An allocator of naturally aligned blocks of `2^order` units, safe to share between threads.
 ///
 /// `core` is a hint naming the calling core (or thread). Allocators with per-core state use it
