@@ -5,6 +5,23 @@
 //! `2^order` units, named by the index of their first unit. They all implement one trait,
 //! [`BlockAlloc`], so tests, the benchmark tool and the adapters treat them alike.
 //!
+//! ```
+//! use buddyfree::llfree::LLFree;
+//! use buddyfree::{BlockAlloc, Config, Error};
+//!
+//! // 2^18 units (1 GiB of 4 KiB frames), blocks up to order 9 (2 MiB), 4 cores.
+//! let frames = LLFree::new(Config::new(1 << 18, 9).with_cores(4))?;
+//! let core = 0; // the calling core; `buddyfree::core_hint()` gives one per thread
+//! let huge = frames.alloc(9, core)?; // 512 units, aligned to 512
+//! assert_eq!(huge % 512, 0);
+//! frames.free(huge, 9, core)?;
+//! assert_eq!(frames.free(huge, 9, core), Err(Error::NotAllocated)); // changes nothing
+//! # Ok::<(), Error>(())
+//! ```
+//!
+//! Which allocator for which job, and each one's type: the README's table. [`heap`] turns any
+//! of them into an allocator of memory (`GlobalAlloc`, `Allocator`).
+//!
 //! The crate is `#![no_std]`. The `alloc` feature (on by default) puts metadata on the heap
 //! (the `new` constructors) and adds what needs a heap (the registry, list allocators, the
 //! model, defragmentation, the per-level and per-CPU baselines); the `std` feature (on by
