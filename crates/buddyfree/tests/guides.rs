@@ -28,7 +28,10 @@ fn every_guide_with_rust_is_a_doctest_and_none_is_ignored() {
     let root = crate_dir.join("../..");
     let Ok(guides) = fs::read_dir(root.join("docs")) else {
         // The packaged crate has no workspace around it; its copies are still doctests.
-        assert!(!root.join(".git").exists(), "docs/ missing from the repository");
+        assert!(
+            !root.join(".git").exists(),
+            "docs/ missing from the repository"
+        );
         return;
     };
     let lib = fs::read_to_string(crate_dir.join("src/lib.rs")).unwrap();

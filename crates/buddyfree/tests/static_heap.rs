@@ -44,12 +44,21 @@ fn main() {
     .unwrap();
     // Installed once: the second heap comes back, and the refusal converts into both errors.
     let refused = HEAP.init(second).map(|_| ()).unwrap_err();
-    assert_eq!(refused.to_string(), "the static heap is already initialised");
+    assert_eq!(
+        refused.to_string(),
+        "the static heap is already initialised"
+    );
     let second = refused.into_heap();
     assert_eq!(second.allocator().total_units(), 1);
     let again = HEAP.init(second).map(|_| ()).unwrap_err();
     assert_eq!(HeapError::from(again), HeapError::AlreadyInitialized);
-    assert_eq!(Error::from(HeapError::AlreadyInitialized), Error::AlreadyInitialized);
-    assert_eq!(Error::from(HeapError::Block(Error::OutOfMemory)), Error::OutOfMemory);
+    assert_eq!(
+        Error::from(HeapError::AlreadyInitialized),
+        Error::AlreadyInitialized
+    );
+    assert_eq!(
+        Error::from(HeapError::Block(Error::OutOfMemory)),
+        Error::OutOfMemory
+    );
     println!("static heap: ok");
 }

@@ -46,7 +46,6 @@
 //! by another thread); the clear that ends a free releases (F20), so the next owner's writes
 //! follow the last owner's. The comments at each step give the paper's line.
 
-
 #[cfg(all(test, loom))]
 use alloc::vec::Vec;
 use core::marker::PhantomData;
