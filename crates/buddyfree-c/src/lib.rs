@@ -97,6 +97,12 @@ impl From<Error> for BuddyfreeStatus {
             Error::MetadataTooSmall => BuddyfreeStatus::MetadataTooSmall,
             Error::MetadataMisaligned => BuddyfreeStatus::MetadataMisaligned,
             Error::Reserved => BuddyfreeStatus::Reserved,
+            // A heap's refusals carried in an `Error`: as their `HeapError`s answer.
+            Error::ZeroSize => BuddyfreeStatus::ZeroSize,
+            Error::TooLarge => BuddyfreeStatus::TooLarge,
+            Error::BadAlign => BuddyfreeStatus::BadAlign,
+            Error::Foreign => BuddyfreeStatus::ForeignPointer,
+            Error::BadRegion | Error::Mmap(_) => BuddyfreeStatus::BadRegion,
             _ => BuddyfreeStatus::Other,
         }
     }

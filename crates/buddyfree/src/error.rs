@@ -1,6 +1,7 @@
 use core::fmt;
 
 use crate::config::ConfigRule;
+use crate::heap::HeapError;
 
 /// What went wrong in an allocator operation.
 #[non_exhaustive]
@@ -35,6 +36,22 @@ pub enum Error {
     /// ([`crate::BlockAlloc::reserve_range`]), which only
     /// [`crate::BlockAlloc::free_range`] gives back: a free of firmware memory.
     Reserved,
+    /// A heap request of zero bytes ([`HeapError::ZeroSize`]).
+    ZeroSize,
+    /// A heap request larger than the largest block ([`HeapError::TooLarge`]).
+    TooLarge,
+    /// An alignment larger than the heap's region can honour ([`HeapError::BadAlign`]).
+    BadAlign,
+    /// A pointer null or outside the heap ([`HeapError::Foreign`]).
+    Foreign,
+    /// A heap's region too small for its allocator, or a unit size that is not a power of two
+    /// ([`HeapError::BadRegion`]).
+    BadRegion,
+    /// The system refused a heap's mapping; the OS error number ([`HeapError::Mmap`]).
+    Mmap(i32),
+    /// A [`StaticHeap`](crate::heap::StaticHeap) was initialised a second time
+    /// ([`HeapError::AlreadyInitialized`]).
+    AlreadyInitialized,
 }
 
 impl Error {
@@ -55,6 +72,13 @@ impl Error {
             Error::MetadataTooSmall => "metadata memory too small",
             Error::MetadataMisaligned => "metadata memory misaligned",
             Error::Reserved => "a unit of the block is reserved (release it with free_range)",
+            Error::ZeroSize => HeapError::ZeroSize.as_str(),
+            Error::TooLarge => HeapError::TooLarge.as_str(),
+            Error::BadAlign => HeapError::BadAlign.as_str(),
+            Error::Foreign => HeapError::Foreign.as_str(),
+            Error::BadRegion => HeapError::BadRegion.as_str(),
+            Error::Mmap(_) => HeapError::Mmap(0).as_str(),
+            Error::AlreadyInitialized => HeapError::AlreadyInitialized.as_str(),
         }
     }
 }
@@ -63,6 +87,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::InvalidConfig(rule) => write!(f, "{}: {rule}", self.as_str()),
+            Error::Mmap(errno) => HeapError::Mmap(*errno).fmt(f),
             _ => f.write_str(self.as_str()),
         }
     }
@@ -71,6 +96,23 @@ impl fmt::Display for Error {
 impl From<ConfigRule> for Error {
     fn from(rule: ConfigRule) -> Self {
         Error::InvalidConfig(rule)
+    }
+}
+
+/// The heap's errors in the allocators' terms, so that `?` carries a heap's refusal into code
+/// that returns [`Error`] (a kernel's boot sequence) without mapping it by hand.
+impl From<HeapError> for Error {
+    fn from(e: HeapError) -> Self {
+        match e {
+            HeapError::ZeroSize => Error::ZeroSize,
+            HeapError::TooLarge => Error::TooLarge,
+            HeapError::BadAlign => Error::BadAlign,
+            HeapError::Foreign => Error::Foreign,
+            HeapError::BadRegion => Error::BadRegion,
+            HeapError::Block(e) => e,
+            HeapError::Mmap(errno) => Error::Mmap(errno),
+            HeapError::AlreadyInitialized => Error::AlreadyInitialized,
+        }
     }
 }
 

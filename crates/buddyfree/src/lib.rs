@@ -5,10 +5,28 @@
 //! `2^order` units, named by the index of their first unit. They all implement one trait,
 //! [`BlockAlloc`], so tests, the benchmark tool and the adapters treat them alike.
 //!
+//! ```
+//! use buddyfree::llfree::LLFree;
+//! use buddyfree::{BlockAlloc, Config, Error};
+//!
+//! // 2^18 units (1 GiB of 4 KiB frames), blocks up to order 9 (2 MiB), 4 cores.
+//! let frames = LLFree::new(Config::new(1 << 18, 9).with_cores(4))?;
+//! let core = 0; // the calling core; `buddyfree::core_hint()` gives one per thread
+//! let huge = frames.alloc(9, core)?; // 512 units, aligned to 512
+//! assert_eq!(huge % 512, 0);
+//! frames.free(huge, 9, core)?;
+//! assert_eq!(frames.free(huge, 9, core), Err(Error::NotAllocated)); // changes nothing
+//! # Ok::<(), Error>(())
+//! ```
+//!
+//! Which allocator for which job, and each one's type: the README's table. [`heap`] turns any
+//! of them into an allocator of memory (`GlobalAlloc`, `Allocator`).
+//!
 //! The crate is `#![no_std]`. The `alloc` feature (on by default) puts metadata on the heap
 //! (the `new` constructors) and adds what needs a heap (the registry, list allocators, the
 //! model, defragmentation, the per-level and per-CPU baselines); the `std` feature (on by
-//! default, implies `alloc`) adds a thread-local [`core_hint`] and other conveniences.
+//! default, implies `alloc`) adds a thread-local [`core_hint`] and other conveniences;
+//! `persist` (opt-in) adds LLFree zones in files (`llfree::persist`).
 //!
 //! # Metadata from the caller
 //!
@@ -131,6 +149,26 @@ pub use reserved::MAX_RESERVED_RUNS;
 #[cfg(all(doctest, feature = "std"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The guides' Rust examples, compiled and run by `cargo test` as the README's are.
+/// `../docs/*.md` are symlinks to the workspace's `docs/` (copies in the package); each guide
+/// needs the features its examples use, which the crate's tests turn on (the dev-dependency
+/// on itself). `tests/guides.rs` checks that every guide with Rust in it is listed here.
+#[cfg(doctest)]
+pub mod guide_doctests {
+    /// docs/kernel.md (its last example is on the `x86_64` crate's traits).
+    #[cfg(all(feature = "alloc", feature = "x86_64"))]
+    #[doc = include_str!("../docs/kernel.md")]
+    pub struct Kernel;
+    /// docs/device-memory.md.
+    #[cfg(feature = "std")]
+    #[doc = include_str!("../docs/device-memory.md")]
+    pub struct DeviceMemory;
+    /// docs/persistence.md.
+    #[cfg(feature = "persist")]
+    #[doc = include_str!("../docs/persistence.md")]
+    pub struct Persistence;
+}
 
 /// An allocator of naturally aligned blocks of `2^order` units, safe to share between threads.
 ///

@@ -7,179 +7,109 @@
 //!  └── Cached<A>                       the crate's one per-core cache (shared with PerCpu)
 //!      ├── backend: A                   Nbbs4, LLFree, Nbbs, ... (lock-free)
 //!      ├── caches:  [CachePadded<Mutex<YieldMutex, CoreCache>>; cores]
-//!      │              per order 0..=9: recently freed blocks (allocated in A), in a
-//!      │              fixed array of 674 blocks per core
+//!      │              per order 0..=9: recently freed blocks (allocated in A), in one
+//!      │              fixed array per core
 //!      └── states:  [u8; units]         Free | Live | Direct | Owned(core) | Cached
 //! ```
 //!
-//! A free of a small block parks it in the calling core's magazine (but for the later
-//! blocks of a stream of allocations: *Streams*, under *What it trades*), and an allocation takes
-//! the most recently parked one (cache-hot), so the common pair costs one uncontended
-//! per-core lock each way, a list push or pop and one byte of `states`, instead of the backend's
-//! tree or bit-field walk and its shared cache lines. An empty magazine is refilled with a
-//! batch from the backend's [`BlockAlloc::alloc_bulk`] (order 0: 32 units; orders 1–5: 256
-//! units; orders 6–8: 512, an LLFree huge frame; order 9: one block, by a plain `alloc`; and
-//! one block of any order that the backend takes in bulk no cheaper than block by block,
-//! [`BlockAlloc::alloc_bulk_groups`]: NBBS-4's on the top row of a cell, as order 6 with
-//! `max_order` 10, and every order of the 1-level NBBS);
-//! one holding more than 128 units of order 0, 512 of orders 1–5, 1024 of orders 6 and 7,
-//! 2048 of order 8 or 8 blocks of order 9 gives its oldest batch back through
-//! [`BlockAlloc::free_bulk_owned`] (a list of one block a batch: its newest). Those are
-//! the full lists, for heaps of at least 2^17 units (512 MiB of 4 KiB units) per core;
-//! below, they shrink with the heap (see *What it trades*).
-//! Over a backend whose bulk allocations continue where the core's last one ended
-//! ([`BlockAlloc::alloc_bulk_continues`]: LLFree), a batch that finishes a partly used
-//! region of one batch's size (its blocks aligned to their size: a huge frame at order 6)
-//! and would go on into the next stops at the region's end, so that later batches are
-//! whole regions and a spill gives back whole ones; otherwise every later batch lies
-//! astride two frames, and bursts whose length is not a multiple of a batch run slower
-//! through a magazine than without it (see docs/results.md, 'The magazines' fast path').
-//! With LLFree behind it, a batch comes from one huge frame with one update of each counter
-//! for all its blocks, orders 0–5 claimed and given back with one compare-and-swap per
-//! bit-field word instead of one per block, orders 6–8 a group of 2, 4 or 8 words per block,
-//! written with plain stores where the batch takes every unit of its frame that the magazine
-//! does not already hold (a whole free frame, after the frame of the core's last allocation
-//! is used up), and given back with plain stores too ([`BlockAlloc::free_bulk_owned`]: the
-//! state table has already refused every other free of a parked block);
-//! with NBBS-4, in groups of up to 4 blocks of order 0 (8 of order 3, with `max_order` 10)
-//! under one node of a cell, one tree walk per group (the module docs of
-//! [`nbbs`](crate::nbbs)). Orders 0–9 cover the sizes of the NBBS paper's workloads (k to
-//! 16k with k = 4 KiB, 32 KiB and 256 KiB, but 4 MiB) and the huge frames; order 10 goes
-//! straight to the backend.
+//! # Protocol
+//!
+//! - **The pair.** A free of a block of orders 0–9 parks it in a core's magazine, and an
+//!   allocation takes the most recently parked one (cache-hot): one uncontended per-core lock
+//!   each way, a list push or pop and one byte of `states`, instead of the backend's search
+//!   and its shared cache lines. Orders 10 and up go straight to the backend.
+//! - **Refill and spill.** An empty list is refilled with a batch from
+//!   [`BlockAlloc::alloc_bulk`]; a list above its watermark gives its oldest batch back
+//!   through [`BlockAlloc::free_bulk_owned`]. The batches and watermarks per order, and how
+//!   they shrink on small heaps, are the `MAGAZINE_STEPS` policies below. Over a backend
+//!   whose bulk allocations continue where the core's last one ended
+//!   ([`BlockAlloc::alloc_bulk_continues`]: LLFree) a batch stops at the end of a region of
+//!   one batch's size, so that later batches, and spills, are whole regions (LLFree: one
+//!   huge frame, its counters updated once per batch). An order the backend takes in bulk no
+//!   cheaper than block by block ([`BlockAlloc::alloc_bulk_groups`]) moves one block at a
+//!   time.
+//! - **Frees.** A block that a magazine handed out is recorded as that magazine's: its free
+//!   takes that magazine's lock (the freeing core's own when it is the same core), checks the
+//!   byte there and parks the block, so the lock decides racing frees, with no
+//!   compare-and-swap on the byte. Any other block's free is decided by one compare-and-swap
+//!   on the byte. The `cached` module gives the state machine.
+//! - **Refusals.** An allocation the backend refuses drains every magazine (and the
+//!   backend's own per-core state) and asks once more, so it fails only if no free aligned
+//!   block exists; where every magazine's hint (a flag per core, read without its lock) says
+//!   it holds nothing, the backend's refusal stands at once.
+//! - **Streams.** A core that allocates more blocks of an order than its list holds, with no
+//!   free parking one between, hands the rest of that stream out `Direct` for the orders
+//!   moved one block at a time (the `cached` module's *Streams*): their frees skip the
+//!   magazine (a load and a store of the state byte, then the backend's free). A free on
+//!   that core that parks a block of the order, or frees a `Direct` one, ends the stream.
+//!
+//! # Invariants
+//!
+//! - A parked block is allocated in the backend and `Cached` in `states`; a block a magazine
+//!   handed out is `Owned` by it, and its byte changes only under that magazine's lock.
+//! - A double free of a parked block is [`Error::NotAllocated`], a wrong order
+//!   [`Error::OrderMismatch`], and a free that errs changes nothing. `states` does not record
+//!   blocks of orders 10 and up; the backend answers their frees.
+//! - The lists have a fixed room (their watermark and one block more per order), so a
+//!   magazine never allocates once built, on the heap ([`Magazine::new`]) or in caller memory
+//!   ([`Magazine::in_metadata`]).
+//! - Blocks out before the magazines are built (a memory map's holes, a recovered zone's
+//!   blocks) are adopted into `states` by a walk with [`BlockAlloc::next_block`]; an
+//!   allocator with blocks out that cannot name them is refused
+//!   ([`ConfigRule::InnerInUse`]).
+//! - [`BlockAlloc::free_units`] counts parked blocks as free; [`BlockAlloc::block_of`]
+//!   answers the backend's block, or `None` for a parked one; [`BlockAlloc::alloc_at`] gives
+//!   back every magazine first when a parked block overlaps the requested one.
+//!
+//! # Lock order
+//!
+//! A magazine's lock, then the backend's (where it has one); never two magazines at once: a
+//! pinned core that frees a block another magazine holds lets its own go meanwhile. Waiters
+//! spin briefly, then yield the processor in `std` builds; in `no_std` they spin, as a
+//! kernel's per-CPU lists expect preemption to be off.
 //!
 //! # What it trades
 //!
-//! - **Parked blocks are free but reachable only by their core.** Until a spill or
-//!   [`BlockAlloc::drain`], up to 128 units of order 0, 512 of each of orders 1–5, 1024 of
-//!   each of orders 6 and 7 and 8 blocks of each of orders 8 and 9 per core, 10 880 units in
-//!   all (42.5 MiB of 4 KiB
-//!   units, 24 MiB of it huge frames), sit in a core's magazine: other cores cannot take
-//!   them and they cannot merge into larger blocks. That is on a heap of at least 2^17
-//!   units (512 MiB of 4 KiB units) per core, 8.3% of a core's share or less; below, every
-//!   list's watermark halves with every halving of the heap per core (batches at most half
-//!   a watermark), so that a small machine's memory, and its huge frames, are not held by
-//!   its cores' lists: 5 440 units from 2^16 units per core, 2 720 from 2^15, and below that
-//!   the shortest lists, 2 256 units (two blocks each of the larger orders).
-//!   [`Magazine::parking_limit`] says which a magazine has,
-//!   [`Magazine::with_parking_limit`] picks another (or [`Settings::with_parking_limit`], for
-//!   magazines built by name through the registry or from C), and
-//!   [`Magazine::parked_units`] says what a core holds at the moment. The shorter lists
-//!   cost speed where blocks are large next to them, since a list of a few blocks is
-//!   refilled and spilled more often (bursts and larson at 256 KiB; see docs/results.md,
-//!   'The magazines' fast path'). Order 0, the one that fragments huge frames, has short
-//!   lists in every step, so that over LLFree `buddybench`'s `frag` ends with as many free
-//!   huge frames, at no higher compaction cost, through a magazine as without (over NBBS
-//!   no worse; see docs/results.md, 'Does it keep huge frames free'). An
-//!   allocation the backend refuses drains every magazine (and the backend's own per-core
-//!   state) and asks once more, so it fails only if no free aligned block exists (with no
-//!   concurrent frees in flight); where every magazine's hint (a flag per core, set when it
-//!   parks a block, cleared when a drain empties it, read without its lock) says it holds
-//!   nothing, the backend's refusal stands at once, with no other core's lock taken: a
-//!   caller that retries under memory pressure pays its own lock, the backend's refusal
-//!   and a read per core. [`BlockAlloc::free_units`] counts parked blocks as free, as
-//!   [`PerCpu`](crate::locked::PerCpu) does. [`BlockAlloc::drain_core`] gives back one
-//!   core's magazine (and, over LLFree, its reserved tree) and leaves the others': for a
-//!   core that goes offline, which would otherwise keep its blocks until a drain.
-//! - **Metadata**: one byte per unit for `states` (256 KiB per GiB of 4 KiB units) on top
-//!   of the backend's, plus 5.4 KiB per core for the lists, which have a fixed room (their
-//!   watermark and one more block per order), so a magazine never allocates: on the heap
-//!   ([`Magazine::new`]) or in caller memory ([`Magazine::in_metadata`], for a kernel at
-//!   boot, with no heap at all). The backend sees
-//!   parked blocks as allocated, so it cannot tell a double free of a parked block from a
-//!   good free; `states` can, and it decides racing frees: a block that a magazine handed
-//!   out is recorded as that magazine's, and its free takes that magazine's lock (the
-//!   freeing core's own when it is the same core), checks the byte there and parks the
-//!   block in that magazine, so the lock decides, with no compare-and-swap on the byte (one
-//!   locked instruction per free, not two); any other block's free is decided by one CAS
-//!   on the byte. A double free of a parked block is [`Error::NotAllocated`], a wrong order
-//!   [`Error::OrderMismatch`], and an erroring free changes nothing. Blocks of orders 10 and up are never parked: `states`
-//!   does not record them and the backend answers their frees, at the backend's own cost.
-//! - **Blocking**: a magazine's lock is per core and uncontended when `core` names the
-//!   calling core, but it is a lock: a thread preempted while holding it delays that core's
-//!   other threads and every drain (waiters spin briefly, then yield the processor in `std`
-//!   builds; in `no_std` they spin, as a kernel's per-CPU lists expect preemption to be off),
-//!   and [`BlockAlloc::try_alloc`] answers [`Error::WouldBlock`] rather than wait for it.
-//!   Where the backend is out of blocks, `try_alloc` first gives back the blocks of every
-//!   magazine whose lock is free at once, and answers `WouldBlock` only if the backend still
-//!   has none while a magazine (a held one) keeps some. A free can wait for it
-//!   too (the lock of the magazine that handed the block out), and an interrupt handler
-//!   that frees on the core whose magazine the interrupted code holds would wait forever:
-//!   free there with [`BlockAlloc::try_free`], which never waits: it answers
-//!   [`Error::WouldBlock`], changing nothing, while the magazine that handed the block out
-//!   is held, and otherwise parks it there if the list has room without a spill, or gives
-//!   it straight back to the backend (never waiting over NBBS or LLFree). For handlers
-//!   that cannot retry later, [`Magazine::with_interrupt_safe_frees`] has every free
-//!   decided by the CAS on the state byte instead, so `try_free` parks a block in the
-//!   calling core's magazine if its lock is free at once, else gives it straight back,
-//!   at one more locked instruction per free. Or keep interrupts off around magazine
-//!   calls, as Linux does for its per-CPU lists.
-//! - **Streams**: a core that allocates more blocks of an order than its list holds at
-//!   its watermark, with no free parking one between (a burst freed later, all at once, or
-//!   by other cores in a shuffled order: `buddybench`'s bulk and rand), hands the rest of
-//!   that stream out `Direct` (see the `cached` module's *Streams*), for the orders moved one
-//!   block at a time only: the huge frames, and those the backend does not group (the
-//!   others' grouped spills give a burst freed in address order back cheaper than single
-//!   frees, so they keep parking). Their frees skip the
-//!   magazine: a load and a store of the state byte, then the backend's own free, which
-//!   decides racing frees as it does without a magazine, so a shuffled free costs the
-//!   backend's free, the state byte and the memo's load (1.2–1.7 times the backend alone;
-//!   docs/results.md says why no less) instead of a lock, a park and a share of a spill
-//!   that groups nothing. The stream's first blocks are handed out as usual and park when
-//!   they come back (the list fills to its watermark, for the next burst); a free on the core
-//!   that parks a block of the order, or frees a `Direct` one, ends the stream, so that a
-//!   pool recycled in alloc+free pairs parks again at once. In a stream the allocations,
-//!   too, go to the backend without the magazine's lock.
-//!   What it costs: every free tests the state byte for `Direct` before it takes the lock
-//!   (a load and a comparison), and allocations count refills to find streams. A stale
-//!   double free of a `Direct` block that races the block's reuse is answered by the
-//!   backend, as without a magazine: it cannot tell the old owner's free from the new
-//!   owner's block.
-//! - **Bursts of orders moved one block at a time** (the huge frames; NBBS-4's 256 KiB
-//!   blocks in the default suite, order 6 on the top row of a cell; the 1-level NBBS at every
-//!   order): where every block is allocated before any is freed, a magazine reuses nothing;
-//!   the stream's first blocks pay its lock and park, the rest its state byte, so
-//!   `buddybench`'s linux-scalability and thread-test take a little longer through a
-//!   magazine than with the plain design (docs/results.md, 'Every cell against its
-//!   backend'). The orders a backend groups run their bursts through the lists, LLFree's
-//!   0–8 faster than without a magazine, NBBS-4's others about as fast. Every operation
-//!   of a batched order takes the lock even when its list looks empty or full: skipping it
-//!   would win such bursts back only in part and make the common pair dearer.
+//! - **Parked blocks are free but reachable only by their core**, and cannot merge into
+//!   larger blocks, until a spill, [`BlockAlloc::drain`] or [`BlockAlloc::drain_core`] (for a
+//!   core that goes offline). The watermarks follow the heap's units per core, shorter on
+//!   small heaps so that a small machine's huge frames are not held by its lists:
+//!   [`Magazine::parking_limit`] says which a magazine has, [`Magazine::with_parking_limit`]
+//!   (or [`Settings::with_parking_limit`], by name or from C) picks another, and
+//!   [`Magazine::parked_units`] says what a core holds. Shorter lists cost speed where blocks
+//!   are large next to them.
+//! - **Metadata**: a byte per unit for `states` on top of the backend's, and the lists' room
+//!   per core.
+//! - **Blocking**: the lock is per core, but a lock. [`BlockAlloc::try_alloc`] answers
+//!   [`Error::WouldBlock`] rather than wait for it, after giving back the blocks of every
+//!   magazine whose lock is free at once. [`BlockAlloc::try_free`] answers `WouldBlock`
+//!   while the magazine that handed the block out is held; for interrupt handlers that
+//!   cannot retry, [`Magazine::with_interrupt_safe_frees`] decides every free by the
+//!   compare-and-swap instead, at one more locked instruction per free. Or keep interrupts
+//!   off around magazine calls, as Linux does for its per-CPU lists.
+//! - **Streams and bursts**: every free tests the state byte for `Direct` before the lock. A
+//!   burst of an order moved one block at a time reuses nothing and pays the magazine on top
+//!   of the backend; a stale double free of a `Direct` block racing the block's reuse is
+//!   answered by the backend, as without a magazine.
 //! - **Placement**: reused blocks come from the magazine, not from where the backend would
-//!   place them (LLFree's per-core trees, say); `docs/results.md` measures the effect on
-//!   fragmentation.
-//! - **Blocks allocated before the magazines** (the memory map's holes reserved at boot, a
-//!   persistent zone's blocks after recovery) are adopted when the magazines are built:
-//!   `states` records those of orders 0–9, so their frees are as exact as any. That walks
-//!   the allocator's live blocks with [`BlockAlloc::next_block`], which NBBS and LLFree
-//!   answer past free sub-trees, huge frames and bit-field words at a read each, so the
-//!   walk's cost follows the blocks out rather than the heap's size: small with a memory
-//!   map's few holes out, nothing when no block is out (allocators that answer
-//!   `next_block` unit by unit, the locked buddies, take a `block_of` per free unit; see
-//!   docs/results.md, 'The magazines' fast path'). An allocator with blocks out that cannot
-//!   name them (`block_of` unsupported) is refused ([`ConfigRule::InnerInUse`]).
-//! - **Persistent zones** ([`PersistentLLFree`](crate::llfree::persist::PersistentLLFree)):
-//!   a parked block is allocated in the zone, so its free becomes durable only when the
-//!   magazine gives it back (a spill, [`BlockAlloc::drain`], [`Magazine::into_inner`]). After
-//!   a crash, the parked blocks (at most 10 880 units per core) come back allocated, listed
-//!   by the zone's `blocks` with the rest. Drain before a point that must survive a crash,
-//!   and close a zone through `into_inner`.
+//!   place them (LLFree's per-core trees, say).
+//! - **Persistent zones**: a parked block is allocated in the zone, so its free is durable
+//!   only once the magazine gives it back (a spill, a drain, [`Magazine::into_inner`]); after
+//!   a crash, parked blocks come back allocated. Drain before a point that must survive a
+//!   crash.
 //!
-//! [`BlockAlloc::alloc_at`] gives back every magazine first when a parked block overlaps the
-//! requested one, then asks the backend; [`BlockAlloc::block_of`] answers the backend's
-//! block, or `None` for a parked one; the range operations build on these two.
+//! What each of these costs, measured with its command and machine: docs/results.md, 'The
+//! magazines' fast path'.
 //!
 //! # Pinned cores
 //!
 //! Through [`BlockAlloc`], every call takes its core's magazine lock, since `core` is only a
-//! hint and two threads may name one core: a pair is two lock acquisitions and the state
-//! table's compare-and-swap. A caller that owns a core for a while (a kernel with
-//! preemption off, a worker thread with a core of its own) can [`Magazine::pin`] it: the
-//! handle holds the magazine's lock until it is dropped, and its allocations and frees of
-//! orders 0–9 take no lock, leaving the compare-and-swap that keeps double frees exact
-//! (so a pinned pair costs well under a pair through the trait; see docs/results.md, 'The
-//! magazines' fast path'). Behind a `dyn BlockAlloc` (the registry, the C ABI),
-//! [`BlockAlloc::with_core`] holds the magazine for the length of a closure, at close to a
-//! pinned handle's cost per pair. Bad frees get the same answers either way.
+//! hint and two threads may name one core. A caller that owns a core for a while (a kernel
+//! with preemption off, a worker thread with a core of its own) can [`Magazine::pin`] it:
+//! the handle holds the magazine's lock until it is dropped, and its allocations and frees
+//! of orders 0–9 take no lock, leaving the compare-and-swap that keeps double frees exact.
+//! Behind a `dyn BlockAlloc` (the registry, the C ABI), [`BlockAlloc::with_core`] holds the
+//! magazine for the length of a closure. Bad frees get the same answers either way.
 
 use core::alloc::Layout;
 use core::mem::MaybeUninit;

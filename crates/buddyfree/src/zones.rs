@@ -1,5 +1,42 @@
 //! Zones: several allocators over disjoint ranges of one index space, as a kernel keeps one
 //! per NUMA node, or a small DMA32 zone below 4 GiB beside the rest.
+//!
+//! # Structure
+//!
+//! ```text
+//!  Zones<A, N>
+//!  ├── zones: [Zone<A>; N]   ascending, disjoint: zone z's unit i is unit first_z + i
+//!  │    └── Zone<A>: first, alloc: A, counters (served, fell back, refused)
+//!  └── max_order             the largest of the zones' orders
+//!
+//!  index space: |zone 0 ....|  (no zone)  |zone 1 ..........|zone 2 ....|
+//!               ^ first_0                 ^ first_1         ^ first_2
+//! ```
+//!
+//! # Invariants
+//!
+//! - Checked by [`Zones::new`]: the zones are in ascending order without overlap, and each
+//!   `first` is a multiple of its zone's largest block, so a block that is naturally aligned
+//!   in its zone is naturally aligned in the whole space, and a block never straddles two
+//!   zones.
+//! - Every block belongs to exactly one zone, the one whose range holds its index: frees,
+//!   `alloc_at`, `block_of` and the per-block queries are routed by index alone, after the
+//!   checks every allocator makes of a block (order, range, alignment) in the whole space.
+//!   Indices between zones belong to none and are [`Error::OutOfRange`].
+//! - Allocations go by preference ([`Zones::alloc_from`]; as a [`BlockAlloc`], the zones in
+//!   order); a refusal is the most telling of the zones' (`WouldBlock` over `OutOfMemory`
+//!   over `BadOrder` from a zone too small). Range operations split at the zones' ends, each
+//!   part done by its zone.
+//! - The counters are statistics, never part of a protocol (relaxed atomics outside loom's
+//!   model, so that [`Zone::new`] stays `const`).
+//!
+//! # Lock order
+//!
+//! `Zones` takes no lock of its own: each call reaches one zone's allocator at a time, in
+//! the preference order, and holds nothing between them. Whatever locks a zone's allocator
+//! takes are its own. For that reason [`BlockAlloc::with_core`] is not forwarded to every
+//! zone at once (see [`Zones`]): holding a core in several zones while one of them drains
+//! its per-core caches could deadlock two callers.
 
 // Statistics only, never part of a protocol, so loom need not model them, and `Zone::new` can
 // stay `const` (loom's atomics are not).

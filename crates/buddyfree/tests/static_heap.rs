@@ -5,9 +5,9 @@
 
 use std::alloc::System;
 
-use buddyfree::heap::{Heap, Region, StaticHeap};
+use buddyfree::heap::{Heap, HeapError, Region, StaticHeap};
 use buddyfree::nbbs::Nbbs4;
-use buddyfree::{BlockAlloc, Config};
+use buddyfree::{BlockAlloc, Config, Error};
 
 #[global_allocator]
 static HEAP: StaticHeap<Nbbs4, System> = StaticHeap::with_fallback(System);
@@ -42,6 +42,23 @@ fn main() {
         Nbbs4::new(Config::new(1, 0)).unwrap(),
     )
     .unwrap();
-    assert!(HEAP.init(second).is_err(), "installed once");
+    // Installed once: the second heap comes back, and the refusal converts into both errors.
+    let refused = HEAP.init(second).map(|_| ()).unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "the static heap is already initialised"
+    );
+    let second = refused.into_heap();
+    assert_eq!(second.allocator().total_units(), 1);
+    let again = HEAP.init(second).map(|_| ()).unwrap_err();
+    assert_eq!(HeapError::from(again), HeapError::AlreadyInitialized);
+    assert_eq!(
+        Error::from(HeapError::AlreadyInitialized),
+        Error::AlreadyInitialized
+    );
+    assert_eq!(
+        Error::from(HeapError::Block(Error::OutOfMemory)),
+        Error::OutOfMemory
+    );
     println!("static heap: ok");
 }

@@ -545,10 +545,9 @@ fn install_heap(cores: usize, metadata: Range<usize>, memory: Range<usize>) -> R
     let start = NonNull::new(memory.start as *mut u8).ok_or(Error::OutOfRange)?;
     // SAFETY: carved from usable memory for this heap alone, and never given back.
     let region = unsafe { Region::from_raw(start, memory.len()) };
-    let heap = Heap::new(region, HEAP_UNIT, frames).map_err(|_| Error::OutOfRange)?;
-    HEAP.init(heap.with_core_hint(this_hart))
-        .map(|_| ())
-        .map_err(|_| Error::Occupied)
+    let heap = Heap::new(region, HEAP_UNIT, frames)?;
+    HEAP.init(heap.with_core_hint(this_hart))?;
+    Ok(())
 }
 
 /// What one allocator's round showed.

@@ -37,7 +37,7 @@ pub use device::{DeviceHeap, HeldDevice};
 pub use global::GlobalHeap;
 pub use pool::{PoolBox, PoolSlice, TypedPool};
 pub use region::Region;
-pub use static_heap::{NoFallback, StaticHeap};
+pub use static_heap::{AlreadyInitialized, NoFallback, StaticHeap};
 
 /// What went wrong in a heap operation.
 #[non_exhaustive]
@@ -58,6 +58,8 @@ pub enum HeapError {
     Block(Error),
     /// The system refused a mapping ([`Region::mmap`]); the OS error number (`errno`).
     Mmap(i32),
+    /// [`StaticHeap::init`] was called on a heap already initialised.
+    AlreadyInitialized,
 }
 
 impl HeapError {
@@ -71,6 +73,7 @@ impl HeapError {
             HeapError::BadRegion => "region too small or unit size not a power of two",
             HeapError::Block(e) => e.as_str(),
             HeapError::Mmap(_) => "the system refused the mapping",
+            HeapError::AlreadyInitialized => "the static heap is already initialised",
         }
     }
 }

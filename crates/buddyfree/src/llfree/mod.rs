@@ -72,7 +72,7 @@
 //! - The lower level is one contiguous array of cache lines of plain atomics, with no
 //!   pointers, so that it can lie in memory the caller owns and keeps across runs
 //!   ([`LLFree::from_raw_lower`], `caller.rs`: every unit free, every unit allocated, or
-//!   recovered from what the memory holds, §3.2.3); [`persist`] (feature `persist`) keeps
+//!   recovered from what the memory holds, §3.2.3); `llfree::persist` (feature `persist`) keeps
 //!   it in a file mapping through the same constructor.
 
 mod atomic;
@@ -236,7 +236,7 @@ impl Options {
 /// ([`LLFree::from_raw_lower`], [`LLFree::from_raw_parts`]), built over as an [`Init`] says.
 ///
 /// `W` says whether the lower level is written back to a persistent medium: [`Volatile`]
-/// (the default, compiled away) or a persistent zone's write-back ([`persist`]).
+/// (the default, compiled away) or a persistent zone's write-back (`persist`, feature `persist`).
 pub struct LLFree<W: WriteBack = Volatile> {
     lower: Lower<W>,
     trees: Trees,

@@ -1,4 +1,50 @@
-//! The NBBS algorithms (Alg. 2-5) over a forest of cells, written once for any cell height.
+//! The NBBS algorithms (Alg. 2-5) over a forest of cells, written once for any cell height
+//! ([`Kind`]: the 1-level tree of [`Nbbs`](super::Nbbs), the 4-level bunches of
+//! [`Nbbs4`](super::Nbbs4)). The module docs of [`nbbs`](super) give the protocol and what
+//! it adds to the paper; this file is where each step of it lives.
+//!
+//! # Structure
+//!
+//! ```text
+//!  Forest<K>
+//!  ├── cells:       [K::Atomic]  every cell level in turn, roots first, each level one cache
+//!  │                             line off a power-of-two boundary; a cell packs the nodes of
+//!  │                             K levels (state bits per node, the guard, a generation)
+//!  ├── level_start: [usize]      first cell of each cell level
+//!  ├── cores:       Cores        per core: free-slot hints per order, free-unit counters
+//!  └── refusals:    Refusals     refusals remembered until a free or rollback (refusal.rs)
+//! ```
+//!
+//! A node (`order`, `pos`) is the block of `2^order` units at `pos << order`; its [`Place`]
+//! is its cell level, its cell and its number inside the cell ([`Forest`] draws the
+//! arithmetic). The bit layout of a cell, and every change to it as a pure function from the
+//! old word to the new one, is [`Shape`]'s (module `cell`); this file chooses which cell to
+//! change and in what order.
+//!
+//! # Invariants
+//!
+//! - A node is occupied exactly while it or a node below it is allocated or being
+//!   allocated, or a free below it has not finished its UNMARK; an allocated node also
+//!   carries `ALLOCATED`, set once its allocation completes and cleared by the claim that
+//!   starts its free, so a bad or double free finds no claim and changes nothing.
+//! - An allocation reserves its node (T2), then marks each ancestor cell up to the roots
+//!   (T8-T15); a mark that finds an occupied ancestor rolls back every mark below it
+//!   ([`Forest::roll_back`]) and releases like a free. A free claims its node, marks its
+//!   ancestors coalescing, clears the node and UNMARKs upward ([`Forest::free_node`]),
+//!   stopping under a link that is occupied and not coalescing, which its holder clears.
+//! - UNMARK clears a link only if the cell's generation is the one it read when it marked
+//!   the link coalescing ([`Seen`]), and, in guarded cells, only while the guard is valid;
+//!   otherwise it re-checks the child. A refusal of any CAS step is confirmed by an RMW,
+//!   never by a plain read.
+//! - The units past `units` in the last tree are occupied at construction and never freed.
+//!
+//! # Ordering, and no locks
+//!
+//! Nothing here waits: every change is one CAS or RMW on one cell, and a climb changes one
+//! cell at a time, from the node's cell up to the roots (allocations, coalescing marks) or
+//! back down (rollbacks). Reservations and marks acquire (the units may have just been freed
+//! by another thread); the clear that ends a free releases (F20), so the next owner's writes
+//! follow the last owner's. The comments at each step give the paper's line.
 
 #[cfg(all(test, loom))]
 use alloc::vec::Vec;
