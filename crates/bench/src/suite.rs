@@ -15,8 +15,8 @@ use std::fmt;
 use std::time::Duration;
 
 use buddyfree::magazine::Settings;
-use buddyfree::registry::DynAlloc;
 use buddyfree::Config;
+use buddyfree_baselines::registry::DynAlloc;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::allocs::{AllocSpec, Lock, DEFAULT_ALLOCS, DEFAULT_BASELINES, REALTIME_ALLOCS};
