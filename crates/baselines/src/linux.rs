@@ -625,7 +625,7 @@ mod tests {
         let mut others = Vec::new();
         let page = loop {
             let page = linux.alloc(0, 0).unwrap();
-            if page % 32 == 0 {
+            if page.is_multiple_of(32) {
                 break page;
             }
             others.push(page);

@@ -1477,7 +1477,7 @@ mod tests {
 mod subset {
     use lock_api::RawMutex;
 
-    use super::{block_alloc_via_cached, Cached, Direct, Policy};
+    use super::{Cached, Direct, Policy};
     use crate::buddy::Knuth;
     use crate::{BlockAlloc, Config, Locked};
 
