@@ -22,7 +22,7 @@ use alloc::collections::BTreeMap;
 
 use crate::{check_block, Capabilities, Config, Error, SeqBlockAlloc};
 
-/// The first-fit unstructured-list allocator (sequential; wrap it in [`crate::Locked`]).
+/// The first-fit unstructured-list allocator (sequential; wrap it in [`Locked`](buddyfree::Locked)).
 #[derive(Clone, Debug)]
 pub struct FirstFit {
     /// Free extents: start -> length in units; in address order, pairwise not touching.
