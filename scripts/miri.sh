@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Miri (nightly) over the tests of the unsafe code it can run, in a few minutes on 2 cores:
 # caller-memory tables (table), the per-core caches' fixed lists and one-byte state table
-# (cached, magazine, locked::percpu), every allocator built in caller memory by name
+# (cached, magazine), every allocator built in caller memory by name
 # (registry), StaticHeap, Region::from_box, LLFree over a lower level in caller memory
 # (every Init, recovery, damaged memory: llfree_caller), and the C ABI's status names and
 # instances over the caller's region. Installs Miri into the nightly toolchain if it is missing.
@@ -34,7 +34,6 @@ export CARGO_PROFILE_TEST_OPT_LEVEL=0
 # the heap (the caller-memory builds run).
 slow=(
   cached::tests::try_alloc_gives_back_the_blocks_of_caches_it_can_take
-  locked::percpu::tests::refills_one_batch_and_spills_above_the_watermark
   magazine::tests::a_configured_parking_limit_chooses_the_lists
   magazine::tests::drain_returns_everything
   magazine::tests::each_order_parks_at_most_its_watermark
@@ -42,9 +41,10 @@ slow=(
   registry::tests::names_are_unique_and_every_entry_builds
 )
 cargo +nightly miri test -p buddyfree --lib -- \
-  table:: cached:: magazine:: locked::percpu:: registry:: "${slow[@]/#/--skip=}"
-cargo +nightly miri test -p buddyfree --test static_heap --test global_held --test llfree_caller
-cargo +nightly miri test -p buddyfree --test heap -- \
+  table:: cached:: magazine:: registry:: "${slow[@]/#/--skip=}"
+cargo +nightly miri test -p buddyfree --test static_heap --test global_held
+cargo +nightly miri test -p buddyfree-baselines --test llfree_caller
+cargo +nightly miri test -p buddyfree-baselines --test heap -- \
   --skip every_block_honours_its_alignment_and_stays_in_the_region
 cargo +nightly miri test -p buddyfree-c --lib --test abi -- \
   --skip a_call_that_waits_for_its_own_held_core_aborts_with_the_cause \

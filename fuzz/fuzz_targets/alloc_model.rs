@@ -3,7 +3,7 @@
 //! through a held core (`BlockAlloc::with_core`: the magazines' and `linux`'s pinned path),
 //! with every free a `try_free` (where the allocator has it), and with magazines put in
 //! front halfway (they adopt the blocks out), each checked step by step against the
-//! reference model by the test battery's own checker (`crates/buddyfree/tests/common`);
+//! reference model by the test battery's own checker (`crates/baselines/tests/common`);
 //! where the magazines go in, `next_block` from every unit is checked against the model
 //! too, before and after.
 //!
@@ -12,10 +12,11 @@
 #![no_main]
 
 use buddyfree::magazine::Magazine;
-use buddyfree::{registry, BlockAlloc, Config};
+use buddyfree::{BlockAlloc, Config};
+use buddyfree_baselines::registry;
 use libfuzzer_sys::fuzz_target;
 
-#[path = "../../crates/buddyfree/tests/common/mod.rs"]
+#[path = "../../crates/baselines/tests/common/mod.rs"]
 mod common;
 
 use common::{ModelRun, Op, PinEachCall, TryFrees};

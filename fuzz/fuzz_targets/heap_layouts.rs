@@ -11,7 +11,7 @@ use std::alloc::Layout;
 use std::collections::BTreeMap;
 
 use buddyfree::heap::{Heap, HeapError, Region};
-use buddyfree::registry::{self, DynAlloc};
+use buddyfree_baselines::registry::{self, DynAlloc};
 use buddyfree::Error;
 use libfuzzer_sys::fuzz_target;
 

@@ -16,7 +16,8 @@ use std::ptr;
 
 use buddyfree::llfree::LLFree;
 use buddyfree::magazine::Magazine;
-use buddyfree::{registry, BlockAlloc, Config, Error, HeldCore, Nbbs4};
+use buddyfree::{BlockAlloc, Config, Error, HeldCore, Nbbs4};
+use buddyfree_baselines::registry;
 use buddyfree_c::{
     buddyfree_alloc_order, buddyfree_core_alloc_order, buddyfree_core_free_order, buddyfree_create,
     buddyfree_destroy, buddyfree_free_order, buddyfree_with_core, Buddyfree, BuddyfreeConfig,

@@ -1,11 +1,13 @@
-//! The allocators the tool can run: every entry of the library's registry, plus the system
-//! allocator adapter and persistent LLFree zones over temporary files.
+//! The allocators the tool can run: every entry of the workbench's registry (buddyfree's
+//! allocators and the baselines), plus the system allocator adapter and persistent LLFree
+//! zones over temporary files.
 
-use buddyfree::buddy::{Knuth, MigrateBuddy};
-use buddyfree::locked::PerCpu;
+use buddyfree::buddy::Knuth;
 use buddyfree::magazine::Settings;
-use buddyfree::registry::{self, DynAlloc, Entry};
 use buddyfree::{Config, Error, Locked};
+use buddyfree_baselines::linux::PerCpu;
+use buddyfree_baselines::migrate::MigrateBuddy;
+use buddyfree_baselines::registry::{self, DynAlloc, Entry};
 
 use crate::system::SystemAlloc;
 use crate::zone::{Mode, ZoneAlloc, MODES};

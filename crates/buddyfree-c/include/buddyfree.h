@@ -156,7 +156,7 @@ typedef struct BuddyfreeConfig {
   // ignore it): the longest lists within it, the shortest if none is. 0 for the default,
   // lists that follow the units per core; `SIZE_MAX` for the longest whatever the units.
   size_t parking_limit;
-  // Nonzero: the per-core caches (the `*-magazine` allocators, `linux`; the others ignore
+  // Nonzero: the per-core caches (the `*-magazine` allocators; the others ignore
   // it) decide every free by a compare-and-swap on the block's state, never under the
   // lock of the cache that handed the block out, so that `buddyfree_try_free` and
   // `buddyfree_try_free_order` from an interrupt handler never answer
@@ -401,8 +401,8 @@ BuddyfreeStatus buddyfree_try_alloc_order(const struct Buddyfree *bf,
 // Like `buddyfree_free_order`, but never waits (for interrupt or signal context, where the
 // interrupted code may hold the lock a free would wait for): where the allocator would
 // wait, returns `BUDDYFREE_STATUS_WOULD_BLOCK` and changes nothing; allocators without that
-// guarantee return `BUDDYFREE_STATUS_UNSUPPORTED`. Over the `*-magazine` allocators and
-// `linux`, a block whose cache (the one that handed it out) is held answers
+// guarantee return `BUDDYFREE_STATUS_UNSUPPORTED`. Over the `*-magazine` allocators, a
+// block whose cache (the one that handed it out) is held answers
 // `BUDDYFREE_STATUS_WOULD_BLOCK` (unless the instance was built with
 // `interrupt_safe_frees`), and one that its cache cannot take without a spill goes
 // straight back to the allocator behind it.
@@ -411,7 +411,7 @@ BuddyfreeStatus buddyfree_try_alloc_order(const struct Buddyfree *bf,
 // `bf` must be null or a live instance.
 BuddyfreeStatus buddyfree_try_free_order(const struct Buddyfree *bf, size_t index, uint32_t order);
 
-// Gives every block parked in per-core caches (the `*-magazine` allocators, `linux`) back
+// Gives every block parked in per-core caches (the `*-magazine` allocators) back
 // to the allocator, so that they can merge into larger blocks again. An allocation that
 // finds no block drains by itself; `buddyfree_try_alloc_order` and `buddyfree_try_alloc`
 // give back only the blocks of the caches whose locks are free at once (a drain may wait):
@@ -632,7 +632,7 @@ BuddyfreeStatus buddyfree_device_try_free_at(const struct BuddyfreeDevice *dev, 
 
 // `buddyfree_with_core` for a device instance: calls `f(held, arg)` once with core `core`
 // held for the caller; `buddyfree_device_core_alloc` and `buddyfree_device_core_free` on
-// `held` then take no lock over the `*-magazine` allocators and `linux`. The same rules:
+// `held` then take no lock over the `*-magazine` allocators. The same rules:
 // keep the callback short, call no other function on this instance inside it, and use
 // `held` only until it returns.
 //
@@ -664,7 +664,7 @@ BuddyfreeStatus buddyfree_device_core_free(struct BuddyfreeDeviceCore *core, uin
 // Calls `f(held, arg)` once with core `core` of the instance held for the caller (any value;
 // it is reduced modulo the configured cores): `buddyfree_core_alloc_order` and
 // `buddyfree_core_free_order` on `held` then take no lock. Over the `*-magazine` allocators
-// and `linux` that is the core's cache, held for the whole callback, as a kernel holds its
+// that is the core's cache, held for the whole callback, as a kernel holds its
 // per-CPU lists with preemption off; other allocators run the plain calls on `core`. Keep
 // the callback short: other threads that need that core's cache wait until it returns.
 //

@@ -337,7 +337,7 @@ pub type BuddyfreeDeviceCoreFn =
 
 /// `buddyfree_with_core` for a device instance: calls `f(held, arg)` once with core `core`
 /// held for the caller; `buddyfree_device_core_alloc` and `buddyfree_device_core_free` on
-/// `held` then take no lock over the `*-magazine` allocators and `linux`. The same rules:
+/// `held` then take no lock over the `*-magazine` allocators. The same rules:
 /// keep the callback short, call no other function on this instance inside it, and use
 /// `held` only until it returns.
 ///

@@ -21,7 +21,7 @@ pub type BuddyfreeCoreFn = Option<unsafe extern "C" fn(core: *mut BuddyfreeCore,
 /// Calls `f(held, arg)` once with core `core` of the instance held for the caller (any value;
 /// it is reduced modulo the configured cores): `buddyfree_core_alloc_order` and
 /// `buddyfree_core_free_order` on `held` then take no lock. Over the `*-magazine` allocators
-/// and `linux` that is the core's cache, held for the whole callback, as a kernel holds its
+/// that is the core's cache, held for the whole callback, as a kernel holds its
 /// per-CPU lists with preemption off; other allocators run the plain calls on `core`. Keep
 /// the callback short: other threads that need that core's cache wait until it returns.
 ///

@@ -226,7 +226,7 @@ pub struct BuddyfreeConfig {
     /// ignore it): the longest lists within it, the shortest if none is. 0 for the default,
     /// lists that follow the units per core; `SIZE_MAX` for the longest whatever the units.
     pub parking_limit: usize,
-    /// Nonzero: the per-core caches (the `*-magazine` allocators, `linux`; the others ignore
+    /// Nonzero: the per-core caches (the `*-magazine` allocators; the others ignore
     /// it) decide every free by a compare-and-swap on the block's state, never under the
     /// lock of the cache that handed the block out, so that `buddyfree_try_free` and
     /// `buddyfree_try_free_order` from an interrupt handler never answer
@@ -1048,8 +1048,8 @@ pub unsafe extern "C" fn buddyfree_try_alloc_order(
 /// Like `buddyfree_free_order`, but never waits (for interrupt or signal context, where the
 /// interrupted code may hold the lock a free would wait for): where the allocator would
 /// wait, returns `BUDDYFREE_STATUS_WOULD_BLOCK` and changes nothing; allocators without that
-/// guarantee return `BUDDYFREE_STATUS_UNSUPPORTED`. Over the `*-magazine` allocators and
-/// `linux`, a block whose cache (the one that handed it out) is held answers
+/// guarantee return `BUDDYFREE_STATUS_UNSUPPORTED`. Over the `*-magazine` allocators, a
+/// block whose cache (the one that handed it out) is held answers
 /// `BUDDYFREE_STATUS_WOULD_BLOCK` (unless the instance was built with
 /// `interrupt_safe_frees`), and one that its cache cannot take without a spill goes
 /// straight back to the allocator behind it.
@@ -1066,7 +1066,7 @@ pub unsafe extern "C" fn buddyfree_try_free_order(
     unsafe { on_blocks(bf, |a| a.try_free(index, order, buddyfree::core_hint())) }
 }
 
-/// Gives every block parked in per-core caches (the `*-magazine` allocators, `linux`) back
+/// Gives every block parked in per-core caches (the `*-magazine` allocators) back
 /// to the allocator, so that they can merge into larger blocks again. An allocation that
 /// finds no block drains by itself; `buddyfree_try_alloc_order` and `buddyfree_try_alloc`
 /// give back only the blocks of the caches whose locks are free at once (a drain may wait):

@@ -473,7 +473,9 @@ fn status_codes_are_stable_and_named() {
         assert_eq!(s.to_str().unwrap(), text);
     }
     assert!(buddyfree_allocator_name(buddyfree_allocator_count()).is_null());
-    assert!(names().iter().any(|n| n.to_bytes() == b"model"));
+    assert!(names().iter().any(|n| n.to_bytes() == b"nbbs"));
+    // Only the published allocators: the baselines stay in the workbench.
+    assert!(!names().iter().any(|n| n.to_bytes() == b"model"));
 }
 
 #[test]
@@ -554,11 +556,11 @@ unsafe extern "C" fn hold_and_wait(core: *mut BuddyfreeCore, arg: *mut c_void) {
     hold.second_ran_while_held.store(ran, Ordering::Relaxed);
 }
 
-/// `buddyfree_with_core` holds the core for the whole callback over the magazines and
-/// `linux` (a second holder of that core waits), and its blocks are ordinary blocks after.
+/// `buddyfree_with_core` holds the core for the whole callback over the magazines (a
+/// second holder of that core waits), and its blocks are ordinary blocks after.
 #[test]
 fn a_held_core_is_held_until_the_callback_returns() {
-    for name in [c"llfree-magazine", c"nbbs4-magazine", c"linux"] {
+    for name in [c"llfree-magazine", c"nbbs4-magazine", c"nbbs-magazine"] {
         let bf = create(&config(name), ptr::null_mut(), 0).unwrap();
         let hold = Hold {
             bf: bf as usize,
@@ -751,7 +753,7 @@ fn the_parking_limit_chooses_what_a_core_parks() {
 /// the thread's own cache is the one a try-allocation takes back.
 #[test]
 fn a_try_allocation_takes_from_the_calling_cores_cache() {
-    for name in [c"llfree-magazine", c"nbbs4-magazine", c"linux"] {
+    for name in [c"llfree-magazine", c"nbbs4-magazine", c"nbbs-magazine"] {
         let bf = create(&config(name), ptr::null_mut(), 0).unwrap() as usize;
         for _ in 0..4 {
             std::thread::spawn(move || {
@@ -807,7 +809,7 @@ unsafe extern "C" fn try_free_own_block(core: *mut BuddyfreeCore, arg: *mut c_vo
 /// `BUDDYFREE_STATUS_WOULD_BLOCK`, changing nothing.
 #[test]
 fn interrupt_safe_frees_let_a_try_free_through_a_held_cache() {
-    for name in [c"llfree-magazine", c"nbbs4-magazine", c"linux"] {
+    for name in [c"llfree-magazine", c"nbbs4-magazine", c"nbbs-magazine"] {
         for (safe, expected) in [(0, BuddyfreeStatus::WouldBlock), (1, BuddyfreeStatus::Ok)] {
             let c = BuddyfreeConfig {
                 interrupt_safe_frees: safe,
@@ -1090,7 +1092,9 @@ fn capability_bits_say_which_calls_are_unsupported() {
         // SAFETY: made above, destroyed once.
         unsafe { buddyfree_device_destroy(dev) };
     }
-    assert!(seen.len() >= 3, "allocators that differ: {seen:?}");
+    // The published allocators all offer every optional operation (the baselines, which
+    // offer fewer, are not in the C ABI).
+    assert!(!seen.is_empty(), "allocators that differ: {seen:?}");
 }
 
 /// The first release's `BuddyfreeConfig` cut after `allocator`: a caller whose header had

@@ -26,11 +26,12 @@ use core::ops::{BitAnd, BitOr};
 /// ```
 /// use buddyfree::{registry, BlockAlloc, Capabilities, Config};
 ///
-/// let lists = (registry::find("list-cas").unwrap().build)(Config::new(1 << 10, 0))?;
-/// let caps = lists.capabilities();
+/// let frames = (registry::find("llfree").unwrap().build)(Config::new(1 << 10, 0))?;
+/// let caps = frames.capabilities();
 /// assert!(caps.contains(Capabilities::TRY_ALLOC | Capabilities::BLOCK_OF));
-/// assert!(!caps.contains(Capabilities::ALLOC_AT)); // a list cannot pick the unit
-/// assert_eq!(lists.alloc_at(5, 0, 0), Err(buddyfree::Error::Unsupported));
+/// if caps.contains(Capabilities::ALLOC_AT) {
+///     frames.alloc_at(5, 0, 0)?; // claims unit 5
+/// }
 /// # Ok::<(), buddyfree::Error>(())
 /// ```
 ///

@@ -77,11 +77,11 @@ impl Config {
     /// ```
     /// use buddyfree::{registry, Config};
     ///
-    /// // The list allocators serve order 0 alone: lower the order to what an entry accepts.
-    /// let config = Config::new(1 << 12, 9).with_cores(2);
-    /// let entry = registry::find("list-cas").unwrap();
-    /// let lists = (entry.build)(config.with_max_order(config.max_order.min(entry.max_order)))?;
-    /// assert_eq!(lists.max_order(), 0);
+    /// // LLFree serves blocks up to a tree: lower the order to what an entry accepts.
+    /// let config = Config::new(1 << 16, 16).with_cores(2);
+    /// let entry = registry::find("llfree").unwrap();
+    /// let frames = (entry.build)(config.with_max_order(config.max_order.min(entry.max_order)))?;
+    /// assert_eq!(frames.max_order(), 14);
     /// # Ok::<(), buddyfree::Error>(())
     /// ```
     #[must_use]
@@ -150,8 +150,7 @@ pub enum ConfigRule {
     MetadataAlloc,
     /// The allocator to wrap has blocks allocated and cannot name them
     /// ([`BlockAlloc::block_of`](crate::BlockAlloc::block_of) unsupported), so per-core
-    /// caches in front could not tell their frees from double frees (`Magazine::new`,
-    /// `PerCpu::new`).
+    /// caches in front could not tell their frees from double frees (`Magazine::new`).
     InnerInUse,
     /// A region or mapping of zero bytes, or one too large to map with its alignment.
     RegionLength,

@@ -23,10 +23,9 @@
 //! of them into an allocator of memory (`GlobalAlloc`, `Allocator`).
 //!
 //! The crate is `#![no_std]`. The `alloc` feature (on by default) puts metadata on the heap
-//! (the `new` constructors) and adds what needs a heap (the registry, list allocators, the
-//! model, defragmentation, the per-level and per-CPU baselines); the `std` feature (on by
-//! default, implies `alloc`) adds a thread-local [`core_hint`] and other conveniences;
-//! `persist` (opt-in) adds LLFree zones in files (`llfree::persist`).
+//! (the `new` constructors) and adds what needs a heap (the registry, defragmentation); the
+//! `std` feature (on by default, implies `alloc`) adds a thread-local [`core_hint`] and other
+//! conveniences; `persist` (opt-in) adds LLFree zones in files (`llfree::persist`).
 //!
 //! # Metadata from the caller
 //!
@@ -74,19 +73,15 @@
 //!   Non-blocking Buddy System for Scalable Memory Allocation on Multi-core Machines", *IEEE
 //!   International Conference on Cluster Computing (CLUSTER)*, 2018, pp. 164–165,
 //!   DOI 10.1109/CLUSTER.2018.00034.
-//! - **LLFree** (`llfree`, the list baselines): Lars Wrenger, Florian Rommel, Alexander
+//! - **LLFree** (`llfree`): Lars Wrenger, Florian Rommel, Alexander
 //!   Halbuer, Christian Dietrich, Daniel Lohmann. "LLFree: Scalable and
 //!   Optionally-Persistent Page-Frame Allocation". *2023 USENIX Annual Technical Conference
 //!   (USENIX ATC '23)*, 2023. <https://www.usenix.org/conference/atc23/presentation/wrenger>
-//! - **Real-time buddy** (Knuth's and the estranged buddy, defragmentation, first fit):
+//! - **Real-time buddy** (Knuth's and the estranged buddy, defragmentation):
 //!   Steven M. Donahue, Matthew P. Hampton, Morgan Deters, Jonathan M. Nye, Ron K. Cytron,
 //!   Krishna M. Kavi. "Storage Allocation for Real-Time, Embedded Systems". *Embedded
 //!   Software, First International Workshop (EMSOFT 2001)*, LNCS 2211, Springer, 2001,
 //!   pp. 131–147. DOI 10.1007/3-540-45449-7_10.
-//! - **Parallel binary buddy** (`perlevel-*`): "Parallel Binary Buddy: The Friendly Memory
-//!   Manager", 2011, <https://quiescent.us/2011/11/parallel-binary-buddy-the-friendly-memory-manager/>;
-//!   after Theodore Johnson, Tim Davis. "Space Efficient Parallel Buddy Memory Management".
-//!   *Fourth International Conference on Computing and Information (ICCI '92)*, IEEE, 1992.
 //! - **Knuth's buddy**: Donald E. Knuth. *The Art of Computer Programming, Vol. 1:
 //!   Fundamental Algorithms*, 3rd ed., §2.5. Addison-Wesley, 1997.
 
@@ -111,21 +106,15 @@ mod class;
 mod config;
 mod error;
 pub mod heap;
-#[cfg(feature = "alloc")]
-pub mod list;
 pub mod llfree;
 pub mod locked;
 pub mod magazine;
-#[cfg(feature = "alloc")]
-pub mod model;
 pub mod nbbs;
 pub mod range;
 mod refusal;
 #[cfg(feature = "alloc")]
 pub mod registry;
 mod reserved;
-#[cfg(feature = "alloc")]
-pub mod stats;
 pub(crate) mod sync;
 #[cfg(feature = "x86_64")]
 pub mod x86_64;
@@ -402,7 +391,7 @@ pub trait BlockAlloc: Sync {
     /// Calls `f` once with `core` held for the caller: what `f` allocates and frees through
     /// its [`HeldCore`] goes to that core's per-core state without taking its lock each
     /// time. The pin of allocators behind a `dyn BlockAlloc` (the registry, the C ABI):
-    /// [`Magazine`](magazine::Magazine) and [`PerCpu`](locked::PerCpu) hold the core's cache
+    /// [`Magazine`](magazine::Magazine) holds the core's cache
     /// for the whole call, as [`Magazine::pin`](magazine::Magazine::pin) does, so a pair
     /// costs no lock; other callers that need that cache wait until `f` returns. So `f` must
     /// not call this allocator's own methods: calls naming `core`, and those that take every

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!  Magazine<A>
-//!  └── Cached<A>                       the crate's one per-core cache (shared with PerCpu)
+//!  └── Cached<A>                       the crate's per-core cache
 //!      ├── backend: A                   Nbbs4, LLFree, Nbbs, ... (lock-free)
 //!      ├── caches:  [CachePadded<Mutex<YieldMutex, CoreCache>>; cores]
 //!      │              per order 0..=9: recently freed blocks (allocated in A), in one
@@ -204,10 +204,9 @@ fn policy(units: usize, cores: usize) -> &'static Policy {
 }
 
 /// What per-core caches may be told beyond their [`Config`]: how much each core's magazine
-/// parks and how frees are decided. [`Magazine::with_settings`] and
-/// [`PerCpu::with_settings`](crate::locked::PerCpu::with_settings) apply it to caches one
+/// parks and how frees are decided. [`Magazine::with_settings`] applies it to magazines one
 /// has; the registry's `build_with` (`registry::Entry::build_with`) builds its `*-magazine`
-/// allocators and `linux` with it, for code that picks its allocator by name (the C ABI's
+/// allocators with it, for code that picks its allocator by name (the C ABI's
 /// `parking_limit` and `interrupt_safe_frees` arrive here). Allocators without per-core
 /// caches have nothing to set and ignore it.
 ///
@@ -223,9 +222,7 @@ fn policy(units: usize, cores: usize) -> &'static Policy {
 pub struct Settings {
     /// The most units each core's magazine may park (free blocks reachable only by that core
     /// until a spill or a drain), as [`Magazine::with_parking_limit`] takes it. `None` (the
-    /// default): the lists follow the heap per core ([`Magazine::parking_limit`]). Only
-    /// magazines read it; [`PerCpu`](crate::locked::PerCpu)'s lists are Linux's, whatever
-    /// the heap.
+    /// default): the lists follow the heap per core ([`Magazine::parking_limit`]).
     pub parking_limit: Option<usize>,
     /// Whether every free of a cached order is decided by a compare-and-swap on the block's
     /// state byte, never under the lock of the cache that handed the block out, so that

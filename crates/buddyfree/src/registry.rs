@@ -7,12 +7,9 @@ use core::alloc::Layout;
 use core::convert::identity;
 use core::ptr::NonNull;
 
-use crate::buddy::{Estranged, Knuth, MigrateBuddy};
-use crate::list::{CasList, FirstFit, LockedList, PerCoreLists};
+use crate::buddy::{Estranged, Knuth};
 use crate::llfree::{LLFree, Policy};
-use crate::locked::{PerCpu, PerLevelSpin, PerLevelYield};
 use crate::magazine::{Magazine, Settings};
-use crate::model::Model;
 use crate::{BlockAlloc, Capabilities, Config, Error, Locked, Nbbs, Nbbs4};
 
 /// A boxed allocator that can move between threads.
@@ -47,7 +44,7 @@ pub struct Entry {
     /// shape [`Heap::build`](crate::heap::Heap::build) takes.
     pub build: fn(Config) -> Result<DynAlloc, Error>,
     /// Builds it over a configuration with the per-core caches' [`Settings`] (the
-    /// `*-magazine` allocators and `linux`; the others have no caches and ignore them). The
+    /// `*-magazine` allocators; the others have no caches and ignore them). The
     /// same as `build` with `Settings::new()`.
     pub build_with: fn(Config, Settings) -> Result<DynAlloc, Error>,
     /// How to build it with its tables in the caller's memory, for the allocators whose
@@ -185,22 +182,7 @@ pub fn find(name: &str) -> Option<&'static Entry> {
     ENTRIES.iter().find(|e| e.name == name)
 }
 
-/// `block_of` and `try_block_of`, without the rest.
-const BLOCKS_ONLY: Capabilities = Capabilities::BLOCK_OF.union(Capabilities::TRY_BLOCK_OF);
-/// The lock-free lists: no `alloc_at`.
-const LOCK_FREE_LISTS: Capabilities = BLOCKS_ONLY
-    .union(Capabilities::TRY_ALLOC)
-    .union(Capabilities::TRY_FREE);
-
 const ENTRIES: &[Entry] = &[
-    entry! {
-        name: "model",
-        about: "the reference model (first-fit unit map) behind a spinlock; O(units) per allocation",
-        max_order: ANY_ORDER,
-        build: |c, _| Ok(Box::new(Locked::<Model>::new(Model::new(c)?))),
-        metadata: None,
-        capabilities: Capabilities::ALL,
-    },
     entry! {
         name: "nbbs",
         about: "NBBS, the non-blocking buddy system: 1-level tree, 8 bytes per node, per-core hints",
@@ -242,68 +224,12 @@ const ENTRIES: &[Entry] = &[
         capabilities: Capabilities::ALL,
     },
     entry! {
-        name: "linux",
-        about: "Linux-like: Knuth's buddy behind a spinlock plus per-core caches (orders 0-3, 9)",
-        max_order: ANY_ORDER,
-        build: |c, s| Ok(Box::new(PerCpu::<Knuth>::with_config(c, Knuth::new)?.with_settings(s))),
-        metadata: None,
-        capabilities: Capabilities::ALL,
-    },
-    entry! {
-        name: "linux-migrate",
-        about: "Linux-like grouping by mobility: Knuth's buddy with free lists per migrate type, order-9 pageblocks and Linux's fallback, behind a spinlock (no per-CPU lists)",
-        max_order: ANY_ORDER,
-        build: |c, _| Ok(Box::new(Locked::<MigrateBuddy>::new(MigrateBuddy::new(c)?))),
-        metadata: None,
-        capabilities: Capabilities::ALL,
-    },
-    entry! {
         name: "estranged-locked",
         about: "the estranged buddy (delayed recombination, 5-step heuristic) behind one spinlock",
         max_order: ANY_ORDER,
         build: |c, _| Ok(Box::new(Locked::<Estranged>::new(Estranged::new(c)?))),
         metadata: caller_metadata!(Estranged, Locked::<Estranged>::new),
         capabilities: Capabilities::ALL,
-    },
-    entry! {
-        name: "perlevel-spin",
-        about: "parallel binary buddy (Johnson & Davis): one spinlock per level",
-        max_order: ANY_ORDER,
-        build: |c, _| Ok(Box::new(PerLevelSpin::new(c)?)),
-        metadata: None,
-        capabilities: BLOCKS_ONLY,
-    },
-    entry! {
-        name: "perlevel-yield",
-        about: "parallel binary buddy: one spin-then-yield lock per level (the mutex variant)",
-        max_order: ANY_ORDER,
-        build: |c, _| Ok(Box::new(PerLevelYield::new(c)?)),
-        metadata: None,
-        capabilities: BLOCKS_ONLY,
-    },
-    entry! {
-        name: "list-locked",
-        about: "a singly linked free list behind a spinlock (LLFree paper's ListLocked); order 0 only",
-        max_order: 0,
-        build: |c, _| Ok(Box::new(LockedList::new(c)?)),
-        metadata: None,
-        capabilities: BLOCKS_ONLY,
-    },
-    entry! {
-        name: "list-cas",
-        about: "a lock-free LIFO free list with an ABA-tagged head (LLFree paper's ListCAS); order 0 only",
-        max_order: 0,
-        build: |c, _| Ok(Box::new(CasList::new(c)?)),
-        metadata: None,
-        capabilities: LOCK_FREE_LISTS,
-    },
-    entry! {
-        name: "list-percore",
-        about: "lock-free per-core free lists, stealing when empty (LLFree paper's ListLocal); order 0 only",
-        max_order: 0,
-        build: |c, _| Ok(Box::new(PerCoreLists::new(c)?)),
-        metadata: None,
-        capabilities: LOCK_FREE_LISTS,
     },
     entry! {
         name: "llfree",
@@ -331,14 +257,6 @@ const ENTRIES: &[Entry] = &[
         build: |c, s| Ok(Box::new(Magazine::with_config(c, LLFree::new)?.with_settings(s))),
         metadata: magazine_metadata!(LLFree),
         capabilities: Capabilities::ALL,
-    },
-    entry! {
-        name: "first-fit-locked",
-        about: "first-fit over an address-ordered free list of extents, behind a spinlock (real-time paper's unstructured-list baseline); O(extents) per allocation",
-        max_order: ANY_ORDER,
-        build: |c, _| Ok(Box::new(Locked::<FirstFit>::new(FirstFit::new(c)?))),
-        metadata: None,
-        capabilities: Capabilities::ALL.difference(Capabilities::ALLOC_AT),
     },
 ];
 

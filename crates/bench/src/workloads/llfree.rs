@@ -7,8 +7,8 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use buddyfree::stats::{huge_fragmentation, Fragmentation, HUGE_FRAME_UNITS};
 use buddyfree::{BlockAlloc, Class};
+use buddyfree_baselines::stats::{huge_fragmentation, Fragmentation, HUGE_FRAME_UNITS};
 
 use super::counts::Counts;
 use super::outcome::{phase, Outcome, Phase};

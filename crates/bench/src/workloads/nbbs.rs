@@ -7,8 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use buddyfree::stats::HUGE_FRAME_UNITS;
 use buddyfree::{BlockAlloc, HeldCore, OnCore};
+use buddyfree_baselines::stats::HUGE_FRAME_UNITS;
 
 use super::counts::{Counts, Recorder};
 use super::outcome::{phase, Outcome};

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use buddyfree::stats::Fragmentation;
+use buddyfree_baselines::stats::Fragmentation;
 
 use super::counts::Counts;
 use super::llfree::Recovery;

@@ -303,7 +303,7 @@ impl Workload {
             Workload::Bulk | Workload::Repeat | Workload::Rand => {
                 llfree::blocks_per_thread(params, threads, order) * threads * k + threads * k
             }
-            Workload::Frag => buddyfree::stats::HUGE_FRAME_UNITS.max(2 * threads),
+            Workload::Frag => buddyfree_baselines::stats::HUGE_FRAME_UNITS.max(2 * threads),
             Workload::Latency => latency::units_needed(order, threads, params),
             // At least two blocks and the remainder; the sweep sizes its own heaps.
             Workload::Contrived => contrived::units_for(2, k),

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use buddybench::allocs::{AllocSpec, Lock};
-use buddyfree::registry::DynAlloc;
 use buddyfree::{BlockAlloc, Class, Config, Error, HeldCore, OnCore};
+use buddyfree_baselines::registry::DynAlloc;
 
 /// Counts every call and checks that each free names a live block of the right order.
 pub struct Counting {

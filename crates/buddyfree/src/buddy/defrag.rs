@@ -16,7 +16,7 @@
 //! `T(m) <= sum over the live blocks b in P of (1 + T(order(b))) <= 2^m - free(P)`
 //! (by induction, `T(o) <= 2^o - 1`), so **one defragmentation makes at most `2^k - 1` moves**
 //! and moves at most `k * 2^k` units. Planning runs on a copy of the unit map
-//! ([`crate::model::Model`]) before anything moves: `O(units * 2^k)` time, `O(units)` memory.
+//! (a flag per unit and the live blocks) before anything moves: `O(units * 2^k)` time, `O(units)` memory.
 //!
 //! # When it fails
 //! Nothing moves unless the whole plan succeeded. With `units` a multiple of `2^k` the plan
@@ -26,10 +26,10 @@
 //! With a ragged tail (units not a multiple of `2^k`) it may fail where moving blocks into the
 //! tail would have helped; it then returns `OutOfMemory` and changes nothing.
 
+use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 
-use crate::model::Model;
-use crate::{Config, Error, SeqBlockAlloc};
+use crate::{Error, SeqBlockAlloc};
 
 /// A sequential buddy that can be defragmented: it shows which blocks are live and which
 /// free entries cover a unit, and can hand out a chosen free block.
@@ -117,9 +117,40 @@ pub fn alloc_or_defrag<A: Defrag + ?Sized>(
     }
 }
 
+/// The planner's copy of the unit map: which units are in use, and the live blocks.
+struct Shadow {
+    used: Vec<bool>,
+    live: BTreeMap<usize, u32>,
+}
+
+impl Shadow {
+    /// Makes the wholly free block `(index, order)` live; [`Error::Occupied`] if a unit of
+    /// it is in use or lies past the end.
+    fn take(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        let units = self
+            .used
+            .get_mut(index..index + (1 << order))
+            .ok_or(Error::Occupied)?;
+        if units.iter().any(|&u| u) {
+            return Err(Error::Occupied);
+        }
+        units.fill(true);
+        self.live.insert(index, order);
+        Ok(())
+    }
+
+    /// Frees the live block `(index, order)`.
+    fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        crate::check_live(self.live.get(&index).copied(), order)?;
+        self.live.remove(&index);
+        self.used[index..index + (1 << order)].fill(false);
+        Ok(())
+    }
+}
+
 /// Plans the moves on a copy of the unit map.
 struct Planner {
-    shadow: Model,
+    shadow: Shadow,
     /// The blocks being emptied, outermost first: never a source or a destination.
     emptying: Vec<(usize, u32)>,
     moves: Vec<Move>,
@@ -129,7 +160,10 @@ struct Planner {
 impl Planner {
     fn new<A: Defrag + ?Sized>(alloc: &A) -> Result<Self, Error> {
         let units = alloc.total_units();
-        let mut shadow = Model::new(Config::new(units, alloc.max_order()))?;
+        let mut shadow = Shadow {
+            used: crate::config::filled(units, |_| false)?.into_vec(),
+            live: BTreeMap::new(),
+        };
         let mut index = 0;
         while index < units {
             index = match (alloc.live_at(index), alloc.free_entry(index)) {
@@ -158,12 +192,7 @@ impl Planner {
         let (target, free) = (0..=self.units.checked_sub(size)?)
             .step_by(size)
             .filter(|&p| !self.emptying.iter().any(|&e| overlap((p, order), e)))
-            .map(|p| {
-                (
-                    p,
-                    (p..p + size).filter(|&u| self.shadow.is_free(u, 0)).count(),
-                )
-            })
+            .map(|p| (p, (p..p + size).filter(|&u| !self.shadow.used[u]).count()))
             .fold(None, |best: Option<(usize, usize)>, c| match best {
                 Some(b) if b.1 >= c.1 => Some(b),
                 _ => Some(c),
@@ -176,8 +205,9 @@ impl Planner {
         }
         let mut inside: Vec<(usize, u32)> = self
             .shadow
-            .live()
-            .filter(|&(i, _)| (target..target + size).contains(&i))
+            .live
+            .range(target..target + size)
+            .map(|(&i, &o)| (i, o))
             .collect();
         inside.sort_by_key(|&(_, o)| core::cmp::Reverse(o));
         self.emptying.push((target, order));

@@ -3,13 +3,11 @@
 //! into the one list it is on, so insertion, removal of a known block and pop are O(1) and
 //! no operation allocates.
 //!
-//! The link cells are generic: `Cell` for the sequential buddies, relaxed atomics for the
-//! per-level buddy, where each list is guarded by its level's lock and a block start moves
-//! between lists only through a thread that owns it (the locks order those hand-overs).
+//! The link cells are generic over [`Slot`], so that the tables can be any cell the
+//! allocator's threading calls for (`Cell` for the sequential buddies).
 
 use core::cell::Cell;
 
-use crate::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use crate::table::{Metadata, Part, Plan, Table};
 use crate::Error;
 
@@ -37,28 +35,6 @@ impl<T: Copy> Slot<T> for Cell<T> {
         Cell::set(self, value)
     }
 }
-
-macro_rules! atomic_slot {
-    ($atomic:ty, $t:ty) => {
-        // Relaxed: every access to a cell happens under the lock of the level whose list holds
-        // the block, or by the one thread owning it; the lock's acquire/release orders them.
-        impl Slot<$t> for $atomic {
-            fn new(value: $t) -> Self {
-                <$atomic>::new(value)
-            }
-            #[inline]
-            fn get(&self) -> $t {
-                self.load(Ordering::Relaxed)
-            }
-            #[inline]
-            fn set(&self, value: $t) {
-                self.store(value, Ordering::Relaxed)
-            }
-        }
-    };
-}
-atomic_slot!(AtomicUsize, usize);
-atomic_slot!(AtomicU8, u8);
 
 /// The head of one free list: its first block and its length.
 #[derive(Clone, Copy, Debug)]
@@ -104,7 +80,7 @@ impl<S: Slot<usize>> Links<S> {
     }
 
     /// The links of `units` units, on the heap.
-    #[cfg(feature = "alloc")]
+    #[cfg(test)]
     pub(crate) fn on_heap(units: usize) -> Result<Self, Error> {
         Links::new(&Metadata::heap(), Links::plan(&mut Plan::new(), units)?)
     }

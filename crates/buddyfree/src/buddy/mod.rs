@@ -1,12 +1,10 @@
 //! Buddy systems after Knuth and the real-time buddy paper
 //! ([Donahue et al. 2001](crate#references)):
 //! Knuth's buddy with eager merging ([`Knuth`]), the estranged buddy with delayed
-//! recombination ([`Estranged`]), and on-demand defragmentation for both ([`defrag`](mod@defrag));
-//! and Knuth's buddy with Linux's free lists per migrate type ([`MigrateBuddy`]).
+//! recombination ([`Estranged`]), and on-demand defragmentation for both ([`defrag`](mod@defrag)).
 //!
 //! Both are sequential ([`crate::SeqBlockAlloc`]); [`crate::Locked`] lifts them into a
-//! [`crate::BlockAlloc`]. The parallel binary buddy with one lock per level lives in
-//! [`crate::locked::per_level`] and shares the free lists and tags defined here.
+//! [`crate::BlockAlloc`].
 //!
 //! Memory picture shared by all of them: no per-operation heap allocation; every table is
 //! indexed by unit and allocated once (defragmentation, which plans on a copy, excepted).
@@ -48,14 +46,12 @@ pub mod defrag;
 pub mod estranged;
 pub mod knuth;
 pub(crate) mod lists;
-pub mod migrate;
 pub(crate) mod tags;
 
 #[cfg(feature = "alloc")]
 pub use defrag::{alloc_or_defrag, defrag, Defrag, Move};
 pub use estranged::{Estranged, EstrangedStats, Step};
 pub use knuth::{Knuth, KnuthStats};
-pub use migrate::{MigrateBuddy, MigrateStats, MigrateType};
 
 use core::cell::Cell;
 

@@ -9,8 +9,6 @@
 //! a pair, and blocks in transit inside one operation).
 
 use super::lists::Slot;
-#[cfg(feature = "alloc")]
-use crate::sync::atomic::{AtomicU8, Ordering};
 use crate::table::{Metadata, Part, Plan, Table};
 use crate::Error;
 
@@ -40,10 +38,6 @@ impl Tag {
         Tag(PAIR | order as u8)
     }
 
-    pub(crate) fn free_order(self) -> Option<u32> {
-        (self.0 & KIND == FREE).then_some((self.0 & ORDER) as u32)
-    }
-
     pub(crate) fn used_order(self) -> Option<u32> {
         (self.0 & KIND == USED).then_some((self.0 & ORDER) as u32)
     }
@@ -69,12 +63,6 @@ impl<S: Slot<u8>> Tags<S> {
         meta.table(part, |_| S::new(Tag::NONE.0)).map(Tags)
     }
 
-    /// The tags of `units` units, on the heap.
-    #[cfg(feature = "alloc")]
-    pub(crate) fn on_heap(units: usize) -> Result<Self, Error> {
-        Tags::new(&Metadata::heap(), Tags::plan(&mut Plan::new(), units)?)
-    }
-
     #[inline]
     pub(crate) fn get(&self, index: usize) -> Tag {
         Tag(self.0[index].get())
@@ -90,68 +78,5 @@ impl<S: Slot<u8>> Tags<S> {
     #[inline]
     pub(crate) fn is_free(&self, index: usize, order: u32) -> bool {
         index < self.0.len() && self.get(index) == Tag::free(order)
-    }
-}
-
-#[cfg(feature = "alloc")]
-impl Tags<AtomicU8> {
-    /// Tags a block handed to a caller. Release: a thread that later claims it for `free`
-    /// (Acquire) sees the allocator's writes before the hand-out.
-    pub(crate) fn mark_used(&self, index: usize, order: u32) {
-        self.0[index].store(Tag::used(order).0, Ordering::Release);
-    }
-
-    /// Claims the live block `(index, order)` for the one `free` that wins; racing frees of
-    /// the same block (double frees) see the tag already cleared and get `NotAllocated`.
-    pub(crate) fn claim_used(&self, index: usize, order: u32) -> Result<(), Error> {
-        self.0[index]
-            .compare_exchange(
-                Tag::used(order).0,
-                Tag::NONE.0,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .map(drop)
-            .map_err(|seen| {
-                Tag(seen)
-                    .check_free(order)
-                    .err()
-                    .unwrap_or(Error::NotAllocated)
-            })
-    }
-}
-
-#[cfg(all(test, loom))]
-mod loom_tests {
-    use super::*;
-    use alloc::vec::Vec;
-    use loom::sync::Arc;
-
-    /// The per-level buddy's free claims a block by one CAS on its tag: of racing frees of
-    /// one block (a double free), exactly one wins, the others see it gone; a free with the
-    /// wrong order never takes it.
-    #[test]
-    fn loom_racing_frees_claim_a_block_once() {
-        loom::model(|| {
-            let tags = Arc::new(Tags::<AtomicU8>::on_heap(4).unwrap());
-            tags.mark_used(0, 1);
-            let racers: Vec<_> = [1, 1, 0]
-                .into_iter()
-                .map(|order| {
-                    let tags = tags.clone();
-                    loom::thread::spawn(move || (order, tags.claim_used(0, order)))
-                })
-                .collect();
-            let mut wins = 0;
-            for racer in racers {
-                match racer.join().unwrap() {
-                    (1, Ok(())) => wins += 1,
-                    (1, Err(e)) => assert_eq!(e, Error::NotAllocated),
-                    (_, r) => assert!(matches!(r, Err(Error::OrderMismatch | Error::NotAllocated))),
-                }
-            }
-            assert_eq!(wins, 1);
-            assert_eq!(tags.get(0), Tag::NONE);
-        });
     }
 }

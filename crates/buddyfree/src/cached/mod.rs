@@ -1,7 +1,5 @@
 //! Per-core caches of free blocks in front of a backend allocator, with exact answers to bad
-//! frees: the one implementation behind [`PerCpu`](crate::locked::PerCpu) (a locked
-//! sequential buddy behind Linux-like caches) and [`Magazine`](crate::magazine::Magazine)
-//! (a lock-free allocator behind per-core magazines).
+//! frees: the implementation behind [`Magazine`](crate::magazine::Magazine).
 //!
 //! ```text
 //!  Cached<B>
@@ -55,8 +53,6 @@ mod states;
 
 use core::marker::PhantomData;
 
-use lock_api::RawMutex;
-
 pub(crate) use cache::Policy;
 use cache::{CoreCache, ListLine, LINES};
 use states::{BlockStates, State};
@@ -66,7 +62,7 @@ use crate::reserved::Reserved;
 use crate::sync::atomic::{AtomicBool, AtomicU16, AtomicU8, Ordering};
 use crate::sync::CachePadded;
 use crate::table::{Metadata, Part, Plan, Table};
-use crate::{check_block, BlockAlloc, Class, ConfigRule, Error, HeldCore, Locked, SeqBlockAlloc};
+use crate::{check_block, BlockAlloc, Class, ConfigRule, Error, HeldCore};
 
 /// Blocks asked for in one [`BlockAlloc::alloc_bulk`] call.
 const BULK: usize = 32;
@@ -213,49 +209,6 @@ impl<A: BlockAlloc> Backend for Direct<A> {
 
     fn takes_in_bulk(&self, order: u32) -> bool {
         self.0.alloc_bulk_groups(order)
-    }
-}
-
-/// A locked sequential allocator as a backend: one lock acquisition per batch.
-impl<A: SeqBlockAlloc, R: RawMutex + Send + Sync> Backend for Locked<A, R> {
-    type Alloc = Self;
-
-    fn shared(&self) -> &Self {
-        self
-    }
-
-    /// One lock acquisition per batch, not per block.
-    fn takes_in_bulk(&self, _order: u32) -> bool {
-        true
-    }
-
-    fn alloc_batch(
-        &self,
-        order: u32,
-        _core: usize,
-        more: usize,
-        mut put: impl FnMut(usize),
-    ) -> Result<usize, Error> {
-        self.with(|buddy| {
-            let first = buddy.alloc(order)?;
-            for _ in 0..more {
-                let Ok(index) = buddy.alloc(order) else {
-                    break;
-                };
-                put(index);
-            }
-            Ok(first)
-        })
-    }
-
-    fn give_back(&self, blocks: &[usize], order: u32, _core: usize) {
-        self.with(|buddy| {
-            for &index in blocks {
-                buddy
-                    .free(index, order)
-                    .expect("the buddy refused a block the per-core caches owned");
-            }
-        });
     }
 }
 
@@ -1422,10 +1375,9 @@ pub(crate) use block_alloc_via_cached;
 mod tests {
     use alloc::vec::Vec;
 
+    use super::subset::Subset;
     use crate::llfree::LLFree;
-    use crate::locked::PerCpu;
     use crate::magazine::Magazine;
-    use crate::model::Model;
     use crate::{BlockAlloc, Config, Error};
 
     /// A refill that finishes a partly used region and goes on into the next is cut at the
@@ -1495,11 +1447,11 @@ mod tests {
         bad_frees_across_cached_and_uncached_orders(&magazine, 0, 10);
         bad_frees_across_cached_and_uncached_orders(&magazine, 7, 10);
         bad_frees_across_cached_and_uncached_orders(&magazine, 9, 10);
-        // `linux` caches orders 0-3 and 9.
-        let linux = PerCpu::<Model>::with_config(config, Model::new).unwrap();
-        bad_frees_across_cached_and_uncached_orders(&linux, 0, 5);
-        bad_frees_across_cached_and_uncached_orders(&linux, 9, 5);
-        bad_frees_across_cached_and_uncached_orders(&linux, 9, 8);
+        // Orders 0-3 and 9, as Linux's per-CPU lists.
+        let subset = Subset::<spin::Mutex<()>>::new(config);
+        bad_frees_across_cached_and_uncached_orders(&subset, 0, 5);
+        bad_frees_across_cached_and_uncached_orders(&subset, 9, 5);
+        bad_frees_across_cached_and_uncached_orders(&subset, 9, 8);
     }
 
     /// Every unit of `alloc` (256 units) taken as order 0 on core 0 and freed
@@ -1544,13 +1496,42 @@ mod tests {
                 .with_parking_limit(usize::MAX)
                 .without_streams(),
         );
-        try_alloc_gives_back_what_free_caches_park(
-            &PerCpu::<Model>::with_config(config, Model::new).unwrap(),
-        );
+        try_alloc_gives_back_what_free_caches_park(&Subset::<spin::Mutex<()>>::new(config));
     }
 }
 
-/// The frees of blocks that a cache holds, model-checked through a `PerCpu` whose cache
+/// Caches of some orders only in front of a locked buddy, for the tests: orders 0–3 and 9,
+/// as Linux's per-CPU lists, so that uncached orders lie between cached ones.
+#[cfg(test)]
+mod subset {
+    use lock_api::RawMutex;
+
+    use super::{Cached, Direct, Policy};
+    use crate::buddy::Knuth;
+    use crate::{BlockAlloc, Config, Locked};
+
+    /// Orders 0–3 and 9, 64 units at a time, spilling above 256 units.
+    static SUBSET: Policy = Policy::new(&[0, 1, 2, 3, 9], 64, 256);
+
+    pub(crate) struct Subset<R> {
+        cached: Cached<Direct<Locked<Knuth, R>>>,
+    }
+
+    impl<R: RawMutex + Send + Sync> Subset<R> {
+        pub(crate) fn new(config: Config) -> Self {
+            let buddy = Locked::new(Knuth::new(config).unwrap());
+            Subset {
+                cached: Cached::new(Direct(buddy), config.cores, &SUBSET).unwrap(),
+            }
+        }
+    }
+
+    impl<R: RawMutex + Send + Sync> BlockAlloc for Subset<R> {
+        block_alloc_via_cached!(cached);
+    }
+}
+
+/// The frees of blocks that a cache holds, model-checked through caches whose
 /// locks loom sees ([`YieldMutex`] under loom): racing frees from the holder's core and
 /// another, a `try_free` racing a free, a free racing the holder's allocations, and pinned
 /// cores freeing each other's blocks (which must not hold two caches at once).
@@ -1561,17 +1542,18 @@ mod loom_tests {
     use loom::sync::Arc;
 
     use super::states::loom_tests::on_another_thread;
-    use crate::locked::{PerCpu, YieldMutex};
-    use crate::model::Model;
+    use super::subset::Subset;
+    use crate::buddy::Knuth;
+    use crate::locked::YieldMutex;
     use crate::{BlockAlloc, Config, Error};
 
-    type Linux = PerCpu<Model, YieldMutex>;
+    type Linux = Subset<YieldMutex>;
 
     /// 16 units on 2 cores, every lock made before any thread is spawned (see
     /// `YieldMutex`'s loom lock), and `blocks` order-0 blocks allocated on core 0, whose
     /// cache holds them.
     fn with_held_blocks(blocks: usize) -> (Arc<Linux>, Vec<usize>) {
-        let linux = Linux::with_config(Config::new(16, 2).with_cores(2), Model::new).unwrap();
+        let linux = Linux::new(Config::new(16, 2).with_cores(2));
         let held = (0..blocks).map(|_| linux.alloc(0, 0).unwrap()).collect();
         linux.drain_core(1);
         (Arc::new(linux), held)
@@ -1641,7 +1623,7 @@ mod loom_tests {
     #[test]
     fn loom_pinned_cores_free_each_others_blocks_without_deadlock() {
         loom::model(|| {
-            let linux = Linux::with_config(Config::new(16, 2).with_cores(2), Model::new).unwrap();
+            let linux = Linux::new(Config::new(16, 2).with_cores(2));
             let zero = linux.alloc(0, 0).unwrap();
             let one = linux.alloc(0, 1).unwrap();
             let linux = Arc::new(linux);
@@ -1666,7 +1648,7 @@ mod loom_tests {
         use crate::magazine::Magazine;
         use crate::Locked;
 
-        type Fast = Magazine<Locked<Model, YieldMutex>>;
+        type Fast = Magazine<Locked<Knuth, YieldMutex>>;
         // Two preemptions place the other core's calls at every step of the spill; the
         // unbounded model takes minutes for the spill's many lock and state-table steps.
         let mut model = loom::model::Builder::new();
@@ -1675,7 +1657,7 @@ mod loom_tests {
         model.max_branches = 10_000;
         model.check(|| {
             // 32 units on 2 cores: the shortest lists, order 0 spilling 8 blocks above 16.
-            let inner = Locked::new(Model::new(Config::new(32, 5)).unwrap());
+            let inner = Locked::new(Knuth::new(Config::new(32, 5)).unwrap());
             let fast = Fast::new(inner, 2).unwrap();
             let blocks: Vec<usize> = (0..32).map(|_| fast.alloc(0, 0).unwrap()).collect();
             // Core 0's list at its watermark, `blocks[0]` its oldest; the backend empty.

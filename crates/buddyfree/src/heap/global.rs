@@ -21,11 +21,12 @@ std::thread_local! {
 ///
 /// ```no_run
 /// use buddyfree::heap::GlobalHeap;
-/// use buddyfree::{model::Model, Config, Error, Locked};
+/// use buddyfree::buddy::Knuth;
+/// use buddyfree::{Config, Error, Locked};
 ///
-/// type Backend = Locked<Model>;
+/// type Backend = Locked<Knuth>;
 /// fn build(c: Config) -> Result<Backend, Error> {
-///     Ok(Locked::new(Model::new(c)?))
+///     Ok(Locked::new(Knuth::new(c)?))
 /// }
 ///
 /// #[global_allocator]

@@ -1,23 +1,14 @@
 //! Lock wrappers that lift a sequential allocator into a [`BlockAlloc`].
 
-#[cfg(feature = "alloc")]
-pub mod per_level;
 pub mod yield_mutex;
 
 use lock_api::{Mutex, RawMutex};
 
-#[cfg(feature = "alloc")]
-pub use per_level::{PerLevel, PerLevelSpin, PerLevelYield};
 pub use yield_mutex::YieldMutex;
 
 use crate::range;
 use crate::reserved::Reserved;
 use crate::{BlockAlloc, Capabilities, Class, Error, SeqBlockAlloc};
-
-#[cfg(feature = "alloc")]
-mod percpu;
-#[cfg(feature = "alloc")]
-pub use percpu::PerCpu;
 
 /// A sequential allocator behind one global lock: the "spin-locked buddy" of the NBBS paper
 /// when `A` is Knuth's buddy and `R` the default spinlock.

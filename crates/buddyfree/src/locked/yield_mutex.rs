@@ -13,8 +13,8 @@ use lock_api::{GuardSend, RawMutex};
 #[cfg(not(loom))]
 const SPINS: u32 = 64;
 
-/// A spin-then-yield raw mutex, usable as the `R` of [`lock_api::Mutex`],
-/// [`crate::Locked`] and [`super::per_level::PerLevel`].
+/// A spin-then-yield raw mutex, usable as the `R` of [`lock_api::Mutex`] and
+/// [`crate::Locked`].
 pub struct YieldMutex {
     inner: Inner,
 }
