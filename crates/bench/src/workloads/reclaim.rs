@@ -2,7 +2,7 @@
 //! filled with blocks of `k` units and one block in every huge frame (2 MiB) is freed, so
 //! that free units lie in every frame and none is whole. Then, per thread, one request of a
 //! huge frame ("first 2M", which fails), and the loop a kernel under memory pressure runs:
-//! free one block, allocate a block of `k` units again (what the freed block's user does
+//! free one block (of a few held ones, in turn), allocate a block of `k` units again (what the freed block's user does
 //! next), ask for a huge frame, which fails ("re-take", time per try). The heap stays as
 //! fragmented as it was, so every request should be refused, and whatever the heap's size,
 //! as fast as the allocator can tell that no frame is whole.
@@ -25,6 +25,11 @@ pub const LARGE: u32 = HUGE_FRAME_UNITS.trailing_zeros();
 
 /// Tries of the loop per thread.
 pub const TRIES: usize = 20_000;
+
+/// The blocks the loop frees and takes back in turn: few, so that a try costs what the
+/// allocator does to answer it, not cache misses on metadata spread over the heap (which
+/// every allocator pays alike).
+const ROUND: usize = 64;
 
 /// The workload at `order` (below [`LARGE`]) with `threads` threads.
 pub fn run(a: &dyn BlockAlloc, order: u32, threads: usize, _p: &Params) -> Outcome {
@@ -54,10 +59,10 @@ pub fn run(a: &dyn BlockAlloc, order: u32, threads: usize, _p: &Params) -> Outco
         let mut large = Vec::from_iter(got);
         w.sync();
         let mut c = Counts::default();
-        let tries = TRIES.min(held.len());
+        let round = ROUND.min(held.len());
         let ((), time) = w.timed(|| {
-            for n in 0..tries {
-                let at = n * (held.len() / tries);
+            for n in 0..TRIES {
+                let at = n % round;
                 setup.free(a, held[at], order, core);
                 if let Some(i) = setup.alloc(a, order, core) {
                     held[at] = i;
