@@ -701,31 +701,41 @@ impl<W: WriteBack> LLFree<W> {
         })
     }
 
-    /// Whether every counter together holds fewer than `n` free units (the cores' `cP`s and
-    /// the entries of the trees the summary marks), read while no reservation move was in
-    /// flight: then no free block of `2^n` units exists but what concurrent operations hold
-    /// or free meanwhile, and an allocation may fail without reserving or scanning. A
-    /// handful of reads on a full heap; on a heap with enough free units it stops at the
-    /// first counter that has them. Stale marks met on the way are cleared (`summary.rs`).
+    /// Whether no tree holds `n` free units in its counters together (its entry's `cU` and
+    /// the `cP` of a reservation holding it; the cores' counters and the entries of the trees
+    /// the summary marks), read while no reservation move was in flight: then no free block
+    /// of `n` units exists (a block lies within one tree) but what concurrent operations hold
+    /// or free meanwhile, and an allocation may fail without reserving or scanning. On a full
+    /// heap a handful of reads; on a fragmented one (free units in every tree, fewer than a
+    /// huge frame's in each) one read per tree instead of the searches and the scan; on a heap
+    /// with room it stops at the first tree that has it. Stale marks met on the way are
+    /// cleared (`summary.rs`).
     #[cold]
     #[inline(never)]
     fn too_few_free(&self, n: usize) -> bool {
+        // A reservation's `cP`s; the tree's `cU` is added where it is marked or held.
+        let held = |t: TreeId| -> usize {
+            self.locals
+                .iter()
+                .map(|l| l.get())
+                .filter(|r| r.tree() == Some(t))
+                .map(|r| r.free())
+                .sum()
+        };
         // A second pass only after this one cleared stale marks: those moves were its own.
         for _ in 0..2 {
             let before = self.moves.snapshot();
-            let mut total = 0;
             let mut cleared = false;
             for local in self.locals.iter() {
-                let r = local.get();
-                if r.tree().is_some() {
-                    total += r.free();
+                if let Some(t) = local.get().tree() {
+                    if held(t) + self.trees.get(t).free() >= n {
+                        return false;
+                    }
                 }
             }
             for t in self.summary.marked() {
-                if total >= n {
-                    return false;
-                }
-                match self.trees.get(t).free() {
+                let e = self.trees.get(t);
+                match e.free() {
                     0 => {
                         self.moves.bracket(|| {
                             let has_free = || self.trees.get(t).free() > 0;
@@ -734,11 +744,10 @@ impl<W: WriteBack> LLFree<W> {
                         });
                         cleared = true;
                     }
-                    free => total += free,
+                    free if e.reserved() && free + held(t) >= n => return false,
+                    free if free >= n => return false,
+                    _ => {}
                 }
-            }
-            if total >= n {
-                return false;
             }
             if !cleared {
                 return self.moves.quiet_since(before);
