@@ -220,8 +220,28 @@ fn a_free_that_completes_no_huge_frame_keeps_the_refusal() {
                 "{name} frame {f}: {searched} searches confirmed a refusal after a free that completes no frame"
             );
         }
-        // A smaller request still finds its units (an allocation by LLFree ends every
-        // refusal, as its give-backs may have hidden units from a search).
+        // The reclaim loop that takes back what it freed: a free, an allocation of the
+        // unit again (from the core's counter, giving nothing back), a huge request. The
+        // refusal stays through both.
+        for f in 0..FRAMES {
+            let core = f % 2;
+            let unit = a.alloc(0, core).unwrap();
+            a.free(unit, 0, core).unwrap();
+            let again = a.alloc(0, core).unwrap();
+            let before = buddyfree::refusal_confirmations();
+            assert_eq!(
+                a.alloc(9, core),
+                Err(Error::OutOfMemory),
+                "{name} frame {f}"
+            );
+            let searched = buddyfree::refusal_confirmations() - before;
+            assert!(
+                searched <= most,
+                "{name} frame {f}: {searched} searches confirmed a refusal after a free and re-take"
+            );
+            a.free(again, 0, core).unwrap();
+        }
+        // A smaller request still finds its units.
         let i = a.alloc(8, 0).unwrap();
         a.free(i, 8, 0).unwrap();
         assert_eq!(a.alloc(9, 1), Err(Error::OutOfMemory), "{name}");

@@ -246,7 +246,7 @@ impl Refusals {
         order: u32,
         mut attempt: impl FnMut() -> Result<usize, Error>,
     ) -> Result<usize, Error> {
-        self.run(order, false, || attempt().map_err(Failure::from))
+        self.run(order, || (attempt().map_err(Failure::from), None))
     }
 
     /// [`Refusals::alloc`] for an attempt that says how it failed: a refusal after a
@@ -255,75 +255,77 @@ impl Refusals {
     pub(crate) fn alloc_sorted(
         &self,
         order: u32,
-        attempt: impl FnMut() -> Result<usize, Failure>,
+        mut attempt: impl FnMut() -> Result<usize, Failure>,
     ) -> Result<usize, Error> {
-        self.run(order, false, attempt)
+        self.run(order, || (attempt(), None))
     }
 
     /// [`Refusals::alloc_sorted`] for an attempt that may give back units it took and could
-    /// not use (LLFree's counters) without telling the memo at each give-back: the memo is
-    /// told once after each attempt instead ([`Refusals::freed`]), which spares a search its
-    /// own give-backs. Telling it at the give-back itself would clear the search's own
-    /// pending word, and a search that takes and gives back units tree by tree (a fragmented
-    /// heap) would never record its refusal. Told after the attempt, a search that missed
-    /// those units while the attempt held them may record a refusal for the moment until the
-    /// attempt ends and clears it: the transient failure near exhaustion such an allocator
-    /// has anyway. The attempt's give-backs must be `SeqCst` writes, as a free's are.
+    /// not use (LLFree's counters) without telling the memo at each give-back: the attempt
+    /// says what its give-backs may have made findable (`None`: it gave nothing back;
+    /// `Some(k)`: blocks of orders up to `k`, read after the give-backs as a free's `covers`
+    /// is), and the memo is told once after it ([`Refusals::freed_if`]), which spares a
+    /// search its own give-backs. Telling it at the give-back itself would clear the
+    /// search's own pending word, and a search that takes and gives back units tree by tree
+    /// (a fragmented heap) would never record its refusal. Told after the attempt, a search
+    /// that missed those units while the attempt held them may record a refusal for the
+    /// moment until the attempt ends and clears it: the transient failure near exhaustion
+    /// such an allocator has anyway. An attempt that gave nothing back (an allocation served
+    /// from its core's counter) leaves the memo alone: it made nothing findable, so a
+    /// reclaim loop that frees a frame and takes it back keeps its refusal of a huge frame.
+    /// The attempt's give-backs must be `SeqCst` writes, as a free's are.
     #[inline]
     pub(crate) fn alloc_giving_back(
         &self,
         order: u32,
-        attempt: impl FnMut() -> Result<usize, Failure>,
+        attempt: impl FnMut() -> (Result<usize, Failure>, Option<u32>),
     ) -> Result<usize, Error> {
-        self.run(order, true, attempt)
+        self.run(order, attempt)
     }
 
-    /// [`Refusals::alloc_sorted`], or [`Refusals::alloc_giving_back`] where `gives_back`.
-    /// Always inlined, so that a refusal from the memo costs its load and no call, however
-    /// large the attempt.
+    /// Runs `attempt` through the memo; the attempt says what its give-backs may have made
+    /// findable ([`Refusals::alloc_giving_back`]). Always inlined, so that a refusal from the
+    /// memo costs its load and no call, however large the attempt.
     #[inline(always)]
     fn run(
         &self,
         order: u32,
-        gives_back: bool,
-        mut attempt: impl FnMut() -> Result<usize, Failure>,
+        mut attempt: impl FnMut() -> (Result<usize, Failure>, Option<u32>),
     ) -> Result<usize, Error> {
         if self.refuses(order) {
             return Err(Error::OutOfMemory);
         }
-        let answer = attempt();
-        if gives_back {
-            self.freed();
+        let (answer, gave) = attempt();
+        if let Some(covered) = gave {
+            self.freed_if(|k| k <= covered);
         }
         match answer {
-            Err(Failure::Counted | Failure::Searched) => self.confirm(order, gives_back, attempt),
+            Err(Failure::Counted | Failure::Searched) => self.confirm(order, attempt),
             other => other.map_err(Failure::error),
         }
     }
 
     /// The second attempt of [`Refusals::alloc`], after the pending store and the fence;
-    /// `gives_back` as for [`Refusals::alloc_giving_back`]: then a word that is no longer
-    /// this search's own is cleared after the attempt, since its give-backs may be what
-    /// another search missed.
+    /// if it gave back units, a word that is no longer this search's own is told after the
+    /// attempt, since its give-backs may be what another search missed.
     #[cold]
     #[inline(never)]
     fn confirm(
         &self,
         order: u32,
-        gives_back: bool,
-        mut attempt: impl FnMut() -> Result<usize, Failure>,
+        mut attempt: impl FnMut() -> (Result<usize, Failure>, Option<u32>),
     ) -> Result<usize, Error> {
         #[cfg(feature = "testing")]
         probe::CONFIRMATIONS.with(|c| c.set(c.get() + 1));
         let pending = self.begin(order);
-        let answer = attempt();
+        let (answer, gave) = attempt();
         let settled = match answer {
             Err(Failure::Counted) => self.refused(pending, true),
             Err(Failure::Searched) => self.refused(pending, false),
             _ => self.not_refused(pending),
         };
-        if gives_back && !settled {
-            self.freed();
+        if let Some(covered) = gave.filter(|_| !settled) {
+            self.freed_if(|k| k <= covered);
         }
         answer.map_err(Failure::error)
     }

@@ -15,7 +15,7 @@ use crate::workloads::Workload;
 
 /// The phase names, in table order.
 const PHASES: &[&str] = &[
-    "op", "get", "put", "get+put", "fail 4K", "fail 2M", "fail 2k",
+    "op", "get", "put", "get+put", "fail 4K", "fail 2M", "fail 2k", "first 2M", "re-take",
 ];
 
 /// Above this many page faults per operation in its timed phases, a record's time is partly

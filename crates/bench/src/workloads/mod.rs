@@ -17,6 +17,7 @@ pub mod crash;
 pub mod llfree;
 pub mod nbbs;
 pub mod realtime;
+pub mod reclaim;
 
 mod counts;
 mod outcome;
@@ -53,6 +54,7 @@ pub fn run(
         Workload::ConstantOccupancy => nbbs::constant_occupancy(alloc, order, threads, params),
         Workload::Cached => nbbs::cached(alloc, order, threads, params),
         Workload::FullHeap => nbbs::full_heap(alloc, order, threads, params),
+        Workload::Reclaim => reclaim::run(alloc, order, threads, params),
         Workload::Bulk => llfree::bulk(alloc, order, threads, params),
         Workload::Repeat => llfree::repeat(alloc, order, threads, params),
         Workload::Rand => llfree::rand(alloc, order, threads, params),

@@ -3,7 +3,7 @@
 
 use super::params::{Params, Stop};
 use super::realtime::{contrived, latency};
-use super::{llfree, nbbs};
+use super::{llfree, nbbs, reclaim};
 
 /// Which paper a workload comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +45,9 @@ pub enum Workload {
     Cached,
     /// Not in the default suite: allocations that fail, on a heap full of blocks of one size.
     FullHeap,
+    /// Not in the default suite: the reclaim loop (free, re-take, refused huge request) on a
+    /// heap with one free block in every huge frame.
+    Reclaim,
     /// LLFree: allocate half the memory, then free it.
     Bulk,
     /// LLFree: with half the memory held, alloc+free pairs.
@@ -65,13 +68,14 @@ pub enum Workload {
 
 impl Workload {
     /// Every workload, in the order the suite runs them.
-    pub const ALL: [Workload; 14] = [
+    pub const ALL: [Workload; 15] = [
         Workload::LinuxScalability,
         Workload::ThreadTest,
         Workload::Larson,
         Workload::ConstantOccupancy,
         Workload::Cached,
         Workload::FullHeap,
+        Workload::Reclaim,
         Workload::Bulk,
         Workload::Repeat,
         Workload::Rand,
@@ -91,6 +95,7 @@ impl Workload {
             Workload::ConstantOccupancy => "constant-occupancy",
             Workload::Cached => "cached",
             Workload::FullHeap => "full-heap",
+            Workload::Reclaim => "reclaim",
             Workload::Bulk => "bulk",
             Workload::Repeat => "repeat",
             Workload::Rand => "rand",
@@ -120,6 +125,9 @@ impl Workload {
             Workload::Cached => "NBBS: per thread N alloc+free pairs of one size",
             Workload::FullHeap => {
                 "not in the papers: fill the heap with blocks of k units, then per thread N allocations of 4K and N of 2M, which fail (fail 4K, fail 2M); then free every other block and make up to 2000 allocations of 2k, which fail too (fail 2k: free units, no block of the size)"
+            }
+            Workload::Reclaim => {
+                "not in the papers: fill the heap with blocks of k units, free one in every 2 MiB frame, then per thread one request of 2M (first 2M) and tries of free a block, allocate it again, ask for 2M (re-take), which all fail"
             }
             Workload::Bulk => {
                 "LLFree: each thread allocates units/P/2/2^order blocks, barrier, frees them (get and put)"
@@ -156,7 +164,8 @@ impl Workload {
             | Workload::Larson
             | Workload::ConstantOccupancy
             | Workload::Cached
-            | Workload::FullHeap => Suite::Nbbs,
+            | Workload::FullHeap
+            | Workload::Reclaim => Suite::Nbbs,
             Workload::Bulk | Workload::Repeat | Workload::Rand | Workload::Frag => Suite::Llfree,
             Workload::Latency
             | Workload::Contrived
@@ -169,7 +178,7 @@ impl Workload {
     /// not would lengthen the default run for a question it does not ask. `all` and its name
     /// select it.
     pub const fn in_default_suite(self) -> bool {
-        !matches!(self, Workload::FullHeap)
+        !matches!(self, Workload::FullHeap | Workload::Reclaim)
     }
 
     /// The workload named `name`.
@@ -194,6 +203,7 @@ impl Workload {
     pub fn top_order(self, order: u32, params: &Params) -> u32 {
         match self {
             Workload::FullHeap => order.max(nbbs::FULL_HEAP_LARGE),
+            Workload::Reclaim => order.max(reclaim::LARGE),
             _ => order + self.order_span(params),
         }
     }
@@ -208,7 +218,8 @@ impl Workload {
     /// Whether it reads block indices as positions in the region, or needs a region that
     /// fills up (and so cannot run on an allocator whose indices are addresses: malloc).
     pub const fn needs_region(self) -> bool {
-        matches!(self.suite(), Suite::Llfree) || matches!(self, Workload::FullHeap)
+        matches!(self.suite(), Suite::Llfree)
+            || matches!(self, Workload::FullHeap | Workload::Reclaim)
     }
 
     /// Whether it is measured for the memory it leaves usable, not for time: run once per
@@ -227,7 +238,9 @@ impl Workload {
     /// enough to time: the throughput workloads, not the ones measuring single operations or
     /// memory state.
     pub const fn repeatable(self) -> bool {
-        matches!(self.suite(), Suite::Nbbs | Suite::Llfree) && !self.measures_state()
+        matches!(self.suite(), Suite::Nbbs | Suite::Llfree)
+            && !self.measures_state()
+            && !matches!(self, Workload::Reclaim)
     }
 
     /// Its parameters with their values, for `--list`.
@@ -261,6 +274,10 @@ impl Workload {
             Workload::FullHeap => format!(
                 "N = {} failing allocations per thread of each size; the heap is filled (untimed) and emptied on every pass, so give it a small --heap (e.g. 1G); needs --max-order 9 or more",
                 p.full_heap_fails
+            ),
+            Workload::Reclaim => format!(
+                "up to {} tries per thread; the heap is filled (untimed) and emptied on every repetition; needs --max-order 9 or more",
+                reclaim::TRIES
             ),
             Workload::Bulk | Workload::Repeat | Workload::Rand => format!(
                 "W = {} units of work ({} MiB; the paper: half the memory); each of P threads handles W/P/2/2^order blocks, at least {}/P",
@@ -298,7 +315,7 @@ impl Workload {
             }
             Workload::Larson => nbbs::larson_units(order, threads, params),
             Workload::ConstantOccupancy => nbbs::constant_occupancy_units(order, threads),
-            Workload::Cached | Workload::FullHeap => threads * k,
+            Workload::Cached | Workload::FullHeap | Workload::Reclaim => threads * k,
             // The blocks of the work, held at once.
             Workload::Bulk | Workload::Repeat | Workload::Rand => {
                 llfree::blocks_per_thread(params, threads, order) * threads * k + threads * k
@@ -344,6 +361,8 @@ impl Workload {
                 };
                 2 * (units >> order) + t + t * (2 * fails + fragmented + reclaims)
             }
+            // Fill, free all, one request, three calls per try.
+            Workload::Reclaim => 2 * (units >> order) + 2 * t + t * 3 * reclaim::TRIES,
             Workload::Bulk | Workload::Rand => 2 * n,
             Workload::Repeat => 4 * n,
             // Per thread: its share of 90% allocated and freed, and each round a tenth of

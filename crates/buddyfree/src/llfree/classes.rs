@@ -32,6 +32,8 @@
 //! With one class ([`Policy::single`], what `LLFree::new` builds) there is one reservation
 //! per core, every tree is of class 0, and steps 2 and 3 are skipped: LLFree as in the paper.
 
+use core::cell::Cell;
+
 use super::trees::{Tree, MAX_CLASSES};
 use super::{LLFree, Renewal, TreeId, WriteBack, HUGE_ORDER, HUGE_UNITS};
 use crate::{Class, ConfigRule, Error};
@@ -264,12 +266,13 @@ impl<W: WriteBack> LLFree<W> {
         class: usize,
         order: u32,
         near: usize,
+        gave: &Cell<Option<u32>>,
     ) -> Renewal {
         let n = 1 << order;
         if self.reserve(core, class, n, order, near, false) {
             return Renewal::Reserved;
         }
-        if let Some(index) = self.steal(class, order, near) {
+        if let Some(index) = self.steal(class, order, near, gave) {
             return Renewal::Stole(index);
         }
         match self.reserve(core, class, n, order, near, true) {
@@ -283,8 +286,15 @@ impl<W: WriteBack> LLFree<W> {
     /// units from the tree's counter `cU`, the block from its frames, the units given back
     /// if it has no such block. Huge orders look at the trees with most free units first
     /// (they hold whole huge frames), the others at the fullest first (to leave whole huge
-    /// frames alone).
-    fn steal(&self, class: usize, order: u32, near: usize) -> Option<usize> {
+    /// frames alone). `gave` gathers what its give-backs may have made findable
+    /// (`LLFree::alloc_with`).
+    fn steal(
+        &self,
+        class: usize,
+        order: u32,
+        near: usize,
+        gave: &Cell<Option<u32>>,
+    ) -> Option<usize> {
         let n = 1 << order;
         let len = self.trees.len();
         let own = class as u8;
@@ -307,6 +317,7 @@ impl<W: WriteBack> LLFree<W> {
                     return Some(index);
                 }
                 self.add_to_tree(t, n);
+                self.gave_back(gave, t, n);
             }
         }
         None

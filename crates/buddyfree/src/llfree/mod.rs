@@ -18,8 +18,8 @@
 //! refusal (that sum, or a round of the complete fallback, read while no reservation move
 //! was in flight) is remembered until units that could serve it are next credited to a
 //! counter (a free: of a huge frame or more, or in a tree that then has a whole free frame,
-//! for a refusal of a huge frame or more; any, for one below; or any allocation, which may
-//! have given back units it took and could not use): meanwhile a request of that order or
+//! for a refusal of a huge frame or more; any, for one below; or an allocation that gave
+//! back units it took and could not use, where they may cover the order): meanwhile a request of that order or
 //! larger is refused after one load (`refusal.rs`), on a fragmented heap too.
 //!
 //! Free (Fig. 14b): clear the block in the lower level, then credit `cP` if this core holds
@@ -97,6 +97,8 @@ mod loom_tests;
 
 #[cfg(feature = "alloc")]
 use alloc::vec::Vec;
+
+use core::cell::Cell;
 
 use crate::range;
 use crate::refusal::{Failure, Refusals};
@@ -704,31 +706,41 @@ impl<W: WriteBack> LLFree<W> {
         })
     }
 
-    /// Whether every counter together holds fewer than `n` free units (the cores' `cP`s and
-    /// the entries of the trees the summary marks), read while no reservation move was in
-    /// flight: then no free block of `2^n` units exists but what concurrent operations hold
-    /// or free meanwhile, and an allocation may fail without reserving or scanning. A
-    /// handful of reads on a full heap; on a heap with enough free units it stops at the
-    /// first counter that has them. Stale marks met on the way are cleared (`summary.rs`).
+    /// Whether no tree holds `n` free units in its counters together (its entry's `cU` and
+    /// the `cP` of a reservation holding it; the cores' counters and the entries of the trees
+    /// the summary marks), read while no reservation move was in flight: then no free block
+    /// of `n` units exists (a block lies within one tree) but what concurrent operations hold
+    /// or free meanwhile, and an allocation may fail without reserving or scanning. On a full
+    /// heap a handful of reads; on a fragmented one (free units in every tree, fewer than a
+    /// huge frame's in each) one read per tree instead of the searches and the scan; on a heap
+    /// with room it stops at the first tree that has it. Stale marks met on the way are
+    /// cleared (`summary.rs`).
     #[cold]
     #[inline(never)]
     fn too_few_free(&self, n: usize) -> bool {
+        // A reservation's `cP`s; the tree's `cU` is added where it is marked or held.
+        let held = |t: TreeId| -> usize {
+            self.locals
+                .iter()
+                .map(|l| l.get())
+                .filter(|r| r.tree() == Some(t))
+                .map(|r| r.free())
+                .sum()
+        };
         // A second pass only after this one cleared stale marks: those moves were its own.
         for _ in 0..2 {
             let before = self.moves.snapshot();
-            let mut total = 0;
             let mut cleared = false;
             for local in self.locals.iter() {
-                let r = local.get();
-                if r.tree().is_some() {
-                    total += r.free();
+                if let Some(t) = local.get().tree() {
+                    if held(t) + self.trees.get(t).free() >= n {
+                        return false;
+                    }
                 }
             }
             for t in self.summary.marked() {
-                if total >= n {
-                    return false;
-                }
-                match self.trees.get(t).free() {
+                let e = self.trees.get(t);
+                match e.free() {
                     0 => {
                         self.moves.bracket(|| {
                             let has_free = || self.trees.get(t).free() > 0;
@@ -737,11 +749,10 @@ impl<W: WriteBack> LLFree<W> {
                         });
                         cleared = true;
                     }
-                    free => total += free,
+                    free if e.reserved() && free + held(t) >= n => return false,
+                    free if free >= n => return false,
+                    _ => {}
                 }
-            }
-            if total >= n {
-                return false;
             }
             if !cleared {
                 return self.moves.quiet_since(before);
@@ -1005,6 +1016,10 @@ impl<W: WriteBack> LLFree<W> {
     /// The allocation for a request whose trees are of the class whose reservations start at
     /// `slots` in `locals` (the class times `cores`), with at most `rounds` rounds of the complete fallback, answering `busy` if they all
     /// met a reservation move of another core in flight.
+    ///
+    /// `gave` gathers what the give-backs of units it took and could not use may have made
+    /// findable, for the refusal memo ([`Refusals::alloc_giving_back`]): nothing where the
+    /// block came from the core's counter at once.
     fn alloc_with(
         &self,
         order: u32,
@@ -1012,6 +1027,7 @@ impl<W: WriteBack> LLFree<W> {
         slots: usize,
         rounds: usize,
         busy: Error,
+        gave: &Cell<Option<u32>>,
     ) -> Result<usize, Error> {
         if order > self.max_order {
             return Err(Error::BadOrder);
@@ -1030,6 +1046,7 @@ impl<W: WriteBack> LLFree<W> {
                     }
                     // Too fragmented for this order: give the units back, move on.
                     self.credit_local(slot, t, n);
+                    self.gave_back(gave, t, n);
                     Some(t.0)
                 }
                 Err(r) => match r.tree() {
@@ -1046,13 +1063,26 @@ impl<W: WriteBack> LLFree<W> {
                 return Err(Error::OutOfMemory);
             }
             let near = near.unwrap_or_else(|| core * self.trees.len() / self.cores);
-            match self.renew(core, slots / self.cores, order, near) {
+            match self.renew(core, slots / self.cores, order, near, gave) {
                 Renewal::Reserved => {}
                 Renewal::Stole(index) => return Ok(index),
                 Renewal::Failed => break,
             }
         }
+        // The scan gives back what it took from every tree it found no block in.
+        gave.set(Some(u32::MAX));
         self.alloc_anywhere(order, rounds, busy)
+    }
+
+    /// Notes in `gave` what a give-back of `n` units to `t` may have made findable, read
+    /// after it as a free's [`LLFree::covers`] is: a huge frame or more where `n` is one or a
+    /// frame of `t` is free as a whole, else the orders of the bit fields.
+    pub(super) fn gave_back(&self, gave: &Cell<Option<u32>>, t: TreeId, n: usize) {
+        let covered = match self.covers(t, n, HUGE_ORDER) {
+            true => u32::MAX,
+            false => lower::BITS_ORDER,
+        };
+        gave.set(gave.get().max(Some(covered)));
     }
 
     /// [`LLFree::alloc_with`] through the refusal memo (`refusal.rs`): a refusal is
@@ -1068,16 +1098,27 @@ impl<W: WriteBack> LLFree<W> {
         rounds: usize,
     ) -> Result<usize, Error> {
         self.refusals.alloc_giving_back(order, || {
-            self.alloc_with(order, core, slots, rounds, Error::WouldBlock)
-                .map_err(Failure::searched)
+            let gave = Cell::new(None);
+            let answer = self
+                .alloc_with(order, core, slots, rounds, Error::WouldBlock, &gave)
+                .map_err(Failure::searched);
+            (answer, gave.get())
         })
     }
 
     /// A new reservation of class `class` for `core` after its own ran short. With one class,
     /// Fig. 14a (1b); with several, `classes.rs` ([`LLFree::renew_classed`]).
-    fn renew(&self, core: usize, class: usize, order: u32, near: usize) -> Renewal {
+    /// `gave` as for [`LLFree::alloc_with`].
+    fn renew(
+        &self,
+        core: usize,
+        class: usize,
+        order: u32,
+        near: usize,
+        gave: &Cell<Option<u32>>,
+    ) -> Renewal {
         if self.classes.count() > 1 {
-            return self.renew_classed(core, class, order, near);
+            return self.renew_classed(core, class, order, near, gave);
         }
         match self.reserve(core, class, 1 << order, order, near, true) {
             true => Renewal::Reserved,
