@@ -12,8 +12,8 @@
 
 use std::time::Duration;
 
-use buddyfree::stats::HUGE_FRAME_UNITS;
 use buddyfree::BlockAlloc;
+use buddyfree_baselines::stats::HUGE_FRAME_UNITS;
 
 use super::counts::Counts;
 use super::outcome::{phase, Outcome};
