@@ -7,7 +7,8 @@
 //! [`Reserved`] beside its tables, and every free checks it first:
 //!
 //! ```text
-//!  chunks: [AtomicU64; 16]   a bit per chunk of 2^shift units (1024 chunks cover the heap):
+//!  chunks: [AtomicU64; 16]   a bit per chunk of 2^shift units (at most 1024 chunks cover
+//!                            the heap; none smaller than the largest block):
 //!                            set while some reserved run touches the chunk
 //!  runs:   Mutex<Runs>       the reserved runs, sorted, disjoint and not adjacent
 //! ```
@@ -37,7 +38,8 @@ const CHUNKS: usize = CHUNK_WORDS * 64;
 /// What the boot reservation holds (module docs).
 pub(crate) struct Reserved {
     chunks: [AtomicU64; CHUNK_WORDS],
-    /// Units per chunk, as a power of two: the least that covers the heap with [`CHUNKS`].
+    /// Units per chunk, as a power of two: the least that covers the heap with [`CHUNKS`],
+    /// and at least the largest block's.
     shift: u32,
     /// The heap's units.
     units: usize,
@@ -121,10 +123,11 @@ impl Runs {
 }
 
 impl Reserved {
-    /// Nothing reserved, for a heap of `units`.
-    pub(crate) const fn new(units: usize) -> Reserved {
-        let mut shift = 0;
-        while units.div_ceil(1 << shift) > CHUNKS {
+    /// Nothing reserved, for a heap of `units` with blocks of up to `max_order`.
+    pub(crate) const fn new(units: usize, max_order: u32) -> Reserved {
+        // Chunks no smaller than the largest block, so that every block lies in one.
+        let mut shift = max_order;
+        while shift < usize::BITS - 1 && units.div_ceil(1 << shift) > CHUNKS {
             shift += 1;
         }
         Reserved {
@@ -136,17 +139,13 @@ impl Reserved {
     }
 
     /// Whether the block `(index, order)` may hold a reserved unit: the one load of the free
-    /// path. Any block is asked, checked or not; one past the heap touches nothing.
+    /// path. A block of the heap (aligned, `order` at most the heap's largest) lies in one
+    /// chunk; any other request is answered by the allocator's own checks, which refuse it
+    /// before it changes anything.
     #[inline(always)]
-    fn may_touch(&self, index: usize, order: u32) -> bool {
-        let first = index >> self.shift;
-        let size = 1usize.checked_shl(order).unwrap_or(0);
-        let last = (index.saturating_add(size.saturating_sub(1)) >> self.shift).min(CHUNKS - 1);
-        let set = |c: usize| self.chunks[c / 64].load(Ordering::Relaxed) & (1 << (c % 64)) != 0;
-        if first >= last {
-            return first < CHUNKS && set(first);
-        }
-        (first..=last).any(set)
+    fn may_touch(&self, index: usize) -> bool {
+        let chunk = index >> self.shift;
+        chunk < CHUNKS && self.chunks[chunk / 64].load(Ordering::Relaxed) & (1 << (chunk % 64)) != 0
     }
 
     /// [`Error::Reserved`] if a unit of the block `(index, order)` is reserved: for every
@@ -154,7 +153,7 @@ impl Reserved {
     /// range, misaligned) passes, for the allocator to refuse with its own answer.
     #[inline(always)]
     pub(crate) fn check_free(&self, index: usize, order: u32) -> Result<(), Error> {
-        if !self.may_touch(index, order) {
+        if !self.may_touch(index) {
             return Ok(());
         }
         self.look_up(index, order, false)
@@ -185,7 +184,7 @@ impl Reserved {
     /// operation holds the runs.
     #[inline(always)]
     pub(crate) fn try_check_free(&self, index: usize, order: u32) -> Result<(), Error> {
-        if !self.may_touch(index, order) {
+        if !self.may_touch(index) {
             return Ok(());
         }
         self.look_up(index, order, true)
@@ -317,7 +316,7 @@ mod tests {
 
     #[test]
     fn a_free_is_refused_only_where_a_run_lies() {
-        let r = Reserved::new(1 << 20);
+        let r = Reserved::new(1 << 20, 9);
         r.reserve(0, 1 << 20, || Ok(())).unwrap();
         r.release(0x2c1, 0x400, 0x200, 0x400, || Ok(())).unwrap();
         assert_eq!(r.check_free(0x2c0, 0), Err(Error::Reserved));
@@ -325,7 +324,7 @@ mod tests {
         assert_eq!(r.check_free(0x2c1, 0), Ok(()));
         assert_eq!(r.check_free(0x300, 8), Ok(()));
         assert_eq!(r.check_free(0x400, 0), Err(Error::Reserved));
-        assert_eq!(r.check_free(0, 20), Err(Error::Reserved));
+        assert_eq!(r.check_free(0, 9), Err(Error::Reserved));
         // A failed release changes nothing.
         let failed = r.release(0x400, 0x800, 0x400, 0x800, || Err(Error::NotAllocated));
         assert_eq!(failed, Err(Error::NotAllocated));

@@ -329,7 +329,7 @@ impl<B: Backend> Cached<B> {
             states.adopt(alloc, |order| policy.slot(order))?;
         }
         Ok(Cached {
-            reserved: Reserved::new(alloc.total_units()),
+            reserved: Reserved::new(alloc.total_units(), alloc.max_order()),
             states,
             holders: caches.len().min(states::OWNERS),
             streams: false,

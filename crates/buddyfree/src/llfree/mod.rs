@@ -470,7 +470,7 @@ impl<W: WriteBack> LLFree<W> {
             reserve_on_free: options.reserve_on_free,
             moves: Moves::new(),
             refusals: Refusals::new(),
-            reserved: Reserved::new(config.units),
+            reserved: Reserved::new(config.units, config.max_order),
         })
     }
 

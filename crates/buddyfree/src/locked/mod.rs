@@ -43,7 +43,7 @@ impl<A: SeqBlockAlloc, R: RawMutex> Locked<A, R> {
             total_units: alloc.total_units(),
             max_order: alloc.max_order(),
             capabilities: locked_capabilities(alloc.capabilities()),
-            reserved: Reserved::new(alloc.total_units()),
+            reserved: Reserved::new(alloc.total_units(), alloc.max_order()),
             inner: Mutex::new(alloc),
         }
     }

@@ -347,7 +347,7 @@ impl<K: Kind> Forest<K> {
                 (len as u128 * core as u128 / cores as u128) as usize
             })?,
             refusals: Refusals::new(),
-            reserved: Reserved::new(config.units),
+            reserved: Reserved::new(config.units, config.max_order),
             kind: PhantomData,
         };
         let mut pos = config.units;
