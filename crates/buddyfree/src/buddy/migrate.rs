@@ -117,14 +117,23 @@ pub(crate) struct MigrateParts {
 
 /// Lays out the metadata of a [`MigrateBuddy`] of `config`: Knuth's tables with a set of
 /// lists per type, a byte per pageblock and a byte per unit.
-fn plan(config: Config) -> Result<(Plan, MigrateParts), Error> {
-    let (mut plan, buddy) = super::plan::<TYPES>(config)?;
-    let pageblocks = plan.add(
+const fn plan(config: Config) -> Result<(Plan, MigrateParts), Error> {
+    let (mut plan, buddy) = match super::plan::<TYPES>(config) {
+        Ok(planned) => planned,
+        Err(e) => return Err(e),
+    };
+    let pageblocks = match plan.add(
         config
             .units
             .div_ceil(1 << pageblock_order(config.max_order)),
-    )?;
-    let live = plan.add(config.units)?;
+    ) {
+        Ok(part) => part,
+        Err(e) => return Err(e),
+    };
+    let live = match plan.add(config.units) {
+        Ok(part) => part,
+        Err(e) => return Err(e),
+    };
     Ok((
         plan,
         MigrateParts {
@@ -136,8 +145,12 @@ fn plan(config: Config) -> Result<(Plan, MigrateParts), Error> {
 }
 
 /// The pageblock order of a buddy of `max_order`.
-fn pageblock_order(max_order: u32) -> u32 {
-    PAGEBLOCK_ORDER.min(max_order)
+const fn pageblock_order(max_order: u32) -> u32 {
+    if max_order < PAGEBLOCK_ORDER {
+        max_order
+    } else {
+        PAGEBLOCK_ORDER
+    }
 }
 
 /// Knuth's buddy with a free list per migrate type and order, pageblocks and Linux's fallback
