@@ -409,6 +409,13 @@ impl<A: BlockAlloc> Magazine<A> {
     /// # Panics
     /// If `config` cannot be built ([`Magazine::metadata_layout`]'s error): in a `const`, a
     /// compile error.
+    ///
+    /// ```compile_fail,E0080
+    /// use buddyfree::{llfree::LLFree, magazine::Magazine, Config};
+    ///
+    /// const NO_CORES: usize = Magazine::<LLFree>::metadata_bytes(Config::new(1 << 14, 9).with_cores(0));
+    /// static META: [u8; NO_CORES] = [0; NO_CORES];
+    /// ```
     #[must_use]
     pub const fn metadata_bytes(config: Config) -> usize {
         unaligned_bytes(Self::metadata_layout(config))
