@@ -289,7 +289,7 @@ impl Lower {
 
     /// Bytes the lower level of `units` units takes (a whole number of cache lines).
     #[cfg(not(loom))]
-    pub(crate) fn bytes(units: usize) -> usize {
+    pub(crate) const fn bytes(units: usize) -> usize {
         Layout::of(units).lines * core::mem::size_of::<super::lines::Line>()
     }
 }
