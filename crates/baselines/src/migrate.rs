@@ -109,8 +109,12 @@ pub struct MigrateStats {
 }
 
 /// The pageblock order of a buddy of `max_order`.
-fn pageblock_order(max_order: u32) -> u32 {
-    PAGEBLOCK_ORDER.min(max_order)
+const fn pageblock_order(max_order: u32) -> u32 {
+    if max_order < PAGEBLOCK_ORDER {
+        max_order
+    } else {
+        PAGEBLOCK_ORDER
+    }
 }
 
 /// Knuth's buddy with a free list per migrate type and order, pageblocks and Linux's fallback

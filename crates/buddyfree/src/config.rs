@@ -106,11 +106,14 @@ impl Config {
 
     /// Checks what every allocator needs: at least one unit, 1..=[`MAX_CORES`] cores, and
     /// room for one block of the largest order. The error names the first rule broken.
-    pub fn validate(&self) -> Result<(), Error> {
+    /// A `const fn`, as the metadata layouts built on it are.
+    pub const fn validate(&self) -> Result<(), Error> {
         if self.units == 0 {
             return Err(Error::InvalidConfig(ConfigRule::NoUnits));
         }
-        check_cores(self.cores)?;
+        if let Err(e) = check_cores(self.cores) {
+            return Err(e);
+        }
         let fits = self.max_order < usize::BITS && (1usize << self.max_order) <= self.units;
         if !fits {
             return Err(Error::InvalidConfig(ConfigRule::OrderAboveUnits));
@@ -203,7 +206,7 @@ impl fmt::Display for ConfigRule {
 }
 
 /// Checks a core count against `1..=MAX_CORES`.
-pub(crate) fn check_cores(cores: usize) -> Result<(), Error> {
+pub(crate) const fn check_cores(cores: usize) -> Result<(), Error> {
     match cores {
         0 => Err(Error::InvalidConfig(ConfigRule::NoCores)),
         1..=MAX_CORES => Ok(()),

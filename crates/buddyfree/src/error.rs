@@ -28,9 +28,11 @@ pub enum Error {
     /// [`crate::BlockAlloc::try_alloc`] would have had to wait (for a lock, or for another
     /// core's operation to finish).
     WouldBlock,
-    /// The caller's metadata memory is smaller than `metadata_layout` says.
+    /// The caller's metadata memory is smaller than `metadata_layout`'s size.
     MetadataTooSmall,
-    /// The caller's metadata memory is not aligned as `metadata_layout` says.
+    /// The caller's metadata memory holds `metadata_layout`'s size, but not once its start is
+    /// aligned up within it (`metadata_bytes` at any alignment do); for memory kept across
+    /// runs, which is not aligned within: its start is not aligned as the layout says.
     MetadataMisaligned,
     /// A unit of the block is held by the boot reservation
     /// ([`crate::BlockAlloc::reserve_range`]), which only

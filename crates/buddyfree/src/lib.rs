@@ -32,11 +32,30 @@
 //! For a kernel at boot, before any heap exists, these allocators also take their metadata
 //! in caller memory (a static array, or memory carved from the memory map) and then make no
 //! heap allocation at all, even with `default-features = false`:
-//! `metadata_layout(config)` gives the bytes and alignment, `in_metadata(config, meta)` takes
-//! a `&'static mut [MaybeUninit<u8>]`, and `unsafe from_raw_metadata(config, ptr, len)` takes
-//! raw memory. Memory too small or misaligned is [`Error::MetadataTooSmall`] or
-//! [`Error::MetadataMisaligned`]. Metadata per GiB of 4 KiB units (262144 units, orders up to
-//! 10; the per-core state is padded to cache lines):
+//! `metadata_layout(config)` gives the bytes and alignment, `metadata_bytes(config)` the
+//! length of a byte buffer at any alignment that holds them (both `const fn`s: a static is
+//! sized at compile time, and a refused configuration is a compile error),
+//! `in_metadata(config, meta)` takes a `&'static mut [MaybeUninit<u8>]`, and
+//! `unsafe from_raw_metadata(config, ptr, len)` takes raw memory:
+//!
+//! ```
+//! use core::mem::MaybeUninit;
+//! use buddyfree::{llfree::LLFree, BlockAlloc, Config};
+//!
+//! const CONFIG: Config = Config::new(1 << 20, 9).with_cores(4);
+//! const BYTES: usize = LLFree::metadata_bytes(CONFIG);
+//! static mut META: [MaybeUninit<u8>; BYTES] = [MaybeUninit::uninit(); BYTES];
+//!
+//! // SAFETY: the one place that borrows `META`.
+//! let frames = LLFree::in_metadata(CONFIG, unsafe { &mut *core::ptr::addr_of_mut!(META) })?;
+//! let frame = frames.alloc(0, 0)?;
+//! frames.free(frame, 0, 0)?;
+//! # Ok::<(), buddyfree::Error>(())
+//! ```
+//!
+//! Memory below the layout's size is [`Error::MetadataTooSmall`], memory that holds it only
+//! from an aligned start [`Error::MetadataMisaligned`]. Metadata per GiB of 4 KiB units
+//! (262144 units, orders up to 10; the per-core state is padded to cache lines):
 //!
 //! | allocator | 1 core | 16 cores | alignment | mostly |
 //! |---|---|---|---|---|

@@ -116,7 +116,7 @@ use core::mem::MaybeUninit;
 use core::ptr::NonNull;
 
 use crate::cached::{block_alloc_via_cached, plan, Cached, Direct, Parts, Pinned, Policy};
-use crate::table::{build_in, build_in_static, check_memory, Metadata};
+use crate::table::{align_within, build_in, build_in_static, unaligned_bytes, Metadata};
 use crate::{BlockAlloc, Config, ConfigRule, Error, HeldCore};
 
 /// The magazines' policies, longest lists first; step `s` gives every list a watermark of
@@ -384,18 +384,48 @@ impl<A: BlockAlloc> Magazine<A> {
     /// [`Magazine::from_raw_metadata`]: the state table (a byte per unit) and a fixed-size
     /// cache per core (5.4 KiB; lists that never grow, so a magazine never allocates). The
     /// allocator behind has its own (its `metadata_layout`). [`Error::InvalidConfig`] for a
-    /// configuration that cannot be built.
-    pub fn metadata_layout(config: Config) -> Result<Layout, Error> {
-        config.validate()?;
-        plan(config.units, config.cores)?.0.layout()
+    /// configuration that cannot be built. A `const fn`, as is
+    /// [`Magazine::metadata_bytes`], which sizes a static buffer.
+    pub const fn metadata_layout(config: Config) -> Result<Layout, Error> {
+        if let Err(e) = config.validate() {
+            return Err(e);
+        }
+        match plan(config.units, config.cores) {
+            Ok((plan, _)) => plan.layout(),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The bytes of memory, at any alignment, that [`Magazine::in_metadata`] and
+    /// [`Magazine::from_raw_metadata`] take for the magazines of `config`: the size of
+    /// [`Magazine::metadata_layout`] and the padding that aligns its start (they align it
+    /// within the memory). The allocator behind takes its own (its `metadata_bytes`), so
+    /// this does not depend on `A`; [`Magazine::metadata_bytes_with`] sizes one buffer for
+    /// both.
+    ///
+    /// # Panics
+    /// If `config` cannot be built ([`Magazine::metadata_layout`]'s error): in a `const`, a
+    /// compile error.
+    ///
+    /// ```compile_fail,E0080
+    /// use buddyfree::{llfree::LLFree, magazine::Magazine, Config};
+    ///
+    /// const NO_CORES: usize = Magazine::<LLFree>::metadata_bytes(Config::new(1 << 14, 9).with_cores(0));
+    /// static META: [u8; NO_CORES] = [0; NO_CORES];
+    /// ```
+    #[must_use]
+    pub const fn metadata_bytes(config: Config) -> usize {
+        unaligned_bytes(Self::metadata_layout(config))
     }
 
     /// As [`Magazine::new`] (feature `alloc`), with the magazines' metadata in `meta` (at
     /// least [`Magazine::metadata_layout`] bytes at its alignment, for `cores` and `inner`'s
     /// units; the memory is free again once the magazine is dropped): with an allocator
     /// behind that is itself in caller memory, no heap allocation at all, for a kernel at
-    /// boot. Memory too small or misaligned is [`Error::MetadataTooSmall`] or
-    /// [`Error::MetadataMisaligned`], a bad `cores` (or blocks out that `inner` cannot name)
+    /// boot. [`Magazine::metadata_bytes`] bytes at any alignment do: the start is aligned up
+    /// within `meta`. Memory below the layout's size is [`Error::MetadataTooSmall`], memory
+    /// that holds it only at an aligned start [`Error::MetadataMisaligned`], a bad `cores`
+    /// (or blocks out that `inner` cannot name)
     /// [`Error::InvalidConfig`], with nothing written. At boot, the memory map's holes may be
     /// reserved ([`crate::range::reserve_all`]) before or after: blocks `inner` has out are
     /// adopted, at the cost of a walk over its blocks (the [module documentation](self)).
@@ -407,22 +437,20 @@ impl<A: BlockAlloc> Magazine<A> {
     /// use buddyfree::{BlockAlloc, Config};
     ///
     /// // At boot: static arrays (or memory carved from the memory map).
-    /// #[repr(C, align(128))]
-    /// struct Meta([MaybeUninit<u8>; 64 << 10]);
-    /// static mut BACKEND: Meta = Meta([MaybeUninit::uninit(); 64 << 10]);
-    /// static mut MAGAZINES: Meta = Meta([MaybeUninit::uninit(); 64 << 10]);
+    /// const CONFIG: Config = Config::new(1 << 14, 10).with_cores(4);
+    /// const BACKEND_BYTES: usize = LLFree::metadata_bytes(CONFIG);
+    /// const MAGAZINE_BYTES: usize = Magazine::<LLFree>::metadata_bytes(CONFIG);
+    /// static mut BACKEND: [MaybeUninit<u8>; BACKEND_BYTES] = [MaybeUninit::uninit(); BACKEND_BYTES];
+    /// static mut MAGAZINES: [MaybeUninit<u8>; MAGAZINE_BYTES] = [MaybeUninit::uninit(); MAGAZINE_BYTES];
     ///
-    /// let config = Config::new(1 << 14, 10).with_cores(4);
-    /// assert!(LLFree::metadata_layout(config)?.size() <= 64 << 10);
-    /// assert!(Magazine::<LLFree>::metadata_layout(config)?.size() <= 64 << 10);
     /// // SAFETY: the one place that borrows each array.
     /// let (backend, magazines) = unsafe {
     ///     (
-    ///         &mut (*core::ptr::addr_of_mut!(BACKEND)).0,
-    ///         &mut (*core::ptr::addr_of_mut!(MAGAZINES)).0,
+    ///         &mut *core::ptr::addr_of_mut!(BACKEND),
+    ///         &mut *core::ptr::addr_of_mut!(MAGAZINES),
     ///     )
     /// };
-    /// let fast = Magazine::in_metadata(LLFree::in_metadata(config, backend)?, 4, magazines)?;
+    /// let fast = Magazine::in_metadata(LLFree::in_metadata(CONFIG, backend)?, 4, magazines)?;
     /// let page = fast.alloc(0, 3)?;
     /// fast.free(page, 0, 3)?; // parked in core 3's magazine
     /// assert_eq!(fast.free(page, 0, 3), Err(buddyfree::Error::NotAllocated));
@@ -462,17 +490,71 @@ impl<A: BlockAlloc> Magazine<A> {
 
     /// The metadata of an allocator whose own is `inner` (its `metadata_layout(config)`) and
     /// of magazines in front of it, in one piece: the allocator's first, the magazines' at
-    /// the offset returned, as [`Magazine::from_raw_metadata_with`] lays them out.
-    pub fn metadata_layout_with(config: Config, inner: Layout) -> Result<(Layout, usize), Error> {
-        inner
-            .extend(Self::metadata_layout(config)?)
-            .map_err(|_| ConfigRule::MetadataOverflow.into())
+    /// the offset returned, as [`Magazine::from_raw_metadata_with`] lays them out. A `const
+    /// fn` (what `Layout::extend` does, by hand).
+    pub const fn metadata_layout_with(
+        config: Config,
+        inner: Layout,
+    ) -> Result<(Layout, usize), Error> {
+        const OVERFLOW: Error = Error::InvalidConfig(ConfigRule::MetadataOverflow);
+        let own = match Self::metadata_layout(config) {
+            Ok(own) => own,
+            Err(e) => return Err(e),
+        };
+        let Some(offset) = inner.size().checked_next_multiple_of(own.align()) else {
+            return Err(OVERFLOW);
+        };
+        let Some(size) = offset.checked_add(own.size()) else {
+            return Err(OVERFLOW);
+        };
+        let align = if own.align() > inner.align() {
+            own.align()
+        } else {
+            inner.align()
+        };
+        match Layout::from_size_align(size, align) {
+            Ok(whole) => Ok((whole, offset)),
+            Err(_) => Err(OVERFLOW),
+        }
+    }
+
+    /// The bytes of memory, at any alignment, that [`Magazine::from_raw_metadata_with`]
+    /// takes for an allocator whose metadata is `inner` (its `metadata_layout(config)`,
+    /// passed as it returns it, so that the two calls chain in a `const`) and its
+    /// magazines: the size of [`Magazine::metadata_layout_with`] and the padding that
+    /// aligns its start.
+    ///
+    /// ```
+    /// use buddyfree::llfree::LLFree;
+    /// use buddyfree::magazine::Magazine;
+    /// use buddyfree::Config;
+    ///
+    /// const CONFIG: Config = Config::new(1 << 14, 10).with_cores(2);
+    /// const BYTES: usize =
+    ///     Magazine::<LLFree>::metadata_bytes_with(CONFIG, LLFree::metadata_layout(CONFIG));
+    /// static mut META: [u8; BYTES] = [0; BYTES];
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
+    ///
+    /// # Panics
+    /// If `inner` is an error, or `config` cannot be built: in a `const`, a compile error.
+    #[must_use]
+    pub const fn metadata_bytes_with(config: Config, inner: Result<Layout, Error>) -> usize {
+        let layout = match inner {
+            Ok(inner) => match Self::metadata_layout_with(config, inner) {
+                Ok((whole, _)) => Ok(whole),
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        unaligned_bytes(layout)
     }
 
     /// Builds the allocator by `build` (its `from_raw_metadata`) over `config` with its
     /// metadata `inner` (its `metadata_layout(config)`), and magazines for `config.cores`
     /// cores in front of it, all in the `len` bytes at `meta` (at least
-    /// [`Magazine::metadata_layout_with`]'s bytes at its alignment): one piece of caller
+    /// [`Magazine::metadata_bytes_with`] at any alignment, or
+    /// [`Magazine::metadata_layout_with`]'s size at its alignment): one piece of caller
     /// memory for both, as code that picks allocators by name needs (the C ABI), with the
     /// default [`Settings`] ([`Magazine::with_settings`] for others). Memory too small or
     /// misaligned is [`Error::MetadataTooSmall`] or [`Error::MetadataMisaligned`], with
@@ -512,9 +594,11 @@ impl<A: BlockAlloc> Magazine<A> {
         len: usize,
     ) -> Result<Self, Error> {
         let (whole, offset) = Self::metadata_layout_with(config, inner)?;
-        check_memory(whole, meta, len)?;
-        // SAFETY: our caller's `len` bytes at `meta`, cut in two that do not overlap: the
-        // allocator's `offset` bytes, then the magazines' rest.
+        // The allocator's part starts at the alignment of the whole, the magazines' is
+        // aligned as `metadata_layout_with` placed it.
+        let (meta, len) = align_within(whole, meta, len)?;
+        // SAFETY: our caller's `len` bytes at `meta` (from the aligned start on), cut in two
+        // that do not overlap: the allocator's `offset` bytes, then the magazines' rest.
         unsafe {
             let inner = build(config, meta, offset)?;
             Self::from_raw_metadata(inner, config.cores, meta.add(offset), len - offset)

@@ -132,11 +132,27 @@ pub(crate) struct Part<T> {
     kind: PhantomData<fn() -> T>,
 }
 
+// Not derived: a part is two numbers whatever `T` is (`add_each` copies it in `const`).
+impl<T> Clone for Part<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Part<T> {}
+
 /// The layout of an allocator's metadata: tables one after another, each at its alignment.
+///
+/// Every method is a `const fn`, so that each allocator's `metadata_layout` is one too (a
+/// kernel sizes its static metadata buffer at compile time): no `?`, no `Layout::array`.
 pub(crate) struct Plan {
     size: usize,
     align: usize,
 }
+
+/// [`ConfigRule::MetadataOverflow`], as the `Err` of a `const fn` (no `?` and no `From`
+/// there).
+const OVERFLOW: Error = Error::InvalidConfig(ConfigRule::MetadataOverflow);
 
 impl Plan {
     pub(crate) const fn new() -> Plan {
@@ -145,16 +161,25 @@ impl Plan {
 
     /// Places a table of `len` values of `T` after the ones placed so far;
     /// [`ConfigRule::MetadataOverflow`] if the metadata would not fit in the address space.
-    pub(crate) fn add<T>(&mut self, len: usize) -> Result<Part<T>, Error> {
-        let table = Layout::array::<T>(len).map_err(|_| ConfigRule::MetadataOverflow)?;
-        let offset = self
-            .size
-            .checked_next_multiple_of(table.align())
-            .ok_or(ConfigRule::MetadataOverflow)?;
-        self.size = offset
-            .checked_add(table.size())
-            .ok_or(ConfigRule::MetadataOverflow)?;
-        self.align = self.align.max(table.align());
+    pub(crate) const fn add<T>(&mut self, len: usize) -> Result<Part<T>, Error> {
+        let align = core::mem::align_of::<T>();
+        // As `Layout::array`: the table's bytes within `isize::MAX`.
+        let Some(bytes) = core::mem::size_of::<T>().checked_mul(len) else {
+            return Err(OVERFLOW);
+        };
+        let Some(offset) = self.size.checked_next_multiple_of(align) else {
+            return Err(OVERFLOW);
+        };
+        let Some(end) = offset.checked_add(bytes) else {
+            return Err(OVERFLOW);
+        };
+        if bytes > isize::MAX as usize {
+            return Err(OVERFLOW);
+        }
+        self.size = end;
+        if align > self.align {
+            self.align = align;
+        }
         Ok(Part {
             offset,
             len,
@@ -163,23 +188,68 @@ impl Plan {
     }
 
     /// `N` tables of `len` values each, one after another.
-    pub(crate) fn add_each<T, const N: usize>(
+    pub(crate) const fn add_each<T, const N: usize>(
         &mut self,
         len: usize,
     ) -> Result<[Part<T>; N], Error> {
-        let all = self.add::<T>(len.checked_mul(N).ok_or(ConfigRule::MetadataOverflow)?)?;
-        Ok(core::array::from_fn(|i| Part {
-            offset: all.offset + i * len * core::mem::size_of::<T>(),
-            len,
-            kind: PhantomData,
-        }))
+        let Some(total) = len.checked_mul(N) else {
+            return Err(OVERFLOW);
+        };
+        let all = match self.add::<T>(total) {
+            Ok(all) => all,
+            Err(e) => return Err(e),
+        };
+        let mut parts = [all; N];
+        let mut i = 0;
+        while i < N {
+            // Within the table just placed, so no overflow.
+            parts[i].offset = all.offset + i * len * core::mem::size_of::<T>();
+            parts[i].len = len;
+            i += 1;
+        }
+        Ok(parts)
     }
 
     /// The bytes and alignment the tables need in caller memory.
-    pub(crate) fn layout(&self) -> Result<Layout, Error> {
-        Layout::from_size_align(self.size, self.align)
-            .map_err(|_| ConfigRule::MetadataOverflow.into())
+    pub(crate) const fn layout(&self) -> Result<Layout, Error> {
+        match Layout::from_size_align(self.size, self.align) {
+            Ok(layout) => Ok(layout),
+            Err(_) => Err(OVERFLOW),
+        }
     }
+}
+
+/// The bytes of a byte buffer, at any alignment, that holds `layout` once its start is
+/// aligned up (`size + align - 1`): what every `metadata_bytes` returns. An `Err` (a
+/// configuration the allocator refuses) panics, with its rule: in `const` context, a
+/// compile error.
+pub(crate) const fn unaligned_bytes(layout: Result<Layout, Error>) -> usize {
+    match layout {
+        // No overflow: a layout's size rounded up to its alignment is within `isize::MAX`.
+        Ok(layout) => layout.size() + (layout.align() - 1),
+        Err(Error::InvalidConfig(rule)) => panic!("{}", rule.as_str()),
+        Err(e) => panic!("{}", e.as_str()),
+    }
+}
+
+/// Where `layout` starts in the caller's `len` bytes at `base`, aligned up within them, and
+/// the bytes left from there: [`Error::MetadataTooSmall`] if `len` is below the layout's size
+/// (no alignment would do), [`Error::MetadataMisaligned`] if it holds the size but not the
+/// padding that aligns it (as many bytes, aligned, or `align - 1` more would do).
+pub(crate) fn align_within(
+    layout: Layout,
+    base: NonNull<u8>,
+    len: usize,
+) -> Result<(NonNull<u8>, usize), Error> {
+    if len < layout.size() {
+        return Err(Error::MetadataTooSmall);
+    }
+    let pad = (base.as_ptr() as usize).wrapping_neg() & (layout.align() - 1);
+    if len - layout.size() < pad {
+        return Err(Error::MetadataMisaligned);
+    }
+    // SAFETY: `pad <= len`: within the caller's buffer.
+    Ok((unsafe { base.add(pad) }, len - pad))
 }
 
 /// The memory a [`Plan`]'s tables are made in.
@@ -195,14 +265,16 @@ impl Metadata {
         Metadata { base: None }
     }
 
-    /// The caller's `len` bytes at `base`, if they hold `plan`'s layout:
-    /// [`Error::MetadataMisaligned`] or [`Error::MetadataTooSmall`] otherwise.
+    /// The caller's `len` bytes at `base`, if they hold `plan`'s layout once aligned up
+    /// within them ([`align_within`]): [`Error::MetadataTooSmall`] or
+    /// [`Error::MetadataMisaligned`] otherwise. So a byte buffer of `metadata_bytes` at any
+    /// address does.
     ///
     /// # Safety
     /// `base` must be valid for reads and writes of `len` bytes, used by nothing else, for as
     /// long as the tables made in it live.
     pub(crate) unsafe fn caller(plan: &Plan, base: NonNull<u8>, len: usize) -> Result<Self, Error> {
-        check_memory(plan.layout()?, base, len)?;
+        let (base, _) = align_within(plan.layout()?, base, len)?;
         Ok(Metadata { base: Some(base) })
     }
 
@@ -216,7 +288,7 @@ impl Metadata {
         match self.base {
             Some(base) => {
                 // SAFETY: `part` lies inside the plan's layout at an offset aligned for `T`,
-                // and `base` holds that layout (checked in `Metadata::caller`); the plan's
+                // and `base` holds that layout (aligned up in `Metadata::caller`); the plan's
                 // parts do not overlap, so this table's memory is its own.
                 Ok(unsafe { Table::init(base.add(part.offset).cast::<T>(), part.len, make) })
             }
@@ -228,8 +300,10 @@ impl Metadata {
     }
 }
 
-/// Whether the caller's `len` bytes at `base` hold `layout`: [`Error::MetadataMisaligned`] or
-/// [`Error::MetadataTooSmall`] if not.
+/// Whether the caller's `len` bytes at `base` hold `layout` where they start:
+/// [`Error::MetadataMisaligned`] or [`Error::MetadataTooSmall`] if not. For memory that must
+/// be found at the same place again (LLFree's kept lower level), which no alignment inside
+/// may shift.
 pub(crate) fn check_memory(layout: Layout, base: NonNull<u8>, len: usize) -> Result<(), Error> {
     if !(base.as_ptr() as usize).is_multiple_of(layout.align()) {
         return Err(Error::MetadataMisaligned);
@@ -253,15 +327,35 @@ macro_rules! caller_metadata {
         impl $name {
             /// The bytes and alignment of the metadata for `config`, for
             #[doc = concat!("[`", stringify!($name), "::in_metadata`] and [`", stringify!($name), "::from_raw_metadata`];")]
-            /// [`Error::InvalidConfig`] for a configuration that cannot be built.
-            pub fn metadata_layout(config: Config) -> Result<core::alloc::Layout, Error> {
-                $plan(config)?.0.layout()
+            /// [`Error::InvalidConfig`] for a configuration that cannot be built. A `const fn`,
+            /// as is [`metadata_bytes`](Self::metadata_bytes), which sizes a static buffer.
+            pub const fn metadata_layout(config: Config) -> Result<core::alloc::Layout, Error> {
+                match $plan(config) {
+                    Ok((plan, _)) => plan.layout(),
+                    Err(e) => Err(e),
+                }
+            }
+
+            /// The bytes of metadata memory, at any alignment, that
+            #[doc = concat!("[`", stringify!($name), "::in_metadata`] and [`", stringify!($name), "::from_raw_metadata`]")]
+            /// take for `config`: [`metadata_layout`](Self::metadata_layout)'s size and the
+            /// padding that aligns its start (they align it within the memory): the length of
+            #[doc = concat!("a static buffer, as [`", stringify!($name), "::in_metadata`]'s example shows.")]
+            ///
+            /// # Panics
+            /// If `config` cannot be built ([`metadata_layout`](Self::metadata_layout)'s
+            /// error): in a `const`, a compile error.
+            #[must_use]
+            pub const fn metadata_bytes(config: Config) -> usize {
+                $crate::table::unaligned_bytes(Self::metadata_layout(config))
             }
 
             #[doc = concat!("As `", stringify!($name), "::new` (feature `alloc`), with the metadata in `meta`")]
-            /// (at least [`metadata_layout`](Self::metadata_layout) bytes at its alignment;
-            /// the memory is free again once the allocator is dropped): no heap allocation
-            /// at all. Memory too small or misaligned is [`Error::MetadataTooSmall`] or
+            /// (at least [`metadata_bytes`](Self::metadata_bytes) bytes at any alignment, or
+            /// [`metadata_layout`](Self::metadata_layout)'s size at its alignment: the start is
+            /// aligned up within `meta`; the memory is free again once the allocator is
+            /// dropped): no heap allocation at all. Memory below the layout's size is
+            /// [`Error::MetadataTooSmall`], memory that holds it only at an aligned start
             /// [`Error::MetadataMisaligned`], with nothing written.
             ///
             /// ```
@@ -270,16 +364,13 @@ macro_rules! caller_metadata {
             #[doc = concat!("use buddyfree::", $path, ";")]
             ///
             /// // At boot: a static array (or memory carved from the memory map).
-            /// #[repr(C, align(128))]
-            /// struct Meta([MaybeUninit<u8>; 1 << 20]);
-            /// static mut META: Meta = Meta([MaybeUninit::uninit(); 1 << 20]);
+            /// const CONFIG: Config = Config::new(1 << 14, 10).with_cores(4);
+            #[doc = concat!("const BYTES: usize = ", stringify!($name), "::metadata_bytes(CONFIG);")]
+            /// static mut META: [MaybeUninit<u8>; BYTES] = [MaybeUninit::uninit(); BYTES];
             ///
-            /// let config = Config::new(1 << 14, 10).with_cores(4);
-            #[doc = concat!("let layout = ", stringify!($name), "::metadata_layout(config)?;")]
-            /// assert!(layout.size() <= 1 << 20 && layout.align() <= 128);
             /// // SAFETY: the one place that borrows the array.
-            /// let meta = unsafe { &mut (*core::ptr::addr_of_mut!(META)).0 };
-            #[doc = concat!($bind, " = ", stringify!($name), "::in_metadata(config, meta)?;")]
+            /// let meta = unsafe { &mut *core::ptr::addr_of_mut!(META) };
+            #[doc = concat!($bind, " = ", stringify!($name), "::in_metadata(CONFIG, meta)?;")]
             #[doc = concat!("let block = a.", $alloc, "?;")]
             #[doc = concat!("a.", $free, "?;")]
             /// # Ok::<(), buddyfree::Error>(())
@@ -400,8 +491,9 @@ mod tests {
                 Metadata::caller(&plan, base, 23),
                 Err(Error::MetadataTooSmall)
             ));
+            // 24 bytes hold the layout, but not once aligned up from `base + 1`: 7 more do.
             assert!(matches!(
-                Metadata::caller(&plan, base.add(1), 31),
+                Metadata::caller(&plan, base.add(1), 30),
                 Err(Error::MetadataMisaligned)
             ));
             let meta = Metadata::caller(&plan, base, 24).unwrap();
@@ -409,6 +501,31 @@ mod tests {
             assert_eq!(*t, [7, 8]);
         }
         assert_eq!(memory[1..3], [7, 8]);
+    }
+
+    #[test]
+    fn caller_memory_is_aligned_up_within_unaligned_bytes() {
+        let mut plan = Plan::new();
+        plan.add::<u8>(3).unwrap();
+        let words = plan.add::<u64>(2).unwrap();
+        let bytes = unaligned_bytes(plan.layout());
+        assert_eq!(bytes, 24 + 7);
+        let mut memory = Box::new([0u64; 8]);
+        let base = NonNull::from(&mut *memory).cast::<u8>();
+        for start in 0..8 {
+            // SAFETY: `start + bytes` is within `memory`, which outlives every use below.
+            unsafe {
+                let meta = Metadata::caller(&plan, base.add(start), bytes).unwrap();
+                let t = meta.table(words, |i| i as u64 + 1).unwrap();
+                assert_eq!(*t, [1, 2]);
+                let short = Metadata::caller(&plan, base.add(start), 23);
+                assert!(matches!(short, Err(Error::MetadataTooSmall)));
+            }
+            // The table is found at the next multiple of 8 from `start` (at `start` if it is one).
+            let first = start.div_ceil(8) + 1;
+            assert_eq!(memory[first..first + 2], [1, 2]);
+            memory.fill(0);
+        }
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub trait CallerMetadata: Sized {
     type Shared: BlockAlloc;
     const NAME: &'static str;
     fn metadata_layout(config: Config) -> Result<Layout, Error>;
+    fn metadata_bytes(config: Config) -> usize;
     fn in_metadata(config: Config, meta: &'static mut [MaybeUninit<u8>]) -> Result<Self, Error>;
     /// # Safety
     /// As for the allocators' `from_raw_metadata`.
@@ -35,6 +36,9 @@ macro_rules! caller_metadata {
             const NAME: &'static str = $name;
             fn metadata_layout(config: Config) -> Result<Layout, Error> {
                 <$t>::metadata_layout(config)
+            }
+            fn metadata_bytes(config: Config) -> usize {
+                <$t>::metadata_bytes(config)
             }
             fn in_metadata(
                 config: Config,

@@ -67,7 +67,7 @@ pub(crate) struct Links<S> {
 
 impl<S: Slot<usize>> Links<S> {
     /// Places the links of `units` units in `plan`.
-    pub(crate) fn plan(plan: &mut Plan, units: usize) -> Result<[Part<S>; 2], Error> {
+    pub(crate) const fn plan(plan: &mut Plan, units: usize) -> Result<[Part<S>; 2], Error> {
         plan.add_each(units)
     }
 

@@ -69,15 +69,25 @@ pub(crate) struct Parts<const N: usize> {
 }
 
 /// Lays out the metadata of a sequential buddy of `config` with `N` free lists per order.
-pub(crate) fn plan<const N: usize>(config: Config) -> Result<(Plan, Parts<N>), Error> {
-    config.validate()?;
+/// A `const fn` (as every plan is, for a `const` `metadata_layout`): `match` for `?`.
+pub(crate) const fn plan<const N: usize>(config: Config) -> Result<(Plan, Parts<N>), Error> {
+    if let Err(e) = config.validate() {
+        return Err(e);
+    }
     let mut plan = Plan::new();
-    let parts = Parts {
-        heads: plan.add_each(config.max_order as usize + 1)?,
-        links: Links::plan(&mut plan, config.units)?,
-        tags: Tags::plan(&mut plan, config.units)?,
+    let heads = match plan.add_each(config.max_order as usize + 1) {
+        Ok(heads) => heads,
+        Err(e) => return Err(e),
     };
-    Ok((plan, parts))
+    let links = match Links::plan(&mut plan, config.units) {
+        Ok(links) => links,
+        Err(e) => return Err(e),
+    };
+    let tags = match Tags::plan(&mut plan, config.units) {
+        Ok(tags) => tags,
+        Err(e) => return Err(e),
+    };
+    Ok((plan, Parts { heads, links, tags }))
 }
 
 /// The blocks a region of `units` units starts with: blocks of `max_order` from unit 0, then

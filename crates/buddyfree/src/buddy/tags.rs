@@ -54,7 +54,7 @@ pub(crate) struct Tags<S>(Table<S>);
 
 impl<S: Slot<u8>> Tags<S> {
     /// Places the tags of `units` units in `plan`.
-    pub(crate) fn plan(plan: &mut Plan, units: usize) -> Result<Part<S>, Error> {
+    pub(crate) const fn plan(plan: &mut Plan, units: usize) -> Result<Part<S>, Error> {
         plan.add(units)
     }
 

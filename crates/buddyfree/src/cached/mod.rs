@@ -284,15 +284,32 @@ type CacheLock = lock_api::Mutex<YieldMutex, CoreCache>;
 /// The layout of the metadata of caches for `cores` cores in front of a backend of `units`
 /// units: the state table (a byte per unit), the caches (a cache line per core) and their
 /// lists; [`Error::InvalidConfig`] if `cores` is not in `1..=MAX_CORES`.
-pub(crate) fn plan(units: usize, cores: usize) -> Result<(Plan, Parts), Error> {
-    crate::config::check_cores(cores)?;
+/// A `const fn` (for a `const` `Magazine::metadata_layout`): `match` for `?`.
+pub(crate) const fn plan(units: usize, cores: usize) -> Result<(Plan, Parts), Error> {
+    if let Err(e) = crate::config::check_cores(cores) {
+        return Err(e);
+    }
     let mut plan = Plan::new();
-    let parts = Parts {
-        states: plan.add(units)?,
-        caches: plan.add(cores)?,
-        lists: plan.add(cores * LINES)?,
+    let states = match plan.add(units) {
+        Ok(part) => part,
+        Err(e) => return Err(e),
     };
-    Ok((plan, parts))
+    let caches = match plan.add(cores) {
+        Ok(part) => part,
+        Err(e) => return Err(e),
+    };
+    let lists = match plan.add(cores * LINES) {
+        Ok(part) => part,
+        Err(e) => return Err(e),
+    };
+    Ok((
+        plan,
+        Parts {
+            states,
+            caches,
+            lists,
+        },
+    ))
 }
 
 impl<B: Backend> Cached<B> {

@@ -128,18 +128,26 @@ impl LLFree {
     /// assert_eq!((layout.size(), layout.align()), (66 << 10, 64));
     /// # Ok::<(), buddyfree::Error>(())
     /// ```
-    pub fn lower_layout(config: Config) -> Result<Layout, Error> {
-        config.validate()?;
-        Layout::from_size_align(Lower::bytes(config.units), LOWER_ALIGN)
-            .map_err(|_| crate::ConfigRule::MetadataOverflow.into())
+    pub const fn lower_layout(config: Config) -> Result<Layout, Error> {
+        if let Err(e) = config.validate() {
+            return Err(e);
+        }
+        match Layout::from_size_align(Lower::bytes(config.units), LOWER_ALIGN) {
+            Ok(layout) => Ok(layout),
+            Err(_) => Err(Error::InvalidConfig(crate::ConfigRule::MetadataOverflow)),
+        }
     }
 
     /// The bytes and alignment of the upper level (tree entries, per-core reservations) of
     /// LLFree over `config` tuned by `options`, for [`LLFree::from_raw_parts`].
-    pub fn upper_layout(config: Config, options: Options) -> Result<Layout, Error> {
-        LLFree::check(config, options)?;
+    pub const fn upper_layout(config: Config, options: Options) -> Result<Layout, Error> {
+        if let Err(e) = LLFree::check(config, options) {
+            return Err(e);
+        }
         let mut plan = Plan::new();
-        Upper::plan(&mut plan, config, options)?;
+        if let Err(e) = Upper::plan(&mut plan, config, options) {
+            return Err(e);
+        }
         plan.layout()
     }
 

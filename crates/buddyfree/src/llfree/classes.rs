@@ -97,7 +97,7 @@ impl Policy {
 
     /// One class: every request is served by every tree, as in the paper (the default).
     #[must_use]
-    pub fn single() -> Policy {
+    pub const fn single() -> Policy {
         Policy {
             classes: 1,
             initial: Class::MOVABLE,
@@ -144,7 +144,7 @@ impl Policy {
 
     /// Classes of trees.
     #[must_use]
-    pub fn classes(&self) -> u8 {
+    pub const fn classes(&self) -> u8 {
         self.classes
     }
 

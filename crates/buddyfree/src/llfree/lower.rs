@@ -254,7 +254,7 @@ struct Layout {
 }
 
 impl Layout {
-    fn of(units: usize) -> Layout {
+    const fn of(units: usize) -> Layout {
         let huges = units.div_ceil(HUGE_UNITS);
         let children_at = huges * WORDS;
         let words = children_at + huges.div_ceil(2).next_multiple_of(LINE_WORDS);
@@ -275,7 +275,7 @@ impl Lower {
     }
 
     /// Places the lower level of `units` units in `plan`.
-    pub(crate) fn plan(plan: &mut Plan, units: usize) -> Result<Part<Line>, Error> {
+    pub(crate) const fn plan(plan: &mut Plan, units: usize) -> Result<Part<Line>, Error> {
         plan.add(Layout::of(units).lines)
     }
 
@@ -289,7 +289,7 @@ impl Lower {
 
     /// Bytes the lower level of `units` units takes (a whole number of cache lines).
     #[cfg(not(loom))]
-    pub(crate) fn bytes(units: usize) -> usize {
+    pub(crate) const fn bytes(units: usize) -> usize {
         Layout::of(units).lines * core::mem::size_of::<super::lines::Line>()
     }
 }

@@ -165,16 +165,19 @@ pub struct Options {
 impl Default for Options {
     /// The paper's tuning: 64 MiB trees, thresholds 12.5% and 87.5%, reserve after 4 frees.
     fn default() -> Self {
-        Options {
-            tree_children: 32,
-            allocated_below_permille: 125,
-            free_above_permille: 875,
-            reserve_on_free: 4,
-        }
+        Options::PAPER
     }
 }
 
 impl Options {
+    /// [`Options::default`], for `const` code ([`Options::for_config`]).
+    const PAPER: Options = Options {
+        tree_children: 32,
+        allocated_below_permille: 125,
+        free_above_permille: 875,
+        reserve_on_free: 4,
+    };
+
     /// The largest order these trees serve: a whole tree (log2 of its units).
     ///
     /// ```
@@ -210,14 +213,17 @@ impl Options {
     /// assert_eq!(Options::for_config(Config::new(1 << 22, 10).with_cores(16)).tree_children, 32);
     /// assert_eq!(Options::for_config(Config::new(1 << 14, 10).with_cores(2)).tree_children, 16);
     /// ```
-    pub fn for_config(config: Config) -> Options {
-        let paper = Options::default();
+    ///
+    /// A `const fn`, as [`LLFree::metadata_layout`] is.
+    pub const fn for_config(config: Config) -> Options {
+        let paper = Options::PAPER;
         let huges = config.units.div_ceil(HUGE_UNITS);
         let mut children = paper.tree_children;
-        let least = 1usize
-            .checked_shl(config.max_order.saturating_sub(HUGE_ORDER))
-            .unwrap_or(usize::MAX)
-            .max(2);
+        let least = match 1usize.checked_shl(config.max_order.saturating_sub(HUGE_ORDER)) {
+            Some(least) if least > 2 => least,
+            Some(_) => 2,
+            None => usize::MAX,
+        };
         while children > least && huges.div_ceil(children) < config.cores {
             children /= 2;
         }
@@ -286,30 +292,42 @@ impl Upper {
     /// Places the upper level of LLFree over `config` tuned by `options` in `plan`, with one
     /// class of trees.
     #[cfg(not(loom))]
-    fn plan(plan: &mut Plan, config: Config, options: Options) -> Result<Upper, Error> {
+    const fn plan(plan: &mut Plan, config: Config, options: Options) -> Result<Upper, Error> {
         Upper::plan_with(plan, config, options, Policy::single())
     }
 
     /// Places the upper level as `Upper::plan` does, with the classes of `policy`: a
-    /// reservation per core and class.
-    fn plan_with(
+    /// reservation per core and class. A `const fn` (for a `const` `metadata_layout`):
+    /// `match` for `?`.
+    const fn plan_with(
         plan: &mut Plan,
         config: Config,
         options: Options,
         policy: Policy,
     ) -> Result<Upper, Error> {
         let huges = config.units.div_ceil(HUGE_UNITS);
-        let classes = usize::from(policy.classes());
-        let locals = config
-            .cores
-            .checked_mul(classes)
-            .ok_or(ConfigRule::MetadataOverflow)?;
-        let trees = huges.div_ceil(options.tree_children);
+        let classes = policy.classes() as usize;
+        let Some(locals) = config.cores.checked_mul(classes) else {
+            return Err(Error::InvalidConfig(ConfigRule::MetadataOverflow));
+        };
+        let trees_len = huges.div_ceil(options.tree_children);
+        let trees = match plan.add(trees_len) {
+            Ok(part) => part,
+            Err(e) => return Err(e),
+        };
+        let locals = match plan.add(locals) {
+            Ok(part) => part,
+            Err(e) => return Err(e),
+        };
+        let summary = match plan.add(Summary::words(trees_len)) {
+            Ok(part) => part,
+            Err(e) => return Err(e),
+        };
         Ok(Upper {
-            trees: plan.add(trees)?,
-            locals: plan.add(locals)?,
+            trees,
+            locals,
             policy,
-            summary: plan.add(Summary::words(trees))?,
+            summary,
         })
     }
 }
@@ -353,22 +371,34 @@ impl LLFree {
 
     /// Lays out the metadata of LLFree over `config` with the paper's tuning for it
     /// ([`Options::for_config`]).
-    fn default_plan(config: Config) -> Result<(Plan, Parts), Error> {
+    const fn default_plan(config: Config) -> Result<(Plan, Parts), Error> {
         LLFree::plan(config, Options::for_config(config))
     }
 
     /// Lays out the metadata of LLFree over `config` tuned by `options`: the lower level's
     /// lines, the tree entries and the per-core state.
-    fn plan(config: Config, options: Options) -> Result<(Plan, Parts), Error> {
+    const fn plan(config: Config, options: Options) -> Result<(Plan, Parts), Error> {
         LLFree::plan_with(config, options, Policy::single())
     }
 
     /// [`LLFree::plan`] with the classes of `policy`.
-    fn plan_with(config: Config, options: Options, policy: Policy) -> Result<(Plan, Parts), Error> {
-        LLFree::check(config, options)?;
+    const fn plan_with(
+        config: Config,
+        options: Options,
+        policy: Policy,
+    ) -> Result<(Plan, Parts), Error> {
+        if let Err(e) = LLFree::check(config, options) {
+            return Err(e);
+        }
         let mut plan = Plan::new();
-        let lower = Lower::plan(&mut plan, config.units)?;
-        let upper = Upper::plan_with(&mut plan, config, options, policy)?;
+        let lower = match Lower::plan(&mut plan, config.units) {
+            Ok(part) => part,
+            Err(e) => return Err(e),
+        };
+        let upper = match Upper::plan_with(&mut plan, config, options, policy) {
+            Ok(upper) => upper,
+            Err(e) => return Err(e),
+        };
         Ok((
             plan,
             Parts {
@@ -386,29 +416,39 @@ impl LLFree {
     }
 
     /// Rejects configurations LLFree cannot serve.
-    pub(crate) fn check(config: Config, options: Options) -> Result<(), Error> {
+    /// A `const fn`, as [`LLFree::metadata_layout`] is.
+    pub(crate) const fn check(config: Config, options: Options) -> Result<(), Error> {
+        const fn refuse(rule: ConfigRule) -> Result<(), Error> {
+            Err(Error::InvalidConfig(rule))
+        }
         // Before the rest: a largest order above the trees' (and above the paper's trees')
         // is the allocator's limit, even where the units could not hold such a block either.
-        let trees = options.max_order().min(lower::SPAN_MAX_ORDER);
-        if config.max_order > trees.max(MAX_ORDER) {
-            return Err(ConfigRule::OrderAboveAllocator.into());
+        let trees = match options.max_order() {
+            order if order < lower::SPAN_MAX_ORDER => order,
+            _ => lower::SPAN_MAX_ORDER,
+        };
+        if config.max_order > trees && config.max_order > MAX_ORDER {
+            return refuse(ConfigRule::OrderAboveAllocator);
         }
-        config.validate()?;
+        if let Err(e) = config.validate() {
+            return Err(e);
+        }
         let children = options.tree_children;
         // Tree counters are 27 bits (the bits above are the flags and the class).
-        let too_large = children
-            .checked_mul(HUGE_UNITS)
-            .is_none_or(|u| u >= trees::TREE_UNITS_LIMIT);
+        let too_large = match children.checked_mul(HUGE_UNITS) {
+            Some(units) => units >= trees::TREE_UNITS_LIMIT,
+            None => true,
+        };
         if !children.is_power_of_two() || too_large {
-            return Err(ConfigRule::TreeChildren.into());
+            return refuse(ConfigRule::TreeChildren);
         }
         // Every block lies within one tree: trees smaller than the paper's are too small.
         if config.max_order > options.max_order() {
-            return Err(ConfigRule::TreeChildren.into());
+            return refuse(ConfigRule::TreeChildren);
         }
         // The thresholds are scaled by the tree's units (`LLFree::on`), which must not wrap.
         if options.allocated_below_permille > 1000 || options.free_above_permille > 1000 {
-            return Err(ConfigRule::Permille.into());
+            return refuse(ConfigRule::Permille);
         }
         Ok(())
     }

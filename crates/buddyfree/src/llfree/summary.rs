@@ -44,7 +44,7 @@ pub(crate) struct Summary {
 
 impl Summary {
     /// Words of the bitmap for `trees` trees.
-    pub(crate) fn words(trees: usize) -> usize {
+    pub(crate) const fn words(trees: usize) -> usize {
         trees.div_ceil(BITS)
     }
 

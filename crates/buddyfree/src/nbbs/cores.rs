@@ -34,7 +34,7 @@ pub struct Cores {
 
 impl Cores {
     /// Places the slots of `cores` cores in `plan`.
-    pub fn plan(plan: &mut Plan, cores: usize) -> Result<Part<CachePadded<Slot>>, Error> {
+    pub const fn plan(plan: &mut Plan, cores: usize) -> Result<Part<CachePadded<Slot>>, Error> {
         plan.add(cores)
     }
 

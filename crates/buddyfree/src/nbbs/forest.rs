@@ -285,25 +285,46 @@ impl<K: Kind> Forest<K> {
     }
 
     /// The metadata of a forest of `config`: its cells, the first cell of each cell level,
-    /// and the per-core slots.
-    pub(crate) fn plan(config: Config) -> Result<(Plan, Parts<K>), Error> {
-        config.validate()?;
+    /// and the per-core slots. A `const fn` (for a `const` `metadata_layout`): `match` for `?`.
+    pub(crate) const fn plan(config: Config) -> Result<(Plan, Parts<K>), Error> {
+        const OVERFLOW: Error = Error::InvalidConfig(ConfigRule::MetadataOverflow);
+        if let Err(e) = config.validate() {
+            return Err(e);
+        }
         let roots = config.units.div_ceil(1 << config.max_order);
-        roots
-            .checked_mul(1 << config.max_order)
-            .ok_or(ConfigRule::MetadataOverflow)?;
+        if roots.checked_mul(1 << config.max_order).is_none() {
+            return Err(OVERFLOW);
+        }
         let levels = (config.max_order / Self::LEVELS) as usize + 1;
         let mut total = Self::FIRST_CELL;
-        for level in 0..levels {
-            total = total
-                .checked_add(Self::level_cells(roots, level).ok_or(ConfigRule::MetadataOverflow)?)
-                .ok_or(ConfigRule::MetadataOverflow)?;
+        let mut level = 0;
+        while level < levels {
+            let Some(cells) = Self::level_cells(roots, level) else {
+                return Err(OVERFLOW);
+            };
+            let Some(sum) = total.checked_add(cells) else {
+                return Err(OVERFLOW);
+            };
+            total = sum;
+            level += 1;
         }
         let mut plan = Plan::new();
+        let cells = match plan.add(total) {
+            Ok(part) => part,
+            Err(e) => return Err(e),
+        };
+        let level_start = match plan.add(levels) {
+            Ok(part) => part,
+            Err(e) => return Err(e),
+        };
+        let slots = match Cores::plan(&mut plan, config.cores) {
+            Ok(part) => part,
+            Err(e) => return Err(e),
+        };
         let parts = Parts {
-            cells: plan.add(total)?,
-            level_start: plan.add(levels)?,
-            slots: Cores::plan(&mut plan, config.cores)?,
+            cells,
+            level_start,
+            slots,
         };
         Ok((plan, parts))
     }
@@ -313,10 +334,11 @@ impl<K: Kind> Forest<K> {
     /// above: level sizes are powers of two times `roots`, so the cells of one root-to-leaf
     /// path would otherwise share an L1 set (more lines than ways for a deep 1-level tree: a
     /// conflict miss per level on every climb).
-    fn level_cells(roots: usize, level: usize) -> Option<usize> {
-        roots
-            .checked_mul(1usize << (level as u32 * Self::LEVELS))?
-            .checked_add(K::LINE)
+    const fn level_cells(roots: usize, level: usize) -> Option<usize> {
+        match roots.checked_mul(1usize << (level as u32 * Self::LEVELS)) {
+            Some(cells) => cells.checked_add(K::LINE),
+            None => None,
+        }
     }
 
     /// A forest managing `config.units` units, its tables made in `meta` at the places
