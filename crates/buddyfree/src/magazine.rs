@@ -1,6 +1,7 @@
 //! A per-core fast path for the scalable allocators: small per-core magazines of recently
 //! freed blocks of orders 0–9 in front of any [`BlockAlloc`], the per-thread cache of the
-//! NBBS paper (Marotta et al., §3.6.1).
+//! NBBS paper (Marotta et al., §3.6.1). The allocator behind is a [`Backend`]: one of this
+//! crate's, or any other `BlockAlloc` wrapped in [`Plain`].
 //!
 //! ```text
 //!  Magazine<A>

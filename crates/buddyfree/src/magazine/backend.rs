@@ -23,11 +23,32 @@ pub(crate) use sealed::Sealed;
 /// use buddyfree::magazine::{Magazine, Plain};
 /// use buddyfree::{BlockAlloc, Config, Nbbs4};
 ///
-/// // Nbbs4 is a backend; an allocator of another crate would be wrapped as this one is.
+/// // Nbbs4 is a backend, with its hooks; an allocator of another crate goes in `Plain`,
+/// // as this one does here, and its magazines use the defaults.
 /// let fast = Magazine::new(Nbbs4::new(Config::new(1 << 12, 9))?, 2)?;
 /// let plain = Magazine::new(Plain(Nbbs4::new(Config::new(1 << 12, 9))?), 2)?;
-/// assert_eq!(fast.alloc(0, 0)?, plain.alloc(0, 0)?);
+/// for magazines in [&fast as &dyn BlockAlloc, &plain] {
+///     let page = magazines.alloc(0, 0)?;
+///     magazines.free(page, 0, 0)?;
+///     assert_eq!(magazines.free_units(), 1 << 12);
+/// }
 /// # Ok::<(), buddyfree::Error>(())
+/// ```
+///
+/// Another crate's allocator cannot implement it:
+///
+/// ```compile_fail
+/// use buddyfree::{BlockAlloc, Error};
+///
+/// struct Mine;
+/// impl BlockAlloc for Mine {
+///     fn alloc(&self, _: u32, _: usize) -> Result<usize, Error> { Err(Error::OutOfMemory) }
+///     fn free(&self, _: usize, _: u32, _: usize) -> Result<(), Error> { Err(Error::NotAllocated) }
+///     fn free_units(&self) -> usize { 0 }
+///     fn total_units(&self) -> usize { 0 }
+///     fn max_order(&self) -> u32 { 0 }
+/// }
+/// impl buddyfree::magazine::Backend for Mine {} // the sealed supertrait is missing
 /// ```
 pub trait Backend: BlockAlloc + Sealed {
     /// [`BlockAlloc::free_bulk`] for a caller that owns `blocks` outright, so that the
