@@ -540,8 +540,8 @@ impl<A: crate::magazine::Backend, const N: usize> crate::magazine::Backend for Z
     /// `free_bulk_owned`.
     ///
     /// # Safety
-    /// As for [`Backend::free_bulk_owned`](crate::magazine::Backend::free_bulk_owned): a block allocated from these zones is
-    /// allocated from its zone at the same order.
+    /// As for [`Backend::free_bulk_owned`](crate::magazine::Backend::free_bulk_owned): a
+    /// block allocated from these zones is allocated from its zone at the same order.
     unsafe fn free_bulk_owned(
         &self,
         blocks: &[usize],
