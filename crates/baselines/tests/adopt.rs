@@ -7,7 +7,7 @@
 mod common;
 
 use buddyfree::llfree::LLFree;
-use buddyfree::magazine::Magazine;
+use buddyfree::magazine::{Backend, Magazine, Plain};
 use buddyfree::{BlockAlloc, Config, ConfigRule, Error, Nbbs4};
 use buddyfree_baselines::registry;
 use common::{ModelRun, Op};
@@ -28,7 +28,7 @@ fn adopt_everywhere(before: &[Op], after: &[Op]) {
             run.run(&*inner, &common::clamp(before, max_order));
             let used = inner.free_units() != inner.total_units();
             let names_blocks = inner.block_of(0) != Err(Error::Unsupported);
-            match Magazine::new(inner, 3) {
+            match Magazine::new(Plain(inner), 3) {
                 Ok(fast) => {
                     run.run(&fast, &common::clamp(after, max_order));
                     run.finish(&fast);
@@ -80,7 +80,7 @@ proptest! {
                 run.run(&*inner, &common::clamp(&before, max_order));
                 run.check_next_block(&*inner, entry.name);
                 run.check_block_of(&*inner, entry.name);
-                if let Ok(fast) = Magazine::new(inner, 3) {
+                if let Ok(fast) = Magazine::new(Plain(inner), 3) {
                     run.run(&fast, &common::clamp(&after, max_order));
                     run.check_next_block(&fast, entry.name);
                     run.check_block_of(&fast, entry.name);
@@ -94,7 +94,7 @@ proptest! {
 /// one free of each wins, through the state table as for the magazines' own blocks.
 #[test]
 fn racing_frees_of_adopted_blocks_let_exactly_one_through() {
-    fn race<A: BlockAlloc>(build: fn(Config) -> Result<A, Error>) {
+    fn race<A: Backend>(build: fn(Config) -> Result<A, Error>) {
         for order in [0, 3, 8] {
             let inner = build(Config::new(1 << 14, 10).with_cores(4)).unwrap();
             let live: Vec<usize> = (0..(1 << 12) >> order)

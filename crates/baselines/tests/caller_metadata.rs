@@ -11,7 +11,7 @@ use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use buddyfree::magazine::Magazine;
+use buddyfree::magazine::{Magazine, Plain};
 use buddyfree::{range, BlockAlloc, Config, ConfigRule, Error, MAX_CORES};
 use metadata::{build, each, leaked, CallerMetadata, Visit};
 
@@ -282,8 +282,10 @@ impl Visit for Magazines {
             // A used allocator that cannot name its blocks.
             let unnamed = without_heap(&format!("{config:?}: used, unnamed"), || {
                 // SAFETY: as above, `size` bytes from `base`.
-                unsafe { Magazine::from_raw_metadata(Unnamed(used), config.cores, base, size) }
-                    .err()
+                unsafe {
+                    Magazine::from_raw_metadata(Plain(Unnamed(used)), config.cores, base, size)
+                }
+                .err()
             });
             assert_eq!(unnamed, Some(ConfigRule::InnerInUse.into()));
             for (answer, error) in answers {

@@ -8,7 +8,7 @@ mod common;
 use std::ptr::NonNull;
 
 use buddyfree::buddy::Knuth;
-use buddyfree::magazine::{Magazine, Settings};
+use buddyfree::magazine::{Magazine, Plain, Settings};
 use buddyfree::zones::{Zone, Zones};
 use buddyfree::{BlockAlloc, Capabilities, Config, Error, Locked};
 use buddyfree_baselines::linux::PerCpu;
@@ -161,10 +161,11 @@ fn wrappers_pass_on_what_is_behind_them() {
     let config = Config::new(UNITS, 4).with_cores(2);
     let linux = PerCpu::<Knuth>::with_config(config, Knuth::new).unwrap();
     assert_eq!(linux.capabilities(), Capabilities::ALL);
-    let per_level = Magazine::with_config(config, PerLevelSpin::new).unwrap();
+    let per_level = Magazine::with_config(config, |c| PerLevelSpin::new(c).map(Plain)).unwrap();
     let claimed = Capabilities::BLOCK_OF | Capabilities::TRY_BLOCK_OF;
     assert_eq!(per_level.capabilities(), claimed);
-    let lists = Magazine::with_config(Config::new(UNITS, 0), CasList::new).unwrap();
+    let lists =
+        Magazine::with_config(Config::new(UNITS, 0), |c| CasList::new(c).map(Plain)).unwrap();
     assert_eq!(
         lists.capabilities(),
         CasList::new(Config::new(UNITS, 0)).unwrap().capabilities()

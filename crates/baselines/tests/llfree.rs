@@ -205,7 +205,7 @@ fn survives_stress_with_shared_cores_and_paper_trees() {
 fn bulk_claims_of_whole_frames_and_owned_frees_share_no_unit() {
     for cores in [1, 4] {
         let config = Config::new(8 * 512, 8).with_cores(cores);
-        common::bulk_stress(&llfree(config, small_trees()), 4, 20_000, 8);
+        common::bulk_stress_owned(&llfree(config, small_trees()), 4, 20_000, 8);
         let magazine = Magazine::new(llfree(config, small_trees()), cores).unwrap();
         common::bulk_stress(&magazine, 4, 20_000, 8);
     }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use buddyfree::llfree::persist::crash::{self, Form, Injector, Plan, Run};
 use buddyfree::llfree::persist::{Durability, PersistError, PersistentLLFree, Recovery};
 use buddyfree::llfree::Options;
-use buddyfree::magazine::Magazine;
+use buddyfree::magazine::{Backend, Magazine};
 use buddyfree::{BlockAlloc, Config, Error};
 use common::{Owners, Rng};
 use proptest::prelude::*;

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use buddyfree::buddy::Knuth;
 use buddyfree::llfree::LLFree;
-use buddyfree::magazine::Magazine;
+use buddyfree::magazine::{Backend, Magazine};
 use buddyfree::{hold_core, BlockAlloc, Config, Error, HeldCore, Nbbs4};
 use buddyfree_baselines::linux::PerCpu;
 use buddyfree_baselines::registry::{self, DynAlloc};
@@ -25,7 +25,7 @@ const THREADS: usize = 4;
 const CORES: usize = 2;
 
 /// Magazines over this small heap: with the shortest lists (its default) or the full ones.
-fn magazines<A: BlockAlloc>(build: fn(Config) -> Result<A, Error>, full: bool) -> Magazine<A> {
+fn magazines<A: Backend>(build: fn(Config) -> Result<A, Error>, full: bool) -> Magazine<A> {
     let m = Magazine::with_config(Config::new(UNITS, MAX_ORDER).with_cores(CORES), build);
     let m = m.unwrap();
     if full {
@@ -51,7 +51,7 @@ enum Via<'p, 'm, A> {
     Shared(&'m Magazine<A>, usize),
 }
 
-impl<A: BlockAlloc> Via<'_, '_, A> {
+impl<A: Backend> Via<'_, '_, A> {
     fn alloc(&mut self, order: u32) -> Result<usize, Error> {
         match self {
             Via::Held(held) => held.alloc(order),
@@ -78,7 +78,7 @@ struct Shared {
 impl Shared {
     /// One random step of a thread holding `mine`: allocate, free one of its blocks, post
     /// one to the mailbox, or free a posted one (another thread's, from another core).
-    fn step<A: BlockAlloc>(&self, via: &mut Via<A>, rng: &mut Rng, mine: &mut Vec<(usize, u32)>) {
+    fn step<A: Backend>(&self, via: &mut Via<A>, rng: &mut Rng, mine: &mut Vec<(usize, u32)>) {
         match rng.below(8) {
             0..=3 => {
                 let o = order(rng);
@@ -118,7 +118,7 @@ impl Shared {
 /// [`BlockAlloc::with_core`] through `dyn BlockAlloc`) with shared calls, hands blocks to the
 /// others through a mailbox (freed from another core, pinned or not), and sometimes drains
 /// all cores or another one.
-fn pinned_and_shared_callers<A: BlockAlloc>(m: &Magazine<A>, rounds: usize) {
+fn pinned_and_shared_callers<A: Backend>(m: &Magazine<A>, rounds: usize) {
     let shared = Shared {
         owners: Owners::new(UNITS),
         mailbox: Mailbox::new(16),

@@ -9,7 +9,7 @@
 //! ```
 
 use buddyfree::llfree::LLFree;
-use buddyfree::magazine::Magazine;
+use buddyfree::magazine::{Backend, Magazine};
 use buddyfree::{BlockAlloc, Config, Error, Nbbs4};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 
@@ -43,7 +43,7 @@ fn inner<A: BlockAlloc>(build: fn(Config) -> Result<A, Error>, out: Out) -> A {
     a
 }
 
-fn bench<A: BlockAlloc>(c: &mut Criterion, name: &str, build: fn(Config) -> Result<A, Error>) {
+fn bench<A: Backend>(c: &mut Criterion, name: &str, build: fn(Config) -> Result<A, Error>) {
     for (state, out) in [
         ("fresh", Out::Nothing),
         ("used", Out::Holes),

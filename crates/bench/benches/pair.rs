@@ -15,7 +15,7 @@ use std::hint::black_box;
 use std::ptr;
 
 use buddyfree::llfree::LLFree;
-use buddyfree::magazine::Magazine;
+use buddyfree::magazine::{Backend, Magazine};
 use buddyfree::{BlockAlloc, Config, Error, HeldCore, Nbbs4};
 use buddyfree_baselines::registry;
 use buddyfree_c::{
@@ -69,7 +69,7 @@ fn through_a_held_core(c: &mut Criterion) {
     }
 }
 
-fn pinned<A: BlockAlloc>(c: &mut Criterion, name: &str, build: fn(Config) -> Result<A, Error>) {
+fn pinned<A: Backend>(c: &mut Criterion, name: &str, build: fn(Config) -> Result<A, Error>) {
     let m = Magazine::with_config(config(), build).expect("builds");
     held_pairs(c, name, &mut m.pin(0));
 }

@@ -183,6 +183,27 @@ pub mod guide_doctests {
 /// `core` is a hint naming the calling core (or thread). Allocators with per-core state use it
 /// to pick that state; others ignore it. Any value is accepted: allocators reduce it modulo
 /// their number of cores. In `std` builds [`core_hint`] gives a stable per-thread value.
+///
+/// Five methods are required (`alloc`, `free`, `free_units`, `total_units`, `max_order`);
+/// the rest have defaults. What per-core magazines need beyond this (owned bulk frees, how
+/// bulk allocations are placed) is the sealed [`magazine::Backend`], not part of this trait.
+///
+/// # Optional operations: flags, not traits
+///
+/// The never-wait calls ([`try_alloc`](Self::try_alloc), [`try_free`](Self::try_free),
+/// [`try_block_of`](Self::try_block_of)), placement ([`alloc_at`](Self::alloc_at) and the
+/// range operations built on it) and introspection ([`block_of`](Self::block_of) and those
+/// built on it) stay methods of this trait whose support [`capabilities`](Self::capabilities)
+/// reports, rather than traits of their own checked at compile time (as the `x86_64`
+/// crate's `FrameAllocator` and `FrameDeallocator` are). Allocators are mostly picked at
+/// run time, behind a `dyn BlockAlloc`: the registry by name, the C ABI, wrappers over
+/// a boxed allocator. Behind a `dyn`, a trait per operation would need an
+/// `Option<&dyn TryAlloc>` accessor per trait or a type per combination, and the wrappers
+/// ([`Locked`], magazines, [`Zones`](zones::Zones), `Box`) would need an impl per trait
+/// and per combination of what they wrap, to answer what the flags answer in one call.
+/// And every allocator this crate publishes offers every optional operation
+/// ([`Capabilities::ALL`] on each registry entry), so the flags only tell apart
+/// allocators written elsewhere, which may leave the defaults ([`Error::Unsupported`]).
 pub trait BlockAlloc: Sync {
     /// Allocates a block of `2^order` units aligned to `2^order` and returns the index of its
     /// first unit.
@@ -226,49 +247,6 @@ pub trait BlockAlloc: Sync {
     /// what per-core caches spill with.
     fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
         free_each(self, blocks, order, core)
-    }
-
-    /// [`BlockAlloc::free_bulk`] for a caller that owns `blocks` outright, so that the
-    /// allocator may skip the checks that make a bad or racing free an error: per-core
-    /// caches giving back blocks they got from `self` ([`Magazine`](crate::magazine::Magazine)
-    /// does). The default is `free_bulk`, checks and all; LLFree clears blocks of orders
-    /// 6..=8 with plain stores instead of a compare-and-swap each.
-    ///
-    /// # Safety
-    ///
-    /// Every block of `blocks` is allocated from `self` at `order` (a block it handed out,
-    /// not freed since), is named once, and nothing frees it, or a block that overlaps it,
-    /// while this runs. An allocator that skips its checks may otherwise hand out units twice.
-    unsafe fn free_bulk_owned(
-        &self,
-        blocks: &[usize],
-        order: u32,
-        core: usize,
-    ) -> Result<(), (usize, Error)> {
-        self.free_bulk(blocks, order, core)
-    }
-
-    /// Whether [`BlockAlloc::alloc_bulk`] carries on where `core`'s last allocation ended
-    /// (LLFree: in the huge frame of the core's last allocation, then the next), so that a
-    /// batch which finishes a partly used frame goes on into the next one. Per-core caches
-    /// in front of such an allocator ([`Magazine`](crate::magazine::Magazine)) end such a
-    /// batch at the frame's end and give the rest back at once, which keeps their batches,
-    /// and so their spills, whole frames. `false` (the default) where batches are placed
-    /// otherwise: there, cutting them only costs frees.
-    fn alloc_bulk_continues(&self) -> bool {
-        false
-    }
-
-    /// Whether [`BlockAlloc::alloc_bulk`] and [`BlockAlloc::free_bulk`] take several blocks
-    /// of `order` for less work than as many single calls (LLFree: the free blocks of a
-    /// bit-field word in one compare-and-swap; NBBS-4: the blocks under one node of a
-    /// cell). Per-core caches in front of the allocator
-    /// ([`Magazine`](crate::magazine::Magazine)) move an order one block at a time where it
-    /// is `false` (the default): a batch would cost as many calls, and a burst of single
-    /// blocks can pass the caches by (their *Streams*).
-    fn alloc_bulk_groups(&self, order: u32) -> bool {
-        let _ = order;
-        false
     }
 
     /// Units not handed out to callers (blocks held in internal caches count as free).
@@ -572,21 +550,6 @@ impl<A: BlockAlloc + ?Sized> BlockAlloc for alloc::boxed::Box<A> {
     }
     fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
         (**self).free_bulk(blocks, order, core)
-    }
-    unsafe fn free_bulk_owned(
-        &self,
-        blocks: &[usize],
-        order: u32,
-        core: usize,
-    ) -> Result<(), (usize, Error)> {
-        // SAFETY: the caller's promise, for the same allocator.
-        unsafe { (**self).free_bulk_owned(blocks, order, core) }
-    }
-    fn alloc_bulk_continues(&self) -> bool {
-        (**self).alloc_bulk_continues()
-    }
-    fn alloc_bulk_groups(&self, order: u32) -> bool {
-        (**self).alloc_bulk_groups(order)
     }
     fn capabilities(&self) -> Capabilities {
         (**self).capabilities()

@@ -1,6 +1,7 @@
 //! A per-core fast path for the scalable allocators: small per-core magazines of recently
 //! freed blocks of orders 0–9 in front of any [`BlockAlloc`], the per-thread cache of the
-//! NBBS paper (Marotta et al., §3.6.1).
+//! NBBS paper (Marotta et al., §3.6.1). The allocator behind is a [`Backend`]: one of this
+//! crate's, or any other `BlockAlloc` wrapped in [`Plain`].
 //!
 //! ```text
 //!  Magazine<A>
@@ -20,13 +21,13 @@
 //!   and its shared cache lines. Orders 10 and up go straight to the backend.
 //! - **Refill and spill.** An empty list is refilled with a batch from
 //!   [`BlockAlloc::alloc_bulk`]; a list above its watermark gives its oldest batch back
-//!   through [`BlockAlloc::free_bulk_owned`]. The batches and watermarks per order, and how
+//!   through [`Backend::free_bulk_owned`]. The batches and watermarks per order, and how
 //!   they shrink on small heaps, are the `MAGAZINE_STEPS` policies below. Over a backend
 //!   whose bulk allocations continue where the core's last one ended
-//!   ([`BlockAlloc::alloc_bulk_continues`]: LLFree) a batch stops at the end of a region of
+//!   ([`Backend::alloc_bulk_continues`]: LLFree) a batch stops at the end of a region of
 //!   one batch's size, so that later batches, and spills, are whole regions (LLFree: one
 //!   huge frame, its counters updated once per batch). An order the backend takes in bulk no
-//!   cheaper than block by block ([`BlockAlloc::alloc_bulk_groups`]) moves one block at a
+//!   cheaper than block by block ([`Backend::alloc_bulk_groups`]) moves one block at a
 //!   time.
 //! - **Frees.** A block that a magazine handed out is recorded as that magazine's: its free
 //!   takes that magazine's lock (the freeing core's own when it is the same core), checks the
@@ -111,6 +112,8 @@
 //! Behind a `dyn BlockAlloc` (the registry, the C ABI), [`BlockAlloc::with_core`] holds the
 //! magazine for the length of a closure. Bad frees get the same answers either way.
 
+mod backend;
+
 use core::alloc::Layout;
 use core::mem::MaybeUninit;
 use core::ptr::NonNull;
@@ -118,6 +121,9 @@ use core::ptr::NonNull;
 use crate::cached::{block_alloc_via_cached, plan, Cached, Direct, Parts, Pinned, Policy};
 use crate::table::{align_within, build_in, build_in_static, unaligned_bytes, Metadata};
 use crate::{BlockAlloc, Config, ConfigRule, Error, HeldCore};
+
+pub(crate) use backend::Sealed;
+pub use backend::{Backend, Plain};
 
 /// The magazines' policies, longest lists first; step `s` gives every list a watermark of
 /// `2^-s` of the first step's (at least two blocks) and moves at most half of that at once.
@@ -305,7 +311,7 @@ pub struct Magazine<A> {
     cached: Cached<Direct<A>>,
 }
 
-impl<A: BlockAlloc> Magazine<A> {
+impl<A: Backend> Magazine<A> {
     /// Puts magazines for `cores` cores in front of the allocator `inner`, adopting the
     /// blocks it has out (see the [module documentation](self)). Fails with
     /// [`Error::InvalidConfig`] if `cores` is not in `1..=MAX_CORES`, or if `inner` has blocks
@@ -770,7 +776,7 @@ impl<A: BlockAlloc> Magazine<A> {
 /// ```
 pub struct PinnedCore<'a, A>(Pinned<'a, Direct<A>>);
 
-impl<A: BlockAlloc> PinnedCore<'_, A> {
+impl<A: Backend> PinnedCore<'_, A> {
     /// The core whose magazine is held.
     pub fn core(&self) -> usize {
         self.0.core()
@@ -778,7 +784,7 @@ impl<A: BlockAlloc> PinnedCore<'_, A> {
 }
 
 /// Its allocations and frees ([`HeldCore`], a trait to import) take no lock.
-impl<A: BlockAlloc> HeldCore for PinnedCore<'_, A> {
+impl<A: Backend> HeldCore for PinnedCore<'_, A> {
     #[inline]
     fn alloc(&mut self, order: u32) -> Result<usize, Error> {
         self.0.alloc(order)
@@ -790,7 +796,7 @@ impl<A: BlockAlloc> HeldCore for PinnedCore<'_, A> {
     }
 }
 
-impl<A: BlockAlloc> BlockAlloc for Magazine<A> {
+impl<A: Backend> BlockAlloc for Magazine<A> {
     block_alloc_via_cached!(cached);
 }
 
@@ -1211,7 +1217,7 @@ mod tests {
     #[test]
     fn llfree_says_its_bulk_allocations_continue_and_nbbs_does_not() {
         let config = Config::new(1 << 12, 10);
-        let llfree: alloc::boxed::Box<dyn BlockAlloc> =
+        let llfree: alloc::boxed::Box<dyn Backend> =
             alloc::boxed::Box::new(LLFree::new(config).unwrap());
         assert!(llfree.alloc_bulk_continues());
         assert!(!Nbbs4::new(config).unwrap().alloc_bulk_continues());
@@ -1223,7 +1229,7 @@ mod tests {
     /// wrappers pass the answer on.
     #[test]
     fn orders_without_bulk_groups_move_one_block_at_a_time() {
-        fn batches<A: BlockAlloc>(inner: A) -> Vec<usize> {
+        fn batches<A: Backend>(inner: A) -> Vec<usize> {
             // The full lists (a heap this small would get short ones, some of a block a
             // batch whatever the backend), chosen after the build: fitted there too.
             let magazine = Magazine::new(inner, 1)
@@ -1235,7 +1241,7 @@ mod tests {
                 .collect()
         }
         let config = Config::new(1 << 12, 10);
-        let boxed: alloc::boxed::Box<dyn BlockAlloc> =
+        let boxed: alloc::boxed::Box<dyn Backend> =
             alloc::boxed::Box::new(LLFree::new(config).unwrap());
         assert!((0..=8).all(|order| boxed.alloc_bulk_groups(order)));
         assert!(!boxed.alloc_bulk_groups(9));

@@ -423,36 +423,6 @@ impl<A: BlockAlloc, const N: usize> BlockAlloc for Zones<A, N> {
         self.free_in_runs(blocks, order, |a, run| a.free_bulk(run, order, core))
     }
 
-    /// As [`Zones::free_bulk`](BlockAlloc::free_bulk), each run through its zone's
-    /// `free_bulk_owned`.
-    ///
-    /// # Safety
-    /// As for [`BlockAlloc::free_bulk_owned`]: a block allocated from these zones is
-    /// allocated from its zone at the same order.
-    unsafe fn free_bulk_owned(
-        &self,
-        blocks: &[usize],
-        order: u32,
-        core: usize,
-    ) -> Result<(), (usize, Error)> {
-        self.free_in_runs(blocks, order, |a, run| {
-            // SAFETY: our caller's promise for `blocks`, each turned into its own zone's
-            // index, which its zone handed out at `order`.
-            unsafe { a.free_bulk_owned(run, order, core) }
-        })
-    }
-
-    /// Whether every zone's `alloc_bulk` carries on where the core's last allocation ended:
-    /// then [`Zones::alloc_bulk`](BlockAlloc::alloc_bulk), which asks the zones in order,
-    /// does as well.
-    fn alloc_bulk_continues(&self) -> bool {
-        self.zones.iter().all(|z| z.alloc.alloc_bulk_continues())
-    }
-
-    fn alloc_bulk_groups(&self, order: u32) -> bool {
-        self.zones.iter().all(|z| z.alloc.alloc_bulk_groups(order))
-    }
-
     fn free_units(&self) -> usize {
         self.zones.iter().map(|z| z.alloc.free_units()).sum()
     }
@@ -559,6 +529,41 @@ impl<A: BlockAlloc, const N: usize> BlockAlloc for Zones<A, N> {
         self.routed(index, |zone, inner| {
             zone.placed(zone.alloc.try_block_of(inner))
         })?
+    }
+}
+
+impl<A: crate::magazine::Backend, const N: usize> crate::magazine::Sealed for Zones<A, N> {}
+
+/// Zones of backends are one: each hook asks the zones a block or a batch lies in.
+impl<A: crate::magazine::Backend, const N: usize> crate::magazine::Backend for Zones<A, N> {
+    /// As [`Zones::free_bulk`](BlockAlloc::free_bulk), each run through its zone's
+    /// `free_bulk_owned`.
+    ///
+    /// # Safety
+    /// As for [`Backend::free_bulk_owned`](crate::magazine::Backend::free_bulk_owned): a
+    /// block allocated from these zones is allocated from its zone at the same order.
+    unsafe fn free_bulk_owned(
+        &self,
+        blocks: &[usize],
+        order: u32,
+        core: usize,
+    ) -> Result<(), (usize, Error)> {
+        self.free_in_runs(blocks, order, |a, run| {
+            // SAFETY: our caller's promise for `blocks`, each turned into its own zone's
+            // index, which its zone handed out at `order`.
+            unsafe { a.free_bulk_owned(run, order, core) }
+        })
+    }
+
+    /// Whether every zone's `alloc_bulk` carries on where the core's last allocation ended:
+    /// then [`Zones::alloc_bulk`](BlockAlloc::alloc_bulk), which asks the zones in order,
+    /// does as well.
+    fn alloc_bulk_continues(&self) -> bool {
+        self.zones.iter().all(|z| z.alloc.alloc_bulk_continues())
+    }
+
+    fn alloc_bulk_groups(&self, order: u32) -> bool {
+        self.zones.iter().all(|z| z.alloc.alloc_bulk_groups(order))
     }
 }
 

@@ -34,7 +34,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 use buddyfree::buddy::Knuth;
 use buddyfree::heap::{Heap, Region, StaticHeap};
 use buddyfree::llfree::LLFree;
-use buddyfree::magazine::Magazine;
+use buddyfree::magazine::{Backend, Magazine};
 use buddyfree::nbbs::{Nbbs, Nbbs4};
 use buddyfree::{range, BlockAlloc, Config, Error, Locked};
 use report::Report;
@@ -288,7 +288,7 @@ unsafe fn nbbs4_magazine(
 }
 
 /// The metadata of an allocator `A` with metadata `inner` and of magazines in front of it.
-fn with_magazines<A: BlockAlloc>(
+fn with_magazines<A: Backend>(
     config: Config,
     inner: Result<Layout, Error>,
 ) -> Result<Layout, Error> {

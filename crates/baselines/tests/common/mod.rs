@@ -5,6 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use buddyfree::magazine::Backend;
 use buddyfree::{hold_core, BlockAlloc, Config, Error, SeqBlockAlloc};
 use buddyfree_baselines::model::Model;
 use proptest::prelude::*;
@@ -532,7 +533,7 @@ pub fn stress_with(
     allocs.into_inner()
 }
 
-/// Threads mixing `alloc_bulk`, `free_bulk` and `free_bulk_owned` with single operations of
+/// Threads mixing `alloc_bulk` and `free_bulk` with single operations of
 /// orders up to `max_order` (mostly at most 3, one step in four any), freeing in bulk both
 /// their own blocks and blocks other threads handed them, under the ownership map; the
 /// allocator must be whole at the end. Bulk allocations come out in runs that bulk frees
@@ -540,6 +541,22 @@ pub fn stress_with(
 /// (LLFree's words and whole frames, NBBS-4's groups under one node) race those steps
 /// against single operations on the same words and cells.
 pub fn bulk_stress(alloc: &dyn BlockAlloc, threads: usize, steps: usize, max_order: u32) {
+    bulk_stress_with(alloc, None, threads, steps, max_order);
+}
+
+/// [`bulk_stress`] over a magazine's backend, whose owned bulk frees
+/// ([`Backend::free_bulk_owned`]) take the place of half the bulk frees.
+pub fn bulk_stress_owned<A: Backend>(alloc: &A, threads: usize, steps: usize, max_order: u32) {
+    bulk_stress_with(alloc, Some(alloc), threads, steps, max_order);
+}
+
+fn bulk_stress_with(
+    alloc: &dyn BlockAlloc,
+    backend: Option<&dyn Backend>,
+    threads: usize,
+    steps: usize,
+    max_order: u32,
+) {
     let owners = Owners::new(alloc.total_units());
     // Blocks left for another thread to free, in bulk.
     // A spin lock: built from atomics, so ThreadSanitizer sees its edges.
@@ -554,10 +571,10 @@ pub fn bulk_stress(alloc: &dyn BlockAlloc, threads: usize, steps: usize, max_ord
             for &b in &same {
                 owners.release(b, order, stamp(b, order));
             }
-            if owned {
+            if let (true, Some(backend)) = (owned, backend) {
                 // SAFETY: each block came from `alloc` at `order` and is named once; the
                 // ownership map gave it to this thread alone, and it has just let it go.
-                unsafe { alloc.free_bulk_owned(&same, order, core) }.unwrap();
+                unsafe { backend.free_bulk_owned(&same, order, core) }.unwrap();
             } else {
                 alloc.free_bulk(&same, order, core).unwrap();
             }

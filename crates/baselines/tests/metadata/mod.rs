@@ -9,12 +9,14 @@ use std::ptr::NonNull;
 
 use buddyfree::buddy::{Estranged, Knuth};
 use buddyfree::llfree::LLFree;
-use buddyfree::{BlockAlloc, Config, Error, Locked, Nbbs, Nbbs4};
+use buddyfree::magazine::Backend;
+use buddyfree::{Config, Error, Locked, Nbbs, Nbbs4};
 
-/// An allocator built over caller metadata, and its shared (`BlockAlloc`) form.
+/// An allocator built over caller metadata, and its shared form (a `BlockAlloc` that
+/// magazines can stand in front of).
 pub trait CallerMetadata: Sized {
     /// What the tests run: the allocator itself, or behind a lock for the sequential ones.
-    type Shared: BlockAlloc;
+    type Shared: Backend;
     const NAME: &'static str;
     fn metadata_layout(config: Config) -> Result<Layout, Error>;
     fn metadata_bytes(config: Config) -> usize;

@@ -58,6 +58,7 @@ use cache::{CoreCache, ListLine, LINES};
 use states::{BlockStates, State};
 
 use crate::locked::YieldMutex;
+use crate::magazine::{self, Backend as _};
 use crate::reserved::Reserved;
 use crate::sync::atomic::{AtomicBool, AtomicU16, AtomicU8, Ordering};
 use crate::sync::CachePadded;
@@ -80,10 +81,11 @@ enum Ended {
     HeldBy(usize),
 }
 
-/// What the caches need of the allocator behind them: a [`BlockAlloc`], and batches.
+/// What the caches need of the allocator behind them: a [`BlockAlloc`] with the magazines'
+/// hooks ([`magazine::Backend`]), and batches.
 pub(crate) trait Backend {
     /// The allocator.
-    type Alloc: BlockAlloc + ?Sized;
+    type Alloc: magazine::Backend + ?Sized;
 
     /// The allocator, for single operations.
     fn shared(&self) -> &Self::Alloc;
@@ -94,7 +96,7 @@ pub(crate) trait Backend {
 
     /// Allocates one block of `order` and returns it, then up to `more` others, each passed
     /// to `put` (fewer if the backend runs out or, where its bulk allocations continue from
-    /// the last ([`BlockAlloc::alloc_bulk_continues`]), where the batch would start a region
+    /// the last ([`magazine::Backend::alloc_bulk_continues`]), where the batch would start a region
     /// it cannot finish: [`batch_in_regions`]).
     fn alloc_batch(
         &self,
@@ -171,7 +173,7 @@ pub(crate) trait Backend {
 /// fresh region, batches line up with regions again, and spills give back whole ones. NBBS
 /// places its next batch elsewhere, so cutting its batches would only add frees and slow
 /// its bursts: only backends that say they continue
-/// ([`BlockAlloc::alloc_bulk_continues`]) are cut.
+/// ([`magazine::Backend::alloc_bulk_continues`]) are cut.
 fn batch_in_regions(got: &[usize], order: u32, batch: usize) -> usize {
     let Some(&first) = got.first() else {
         return 0;
@@ -199,7 +201,7 @@ fn batch_in_regions(got: &[usize], order: u32, batch: usize) -> usize {
 /// A thread-safe allocator as a backend: batches are single operations in a row.
 pub(crate) struct Direct<A>(pub(crate) A);
 
-impl<A: BlockAlloc> Backend for Direct<A> {
+impl<A: magazine::Backend> Backend for Direct<A> {
     type Alloc = A;
 
     #[inline]

@@ -57,7 +57,7 @@
 //! order above, where no other thread can write them: a bulk claim in a frame whose every
 //! unit its caller holds ([`Lower::fill_group`]), and a bulk free by a caller that
 //! owns its blocks and promises that no free races it ([`Lower::free_owned`], behind
-//! `BlockAlloc::free_bulk_owned`). A bad free changes nothing: the compare-and-swap that
+//! `magazine::Backend::free_bulk_owned`). A bad free changes nothing: the compare-and-swap that
 //! would change slots is the one that classified them. Its error is read from the slots
 //! after the fact ([`Lower::wrong_free`]): `OrderMismatch` where a block of another order
 //! starts at the unit (a `01` slot, an in-word block's `10` or a start word),

@@ -1341,36 +1341,6 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
         })
     }
 
-    /// Orders 6..=8: each block's words are cleared as [`BlockAlloc::free`] clears them,
-    /// but with plain stores, since no other free can race the owner's (one locked
-    /// instruction fewer per block); the rest as `free_bulk`.
-    unsafe fn free_bulk_owned(
-        &self,
-        blocks: &[usize],
-        order: u32,
-        core: usize,
-    ) -> Result<(), (usize, Error)> {
-        // Checked still: caches built over an allocator that reserved units first adopt
-        // them as a caller's blocks.
-        self.reserved.free_bulk(blocks, order, |blocks| {
-            self.free_in_frames(blocks, order, core, |group| {
-                // SAFETY: the caller's promise; `free_in_frames` hands over blocks in
-                // range, aligned, of orders up to 8 and in one frame.
-                unsafe { self.lower.free_owned(group, order) }
-            })
-        })
-    }
-
-    /// Bulk allocations continue in the frame of the core's last allocation.
-    fn alloc_bulk_continues(&self) -> bool {
-        true
-    }
-
-    /// Orders 0..=8: a bit-field word, or a group of words, per compare-and-swap.
-    fn alloc_bulk_groups(&self, order: u32) -> bool {
-        order <= self.max_order.min(lower::BITS_ORDER)
-    }
-
     fn free_units(&self) -> usize {
         let in_trees: usize = (0..self.trees.len())
             .map(|t| self.trees.get(TreeId(t)).free())
@@ -1448,6 +1418,42 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
 
     fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
         Ok(self.lower.next_block(from, self.units))
+    }
+}
+
+impl<W: WriteBack> crate::magazine::Sealed for LLFree<W> {}
+
+/// The magazines' hooks: LLFree frees its own batches with plain stores, continues bulk
+/// allocations in the frame of the core's last one, and takes orders 0..=8 in groups.
+impl<W: WriteBack> crate::magazine::Backend for LLFree<W> {
+    /// Orders 6..=8: each block's words are cleared as [`BlockAlloc::free`] clears them,
+    /// but with plain stores, since no other free can race the owner's (one locked
+    /// instruction fewer per block); the rest as `free_bulk`.
+    unsafe fn free_bulk_owned(
+        &self,
+        blocks: &[usize],
+        order: u32,
+        core: usize,
+    ) -> Result<(), (usize, Error)> {
+        // Checked still: caches built over an allocator that reserved units first adopt
+        // them as a caller's blocks.
+        self.reserved.free_bulk(blocks, order, |blocks| {
+            self.free_in_frames(blocks, order, core, |group| {
+                // SAFETY: the caller's promise; `free_in_frames` hands over blocks in
+                // range, aligned, of orders up to 8 and in one frame.
+                unsafe { self.lower.free_owned(group, order) }
+            })
+        })
+    }
+
+    /// Bulk allocations continue in the frame of the core's last allocation.
+    fn alloc_bulk_continues(&self) -> bool {
+        true
+    }
+
+    /// Orders 0..=8: a bit-field word, or a group of words, per compare-and-swap.
+    fn alloc_bulk_groups(&self, order: u32) -> bool {
+        order <= self.max_order.min(lower::BITS_ORDER)
     }
 }
 

@@ -555,24 +555,6 @@ impl BlockAlloc for PersistentLLFree {
         self.alloc.free_bulk(blocks, order, core)
     }
 
-    unsafe fn free_bulk_owned(
-        &self,
-        blocks: &[usize],
-        order: u32,
-        core: usize,
-    ) -> Result<(), (usize, Error)> {
-        // SAFETY: the caller's promise, for the allocator this zone is.
-        unsafe { self.alloc.free_bulk_owned(blocks, order, core) }
-    }
-
-    fn alloc_bulk_continues(&self) -> bool {
-        self.alloc.alloc_bulk_continues()
-    }
-
-    fn alloc_bulk_groups(&self, order: u32) -> bool {
-        self.alloc.alloc_bulk_groups(order)
-    }
-
     fn capabilities(&self) -> Capabilities {
         self.alloc.capabilities()
     }
@@ -627,5 +609,27 @@ impl BlockAlloc for PersistentLLFree {
 
     fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
         self.alloc.next_block(from)
+    }
+}
+
+impl crate::magazine::Sealed for PersistentLLFree {}
+
+impl crate::magazine::Backend for PersistentLLFree {
+    unsafe fn free_bulk_owned(
+        &self,
+        blocks: &[usize],
+        order: u32,
+        core: usize,
+    ) -> Result<(), (usize, Error)> {
+        // SAFETY: the caller's promise, for the allocator this zone is.
+        unsafe { self.alloc.free_bulk_owned(blocks, order, core) }
+    }
+
+    fn alloc_bulk_continues(&self) -> bool {
+        self.alloc.alloc_bulk_continues()
+    }
+
+    fn alloc_bulk_groups(&self, order: u32) -> bool {
+        self.alloc.alloc_bulk_groups(order)
     }
 }

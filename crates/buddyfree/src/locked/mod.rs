@@ -73,6 +73,12 @@ const fn locked_capabilities(inner: Capabilities) -> Capabilities {
         )
 }
 
+impl<A: SeqBlockAlloc, R: RawMutex + Sync + Send> crate::magazine::Sealed for Locked<A, R> {}
+
+/// Magazines in front of a locked allocator refill and spill with its defaults: a batch is
+/// one lock per block.
+impl<A: SeqBlockAlloc, R: RawMutex + Sync + Send> crate::magazine::Backend for Locked<A, R> {}
+
 impl<A: SeqBlockAlloc, R: RawMutex + Sync + Send> BlockAlloc for Locked<A, R> {
     fn alloc(&self, order: u32, _core: usize) -> Result<usize, Error> {
         self.inner.lock().alloc(order)

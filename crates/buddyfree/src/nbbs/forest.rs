@@ -1129,6 +1129,13 @@ impl<K: Kind> Forest<K> {
     }
 }
 
+impl<K: Kind> Forest<K> {
+    /// Orders below the top row of their cell: several blocks under one node.
+    pub(crate) fn alloc_bulk_groups(&self, order: u32) -> bool {
+        self.group_rows(order) > 0
+    }
+}
+
 impl<K: Kind> BlockAlloc for Forest<K> {
     /// Alg. 2 (NBALLOC): the core's hint first (3.6.1), then, unless the free-unit count
     /// already rules it out, a scan of the order's level from the hint, repeated while frees
@@ -1183,11 +1190,6 @@ impl<K: Kind> BlockAlloc for Forest<K> {
         self.reserved.free_bulk(blocks, order, |blocks| {
             self.free_unreserved_bulk(blocks, order, core)
         })
-    }
-
-    /// Orders below the top row of their cell: several blocks under one node.
-    fn alloc_bulk_groups(&self, order: u32) -> bool {
-        self.group_rows(order) > 0
     }
 
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {

@@ -191,9 +191,6 @@ macro_rules! nbbs_type {
             ) -> Result<(), (usize, Error)> {
                 self.0.free_bulk(blocks, order, core)
             }
-            fn alloc_bulk_groups(&self, order: u32) -> bool {
-                self.0.alloc_bulk_groups(order)
-            }
             fn free_units(&self) -> usize {
                 self.0.free_units()
             }
@@ -233,6 +230,14 @@ macro_rules! nbbs_type {
             }
             fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
                 self.0.next_block(from)
+            }
+        }
+
+        impl crate::magazine::Sealed for $name {}
+
+        impl crate::magazine::Backend for $name {
+            fn alloc_bulk_groups(&self, order: u32) -> bool {
+                self.0.alloc_bulk_groups(order)
             }
         }
     };

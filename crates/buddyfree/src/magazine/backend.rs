@@ -1,0 +1,193 @@
+//! What a [`Magazine`](super::Magazine) needs of the allocator behind it beyond
+//! [`BlockAlloc`]: the sealed [`Backend`] trait, and [`Plain`] for any other allocator.
+
+use crate::{BlockAlloc, Capabilities, Class, Error, HeldCore};
+
+pub(crate) mod sealed {
+    /// Keeps [`Backend`](super::Backend) to this crate's allocators.
+    pub trait Sealed {}
+}
+pub(crate) use sealed::Sealed;
+
+/// An allocator a [`Magazine`](super::Magazine) can stand in front of: a [`BlockAlloc`] with
+/// the hooks that let the magazines refill and spill in batches that suit it.
+///
+/// The hooks are the magazines' business, not part of the allocation interface, so the
+/// trait is sealed: this crate's allocators implement it ([`LLFree`](crate::llfree::LLFree)
+/// and its persistent zone, [`Nbbs`](crate::Nbbs), [`Nbbs4`](crate::Nbbs4),
+/// [`Locked`](crate::Locked), [`Zones`](crate::zones::Zones) of backends, a
+/// [`Box`](alloc::boxed::Box) of one), and any other `BlockAlloc` goes behind magazines
+/// wrapped in [`Plain`], which takes the defaults below.
+///
+/// ```
+/// use buddyfree::magazine::{Magazine, Plain};
+/// use buddyfree::{BlockAlloc, Config, Nbbs4};
+///
+/// // Nbbs4 is a backend, with its hooks; an allocator of another crate goes in `Plain`,
+/// // as this one does here, and its magazines use the defaults.
+/// let fast = Magazine::new(Nbbs4::new(Config::new(1 << 12, 9))?, 2)?;
+/// let plain = Magazine::new(Plain(Nbbs4::new(Config::new(1 << 12, 9))?), 2)?;
+/// for magazines in [&fast as &dyn BlockAlloc, &plain] {
+///     let page = magazines.alloc(0, 0)?;
+///     magazines.free(page, 0, 0)?;
+///     assert_eq!(magazines.free_units(), 1 << 12);
+/// }
+/// # Ok::<(), buddyfree::Error>(())
+/// ```
+///
+/// Another crate's allocator cannot implement it:
+///
+/// ```compile_fail
+/// use buddyfree::{BlockAlloc, Error};
+///
+/// struct Mine;
+/// impl BlockAlloc for Mine {
+///     fn alloc(&self, _: u32, _: usize) -> Result<usize, Error> { Err(Error::OutOfMemory) }
+///     fn free(&self, _: usize, _: u32, _: usize) -> Result<(), Error> { Err(Error::NotAllocated) }
+///     fn free_units(&self) -> usize { 0 }
+///     fn total_units(&self) -> usize { 0 }
+///     fn max_order(&self) -> u32 { 0 }
+/// }
+/// impl buddyfree::magazine::Backend for Mine {} // the sealed supertrait is missing
+/// ```
+pub trait Backend: BlockAlloc + Sealed {
+    /// [`BlockAlloc::free_bulk`] for a caller that owns `blocks` outright, so that the
+    /// allocator may skip the checks that make a bad or racing free an error: the magazines
+    /// giving back blocks they got from `self`. The default is `free_bulk`, checks and all;
+    /// LLFree clears blocks of orders 6..=8 with plain stores instead of a compare-and-swap
+    /// each.
+    ///
+    /// # Safety
+    ///
+    /// Every block of `blocks` is allocated from `self` at `order` (a block it handed out,
+    /// not freed since), is named once, and nothing frees it, or a block that overlaps it,
+    /// while this runs. An allocator that skips its checks may otherwise hand out units twice.
+    unsafe fn free_bulk_owned(
+        &self,
+        blocks: &[usize],
+        order: u32,
+        core: usize,
+    ) -> Result<(), (usize, Error)> {
+        self.free_bulk(blocks, order, core)
+    }
+
+    /// Whether [`BlockAlloc::alloc_bulk`] carries on where `core`'s last allocation ended
+    /// (LLFree: in the huge frame of the core's last allocation, then the next), so that a
+    /// batch which finishes a partly used frame goes on into the next one. The magazines end
+    /// such a batch at the frame's end and give the rest back at once, which keeps their
+    /// batches, and so their spills, whole frames. `false` (the default) where batches are
+    /// placed otherwise: there, cutting them only costs frees.
+    fn alloc_bulk_continues(&self) -> bool {
+        false
+    }
+
+    /// Whether [`BlockAlloc::alloc_bulk`] and [`BlockAlloc::free_bulk`] take several blocks
+    /// of `order` for less work than as many single calls (LLFree: the free blocks of a
+    /// bit-field word in one compare-and-swap; NBBS-4: the blocks under one node of a
+    /// cell). The magazines move an order one block at a time where it is `false` (the
+    /// default): a batch would cost as many calls, and a burst of single blocks can pass the
+    /// magazines by.
+    fn alloc_bulk_groups(&self, order: u32) -> bool {
+        let _ = order;
+        false
+    }
+}
+
+/// Any [`BlockAlloc`] as a magazine's [`Backend`], with the hooks' defaults: bulk frees
+/// with every check, batches cut nowhere, every order moved one block at a time. For
+/// allocators of other crates (this crate's implement `Backend` themselves).
+#[derive(Debug, Default)]
+pub struct Plain<A>(pub A);
+
+impl<A: BlockAlloc> Sealed for Plain<A> {}
+impl<A: BlockAlloc> Backend for Plain<A> {}
+
+impl<A: BlockAlloc> BlockAlloc for Plain<A> {
+    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        self.0.alloc(order, core)
+    }
+    fn alloc_class(&self, order: u32, class: Class, core: usize) -> Result<usize, Error> {
+        self.0.alloc_class(order, class, core)
+    }
+    fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        self.0.free(index, order, core)
+    }
+    fn alloc_bulk(&self, order: u32, core: usize, out: &mut [usize]) -> Result<usize, Error> {
+        self.0.alloc_bulk(order, core, out)
+    }
+    fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
+        self.0.free_bulk(blocks, order, core)
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+    fn free_units(&self) -> usize {
+        self.0.free_units()
+    }
+    fn total_units(&self) -> usize {
+        self.0.total_units()
+    }
+    fn max_order(&self) -> u32 {
+        self.0.max_order()
+    }
+    fn drain(&self) {
+        self.0.drain()
+    }
+    fn drain_core(&self, core: usize) {
+        self.0.drain_core(core)
+    }
+    fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        self.0.try_alloc(order, core)
+    }
+    fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        self.0.try_free(index, order, core)
+    }
+    fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        self.0.alloc_at(index, order, core)
+    }
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        self.0.block_of(index)
+    }
+    fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        self.0.try_block_of(index)
+    }
+    fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
+        self.0.next_block(from)
+    }
+    fn order_at(&self, index: usize) -> Result<u32, Error> {
+        self.0.order_at(index)
+    }
+    fn try_order_at(&self, index: usize) -> Result<u32, Error> {
+        self.0.try_order_at(index)
+    }
+    fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
+        self.0.free_range(start, len, core)
+    }
+    fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
+        self.0.reserve_range(start, len, core)
+    }
+    fn with_core(&self, core: usize, f: &mut dyn FnMut(&mut dyn HeldCore)) {
+        self.0.with_core(core, f)
+    }
+}
+
+#[cfg(feature = "alloc")]
+impl<A: Backend + ?Sized> Sealed for alloc::boxed::Box<A> {}
+#[cfg(feature = "alloc")]
+impl<A: Backend + ?Sized> Backend for alloc::boxed::Box<A> {
+    unsafe fn free_bulk_owned(
+        &self,
+        blocks: &[usize],
+        order: u32,
+        core: usize,
+    ) -> Result<(), (usize, Error)> {
+        // SAFETY: the caller's promise, for the same allocator.
+        unsafe { (**self).free_bulk_owned(blocks, order, core) }
+    }
+    fn alloc_bulk_continues(&self) -> bool {
+        (**self).alloc_bulk_continues()
+    }
+    fn alloc_bulk_groups(&self, order: u32) -> bool {
+        (**self).alloc_bulk_groups(order)
+    }
+}
