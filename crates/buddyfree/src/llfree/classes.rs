@@ -36,6 +36,7 @@ use core::cell::Cell;
 
 use super::trees::{Tree, MAX_CLASSES};
 use super::{LLFree, Renewal, TreeId, WriteBack, HUGE_ORDER, HUGE_UNITS};
+use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use crate::{Class, ConfigRule, Error};
 
 /// What a request may do with a tree of another class than its home class.
@@ -183,6 +184,18 @@ pub(crate) struct Classes {
     count: usize,
     default: usize,
     policy: Policy,
+    /// The searches' memo, a byte per class: one more than the smallest order for which a
+    /// search of that class (own trees, then demotable ones) found no tree to reserve since
+    /// the last credit to a tree entry; 0 for none. A search at that order or above is then
+    /// skipped, so that a class that has no tree with room (on a fragmented heap, every
+    /// class but the one that took the trees) goes to its steal and the complete fallback
+    /// without passing over every tree twice on every allocation.
+    short: AtomicU64,
+    /// Per class, the tree its last steal took a block from, where its next steal looks
+    /// first: a class without trees of its own steals block after block, and a tree that
+    /// had one usually has the next (as a reservation's next fit), so that a steal is not a
+    /// walk over the trees already drained from the first on.
+    stole_at: [AtomicUsize; MAX_CLASSES],
 }
 
 impl Classes {
@@ -191,6 +204,58 @@ impl Classes {
             count: usize::from(policy.classes),
             default: usize::from(policy.home(Class::MOVABLE).number()),
             policy,
+            short: AtomicU64::new(0),
+            stole_at: core::array::from_fn(|_| AtomicUsize::new(0)),
+        }
+    }
+
+    /// Whether a search of class `class` for a block of `order` is known to find nothing.
+    #[inline]
+    fn short_of(&self, class: usize, order: u32) -> bool {
+        let byte = (self.short.load(Ordering::Relaxed) >> (8 * class)) & 0xff;
+        byte != 0 && u64::from(order) + 1 >= byte
+    }
+
+    /// Notes that a search of class `class` for `order` found nothing.
+    fn note_short(&self, class: usize, order: u32) {
+        let shift = 8 * class;
+        let _ = self
+            .short
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |memo| {
+                let byte = (memo >> shift) & 0xff;
+                let new = u64::from(order) + 1;
+                (byte == 0 || new < byte).then_some(memo & !(0xff << shift) | new << shift)
+            });
+    }
+
+    /// A tree changed class or came online: forgets every class's memo.
+    pub(crate) fn forget(&self) {
+        self.short.store(0, Ordering::Relaxed);
+    }
+
+    /// Forgets the memo of each class whose search may find the tree whose entry is now
+    /// `tree` (of `capacity` units): its own class, and those the policy lets demote it.
+    /// A load first: no write where nothing was noted, as on every free with one class.
+    ///
+    /// The memo is a hint for placement only: a search it skips leads to the steal and the
+    /// complete fallback, which find any free block. A note that races with a credit may
+    /// outlive it until the next credit, which at worst places a block by stealing or
+    /// through the fallback instead of reserving.
+    #[inline]
+    fn credited(&self, tree: Tree, capacity: usize) {
+        let memo = self.short.load(Ordering::Relaxed);
+        if memo == 0 {
+            return;
+        }
+        let own = usize::from(tree.class());
+        let mut keep = memo;
+        for class in (0..self.count).filter(|&c| (memo >> (8 * c)) & 0xff != 0) {
+            if class == own || self.access(class, tree, capacity) == Access::Demote {
+                keep &= !(0xff << (8 * class));
+            }
+        }
+        if keep != memo {
+            let _ = self.short.fetch_and(keep | !memo, Ordering::Relaxed);
         }
     }
 
@@ -247,13 +312,31 @@ impl<W: WriteBack> LLFree<W> {
         if self.classes.count() == 1 {
             return self.trees.search(n, near, huge, |_, _| true, own);
         }
+        let order = n.trailing_zeros();
+        if self.classes.short_of(class, order) {
+            return None;
+        }
         let demotable = |t: TreeId, e: Tree| {
             e.class() != own
                 && self.classes.access(class, e, self.trees.capacity(t)) == Access::Demote
         };
-        self.trees
+        let found = self
+            .trees
             .search(n, near, huge, |_, e| e.class() == own, own)
-            .or_else(|| self.trees.search(n, near, huge, demotable, own))
+            .or_else(|| self.trees.search(n, near, huge, demotable, own));
+        if found.is_none() {
+            self.classes.note_short(class, order);
+        }
+        found
+    }
+
+    /// Tells the searches' memo that `n` units went into the entry of `t`, which was `old`.
+    #[inline]
+    pub(super) fn credited(&self, t: TreeId, old: Tree, n: usize) {
+        if self.classes.count() > 1 {
+            let now = Tree::new(old.free() + n, old.class());
+            self.classes.credited(now, self.trees.capacity(t));
+        }
     }
 
     /// A new reservation of class `class` for `core`, or a block stolen from a tree of
@@ -272,7 +355,7 @@ impl<W: WriteBack> LLFree<W> {
         if self.reserve(core, class, n, order, near, false) {
             return Renewal::Reserved;
         }
-        if let Some(index) = self.steal(class, order, near, gave) {
+        if let Some(index) = self.steal(class, order, gave) {
             return Renewal::Stole(index);
         }
         match self.reserve(core, class, n, order, near, true) {
@@ -281,22 +364,17 @@ impl<W: WriteBack> LLFree<W> {
         }
     }
 
-    /// Takes a block of `order` from the first tree from `near` on (wrapping around) of
-    /// another class than `class` that the policy lets a request of `class` steal from:
+    /// Takes a block of `order` from the first tree from the class's last steal on (wrapping
+    /// around) of another class than `class` that the policy lets a request of `class` steal from:
     /// units from the tree's counter `cU`, the block from its frames, the units given back
     /// if it has no such block. Huge orders look at the trees with most free units first
     /// (they hold whole huge frames), the others at the fullest first (to leave whole huge
     /// frames alone). `gave` gathers what its give-backs may have made findable
     /// (`LLFree::alloc_with`).
-    fn steal(
-        &self,
-        class: usize,
-        order: u32,
-        near: usize,
-        gave: &Cell<Option<u32>>,
-    ) -> Option<usize> {
+    fn steal(&self, class: usize, order: u32, gave: &Cell<Option<u32>>) -> Option<usize> {
         let n = 1 << order;
         let len = self.trees.len();
+        let near = self.classes.stole_at[class].load(Ordering::Relaxed) % len;
         let own = class as u8;
         let stealable = |t: TreeId| {
             let e = self.trees.get(t);
@@ -314,6 +392,7 @@ impl<W: WriteBack> LLFree<W> {
                 }
                 let first = self.children(t).start * HUGE_UNITS;
                 if let Some(index) = self.alloc_in(t, order, first) {
+                    self.classes.stole_at[class].store(t.0, Ordering::Relaxed);
                     return Some(index);
                 }
                 self.add_to_tree(t, n);

@@ -609,9 +609,11 @@ impl<W: WriteBack> LLFree<W> {
     /// Adds `n` units to `t`'s entry `cU`, marking the tree in the summary if it had none.
     #[inline]
     fn add_to_tree(&self, t: TreeId, n: usize) {
-        if self.trees.add(t, n) == 0 && n > 0 {
+        let old = self.trees.add(t, n);
+        if old.free() == 0 && n > 0 {
             self.summary.mark(t);
         }
+        self.credited(t, old, n);
     }
 
     /// Ends a reservation swapped out of a core; says whether there was one (whether a count
@@ -619,9 +621,11 @@ impl<W: WriteBack> LLFree<W> {
     fn release(&self, r: Reservation) -> bool {
         match r.tree() {
             Some(t) => {
-                if self.trees.unreserve(t, r.free()) == 0 && r.free() > 0 {
+                let old = self.trees.unreserve(t, r.free());
+                if old.free() == 0 && r.free() > 0 {
                     self.summary.mark(t);
                 }
+                self.credited(t, old, r.free());
                 true
             }
             None => false,
@@ -680,8 +684,9 @@ impl<W: WriteBack> LLFree<W> {
                 if !steal {
                     return None;
                 }
+                // Nothing given back, nothing new to find.
                 stole = self.release_all(Some(core));
-                self.search(class, n, near, huge)
+                stole.then(|| self.search(class, n, near, huge))?
             });
             let found = found
                 .map(|(t, free)| self.install(local, t, free))
