@@ -71,7 +71,10 @@ fn run(policy: Policy, classes: u8, ops: usize, seed: u64) -> (usize, usize, f64
                 let r = rng(&mut s);
                 match r % 16 {
                     0 => (9, Class::HUGE),
-                    1..=3 => ((r >> 8) as u32 % 4 + 1, Class::new((r >> 16) as u8 % classes)),
+                    1..=3 => (
+                        (r >> 8) as u32 % 4 + 1,
+                        Class::new((r >> 16) as u8 % classes),
+                    ),
                     _ => (0, Class::new((r >> 16) as u8 % classes)),
                 }
             }
@@ -103,7 +106,11 @@ fn main() {
     let policies: [(&str, Policy, u8); 4] = [
         ("single", Policy::single(), 3),
         ("small_huge", Policy::small_huge(), 3),
-        ("unmovable_movable_huge", Policy::unmovable_movable_huge(), 3),
+        (
+            "unmovable_movable_huge",
+            Policy::unmovable_movable_huge(),
+            3,
+        ),
         ("five_classes", five_classes(), 5),
     ];
     for rep in 0..reps {

@@ -535,6 +535,44 @@ mod tests {
         a.assert_consistent();
     }
 
+    /// A class without trees of its own, that may neither demote nor steal a tree in use,
+    /// gets every free unit of the other class's trees through the complete fallback (its
+    /// searches noted short meanwhile); a tree freed whole is demoted to it again (the
+    /// note forgotten by the credit that made the tree demotable).
+    #[test]
+    fn a_class_without_trees_falls_back_and_gets_a_freed_tree_again() {
+        let fallback = |_, _, free, capacity| match free == capacity {
+            true => Access::Demote,
+            false => Access::Fallback,
+        };
+        let policy = Policy::new(5, Class::MOVABLE, |c| Class::new(c.number() % 5), fallback);
+        let a = classed(2048, 1, policy.unwrap());
+        // Both trees movable and in use: one full, one with a unit taken.
+        let movable: Vec<usize> = (0..1025).map(|_| a.alloc(0, 0).unwrap()).collect();
+        let full = tree(movable[0]);
+        assert_ne!(tree(movable[1024]), full);
+        let class = Class::new(3);
+        let mut fell_back = Vec::new();
+        while let Ok(i) = a.alloc_class(0, class, 0) {
+            assert_eq!(class_of(&a, i), Class::MOVABLE);
+            fell_back.push(i);
+        }
+        assert_eq!(fell_back.len(), 1023);
+        assert_eq!(a.free_units(), 0);
+        a.assert_consistent();
+        // Again, after each class's searches were noted short.
+        assert_eq!(a.alloc_class(0, class, 0), Err(Error::OutOfMemory));
+        for &i in movable.iter().filter(|&&i| tree(i) == full) {
+            a.free(i, 0, 0).unwrap();
+        }
+        // Reserve-on-free made it core 0's movable reservation: given back whole.
+        a.drain();
+        let demoted = a.alloc_class(0, class, 0).unwrap();
+        assert_eq!(tree(demoted), full);
+        assert_eq!(class_of(&a, demoted), class);
+        a.assert_consistent();
+    }
+
     /// Whatever the classes asked for, a sequential allocation fails only when no free block
     /// of its order is left: every unit is handed out before the first failure.
     #[test]
