@@ -47,11 +47,9 @@ fn run(policy: Policy, classes: u8, ops: usize, seed: u64) -> (usize, usize, f64
     while let Ok(i) = a.alloc(0, 0) {
         units.push(i);
     }
-    let mut keep = vec![usize::MAX; UNITS.div_ceil(512)];
-    for f in 0..keep.len() {
-        let len = 512.min(UNITS - f * 512);
-        keep[f] = f * 512 + (rng(&mut s) as usize % len);
-    }
+    let keep: Vec<usize> = (0..UNITS.div_ceil(512))
+        .map(|f| f * 512 + rng(&mut s) as usize % 512.min(UNITS - f * 512))
+        .collect();
     let mut live: Vec<(usize, u32)> = Vec::new();
     for i in units {
         if keep[i / 512] == i {
