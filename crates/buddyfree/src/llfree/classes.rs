@@ -364,8 +364,8 @@ impl<W: WriteBack> LLFree<W> {
         }
     }
 
-    /// Takes a block of `order` from the first tree from the class's last steal on (wrapping
-    /// around) of another class than `class` that the policy lets a request of `class` steal from:
+    /// Takes a block of `order` from the first tree marked in the summary from the class's
+    /// last steal on (wrapping around) of another class than `class` that the policy lets a request of `class` steal from:
     /// units from the tree's counter `cU`, the block from its frames, the units given back
     /// if it has no such block. Huge orders look at the trees with most free units first
     /// (they hold whole huge frames), the others at the fullest first (to leave whole huge
@@ -382,21 +382,37 @@ impl<W: WriteBack> LLFree<W> {
             candidate && self.classes.access(class, e, self.trees.capacity(t)) == Access::Steal
         };
         let huge = order >= HUGE_ORDER;
+        let try_steal = |t: TreeId| {
+            if !stealable(t) || !self.trees.take(t, n) {
+                return None;
+            }
+            let first = self.children(t).start * HUGE_UNITS;
+            let index = self.alloc_in(t, order, first);
+            match index {
+                Some(_) => self.classes.stole_at[class].store(t.0, Ordering::Relaxed),
+                None => {
+                    self.add_to_tree(t, n);
+                    self.gave_back(gave, t, n);
+                }
+            }
+            index
+        };
+        // The tree of the last steal first, whatever it holds: it was the walk's choice,
+        // and while it has blocks a steal is one look.
+        if let Some(index) = try_steal(TreeId(near)) {
+            return Some(index);
+        }
         // Two passes: first the trees the order prefers (less than half free for small
-        // orders, more for huge ones), then any.
+        // orders, more for huge ones), then any; only the trees whose counters may hold
+        // units (`summary.rs`): a tree with none in `cU` has nothing to steal.
         let prefers = |t: TreeId| (self.trees.get(t).free() * 2 > self.trees.capacity(t)) == huge;
         for pass in 0..2 {
-            for t in (0..len).map(|i| TreeId((near + i) % len)) {
-                if (pass == 0 && !prefers(t)) || !stealable(t) || !self.trees.take(t, n) {
-                    continue;
-                }
-                let first = self.children(t).start * HUGE_UNITS;
-                if let Some(index) = self.alloc_in(t, order, first) {
-                    self.classes.stole_at[class].store(t.0, Ordering::Relaxed);
-                    return Some(index);
-                }
-                self.add_to_tree(t, n);
-                self.gave_back(gave, t, n);
+            let mut trees = self.summary.marked_from(TreeId(near));
+            if let Some(index) = trees.find_map(|t| {
+                let skip = (pass == 0 && !prefers(t)) || t.0 == near;
+                (!skip).then(|| try_steal(t))?
+            }) {
+                return Some(index);
             }
         }
         None
