@@ -178,21 +178,27 @@ fn demote_free_else_steal(_: Class, _: Class, free: usize, capacity: usize) -> A
     }
 }
 
+/// The memo of the searches, in [`Classes`].
+const SEARCH: usize = 0;
+/// The memo of the steals, in [`Classes`].
+const STEAL: usize = 1;
+
 /// A policy as the allocator uses it, with what the hot paths read kept apart: the number
 /// of classes and the home class of requests without one.
 pub(crate) struct Classes {
     count: usize,
     default: usize,
     policy: Policy,
-    /// The searches' memo, a byte per class: one more than the smallest order for which a
-    /// search of that class (own trees, then demotable ones) found no tree to reserve since
-    /// the last credit to a tree entry; 0 for none. A search at that order or above is then
-    /// skipped, so that a class that has no tree with room (on a fragmented heap, every
-    /// class but the one that took the trees) goes to its steal and the complete fallback
-    /// without passing over every tree twice on every allocation.
-    short: AtomicU64,
-    /// Per class, the tree its last steal took a block from, where its next steal looks
-    /// first: a class without trees of its own steals block after block, and a tree that
+    /// The memo of the searches (`[SEARCH]`) and of the steals (`[STEAL]`), a byte per
+    /// class: one more than the smallest order for which a search of that class (own
+    /// trees, then demotable ones) found no tree to reserve, or a steal no block, since the
+    /// last credit to a tree entry that either could take; 0 for none. A search or steal at
+    /// that order or above is then skipped, so that a class that has no tree with room (on
+    /// a fragmented heap, every class but the one that took the trees) goes on to its steal
+    /// and the complete fallback without passing over every tree on every allocation.
+    short: [AtomicU64; 2],
+    /// Per class, the tree its last steal (or complete fallback) took a block from, where
+    /// its next steal (and fallback) looks first: a class without trees of its own steals block after block, and a tree that
     /// had one usually has the next (as a reservation's next fit), so that a steal is not a
     /// walk over the trees already drained from the first on.
     stole_at: [AtomicUsize; MAX_CLASSES],
@@ -204,38 +210,54 @@ impl Classes {
             count: usize::from(policy.classes),
             default: usize::from(policy.home(Class::MOVABLE).number()),
             policy,
-            short: AtomicU64::new(0),
+            short: [AtomicU64::new(0), AtomicU64::new(0)],
             stole_at: core::array::from_fn(|_| AtomicUsize::new(0)),
         }
     }
 
-    /// Whether a search of class `class` for a block of `order` is known to find nothing.
+    /// Whether a search (`step` [`SEARCH`]) or steal ([`STEAL`]) of class `class` for a
+    /// block of `order` is known to find nothing.
     #[inline]
-    fn short_of(&self, class: usize, order: u32) -> bool {
-        let byte = (self.short.load(Ordering::Relaxed) >> (8 * class)) & 0xff;
+    fn short_of(&self, step: usize, class: usize, order: u32) -> bool {
+        let byte = (self.short[step].load(Ordering::Relaxed) >> (8 * class)) & 0xff;
         byte != 0 && u64::from(order) + 1 >= byte
     }
 
-    /// Notes that a search of class `class` for `order` found nothing.
-    fn note_short(&self, class: usize, order: u32) {
+    /// Notes that a search or steal of class `class` for `order` found nothing.
+    fn note_short(&self, step: usize, class: usize, order: u32) {
         let shift = 8 * class;
-        let _ = self
-            .short
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |memo| {
-                let byte = (memo >> shift) & 0xff;
-                let new = u64::from(order) + 1;
-                (byte == 0 || new < byte).then_some(memo & !(0xff << shift) | new << shift)
-            });
+        let _ = self.short[step].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |memo| {
+            let byte = (memo >> shift) & 0xff;
+            let new = u64::from(order) + 1;
+            (byte == 0 || new < byte).then_some(memo & !(0xff << shift) | new << shift)
+        });
+    }
+
+    /// The tree where the last steal or fallback of class `class` took a block.
+    #[inline]
+    pub(crate) fn stole_at(&self, class: usize) -> usize {
+        self.stole_at[class].load(Ordering::Relaxed)
+    }
+
+    /// Notes `t` as where class `class` last took a block by a steal or the fallback.
+    #[inline]
+    pub(crate) fn stole(&self, class: usize, t: usize) {
+        if self.stole_at(class) != t {
+            self.stole_at[class].store(t, Ordering::Relaxed);
+        }
     }
 
     /// A tree changed class or came online: forgets every class's memo.
     pub(crate) fn forget(&self) {
-        self.short.store(0, Ordering::Relaxed);
+        for memo in &self.short {
+            memo.store(0, Ordering::Relaxed);
+        }
     }
 
-    /// Forgets the memo of each class whose search may find the tree whose entry is now
-    /// `tree` (of `capacity` units): its own class, and those the policy lets demote it.
-    /// A load first: no write where nothing was noted, as on every free with one class.
+    /// Forgets the memo of each class whose search or steal may find the tree whose entry
+    /// is now `tree` (of `capacity` units): its own class's search, and the search of those
+    /// the policy lets demote it, the steal of those it lets steal from it. A load first: no
+    /// write where nothing was noted, as on every free with one class.
     ///
     /// The memo is a hint for placement only: a search it skips leads to the steal and the
     /// complete fallback, which find any free block. A note that races with a credit may
@@ -243,19 +265,27 @@ impl Classes {
     /// through the fallback instead of reserving.
     #[inline]
     fn credited(&self, tree: Tree, capacity: usize) {
-        let memo = self.short.load(Ordering::Relaxed);
-        if memo == 0 {
-            return;
-        }
         let own = usize::from(tree.class());
-        let mut keep = memo;
-        for class in (0..self.count).filter(|&c| (memo >> (8 * c)) & 0xff != 0) {
-            if class == own || self.access(class, tree, capacity) == Access::Demote {
-                keep &= !(0xff << (8 * class));
+        for (step, memo) in self.short.iter().enumerate() {
+            let noted = memo.load(Ordering::Relaxed);
+            if noted == 0 {
+                continue;
             }
-        }
-        if keep != memo {
-            let _ = self.short.fetch_and(keep | !memo, Ordering::Relaxed);
+            let mut keep = noted;
+            for class in (0..self.count).filter(|&c| (noted >> (8 * c)) & 0xff != 0) {
+                let finds = match (step, class == own) {
+                    (SEARCH, true) => true,
+                    (_, true) => false,
+                    (SEARCH, false) => self.access(class, tree, capacity) == Access::Demote,
+                    (_, false) => self.access(class, tree, capacity) == Access::Steal,
+                };
+                if finds {
+                    keep &= !(0xff << (8 * class));
+                }
+            }
+            if keep != noted {
+                let _ = memo.fetch_and(keep | !noted, Ordering::Relaxed);
+            }
         }
     }
 
@@ -313,7 +343,7 @@ impl<W: WriteBack> LLFree<W> {
             return self.trees.search(n, near, huge, |_, _| true, own);
         }
         let order = n.trailing_zeros();
-        if self.classes.short_of(class, order) {
+        if self.classes.short_of(SEARCH, class, order) {
             return None;
         }
         let demotable = |t: TreeId, e: Tree| {
@@ -325,7 +355,7 @@ impl<W: WriteBack> LLFree<W> {
             .search(n, near, huge, |_, e| e.class() == own, own)
             .or_else(|| self.trees.search(n, near, huge, demotable, own));
         if found.is_none() {
-            self.classes.note_short(class, order);
+            self.classes.note_short(SEARCH, class, order);
         }
         found
     }
@@ -372,9 +402,21 @@ impl<W: WriteBack> LLFree<W> {
     /// frames alone). `gave` gathers what its give-backs may have made findable
     /// (`LLFree::alloc_with`).
     fn steal(&self, class: usize, order: u32, gave: &Cell<Option<u32>>) -> Option<usize> {
+        if self.classes.short_of(STEAL, class, order) {
+            return None;
+        }
+        let stolen = self.steal_walk(class, order, gave);
+        if stolen.is_none() {
+            self.classes.note_short(STEAL, class, order);
+        }
+        stolen
+    }
+
+    /// [`LLFree::steal`] without the memo.
+    fn steal_walk(&self, class: usize, order: u32, gave: &Cell<Option<u32>>) -> Option<usize> {
         let n = 1 << order;
         let len = self.trees.len();
-        let near = self.classes.stole_at[class].load(Ordering::Relaxed) % len;
+        let near = self.classes.stole_at(class) % len;
         let own = class as u8;
         let stealable = |t: TreeId| {
             let e = self.trees.get(t);
@@ -389,7 +431,7 @@ impl<W: WriteBack> LLFree<W> {
             let first = self.children(t).start * HUGE_UNITS;
             let index = self.alloc_in(t, order, first);
             match index {
-                Some(_) => self.classes.stole_at[class].store(t.0, Ordering::Relaxed),
+                Some(_) => self.classes.stole(class, t.0),
                 None => {
                     self.add_to_tree(t, n);
                     self.gave_back(gave, t, n);

@@ -779,8 +779,14 @@ impl<W: WriteBack> LLFree<W> {
     /// `FALLBACK_ROUNDS * MAX_PAUSE` spins.
     ///
     /// `busy` is the answer when the last of `rounds` rounds still met a move in flight.
-    fn alloc_anywhere(&self, order: u32, rounds: usize, busy: Error) -> Result<usize, Error> {
-        self.until_quiet(rounds, || self.drain(), || self.scan(order))
+    fn alloc_anywhere(
+        &self,
+        order: u32,
+        class: usize,
+        rounds: usize,
+        busy: Error,
+    ) -> Result<usize, Error> {
+        self.until_quiet(rounds, || self.drain(), || self.scan(order, class))
             .map_err(|quiet| if quiet { Error::OutOfMemory } else { busy })
     }
 
@@ -813,15 +819,20 @@ impl<W: WriteBack> LLFree<W> {
         Err(false)
     }
 
-    /// One round of the complete fallback over every tree.
-    fn scan(&self, order: u32) -> Option<usize> {
+    /// One round of the complete fallback over every tree, from the one the last steal or
+    /// fallback of class `class` took a block from on (wrapping around): a class that
+    /// only the fallback serves finds its next block there, not after every tree before it.
+    fn scan(&self, order: u32, class: usize) -> Option<usize> {
         let n = 1 << order;
-        for t in (0..self.trees.len()).map(TreeId) {
+        let len = self.trees.len();
+        let from = self.classes.stole_at(class) % len;
+        for t in (0..len).map(|i| TreeId((from + i) % len)) {
             let Some(source) = self.take_gathered(t, n) else {
                 continue;
             };
             let first = self.children(t).start * HUGE_UNITS;
             if let Some(index) = self.alloc_in(t, order, first) {
+                self.classes.stole(class, t.0);
                 return Some(index);
             }
             self.give_back(source, t, n);
@@ -1076,7 +1087,7 @@ impl<W: WriteBack> LLFree<W> {
         }
         // The scan gives back what it took from every tree it found no block in.
         gave.set(Some(u32::MAX));
-        self.alloc_anywhere(order, rounds, busy)
+        self.alloc_anywhere(order, slots / self.cores, rounds, busy)
     }
 
     /// Notes in `gave` what a give-back of `n` units to `t` may have made findable, read
