@@ -15,7 +15,8 @@
 //!    from ([`Access::Steal`]), without reserving or re-classing it: its units come from
 //!    the tree's counter `cU` as in the complete fallback, so the tree's holder (if any)
 //!    keeps its reservation;
-//! 4. takes the other cores' reservations and searches (1, 2) again (step 4 of §3.2.2);
+//! 4. takes the other cores' reservations, where any holds one, and searches (1, 2) again
+//!    (step 4 of §3.2.2);
 //! 5. the complete fallback of `mod.rs`, which takes a block from any tree of any class. So
 //!    a sequential allocation fails only when no free aligned block exists anywhere, whatever
 //!    the policy: the policy decides where memory goes first, never whether it is found.
@@ -28,6 +29,13 @@
 //! core's reservations), else to the tree's `cU`, as without classes. Every move of a count
 //! between counters is the one of `mod.rs`, bracketed on the move counter (`moves.rs`); a
 //! steal moves no count (its units belong to the allocation, as in the complete fallback).
+//!
+//! A class notes per step (1 and 2 together, 3) the smallest order that step found nothing
+//! for, and skips the step for that order and above until a credit to a tree the step could
+//! take (of its own class, or one the policy lets it demote or steal from); a steal and the
+//! complete fallback start at the tree where the class last got a block. So a class without
+//! trees of its own on a fragmented heap gets a block in a few reads, not after passes over
+//! every tree (`docs/results.md`, "Classes on a fragmented heap").
 //!
 //! With one class ([`Policy::single`], what `LLFree::new` builds) there is one reservation
 //! per core, every tree is of class 0, and steps 2 and 3 are skipped: LLFree as in the paper.
@@ -382,11 +390,20 @@ impl<W: WriteBack> LLFree<W> {
         gave: &Cell<Option<u32>>,
     ) -> Renewal {
         let n = 1 << order;
-        if self.reserve(core, class, n, order, near, false) {
+        // The memo read first: a search it skips needs no move either.
+        let short = self.classes.short_of(SEARCH, class, order);
+        if !short && self.reserve(core, class, n, order, near, false) {
             return Renewal::Reserved;
         }
         if let Some(index) = self.steal(class, order, gave) {
             return Renewal::Stole(index);
+        }
+        // Step 4 only where another core holds a reservation to take.
+        let others = (0..self.locals.len())
+            .filter(|l| l % self.cores != core)
+            .any(|l| self.locals[l].get().tree().is_some());
+        if !others {
+            return Renewal::Failed;
         }
         match self.reserve(core, class, n, order, near, true) {
             true => Renewal::Reserved,
