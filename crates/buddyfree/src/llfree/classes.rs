@@ -431,31 +431,10 @@ impl<W: WriteBack> LLFree<W> {
 
     /// [`LLFree::steal`] without the memo.
     fn steal_walk(&self, class: usize, order: u32, gave: &Cell<Option<u32>>) -> Option<usize> {
-        let n = 1 << order;
         let len = self.trees.len();
         let near = self.classes.stole_at(class) % len;
-        let own = class as u8;
-        let stealable = |t: TreeId| {
-            let e = self.trees.get(t);
-            let candidate = e.class() != own && !e.offline() && e.free() >= n;
-            candidate && self.classes.access(class, e, self.trees.capacity(t)) == Access::Steal
-        };
         let huge = order >= HUGE_ORDER;
-        let try_steal = |t: TreeId| {
-            if !stealable(t) || !self.trees.take(t, n) {
-                return None;
-            }
-            let first = self.children(t).start * HUGE_UNITS;
-            let index = self.alloc_in(t, order, first);
-            match index {
-                Some(_) => self.classes.stole(class, t.0),
-                None => {
-                    self.add_to_tree(t, n);
-                    self.gave_back(gave, t, n);
-                }
-            }
-            index
-        };
+        let try_steal = |t: TreeId| self.steal_from(t, class, order, gave);
         // The tree of the last steal first, whatever it holds: it was the walk's choice,
         // and while it has blocks a steal is one look.
         if let Some(index) = try_steal(TreeId(near)) {
@@ -475,6 +454,51 @@ impl<W: WriteBack> LLFree<W> {
             }
         }
         None
+    }
+
+    /// Takes a block of `order` from `t` for class `class` if the policy lets the class
+    /// steal from it: units from `cU`, given back if the tree has no such block.
+    fn steal_from(
+        &self,
+        t: TreeId,
+        class: usize,
+        order: u32,
+        gave: &Cell<Option<u32>>,
+    ) -> Option<usize> {
+        let n = 1 << order;
+        let e = self.trees.get(t);
+        let candidate = usize::from(e.class()) != class && !e.offline() && e.free() >= n;
+        let steal = |e| self.classes.access(class, e, self.trees.capacity(t)) == Access::Steal;
+        if !candidate || !steal(e) || !self.trees.take(t, n) {
+            return None;
+        }
+        let first = self.children(t).start * HUGE_UNITS;
+        let index = self.alloc_in(t, order, first);
+        match index {
+            Some(_) => self.classes.stole(class, t.0),
+            None => {
+                self.add_to_tree(t, n);
+                self.gave_back(gave, t, n);
+            }
+        }
+        index
+    }
+
+    /// For a class whose search is noted short (it has no tree to reserve): a block from
+    /// the tree of its last steal, before the refusal check and the renewal, so that a
+    /// class living on steals gets its next block in a few reads.
+    #[inline]
+    pub(super) fn steal_again(
+        &self,
+        class: usize,
+        order: u32,
+        gave: &Cell<Option<u32>>,
+    ) -> Option<usize> {
+        if self.classes.count() == 1 || !self.classes.short_of(SEARCH, class, order) {
+            return None;
+        }
+        let t = TreeId(self.classes.stole_at(class) % self.trees.len());
+        self.steal_from(t, class, order, gave)
     }
 
     /// The placement policy.

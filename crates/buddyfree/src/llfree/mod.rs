@@ -1075,6 +1075,11 @@ impl<W: WriteBack> LLFree<W> {
                     None => None,
                 },
             };
+            if near.is_none() {
+                if let Some(index) = self.steal_again(slots / self.cores, order, gave) {
+                    return Ok(index);
+                }
+            }
             if self.too_few_free(n) {
                 return Err(Error::OutOfMemory);
             }
