@@ -15,7 +15,8 @@
 //!    from ([`Access::Steal`]), without reserving or re-classing it: its units come from
 //!    the tree's counter `cU` as in the complete fallback, so the tree's holder (if any)
 //!    keeps its reservation;
-//! 4. takes the other cores' reservations and searches (1, 2) again (step 4 of §3.2.2);
+//! 4. takes the other cores' reservations, where any holds one, and searches (1, 2) again
+//!    (step 4 of §3.2.2);
 //! 5. the complete fallback of `mod.rs`, which takes a block from any tree of any class. So
 //!    a sequential allocation fails only when no free aligned block exists anywhere, whatever
 //!    the policy: the policy decides where memory goes first, never whether it is found.
@@ -29,6 +30,13 @@
 //! between counters is the one of `mod.rs`, bracketed on the move counter (`moves.rs`); a
 //! steal moves no count (its units belong to the allocation, as in the complete fallback).
 //!
+//! A class notes per step (1 and 2 together, 3) the smallest order that step found nothing
+//! for, and skips the step for that order and above until a credit to a tree the step could
+//! take (of its own class, or one the policy lets it demote or steal from); a steal and the
+//! complete fallback start at the tree where the class last got a block. So a class without
+//! trees of its own on a fragmented heap gets a block in a few reads, not after passes over
+//! every tree (`docs/results.md`, "Classes on a fragmented heap").
+//!
 //! With one class ([`Policy::single`], what `LLFree::new` builds) there is one reservation
 //! per core, every tree is of class 0, and steps 2 and 3 are skipped: LLFree as in the paper.
 
@@ -36,6 +44,7 @@ use core::cell::Cell;
 
 use super::trees::{Tree, MAX_CLASSES};
 use super::{LLFree, Renewal, TreeId, WriteBack, HUGE_ORDER, HUGE_UNITS};
+use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use crate::{Class, ConfigRule, Error};
 
 /// What a request may do with a tree of another class than its home class.
@@ -177,12 +186,30 @@ fn demote_free_else_steal(_: Class, _: Class, free: usize, capacity: usize) -> A
     }
 }
 
+/// The memo of the searches, in [`Classes`].
+const SEARCH: usize = 0;
+/// The memo of the steals, in [`Classes`].
+const STEAL: usize = 1;
+
 /// A policy as the allocator uses it, with what the hot paths read kept apart: the number
 /// of classes and the home class of requests without one.
 pub(crate) struct Classes {
     count: usize,
     default: usize,
     policy: Policy,
+    /// The memo of the searches (`[SEARCH]`) and of the steals (`[STEAL]`), a byte per
+    /// class: one more than the smallest order for which a search of that class (own
+    /// trees, then demotable ones) found no tree to reserve, or a steal no block, since the
+    /// last credit to a tree entry that either could take; 0 for none. A search or steal at
+    /// that order or above is then skipped, so that a class that has no tree with room (on
+    /// a fragmented heap, every class but the one that took the trees) goes on to its steal
+    /// and the complete fallback without passing over every tree on every allocation.
+    short: [AtomicU64; 2],
+    /// Per class, the tree its last steal (or complete fallback) took a block from, where
+    /// its next steal (and fallback) looks first: a class without trees of its own steals block after block, and a tree that
+    /// had one usually has the next (as a reservation's next fit), so that a steal is not a
+    /// walk over the trees already drained from the first on.
+    stole_at: [AtomicUsize; MAX_CLASSES],
 }
 
 impl Classes {
@@ -191,6 +218,82 @@ impl Classes {
             count: usize::from(policy.classes),
             default: usize::from(policy.home(Class::MOVABLE).number()),
             policy,
+            short: [AtomicU64::new(0), AtomicU64::new(0)],
+            stole_at: core::array::from_fn(|_| AtomicUsize::new(0)),
+        }
+    }
+
+    /// Whether a search (`step` [`SEARCH`]) or steal ([`STEAL`]) of class `class` for a
+    /// block of `order` is known to find nothing.
+    #[inline]
+    fn short_of(&self, step: usize, class: usize, order: u32) -> bool {
+        let byte = (self.short[step].load(Ordering::Relaxed) >> (8 * class)) & 0xff;
+        byte != 0 && u64::from(order) + 1 >= byte
+    }
+
+    /// Notes that a search or steal of class `class` for `order` found nothing.
+    fn note_short(&self, step: usize, class: usize, order: u32) {
+        let shift = 8 * class;
+        let _ = self.short[step].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |memo| {
+            let byte = (memo >> shift) & 0xff;
+            let new = u64::from(order) + 1;
+            (byte == 0 || new < byte).then_some(memo & !(0xff << shift) | new << shift)
+        });
+    }
+
+    /// The tree where the last steal or fallback of class `class` took a block.
+    #[inline]
+    pub(crate) fn stole_at(&self, class: usize) -> usize {
+        self.stole_at[class].load(Ordering::Relaxed)
+    }
+
+    /// Notes `t` as where class `class` last took a block by a steal or the fallback.
+    #[inline]
+    pub(crate) fn stole(&self, class: usize, t: usize) {
+        if self.stole_at(class) != t {
+            self.stole_at[class].store(t, Ordering::Relaxed);
+        }
+    }
+
+    /// A tree changed class or came online: forgets every class's memo.
+    pub(crate) fn forget(&self) {
+        for memo in &self.short {
+            memo.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Forgets the memo of each class whose search or steal may find the tree whose entry
+    /// is now `tree` (of `capacity` units): its own class's search, and the search of those
+    /// the policy lets demote it, the steal of those it lets steal from it. A load first: no
+    /// write where nothing was noted, as on every free with one class.
+    ///
+    /// The memo is a hint for placement only: a search it skips leads to the steal and the
+    /// complete fallback, which find any free block. A note that races with a credit may
+    /// outlive it until the next credit, which at worst places a block by stealing or
+    /// through the fallback instead of reserving.
+    #[inline]
+    fn credited(&self, tree: Tree, capacity: usize) {
+        let own = usize::from(tree.class());
+        for (step, memo) in self.short.iter().enumerate() {
+            let noted = memo.load(Ordering::Relaxed);
+            if noted == 0 {
+                continue;
+            }
+            let mut keep = noted;
+            for class in (0..self.count).filter(|&c| (noted >> (8 * c)) & 0xff != 0) {
+                let finds = match (step, class == own) {
+                    (SEARCH, true) => true,
+                    (_, true) => false,
+                    (SEARCH, false) => self.access(class, tree, capacity) == Access::Demote,
+                    (_, false) => self.access(class, tree, capacity) == Access::Steal,
+                };
+                if finds {
+                    keep &= !(0xff << (8 * class));
+                }
+            }
+            if keep != noted {
+                let _ = memo.fetch_and(keep | !noted, Ordering::Relaxed);
+            }
         }
     }
 
@@ -247,13 +350,31 @@ impl<W: WriteBack> LLFree<W> {
         if self.classes.count() == 1 {
             return self.trees.search(n, near, huge, |_, _| true, own);
         }
+        let order = n.trailing_zeros();
+        if self.classes.short_of(SEARCH, class, order) {
+            return None;
+        }
         let demotable = |t: TreeId, e: Tree| {
             e.class() != own
                 && self.classes.access(class, e, self.trees.capacity(t)) == Access::Demote
         };
-        self.trees
+        let found = self
+            .trees
             .search(n, near, huge, |_, e| e.class() == own, own)
-            .or_else(|| self.trees.search(n, near, huge, demotable, own))
+            .or_else(|| self.trees.search(n, near, huge, demotable, own));
+        if found.is_none() {
+            self.classes.note_short(SEARCH, class, order);
+        }
+        found
+    }
+
+    /// Tells the searches' memo that `n` units went into the entry of `t`, which was `old`.
+    #[inline]
+    pub(super) fn credited(&self, t: TreeId, old: Tree, n: usize) {
+        if self.classes.count() > 1 {
+            let now = Tree::new(old.free() + n, old.class());
+            self.classes.credited(now, self.trees.capacity(t));
+        }
     }
 
     /// A new reservation of class `class` for `core`, or a block stolen from a tree of
@@ -269,11 +390,20 @@ impl<W: WriteBack> LLFree<W> {
         gave: &Cell<Option<u32>>,
     ) -> Renewal {
         let n = 1 << order;
-        if self.reserve(core, class, n, order, near, false) {
+        // The memo read first: a search it skips needs no move either.
+        let short = self.classes.short_of(SEARCH, class, order);
+        if !short && self.reserve(core, class, n, order, near, false) {
             return Renewal::Reserved;
         }
-        if let Some(index) = self.steal(class, order, near, gave) {
+        if let Some(index) = self.steal(class, order, gave) {
             return Renewal::Stole(index);
+        }
+        // Step 4 only where another core holds a reservation to take.
+        let others = (0..self.locals.len())
+            .filter(|l| l % self.cores != core)
+            .any(|l| self.locals[l].get().tree().is_some());
+        if !others {
+            return Renewal::Failed;
         }
         match self.reserve(core, class, n, order, near, true) {
             true => Renewal::Reserved,
@@ -281,46 +411,94 @@ impl<W: WriteBack> LLFree<W> {
         }
     }
 
-    /// Takes a block of `order` from the first tree from `near` on (wrapping around) of
-    /// another class than `class` that the policy lets a request of `class` steal from:
+    /// Takes a block of `order` from the first tree marked in the summary from the class's
+    /// last steal on (wrapping around) of another class than `class` that the policy lets a request of `class` steal from:
     /// units from the tree's counter `cU`, the block from its frames, the units given back
     /// if it has no such block. Huge orders look at the trees with most free units first
     /// (they hold whole huge frames), the others at the fullest first (to leave whole huge
     /// frames alone). `gave` gathers what its give-backs may have made findable
     /// (`LLFree::alloc_with`).
-    fn steal(
+    fn steal(&self, class: usize, order: u32, gave: &Cell<Option<u32>>) -> Option<usize> {
+        if self.classes.short_of(STEAL, class, order) {
+            return None;
+        }
+        let stolen = self.steal_walk(class, order, gave);
+        if stolen.is_none() {
+            self.classes.note_short(STEAL, class, order);
+        }
+        stolen
+    }
+
+    /// [`LLFree::steal`] without the memo.
+    fn steal_walk(&self, class: usize, order: u32, gave: &Cell<Option<u32>>) -> Option<usize> {
+        let len = self.trees.len();
+        let near = self.classes.stole_at(class) % len;
+        let huge = order >= HUGE_ORDER;
+        let try_steal = |t: TreeId| self.steal_from(t, class, order, gave);
+        // The tree of the last steal first, whatever it holds: it was the walk's choice,
+        // and while it has blocks a steal is one look.
+        if let Some(index) = try_steal(TreeId(near)) {
+            return Some(index);
+        }
+        // Two passes: first the trees the order prefers (less than half free for small
+        // orders, more for huge ones), then any; only the trees whose counters may hold
+        // units (`summary.rs`): a tree with none in `cU` has nothing to steal.
+        let prefers = |t: TreeId| (self.trees.get(t).free() * 2 > self.trees.capacity(t)) == huge;
+        for pass in 0..2 {
+            let mut trees = self.summary.marked_from(TreeId(near));
+            if let Some(index) = trees.find_map(|t| {
+                let skip = (pass == 0 && !prefers(t)) || t.0 == near;
+                (!skip).then(|| try_steal(t))?
+            }) {
+                return Some(index);
+            }
+        }
+        None
+    }
+
+    /// Takes a block of `order` from `t` for class `class` if the policy lets the class
+    /// steal from it: units from `cU`, given back if the tree has no such block.
+    fn steal_from(
         &self,
+        t: TreeId,
         class: usize,
         order: u32,
-        near: usize,
         gave: &Cell<Option<u32>>,
     ) -> Option<usize> {
         let n = 1 << order;
-        let len = self.trees.len();
-        let own = class as u8;
-        let stealable = |t: TreeId| {
-            let e = self.trees.get(t);
-            let candidate = e.class() != own && !e.offline() && e.free() >= n;
-            candidate && self.classes.access(class, e, self.trees.capacity(t)) == Access::Steal
-        };
-        let huge = order >= HUGE_ORDER;
-        // Two passes: first the trees the order prefers (less than half free for small
-        // orders, more for huge ones), then any.
-        let prefers = |t: TreeId| (self.trees.get(t).free() * 2 > self.trees.capacity(t)) == huge;
-        for pass in 0..2 {
-            for t in (0..len).map(|i| TreeId((near + i) % len)) {
-                if (pass == 0 && !prefers(t)) || !stealable(t) || !self.trees.take(t, n) {
-                    continue;
-                }
-                let first = self.children(t).start * HUGE_UNITS;
-                if let Some(index) = self.alloc_in(t, order, first) {
-                    return Some(index);
-                }
+        let e = self.trees.get(t);
+        let candidate = usize::from(e.class()) != class && !e.offline() && e.free() >= n;
+        let steal = |e| self.classes.access(class, e, self.trees.capacity(t)) == Access::Steal;
+        if !candidate || !steal(e) || !self.trees.take(t, n) {
+            return None;
+        }
+        let first = self.children(t).start * HUGE_UNITS;
+        let index = self.alloc_in(t, order, first);
+        match index {
+            Some(_) => self.classes.stole(class, t.0),
+            None => {
                 self.add_to_tree(t, n);
                 self.gave_back(gave, t, n);
             }
         }
-        None
+        index
+    }
+
+    /// For a class whose search is noted short (it has no tree to reserve): a block from
+    /// the tree of its last steal, before the refusal check and the renewal, so that a
+    /// class living on steals gets its next block in a few reads.
+    #[inline]
+    pub(super) fn steal_again(
+        &self,
+        class: usize,
+        order: u32,
+        gave: &Cell<Option<u32>>,
+    ) -> Option<usize> {
+        if self.classes.count() == 1 || !self.classes.short_of(SEARCH, class, order) {
+            return None;
+        }
+        let t = TreeId(self.classes.stole_at(class) % self.trees.len());
+        self.steal_from(t, class, order, gave)
     }
 
     /// The placement policy.
@@ -453,6 +631,44 @@ mod tests {
         }
         a.drain();
         assert_eq!(a.free_units(), 2048);
+        a.assert_consistent();
+    }
+
+    /// A class without trees of its own, that may neither demote nor steal a tree in use,
+    /// gets every free unit of the other class's trees through the complete fallback (its
+    /// searches noted short meanwhile); a tree freed whole is demoted to it again (the
+    /// note forgotten by the credit that made the tree demotable).
+    #[test]
+    fn a_class_without_trees_falls_back_and_gets_a_freed_tree_again() {
+        let fallback = |_, _, free, capacity| match free == capacity {
+            true => Access::Demote,
+            false => Access::Fallback,
+        };
+        let policy = Policy::new(5, Class::MOVABLE, |c| Class::new(c.number() % 5), fallback);
+        let a = classed(2048, 1, policy.unwrap());
+        // Both trees movable and in use: one full, one with a unit taken.
+        let movable: Vec<usize> = (0..1025).map(|_| a.alloc(0, 0).unwrap()).collect();
+        let full = tree(movable[0]);
+        assert_ne!(tree(movable[1024]), full);
+        let class = Class::new(3);
+        let mut fell_back = Vec::new();
+        while let Ok(i) = a.alloc_class(0, class, 0) {
+            assert_eq!(class_of(&a, i), Class::MOVABLE);
+            fell_back.push(i);
+        }
+        assert_eq!(fell_back.len(), 1023);
+        assert_eq!(a.free_units(), 0);
+        a.assert_consistent();
+        // Again, after each class's searches were noted short.
+        assert_eq!(a.alloc_class(0, class, 0), Err(Error::OutOfMemory));
+        for &i in movable.iter().filter(|&&i| tree(i) == full) {
+            a.free(i, 0, 0).unwrap();
+        }
+        // Reserve-on-free made it core 0's movable reservation: given back whole.
+        a.drain();
+        let demoted = a.alloc_class(0, class, 0).unwrap();
+        assert_eq!(tree(demoted), full);
+        assert_eq!(class_of(&a, demoted), class);
         a.assert_consistent();
     }
 

@@ -649,9 +649,11 @@ impl<W: WriteBack> LLFree<W> {
     /// Adds `n` units to `t`'s entry `cU`, marking the tree in the summary if it had none.
     #[inline]
     fn add_to_tree(&self, t: TreeId, n: usize) {
-        if self.trees.add(t, n) == 0 && n > 0 {
+        let old = self.trees.add(t, n);
+        if old.free() == 0 && n > 0 {
             self.summary.mark(t);
         }
+        self.credited(t, old, n);
     }
 
     /// Ends a reservation swapped out of a core; says whether there was one (whether a count
@@ -659,9 +661,11 @@ impl<W: WriteBack> LLFree<W> {
     fn release(&self, r: Reservation) -> bool {
         match r.tree() {
             Some(t) => {
-                if self.trees.unreserve(t, r.free()) == 0 && r.free() > 0 {
+                let old = self.trees.unreserve(t, r.free());
+                if old.free() == 0 && r.free() > 0 {
                     self.summary.mark(t);
                 }
+                self.credited(t, old, r.free());
                 true
             }
             None => false,
@@ -720,8 +724,9 @@ impl<W: WriteBack> LLFree<W> {
                 if !steal {
                     return None;
                 }
+                // Nothing given back, nothing new to find.
                 stole = self.release_all(Some(core));
-                self.search(class, n, near, huge)
+                stole.then(|| self.search(class, n, near, huge))?
             });
             let found = found
                 .map(|(t, free)| self.install(local, t, free))
@@ -814,8 +819,14 @@ impl<W: WriteBack> LLFree<W> {
     /// `FALLBACK_ROUNDS * MAX_PAUSE` spins.
     ///
     /// `busy` is the answer when the last of `rounds` rounds still met a move in flight.
-    fn alloc_anywhere(&self, order: u32, rounds: usize, busy: Error) -> Result<usize, Error> {
-        self.until_quiet(rounds, || self.drain(), || self.scan(order))
+    fn alloc_anywhere(
+        &self,
+        order: u32,
+        class: usize,
+        rounds: usize,
+        busy: Error,
+    ) -> Result<usize, Error> {
+        self.until_quiet(rounds, || self.drain(), || self.scan(order, class))
             .map_err(|quiet| if quiet { Error::OutOfMemory } else { busy })
     }
 
@@ -848,15 +859,20 @@ impl<W: WriteBack> LLFree<W> {
         Err(false)
     }
 
-    /// One round of the complete fallback over every tree.
-    fn scan(&self, order: u32) -> Option<usize> {
+    /// One round of the complete fallback over every tree, from the one the last steal or
+    /// fallback of class `class` took a block from on (wrapping around): a class that
+    /// only the fallback serves finds its next block there, not after every tree before it.
+    fn scan(&self, order: u32, class: usize) -> Option<usize> {
         let n = 1 << order;
-        for t in (0..self.trees.len()).map(TreeId) {
+        let len = self.trees.len();
+        let from = self.classes.stole_at(class) % len;
+        for t in (0..len).map(|i| TreeId((from + i) % len)) {
             let Some(source) = self.take_gathered(t, n) else {
                 continue;
             };
             let first = self.children(t).start * HUGE_UNITS;
             if let Some(index) = self.alloc_in(t, order, first) {
+                self.classes.stole(class, t.0);
                 return Some(index);
             }
             self.give_back(source, t, n);
@@ -1099,6 +1115,11 @@ impl<W: WriteBack> LLFree<W> {
                     None => None,
                 },
             };
+            if near.is_none() {
+                if let Some(index) = self.steal_again(slots / self.cores, order, gave) {
+                    return Ok(index);
+                }
+            }
             if self.too_few_free(n) {
                 return Err(Error::OutOfMemory);
             }
@@ -1111,7 +1132,7 @@ impl<W: WriteBack> LLFree<W> {
         }
         // The scan gives back what it took from every tree it found no block in.
         gave.set(Some(u32::MAX));
-        self.alloc_anywhere(order, rounds, busy)
+        self.alloc_anywhere(order, slots / self.cores, rounds, busy)
     }
 
     /// Notes in `gave` what a give-back of `n` units to `t` may have made findable, read

@@ -133,6 +133,7 @@ impl<W: WriteBack> LLFree<W> {
                 (!already(e) && whole(e)).then_some(new)
             })
             .map(|_| {
+                self.classes.forget();
                 // A tree back online holds units its entry did not: mark it for refusals
                 // (`summary.rs`), as every raise of a count from 0 does.
                 if to.is_some() {

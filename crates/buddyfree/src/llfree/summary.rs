@@ -89,6 +89,34 @@ impl Summary {
         })
     }
 
+    /// The trees whose bits are set, from tree `from` on, wrapping around to those before
+    /// it (each word read once, with acquire; the word of `from` twice, its bits at and
+    /// after `from` first, those before it last): the candidates of a walk that starts
+    /// where the last one ended, as the classes' steal (`classes.rs`).
+    pub(crate) fn marked_from(&self, from: TreeId) -> impl Iterator<Item = TreeId> + '_ {
+        let len = self.words.len();
+        let (first, bit) = (from.0 / BITS, from.0 % BITS);
+        let at = move |i: usize| {
+            let w = (first + i) % len;
+            let bits = self.words[w].load(Ordering::Acquire);
+            let bits = match i {
+                0 => bits & (u64::MAX << bit),
+                i if i == len => bits & !(u64::MAX << bit),
+                _ => bits,
+            };
+            (w, bits)
+        };
+        (0..=len).map(at).flat_map(|(w, mut bits)| {
+            core::iter::from_fn(move || {
+                (bits != 0).then(|| {
+                    let t = bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    TreeId(w * BITS + t)
+                })
+            })
+        })
+    }
+
     /// Clears `t`'s bit, read as stale, and sets it again if `has_free` (a read of `cU`
     /// after the clear) says the entry holds units. Only inside a reservation move.
     pub(crate) fn clear_stale(&self, t: TreeId, has_free: impl Fn() -> bool) {

@@ -154,10 +154,10 @@ impl Trees {
 
     #[inline]
     /// Gives `n` units back to the global counter (frees from cores not holding the tree);
-    /// returns the free units it had before. `SeqCst`, as every change of an entry
-    /// (`atomic.rs`): the refusal memo's argument (`refusal.rs`).
-    pub(crate) fn add(&self, t: TreeId, n: usize) -> usize {
-        Tree(self.entries[t.0].fetch_add(n as u32, Ordering::SeqCst)).free()
+    /// returns the entry it replaced. `SeqCst`, as every change of an entry (`atomic.rs`):
+    /// the refusal memo's argument (`refusal.rs`).
+    pub(crate) fn add(&self, t: TreeId, n: usize) -> Tree {
+        Tree(self.entries[t.0].fetch_add(n as u32, Ordering::SeqCst))
     }
 
     #[inline]
@@ -190,14 +190,14 @@ impl Trees {
     }
 
     #[inline]
-    /// Ends a reservation, returning the per-core count `free` to `cU`; returns the free
-    /// units `cU` had before.
-    pub(crate) fn unreserve(&self, t: TreeId, free: usize) -> usize {
+    /// Ends a reservation, returning the per-core count `free` to `cU`; returns the entry it
+    /// replaced.
+    pub(crate) fn unreserve(&self, t: TreeId, free: usize) -> Tree {
         let before = self.entries[t.0].try_change(|e| {
             debug_assert!(Tree(e).reserved());
             Some((e & !RESERVED) + free as u32)
         });
-        Tree(before.unwrap_or_else(|e| e)).free()
+        Tree(before.unwrap_or_else(|e| e))
     }
 
     fn fill(&self, tree: Tree) -> Fill {
@@ -322,7 +322,7 @@ mod tests {
         assert_eq!(t.search(50, 0, false, ANY, 0), Some((TreeId(33), 130)));
         assert_eq!(t.search(50, 0, false, ANY, 0), Some((TreeId(17), 100)));
         assert_eq!(t.search(1, 0, false, ANY, 0), None);
-        assert_eq!(t.unreserve(TreeId(32), 480), 0);
+        assert_eq!(t.unreserve(TreeId(32), 480).free(), 0);
         assert_eq!(t.get(TreeId(32)), Tree::new(480, 0));
     }
 
