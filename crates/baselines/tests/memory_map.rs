@@ -124,7 +124,12 @@ fn check_map(
                         Ok(order),
                         "{name} {n}: order_at({index})"
                     );
-                    assert_eq!(alloc.free(index, order, core), model.free(index, order, 0));
+                    let want = model.free(index, order, 0);
+                    // The baselines keep no boot reservation: they free what the published
+                    // allocators (and the model) refuse, so those frees are not asked.
+                    if want != Err(Error::Reserved) || buddyfree::registry::find(name).is_some() {
+                        assert_eq!(alloc.free(index, order, core), want, "{name} {n}");
+                    }
                 }
             }
             Step::FreeRange(start, len) => {

@@ -151,6 +151,10 @@ pub(crate) fn reserve_range(units: &mut impl Units, start: usize, len: usize) ->
 /// See [`BlockAlloc::free_range`].
 pub(crate) fn free_range(units: &mut impl Units, start: usize, len: usize) -> Result<(), Error> {
     let end = check_range(units, start, len)?;
+    if len == 0 {
+        // Nothing to free, so nothing to cut.
+        return Ok(());
+    }
     // Validate first: every unit allocated.
     let mut at = start;
     while at < end {
@@ -192,7 +196,7 @@ pub(crate) fn free_recorded(
 ) -> Result<(), Error> {
     let end = check_range(units, start, len)?;
     if len == 0 {
-        return Ok(());
+        return free_range(units, start, len);
     }
     let cut_start = units.block_of(start)?.map_or(start, |(first, _)| first);
     let cut_end = match end < units.total_units() {
