@@ -425,7 +425,11 @@ fn check(name: &str, zones: &dyn BlockAlloc, layout: &Layout, steps: &[Step]) {
                 if let Some(&(index, order)) = live.get(pick % live.len().max(1)) {
                     let (z, inner) = reference.zone_of(index).unwrap();
                     let want = reference.zones[z].1.free(inner, order, 0);
-                    assert_eq!(zones.free(index, order, core), want, "{what}");
+                    // The baselines keep no boot reservation: they free what the published
+                    // allocators (and the model) refuse, so those frees are not asked.
+                    if want != Err(Error::Reserved) || buddyfree::registry::find(name).is_some() {
+                        assert_eq!(zones.free(index, order, core), want, "{what}");
+                    }
                 }
             }
             Step::InZone(op, z, start, len) => {
