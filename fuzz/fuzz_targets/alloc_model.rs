@@ -11,7 +11,7 @@
 
 #![no_main]
 
-use buddyfree::magazine::Magazine;
+use buddyfree::magazine::{Magazine, Plain};
 use buddyfree::{BlockAlloc, Config};
 use buddyfree_baselines::registry;
 use libfuzzer_sys::fuzz_target;
@@ -79,7 +79,7 @@ fuzz_target!(|data: &[u8]| {
         run.check_next_block(&*inner, entry.name);
         if inner.block_of(0) != Err(buddyfree::Error::Unsupported) {
             // The full lists: this small heap would get the shortest.
-            let fast = Magazine::new(inner, 3).expect("magazines adopt what can be named");
+            let fast = Magazine::new(Plain(inner), 3).expect("magazines adopt what can be named");
             let fast = fast.with_parking_limit(usize::MAX);
             run.run(&fast, after);
             run.check_next_block(&fast, entry.name);
