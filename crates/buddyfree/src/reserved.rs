@@ -29,7 +29,12 @@ use crate::Error;
 /// The most separate reserved runs an allocator remembers: a memory map's holes, each a run,
 /// after every usable range between them was freed. More are refused with
 /// [`Error::Unsupported`], changing nothing.
-pub const MAX_RESERVED_RUNS: usize = 128;
+pub const MAX_RESERVED_RUNS: usize = if cfg!(loom) {
+    // loom's threads have small stacks, and its models reserve nothing.
+    8
+} else {
+    128
+};
 
 /// Words of chunk bits: 1024 chunks.
 const CHUNK_WORDS: usize = 16;
