@@ -196,7 +196,7 @@ pub(crate) fn free_recorded(
 ) -> Result<(), Error> {
     let end = check_range(units, start, len)?;
     if len == 0 {
-        return free_range(units, start, len);
+        return Ok(());
     }
     let cut_start = units.block_of(start)?.map_or(start, |(first, _)| first);
     let cut_end = match end < units.total_units() {
