@@ -1277,6 +1277,24 @@ impl<W: WriteBack> LLFree<W> {
     }
 }
 
+impl<W: WriteBack> LLFree<W> {
+    /// [`BlockAlloc::free`] with `reserved`, the boot reservation's check (waiting or not).
+    #[inline(always)]
+    fn free_checked(
+        &self,
+        index: usize,
+        order: u32,
+        core: usize,
+        reserved: fn(&Reserved, usize, u32) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        check_block(index, order, self.max_order, self.units)?;
+        reserved(&self.reserved, index, order)?;
+        self.lower.free(index, order)?;
+        self.freed(index, 1 << order, core);
+        Ok(())
+    }
+}
+
 impl<W: WriteBack> BlockAlloc for LLFree<W> {
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
         self.alloc_remembered(order, core, self.default_slots, FALLBACK_ROUNDS)
@@ -1332,21 +1350,13 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
     }
 
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        check_block(index, order, self.max_order, self.units)?;
-        self.reserved.check_free(index, order)?;
-        self.lower.free(index, order)?;
-        self.freed(index, 1 << order, core);
-        Ok(())
+        self.free_checked(index, order, core, Reserved::check_free)
     }
 
     /// The same as `free`, which waits for no other core (but for a range operation's
     /// update of the reservation, next to reserved units: [`Error::WouldBlock`]).
     fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        check_block(index, order, self.max_order, self.units)?;
-        self.reserved.try_check_free(index, order)?;
-        self.lower.free(index, order)?;
-        self.freed(index, 1 << order, core);
-        Ok(())
+        self.free_checked(index, order, core, Reserved::try_check_free)
     }
 
     /// Blocks of orders 0..=8 that follow each other in `blocks` within one huge frame are
