@@ -5,8 +5,6 @@
 //! publish.
 
 use alloc::boxed::Box;
-use alloc::vec::Vec;
-use std::sync::OnceLock;
 
 use buddyfree::buddy::Knuth;
 use buddyfree::magazine::Settings;
@@ -42,7 +40,7 @@ pub struct Entry {
 
 impl Entry {
     /// The same entry as buddyfree's `published`.
-    fn from_published(published: &buddyfree::registry::Entry) -> Self {
+    const fn from_published(published: &buddyfree::registry::Entry) -> Self {
         Entry {
             name: published.name,
             about: published.about,
@@ -62,20 +60,29 @@ impl Entry {
 }
 
 /// Every allocator: the model first (the reference), then buddyfree's, then the baselines.
+#[must_use]
 pub fn entries() -> &'static [Entry] {
-    static ENTRIES: OnceLock<Vec<Entry>> = OnceLock::new();
-    ENTRIES.get_or_init(|| {
-        let published = buddyfree::registry::entries()
-            .iter()
-            .map(Entry::from_published);
-        MODEL
-            .iter()
-            .copied()
-            .chain(published)
-            .chain(BASELINES.iter().copied())
-            .collect()
-    })
+    &ENTRIES
 }
+
+const PUBLISHED: &[buddyfree::registry::Entry] = buddyfree::registry::entries();
+
+/// Built at compile time, not on first use: no lazy initialisation for threads to meet in
+/// (whose ordering ThreadSanitizer cannot see inside an uninstrumented `std`).
+static ENTRIES: [Entry; MODEL.len() + PUBLISHED.len() + BASELINES.len()] = {
+    let mut all = [MODEL[0]; MODEL.len() + PUBLISHED.len() + BASELINES.len()];
+    let mut i = 0;
+    while i < PUBLISHED.len() {
+        all[MODEL.len() + i] = Entry::from_published(&PUBLISHED[i]);
+        i += 1;
+    }
+    let mut i = 0;
+    while i < BASELINES.len() {
+        all[MODEL.len() + PUBLISHED.len() + i] = BASELINES[i];
+        i += 1;
+    }
+    all
+};
 
 /// The entry named `name`, if any.
 #[must_use]

@@ -172,7 +172,8 @@ macro_rules! magazine_metadata {
 pub const ANY_ORDER: u32 = usize::BITS - 1;
 
 /// All registered allocators.
-pub fn entries() -> &'static [Entry] {
+#[must_use]
+pub const fn entries() -> &'static [Entry] {
     ENTRIES
 }
 
