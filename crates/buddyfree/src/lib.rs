@@ -109,6 +109,11 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
+#[cfg(all(loom, not(feature = "loom")))]
+compile_error!(
+    "`--cfg loom` model-checks buddyfree with loom's atomics: enable its `loom` feature too"
+);
+
 #[cfg(any(feature = "alloc", test))]
 extern crate alloc;
 #[cfg(feature = "std")]
