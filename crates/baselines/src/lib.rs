@@ -8,6 +8,8 @@
 //!   behind Linux-like per-CPU lists) and [`migrate`] (Knuth's buddy with Linux's free lists
 //!   per migrate type).
 //! - [`stats`]: the fragmentation figures of the bench's `frag` workload.
+//! - [`crash`]: crash injection into LLFree's persistent zones, for the tests and the bench's
+//!   `crash` workload.
 //! - [`registry`]: every allocator by name, buddyfree's published ones and the baselines, for
 //!   buddybench and the tests.
 //!
@@ -28,6 +30,8 @@
 extern crate alloc;
 
 mod buddy;
+#[cfg(not(loom))]
+pub mod crash;
 pub mod linux;
 pub mod list;
 pub mod migrate;

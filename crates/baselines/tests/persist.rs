@@ -13,11 +13,11 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use buddyfree::llfree::persist::crash::{self, Form, Injector, Plan, Run};
 use buddyfree::llfree::persist::{Durability, PersistError, PersistentLLFree, Recovery};
 use buddyfree::llfree::Options;
 use buddyfree::magazine::{Backend, Magazine};
 use buddyfree::{BlockAlloc, Config, Error};
+use buddyfree_baselines::crash::{self, Form, Injector, Plan, Run};
 use common::{Owners, Rng};
 use proptest::prelude::*;
 

@@ -307,7 +307,7 @@ fn write_run(
 
 fn main() -> ExitCode {
     // The crash workload re-executes this binary as its worker process.
-    buddyfree::llfree::persist::crash::run_worker_if_asked();
+    buddyfree_baselines::crash::run_worker_if_asked();
     let cli = Cli::parse();
     if cli.list {
         list();

@@ -4,7 +4,7 @@
 //! allocator): `buddybench --workload crash`.
 //!
 //! Each injection: the worker (this binary, re-executed with
-//! [`crash::WORKER_ENV`](buddyfree::llfree::persist::crash::WORKER_ENV) set) opens the
+//! [`crash::WORKER_ENV`](buddyfree_baselines::crash::WORKER_ENV) set) opens the
 //! clean zone and runs `threads` threads holding up to [`SLOTS`] blocks each of orders
 //! 0..=10; it is killed 1–20 ms after its threads started. Recovery must succeed, keep every
 //! block the worker had recorded, and lose at most the blocks of its operations in flight.
@@ -19,10 +19,10 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use buddyfree::llfree::persist::crash::{Form, Injector, Plan, Run};
 use buddyfree::llfree::persist::{Durability, PersistentLLFree};
 use buddyfree::llfree::Options;
 use buddyfree::Config;
+use buddyfree_baselines::crash::{Form, Injector, Plan, Run};
 use serde::Serialize;
 
 use super::rng::Rng;

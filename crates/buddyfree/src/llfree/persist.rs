@@ -64,12 +64,6 @@
 
 #![cfg_attr(docsrs, doc(cfg(feature = "persist")))]
 
-// The fault-injection harness (re-executes the process as a killed worker) is test
-// machinery, not part of the allocator's API: built only for buddyfree's own tests and
-// buddybench's `crash` workload, which enable `testing`.
-#[cfg(feature = "testing")]
-#[doc(hidden)]
-pub mod crash;
 mod flush;
 mod header;
 
@@ -184,6 +178,16 @@ impl std::error::Error for PersistError {
         match self {
             PersistError::Io(e) => Some(e),
             _ => None,
+        }
+    }
+}
+
+/// A lower level LLFree could not take, as the error of the zone that holds it.
+impl From<RecoverError> for PersistError {
+    fn from(e: RecoverError) -> Self {
+        match e {
+            RecoverError::Config(e) => PersistError::Config(e),
+            RecoverError::Corrupt { frame, what } => PersistError::Corrupt { frame, what },
         }
     }
 }
@@ -499,10 +503,7 @@ impl Mapped {
                 None,
             )
         };
-        let alloc = alloc.map_err(|e| match e {
-            RecoverError::Config(e) => PersistError::Config(e),
-            RecoverError::Corrupt { frame, what } => PersistError::Corrupt { frame, what },
-        })?;
+        let alloc = alloc?;
         Ok(PersistentLLFree {
             alloc,
             map: self.map,

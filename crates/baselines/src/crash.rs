@@ -1,4 +1,4 @@
-//! Crash injection (§5.7): a worker process allocates and frees on a zone at random while
+//! Crash injection into LLFree's persistent zones (as in §5.7 of the LLFree paper): a worker process allocates and frees on a zone at random while
 //! recording what it holds in a side file, another process kills it with SIGKILL, reopens
 //! the zone and checks the recovered state against the record. Used by the tests and by
 //! buddybench's `crash` workload; each re-executes its own binary as the worker, which calls
@@ -33,10 +33,11 @@ use std::{format, thread, vec};
 
 use memmap2::MmapMut;
 
-use super::{Durability, PersistError, PersistentLLFree, Recovery};
-use crate::llfree::{Init, LLFree, Options, RecoverError};
-use crate::sync::atomic::{AtomicU64, Ordering};
-use crate::{BlockAlloc, Config};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use buddyfree::llfree::persist::{Durability, PersistError, PersistentLLFree, Recovery};
+use buddyfree::llfree::{Init, LLFree, Options};
+use buddyfree::{BlockAlloc, Config};
 
 /// The environment variable that turns a process into a crash worker; its value is the
 /// worker's [`Plan`] and files.
@@ -125,10 +126,7 @@ impl MappedLower {
         // SAFETY: the page-aligned mapping of the whole file, ours alone while `map` lives,
         // and `map` outlives the allocator (it is dropped after it).
         let alloc = unsafe { LLFree::from_raw_lower(config, options, init, base, map.len()) };
-        let alloc = alloc.map_err(|e| match e {
-            RecoverError::Corrupt { frame, what } => PersistError::Corrupt { frame, what },
-            RecoverError::Config(e) => PersistError::Config(e),
-        })?;
+        let alloc = alloc?;
         Ok(MappedLower { alloc, map })
     }
 
@@ -566,7 +564,7 @@ fn worker(spec: &str) -> Result<(), String> {
 }
 
 /// Puts the block of a single allocation, if it succeeded, first in `got`; how many.
-fn one(allocated: Result<usize, crate::Error>, got: &mut [usize]) -> usize {
+fn one(allocated: Result<usize, buddyfree::Error>, got: &mut [usize]) -> usize {
     allocated.map(|index| got[0] = index).map_or(0, |()| 1)
 }
 
