@@ -511,8 +511,9 @@ mod tests {
         let bytes = unaligned_bytes(plan.layout());
         assert_eq!(bytes, 24 + 7);
         let mut memory = Box::new([0u64; 8]);
-        let base = NonNull::from(&mut *memory).cast::<u8>();
         for start in 0..8 {
+            // Taken anew each round: the reads and the `fill` below end the last one's borrow.
+            let base = NonNull::from(&mut *memory).cast::<u8>();
             // SAFETY: `start + bytes` is within `memory`, which outlives every use below.
             unsafe {
                 let meta = Metadata::caller(&plan, base.add(start), bytes).unwrap();
