@@ -125,60 +125,46 @@ impl<const LEVELS: u32, const COUNT: u32, const GEN: u32> Kind for Guarded<LEVEL
 }
 
 /// The generations a free read at the cells where it set its coalescing bits (Alg. 4, F9),
-/// for the first [`Seen::LEVELS`] cell levels above its node: its UNMARK trusts a coalescing
-/// bit only while the generation is unchanged, and re-checks the child where none is known.
-/// In guarded cells a generation recorded here is also a registration, which the free must
-/// end (by its UNMARK's CAS, or by leaving) before it returns. A short array, left
-/// uninitialised but for the entries `known` names, so that setting it up writes nothing
-/// before the free's next locked instruction (which would wait for those stores); only climbs
-/// of more than 32 cell levels (1-level trees of `max_order` above 32, unguarded) take the
-/// re-checking path for their top levels.
+/// by cell level: its UNMARK trusts a coalescing bit only while the generation is unchanged,
+/// and re-checks the child where none is known. In guarded cells a generation recorded here
+/// is also a registration, which the free must end (by its UNMARK's CAS, or by leaving)
+/// before it returns. An entry for every cell level a forest can have (`max_order` is below
+/// 64, so at most 64 of them), left uninitialised but for the entries `known` names, so that
+/// setting it up writes nothing before the free's next locked instruction (which would wait
+/// for those stores).
 struct Seen {
-    /// The cell level of the freed node.
-    home: usize,
     /// Which entries of `gens` hold a generation: exactly those `set` wrote.
-    known: u32,
-    /// By levels climbed, from the node's parent cell up.
-    gens: [MaybeUninit<u64>; Seen::LEVELS],
+    known: u64,
+    /// By cell level.
+    gens: [MaybeUninit<u64>; 64],
 }
 
 impl Seen {
-    const LEVELS: usize = 32;
-
     #[inline]
-    fn new(home: usize) -> Self {
+    fn new() -> Self {
         Seen {
-            home,
             known: 0,
-            gens: [const { MaybeUninit::uninit() }; Self::LEVELS],
+            gens: [const { MaybeUninit::uninit() }; 64],
         }
-    }
-
-    /// Whether a generation read at cell level `level` can be recorded.
-    #[inline]
-    fn fits(&self, level: usize) -> bool {
-        self.home - 1 - level < Self::LEVELS
     }
 
     #[inline]
     fn set(&mut self, level: usize, gen: u64) {
-        let i = self.home - 1 - level;
-        if i < Self::LEVELS {
-            self.gens[i] = MaybeUninit::new(gen);
-            self.known |= 1 << i;
-        }
+        self.gens[level] = MaybeUninit::new(gen);
+        self.known |= 1 << level;
     }
 
     /// The generation recorded at `level`, forgotten.
     #[inline]
     fn take(&mut self, level: usize) -> Option<u64> {
-        let i = self.home - 1 - level;
-        if i >= Self::LEVELS || self.known & (1 << i) == 0 {
+        let bit = 1 << level;
+        if self.known & bit == 0 {
             return None;
         }
-        self.known &= !(1 << i);
-        // SAFETY: bit `i` of `known` is set only by `set`, which initialised `gens[i]` first.
-        Some(unsafe { self.gens[i].assume_init() })
+        self.known &= !bit;
+        // SAFETY: bit `level` of `known` is set only by `set`, which initialised
+        // `gens[level]` first.
+        Some(unsafe { self.gens[level].assume_init() })
     }
 
     /// Whether any generation is still recorded.
@@ -233,6 +219,31 @@ struct Place {
     level: usize,
     cell: usize,
     j: u32,
+}
+
+/// The cell table and the first cell of each cell level, copied out of the forest for a
+/// climb. The forest holds atomics of its own (the refusal memo, the reservation), so the
+/// compiler must assume that any atomic operation may change its fields and reloads them
+/// (and checks their bounds again) at every step; a climb that goes through a copy keeps
+/// the two slices in registers.
+struct Cells<'a, A> {
+    cells: &'a [A],
+    starts: &'a [usize],
+}
+
+impl<A> Clone for Cells<'_, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<A> Copy for Cells<'_, A> {}
+
+impl<'a, A> Cells<'a, A> {
+    /// Cell `cell` of cell level `level`.
+    #[inline(always)]
+    fn get(self, level: usize, cell: usize) -> &'a A {
+        &self.cells[self.starts[level] + cell]
+    }
 }
 
 /// A forest of `roots` trees of height `max_order`, cut into cells of `K` levels from the
@@ -413,9 +424,17 @@ impl<K: Kind> Forest<K> {
         }
     }
 
+    #[inline(always)]
+    fn table(&self) -> Cells<'_, K::Atomic> {
+        Cells {
+            cells: &self.cells,
+            starts: &self.level_start,
+        }
+    }
+
     #[inline]
     fn cell(&self, level: usize, cell: usize) -> &K::Atomic {
-        &self.cells[self.level_start[level] + cell]
+        self.table().get(level, cell)
     }
 
     /// The parent cell of `cell` and which of its children `cell` is.
@@ -436,7 +455,8 @@ impl<K: Kind> Forest<K> {
     fn try_alloc(&self, node: Node, rows: u32) -> Result<(), Node> {
         let at = self.place(node);
         let done = at.level == 0;
-        let home = self.cell(at.level, at.cell);
+        let table = self.table();
+        let home = table.get(at.level, at.cell);
         // T2. Acquire: the node, or an in-cell ancestor, may have just been freed by another
         // thread; its writes to those units must happen before the caller's. In a root cell
         // there is no climb: the reservation completes the allocation.
@@ -461,8 +481,8 @@ impl<K: Kind> Forest<K> {
             // T8-T15. Acquire, as for T2: this ancestor may have been freed just now. Release:
             // an UNMARK that reads this mark's generation must also see the marks below it
             // (see `unmark`).
-            let r = self
-                .cell(level, cell)
+            let r = table
+                .get(level, cell)
                 .try_update(Ordering::AcqRel, |w| Self::S.mark(w, ch).ok());
             trace!("mark {level}/{cell} ch {ch} -> {r:x?}");
             if let Err(seen) = r {
@@ -509,7 +529,7 @@ impl<K: Kind> Forest<K> {
     /// seen), as a free's does where its coalescing bit was taken.
     #[inline(always)]
     fn release(&self, at: Place, now: State, marked: usize) {
-        let mut seen = Seen::new(at.level);
+        let mut seen = Seen::new();
         self.mark_coalescing(at, now, marked, &mut seen);
         let now = self.clear(at);
         self.unmark(at, now, &mut seen);
@@ -523,12 +543,14 @@ impl<K: Kind> Forest<K> {
         if !Self::S.keeps_climbing(now, Self::S.node_bits(at.j)) {
             return;
         }
+        let table = self.table();
         let (mut level, mut cell) = (at.level, at.cell);
         while level > 0 {
             let (up, ch) = Self::parent(cell);
             level -= 1;
             cell = up;
-            let Some(old) = self.coalesce(level, cell, ch, level >= marked, seen) else {
+            let here = table.get(level, cell);
+            let Some(old) = Self::coalesce(here, level, ch, level >= marked, seen) else {
                 return;
             };
             if !Self::S.keeps_climbing(old, Self::S.child_bits(ch)) {
@@ -537,30 +559,22 @@ impl<K: Kind> Forest<K> {
         }
     }
 
-    /// F9 at one cell: sets the coalescing bit of child `ch` of `cell` at `level` and, where
-    /// the cell is guarded and `seen` can record it, registers (module docs); records the
-    /// generation read. `own`: the link carries the caller's own mark; otherwise (a rollback
+    /// F9 at one cell: sets the coalescing bit of child `ch` of `here` (at `level`) and, where
+    /// the cell is guarded, registers (module docs); records the generation read. `own`: the link carries the caller's own mark; otherwise (a rollback
     /// above its marks, see `release`) only a link that is set and live, and `None` if it is
     /// not. The cell's state after.
     #[inline(always)]
     fn coalesce(
-        &self,
+        here: &K::Atomic,
         level: usize,
-        cell: usize,
         ch: u32,
         own: bool,
         seen: &mut Seen,
     ) -> Option<State> {
         let coal = Self::S.coal_bit(ch);
-        let here = self.cell(level, cell);
-        let fits = seen.fits(level);
         let mut registered = false;
         let mut coalesce = |w: State| {
-            let (w, r) = if fits {
-                Self::S.register(w | coal)
-            } else {
-                (w | coal, false)
-            };
+            let (w, r) = Self::S.register(w | coal);
             registered = r;
             w
         };
@@ -571,7 +585,7 @@ impl<K: Kind> Forest<K> {
                 here.try_update(Ordering::Acquire, |w| Some(coalesce(w)))
                     .unwrap_or_else(|w| w)
             } else {
-                registered = fits;
+                registered = true;
                 here.fetch_or(coal, Ordering::Acquire)
             }
         } else {
@@ -585,7 +599,7 @@ impl<K: Kind> Forest<K> {
             })
             .ok()?
         };
-        trace!("coal {level}/{cell} ch {ch} -> {old:x} registered {registered}");
+        trace!("coal {level} ch {ch} -> {old:x} registered {registered}");
         debug_assert!(
             Self::S.link_live(old, ch),
             "coalescing below a node: {old:x}"
@@ -650,6 +664,7 @@ impl<K: Kind> Forest<K> {
     fn unmark(&self, at: Place, now: State, seen: &mut Seen) {
         // `Some(state)` while climbing: the state of the cell below after our last step.
         let mut below = Self::S.looks_free(now).then_some(now);
+        let table = self.table();
         let (mut level, mut cell) = (at.level, at.cell);
         while level > 0 {
             let ch;
@@ -657,7 +672,7 @@ impl<K: Kind> Forest<K> {
             level -= 1;
             let reg = seen.take(level);
             below = if below.is_some() {
-                self.unlink(level, cell, ch, reg)
+                self.unlink(table.get(level, cell), level, cell, ch, reg)
             } else if !Self::S.is_guarded() || !(reg.is_some() || seen.any()) {
                 return;
             } else if reg.is_some() {
@@ -671,13 +686,19 @@ impl<K: Kind> Forest<K> {
         }
     }
 
-    /// One level of UNMARK (U8-U11): clears the link to child `ch` of `cell` at `level` if
-    /// the child is free and no mark came since generation `reg` (`None`: not read, or not
-    /// registered). Returns the cell's state after the step, or `None` where the UNMARK
+    /// One level of UNMARK (U8-U11): clears the link to child `ch` of `here`, cell `cell` at
+    /// `level`, if the child is free and no mark came since generation `reg` (`None`: not
+    /// read, or not registered). Returns the cell's state after the step, or `None` where the UNMARK
     /// stops here (the child is occupied, or the cell is left to its sweeper).
     #[inline(always)]
-    fn unlink(&self, level: usize, cell: usize, ch: u32, mut reg: Option<u64>) -> Option<State> {
-        let here = self.cell(level, cell);
+    fn unlink(
+        &self,
+        here: &K::Atomic,
+        level: usize,
+        cell: usize,
+        ch: u32,
+        mut reg: Option<u64>,
+    ) -> Option<State> {
         loop {
             let mut step = Step::GaveUp;
             // AcqRel: acquire the frees merged below (the buddy's release), release them,
@@ -922,7 +943,7 @@ impl<K: Kind> Forest<K> {
             .cell(at.level, at.cell)
             .try_update(Ordering::Relaxed, |w| Self::S.claim(w, at.j))
             .expect("the block is allocated");
-        let mut seen = Seen::new(at.level);
+        let mut seen = Seen::new();
         self.mark_coalescing(at, now, 0, &mut seen);
         let now = self.clear(at);
         Stalled {
