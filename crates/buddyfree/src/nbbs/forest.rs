@@ -221,28 +221,71 @@ struct Place {
     j: u32,
 }
 
-/// The cell table and the first cell of each cell level, copied out of the forest for a
-/// climb. The forest holds atomics of its own (the refusal memo, the reservation), so the
-/// compiler must assume that any atomic operation may change its fields and reloads them
-/// (and checks their bounds again) at every step; a climb that goes through a copy keeps
-/// the two slices in registers.
-struct Cells<'a, A> {
-    cells: &'a [A],
+/// The cells above a cell, from its parent up to its root cell, each with the child the
+/// climb comes up through: the path of every climb (an allocation's marks, a free's
+/// coalescing marks and its UNMARK).
+///
+/// It holds the cell table and the first cell of each level, copied out of the forest. The
+/// forest holds atomics of its own (the refusal memo, the reservation), so the compiler must
+/// assume that any atomic operation may change its fields, and would reload the tables (and
+/// check their bounds again) at every step. The steps check no bounds either: the invariant
+/// `level < starts.len()` and `starts[level] + cell < cells.len()` is checked once, at the
+/// start ([`Forest::climb`]), and each step keeps it: the level goes down, and the index
+/// does not grow, since `starts` increases with the level ([`Forest::build`]) and a parent's
+/// number is its child's shifted right.
+struct Climb<'a, K: Kind> {
+    cells: &'a [K::Atomic],
     starts: &'a [usize],
+    level: usize,
+    cell: usize,
 }
 
-impl<A> Clone for Cells<'_, A> {
+/// A step of a [`Climb`]: cell `cell` of cell level `level`, its word, and which of its
+/// children the climb came from.
+struct Up<'a, A> {
+    level: usize,
+    cell: usize,
+    ch: u32,
+    word: &'a A,
+}
+
+impl<K: Kind> Clone for Climb<'_, K> {
     fn clone(&self) -> Self {
-        *self
+        Climb { ..*self }
     }
 }
-impl<A> Copy for Cells<'_, A> {}
 
-impl<'a, A> Cells<'a, A> {
-    /// Cell `cell` of cell level `level`.
+impl<'a, K: Kind> Climb<'a, K> {
+    /// The word of the cell the climb is at: its start, before the first step.
     #[inline(always)]
-    fn get(self, level: usize, cell: usize) -> &'a A {
-        &self.cells[self.starts[level] + cell]
+    fn here(&self) -> &'a K::Atomic {
+        // SAFETY: the invariant of `Climb`: both indices are in bounds.
+        unsafe {
+            self.cells
+                .get_unchecked(*self.starts.get_unchecked(self.level) + self.cell)
+        }
+    }
+}
+
+impl<'a, K: Kind> Iterator for Climb<'a, K> {
+    type Item = Up<'a, K::Atomic>;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.level == 0 {
+            return None;
+        }
+        let (cell, ch) = Forest::<K>::parent(self.cell);
+        self.level -= 1;
+        self.cell = cell;
+        // Keeps the invariant (see `Climb`).
+        let word = self.here();
+        Some(Up {
+            level: self.level,
+            cell,
+            ch,
+            word,
+        })
     }
 }
 
@@ -424,17 +467,28 @@ impl<K: Kind> Forest<K> {
         }
     }
 
-    #[inline(always)]
-    fn table(&self) -> Cells<'_, K::Atomic> {
-        Cells {
-            cells: &self.cells,
-            starts: &self.level_start,
-        }
-    }
-
     #[inline]
     fn cell(&self, level: usize, cell: usize) -> &K::Atomic {
-        self.table().get(level, cell)
+        &self.cells[self.level_start[level] + cell]
+    }
+
+    /// The climb from the cell at `at` up to its root cell.
+    ///
+    /// # Panics
+    /// If the cell is not in the table, as [`Forest::cell`] (a node out of range: never, for
+    /// a checked block).
+    #[inline(always)]
+    fn climb(&self, at: Place) -> Climb<'_, K> {
+        assert!(
+            self.level_start[at.level] + at.cell < self.cells.len(),
+            "cell {at:?} out of the table"
+        );
+        Climb {
+            cells: &self.cells,
+            starts: &self.level_start,
+            level: at.level,
+            cell: at.cell,
+        }
     }
 
     /// The parent cell of `cell` and which of its children `cell` is.
@@ -455,8 +509,8 @@ impl<K: Kind> Forest<K> {
     fn try_alloc(&self, node: Node, rows: u32) -> Result<(), Node> {
         let at = self.place(node);
         let done = at.level == 0;
-        let table = self.table();
-        let home = table.get(at.level, at.cell);
+        let climb = self.climb(at);
+        let home = climb.here();
         // T2. Acquire: the node, or an in-cell ancestor, may have just been freed by another
         // thread; its writes to those units must happen before the caller's. In a root cell
         // there is no climb: the reservation completes the allocation.
@@ -473,21 +527,17 @@ impl<K: Kind> Forest<K> {
             let failed = Self::S.reserve(seen, at.j).unwrap_err();
             return Err(self.node(at.level, at.cell, failed));
         }
-        let (mut level, mut cell) = (at.level, at.cell);
-        while level > 0 {
-            let (up, ch) = Self::parent(cell);
-            level -= 1;
-            cell = up;
+        for up in climb {
             // T8-T15. Acquire, as for T2: this ancestor may have been freed just now. Release:
             // an UNMARK that reads this mark's generation must also see the marks below it
             // (see `unmark`).
-            let r = table
-                .get(level, cell)
-                .try_update(Ordering::AcqRel, |w| Self::S.mark(w, ch).ok());
-            trace!("mark {level}/{cell} ch {ch} -> {r:x?}");
+            let r = up
+                .word
+                .try_update(Ordering::AcqRel, |w| Self::S.mark(w, up.ch).ok());
+            trace!("mark {}/{} ch {} -> {r:x?}", up.level, up.cell, up.ch);
             if let Err(seen) = r {
-                let failed = Self::S.mark(seen, ch).unwrap_err();
-                return Err(self.roll_back(at, level, cell, failed));
+                let failed = Self::S.mark(seen, up.ch).unwrap_err();
+                return Err(self.roll_back(at, up.level, up.cell, failed));
             }
         }
         // Relaxed: a free of this block learns of it through the caller, which orders it
@@ -530,30 +580,34 @@ impl<K: Kind> Forest<K> {
     #[inline(always)]
     fn release(&self, at: Place, now: State, marked: usize) {
         let mut seen = Seen::new();
-        self.mark_coalescing(at, now, marked, &mut seen);
+        let climb = self.climb(at);
+        self.mark_coalescing(climb.clone(), at.j, now, marked, &mut seen);
         let now = self.clear(at);
-        self.unmark(at, now, &mut seen);
+        self.unmark(climb, now, &mut seen);
     }
 
-    /// F6-F19: marks the ancestors coalescing, as far as the merge may reach, recording the
-    /// generation of each cell marked. Above cell level `marked` (see `release`) only links
-    /// that are set and live.
+    /// F6-F19: marks the ancestors coalescing along `climb`, from the cell of the held node
+    /// `j` (whose state is `now`), as far as the merge may reach, recording the generation of
+    /// each cell marked. Above cell level `marked` (see `release`) only links that are set
+    /// and live.
     #[inline(always)]
-    fn mark_coalescing(&self, at: Place, now: State, marked: usize, seen: &mut Seen) {
-        if !Self::S.keeps_climbing(now, Self::S.node_bits(at.j)) {
+    fn mark_coalescing(
+        &self,
+        climb: Climb<'_, K>,
+        j: u32,
+        now: State,
+        marked: usize,
+        seen: &mut Seen,
+    ) {
+        if !Self::S.keeps_climbing(now, Self::S.node_bits(j)) {
             return;
         }
-        let table = self.table();
-        let (mut level, mut cell) = (at.level, at.cell);
-        while level > 0 {
-            let (up, ch) = Self::parent(cell);
-            level -= 1;
-            cell = up;
-            let here = table.get(level, cell);
-            let Some(old) = Self::coalesce(here, level, ch, level >= marked, seen) else {
+        for up in climb {
+            let own = up.level >= marked;
+            let Some(old) = Self::coalesce(up.word, up.level, up.ch, own, seen) else {
                 return;
             };
-            if !Self::S.keeps_climbing(old, Self::S.child_bits(ch)) {
+            if !Self::S.keeps_climbing(old, Self::S.child_bits(up.ch)) {
                 return;
             }
         }
@@ -624,9 +678,9 @@ impl<K: Kind> Forest<K> {
         now
     }
 
-    /// F21-F22 and Alg. 5 (U1-U13): clears the coalescing links upwards from the cleared node
-    /// while the sub-tree below is free; `now` is the node's cell after the clear, `seen` the
-    /// generations the coalescing climb saw.
+    /// F21-F22 and Alg. 5 (U1-U13): clears the coalescing links along `climb`, upwards from
+    /// the cell of the cleared node, while the sub-tree below is free; `now` is that cell's
+    /// state after the clear, `seen` the generations the coalescing climb saw.
     ///
     /// U11 clears the link to a child in one CAS, trusting a check of the child made earlier
     /// (the previous step's CAS, or the clear). The published UNMARK trusts the coalescing
@@ -661,24 +715,19 @@ impl<K: Kind> Forest<K> {
     /// sweep of the last UNMARK to leave it ([`Forest::sweep`]); one that stops below a cell
     /// where its coalescing climb registered leaves that cell on the way up.
     #[inline(always)]
-    fn unmark(&self, at: Place, now: State, seen: &mut Seen) {
+    fn unmark(&self, climb: Climb<'_, K>, now: State, seen: &mut Seen) {
         // `Some(state)` while climbing: the state of the cell below after our last step.
         let mut below = Self::S.looks_free(now).then_some(now);
-        let table = self.table();
-        let (mut level, mut cell) = (at.level, at.cell);
-        while level > 0 {
-            let ch;
-            (cell, ch) = Self::parent(cell);
-            level -= 1;
-            let reg = seen.take(level);
+        for up in climb {
+            let reg = seen.take(up.level);
             below = if below.is_some() {
-                self.unlink(table.get(level, cell), level, cell, ch, reg)
+                self.unlink(&up, reg)
             } else if !Self::S.is_guarded() || !(reg.is_some() || seen.any()) {
                 return;
             } else if reg.is_some() {
                 // Stopped below: leave the cells where the coalescing climb registered. The
                 // last to leave an `INVALID` cell sweeps it, and may climb on from there.
-                self.leave(level, cell)
+                self.leave(up.level, up.cell)
             } else {
                 None
             }
@@ -686,19 +735,13 @@ impl<K: Kind> Forest<K> {
         }
     }
 
-    /// One level of UNMARK (U8-U11): clears the link to child `ch` of `here`, cell `cell` at
-    /// `level`, if the child is free and no mark came since generation `reg` (`None`: not
-    /// read, or not registered). Returns the cell's state after the step, or `None` where the UNMARK
+    /// One level of UNMARK (U8-U11): clears the link to child `up.ch` of the cell at `up` if
+    /// the child is free and no mark came since generation `reg` (`None`: not read, or not
+    /// registered). Returns the cell's state after the step, or `None` where the UNMARK
     /// stops here (the child is occupied, or the cell is left to its sweeper).
     #[inline(always)]
-    fn unlink(
-        &self,
-        here: &K::Atomic,
-        level: usize,
-        cell: usize,
-        ch: u32,
-        mut reg: Option<u64>,
-    ) -> Option<State> {
+    fn unlink(&self, up: &Up<'_, K::Atomic>, mut reg: Option<u64>) -> Option<State> {
+        let (here, level, cell, ch) = (up.word, up.level, up.cell, up.ch);
         loop {
             let mut step = Step::GaveUp;
             // AcqRel: acquire the frees merged below (the buddy's release), release them,
@@ -944,7 +987,7 @@ impl<K: Kind> Forest<K> {
             .try_update(Ordering::Relaxed, |w| Self::S.claim(w, at.j))
             .expect("the block is allocated");
         let mut seen = Seen::new();
-        self.mark_coalescing(at, now, 0, &mut seen);
+        self.mark_coalescing(self.climb(at), at.j, now, 0, &mut seen);
         let now = self.clear(at);
         Stalled {
             node,
@@ -963,7 +1006,7 @@ impl<K: Kind> Forest<K> {
             now,
             mut seen,
         } = stalled;
-        self.unmark(at, now, &mut seen);
+        self.unmark(self.climb(at), now, &mut seen);
         self.count_free(1 << node.order, node, core);
     }
 

@@ -42,7 +42,7 @@ fn stale_unmark_races_realloc<K: Kind>(units: usize, max_order: u32, reallocs: u
     let (up, ch) = Forest::<K>::parent(x.cell);
     Forest::<K>::coalesce(f.cell(x.level - 1, up), x.level - 1, ch, true, &mut v_seen).unwrap();
     let now = f.clear(v);
-    f.unmark(v, now, &mut v_seen);
+    f.unmark(f.climb(v), now, &mut v_seen);
     f.count_free(1, Node { order: 0, pos: 0 }, 0);
     // X: its UNMARK resumes.
     f.resume(stalled, 0);
