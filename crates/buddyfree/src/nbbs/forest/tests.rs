@@ -1,4 +1,6 @@
 use super::*;
+use crate::nbbs::cell::State;
+use crate::nbbs::release::Seen;
 use core::ops::RangeInclusive;
 
 /// A free's UNMARK stalls after its clear while its units are allocated again: V takes
