@@ -36,7 +36,7 @@
 //!   or a free there is propagating upwards.
 //! - `GEN`: a counter bumped by every allocation's mark of one of the cell's links (Alg. 3,
 //!   T13). An UNMARK that checked the child sub-tree free clears the link only if no mark
-//!   passed the cell since before that check (module `forest`, `Forest::unmark`). Equal
+//!   passed the cell since before that check (module `release`, `Forest::unmark`). Equal
 //!   generations mean "no mark in between": in a 1-level node because its 59 bits do not
 //!   wrap within any run, in a bunch because of its guard.
 //! - `INVALID`, `COUNT` (bunches only, the *guard*): how many UNMARKs have read the

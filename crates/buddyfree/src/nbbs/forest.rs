@@ -1,7 +1,11 @@
-//! The NBBS algorithms (Alg. 2-5) over a forest of cells, written once for any cell height
-//! ([`Kind`]: the 1-level tree of [`Nbbs`](super::Nbbs), the 4-level bunches of
-//! [`Nbbs4`](super::Nbbs4)). The module docs of [`nbbs`](super) give the protocol and what
-//! it adds to the paper; this file is where each step of it lives.
+//! The NBBS forest: its cells and their addressing, the allocation protocol (Alg. 2-3) and
+//! the [`BlockAlloc`] surface, written once for any cell height ([`Kind`]: the 1-level tree of
+//! [`Nbbs`](super::Nbbs), the 4-level bunches of [`Nbbs4`](super::Nbbs4)). The release
+//! protocol (Alg. 4-5, FREENODE and UNMARK, with the generation check and the guard) is
+//! module `release`'s; the bit layout of a cell, and every change to it as a pure function
+//! from the old word to the new one, is [`Shape`]'s (module `cell`). These modules choose
+//! which cell to change and in what order. The module docs of [`nbbs`](super) give what the
+//! protocol adds to the paper, and why.
 //!
 //! # Structure
 //!
@@ -12,14 +16,13 @@
 //!  │                             K levels (state bits per node, the guard, a generation)
 //!  ├── level_start: [usize]      first cell of each cell level
 //!  ├── cores:       Cores        per core: free-slot hints per order, free-unit counters
-//!  └── refusals:    Refusals     refusals remembered until a free or rollback (refusal.rs)
+//!  ├── refusals:    Refusals     refusals remembered until a free or rollback (refusal.rs)
+//!  └── reserved:    Reserved     the boot reservation, which every free checks first
 //! ```
 //!
 //! A node (`order`, `pos`) is the block of `2^order` units at `pos << order`; its [`Place`]
 //! is its cell level, its cell and its number inside the cell ([`Forest`] draws the
-//! arithmetic). The bit layout of a cell, and every change to it as a pure function from the
-//! old word to the new one, is [`Shape`]'s (module `cell`); this file chooses which cell to
-//! change and in what order.
+//! arithmetic). Every climb goes through a [`Climb`], from a node's cell up to its root cell.
 //!
 //! # Invariants
 //!
@@ -27,16 +30,36 @@
 //!   allocated, or a free below it has not finished its UNMARK; an allocated node also
 //!   carries `ALLOCATED`, set once its allocation completes and cleared by the claim that
 //!   starts its free, so a bad or double free finds no claim and changes nothing.
-//! - An allocation reserves its node (T2), then marks each ancestor cell up to the roots
-//!   (T8-T15); a mark that finds an occupied ancestor rolls back every mark below it
-//!   ([`Forest::roll_back`]) and releases like a free. A free claims its node, marks its
-//!   ancestors coalescing, clears the node and UNMARKs upward ([`Forest::free_node`]),
-//!   stopping under a link that is occupied and not coalescing, which its holder clears.
-//! - UNMARK clears a link only if the cell's generation is the one it read when it marked
-//!   the link coalescing ([`Seen`]), and, in guarded cells, only while the guard is valid;
-//!   otherwise it re-checks the child. A refusal of any CAS step is confirmed by an RMW,
-//!   never by a plain read.
+//! - A link (a child cell's `OCC_CHILD` bit in its parent) is set while something below it is
+//!   allocated: an allocation's climb marks it before the allocation completes, and only an
+//!   UNMARK (or a guarded cell's sweep) that finds the sub-tree below free clears it. Each
+//!   mark of a link bumps its cell's generation.
+//! - The counters of [`Cores`] change after the tree: an allocation is counted once its climb
+//!   succeeded, a free once its UNMARK ended, so the count of releases changes exactly when a
+//!   free completes (A4, A15).
 //! - The units past `units` in the last tree are occupied at construction and never freed.
+//!
+//! # Protocol
+//!
+//! - **Allocation** (NBALLOC, Alg. 2, through the refusal memo): the core's hint of the order
+//!   first ([`Forest::attempt`]: one load, then TRYALLOC if the node looks free); if that
+//!   fails, unless the count of free units rules the order out, a scan of the order's nodes
+//!   from the hint that skips the sub-tree of each node that made a try fail, repeated while
+//!   frees complete during it.
+//! - **TRYALLOC** (Alg. 3, [`Forest::try_alloc`]): a CAS reserves the node (T2), holding it
+//!   (occupied, not allocated); then one CAS per cell up to the roots marks the link to the
+//!   cell below occupied (T8-T15) and bumps the generation; then an RMW on the node's cell
+//!   sets `ALLOCATED`. A mark that finds an occupied node above the link fails the
+//!   allocation: [`Forest::roll_back`] releases the node like a free, past the last link it
+//!   marked (module docs of `nbbs`), and tells the refusal memo.
+//! - **Free** (NBFREE, Alg. 4-5, module `release`): the reservation check, then a CAS claims
+//!   the allocated node (clears `ALLOCATED`), a climb marks the ancestors' links coalescing
+//!   and reads their generations, an RMW clears the node (F20), and UNMARK climbs again
+//!   clearing each coalescing link whose child is free and whose generation is unchanged.
+//!   Then the counters, the core's hint, and the refusal memo.
+//! - **Groups** (`alloc_bulk`, `free_bulk`): `2^r` blocks under one node of their cell are
+//!   one TRYALLOC of that node, completed as its blocks, and one free of it after a CAS that
+//!   checks and clears them all ([`Shape::complete`], [`Shape::join`]).
 //!
 //! # Ordering, and no locks
 //!
@@ -44,14 +67,16 @@
 //! cell at a time, from the node's cell up to the roots (allocations, coalescing marks) or
 //! back down (rollbacks). Reservations and marks acquire (the units may have just been freed
 //! by another thread); the clear that ends a free releases (F20), so the next owner's writes
-//! follow the last owner's. The comments at each step give the paper's line.
+//! follow the last owner's. A refusal of any CAS step is confirmed by an RMW, never by a
+//! plain read ([`Word::try_update`]). The comments at each step give the paper's line.
 
 #[cfg(all(test, loom))]
 use alloc::vec::Vec;
 use core::marker::PhantomData;
-use core::mem::MaybeUninit;
 
-use super::cell::{Shape, State};
+use super::cell::Shape;
+#[cfg(all(test, loom))]
+use super::cell::State;
 use super::cores::{Cores, Slot};
 use super::word::Word;
 use crate::range;
@@ -63,17 +88,6 @@ use crate::sync::CachePadded;
 use crate::table::build_on_heap;
 use crate::table::{Metadata, Part, Plan, Table};
 use crate::{check_block, BlockAlloc, Config, ConfigRule, Error};
-
-/// Records protocol steps under loom tests, printed when a check fails.
-#[cfg(all(test, loom))]
-pub static TRACE: std::sync::Mutex<Vec<std::string::String>> = std::sync::Mutex::new(Vec::new());
-
-macro_rules! trace {
-    ($($arg:tt)*) => {
-        #[cfg(all(test, loom))]
-        TRACE.lock().unwrap().push(std::format!("{:?} {}", loom::thread::current().id(), std::format!($($arg)*)));
-    };
-}
 
 /// A cell height: the word it lives in and its masks.
 pub trait Kind: Send + Sync + 'static {
@@ -124,85 +138,6 @@ impl<const LEVELS: u32, const COUNT: u32, const GEN: u32> Kind for Guarded<LEVEL
     const LINE: usize = 8;
 }
 
-/// The generations a free read at the cells where it set its coalescing bits (Alg. 4, F9),
-/// for the first [`Seen::LEVELS`] cell levels above its node: its UNMARK trusts a coalescing
-/// bit only while the generation is unchanged, and re-checks the child where none is known.
-/// In guarded cells a generation recorded here is also a registration, which the free must
-/// end (by its UNMARK's CAS, or by leaving) before it returns. A short array, left
-/// uninitialised but for the entries `known` names, so that setting it up writes nothing
-/// before the free's next locked instruction (which would wait for those stores); only climbs
-/// of more than 32 cell levels (1-level trees of `max_order` above 32, unguarded) take the
-/// re-checking path for their top levels.
-struct Seen {
-    /// The cell level of the freed node.
-    home: usize,
-    /// Which entries of `gens` hold a generation: exactly those `set` wrote.
-    known: u32,
-    /// By levels climbed, from the node's parent cell up.
-    gens: [MaybeUninit<u64>; Seen::LEVELS],
-}
-
-impl Seen {
-    const LEVELS: usize = 32;
-
-    #[inline]
-    fn new(home: usize) -> Self {
-        Seen {
-            home,
-            known: 0,
-            gens: [const { MaybeUninit::uninit() }; Self::LEVELS],
-        }
-    }
-
-    /// Whether a generation read at cell level `level` can be recorded.
-    #[inline]
-    fn fits(&self, level: usize) -> bool {
-        self.home - 1 - level < Self::LEVELS
-    }
-
-    #[inline]
-    fn set(&mut self, level: usize, gen: u64) {
-        let i = self.home - 1 - level;
-        if i < Self::LEVELS {
-            self.gens[i] = MaybeUninit::new(gen);
-            self.known |= 1 << i;
-        }
-    }
-
-    /// The generation recorded at `level`, forgotten.
-    #[inline]
-    fn take(&mut self, level: usize) -> Option<u64> {
-        let i = self.home - 1 - level;
-        if i >= Self::LEVELS || self.known & (1 << i) == 0 {
-            return None;
-        }
-        self.known &= !(1 << i);
-        // SAFETY: bit `i` of `known` is set only by `set`, which initialised `gens[i]` first.
-        Some(unsafe { self.gens[i].assume_init() })
-    }
-
-    /// Whether any generation is still recorded.
-    #[inline]
-    fn any(&self) -> bool {
-        self.known != 0
-    }
-}
-
-/// What one UNMARK step at a link did ([`Forest::unlink`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Step {
-    /// Cleared the link (and left the cell).
-    Unlinked,
-    /// Found the coalescing bit gone (and left the cell): whoever took it goes on.
-    Consumed,
-    /// Found the cell `INVALID`, or could not register: the last to leave sweeps it.
-    GaveUp,
-    /// Became the cell's sweeper: registered, `INVALID` cleared.
-    Sweep,
-    /// Registered with a fresh generation: the child must be checked again.
-    Recheck,
-}
-
 /// Where the tables of a forest lie in its metadata ([`Forest::plan`]).
 pub(crate) struct Parts<K: Kind> {
     cells: Part<K::Atomic>,
@@ -212,27 +147,86 @@ pub(crate) struct Parts<K: Kind> {
 
 /// A block of `2^order` units at `pos * 2^order`: one node of the tree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Node {
-    order: u32,
-    pos: usize,
-}
-
-/// A free stopped between its clear and its UNMARK ([`Forest::free_until_unmark`]).
-#[cfg(test)]
-pub struct Stalled {
-    node: Node,
-    at: Place,
-    now: State,
-    seen: Seen,
+pub(super) struct Node {
+    pub(super) order: u32,
+    pub(super) pos: usize,
 }
 
 /// Where a node lives: cell level (0 = the cells holding the roots), cell within the level,
 /// node number inside the cell.
 #[derive(Clone, Copy, Debug)]
-struct Place {
+pub(super) struct Place {
+    pub(super) level: usize,
+    pub(super) cell: usize,
+    pub(super) j: u32,
+}
+
+/// The cells above a cell, from its parent up to its root cell, each with the child the
+/// climb comes up through: the path of every climb (an allocation's marks, a free's
+/// coalescing marks and its UNMARK).
+///
+/// It holds the cell table and the first cell of each level, copied out of the forest. The
+/// forest holds atomics of its own (the refusal memo, the reservation), so the compiler must
+/// assume that any atomic operation may change its fields, and would reload the tables (and
+/// check their bounds again) at every step. The steps check no bounds either: the invariant
+/// `level < starts.len()` and `starts[level] + cell < cells.len()` is checked once, at the
+/// start ([`Forest::climb`]), and each step keeps it: the level goes down, and the index
+/// does not grow, since `starts` increases with the level ([`Forest::build`]) and a parent's
+/// number is its child's shifted right.
+pub(super) struct Climb<'a, K: Kind> {
+    cells: &'a [K::Atomic],
+    starts: &'a [usize],
     level: usize,
     cell: usize,
-    j: u32,
+}
+
+/// A step of a [`Climb`]: cell `cell` of cell level `level`, its word, and which of its
+/// children the climb came from.
+pub(super) struct Up<'a, A> {
+    pub(super) level: usize,
+    pub(super) cell: usize,
+    pub(super) ch: u32,
+    pub(super) word: &'a A,
+}
+
+impl<K: Kind> Clone for Climb<'_, K> {
+    fn clone(&self) -> Self {
+        Climb { ..*self }
+    }
+}
+
+impl<'a, K: Kind> Climb<'a, K> {
+    /// The word of the cell the climb is at: its start, before the first step.
+    #[inline(always)]
+    pub(super) fn here(&self) -> &'a K::Atomic {
+        // SAFETY: the invariant of `Climb`: both indices are in bounds.
+        unsafe {
+            self.cells
+                .get_unchecked(*self.starts.get_unchecked(self.level) + self.cell)
+        }
+    }
+}
+
+impl<'a, K: Kind> Iterator for Climb<'a, K> {
+    type Item = Up<'a, K::Atomic>;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.level == 0 {
+            return None;
+        }
+        let (cell, ch) = Forest::<K>::parent(self.cell);
+        self.level -= 1;
+        self.cell = cell;
+        // Keeps the invariant (see `Climb`).
+        let word = self.here();
+        Some(Up {
+            level: self.level,
+            cell,
+            ch,
+            word,
+        })
+    }
 }
 
 /// A forest of `roots` trees of height `max_order`, cut into cells of `K` levels from the
@@ -261,14 +255,14 @@ pub struct Forest<K: Kind> {
 }
 
 impl<K: Kind> Forest<K> {
-    const S: Shape = {
+    pub(super) const S: Shape = {
         assert!(
             K::SHAPE.width() <= K::Atomic::BITS,
             "the cell does not fit its word"
         );
         K::SHAPE
     };
-    const LEVELS: u32 = K::SHAPE.levels;
+    pub(super) const LEVELS: u32 = K::SHAPE.levels;
     /// The first root cell: a cache line of unused cells comes before it, as one comes after
     /// each level ([`Forest::level_cells`]), so that nothing next to the table (its
     /// neighbours in the plan, or whatever the system allocator puts there) shares a line
@@ -394,7 +388,7 @@ impl<K: Kind> Forest<K> {
     }
 
     #[inline]
-    fn place(&self, node: Node) -> Place {
+    pub(super) fn place(&self, node: Node) -> Place {
         let depth = self.max_order - node.order;
         let row = depth % Self::LEVELS;
         Place {
@@ -414,13 +408,32 @@ impl<K: Kind> Forest<K> {
     }
 
     #[inline]
-    fn cell(&self, level: usize, cell: usize) -> &K::Atomic {
+    pub(super) fn cell(&self, level: usize, cell: usize) -> &K::Atomic {
         &self.cells[self.level_start[level] + cell]
+    }
+
+    /// The climb from the cell at `at` up to its root cell.
+    ///
+    /// # Panics
+    /// If the cell is not in the table, as [`Forest::cell`] (a node out of range: never, for
+    /// a checked block).
+    #[inline(always)]
+    pub(super) fn climb(&self, at: Place) -> Climb<'_, K> {
+        assert!(
+            self.level_start[at.level] + at.cell < self.cells.len(),
+            "cell {at:?} out of the table"
+        );
+        Climb {
+            cells: &self.cells,
+            starts: &self.level_start,
+            level: at.level,
+            cell: at.cell,
+        }
     }
 
     /// The parent cell of `cell` and which of its children `cell` is.
     #[inline]
-    fn parent(cell: usize) -> (usize, u32) {
+    pub(super) fn parent(cell: usize) -> (usize, u32) {
         (
             cell >> Self::LEVELS,
             (cell & (Self::S.children() as usize - 1)) as u32,
@@ -436,7 +449,8 @@ impl<K: Kind> Forest<K> {
     fn try_alloc(&self, node: Node, rows: u32) -> Result<(), Node> {
         let at = self.place(node);
         let done = at.level == 0;
-        let home = self.cell(at.level, at.cell);
+        let climb = self.climb(at);
+        let home = climb.here();
         // T2. Acquire: the node, or an in-cell ancestor, may have just been freed by another
         // thread; its writes to those units must happen before the caller's. In a root cell
         // there is no climb: the reservation completes the allocation.
@@ -453,21 +467,17 @@ impl<K: Kind> Forest<K> {
             let failed = Self::S.reserve(seen, at.j).unwrap_err();
             return Err(self.node(at.level, at.cell, failed));
         }
-        let (mut level, mut cell) = (at.level, at.cell);
-        while level > 0 {
-            let (up, ch) = Self::parent(cell);
-            level -= 1;
-            cell = up;
+        for up in climb {
             // T8-T15. Acquire, as for T2: this ancestor may have been freed just now. Release:
             // an UNMARK that reads this mark's generation must also see the marks below it
             // (see `unmark`).
-            let r = self
-                .cell(level, cell)
-                .try_update(Ordering::AcqRel, |w| Self::S.mark(w, ch).ok());
-            trace!("mark {level}/{cell} ch {ch} -> {r:x?}");
+            let r = up
+                .word
+                .try_update(Ordering::AcqRel, |w| Self::S.mark(w, up.ch).ok());
+            trace!("mark {}/{} ch {} -> {r:x?}", up.level, up.cell, up.ch);
             if let Err(seen) = r {
-                let failed = Self::S.mark(seen, ch).unwrap_err();
-                return Err(self.roll_back(at, level, cell, failed));
+                let failed = Self::S.mark(seen, up.ch).unwrap_err();
+                return Err(self.roll_back(at, up.level, up.cell, failed));
             }
         }
         // Relaxed: a free of this block learns of it through the caller, which orders it
@@ -491,333 +501,6 @@ impl<K: Kind> Forest<K> {
         // Units a search may have passed over while this held them.
         self.refusals.released();
         self.node(level, cell, failed)
-    }
-
-    /// Alg. 4 (FREENODE, F6-F22) and Alg. 5 (UNMARK) for the node at `at`, held by the caller
-    /// (occupied, not allocated); `now` is its cell's state as of the caller's last RMW on it.
-    /// The caller's marks reach up to cell level `marked` (0 for a free, the last level a
-    /// rolled-back allocation marked).
-    ///
-    /// A rollback climbs on above `marked`, where the paper's FREENODE stops (T11): while
-    /// its marks were up, a free below one of them stopped its own climb there, since an
-    /// occupied link that is not coalescing means "whoever holds it climbs on" (F15-F17),
-    /// and left the links above set, for the holder to clear. The links above `marked`
-    /// were free or dead (an occupied ancestor) when the allocation gave up, but that
-    /// ancestor may have been freed and the links above reused and left since (the unit
-    /// test `rollback_unlinks_a_cell_emptied_after_reuse`). Above `marked` the rollback
-    /// only marks links that are set and live, and its UNMARK re-checks them (no generation
-    /// seen), as a free's does where its coalescing bit was taken.
-    #[inline(always)]
-    fn release(&self, at: Place, now: State, marked: usize) {
-        let mut seen = Seen::new(at.level);
-        self.mark_coalescing(at, now, marked, &mut seen);
-        let now = self.clear(at);
-        self.unmark(at, now, &mut seen);
-    }
-
-    /// F6-F19: marks the ancestors coalescing, as far as the merge may reach, recording the
-    /// generation of each cell marked. Above cell level `marked` (see `release`) only links
-    /// that are set and live.
-    #[inline(always)]
-    fn mark_coalescing(&self, at: Place, now: State, marked: usize, seen: &mut Seen) {
-        if !Self::S.keeps_climbing(now, Self::S.node_bits(at.j)) {
-            return;
-        }
-        let (mut level, mut cell) = (at.level, at.cell);
-        while level > 0 {
-            let (up, ch) = Self::parent(cell);
-            level -= 1;
-            cell = up;
-            let Some(old) = self.coalesce(level, cell, ch, level >= marked, seen) else {
-                return;
-            };
-            if !Self::S.keeps_climbing(old, Self::S.child_bits(ch)) {
-                return;
-            }
-        }
-    }
-
-    /// F9 at one cell: sets the coalescing bit of child `ch` of `cell` at `level` and, where
-    /// the cell is guarded and `seen` can record it, registers (module docs); records the
-    /// generation read. `own`: the link carries the caller's own mark; otherwise (a rollback
-    /// above its marks, see `release`) only a link that is set and live, and `None` if it is
-    /// not. The cell's state after.
-    #[inline(always)]
-    fn coalesce(
-        &self,
-        level: usize,
-        cell: usize,
-        ch: u32,
-        own: bool,
-        seen: &mut Seen,
-    ) -> Option<State> {
-        let coal = Self::S.coal_bit(ch);
-        let here = self.cell(level, cell);
-        let fits = seen.fits(level);
-        let mut registered = false;
-        let mut coalesce = |w: State| {
-            let (w, r) = if fits {
-                Self::S.register(w | coal)
-            } else {
-                (w | coal, false)
-            };
-            registered = r;
-            w
-        };
-        let old = if own {
-            // Acquire: the generation read here vouches for every mark before it
-            // (`unmark`).
-            if Self::S.is_guarded() {
-                here.try_update(Ordering::Acquire, |w| Some(coalesce(w)))
-                    .unwrap_or_else(|w| w)
-            } else {
-                registered = fits;
-                here.fetch_or(coal, Ordering::Acquire)
-            }
-        } else {
-            // A link left set by a free that stopped at one of our marks, or by one that
-            // stopped above such a free. A clear link has no such history (it would be set
-            // up to here), and a dead one is clear and stays so while its ancestor is
-            // occupied: a free that reuses the branch after that sees our coalescing bits
-            // below. Release: that free's mark then also sees those bits.
-            here.try_update(Ordering::AcqRel, |w| {
-                (Self::S.link_live(w, ch) && w & Self::S.child_bits(ch) != 0).then(|| coalesce(w))
-            })
-            .ok()?
-        };
-        trace!("coal {level}/{cell} ch {ch} -> {old:x} registered {registered}");
-        debug_assert!(
-            Self::S.link_live(old, ch),
-            "coalescing below a node: {old:x}"
-        );
-        if registered {
-            seen.set(level, Self::S.gen(old));
-        }
-        Some(old)
-    }
-
-    /// F20: clears the node, returning its cell's new state. Release: the caller's writes to
-    /// the block happen before its next owner's. An RMW, not the paper's store: other nodes
-    /// of a bunch change concurrently.
-    #[inline(always)]
-    fn clear(&self, at: Place) -> State {
-        let keep = Self::S.clear_mask(at.j);
-        let now = self
-            .cell(at.level, at.cell)
-            .fetch_and(keep, Ordering::Release)
-            & keep;
-        trace!("clear {at:?} -> {now:x}");
-        now
-    }
-
-    /// F21-F22 and Alg. 5 (U1-U13): clears the coalescing links upwards from the cleared node
-    /// while the sub-tree below is free; `now` is the node's cell after the clear, `seen` the
-    /// generations the coalescing climb saw.
-    ///
-    /// U11 clears the link to a child in one CAS, trusting a check of the child made earlier
-    /// (the previous step's CAS, or the clear). The published UNMARK trusts the coalescing
-    /// bit to say that no allocation passed the link in between, but that fails: if the
-    /// child is reallocated (its mark clears the bit, or finds it clear and the link already
-    /// occupied: no visible change) and a free below it sets the bit again (its climb passed
-    /// the child before the reallocation marked it), the stale UNMARK unlinks a branch
-    /// holding an allocated block (the unit test `stale_unmark_cannot_free_a_reused_branch`
-    /// replays it, the loom test `loom_nbbs_stale_unmark` finds it).
-    ///
-    /// So every mark bumps its cell's generation, and the unlink also requires the
-    /// generation seen before the check of the child. The argument: the CAS clears the link
-    /// only if no mark reached this cell between that reading and the CAS. An allocation
-    /// below the link that marked this cell before the reading had marked the child first,
-    /// and the release of its mark with the acquire of the reading orders those marks
-    /// before the check, so the child looked free only if they were undone since (a free
-    /// that will, or need not, come here). One that marks after the CAS sets the link again.
-    /// The reading is the coalescing climb's own RMW here (recorded in `seen`), so the fast
-    /// path costs no extra RMW. When the generation moved (or this climb did not mark here),
-    /// the refusing CAS's confirmed state supplies a fresh reading and an RMW on the child
-    /// re-checks it after that: still free, the CAS is retried with the new generation; not
-    /// free, the UNMARK stops, as U8-U9 do when an allocation took the bit, because whatever
-    /// occupies the child will unmark it (an allocation through its free or rollback, a
-    /// free through its own UNMARK, which finds this coalescing bit still set).
-    ///
-    /// Equal generations mean that no mark came in between. A 1-level node's 59-bit
-    /// generation does not come back to a value within any run (2^59 marks of one cell, over
-    /// 18 years of them back to back); a bunch's 11-bit one can, and its guard makes that
-    /// harmless: a wrap while the UNMARK is registered in the cell sets `INVALID`, which
-    /// refuses the CAS until the UNMARK has left (module docs of `nbbs`). An UNMARK that finds
-    /// `INVALID`, or cannot register, stops and leaves the cell's coalescing links to the
-    /// sweep of the last UNMARK to leave it ([`Forest::sweep`]); one that stops below a cell
-    /// where its coalescing climb registered leaves that cell on the way up.
-    #[inline(always)]
-    fn unmark(&self, at: Place, now: State, seen: &mut Seen) {
-        // `Some(state)` while climbing: the state of the cell below after our last step.
-        let mut below = Self::S.looks_free(now).then_some(now);
-        let (mut level, mut cell) = (at.level, at.cell);
-        while level > 0 {
-            let ch;
-            (cell, ch) = Self::parent(cell);
-            level -= 1;
-            let reg = seen.take(level);
-            below = if below.is_some() {
-                self.unlink(level, cell, ch, reg)
-            } else if !Self::S.is_guarded() || !(reg.is_some() || seen.any()) {
-                return;
-            } else if reg.is_some() {
-                // Stopped below: leave the cells where the coalescing climb registered. The
-                // last to leave an `INVALID` cell sweeps it, and may climb on from there.
-                self.leave(level, cell)
-            } else {
-                None
-            }
-            .filter(|&w| Self::S.looks_free(w));
-        }
-    }
-
-    /// One level of UNMARK (U8-U11): clears the link to child `ch` of `cell` at `level` if
-    /// the child is free and no mark came since generation `reg` (`None`: not read, or not
-    /// registered). Returns the cell's state after the step, or `None` where the UNMARK
-    /// stops here (the child is occupied, or the cell is left to its sweeper).
-    #[inline(always)]
-    fn unlink(&self, level: usize, cell: usize, ch: u32, mut reg: Option<u64>) -> Option<State> {
-        let here = self.cell(level, cell);
-        loop {
-            let mut step = Step::GaveUp;
-            // AcqRel: acquire the frees merged below (the buddy's release), release them,
-            // with ours, to whoever allocates this larger block; acquire the marks whose
-            // generation a refusal reads.
-            let r = here.try_update(Ordering::AcqRel, |w| {
-                let (new, s) = Self::unmark_step(w, ch, reg);
-                step = s;
-                new
-            });
-            let w = r.unwrap_or_else(|w| w);
-            trace!("unmark {level}/{cell} ch {ch} gen {reg:?} -> {step:?} {w:x}");
-            match step {
-                // U8-U9 return when the coalescing bit is gone. We go on while this cell is
-                // free: another free's UNMARK may have consumed our bit here and then given
-                // up above, where we had not yet set ours (a stranded OCC bit otherwise; see
-                // the loom test `loom_nbbs_alloc_alloc_same_node`).
-                Step::Unlinked | Step::Consumed => return Some(w),
-                Step::GaveUp => return None,
-                Step::Sweep => return self.sweep(level, cell, w),
-                Step::Recheck => {
-                    reg = Some(Self::S.gen(w));
-                    // Relaxed: ordered after the marks that count by the acquire above.
-                    let c = self
-                        .cell(level + 1, cell << Self::LEVELS | ch as usize)
-                        .try_update(Ordering::Relaxed, |_| None)
-                        .unwrap_or_else(|c| c);
-                    trace!("recheck child -> {c:x}");
-                    if !Self::S.looks_free(c) {
-                        return if Self::S.is_guarded() {
-                            self.leave(level, cell)
-                        } else {
-                            None
-                        };
-                    }
-                }
-            }
-        }
-    }
-
-    /// The CAS step of [`Forest::unlink`] on state `w`: the new state (`None`: refuse, which
-    /// confirms `w`) and what it did. `reg` is the generation read where the caller is
-    /// registered (always, for a guarded cell), or `None`.
-    #[inline]
-    fn unmark_step(w: State, ch: u32, reg: Option<u64>) -> (Option<State>, Step) {
-        let s = Self::S;
-        let leave = |w, otherwise| {
-            let (new, sweeps) = s.leave(w);
-            (Some(new), if sweeps { Step::Sweep } else { otherwise })
-        };
-        if !s.coalescing(w, ch) {
-            return match reg {
-                Some(_) if s.is_guarded() => leave(w, Step::Consumed),
-                _ => (None, Step::Consumed),
-            };
-        }
-        if s.invalid(w) {
-            return match reg {
-                Some(_) => leave(w, Step::GaveUp),
-                None => (None, Step::GaveUp),
-            };
-        }
-        if let Some(new) = s.unmark(w, ch, reg) {
-            return (Some(new), Step::Unlinked);
-        }
-        if reg.is_some() || !s.is_guarded() {
-            return (None, Step::Recheck);
-        }
-        match s.register(w) {
-            (new, true) => (Some(new), Step::Recheck),
-            (new, false) => (Some(new), Step::GaveUp),
-        }
-    }
-
-    /// Ends a registration at `cell` of `level` without unlinking; the last to leave an
-    /// `INVALID` cell sweeps it. The cell's state after the sweep, or `None`.
-    fn leave(&self, level: usize, cell: usize) -> Option<State> {
-        let mut sweeps = false;
-        // AcqRel: a sweeper's reading, as `unlink`'s.
-        let w = self
-            .cell(level, cell)
-            .try_update(Ordering::AcqRel, |w| {
-                let (new, s) = Self::S.leave(w);
-                sweeps = s;
-                Some(new)
-            })
-            .unwrap_or_else(|w| w);
-        trace!("leave {level}/{cell} -> sweeps {sweeps} {w:x}");
-        if sweeps {
-            self.sweep(level, cell, w)
-        } else {
-            None
-        }
-    }
-
-    /// The sweep of a guarded cell whose `INVALID` bit the caller cleared, registered, its
-    /// reading `w`: the UNMARKs that gave up here (module docs) left their links coalescing,
-    /// so every coalescing link whose child is free is cleared, in one CAS checked as a
-    /// single UNMARK's is: against the generation of the reading, and only for links still
-    /// coalescing then ([`Shape::sweep`]: between the check and the CAS, another UNMARK may
-    /// unlink one and an allocation take the node above it, which marks nothing here). The
-    /// cell's state after, or `None` if it gave up again (to the next sweeper).
-    fn sweep(&self, level: usize, cell: usize, mut w: State) -> Option<State> {
-        let here = self.cell(level, cell);
-        loop {
-            let expect = Self::S.gen(w);
-            let mut drop = 0;
-            for ch in 0..Self::S.children() {
-                if Self::S.coalescing(w, ch) {
-                    let c = self
-                        .cell(level + 1, cell << Self::LEVELS | ch as usize)
-                        .try_update(Ordering::Relaxed, |_| None)
-                        .unwrap_or_else(|c| c);
-                    if Self::S.looks_free(c) {
-                        drop |= Self::S.child_bits(ch);
-                    }
-                }
-            }
-            let mut step = Step::GaveUp;
-            let r = here.try_update(Ordering::AcqRel, |w| {
-                if Self::S.invalid(w) {
-                    let (new, s) = Self::S.leave(w);
-                    step = if s { Step::Sweep } else { Step::GaveUp };
-                    Some(new)
-                } else if let Some(new) = Self::S.sweep(w, expect, drop) {
-                    step = Step::Unlinked;
-                    Some(new)
-                } else {
-                    step = Step::Recheck;
-                    None
-                }
-            });
-            w = r.unwrap_or_else(|w| w);
-            trace!("sweep {level}/{cell} drop {drop:x} -> {step:?} {w:x}");
-            match step {
-                Step::Unlinked => return Some(w),
-                Step::GaveUp => return None,
-                _ => {}
-            }
-        }
     }
 
     /// Tries `node` if it looks free (for `rows`, see [`Forest::try_alloc`]); otherwise, or
@@ -853,36 +536,10 @@ impl<K: Kind> Forest<K> {
         None
     }
 
-    /// Alg. 4 from the claim: once `claim` (allocated node -> held, or a group's join) takes
-    /// the node at `at` on its cell, clears it and FREENODEs up to the roots; false, with
-    /// nothing changed, if `claim` refuses. The claim is Relaxed (the caller's own ordering
-    /// puts it after the allocation); the release that publishes the block's units is on
-    /// the clear (F20). A node in a root cell has nothing to climb, so there the claim is
-    /// the clear, in one CAS.
-    #[inline]
-    fn free_node(&self, at: Place, claim: impl Fn(State) -> Option<State>) -> bool {
-        let home = self.cell(at.level, at.cell);
-        if at.level == 0 {
-            return home
-                .try_update(Ordering::Release, |w| {
-                    Some(claim(w)? & Self::S.clear_mask(at.j))
-                })
-                .is_ok();
-        }
-        match home.try_update(Ordering::Relaxed, claim) {
-            Ok(now) => {
-                trace!("claim {at:?} -> {now:x}");
-                self.release(at, now, 0);
-                true
-            }
-            Err(_) => false,
-        }
-    }
-
     /// F4: counts a completed free of `units` units (the block that starts with `node`)
     /// and hints `node` to the core's next allocation of its order; then tells the refusal
     /// memo what the free may have made findable ([`Forest::covers`]).
-    fn count_free(&self, units: usize, node: Node, core: usize) {
+    pub(super) fn count_free(&self, units: usize, node: Node, core: usize) {
         let slot = self.cores.slot(core);
         slot.freed(units);
         slot.set_hint(node.order, node.pos);
@@ -906,44 +563,6 @@ impl<K: Kind> Forest<K> {
             pos: (first.pos << first.order) >> order,
         });
         Self::S.is_free(self.cell(at.level, at.cell).load(Ordering::Relaxed), at.j)
-    }
-
-    /// Frees the allocated block (`index`, `order`), which must not lie in a root cell, up
-    /// to its clear (F20), and stops there: for tests that replay races with the UNMARK.
-    #[cfg(test)]
-    pub fn free_until_unmark(&self, index: usize, order: u32) -> Stalled {
-        let node = Node {
-            order,
-            pos: index >> order,
-        };
-        let at = self.place(node);
-        assert!(at.level > 0, "a node in a root cell has no UNMARK");
-        let now = self
-            .cell(at.level, at.cell)
-            .try_update(Ordering::Relaxed, |w| Self::S.claim(w, at.j))
-            .expect("the block is allocated");
-        let mut seen = Seen::new(at.level);
-        self.mark_coalescing(at, now, 0, &mut seen);
-        let now = self.clear(at);
-        Stalled {
-            node,
-            at,
-            now,
-            seen,
-        }
-    }
-
-    /// Completes a free stopped by [`Forest::free_until_unmark`].
-    #[cfg(test)]
-    pub fn resume(&self, stalled: Stalled, core: usize) {
-        let Stalled {
-            node,
-            at,
-            now,
-            mut seen,
-        } = stalled;
-        self.unmark(at, now, &mut seen);
-        self.count_free(1 << node.order, node, core);
     }
 
     /// The cell states from the first root cell on, for failure reports.

@@ -110,7 +110,7 @@ impl Heap {
         let a = &self.alloc;
         assert_eq!(a.free_units(), a.total_units());
         let top = a.alloc(a.max_order(), 0).unwrap_or_else(|e| {
-            let trace = super::forest::TRACE.lock().unwrap().join("\n");
+            let trace = super::TRACE.lock().unwrap().join("\n");
             panic!("{e}: cells {:x?}\n{trace}", a.dump())
         });
         a.free(top, a.max_order(), 0).unwrap();
@@ -141,7 +141,7 @@ fn check_cases(cases: &[(Build, usize, u32)], preemptions: usize, body: fn(Arc<H
         let mut model = loom::model::Builder::new();
         model.preemption_bound = Some(preemptions);
         model.check(move || {
-            super::forest::TRACE.lock().unwrap().clear();
+            super::TRACE.lock().unwrap().clear();
             let heap = Arc::new(Heap {
                 alloc: build(Config::new(units, max_order).with_cores(2)),
                 memory: Memory::new(units),
@@ -393,7 +393,7 @@ fn rollback_after_reuse<K: Kind>(units: usize, max_order: u32) {
     let mut model = loom::model::Builder::new();
     model.preemption_bound = Some(2);
     model.check(move || {
-        super::forest::TRACE.lock().unwrap().clear();
+        super::TRACE.lock().unwrap().clear();
         let f = Arc::new(Forest::<K>::new(Config::new(units, max_order).with_cores(2)).unwrap());
         f.alloc_at(0, 2, 0).unwrap();
         let fx = f.clone();
@@ -413,7 +413,7 @@ fn rollback_after_reuse<K: Kind>(units: usize, max_order: u32) {
         y.join().unwrap();
         assert_eq!(f.free_units(), units);
         let top = f.alloc(max_order, 0).unwrap_or_else(|e| {
-            let trace = super::forest::TRACE.lock().unwrap().join("\n");
+            let trace = super::TRACE.lock().unwrap().join("\n");
             panic!("top block: {e}: cells {:x?}\n{trace}", f.dump())
         });
         f.free(top, max_order, 0).unwrap();
@@ -426,7 +426,7 @@ fn stale_unmark<K: Kind>(units: usize, max_order: u32, reallocs: usize) {
     let mut model = loom::model::Builder::new();
     model.preemption_bound = Some(2);
     model.check(move || {
-        super::forest::TRACE.lock().unwrap().clear();
+        super::TRACE.lock().unwrap().clear();
         let f = Arc::new(Forest::<K>::new(Config::new(units, max_order).with_cores(2)).unwrap());
         // Core 0 starts order 0 at unit 0, core 1 at unit 1; X's block is allocated.
         assert_eq!(f.alloc(0, 0), Ok(0));
@@ -457,7 +457,7 @@ fn stale_unmark<K: Kind>(units: usize, max_order: u32, reallocs: usize) {
         }
         if let Ok(j) = y {
             if let Ok(top) = f.alloc(max_order, 0) {
-                let trace = super::forest::TRACE.lock().unwrap().join("\n");
+                let trace = super::TRACE.lock().unwrap().join("\n");
                 panic!(
                     "top block {top} allocated over unit {j}: cells {:x?}\n{trace}",
                     f.dump()
@@ -490,7 +490,7 @@ fn sweep_races_unlink_and_alloc<K: Kind>() {
     let mut model = loom::model::Builder::new();
     model.preemption_bound = Some(2);
     model.check(|| {
-        super::forest::TRACE.lock().unwrap().clear();
+        super::TRACE.lock().unwrap().clear();
         let f = Arc::new(Forest::<K>::new(Config::new(32, 5).with_cores(2)).unwrap());
         f.alloc_at(0, 0, 0).unwrap();
         let stalled = f.free_until_unmark(0, 0);
@@ -507,7 +507,7 @@ fn sweep_races_unlink_and_alloc<K: Kind>() {
         // Y's block is freed after the join, so that the bad schedule takes 2 preemptions.
         if y.join().unwrap() {
             f.free(0, 2, 1).unwrap_or_else(|e| {
-                let trace = super::forest::TRACE.lock().unwrap().join("\n");
+                let trace = super::TRACE.lock().unwrap().join("\n");
                 panic!("own block refused: {e}: cells {:x?}\n{trace}", f.dump())
             });
         }

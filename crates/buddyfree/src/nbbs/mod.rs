@@ -3,8 +3,8 @@
 //! CAS, with allocation by reserving a free node and marking its ancestors, and release by
 //! marking the ancestors coalescing, clearing the node and unmarking.
 //!
-//! Two layouts share one implementation (module `forest`, generic over a cell of `K` levels,
-//! module `cell`):
+//! Two layouts share one implementation (modules `forest`, the cells and the allocation, and
+//! `release`, the free's protocol, generic over a cell of `K` levels, module `cell`):
 //! - [`Nbbs`]: the 1-level tree, one `AtomicU64` per node: 5 state bits and a 59-bit
 //!   generation, about 16 bytes per unit (2 nodes per unit; no reverse map: `free` takes the
 //!   order): 4 MiB per GiB of 4 KiB units.
@@ -119,11 +119,24 @@
 //! - Each level of cells starts one cache line off a power-of-two boundary, so the cells of
 //!   a root-to-leaf path do not all fall in one L1 set.
 
+/// Records protocol steps under loom tests, printed when a check fails.
+#[cfg(all(test, loom))]
+pub static TRACE: std::sync::Mutex<std::vec::Vec<std::string::String>> =
+    std::sync::Mutex::new(std::vec::Vec::new());
+
+macro_rules! trace {
+    ($($arg:tt)*) => {
+        #[cfg(all(test, loom))]
+        $crate::nbbs::TRACE.lock().unwrap().push(std::format!("{:?} {}", loom::thread::current().id(), std::format!($($arg)*)));
+    };
+}
+
 mod cell;
 mod cores;
 mod forest;
 #[cfg(all(test, loom))]
 mod loom_tests;
+mod release;
 mod word;
 
 use crate::table::Metadata;

@@ -1,4 +1,6 @@
 use super::*;
+use crate::nbbs::cell::State;
+use crate::nbbs::release::Seen;
 use core::ops::RangeInclusive;
 
 /// A free's UNMARK stalls after its clear while its units are allocated again: V takes
@@ -26,23 +28,23 @@ fn stale_unmark_races_realloc<K: Kind>(units: usize, max_order: u32, reallocs: u
         .cell(v.level, v.cell)
         .try_update(Ordering::Relaxed, |w| s.claim(w, v.j))
         .unwrap();
-    let mut v_seen = Seen::new(v.level);
+    let mut v_seen = Seen::new();
     assert!(s.keeps_climbing(now, s.node_bits(v.j)));
     let (mut level, mut cell) = (v.level, v.cell);
     while level > x.level {
         let ch;
         (cell, ch) = Forest::<K>::parent(cell);
         level -= 1;
-        let old = f.coalesce(level, cell, ch, true, &mut v_seen).unwrap();
+        let old = Forest::<K>::coalesce(f.cell(level, cell), level, ch, true, &mut v_seen).unwrap();
         assert!(s.keeps_climbing(old, s.child_bits(ch)));
     }
     // Y: allocates unit 1, marking the whole path.
     assert_eq!(f.alloc(0, 0), Ok(1));
     // V: marks the link above X's cell coalescing, after Y's mark there, and finishes.
     let (up, ch) = Forest::<K>::parent(x.cell);
-    f.coalesce(x.level - 1, up, ch, true, &mut v_seen).unwrap();
+    Forest::<K>::coalesce(f.cell(x.level - 1, up), x.level - 1, ch, true, &mut v_seen).unwrap();
     let now = f.clear(v);
-    f.unmark(v, now, &mut v_seen);
+    f.unmark(f.climb(v), now, &mut v_seen);
     f.count_free(1, Node { order: 0, pos: 0 }, 0);
     // X: its UNMARK resumes.
     f.resume(stalled, 0);
@@ -343,18 +345,17 @@ fn rollback_unlinks_a_cell_emptied_after_reuse() {
 }
 
 #[test]
-fn seen_keeps_the_first_levels_climbed() {
-    let mut seen = Seen::new(40);
-    seen.set(39, 5);
+fn seen_keeps_every_level_climbed() {
+    let mut seen = Seen::new();
+    seen.set(63, 5);
     seen.set(8, 7);
-    seen.set(7, 9);
-    assert!(seen.fits(8) && !seen.fits(7));
-    assert_eq!(seen.take(39), Some(5));
-    assert_eq!(seen.take(39), None);
+    seen.set(0, 9);
+    assert_eq!(seen.take(63), Some(5));
+    assert_eq!(seen.take(63), None);
     assert!(seen.any());
     assert_eq!(seen.take(8), Some(7));
-    assert_eq!(seen.take(7), None);
     assert_eq!(seen.take(20), None);
+    assert_eq!(seen.take(0), Some(9));
     assert!(!seen.any());
 }
 
