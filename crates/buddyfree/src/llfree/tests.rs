@@ -2,6 +2,7 @@ use alloc::vec::Vec;
 
 use super::lower::Lower;
 use super::*;
+use crate::Config;
 
 /// xorshift, to stay free of dependencies in unit tests.
 fn next(state: &mut u64) -> u64 {
