@@ -11,7 +11,7 @@
 
 #![no_main]
 
-use buddyfree::magazine::{Magazine, Plain};
+use buddyfree::magazine::{Magazine, Plain, Settings};
 use buddyfree::{BlockAlloc, Config};
 use buddyfree_baselines::registry;
 use libfuzzer_sys::fuzz_target;
@@ -58,13 +58,14 @@ fuzz_target!(|data: &[u8]| {
         let max_order = widest.min(entry.max_order);
         let config = Config::new(units, max_order).with_cores(3);
         // A configuration the allocator refuses is an error value, which is all we ask.
-        let Ok(alloc) = (entry.build)(config) else {
+        let Ok(alloc) = (entry.build)(config, Default::default()) else {
             continue;
         };
         let ops = common::clamp(&raw, max_order);
         common::check_against_model(&alloc, config, &ops);
         // Again, every allocation and free through a held core.
-        let build = || (entry.build)(config).expect("the configuration built above");
+        let build =
+            || (entry.build)(config, Default::default()).expect("the configuration built above");
         common::check_against_model(&PinEachCall(build()), config, &ops);
         // Every free a `try_free`.
         let alloc = build();
@@ -79,8 +80,9 @@ fuzz_target!(|data: &[u8]| {
         run.check_next_block(&*inner, entry.name);
         if inner.block_of(0) != Err(buddyfree::Error::Unsupported) {
             // The full lists: this small heap would get the shortest.
-            let fast = Magazine::new(Plain(inner), 3).expect("magazines adopt what can be named");
-            let fast = fast.with_parking_limit(usize::MAX);
+            let fast = Magazine::new(config.with_cores(3), Plain(inner))
+                .expect("magazines adopt what can be named");
+            let fast = fast.with_settings(Settings::new().with_parking_limit(usize::MAX));
             run.run(&fast, after);
             run.check_next_block(&fast, entry.name);
             run.finish(&fast);

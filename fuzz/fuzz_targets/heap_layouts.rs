@@ -11,8 +11,8 @@ use std::alloc::Layout;
 use std::collections::BTreeMap;
 
 use buddyfree::heap::{Heap, HeapError, Region};
-use buddyfree_baselines::registry::{self, DynAlloc};
 use buddyfree::Error;
+use buddyfree_baselines::registry::{self, DynAlloc};
 use libfuzzer_sys::fuzz_target;
 
 const UNIT: usize = 64;
@@ -44,7 +44,10 @@ fuzz_target!(|data: &[u8]| {
     let entry = &entries[usize::from(pick) % entries.len()];
     let max_order = MAX_ORDER.min(entry.max_order);
     let region = Region::mmap(UNITS * UNIT, UNIT << max_order).unwrap();
-    let heap: Heap<DynAlloc> = Heap::build(region, UNIT, max_order, 2, entry.build).unwrap();
+    let heap: Heap<DynAlloc> = Heap::build(region, UNIT, max_order, 2, |c| {
+        (entry.build)(c, Default::default())
+    })
+    .unwrap();
     // address -> (layout, stamp)
     let mut live: BTreeMap<usize, (Layout, u8)> = BTreeMap::new();
     let mut freed: Vec<(usize, Layout)> = Vec::new();

@@ -5,7 +5,7 @@
 //! [`run_worker_if_asked`] first thing.
 //!
 //! The zone is a [`Form`]: a persistent zone file, or LLFree over caller memory
-//! ([`LLFree::from_raw_lower`]) that is a mapping of a plain file holding the lower level
+//! ([`Builder::kept`](crate::llfree::Builder::kept)) that is a mapping of a plain file holding the lower level
 //! alone, which both the worker and the checker build with [`Init::Recover`].
 //!
 //! The side file (a `MAP_SHARED` mapping, so every store survives the kill) holds per worker
@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use buddyfree::llfree::persist::{Durability, PersistError, PersistentLLFree, Recovery};
 use buddyfree::llfree::{Init, LLFree, Options};
-use buddyfree::{BlockAlloc, Config};
+use buddyfree::{BlockAlloc, Config, MetadataMemory};
 
 /// The environment variable that turns a process into a crash worker; its value is the
 /// worker's [`Plan`] and files.
@@ -76,7 +76,7 @@ pub struct Run {
 pub enum Form {
     /// A persistent zone file ([`PersistentLLFree`]).
     Zone,
-    /// LLFree over caller memory ([`LLFree::from_raw_lower`]): a `MAP_SHARED` mapping of a
+    /// LLFree over caller memory ([`Builder::kept`](crate::llfree::Builder::kept)): a `MAP_SHARED` mapping of a
     /// file that holds the lower level alone, built with [`Init::Recover`] every time.
     CallerMemory,
 }
@@ -124,9 +124,13 @@ impl MappedLower {
         let mut map = unsafe { MmapMut::map_mut(&file)? };
         let base = std::ptr::NonNull::new(map.as_mut_ptr()).expect("a mapping is never at null");
         // SAFETY: the page-aligned mapping of the whole file, ours alone while `map` lives,
-        // and `map` outlives the allocator (it is dropped after it).
-        let alloc = unsafe { LLFree::from_raw_lower(config, options, init, base, map.len()) };
-        let alloc = alloc?;
+        // and `map` outlives the allocator (it is dropped after it); a file's bytes are
+        // initialised (for `Init::Recover`).
+        let alloc = unsafe {
+            let lower = MetadataMemory::from_raw(base, map.len());
+            LLFree::builder(config).options(options).kept(lower, init)
+        };
+        let alloc = alloc.build()?;
         Ok(MappedLower { alloc, map })
     }
 
@@ -526,12 +530,10 @@ fn worker(spec: &str) -> Result<(), String> {
         "1" => {
             let config =
                 Config::new(num(units)? as usize, num(zone_order)? as u32).with_cores(plan.threads);
-            let options = Options {
-                tree_children: num(children)? as usize,
-                allocated_below_permille: num(below)? as usize,
-                free_above_permille: num(above)? as usize,
-                reserve_on_free: num(reserve)? as u32,
-            };
+            let options = Options::default()
+                .with_tree_children(num(children)? as usize)
+                .with_thresholds(num(below)? as usize, num(above)? as usize)
+                .with_reserve_on_free(num(reserve)? as u32);
             // The checker left it whole; recovery is how it is taken every time.
             let lower = MappedLower::open(Path::new(zone), config, options, Init::Recover)
                 .map_err(|e| e.to_string())?;

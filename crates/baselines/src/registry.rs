@@ -28,10 +28,9 @@ pub struct Entry {
     /// The largest `Config::max_order` it accepts; [`ANY_ORDER`] where only
     /// `Config::validate` limits it.
     pub max_order: u32,
-    /// Builds it over a configuration, with the default [`Settings`].
-    pub build: fn(Config) -> Result<DynAlloc, Error>,
-    /// Builds it over a configuration with the per-core caches' [`Settings`].
-    pub build_with: fn(Config, Settings) -> Result<DynAlloc, Error>,
+    /// Builds it over a configuration with the per-core caches' [`Settings`] (ignored by
+    /// allocators without them).
+    pub build: fn(Config, Settings) -> Result<DynAlloc, Error>,
     /// How to build it with its tables in the caller's memory, where its design allows it.
     pub metadata: Option<CallerMetadata>,
     /// What it offers of [`BlockAlloc`](buddyfree::BlockAlloc)'s optional operations.
@@ -46,7 +45,6 @@ impl Entry {
             about: published.about,
             max_order: published.max_order,
             build: published.build,
-            build_with: published.build_with,
             metadata: published.metadata,
             capabilities: published.capabilities,
         }
@@ -110,8 +108,7 @@ macro_rules! entry {
             name: $name,
             about: $about,
             max_order: $max_order,
-            build: |$config| $body,
-            build_with: |$config, _| $body,
+            build: |$config, _| $body,
             metadata: None,
             capabilities: $capabilities,
         }
@@ -131,8 +128,7 @@ const BASELINES: &[Entry] = &[
         name: "linux",
         about: "Linux-like: Knuth's buddy behind a spinlock plus per-core lists (orders 0-3, 9)",
         max_order: ANY_ORDER,
-        build: |c| Ok(Box::new(PerCpu::<Knuth>::with_config(c, Knuth::new)?)),
-        build_with: |c, s| {
+        build: |c, s| {
             Ok(Box::new(
                 PerCpu::<Knuth>::with_config(c, Knuth::new)?.with_settings(s),
             ))
@@ -203,11 +199,15 @@ mod tests {
                 "{} twice",
                 e.name
             );
-            let a = (e.build)(Config::new(1 << 12, e.max_order.min(9)).with_cores(2)).unwrap();
+            let a = (e.build)(
+                Config::new(1 << 12, e.max_order.min(9)).with_cores(2),
+                Default::default(),
+            )
+            .unwrap();
             if e.max_order < ANY_ORDER {
                 let over = Config::new((1 << 12).max(2 << e.max_order), e.max_order + 1);
                 assert_eq!(
-                    (e.build)(over).err(),
+                    (e.build)(over, Default::default()).err(),
                     Some(Error::InvalidConfig(
                         buddyfree::ConfigRule::OrderAboveAllocator
                     )),

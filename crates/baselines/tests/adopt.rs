@@ -21,14 +21,14 @@ fn adopt_everywhere(before: &[Op], after: &[Op]) {
         for &(units, max_order) in common::CONFIGS {
             let max_order = max_order.min(entry.max_order);
             let config = Config::new(units, max_order).with_cores(3);
-            let Ok(inner) = (entry.build)(config) else {
+            let Ok(inner) = (entry.build)(config, Default::default()) else {
                 continue;
             };
             let mut run = ModelRun::new(config);
             run.run(&*inner, &common::clamp(before, max_order));
             let used = inner.free_units() != inner.total_units();
             let names_blocks = inner.block_of(0) != Err(Error::Unsupported);
-            match Magazine::new(Plain(inner), 3) {
+            match Magazine::new(config, Plain(inner)) {
                 Ok(fast) => {
                     run.run(&fast, &common::clamp(after, max_order));
                     run.finish(&fast);
@@ -73,14 +73,14 @@ proptest! {
             for (units, max_order) in [(37, 5), (2348, 10)] {
                 let max_order = max_order.min(entry.max_order);
                 let config = Config::new(units, max_order).with_cores(3);
-                let Ok(inner) = (entry.build)(config) else {
+                let Ok(inner) = (entry.build)(config, Default::default()) else {
                     continue;
                 };
                 let mut run = ModelRun::new(config);
                 run.run(&*inner, &common::clamp(&before, max_order));
                 run.check_next_block(&*inner, entry.name);
                 run.check_block_of(&*inner, entry.name);
-                if let Ok(fast) = Magazine::new(Plain(inner), 3) {
+                if let Ok(fast) = Magazine::new(config, Plain(inner)) {
                     run.run(&fast, &common::clamp(&after, max_order));
                     run.check_next_block(&fast, entry.name);
                     run.check_block_of(&fast, entry.name);
@@ -96,11 +96,12 @@ proptest! {
 fn racing_frees_of_adopted_blocks_let_exactly_one_through() {
     fn race<A: Backend>(build: fn(Config) -> Result<A, Error>) {
         for order in [0, 3, 8] {
-            let inner = build(Config::new(1 << 14, 10).with_cores(4)).unwrap();
+            let config = Config::new(1 << 14, 10).with_cores(4);
+            let inner = build(config).unwrap();
             let live: Vec<usize> = (0..(1 << 12) >> order)
                 .map(|_| inner.alloc(order, 0).unwrap())
                 .collect();
-            let fast = Magazine::new(inner, 4).unwrap();
+            let fast = Magazine::new(config, inner).unwrap();
             common::double_free_race_of(&fast, 4, &live, order);
         }
     }

@@ -18,7 +18,7 @@ const ALLOCS: &[&str] = &[
 
 /// The registered allocator `name` over `config`.
 fn build(name: &str, config: Config) -> Result<DynAlloc, Error> {
-    (registry::find(name).expect("registered").build)(config)
+    (registry::find(name).expect("registered").build)(config, Default::default())
 }
 
 proptest! {

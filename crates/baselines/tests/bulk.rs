@@ -14,7 +14,11 @@ const UNITS: usize = 1024;
 fn every_allocator(mut f: impl FnMut(&str, &dyn BlockAlloc, u32)) {
     for entry in registry::entries() {
         let max_order = entry.max_order.min(6);
-        let alloc = (entry.build)(Config::new(UNITS, max_order).with_cores(2)).unwrap();
+        let alloc = (entry.build)(
+            Config::new(UNITS, max_order).with_cores(2),
+            Default::default(),
+        )
+        .unwrap();
         f(entry.name, &*alloc, max_order);
     }
 }

@@ -12,7 +12,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use buddyfree::magazine::{Magazine, Plain};
-use buddyfree::{range, BlockAlloc, Config, ConfigRule, Error, MAX_CORES};
+use buddyfree::{range, BlockAlloc, Config, ConfigRule, Error, MetadataMemory, MAX_CORES};
 use metadata::{build, each, leaked, CallerMetadata, Visit};
 
 /// Set around the code under test: any allocation or deallocation then aborts.
@@ -103,8 +103,8 @@ const CONFIGS: [Config; 3] = [
     Config::new(1 << 12, 4).with_cores(3),
 ];
 
-/// Builds over `config` in caller memory (both constructors) and churns, with the heap
-/// forbidden from construction to drop.
+/// Builds over `config` in caller memory (lent both ways: a static borrow and raw memory)
+/// and churns, with the heap forbidden from construction to drop.
 struct NoAllocation;
 
 impl Visit for NoAllocation {
@@ -116,12 +116,13 @@ impl Visit for NoAllocation {
             let raw = leaked(layout.size(), layout.align());
             let raw = NonNull::new(raw.as_mut_ptr().cast::<u8>()).unwrap();
             without_heap(&format!("{config:?}: in_metadata"), || {
+                let meta = MetadataMemory::from_static(meta);
                 let a = A::in_metadata(config, meta).unwrap().shared();
                 churn(&a, config.cores);
             });
-            without_heap(&format!("{config:?}: from_raw_metadata"), || {
+            without_heap(&format!("{config:?}: in_metadata, raw memory"), || {
                 // SAFETY: leaked memory of the layout's size, used by nothing else.
-                let a = unsafe { A::from_raw_metadata(config, raw, layout.size()) };
+                let a = A::in_metadata(config, unsafe { lent(raw, layout.size()) });
                 churn(&a.unwrap().shared(), config.cores);
             });
         }
@@ -155,12 +156,12 @@ impl Visit for LayoutIsExact {
             without_heap(&format!("{config:?}: refusals"), || {
                 // SAFETY: `meta` is leaked, ours alone, with `layout.size() + layout.align()`
                 // bytes from `base`.
-                let short = unsafe { A::from_raw_metadata(config, base, layout.size() - 1) };
+                let short = A::in_metadata(config, unsafe { lent(base, layout.size() - 1) });
                 assert_eq!(short.err(), Some(Error::MetadataTooSmall));
                 if layout.align() > 1 {
                     // SAFETY: as above, one byte in.
                     let misaligned =
-                        unsafe { A::from_raw_metadata(config, base.add(1), layout.size()) };
+                        A::in_metadata(config, unsafe { lent(base.add(1), layout.size()) });
                     assert_eq!(misaligned.err(), Some(Error::MetadataMisaligned));
                 }
             });
@@ -170,6 +171,7 @@ impl Visit for LayoutIsExact {
             );
             let exact = leaked(layout.size(), layout.align());
             without_heap(&format!("{config:?}: exact size"), || {
+                let exact = MetadataMemory::from_static(exact);
                 let a = A::in_metadata(config, exact).unwrap().shared();
                 assert_eq!(a.free_units(), config.units);
             });
@@ -205,7 +207,7 @@ impl Visit for LayoutIsExact {
             pattern(meta);
             let base = NonNull::new(meta.as_mut_ptr().cast::<u8>()).unwrap();
             // SAFETY: leaked, ours alone, 4096 bytes.
-            let r = unsafe { A::from_raw_metadata(bad, base, 1 << 12) };
+            let r = A::in_metadata(bad, unsafe { lent(base, 1 << 12) });
             assert_eq!(r.err(), refused, "{bad:?}");
             assert!(untouched(meta));
         }
@@ -214,8 +216,8 @@ impl Visit for LayoutIsExact {
 
 /// Magazines in caller memory in front of each allocator in caller memory: no heap use from
 /// construction to drop, `metadata_layout` exact (one byte less or off the alignment refused
-/// without a write), and bad core counts, a used allocator behind and one larger than the
-/// layout's configuration refused without a write.
+/// without a write), and bad core counts, a used allocator behind, one larger than the
+/// layout's configuration and one other than the magazines' refused without a write.
 struct Magazines;
 
 impl Visit for Magazines {
@@ -228,12 +230,13 @@ impl Visit for Magazines {
             let meta = leaked(size, align);
             let raw = NonNull::new(leaked(size, align).as_mut_ptr().cast::<u8>()).unwrap();
             without_heap(&format!("{config:?}: in_metadata"), || {
-                let a = Magazine::in_metadata(first, config.cores, meta).unwrap();
+                let meta = MetadataMemory::from_static(meta);
+                let a = Magazine::in_metadata(config, first, meta).unwrap();
                 churn(&a, config.cores);
             });
-            without_heap(&format!("{config:?}: from_raw_metadata"), || {
+            without_heap(&format!("{config:?}: in_metadata, raw memory"), || {
                 // SAFETY: leaked memory of the layout's size, used by nothing else.
-                let a = unsafe { Magazine::from_raw_metadata(second, config.cores, raw, size) };
+                let a = Magazine::in_metadata(config, second, unsafe { lent(raw, size) });
                 churn(&a.unwrap(), config.cores);
             });
 
@@ -241,51 +244,62 @@ impl Visit for Magazines {
             used.alloc(0, 0).unwrap();
             adopts_a_used_allocator::<A>(config);
             // Past the padding after the state table.
-            let larger = build::<A>(Config::new(config.units + 256, config.max_order));
+            let larger = Config::new(config.units + 256, config.max_order).with_cores(config.cores);
             let refusals = [
                 (
                     build::<A>(config),
-                    config.cores,
+                    config,
                     0,
                     size - 1,
                     Error::MetadataTooSmall,
                 ),
                 (
                     build::<A>(config),
-                    config.cores,
+                    config,
                     1,
                     size,
                     Error::MetadataMisaligned,
                 ),
-                (build::<A>(config), 0, 0, size, ConfigRule::NoCores.into()),
                 (
                     build::<A>(config),
-                    MAX_CORES + 1,
+                    config.with_cores(0),
+                    0,
+                    size,
+                    ConfigRule::NoCores.into(),
+                ),
+                (
+                    build::<A>(config),
+                    config.with_cores(MAX_CORES + 1),
                     0,
                     size,
                     ConfigRule::TooManyCores.into(),
                 ),
-                (larger, config.cores, 0, size, Error::MetadataTooSmall),
+                (build::<A>(larger), larger, 0, size, Error::MetadataTooSmall),
+                (
+                    build::<A>(larger),
+                    config,
+                    0,
+                    size,
+                    ConfigRule::InnerUnits.into(),
+                ),
             ];
             let memory = leaked(size + align, align);
             let base = NonNull::new(memory.as_mut_ptr().cast::<u8>()).unwrap();
             pattern(memory);
             let answers = without_heap(&format!("{config:?}: refusals"), || {
-                refusals.map(|(inner, cores, skip, len, error)| {
+                refusals.map(|(inner, config, skip, len, error)| {
                     // SAFETY: `memory` is leaked, ours alone, with `size + align` bytes from
                     // `base`, and `skip + len` is at most that.
                     let r =
-                        unsafe { Magazine::from_raw_metadata(inner, cores, base.add(skip), len) };
+                        Magazine::in_metadata(config, inner, unsafe { lent(base.add(skip), len) });
                     (r.err(), error)
                 })
             });
             // A used allocator that cannot name its blocks.
             let unnamed = without_heap(&format!("{config:?}: used, unnamed"), || {
                 // SAFETY: as above, `size` bytes from `base`.
-                unsafe {
-                    Magazine::from_raw_metadata(Plain(Unnamed(used)), config.cores, base, size)
-                }
-                .err()
+                let memory = unsafe { lent(base, size) };
+                Magazine::in_metadata(config, Plain(Unnamed(used)), memory).err()
             });
             assert_eq!(unnamed, Some(ConfigRule::InnerInUse.into()));
             for (answer, error) in answers {
@@ -298,7 +312,8 @@ impl Visit for Magazines {
             let exact = leaked(size, align);
             let inner = build::<A>(config);
             without_heap(&format!("{config:?}: exact size"), || {
-                let a = Magazine::in_metadata(inner, config.cores, exact).unwrap();
+                let exact = MetadataMemory::from_static(exact);
+                let a = Magazine::in_metadata(config, inner, exact).unwrap();
                 assert_eq!(a.free_units(), config.units);
             });
             one_piece::<A>(config);
@@ -328,7 +343,8 @@ fn adopts_a_used_allocator<A: CallerMetadata>(config: Config) {
     let layout = Magazine::<A::Shared>::metadata_layout(config).unwrap();
     let meta = leaked(layout.size(), layout.align());
     without_heap(&format!("{config:?}: a used allocator adopted"), || {
-        let a = Magazine::in_metadata(inner, config.cores, meta).unwrap();
+        let meta = MetadataMemory::from_static(meta);
+        let a = Magazine::in_metadata(config, inner, meta).unwrap();
         assert_eq!(a.free_units(), config.units - out);
         let reserved = ranges
             .iter()
@@ -366,55 +382,55 @@ impl<A: BlockAlloc> BlockAlloc for Unnamed<A> {
     }
 }
 
-/// `A`'s `from_raw_metadata`, as the allocator the tests run.
+/// The `len` bytes at `base`, lent.
 ///
 /// # Safety
-/// As for `from_raw_metadata`.
-unsafe fn raw_shared<A: CallerMetadata>(
-    config: Config,
-    meta: NonNull<u8>,
-    len: usize,
-) -> Result<A::Shared, Error> {
+/// As for `MetadataMemory::from_raw`.
+unsafe fn lent(base: NonNull<u8>, len: usize) -> MetadataMemory {
     // SAFETY: passed on to our caller.
-    unsafe { A::from_raw_metadata(config, meta, len) }.map(A::shared)
+    unsafe { MetadataMemory::from_raw(base, len) }
 }
 
-/// `A` and magazines in front of it in one piece of memory (`from_raw_metadata_with`): one
-/// byte less, or off the alignment, refused without a write; the exact size churned without
-/// heap use.
+/// `A` and magazines in front of it in one piece of memory, cut in two
+/// (`MetadataMemory::take`) at `A`'s `metadata_bytes`: either part below its layout's size
+/// refused without a write; the sum of both `metadata_bytes` churned without heap use, at
+/// any alignment.
 fn one_piece<A: CallerMetadata>(config: Config) {
-    let inner = A::metadata_layout(config).unwrap();
-    let (whole, _) = Magazine::<A::Shared>::metadata_layout_with(config, inner).unwrap();
-    let memory = leaked(whole.size() + whole.align(), whole.align());
+    let inner = A::metadata_bytes(config);
+    let whole = inner + Magazine::<A::Shared>::metadata_bytes(config);
+    let memory = leaked(whole + 64, 64);
     let base = NonNull::new(memory.as_mut_ptr().cast::<u8>()).unwrap();
     pattern(memory);
     let build = |skip, len| {
-        // SAFETY: `memory` is leaked, ours alone, with `whole.size() + whole.align()` bytes
-        // from `base`, and `skip + len` is at most that.
-        unsafe {
-            Magazine::from_raw_metadata_with(config, inner, raw_shared::<A>, base.add(skip), len)
-        }
+        // SAFETY: `memory` is leaked, ours alone, with `whole + 64` bytes from `base`, and
+        // `skip + len` is at most that.
+        let (backend, magazines) = unsafe { lent(base.add(skip), len) }.take(inner);
+        let backend = A::in_metadata(config, backend)?.shared();
+        Magazine::in_metadata(config, backend, magazines)
     };
+    let backend_size = A::metadata_layout(config).unwrap().size();
+    let magazines_size = Magazine::<A::Shared>::metadata_layout(config)
+        .unwrap()
+        .size();
+    // The backend's refusal writes nothing; the magazines' comes after the backend was
+    // built in its part (and is dropped with the error).
     let refused = without_heap(&format!("{config:?}: one piece, refusals"), || {
-        [
-            build(0, whole.size() - 1).err(),
-            build(1, whole.size()).err(),
-        ]
+        build(0, backend_size - 1).err()
     });
-    assert_eq!(
-        refused,
-        [
-            Some(Error::MetadataTooSmall),
-            Some(Error::MetadataMisaligned)
-        ]
-    );
+    assert_eq!(refused, Some(Error::MetadataTooSmall));
     assert!(
         untouched(memory),
         "a refused construction wrote to the memory"
     );
-    without_heap(&format!("{config:?}: one piece"), || {
-        churn(&build(0, whole.size()).unwrap(), config.cores);
+    let refused = without_heap(&format!("{config:?}: one piece, magazines refused"), || {
+        build(1, inner + magazines_size - 1).err()
     });
+    assert_eq!(refused, Some(Error::MetadataTooSmall));
+    for skip in [0, 1, 7, 63] {
+        without_heap(&format!("{config:?}: one piece at +{skip}"), || {
+            churn(&build(skip, whole).unwrap(), config.cores);
+        });
+    }
 }
 
 /// Prints the metadata each allocator needs per GiB of 4 KiB units (orders up to 10), for the

@@ -10,7 +10,7 @@ use std::ptr::NonNull;
 use buddyfree::buddy::Knuth;
 use buddyfree::magazine::{Magazine, Plain, Settings};
 use buddyfree::zones::{Zone, Zones};
-use buddyfree::{BlockAlloc, Capabilities, Config, Error, Locked};
+use buddyfree::{BlockAlloc, Capabilities, Config, Error, Locked, MetadataMemory};
 use buddyfree_baselines::linux::PerCpu;
 use buddyfree_baselines::list::{CasList, FirstFit};
 use buddyfree_baselines::model::Model;
@@ -106,21 +106,23 @@ fn every_entry_claims_exactly_what_it_answers() {
         let config = Config::new(UNITS, entry.max_order.min(4)).with_cores(2);
         let safe = Settings::new().with_interrupt_safe_frees();
         let mut built: Vec<(&str, DynAlloc)> = vec![
-            ("build", (entry.build)(config).unwrap()),
-            ("build_with", (entry.build_with)(config, safe).unwrap()),
+            ("build", (entry.build)(config, Settings::new()).unwrap()),
+            (
+                "build, interrupt-safe",
+                (entry.build)(config, safe).unwrap(),
+            ),
         ];
         if let Some(metadata) = entry.metadata {
             let layout = (metadata.layout)(config).unwrap();
-            for how in ["metadata.build", "metadata.build_with"] {
+            for (how, settings) in [
+                ("build_in", Settings::new()),
+                ("build_in, interrupt-safe", safe),
+            ] {
                 let meta = leaked(layout.size(), layout.align());
                 // SAFETY: `layout.size()` bytes at its alignment, leaked (they outlive the
                 // allocator) and used by nothing else.
-                let a = unsafe {
-                    match how {
-                        "metadata.build" => (metadata.build)(config, meta, layout.size()),
-                        _ => (metadata.build_with)(config, safe, meta, layout.size()),
-                    }
-                };
+                let meta = unsafe { MetadataMemory::from_raw(meta, layout.size()) };
+                let a = (metadata.build_in)(config, settings, meta);
                 built.push((how, a.unwrap()));
             }
         }
@@ -139,7 +141,11 @@ fn every_entry_claims_exactly_what_it_answers() {
 fn wrappers_pass_on_what_is_behind_them() {
     let build = |name: &str, units| {
         let entry = registry::find(name).unwrap();
-        (entry.build)(Config::new(units, entry.max_order.min(4))).unwrap()
+        (entry.build)(
+            Config::new(units, entry.max_order.min(4)),
+            Default::default(),
+        )
+        .unwrap()
     };
     let zones = Zones::new([
         Zone::new(0, build("llfree", 128)),
@@ -161,11 +167,11 @@ fn wrappers_pass_on_what_is_behind_them() {
     let config = Config::new(UNITS, 4).with_cores(2);
     let linux = PerCpu::<Knuth>::with_config(config, Knuth::new).unwrap();
     assert_eq!(linux.capabilities(), Capabilities::ALL);
-    let per_level = Magazine::with_config(config, |c| PerLevelSpin::new(c).map(Plain)).unwrap();
+    let per_level = Magazine::new(config, Plain(PerLevelSpin::new(config).unwrap())).unwrap();
     let claimed = Capabilities::BLOCK_OF | Capabilities::TRY_BLOCK_OF;
     assert_eq!(per_level.capabilities(), claimed);
-    let lists =
-        Magazine::with_config(Config::new(UNITS, 0), |c| CasList::new(c).map(Plain)).unwrap();
+    let config = Config::new(UNITS, 0);
+    let lists = Magazine::new(config, Plain(CasList::new(config).unwrap())).unwrap();
     assert_eq!(
         lists.capabilities(),
         CasList::new(Config::new(UNITS, 0)).unwrap().capabilities()
@@ -187,7 +193,9 @@ fn the_default_claims_nothing() {
         }
         common::pass_on!(sizes);
     }
-    let plain = Plain((registry::find("nbbs").unwrap().build)(Config::new(UNITS, 4)).unwrap());
+    let plain = Plain(
+        (registry::find("nbbs").unwrap().build)(Config::new(UNITS, 4), Default::default()).unwrap(),
+    );
     assert_eq!(plain.capabilities(), Capabilities::NONE);
     check_answers("a plain allocator", &plain);
 }

@@ -10,7 +10,7 @@ use std::ptr::NonNull;
 use buddyfree::buddy::{Estranged, Knuth};
 use buddyfree::llfree::LLFree;
 use buddyfree::magazine::Magazine;
-use buddyfree::{BlockAlloc, Config, Error, Locked, Nbbs, Nbbs4, SeqBlockAlloc};
+use buddyfree::{BlockAlloc, Config, Error, Locked, MetadataMemory, Nbbs, Nbbs4, SeqBlockAlloc};
 use metadata::{each, CallerMetadata, Visit};
 
 /// The adopter's kernel: 2^20 frames of 4 KiB (4 GiB), huge frames, four cores. It guessed
@@ -37,18 +37,26 @@ const MAGAZINE_BYTES: usize = Magazine::<LLFree>::metadata_bytes(SMALL);
 static mut MAGAZINE_META: [MaybeUninit<u8>; MAGAZINE_BYTES] =
     [MaybeUninit::uninit(); MAGAZINE_BYTES];
 
-/// A magazine over LLFree in one static, as `from_raw_metadata_with` takes it.
-const WHOLE_BYTES: usize =
-    Magazine::<LLFree>::metadata_bytes_with(SMALL, LLFree::metadata_layout(SMALL));
+/// A magazine over LLFree in one static, cut in two by `MetadataMemory::take`.
+const WHOLE_BYTES: usize = BACKEND_BYTES + MAGAZINE_BYTES;
 static mut WHOLE_META: [MaybeUninit<u8>; WHOLE_BYTES] = [MaybeUninit::uninit(); WHOLE_BYTES];
 
 /// The static `meta`, borrowed for good.
 ///
 /// # Safety
 /// Once per static in the test process.
-unsafe fn take<const N: usize>(meta: *mut [MaybeUninit<u8>; N]) -> &'static mut [MaybeUninit<u8>] {
+unsafe fn take<const N: usize>(meta: *mut [MaybeUninit<u8>; N]) -> MetadataMemory {
     // SAFETY: the caller borrows each static once.
-    unsafe { &mut *meta }
+    MetadataMemory::from_static(unsafe { &mut *meta })
+}
+
+/// The `len` bytes at `base`, lent.
+///
+/// # Safety
+/// As for `MetadataMemory::from_raw`.
+unsafe fn lent(base: NonNull<u8>, len: usize) -> MetadataMemory {
+    // SAFETY: passed on to our caller.
+    unsafe { MetadataMemory::from_raw(base, len) }
 }
 
 /// An allocation of every order and its free.
@@ -92,18 +100,13 @@ fn a_magazine_over_llfree_in_static_buffers() {
     let (backend, magazines) =
         unsafe { (take(&raw mut BACKEND_META), take(&raw mut MAGAZINE_META)) };
     let backend = LLFree::in_metadata(SMALL, backend).unwrap();
-    let fast = Magazine::in_metadata(backend, SMALL.cores, magazines).unwrap();
+    let fast = Magazine::in_metadata(SMALL, backend, magazines).unwrap();
     each_order(&fast);
 
     // SAFETY: the one borrow of the static.
-    let whole = unsafe { take(&raw mut WHOLE_META) };
-    let base = NonNull::from(&mut *whole).cast::<u8>();
-    let inner = LLFree::metadata_layout(SMALL).unwrap();
-    // SAFETY: the static, ours alone for good.
-    let fast = unsafe {
-        Magazine::from_raw_metadata_with(SMALL, inner, LLFree::from_raw_metadata, base, WHOLE_BYTES)
-    }
-    .unwrap();
+    let (backend, magazines) = unsafe { take(&raw mut WHOLE_META) }.take(BACKEND_BYTES);
+    let backend = LLFree::in_metadata(SMALL, backend).unwrap();
+    let fast = Magazine::in_metadata(SMALL, backend, magazines).unwrap();
     each_order(&fast);
 }
 
@@ -126,15 +129,15 @@ impl Visit for ExactAtEveryOffset {
             // before the next takes the memory.
             unsafe {
                 let at = base.add(offset);
-                let a = A::from_raw_metadata(config, at, bytes).unwrap().shared();
+                let a = A::in_metadata(config, lent(at, bytes)).unwrap().shared();
                 each_order(&a);
                 drop(a);
                 // One byte past an aligned address needs all `align - 1` bytes of padding.
-                let short = A::from_raw_metadata(config, at, bytes - 1).err();
+                let short = A::in_metadata(config, lent(at, bytes - 1)).err();
                 let needs_all = offset == 1;
                 let expected = needs_all.then_some(Error::MetadataMisaligned);
                 assert_eq!(short, expected, "{} at {offset}", A::NAME);
-                let below = A::from_raw_metadata(config, at, layout.size() - 1).err();
+                let below = A::in_metadata(config, lent(at, layout.size() - 1)).err();
                 assert_eq!(below, Some(Error::MetadataTooSmall), "{}", A::NAME);
             }
         }
@@ -163,10 +166,8 @@ fn magazine_bytes_are_exactly_enough_at_every_offset() {
         let inner = LLFree::new(config).unwrap();
         // SAFETY: `offset + bytes` lies in `memory`, leaked; each magazine is dropped before
         // the next takes the memory.
-        unsafe {
-            let fast =
-                Magazine::from_raw_metadata(inner, config.cores, base.add(offset), bytes).unwrap();
-            each_order(&fast);
-        }
+        let memory = unsafe { lent(base.add(offset), bytes) };
+        let fast = Magazine::in_metadata(config, inner, memory).unwrap();
+        each_order(&fast);
     }
 }

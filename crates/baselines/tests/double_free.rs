@@ -21,7 +21,7 @@ fn raced_double_frees_never_free_a_block_of_another_order() {
         }
         let config = Config::new(UNITS, entry.max_order.min(4)).with_cores(2);
         for order in [0, 1, 2] {
-            let alloc = (entry.build)(config).unwrap();
+            let alloc = (entry.build)(config, Default::default()).unwrap();
             common::double_free_against_other_orders(&*alloc, 2, 200_000, order);
         }
         ran += 1;

@@ -126,7 +126,7 @@ fn exhaust(units: usize, cores: usize, threads: usize, rounds: usize, magazine_r
             for round in 0..rounds {
                 let who = format!("{} at max order {max_order}, round {round}", entry.name);
                 let config = Config::new(units, max_order).with_cores(cores);
-                let a = (entry.build)(config).unwrap();
+                let a = (entry.build)(config, Default::default()).unwrap();
                 let mut taken = vec![false; units];
                 for (i, order) in concurrent_fill(&a, threads, max_order) {
                     mark(&mut taken, i, order, &who);

@@ -18,7 +18,7 @@ use std::process::Command;
 use std::ptr::NonNull;
 
 use buddyfree::heap::{Heap, Region, TypedPool};
-use buddyfree::{BlockAlloc, Config, Error, MAX_CORES};
+use buddyfree::{BlockAlloc, Config, Error, MetadataMemory, MAX_CORES};
 use buddyfree_baselines::registry::{self, Entry};
 use metadata::{each, CallerMetadata, Visit};
 use proptest::prelude::*;
@@ -86,7 +86,7 @@ impl Visit for InCallerMemory<'_> {
             return self.outcome = Some(format!("{len} bytes not granted"));
         };
         // SAFETY: `len` bytes, ours alone until freed below.
-        let built = unsafe { A::from_raw_metadata(self.config, meta, len) };
+        let built = A::in_metadata(self.config, unsafe { MetadataMemory::from_raw(meta, len) });
         self.outcome = Some(match built {
             Ok(_) if small => panic!("{:?} built in {len} bytes of {layout:?}", self.config),
             Ok(a) => format!("ok {} units", a.shared().total_units()),
@@ -103,7 +103,7 @@ impl Visit for InCallerMemory<'_> {
 /// Builds `config` with `entry`, directly, as a heap with a typed pool over a fresh mapping,
 /// and over caller metadata; any result is fine, only an abort or a panic is not.
 fn build(entry: &Entry, config: Config) -> String {
-    let direct = match (entry.build)(config) {
+    let direct = match (entry.build)(config, Default::default()) {
         Ok(a) => format!("ok {} units", a.total_units()),
         Err(e) => format!("err {e}"),
     };
@@ -113,7 +113,8 @@ fn build(entry: &Entry, config: Config) -> String {
         .ok_or("region size overflows".to_string())
         .and_then(|bytes| Region::mmap(bytes, UNIT).map_err(|e| e.to_string()))
         .and_then(|region| {
-            Heap::build(region, UNIT, config.max_order, config.cores, entry.build)
+            let build = |config| (entry.build)(config, Default::default());
+            Heap::build(region, UNIT, config.max_order, config.cores, build)
                 .map_err(|e| e.to_string())
         })
         .and_then(|heap| TypedPool::<u64, _>::new(heap).map_err(|e| e.to_string()));

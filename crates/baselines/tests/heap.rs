@@ -22,7 +22,7 @@ type Backend = DynAlloc;
 
 fn backend(config: Config) -> Result<Backend, Error> {
     let entry = registry::find(BACKEND).expect("BACKEND names a registered allocator");
-    (entry.build)(config)
+    (entry.build)(config, Default::default())
 }
 
 const UNIT: usize = 64;
@@ -43,7 +43,10 @@ fn entries_serving(max_order: u32) -> impl Iterator<Item = &'static registry::En
 /// The same over the registered allocator `entry`.
 fn registry_heap(entry: &registry::Entry, units: usize, max_order: u32) -> Heap<DynAlloc> {
     let region = Region::mmap(units * UNIT, UNIT << max_order).unwrap();
-    Heap::build(region, UNIT, max_order, 2, entry.build).unwrap()
+    Heap::build(region, UNIT, max_order, 2, |c| {
+        (entry.build)(c, Default::default())
+    })
+    .unwrap()
 }
 
 fn layout(size: usize, align: usize) -> Layout {
@@ -385,7 +388,7 @@ impl BlockAlloc for SeenCores {
 #[test]
 fn a_core_hint_names_the_core_of_every_call() {
     let build = |config| {
-        let inner = (registry::find("llfree-magazine").unwrap().build)(config)?;
+        let inner = (registry::find("llfree-magazine").unwrap().build)(config, Default::default())?;
         Ok(SeenCores(inner, AtomicUsize::new(0)))
     };
     let region = Region::mmap(256 * UNIT, UNIT << 4).unwrap();
@@ -765,7 +768,7 @@ fn order_0_allocators_serve_one_unit_and_refuse_more() {
     for entry in registry::entries().iter().filter(|e| e.max_order == 0) {
         let region = Region::mmap(16 * UNIT, UNIT).unwrap();
         assert_eq!(
-            Heap::build(region, UNIT, 1, 2, entry.build).err(),
+            Heap::build(region, UNIT, 1, 2, |c| (entry.build)(c, Default::default())).err(),
             Some(HeapError::Block(Error::InvalidConfig(
                 ConfigRule::OrderAboveAllocator
             ))),

@@ -58,7 +58,7 @@ fn main() {
             continue;
         }
         let before = LIVE.load(Ordering::Relaxed);
-        let alloc = (entry.build)(config).unwrap();
+        let alloc = (entry.build)(config, Default::default()).unwrap();
         let kept = LIVE.load(Ordering::Relaxed) - before;
         let layout = entry.metadata.map(|m| (m.layout)(config).unwrap().size());
         println!(

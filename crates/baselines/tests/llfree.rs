@@ -14,14 +14,11 @@ use proptest::prelude::*;
 
 /// Trees of 2 huge frames (1024 units), so small heaps have several trees.
 fn small_trees() -> Options {
-    Options {
-        tree_children: 2,
-        ..Options::default()
-    }
+    Options::default().with_tree_children(2)
 }
 
 fn llfree(config: Config, options: Options) -> LLFree {
-    LLFree::with_options(config, options).unwrap()
+    LLFree::builder(config).options(options).build().unwrap()
 }
 
 proptest! {
@@ -143,22 +140,24 @@ fn reports_free_units_per_huge_frame_and_tree() {
 
 #[test]
 fn rejects_configurations_it_cannot_serve() {
-    let children = |tree_children| Options {
-        tree_children,
-        ..Options::default()
+    let children = |tree_children| Options::default().with_tree_children(tree_children);
+    let build = |max_order, n| {
+        LLFree::builder(Config::new(1 << 14, max_order))
+            .options(children(n))
+            .build()
     };
-    let build = |max_order, n| LLFree::with_options(Config::new(1 << 14, max_order), children(n));
     // Trees are found by shifting; an order-10 block needs two children in one tree.
     let children_rule = Some(Error::InvalidConfig(ConfigRule::TreeChildren));
     assert_eq!(build(9, 3).err(), children_rule);
     assert_eq!(build(10, 1).err(), children_rule);
     assert_eq!(build(9, 1 << 22).err(), children_rule);
-    let permille = Options {
-        free_above_permille: usize::MAX,
-        ..Options::default()
-    };
+    let mut permille = Options::default();
+    permille.free_above_permille = usize::MAX;
     assert_eq!(
-        LLFree::with_options(Config::new(1 << 14, 9), permille).err(),
+        LLFree::builder(Config::new(1 << 14, 9))
+            .options(permille)
+            .build()
+            .err(),
         Some(Error::InvalidConfig(ConfigRule::Permille))
     );
     assert!(build(9, 1).is_ok());
@@ -171,7 +170,10 @@ fn rejects_configurations_it_cannot_serve() {
         LLFree::new(Config::new(1 << 16, 15)).err(),
         Some(Error::InvalidConfig(ConfigRule::OrderAboveAllocator))
     );
-    assert!(LLFree::with_options(Config::new(1 << 16, 16), children(128)).is_ok());
+    assert!(LLFree::builder(Config::new(1 << 16, 16))
+        .options(children(128))
+        .build()
+        .is_ok());
     assert_eq!(
         build(31, 1 << 21).err(),
         Some(Error::InvalidConfig(ConfigRule::OrderAboveAllocator))
@@ -206,7 +208,7 @@ fn bulk_claims_of_whole_frames_and_owned_frees_share_no_unit() {
     for cores in [1, 4] {
         let config = Config::new(8 * 512, 8).with_cores(cores);
         common::bulk_stress_owned(&llfree(config, small_trees()), 4, 20_000, 8);
-        let magazine = Magazine::new(llfree(config, small_trees()), cores).unwrap();
+        let magazine = Magazine::new(config, llfree(config, small_trees())).unwrap();
         common::bulk_stress(&magazine, 4, 20_000, 8);
     }
 }
@@ -466,10 +468,7 @@ fn alloc_at_counts_the_units_of_a_tree_split_between_its_holder_and_its_entry() 
 
 /// Trees of 8 huge frames (4096 units): orders up to 12, a whole tree.
 fn trees_of_8() -> Options {
-    Options {
-        tree_children: 8,
-        ..Options::default()
-    }
+    Options::default().with_tree_children(8)
 }
 
 /// The battery over orders 0..=12 on four trees of 8 frames (whole trees included): the

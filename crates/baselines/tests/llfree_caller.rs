@@ -1,5 +1,5 @@
-//! LLFree over a lower level in memory the caller owns (`LLFree::from_raw_lower`,
-//! `from_raw_parts`): every `Init`, recovery of what an earlier allocator left (blocks of
+//! LLFree over a lower level in memory the caller owns (`Builder::kept`, with the upper
+//! level on the heap or in caller memory, with classes of trees or without): every `Init`, recovery of what an earlier allocator left (blocks of
 //! every order, spans of whole frames among them), refused memory, damaged memory. Small
 //! heaps, so that Miri runs these (scripts/miri.sh).
 
@@ -7,8 +7,8 @@ mod common;
 
 use std::ptr::NonNull;
 
-use buddyfree::llfree::{Init, LLFree, Options, RecoverError};
-use buddyfree::{BlockAlloc, Config, Error};
+use buddyfree::llfree::{Builder, Init, Kept, LLFree, Options, Policy, RecoverError};
+use buddyfree::{BlockAlloc, Class, Config, Error, MetadataMemory};
 
 /// Memory for a lower level: cache lines, so 64-aligned.
 #[derive(Clone, Copy)]
@@ -48,19 +48,31 @@ impl Memory {
         options: Options,
         init: Init,
     ) -> Result<LLFree, RecoverError> {
-        let len = self.bytes();
-        // SAFETY: `len` bytes of this vector, which outlives every allocator the tests
-        // build over it, and which nothing else touches while one lives.
-        unsafe { LLFree::from_raw_lower(config, options, init, self.ptr(), len) }
+        kept(config, options, init, self.ptr(), self.bytes()).build()
+    }
+}
+
+/// The builder of LLFree over `config` tuned by `options`, over the `len` bytes at `lower`
+/// taken as `init` says.
+fn kept(
+    config: Config,
+    options: Options,
+    init: Init,
+    lower: NonNull<u8>,
+    len: usize,
+) -> Builder<Kept> {
+    // SAFETY: every caller's `len` bytes at `lower` lie in a vector of initialised bytes that
+    // outlives every allocator the tests build over it, and which nothing else touches
+    // while one lives.
+    unsafe {
+        let lower = MetadataMemory::from_raw(lower, len);
+        LLFree::builder(config).options(options).kept(lower, init)
     }
 }
 
 /// Trees of 4 frames: orders up to 11 (a whole tree).
 fn options() -> Options {
-    Options {
-        tree_children: 4,
-        ..Options::default()
-    }
+    Options::default().with_tree_children(4)
 }
 
 /// 9 huge frames and a part of a tenth: three trees, the last one partial.
@@ -154,27 +166,21 @@ fn all_allocated_frees_unit_by_unit_and_all_free_forgets() {
 fn both_levels_in_caller_memory_and_bad_memory_is_refused() {
     let config = config();
     let mut lower = Memory::for_config(config);
-    let upper_layout = LLFree::upper_layout(config, options()).unwrap();
+    let upper_layout = kept(config, options(), Init::Free, lower.ptr(), lower.bytes())
+        .metadata_layout()
+        .unwrap();
     let mut upper = vec![Wide([0; 128]); upper_layout.size().div_ceil(128)];
     assert!(upper_layout.align() <= 128);
     let upper_ptr = NonNull::from(&mut upper[..]).cast::<u8>();
     let before = lower.snapshot();
     let (lower_ptr, lower_len) = (lower.ptr(), lower.bytes());
-    let build = |lower: NonNull<u8>, lower_len: usize, upper_len: usize| {
-        // SAFETY: both vectors outlive every allocator built here and are used by nothing
-        // else meanwhile; the lengths are at most theirs.
-        unsafe {
-            LLFree::from_raw_parts(
-                config,
-                options(),
-                Init::Free,
-                lower,
-                lower_len,
-                upper_ptr,
-                upper_len,
-            )
-        }
+    let build_as = |init, lower: NonNull<u8>, lower_len: usize, upper_len: usize| {
+        // SAFETY: the vector outlives every allocator built here and is used by nothing
+        // else meanwhile; the length is at most its.
+        let upper = unsafe { MetadataMemory::from_raw(upper_ptr, upper_len) };
+        kept(config, options(), init, lower, lower_len).build_in(upper)
     };
+    let build = |lower, lower_len, upper_len| build_as(Init::Free, lower, lower_len, upper_len);
     let refused = |e: Error| Err::<(), _>(RecoverError::Config(e));
     assert_eq!(
         build(lower_ptr, lower_len - 64, upper_layout.size()).map(drop),
@@ -194,19 +200,7 @@ fn both_levels_in_caller_memory_and_bad_memory_is_refused() {
     let alloc = build(lower_ptr, lower_len, upper_layout.size()).unwrap();
     let blocks = allocate_some(&alloc);
     drop(alloc);
-    // SAFETY: as above.
-    let alloc = unsafe {
-        LLFree::from_raw_parts(
-            config,
-            options(),
-            Init::Recover,
-            lower_ptr,
-            lower_len,
-            upper_ptr,
-            upper_layout.size(),
-        )
-    }
-    .unwrap();
+    let alloc = build_as(Init::Recover, lower_ptr, lower_len, upper_layout.size()).unwrap();
     assert_eq!(alloc.blocks(), blocks);
     for (index, order) in blocks {
         alloc.free(index, order, 0).unwrap();
@@ -280,4 +274,39 @@ fn damaged_memory_is_refused_untouched_or_consistent() {
     }
     // Not about the allocator: the noise must leave some levels to recover.
     eprintln!("{opened} of 8 noisy levels recovered");
+}
+
+/// Classes of trees over a kept lower level: requests of each class land in trees of their
+/// own, and a recovery with the same policy finds every block and serves the classes.
+#[test]
+fn a_kept_lower_level_takes_a_policy() {
+    let config = Config::new(16 * 512, 10).with_cores(2);
+    let mut lower = Memory::for_config(config);
+    let options = Options::for_config(config).with_tree_children(4);
+    let policy = Policy::unmovable_movable_huge();
+    let (ptr, len) = (lower.ptr(), lower.bytes());
+    let classed = |init| {
+        // SAFETY: as in `kept`: `lower` outlives every allocator built here.
+        let memory = unsafe { MetadataMemory::from_raw(ptr, len) };
+        let builder = LLFree::builder(config).options(options).policy(policy);
+        // SAFETY: `lower`'s bytes are initialised (its vector's).
+        unsafe { builder.kept(memory, init) }.build()
+    };
+    let alloc = classed(Init::Free).unwrap();
+    let pinned = alloc.alloc_class(0, Class::UNMOVABLE, 0).unwrap();
+    let user = alloc.alloc(0, 0).unwrap();
+    assert_ne!(pinned / (4 * 512), user / (4 * 512), "one tree per class");
+    assert_eq!(alloc.free_units_of(Class::UNMOVABLE), 4 * 512 - 1);
+    drop(alloc);
+    let alloc = classed(Init::Recover).unwrap();
+    assert_eq!(alloc.blocks(), {
+        let mut blocks = vec![(pinned, 0), (user, 0)];
+        blocks.sort_unstable();
+        blocks
+    });
+    let again = alloc.alloc_class(0, Class::UNMOVABLE, 0).unwrap();
+    for index in [pinned, user, again] {
+        alloc.free(index, 0, 0).unwrap();
+    }
+    common::assert_whole(&alloc);
 }

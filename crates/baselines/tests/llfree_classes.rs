@@ -18,19 +18,15 @@ const CLASSES: [Class; 4] = [Class::MOVABLE, Class::UNMOVABLE, Class::HUGE, Clas
 
 /// Trees of 1024 units (two huge frames), so small heaps have many.
 fn small_trees() -> Options {
-    Options {
-        tree_children: 2,
-        ..Options::default()
-    }
+    Options::default().with_tree_children(2)
 }
 
 fn classed(units: usize, cores: usize, policy: Policy) -> LLFree {
-    LLFree::with_policy(
-        Config::new(units, 10).with_cores(cores),
-        small_trees(),
-        policy,
-    )
-    .unwrap()
+    LLFree::builder(Config::new(units, 10).with_cores(cores))
+        .options(small_trees())
+        .policy(policy)
+        .build()
+        .unwrap()
 }
 
 /// A random order, small ones most often, huge ones for the huge class.
@@ -225,14 +221,18 @@ fn alloc_class_reaches_the_classes_through_every_wrapper() {
     // Trees of 8192 units for this configuration (one per core).
     let tree = |i: usize| i >> 13;
     let entry = registry::find("llfree-classes").expect("registered");
-    let boxed = (entry.build)(config).unwrap();
+    let boxed = (entry.build)(config, Default::default()).unwrap();
     let policy = Policy::unmovable_movable_huge();
     let options = Options::for_config(config);
-    let magazine =
-        Magazine::with_config(config, |c| LLFree::with_policy(c, options, policy)).unwrap();
+    let classed = LLFree::builder(config).options(options).policy(policy);
+    let magazine = Magazine::new(config, classed.build().unwrap()).unwrap();
     let zones = Zones::new([Zone::new(
         0,
-        LLFree::with_policy(config, options, policy).unwrap(),
+        LLFree::builder(config)
+            .options(options)
+            .policy(policy)
+            .build()
+            .unwrap(),
     )])
     .unwrap();
     let wrappers: [&dyn BlockAlloc; 3] = [&boxed, &magazine, &zones];

@@ -31,7 +31,11 @@ fn magazines() -> impl Iterator<Item = &'static Entry> {
 }
 
 fn build(entry: &Entry) -> registry::DynAlloc {
-    (entry.build)(Config::new(UNITS, MAX_ORDER).with_cores(THREADS)).unwrap()
+    (entry.build)(
+        Config::new(UNITS, MAX_ORDER).with_cores(THREADS),
+        Default::default(),
+    )
+    .unwrap()
 }
 
 /// Each thread allocates a burst of half its share of the heap (claimed in `owners`); then

@@ -17,7 +17,7 @@ fn positional(config: Config) -> Vec<(&'static str, DynAlloc)> {
         .iter()
         .filter(|e| e.max_order >= config.max_order)
         .filter_map(|e| {
-            let alloc = (e.build)(config).ok()?;
+            let alloc = (e.build)(config, Default::default()).ok()?;
             match alloc.alloc_at(0, 0, 0) {
                 Err(Error::Unsupported) => None,
                 taken => {
@@ -282,7 +282,7 @@ fn a_refused_range_changes_nothing() {
 #[test]
 fn try_alloc_never_waits_for_a_held_lock() {
     let knuth = registry::find("knuth-locked").unwrap();
-    let alloc = (knuth.build)(Config::new(64, 3)).unwrap();
+    let alloc = (knuth.build)(Config::new(64, 3), Default::default()).unwrap();
     assert!(alloc.try_alloc(0, 0).is_ok());
     let locked = Locked::<buddyfree::buddy::Knuth>::new(
         buddyfree::buddy::Knuth::new(Config::new(64, 3)).unwrap(),
@@ -290,7 +290,9 @@ fn try_alloc_never_waits_for_a_held_lock() {
     let inner = locked.with(|_| locked.try_alloc(0, 0));
     assert_eq!(inner, Err(Error::WouldBlock));
     for name in ["nbbs", "nbbs4", "llfree"] {
-        let alloc = (registry::find(name).unwrap().build)(Config::new(4096, 10)).unwrap();
+        let alloc =
+            (registry::find(name).unwrap().build)(Config::new(4096, 10), Default::default())
+                .unwrap();
         // Without waiting, every block is found while one is free.
         for _ in 0..64 {
             alloc.try_alloc(3, 0).unwrap();

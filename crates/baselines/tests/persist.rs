@@ -56,15 +56,18 @@ fn open_when_unlocked(
 
 /// Trees of 4 huge frames, so small zones have several.
 fn options() -> Options {
-    Options {
-        tree_children: 4,
-        ..Options::default()
-    }
+    Options::default().with_tree_children(4)
 }
 
 fn create(path: &Path, units: usize, durability: Durability) -> PersistentLLFree {
     let config = Config::new(units, 10).with_cores(2);
     PersistentLLFree::create_with_options(path, config, options(), durability).unwrap()
+}
+
+/// Magazines for two cores in front of `zone`, over its configuration.
+fn magazines(zone: PersistentLLFree) -> Magazine<PersistentLLFree> {
+    let config = Config::new(zone.total_units(), zone.max_order()).with_cores(2);
+    Magazine::new(config, zone).unwrap()
 }
 
 /// Allocates random blocks of orders 0..=10 until `n` calls were made; returns them.
@@ -154,7 +157,7 @@ fn an_unclosed_zone_is_recovered_with_every_block() {
 fn a_magazine_makes_frees_durable_when_it_gives_the_blocks_back() {
     let dir = TempDir::new("magazine");
     let path = dir.file("zone");
-    let fast = Magazine::new(create(&path, 1 << 12, Durability::None), 2).unwrap();
+    let fast = magazines(create(&path, 1 << 12, Durability::None));
     // As LLFree's, so the magazine lines its batches up with the zone's frames.
     assert!(fast.inner().alloc_bulk_continues());
     let kept = fast.alloc(2, 0).unwrap();
@@ -167,7 +170,7 @@ fn a_magazine_makes_frees_durable_when_it_gives_the_blocks_back() {
     assert!(!recovery.clean);
     assert_eq!(recovery.allocated_units, 4 + parked_units);
 
-    let fast = Magazine::new(zone, 2).unwrap();
+    let fast = magazines(zone);
     for (i, order) in fast.inner().blocks() {
         if i != kept {
             if i % (2 << order) == 0 {

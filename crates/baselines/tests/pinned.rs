@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use buddyfree::buddy::Knuth;
 use buddyfree::llfree::LLFree;
-use buddyfree::magazine::{Backend, Magazine};
+use buddyfree::magazine::{Backend, Magazine, Settings};
 use buddyfree::{hold_core, BlockAlloc, Config, Error, HeldCore, Nbbs4};
 use buddyfree_baselines::linux::PerCpu;
 use buddyfree_baselines::registry::{self, DynAlloc};
@@ -26,10 +26,11 @@ const CORES: usize = 2;
 
 /// Magazines over this small heap: with the shortest lists (its default) or the full ones.
 fn magazines<A: Backend>(build: fn(Config) -> Result<A, Error>, full: bool) -> Magazine<A> {
-    let m = Magazine::with_config(Config::new(UNITS, MAX_ORDER).with_cores(CORES), build);
+    let m = build(Config::new(UNITS, MAX_ORDER).with_cores(CORES))
+        .and_then(|inner| Magazine::new(Config::new(UNITS, MAX_ORDER).with_cores(CORES), inner));
     let m = m.unwrap();
     if full {
-        m.with_parking_limit(usize::MAX)
+        m.with_settings(Settings::new().with_parking_limit(usize::MAX))
     } else {
         m
     }
@@ -206,9 +207,9 @@ proptest! {
         let config = Config::new(units, max_order).with_cores(3);
         let ops = common::clamp(&ops, max_order);
         // Through the registry's `Box<dyn BlockAlloc>`, as the C ABI holds a core.
-        let over_llfree = PinEachCall((registry::find("llfree-magazine").unwrap().build)(config).unwrap());
+        let over_llfree = PinEachCall((registry::find("llfree-magazine").unwrap().build)(config, Default::default()).unwrap());
         common::check_against_model(&over_llfree, config, &ops);
-        let over_nbbs4 = PinEachCall(Magazine::with_config(config, Nbbs4::new).unwrap());
+        let over_nbbs4 = PinEachCall(Magazine::new(config, Nbbs4::new(config).unwrap()).unwrap());
         common::check_against_model(&over_nbbs4, config, &ops);
         let linux = PinEachCall(PerCpu::<Knuth>::with_config(config, Knuth::new).unwrap());
         common::check_against_model(&linux, config, &ops);
@@ -223,7 +224,7 @@ proptest! {
 fn a_core_held_through_the_trait_is_held() {
     for entry in registry::entries() {
         let config = Config::new(UNITS, MAX_ORDER.min(entry.max_order)).with_cores(CORES);
-        let Ok(a) = (entry.build)(config) else {
+        let Ok(a) = (entry.build)(config, Default::default()) else {
             continue;
         };
         let cached = entry.name.ends_with("-magazine") || entry.name == "linux";
@@ -279,7 +280,11 @@ fn a_call_that_waits_for_its_own_held_core_panics() {
     for name in ["llfree-magazine"] {
         let entry = registry::find(name).unwrap();
         let a: &'static DynAlloc = Box::leak(Box::new(
-            (entry.build)(Config::new(UNITS, MAX_ORDER).with_cores(CORES)).unwrap(),
+            (entry.build)(
+                Config::new(UNITS, MAX_ORDER).with_cores(CORES),
+                Default::default(),
+            )
+            .unwrap(),
         ));
         for (what, call) in calls {
             let (done, waited) = std::sync::mpsc::channel();

@@ -12,7 +12,11 @@ const UNITS: usize = 1 << 10;
 
 fn build(entry: &registry::Entry, max_order: u32, cores: usize) -> DynAlloc {
     let max_order = max_order.min(entry.max_order);
-    (entry.build)(Config::new(UNITS, max_order).with_cores(cores)).unwrap()
+    (entry.build)(
+        Config::new(UNITS, max_order).with_cores(cores),
+        Default::default(),
+    )
+    .unwrap()
 }
 
 /// Allocates blocks of `order` on `core` until the first refusal.
@@ -182,7 +186,11 @@ const FRAMES: usize = 4;
 /// A heap of `FRAMES` huge frames, filled with single units, and those units.
 fn filled(name: &str, max_order: u32) -> (DynAlloc, Vec<usize>) {
     let entry = registry::find(name).unwrap();
-    let a = (entry.build)(Config::new(FRAMES * FRAME, max_order).with_cores(2)).unwrap();
+    let a = (entry.build)(
+        Config::new(FRAMES * FRAME, max_order).with_cores(2),
+        Default::default(),
+    )
+    .unwrap();
     let held = fill(&a, 0, 0);
     assert_eq!(held.len(), FRAMES * FRAME, "{name}");
     (a, held)

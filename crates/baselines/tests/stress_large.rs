@@ -12,7 +12,7 @@ mod common;
 use std::time::Instant;
 
 use buddyfree::llfree::LLFree;
-use buddyfree::magazine::Magazine;
+use buddyfree::magazine::{Magazine, Settings};
 use buddyfree::{BlockAlloc, Config, Nbbs4};
 use buddyfree_baselines::registry;
 
@@ -27,15 +27,19 @@ const MAX_ORDER: u32 = 8;
 fn every_allocator(ops: usize) {
     for entry in registry::entries().iter().filter(|e| e.name != "model") {
         let max_order = MAX_ORDER.min(entry.max_order);
-        let alloc = (entry.build)(Config::new(UNITS, max_order).with_cores(THREADS)).unwrap();
+        let alloc = (entry.build)(
+            Config::new(UNITS, max_order).with_cores(THREADS),
+            Default::default(),
+        )
+        .unwrap();
         stress(entry.name, &alloc, ops, max_order);
     }
     let config = Config::new(UNITS, MAX_ORDER).with_cores(THREADS);
-    let over_llfree = Magazine::with_config(config, LLFree::new).unwrap();
-    let full = over_llfree.with_parking_limit(usize::MAX);
+    let over_llfree = Magazine::new(config, LLFree::new(config).unwrap()).unwrap();
+    let full = over_llfree.with_settings(Settings::new().with_parking_limit(usize::MAX));
     stress("llfree-magazine, full lists", &full, ops, MAX_ORDER);
-    let over_nbbs4 = Magazine::with_config(config, Nbbs4::new).unwrap();
-    let full = over_nbbs4.with_parking_limit(usize::MAX);
+    let over_nbbs4 = Magazine::new(config, Nbbs4::new(config).unwrap()).unwrap();
+    let full = over_nbbs4.with_settings(Settings::new().with_parking_limit(usize::MAX));
     stress("nbbs4-magazine, full lists", &full, ops, MAX_ORDER);
 }
 

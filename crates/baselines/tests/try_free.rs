@@ -8,12 +8,11 @@ mod common;
 mod metadata;
 
 use buddyfree::buddy::Knuth;
-use buddyfree::{BlockAlloc, Config, Error, Locked};
+use buddyfree::{BlockAlloc, Config, Error, Locked, MetadataMemory};
 use buddyfree_baselines::registry::{self, DynAlloc};
 use common::TryFrees;
 use metadata::leaked;
 use proptest::prelude::*;
-use std::ptr::NonNull;
 
 /// The registry's allocators over `config` (orders clamped to theirs) that offer
 /// `try_free`, with their names.
@@ -22,7 +21,7 @@ fn with_try_free(units: usize, max_order: u32, cores: usize) -> Vec<(&'static st
         .iter()
         .filter_map(|entry| {
             let config = Config::new(units, max_order.min(entry.max_order)).with_cores(cores);
-            let alloc = (entry.build)(config).ok()?;
+            let alloc = (entry.build)(config, Default::default()).ok()?;
             common::offers_try_free(&*alloc).then_some((entry.name, alloc))
         })
         .collect();
@@ -72,15 +71,23 @@ fn try_free_never_waits_for_a_core_its_caller_holds() {
 #[test]
 fn interrupt_safe_frees_never_block_on_a_held_cache() {
     use buddyfree::llfree::LLFree;
-    use buddyfree::magazine::Magazine;
+    use buddyfree::magazine::{Magazine, Settings};
     use buddyfree::Nbbs4;
     use buddyfree_baselines::linux::PerCpu;
 
     let config = Config::new(1 << 12, 10).with_cores(2);
-    let llfree = Magazine::with_config(config, LLFree::new).unwrap();
-    try_frees_inside_with_core("llfree-magazine", &llfree.with_interrupt_safe_frees(), true);
-    let nbbs4 = Magazine::with_config(config, Nbbs4::new).unwrap();
-    try_frees_inside_with_core("nbbs4-magazine", &nbbs4.with_interrupt_safe_frees(), true);
+    let llfree = Magazine::new(config, LLFree::new(config).unwrap()).unwrap();
+    try_frees_inside_with_core(
+        "llfree-magazine",
+        &llfree.with_settings(Settings::new().with_interrupt_safe_frees()),
+        true,
+    );
+    let nbbs4 = Magazine::new(config, Nbbs4::new(config).unwrap()).unwrap();
+    try_frees_inside_with_core(
+        "nbbs4-magazine",
+        &nbbs4.with_settings(Settings::new().with_interrupt_safe_frees()),
+        true,
+    );
     let linux =
         PerCpu::<Knuth>::with_config(Config::new(1 << 12, 9).with_cores(2), Knuth::new).unwrap();
     // The Linux-like lists decide every free by a compare-and-swap: no setting needed.
@@ -88,9 +95,8 @@ fn interrupt_safe_frees_never_block_on_a_held_cache() {
 }
 
 /// `Settings::with_interrupt_safe_frees` gives the same caches to allocators built by name
-/// (`Entry::build_with`), on the heap and in caller memory (`CallerMetadata::build_with`, as
-/// the C ABI builds them); without it, and through the plain `build`s, some of those
-/// `try_free`s answer `WouldBlock`.
+/// (`Entry::build`), on the heap and in caller memory (`CallerMetadata::build_in`, as the C
+/// ABI builds them); without it, some of those `try_free`s answer `WouldBlock`.
 #[test]
 fn configured_interrupt_safe_frees_reach_the_registry() {
     use buddyfree::magazine::Settings;
@@ -98,12 +104,12 @@ fn configured_interrupt_safe_frees_reach_the_registry() {
     for name in ["llfree-magazine", "nbbs4-magazine", "nbbs-magazine"] {
         let entry = registry::find(name).unwrap();
         let config = Config::new(1 << 12, entry.max_order.min(10)).with_cores(2);
-        let plain = (entry.build)(config).unwrap();
+        let plain = (entry.build)(config, Default::default()).unwrap();
         let blocked = try_frees_inside_with_core(name, &*plain, false);
         assert!(blocked > 0, "{name}: the plain build holds its blocks");
         let safe = Settings::new().with_interrupt_safe_frees();
         for (settings, all_free) in [(Settings::new(), false), (safe, true)] {
-            let on_heap = (entry.build_with)(config, settings).unwrap();
+            let on_heap = (entry.build)(config, settings).unwrap();
             let blocked = try_frees_inside_with_core(name, &*on_heap, all_free);
             // Without the setting, the held cache is what a `try_free` waits for.
             assert_eq!(blocked > 0, !all_free, "{name}: {blocked} blocked");
@@ -113,16 +119,13 @@ fn configured_interrupt_safe_frees_reach_the_registry() {
             let layout = (metadata.layout)(config).unwrap();
             for with_settings in [false, true] {
                 let meta = leaked(layout.size(), layout.align());
-                let meta = NonNull::from(meta).cast();
-                // SAFETY: `layout.size()` bytes at its alignment, leaked (they outlive the
-                // allocator) and used by nothing else.
-                let in_caller = unsafe {
-                    match with_settings {
-                        true => (metadata.build_with)(config, settings, meta, layout.size()),
-                        false => (metadata.build)(config, meta, layout.size()),
-                    }
-                }
-                .unwrap();
+                let meta = MetadataMemory::from_static(meta);
+                let settings = if with_settings {
+                    settings
+                } else {
+                    Settings::new()
+                };
+                let in_caller = (metadata.build_in)(config, settings, meta).unwrap();
                 let all_free = all_free && with_settings;
                 let blocked = try_frees_inside_with_core(name, &*in_caller, all_free);
                 assert_eq!(

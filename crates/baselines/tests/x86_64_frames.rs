@@ -89,7 +89,11 @@ fn first_untaken_unit(spans: &[(u64, u64)], base: u64) -> u64 {
 #[test]
 fn every_allocator_serves_mixed_frames_distinct_aligned_and_inside_the_region() {
     for entry in registry::entries() {
-        let alloc = (entry.build)(Config::new(UNITS, entry.max_order.min(9))).unwrap();
+        let alloc = (entry.build)(
+            Config::new(UNITS, entry.max_order.min(9)),
+            Default::default(),
+        )
+        .unwrap();
         let mut frames = frames_at(&*alloc, BASE);
         let mut spans = Vec::new();
         // Two small frames to each huge one, so that huge frames must come from what small
@@ -157,7 +161,11 @@ fn exhausted_allocator_answers_none_for_every_size() {
 #[test]
 fn every_allocator_takes_back_exactly_the_frames_it_gave() {
     for entry in registry::entries() {
-        let alloc = (entry.build)(Config::new(UNITS, entry.max_order.min(9))).unwrap();
+        let alloc = (entry.build)(
+            Config::new(UNITS, entry.max_order.min(9)),
+            Default::default(),
+        )
+        .unwrap();
         let mut frames = frames_at(&*alloc, BASE);
         let huge = if entry.max_order >= 9 {
             take_all::<Size2MiB, _>(&mut frames, UNITS)
@@ -210,7 +218,7 @@ fn bad_frees_are_counted_and_change_nothing() {
     let huge_below = PhysFrame::<Size2MiB>::containing_address(PhysAddr::new(BASE - 1));
     let mut ran = 0;
     for entry in registry::entries().iter().filter(|e| e.max_order >= 9) {
-        let alloc = (entry.build)(Config::new(UNITS, 9)).unwrap();
+        let alloc = (entry.build)(Config::new(UNITS, 9), Default::default()).unwrap();
         let mut frames = frames_at(&*alloc, BASE);
         let huge: PhysFrame<Size2MiB> = frames.allocate_frame().unwrap();
         let small: PhysFrame<Size4KiB> = frames.allocate_frame().unwrap();

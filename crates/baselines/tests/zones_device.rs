@@ -20,7 +20,11 @@ use common::{Owners, Rng, TryFrees};
 use proptest::prelude::*;
 
 fn build(name: &str, units: usize, max_order: u32) -> DynAlloc {
-    (registry::find(name).unwrap().build)(Config::new(units, max_order).with_cores(2)).unwrap()
+    (registry::find(name).unwrap().build)(
+        Config::new(units, max_order).with_cores(2),
+        Default::default(),
+    )
+    .unwrap()
 }
 
 /// Three zones with gaps between them, of one registry allocator.
@@ -106,8 +110,11 @@ fn zones_find_their_next_block_across_gaps() {
 #[test]
 fn zones_drain_one_core_in_every_zone() {
     let zone = |start| {
-        let inner = Nbbs4::new(Config::new(256, 4).with_cores(2)).unwrap();
-        Zone::new(start, Magazine::new(inner, 2).unwrap())
+        let config = Config::new(256, 4).with_cores(2);
+        Zone::new(
+            start,
+            Magazine::new(config, Nbbs4::new(config).unwrap()).unwrap(),
+        )
     };
     let z = Zones::new([zone(0), zone(512)]).unwrap();
     let backends = |z: &Zones<Magazine<Nbbs4>, 2>| {
@@ -165,7 +172,7 @@ proptest! {
                 let max_order = max_order.min(entry.max_order);
                 let zone = |first, units| {
                     let config = Config::new(units, max_order).with_cores(3);
-                    Zone::new(first, (entry.build)(config).unwrap())
+                    Zone::new(first, (entry.build)(config, Default::default()).unwrap())
                 };
                 let z = Zones::new([zone(0, halves.0), zone(64, halves.1)]).unwrap();
                 let config = Config::new(64 + halves.1, max_order).with_cores(3);
@@ -293,7 +300,9 @@ fn zones_forward_owned_bulk_frees_and_continuing_bulk_allocations() {
         }
     }
 
-    let fast = Magazine::new(zones([true, true]), 2).unwrap();
+    let inner = zones([true, true]);
+    let config = Config::new(inner.total_units(), inner.max_order()).with_cores(2);
+    let fast = Magazine::new(config, inner).unwrap();
     let burst: Vec<usize> = (0..3000).map(|_| fast.alloc(0, 1).unwrap()).collect();
     assert!(
         burst.iter().any(|&b| b >= 4096),

@@ -38,7 +38,7 @@ fn zoned<const N: usize>(
                 .iter()
                 .map(|&(first, units, order)| {
                     let config = Config::new(units, order).with_cores(2);
-                    Ok(Zone::new(first, (e.build)(config)?))
+                    Ok(Zone::new(first, (e.build)(config, Default::default())?))
                 })
                 .collect();
             let zones = Zones::new(built.ok()?.try_into().ok()?).unwrap();

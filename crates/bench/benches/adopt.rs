@@ -52,7 +52,10 @@ fn bench<A: Backend>(c: &mut Criterion, name: &str, build: fn(Config) -> Result<
         c.bench_function(&format!("magazines/{name}/{state}"), |b| {
             b.iter_batched(
                 || inner(build, out),
-                |a| Magazine::new(a, 4).unwrap(),
+                |a| {
+                    let config = Config::new(a.total_units(), a.max_order()).with_cores(4);
+                    Magazine::new(config, a).unwrap()
+                },
                 BatchSize::LargeInput,
             )
         });

@@ -41,7 +41,7 @@ fn config() -> Config {
 fn through_the_trait(c: &mut Criterion) {
     for &name in TRAIT {
         let entry = registry::find(name).expect("a registered allocator");
-        let a = (entry.build)(config()).expect("builds");
+        let a = (entry.build)(config(), Default::default()).expect("builds");
         c.bench_function(name, |b| {
             b.iter(|| {
                 let i = a.alloc(0, 0).expect("a free unit");
@@ -64,13 +64,15 @@ fn held_pairs<H: HeldCore + ?Sized>(c: &mut Criterion, name: &str, held: &mut H)
 fn through_a_held_core(c: &mut Criterion) {
     for &name in TRAIT {
         let entry = registry::find(name).expect("a registered allocator");
-        let a = (entry.build)(config()).expect("builds");
+        let a = (entry.build)(config(), Default::default()).expect("builds");
         a.with_core(0, &mut |held| held_pairs(c, &format!("{name} held"), held));
     }
 }
 
 fn pinned<A: Backend>(c: &mut Criterion, name: &str, build: fn(Config) -> Result<A, Error>) {
-    let m = Magazine::with_config(config(), build).expect("builds");
+    let m = build(config())
+        .and_then(|inner| Magazine::new(config(), inner))
+        .expect("builds");
     held_pairs(c, name, &mut m.pin(0));
 }
 

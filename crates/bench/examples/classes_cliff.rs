@@ -36,11 +36,12 @@ fn rng(state: &mut u64) -> u64 {
 
 /// Runs the workload once; (allocation attempts, successes, seconds).
 fn run(policy: Policy, classes: u8, ops: usize, seed: u64) -> (usize, usize, f64) {
-    let options = Options {
-        tree_children: 1,
-        ..Options::default()
-    };
-    let a = LLFree::with_policy(Config::new(UNITS, 9), options, policy).unwrap();
+    let options = Options::default().with_tree_children(1);
+    let a = LLFree::builder(Config::new(UNITS, 9))
+        .options(options)
+        .policy(policy)
+        .build()
+        .unwrap();
     let mut s = seed;
     // Fill with order 0, keep one random unit per frame.
     let mut units = Vec::with_capacity(UNITS);

@@ -179,7 +179,7 @@ impl AllocSpec {
                 let ticket = TICKET_BUILDS.iter().find(|(n, _)| *n == e.name);
                 match (lock, ticket) {
                     (Lock::Ticket, Some((_, build))) => build(config, settings),
-                    _ => (e.build_with)(config, settings),
+                    _ => (e.build)(config, settings),
                 }
                 .map_err(|e| e.to_string())
             }

@@ -564,14 +564,15 @@ unsafe fn build(
 ) -> Result<DynAlloc, Refusal> {
     let (settings, config) = (settings_of(config), config_of(config, units));
     match tables {
-        Tables::Heap => Ok((entry.build_with)(config, settings)?),
+        Tables::Heap => Ok((entry.build)(config, settings)?),
         Tables::Caller(meta, len) => {
             let caller = entry.metadata.ok_or_else(|| Refusal {
                 status: BuddyfreeStatus::Unsupported,
                 detail: format!("{} cannot keep its metadata in caller memory", entry.name),
             })?;
-            // SAFETY: the caller's contract.
-            Ok(unsafe { (caller.build_with)(config, settings, meta, len) }?)
+            // SAFETY: the caller's contract: the memory is lent to the allocator.
+            let meta = unsafe { buddyfree::MetadataMemory::from_raw(meta, len) };
+            Ok((caller.build_in)(config, settings, meta)?)
         }
     }
 }

@@ -26,7 +26,7 @@ use core::ops::{BitAnd, BitOr};
 /// ```
 /// use buddyfree::{registry, BlockAlloc, Capabilities, Config};
 ///
-/// let frames = (registry::find("llfree").unwrap().build)(Config::new(1 << 10, 0))?;
+/// let frames = (registry::find("llfree").unwrap().build)(Config::new(1 << 10, 0), Default::default())?;
 /// let caps = frames.capabilities();
 /// assert!(caps.contains(Capabilities::TRY_ALLOC | Capabilities::BLOCK_OF));
 /// if caps.contains(Capabilities::ALLOC_AT) {

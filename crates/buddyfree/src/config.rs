@@ -80,7 +80,7 @@ impl Config {
     /// // LLFree serves blocks up to a tree: lower the order to what an entry accepts.
     /// let config = Config::new(1 << 16, 16).with_cores(2);
     /// let entry = registry::find("llfree").unwrap();
-    /// let frames = (entry.build)(config.with_max_order(config.max_order.min(entry.max_order)))?;
+    /// let frames = (entry.build)(config.with_max_order(config.max_order.min(entry.max_order)), Default::default())?;
     /// assert_eq!(frames.max_order(), 14);
     /// # Ok::<(), buddyfree::Error>(())
     /// ```
@@ -155,6 +155,9 @@ pub enum ConfigRule {
     /// ([`BlockAlloc::block_of`](crate::BlockAlloc::block_of) unsupported), so per-core
     /// caches in front could not tell their frees from double frees (`Magazine::new`).
     InnerInUse,
+    /// Per-core caches given a configuration of other units than the allocator they wrap
+    /// (`Magazine::new`: the configuration is the wrapped allocator's).
+    InnerUnits,
     /// A region or mapping of zero bytes, or one too large to map with its alignment.
     RegionLength,
     /// A region alignment or unit size that is not a power of two.
@@ -187,6 +190,7 @@ impl ConfigRule {
             ConfigRule::InnerInUse => {
                 "the wrapped allocator has blocks allocated and cannot name them (block_of)"
             }
+            ConfigRule::InnerUnits => "units other than the wrapped allocator's",
             ConfigRule::RegionLength => "a region of zero bytes, or too large to map",
             ConfigRule::NotPowerOfTwo => "alignment or unit size not a power of two",
             ConfigRule::ZoneLayout => {

@@ -34,20 +34,25 @@
 //! heap allocation at all, even with `default-features = false`:
 //! `metadata_layout(config)` gives the bytes and alignment, `metadata_bytes(config)` the
 //! length of a byte buffer at any alignment that holds them (both `const fn`s: a static is
-//! sized at compile time, and a refused configuration is a compile error),
-//! `in_metadata(config, meta)` takes a `&'static mut [MaybeUninit<u8>]`, and
-//! `unsafe from_raw_metadata(config, ptr, len)` takes raw memory:
+//! sized at compile time, and a refused configuration is a compile error), and
+//! `in_metadata(config, meta)` builds the allocator in a [`MetadataMemory`]: a
+//! `&'static mut [MaybeUninit<u8>]` ([`MetadataMemory::from_static`]) or raw memory
+//! (`unsafe` [`MetadataMemory::from_raw`]). Each allocator type is built these two ways,
+//! `new(config)` on the heap and `in_metadata(config, meta)` in caller memory; settings
+//! beyond the [`Config`] go through [`llfree::LLFree::builder`] and
+//! [`magazine::Magazine::with_settings`].
 //!
 //! ```
 //! use core::mem::MaybeUninit;
-//! use buddyfree::{llfree::LLFree, BlockAlloc, Config};
+//! use buddyfree::{llfree::LLFree, BlockAlloc, Config, MetadataMemory};
 //!
 //! const CONFIG: Config = Config::new(1 << 20, 9).with_cores(4);
 //! const BYTES: usize = LLFree::metadata_bytes(CONFIG);
 //! static mut META: [MaybeUninit<u8>; BYTES] = [MaybeUninit::uninit(); BYTES];
 //!
 //! // SAFETY: the one place that borrows `META`.
-//! let frames = LLFree::in_metadata(CONFIG, unsafe { &mut *core::ptr::addr_of_mut!(META) })?;
+//! let meta = MetadataMemory::from_static(unsafe { &mut *core::ptr::addr_of_mut!(META) });
+//! let frames = LLFree::in_metadata(CONFIG, meta)?;
 //! let frame = frames.alloc(0, 0)?;
 //! frames.free(frame, 0, 0)?;
 //! # Ok::<(), buddyfree::Error>(())
@@ -67,8 +72,8 @@
 //! | [`Magazine`](magazine::Magazine), in front of any of these | 261 KiB | 342 KiB | 128 | a byte per unit and 5.4 KiB per core |
 //!
 //! The sequential buddies take no per-core state; wrap them in [`Locked`] (no heap either).
-//! Per-core magazines take theirs the same way (`Magazine::in_metadata(inner, cores, meta)`),
-//! in front of an allocator that does.
+//! Per-core magazines take theirs the same way (`Magazine::in_metadata(config, inner, meta)`),
+//! in front of an allocator that does; [`MetadataMemory::take`] cuts one piece for both.
 //!
 //! # When not to use buddyfree
 //!
@@ -155,6 +160,7 @@ pub use nbbs::{Nbbs, Nbbs4};
 #[doc(hidden)]
 pub use refusal::confirmations as refusal_confirmations;
 pub use reserved::MAX_RESERVED_RUNS;
+pub use table::MetadataMemory;
 
 /// The README's examples, compiled and run by `cargo test` so that the front door never lies.
 /// `../README.md` is the crate's own readme: a symlink to the workspace's in the repository,
@@ -294,7 +300,7 @@ pub trait BlockAlloc: Sync {
     /// use buddyfree::{registry, BlockAlloc, Capabilities, Config, Error};
     ///
     /// for entry in registry::entries() {
-    ///     let a = (entry.build)(Config::new(1 << 10, entry.max_order.min(4)))?;
+    ///     let a = (entry.build)(Config::new(1 << 10, entry.max_order.min(4)), Default::default())?;
     ///     let page = a.alloc(0, 0)?;
     ///     // An interrupt handler frees where it can, and leaves the rest for later.
     ///     if a.capabilities().contains(Capabilities::TRY_FREE) {
@@ -429,7 +435,7 @@ pub trait HeldCore {
 /// ```
 /// use buddyfree::{hold_core, registry, Config, Error};
 ///
-/// let fast = (registry::find("llfree-magazine").unwrap().build)(Config::new(1 << 12, 10))?;
+/// let fast = (registry::find("llfree-magazine").unwrap().build)(Config::new(1 << 12, 10), Default::default())?;
 /// let pages = hold_core(&*fast, 0, |core| -> Result<_, Error> {
 ///     let pages = [core.alloc(0)?, core.alloc(0)?];
 ///     core.free(pages[1], 0)?;

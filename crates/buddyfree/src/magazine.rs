@@ -75,8 +75,8 @@
 //!   larger blocks, until a spill, [`BlockAlloc::drain`] or [`BlockAlloc::drain_core`] (for a
 //!   core that goes offline). The watermarks follow the heap's units per core, shorter on
 //!   small heaps so that a small machine's huge frames are not held by its lists:
-//!   [`Magazine::parking_limit`] says which a magazine has, [`Magazine::with_parking_limit`]
-//!   (or [`Settings::with_parking_limit`], by name or from C) picks another, and
+//!   [`Magazine::parking_limit`] says which a magazine has, [`Settings::with_parking_limit`]
+//!   (through [`Magazine::with_settings`], by name or from C) picks another, and
 //!   [`Magazine::parked_units`] says what a core holds. Shorter lists cost speed where blocks
 //!   are large next to them.
 //! - **Metadata**: a byte per unit for `states` on top of the backend's, and the lists' room
@@ -85,7 +85,7 @@
 //!   [`Error::WouldBlock`] rather than wait for it, after giving back the blocks of every
 //!   magazine whose lock is free at once. [`BlockAlloc::try_free`] answers `WouldBlock`
 //!   while the magazine that handed the block out is held; for interrupt handlers that
-//!   cannot retry, [`Magazine::with_interrupt_safe_frees`] decides every free by the
+//!   cannot retry, [`Settings::with_interrupt_safe_frees`] decides every free by the
 //!   compare-and-swap instead, at one more locked instruction per free. Or keep interrupts
 //!   off around magazine calls, as Linux does for its per-CPU lists.
 //! - **Streams and bursts**: every free tests the state byte for `Direct` before the lock. A
@@ -115,12 +115,10 @@
 mod backend;
 
 use core::alloc::Layout;
-use core::mem::MaybeUninit;
-use core::ptr::NonNull;
 
 use crate::cached::{block_alloc_via_cached, plan, Cached, Direct, Parts, Pinned, Policy};
-use crate::table::{align_within, build_in, build_in_static, unaligned_bytes, Metadata};
-use crate::{BlockAlloc, Config, ConfigRule, Error, HeldCore};
+use crate::table::{build_in, unaligned_bytes, Metadata};
+use crate::{BlockAlloc, Config, ConfigRule, Error, HeldCore, MetadataMemory};
 
 pub(crate) use backend::Sealed;
 pub use backend::{Backend, Plain};
@@ -211,7 +209,7 @@ fn policy(units: usize, cores: usize) -> &'static Policy {
 
 /// What per-core caches may be told beyond their [`Config`]: how much each core's magazine
 /// parks and how frees are decided. [`Magazine::with_settings`] applies it to magazines one
-/// has; the registry's `build_with` (`registry::Entry::build_with`) builds its `*-magazine`
+/// has; the registry's `build` (`registry::Entry::build`) builds its `*-magazine`
 /// allocators with it, for code that picks its allocator by name (the C ABI's
 /// `parking_limit` and `interrupt_safe_frees` arrive here). Allocators without per-core
 /// caches have nothing to set and ignore it.
@@ -227,14 +225,14 @@ fn policy(units: usize, cores: usize) -> &'static Policy {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Settings {
     /// The most units each core's magazine may park (free blocks reachable only by that core
-    /// until a spill or a drain), as [`Magazine::with_parking_limit`] takes it. `None` (the
+    /// until a spill or a drain), as [`Settings::with_parking_limit`] sets it. `None` (the
     /// default): the lists follow the heap per core ([`Magazine::parking_limit`]).
     pub parking_limit: Option<usize>,
     /// Whether every free of a cached order is decided by a compare-and-swap on the block's
     /// state byte, never under the lock of the cache that handed the block out, so that
     /// [`BlockAlloc::try_free`] from an interrupt handler never answers
     /// [`Error::WouldBlock`] because that cache is held
-    /// ([`Magazine::with_interrupt_safe_frees`]). `false` (the default): frees under the
+    /// ([`Settings::with_interrupt_safe_frees`]). `false` (the default): frees under the
     /// holder's lock, one locked instruction fewer per free.
     pub interrupt_safe_frees: bool,
 }
@@ -251,7 +249,8 @@ impl Settings {
 
     /// The same settings with magazines that park at most `units` per core: the longest
     /// lists within it (the shortest if none is; `usize::MAX` for the longest whatever the
-    /// heap), as [`Magazine::with_parking_limit`] chooses them. For a kernel that knows
+    /// heap), chosen when the settings are applied ([`Magazine::with_settings`], every
+    /// parked block given back first). For a kernel that knows
     /// better than its heap's size how much each core may keep from the others, including
     /// one that builds its allocator by name (the registry, the C ABI's `parking_limit`).
     ///
@@ -262,7 +261,7 @@ impl Settings {
     /// // 64 MiB of 4 KiB units on 4 cores would get the shortest lists (2 256 units a core).
     /// let config = Config::new(1 << 14, 10).with_cores(4);
     /// let settings = Settings::new().with_parking_limit(usize::MAX);
-    /// let fast = (registry::find("llfree-magazine").unwrap().build_with)(config, settings)?;
+    /// let fast = (registry::find("llfree-magazine").unwrap().build)(config, settings)?;
     /// let page = fast.alloc(0, 3)?;
     /// fast.free(page, 0, 3)?; // parked in core 3's magazine, which may keep 10 880 units
     /// # Ok::<(), buddyfree::Error>(())
@@ -289,7 +288,7 @@ impl Settings {
     ///     (Settings::new(), Err(Error::WouldBlock)),
     ///     (Settings::new().with_interrupt_safe_frees(), Ok(())),
     /// ] {
-    ///     let frames = (registry::find("llfree-magazine").unwrap().build_with)(config, settings)?;
+    ///     let frames = (registry::find("llfree-magazine").unwrap().build)(config, settings)?;
     ///     let page = frames.alloc(0, 1)?;
     ///     // Core 1's magazine, which handed the page out, is held by interrupted code.
     ///     frames.with_core(1, &mut |_| assert_eq!(frames.try_free(page, 0, 1), in_handler));
@@ -312,16 +311,19 @@ pub struct Magazine<A> {
 }
 
 impl<A: Backend> Magazine<A> {
-    /// Puts magazines for `cores` cores in front of the allocator `inner`, adopting the
-    /// blocks it has out (see the [module documentation](self)). Fails with
-    /// [`Error::InvalidConfig`] if `cores` is not in `1..=MAX_CORES`, or if `inner` has blocks
-    /// out and cannot name them.
+    /// Puts magazines for `config.cores` cores in front of the allocator `inner`, built over
+    /// the same `config` (its `units`: [`ConfigRule::InnerUnits`] otherwise), adopting the
+    /// blocks it has out (see the [module documentation](self)), with the default
+    /// [`Settings`] (lists that follow the heap per core; [`Magazine::with_settings`] for
+    /// others). Fails with [`Error::InvalidConfig`] for a configuration that cannot be
+    /// built, or if `inner` has blocks out and cannot name them.
     ///
     /// ```
     /// use buddyfree::magazine::Magazine;
     /// use buddyfree::{BlockAlloc, Config, Nbbs4};
     ///
-    /// let fast = Magazine::new(Nbbs4::new(Config::new(1 << 12, 9).with_cores(2))?, 2)?;
+    /// let config = Config::new(1 << 12, 9).with_cores(2);
+    /// let fast = Magazine::new(config, Nbbs4::new(config)?)?;
     /// let page = fast.alloc(0, 1)?; // refills core 1's magazine with a batch
     /// fast.free(page, 0, 1)?; // parked in core 1's magazine
     /// assert_eq!(fast.free(page, 0, 1), Err(buddyfree::Error::NotAllocated));
@@ -330,38 +332,26 @@ impl<A: Backend> Magazine<A> {
     /// # Ok::<(), buddyfree::Error>(())
     /// ```
     #[cfg(feature = "alloc")]
-    pub fn new(inner: A, cores: usize) -> Result<Self, Error> {
-        let policy = policy(inner.total_units(), cores);
-        let mut cached = Cached::new(Direct(inner), cores, policy)?;
+    pub fn new(config: Config, inner: A) -> Result<Self, Error> {
+        Self::check(config, &inner)?;
+        let policy = policy(config.units, config.cores);
+        let mut cached = Cached::new(Direct(inner), config.cores, policy)?;
         cached.set_streams(true);
         Ok(Magazine { cached })
     }
 
-    /// Builds the allocator with `build` over `config` and puts `config.cores` magazines in
-    /// front, with the default [`Settings`] (lists that follow the heap per core; choose
-    /// others with [`Magazine::with_settings`]).
-    ///
-    /// ```
-    /// use buddyfree::llfree::LLFree;
-    /// use buddyfree::magazine::Magazine;
-    /// use buddyfree::{BlockAlloc, Config};
-    ///
-    /// let fast = Magazine::with_config(Config::new(1 << 12, 10).with_cores(4), LLFree::new)?;
-    /// assert_eq!(fast.total_units(), 1 << 12);
-    /// # Ok::<(), buddyfree::Error>(())
-    /// ```
-    #[cfg(feature = "alloc")]
-    pub fn with_config(
-        config: Config,
-        build: impl FnOnce(Config) -> Result<A, Error>,
-    ) -> Result<Self, Error> {
+    /// Refuses a configuration that cannot be built, or that is not `inner`'s.
+    fn check(config: Config, inner: &A) -> Result<(), Error> {
         config.validate()?;
-        Magazine::new(build(config)?, config.cores)
+        if config.units != inner.total_units() {
+            return Err(ConfigRule::InnerUnits.into());
+        }
+        Ok(())
     }
 
     /// The same magazines with `settings`: the lists [`Settings::parking_limit`] asks for,
     /// if it does (every parked block given back first, as
-    /// [`Magazine::with_parking_limit`] does; else the lists stay as they are), and the
+    /// [`Settings::with_parking_limit`] says; else the lists stay as they are), and the
     /// frees [`Settings::interrupt_safe_frees`] chooses.
     ///
     /// ```
@@ -370,24 +360,26 @@ impl<A: Backend> Magazine<A> {
     /// use buddyfree::Config;
     ///
     /// let config = Config::new(1 << 14, 10).with_cores(4);
+    /// let fast = Magazine::new(config, LLFree::new(config)?)?;
+    /// assert_eq!(fast.parking_limit(), 2256); // 64 MiB of 4 KiB units on 4 cores
     /// let settings = Settings::new().with_parking_limit(3000).with_interrupt_safe_frees();
-    /// let fast = Magazine::with_config(config, LLFree::new)?.with_settings(settings);
+    /// let fast = fast.with_settings(settings);
     /// assert_eq!(fast.parking_limit(), 2720);
+    /// assert_eq!(fast.with_settings(Settings::new().with_parking_limit(usize::MAX)).parking_limit(), 10880);
     /// # Ok::<(), buddyfree::Error>(())
     /// ```
     #[must_use]
-    pub fn with_settings(self, settings: Settings) -> Self {
-        let mut magazines = match settings.parking_limit {
-            Some(units) => self.with_parking_limit(units),
-            None => self,
-        };
-        magazines.cached.set_holding(!settings.interrupt_safe_frees);
-        magazines
+    pub fn with_settings(mut self, settings: Settings) -> Self {
+        if let Some(units) = settings.parking_limit {
+            self.cached.set_policy(policy_within(units));
+        }
+        self.cached.set_holding(!settings.interrupt_safe_frees);
+        self
     }
 
     /// The bytes and alignment of the magazines' own metadata for `config.cores` cores in
-    /// front of an allocator of `config.units` units, for [`Magazine::in_metadata`] and
-    /// [`Magazine::from_raw_metadata`]: the state table (a byte per unit) and a fixed-size
+    /// front of an allocator of `config.units` units, for [`Magazine::in_metadata`]: the
+    /// state table (a byte per unit) and a fixed-size
     /// cache per core (5.4 KiB; lists that never grow, so a magazine never allocates). The
     /// allocator behind has its own (its `metadata_layout`). [`Error::InvalidConfig`] for a
     /// configuration that cannot be built. A `const fn`, as is
@@ -402,12 +394,12 @@ impl<A: Backend> Magazine<A> {
         }
     }
 
-    /// The bytes of memory, at any alignment, that [`Magazine::in_metadata`] and
-    /// [`Magazine::from_raw_metadata`] take for the magazines of `config`: the size of
-    /// [`Magazine::metadata_layout`] and the padding that aligns its start (they align it
-    /// within the memory). The allocator behind takes its own (its `metadata_bytes`), so
-    /// this does not depend on `A`; [`Magazine::metadata_bytes_with`] sizes one buffer for
-    /// both.
+    /// The bytes of memory, at any alignment, that [`Magazine::in_metadata`] takes for the
+    /// magazines of `config`: the size of [`Magazine::metadata_layout`] and the padding that
+    /// aligns its start (it aligns it within the memory). The allocator behind takes its own
+    /// (its `metadata_bytes`), so this does not depend on `A`; one buffer of both sums holds
+    /// both, cut in two by [`MetadataMemory::take`](crate::MetadataMemory::take) (see
+    /// [`Magazine::in_metadata`]).
     ///
     /// # Panics
     /// If `config` cannot be built ([`Magazine::metadata_layout`]'s error): in a `const`, a
@@ -425,190 +417,43 @@ impl<A: Backend> Magazine<A> {
     }
 
     /// As [`Magazine::new`] (feature `alloc`), with the magazines' metadata in `meta` (at
-    /// least [`Magazine::metadata_layout`] bytes at its alignment, for `cores` and `inner`'s
-    /// units; the memory is free again once the magazine is dropped): with an allocator
+    /// least [`Magazine::metadata_bytes`] at any alignment, or
+    /// [`Magazine::metadata_layout`]'s size at its alignment: the start is aligned up within
+    /// `meta`; the memory is free again once the magazine is dropped): with an allocator
     /// behind that is itself in caller memory, no heap allocation at all, for a kernel at
-    /// boot. [`Magazine::metadata_bytes`] bytes at any alignment do: the start is aligned up
-    /// within `meta`. Memory below the layout's size is [`Error::MetadataTooSmall`], memory
-    /// that holds it only at an aligned start [`Error::MetadataMisaligned`], a bad `cores`
-    /// (or blocks out that `inner` cannot name)
-    /// [`Error::InvalidConfig`], with nothing written. At boot, the memory map's holes may be
-    /// reserved ([`crate::range::reserve_all`]) before or after: blocks `inner` has out are
-    /// adopted, at the cost of a walk over its blocks (the [module documentation](self)).
+    /// boot. Memory below the layout's size is [`Error::MetadataTooSmall`], memory that holds
+    /// it only at an aligned start [`Error::MetadataMisaligned`], a bad `config` (or blocks
+    /// out that `inner` cannot name) [`Error::InvalidConfig`], with nothing written. At boot,
+    /// the memory map's holes may be reserved ([`crate::range::reserve_all`]) before or
+    /// after: blocks `inner` has out are adopted, at the cost of a walk over its blocks (the
+    /// [module documentation](self)).
     ///
     /// ```
     /// use core::mem::MaybeUninit;
     /// use buddyfree::llfree::LLFree;
     /// use buddyfree::magazine::Magazine;
-    /// use buddyfree::{BlockAlloc, Config};
+    /// use buddyfree::{BlockAlloc, Config, MetadataMemory};
     ///
-    /// // At boot: static arrays (or memory carved from the memory map).
+    /// // At boot: one static array (or memory carved from the memory map) for both.
     /// const CONFIG: Config = Config::new(1 << 14, 10).with_cores(4);
-    /// const BACKEND_BYTES: usize = LLFree::metadata_bytes(CONFIG);
-    /// const MAGAZINE_BYTES: usize = Magazine::<LLFree>::metadata_bytes(CONFIG);
-    /// static mut BACKEND: [MaybeUninit<u8>; BACKEND_BYTES] = [MaybeUninit::uninit(); BACKEND_BYTES];
-    /// static mut MAGAZINES: [MaybeUninit<u8>; MAGAZINE_BYTES] = [MaybeUninit::uninit(); MAGAZINE_BYTES];
+    /// const BACKEND: usize = LLFree::metadata_bytes(CONFIG);
+    /// const BYTES: usize = BACKEND + Magazine::<LLFree>::metadata_bytes(CONFIG);
+    /// static mut META: [MaybeUninit<u8>; BYTES] = [MaybeUninit::uninit(); BYTES];
     ///
-    /// // SAFETY: the one place that borrows each array.
-    /// let (backend, magazines) = unsafe {
-    ///     (
-    ///         &mut *core::ptr::addr_of_mut!(BACKEND),
-    ///         &mut *core::ptr::addr_of_mut!(MAGAZINES),
-    ///     )
-    /// };
-    /// let fast = Magazine::in_metadata(LLFree::in_metadata(CONFIG, backend)?, 4, magazines)?;
+    /// // SAFETY: the one place that borrows the array.
+    /// let meta = MetadataMemory::from_static(unsafe { &mut *core::ptr::addr_of_mut!(META) });
+    /// let (backend, magazines) = meta.take(BACKEND);
+    /// let fast = Magazine::in_metadata(CONFIG, LLFree::in_metadata(CONFIG, backend)?, magazines)?;
     /// let page = fast.alloc(0, 3)?;
     /// fast.free(page, 0, 3)?; // parked in core 3's magazine
     /// assert_eq!(fast.free(page, 0, 3), Err(buddyfree::Error::NotAllocated));
     /// # Ok::<(), buddyfree::Error>(())
     /// ```
-    pub fn in_metadata(
-        inner: A,
-        cores: usize,
-        meta: &'static mut [MaybeUninit<u8>],
-    ) -> Result<Self, Error> {
-        let plan = plan(inner.total_units(), cores);
-        build_in_static(plan, meta, |parts, meta| {
-            Self::build(inner, cores, parts, meta)
+    pub fn in_metadata(config: Config, inner: A, meta: MetadataMemory) -> Result<Self, Error> {
+        Self::check(config, &inner)?;
+        build_in(plan(config.units, config.cores), meta, |parts, meta| {
+            Self::build(inner, config.cores, parts, meta)
         })
-    }
-
-    /// As [`Magazine::in_metadata`], with the magazines' metadata in the `len` bytes at
-    /// `meta`.
-    ///
-    /// # Safety
-    /// `meta` must be valid for reads and writes of `len` bytes, used by nothing else, for as
-    /// long as the magazine lives (the memory is free again once it is dropped).
-    pub unsafe fn from_raw_metadata(
-        inner: A,
-        cores: usize,
-        meta: NonNull<u8>,
-        len: usize,
-    ) -> Result<Self, Error> {
-        let plan = plan(inner.total_units(), cores);
-        // SAFETY: passed on to our caller.
-        unsafe {
-            build_in(plan, meta, len, |parts, meta| {
-                Self::build(inner, cores, parts, meta)
-            })
-        }
-    }
-
-    /// The metadata of an allocator whose own is `inner` (its `metadata_layout(config)`) and
-    /// of magazines in front of it, in one piece: the allocator's first, the magazines' at
-    /// the offset returned, as [`Magazine::from_raw_metadata_with`] lays them out. A `const
-    /// fn` (what `Layout::extend` does, by hand).
-    pub const fn metadata_layout_with(
-        config: Config,
-        inner: Layout,
-    ) -> Result<(Layout, usize), Error> {
-        const OVERFLOW: Error = Error::InvalidConfig(ConfigRule::MetadataOverflow);
-        let own = match Self::metadata_layout(config) {
-            Ok(own) => own,
-            Err(e) => return Err(e),
-        };
-        let Some(offset) = inner.size().checked_next_multiple_of(own.align()) else {
-            return Err(OVERFLOW);
-        };
-        let Some(size) = offset.checked_add(own.size()) else {
-            return Err(OVERFLOW);
-        };
-        let align = if own.align() > inner.align() {
-            own.align()
-        } else {
-            inner.align()
-        };
-        match Layout::from_size_align(size, align) {
-            Ok(whole) => Ok((whole, offset)),
-            Err(_) => Err(OVERFLOW),
-        }
-    }
-
-    /// The bytes of memory, at any alignment, that [`Magazine::from_raw_metadata_with`]
-    /// takes for an allocator whose metadata is `inner` (its `metadata_layout(config)`,
-    /// passed as it returns it, so that the two calls chain in a `const`) and its
-    /// magazines: the size of [`Magazine::metadata_layout_with`] and the padding that
-    /// aligns its start.
-    ///
-    /// ```
-    /// use buddyfree::llfree::LLFree;
-    /// use buddyfree::magazine::Magazine;
-    /// use buddyfree::Config;
-    ///
-    /// const CONFIG: Config = Config::new(1 << 14, 10).with_cores(2);
-    /// const BYTES: usize =
-    ///     Magazine::<LLFree>::metadata_bytes_with(CONFIG, LLFree::metadata_layout(CONFIG));
-    /// static mut META: [u8; BYTES] = [0; BYTES];
-    /// # Ok::<(), buddyfree::Error>(())
-    /// ```
-    ///
-    /// # Panics
-    /// If `inner` is an error, or `config` cannot be built: in a `const`, a compile error.
-    #[must_use]
-    pub const fn metadata_bytes_with(config: Config, inner: Result<Layout, Error>) -> usize {
-        let layout = match inner {
-            Ok(inner) => match Self::metadata_layout_with(config, inner) {
-                Ok((whole, _)) => Ok(whole),
-                Err(e) => Err(e),
-            },
-            Err(e) => Err(e),
-        };
-        unaligned_bytes(layout)
-    }
-
-    /// Builds the allocator by `build` (its `from_raw_metadata`) over `config` with its
-    /// metadata `inner` (its `metadata_layout(config)`), and magazines for `config.cores`
-    /// cores in front of it, all in the `len` bytes at `meta` (at least
-    /// [`Magazine::metadata_bytes_with`] at any alignment, or
-    /// [`Magazine::metadata_layout_with`]'s size at its alignment): one piece of caller
-    /// memory for both, as code that picks allocators by name needs (the C ABI), with the
-    /// default [`Settings`] ([`Magazine::with_settings`] for others). Memory too small or
-    /// misaligned is [`Error::MetadataTooSmall`] or [`Error::MetadataMisaligned`], with
-    /// nothing written.
-    ///
-    /// # Safety
-    /// As for [`Magazine::from_raw_metadata`]; `build` must keep to the `len` bytes it is
-    /// given.
-    ///
-    /// ```
-    /// use core::ptr::NonNull;
-    /// use buddyfree::llfree::LLFree;
-    /// use buddyfree::magazine::Magazine;
-    /// use buddyfree::{BlockAlloc, Config};
-    ///
-    /// let config = Config::new(1 << 14, 10).with_cores(2);
-    /// let inner = LLFree::metadata_layout(config)?;
-    /// let (layout, _) = Magazine::<LLFree>::metadata_layout_with(config, inner)?;
-    /// // SAFETY: the layout is not empty.
-    /// let meta = NonNull::new(unsafe { std::alloc::alloc(layout) }).unwrap();
-    /// // SAFETY: `layout.size()` bytes, ours alone until freed below.
-    /// let fast = unsafe {
-    ///     Magazine::from_raw_metadata_with(config, inner, LLFree::from_raw_metadata, meta, layout.size())?
-    /// };
-    /// let page = fast.alloc(0, 1)?;
-    /// fast.free(page, 0, 1)?;
-    /// drop(fast);
-    /// // SAFETY: allocated above with this layout; the magazines are gone.
-    /// unsafe { std::alloc::dealloc(meta.as_ptr(), layout) };
-    /// # Ok::<(), buddyfree::Error>(())
-    /// ```
-    pub unsafe fn from_raw_metadata_with(
-        config: Config,
-        inner: Layout,
-        build: unsafe fn(Config, NonNull<u8>, usize) -> Result<A, Error>,
-        meta: NonNull<u8>,
-        len: usize,
-    ) -> Result<Self, Error> {
-        let (whole, offset) = Self::metadata_layout_with(config, inner)?;
-        // The allocator's part starts at the alignment of the whole, the magazines' is
-        // aligned as `metadata_layout_with` placed it.
-        let (meta, len) = align_within(whole, meta, len)?;
-        // SAFETY: our caller's `len` bytes at `meta` (from the aligned start on), cut in two
-        // that do not overlap: the allocator's `offset` bytes, then the magazines' rest.
-        unsafe {
-            let inner = build(config, meta, offset)?;
-            Self::from_raw_metadata(inner, config.cores, meta.add(offset), len - offset)
-        }
     }
 
     fn build(inner: A, cores: usize, parts: Parts, meta: &Metadata) -> Result<Self, Error> {
@@ -634,8 +479,8 @@ impl<A: Backend> Magazine<A> {
     /// The most units one core's magazine keeps parked (every list at its watermark). By
     /// default it follows the heap per core: 10 880 units from 2^17 units per core (512 MiB
     /// of 4 KiB units) on, 5 440 from 2^16, 2 720 from 2^15 and 2 256 below (two blocks each of
-    /// the larger orders, whatever the heap); [`Magazine::with_parking_limit`] (or
-    /// [`Settings::with_parking_limit`], where the magazines are built by name) chooses
+    /// the larger orders, whatever the heap); [`Settings::with_parking_limit`] (through
+    /// [`Magazine::with_settings`], or where the magazines are built by name) chooses
     /// otherwise.
     pub fn parking_limit(&self) -> usize {
         self.cached.policy().ceiling()
@@ -646,55 +491,6 @@ impl<A: Backend> Magazine<A> {
     /// the magazine if another thread holds that core.
     pub fn parked_units(&self, core: usize) -> usize {
         self.cached.cached_units(core)
-    }
-
-    /// The same magazines with the longest lists that park at most `units` per core (the
-    /// shortest if none does; `usize::MAX` for the longest whatever the heap), every parked
-    /// block given back first. For a kernel that knows better than the heap's size how much
-    /// each core may keep from the others.
-    ///
-    /// ```
-    /// use buddyfree::llfree::LLFree;
-    /// use buddyfree::magazine::Magazine;
-    /// use buddyfree::Config;
-    ///
-    /// // 64 MiB of 4 KiB units on 4 cores: the shortest lists by default.
-    /// let fast = Magazine::with_config(Config::new(1 << 14, 10).with_cores(4), LLFree::new)?;
-    /// assert_eq!(fast.parking_limit(), 2256);
-    /// let fast = fast.with_parking_limit(usize::MAX);
-    /// assert_eq!(fast.parking_limit(), 10880);
-    /// assert_eq!(fast.with_parking_limit(3000).parking_limit(), 2720);
-    /// # Ok::<(), buddyfree::Error>(())
-    /// ```
-    #[must_use]
-    pub fn with_parking_limit(mut self, units: usize) -> Self {
-        self.cached.set_policy(policy_within(units));
-        self
-    }
-
-    /// The same magazines with every free of orders 0–9 decided by a compare-and-swap on
-    /// the block's state byte, none under the lock of the magazine that handed the block
-    /// out: [`BlockAlloc::try_free`] then never answers [`Error::WouldBlock`] because a
-    /// magazine is held, for a kernel whose interrupt handlers free on a core while the
-    /// interrupted code may hold its magazine (see the [module documentation](self),
-    /// *Blocking*). It costs every free one more locked instruction (docs/results.md).
-    ///
-    /// ```
-    /// use buddyfree::llfree::LLFree;
-    /// use buddyfree::magazine::Magazine;
-    /// use buddyfree::{BlockAlloc, Config};
-    ///
-    /// let frames = Magazine::with_config(Config::new(1 << 14, 10).with_cores(2), LLFree::new)?
-    ///     .with_interrupt_safe_frees();
-    /// let page = frames.alloc(0, 1)?;
-    /// // Core 1's magazine, which handed the page out, is held (an interrupted call).
-    /// frames.with_core(1, &mut |_| assert_eq!(frames.try_free(page, 0, 1), Ok(())));
-    /// # Ok::<(), buddyfree::Error>(())
-    /// ```
-    #[must_use]
-    pub fn with_interrupt_safe_frees(mut self) -> Self {
-        self.cached.set_holding(false);
-        self
     }
 
     /// Gives every parked block back to the allocator behind the magazines and returns it:
@@ -708,7 +504,8 @@ impl<A: Backend> Magazine<A> {
     /// use buddyfree::magazine::Magazine;
     /// use buddyfree::{BlockAlloc, Config};
     ///
-    /// let fast = Magazine::with_config(Config::new(1 << 12, 10), LLFree::new)?;
+    /// let config = Config::new(1 << 12, 10);
+    /// let fast = Magazine::new(config, LLFree::new(config)?)?;
     /// let kept = fast.alloc(3, 0)?;
     /// let page = fast.alloc(0, 0)?;
     /// fast.free(page, 0, 0)?; // parked
@@ -743,7 +540,8 @@ impl<A: Backend> Magazine<A> {
     /// use buddyfree::magazine::Magazine;
     /// use buddyfree::{BlockAlloc, Config, Error, HeldCore};
     ///
-    /// let fast = Magazine::with_config(Config::new(1 << 12, 10).with_cores(2), LLFree::new)?;
+    /// let config = Config::new(1 << 12, 10).with_cores(2);
+    /// let fast = Magazine::new(config, LLFree::new(config)?)?;
     /// let mut core1 = fast.pin(1);
     /// let pages: Vec<usize> = (0..8).map(|_| core1.alloc(0)).collect::<Result<_, _>>()?;
     /// for &page in &pages {
@@ -768,7 +566,8 @@ impl<A: Backend> Magazine<A> {
 /// use buddyfree::magazine::Magazine;
 /// use buddyfree::Config;
 ///
-/// let fast = Magazine::with_config(Config::new(1 << 12, 10), LLFree::new).unwrap();
+/// let config = Config::new(1 << 12, 10);
+/// let fast = Magazine::new(config, LLFree::new(config).unwrap()).unwrap();
 /// let held = fast.pin(0);
 /// std::thread::scope(|s| {
 ///     s.spawn(move || drop(held));

@@ -5,18 +5,22 @@
 use alloc::boxed::Box;
 use core::alloc::Layout;
 use core::convert::identity;
-use core::ptr::NonNull;
 
 use crate::buddy::{Estranged, Knuth};
 use crate::llfree::{LLFree, Policy};
 use crate::magazine::{Magazine, Settings};
-use crate::{BlockAlloc, Capabilities, Config, Error, Locked, Nbbs, Nbbs4};
+use crate::{
+    BlockAlloc, Capabilities, Config, ConfigRule, Error, Locked, MetadataMemory, Nbbs, Nbbs4,
+};
 
 /// A boxed allocator that can move between threads.
 pub type DynAlloc = Box<dyn BlockAlloc + Send>;
 
-/// One registered allocator. Users read entries ([`entries`], [`find`]); only this crate
-/// makes them, so that fields can be added without breaking anyone:
+/// One registered allocator: its type's two constructors, [`Entry::build`] (its `new`,
+/// metadata on the heap) and, where the design allows it, [`CallerMetadata::build_in`] (its
+/// `in_metadata`), each with the per-core caches' [`Settings`]. Users read entries
+/// ([`entries`], [`find`]); only this crate makes them, so that fields can be added without
+/// breaking anyone:
 ///
 /// ```compile_fail,E0639
 /// use buddyfree::registry::Entry;
@@ -25,8 +29,7 @@ pub type DynAlloc = Box<dyn BlockAlloc + Send>;
 ///     name: "mine",
 ///     about: "",
 ///     max_order: 0,
-///     build: |_| Err(buddyfree::Error::Unsupported),
-///     build_with: |_, _| Err(buddyfree::Error::Unsupported),
+///     build: |_, _| Err(buddyfree::Error::Unsupported),
 ///     metadata: None,
 ///     capabilities: buddyfree::Capabilities::NONE,
 /// };
@@ -40,13 +43,10 @@ pub struct Entry {
     /// The largest `Config::max_order` it accepts (a larger one gets
     /// [`Error::InvalidConfig`]); [`ANY_ORDER`] where only `Config::validate` limits it.
     pub max_order: u32,
-    /// Builds it over a configuration, with the default [`Settings`]: a function of the
-    /// shape [`Heap::build`](crate::heap::Heap::build) takes.
-    pub build: fn(Config) -> Result<DynAlloc, Error>,
-    /// Builds it over a configuration with the per-core caches' [`Settings`] (the
-    /// `*-magazine` allocators; the others have no caches and ignore them). The
-    /// same as `build` with `Settings::new()`.
-    pub build_with: fn(Config, Settings) -> Result<DynAlloc, Error>,
+    /// Builds it over a configuration, its metadata on the heap, with the per-core caches'
+    /// [`Settings`] (the `*-magazine` allocators; the others have no caches and ignore
+    /// them: pass `Settings::new()`).
+    pub build: fn(Config, Settings) -> Result<DynAlloc, Error>,
     /// How to build it with its tables in the caller's memory, for the allocators whose
     /// design allows it.
     pub metadata: Option<CallerMetadata>,
@@ -57,54 +57,19 @@ pub struct Entry {
 }
 
 /// Builds an allocator whose tables live in memory the caller provides (the boxed handle
-/// itself still comes from the heap): what `metadata_layout` and `from_raw_metadata` are on
-/// the concrete types, for code that picks the allocator by name (the C ABI). Made by this
-/// crate alone, as [`Entry`] is.
+/// itself still comes from the heap): what `metadata_layout` and `in_metadata` are on the
+/// concrete types, for code that picks the allocator by name (the C ABI). Made by this crate
+/// alone, as [`Entry`] is.
 #[non_exhaustive]
 #[derive(Clone, Copy)]
 pub struct CallerMetadata {
-    /// The bytes and alignment of the metadata for a configuration.
+    /// The bytes and alignment of the metadata for a configuration (for a magazine entry,
+    /// the allocator's and the magazines' in one piece).
     pub layout: fn(Config) -> Result<Layout, Error>,
-    /// Builds the allocator with its metadata in the `len` bytes at `meta`, with the default
-    /// [`Settings`]: too small or misaligned memory is [`Error::MetadataTooSmall`] or
-    /// [`Error::MetadataMisaligned`].
-    ///
-    /// # Safety
-    /// As for the type's `from_raw_metadata`: `meta` must be valid for reads and writes of
-    /// `len` bytes, and used by nothing else for as long as the allocator lives.
-    pub build: unsafe fn(Config, NonNull<u8>, usize) -> Result<DynAlloc, Error>,
-    /// As `build`, with the per-core caches' [`Settings`] (as [`Entry::build_with`]).
-    ///
-    /// # Safety
-    /// As for `build`.
-    pub build_with: unsafe fn(Config, Settings, NonNull<u8>, usize) -> Result<DynAlloc, Error>,
-}
-
-/// An [`Entry`] whose `build_with` is `|$config, $settings| $body`, and whose `build` is the
-/// same with the default settings.
-macro_rules! entry {
-    (
-        name: $name:expr,
-        about: $about:expr,
-        max_order: $max_order:expr,
-        build: |$config:ident, $settings:tt| $body:expr,
-        metadata: $metadata:expr,
-        capabilities: $capabilities:expr $(,)?
-    ) => {
-        Entry {
-            name: $name,
-            about: $about,
-            max_order: $max_order,
-            build: |$config| {
-                #[allow(clippy::let_unit_value, unused_variables)]
-                let $settings = Settings::new();
-                $body
-            },
-            build_with: |$config, $settings| $body,
-            metadata: $metadata,
-            capabilities: $capabilities,
-        }
-    };
+    /// Builds the allocator with its metadata in `meta`, with the per-core caches'
+    /// [`Settings`] (as [`Entry::build`]): too small or misaligned memory is
+    /// [`Error::MetadataTooSmall`] or [`Error::MetadataMisaligned`].
+    pub build_in: fn(Config, Settings, MetadataMemory) -> Result<DynAlloc, Error>,
 }
 
 /// The [`CallerMetadata`] of `$alloc`, wrapped by `$wrap` (a lock, or `identity`): no
@@ -113,59 +78,38 @@ macro_rules! caller_metadata {
     ($alloc:ty, $wrap:expr) => {
         Some(CallerMetadata {
             layout: <$alloc>::metadata_layout,
-            build: |config, meta, len| {
-                // SAFETY: passed on from the contract of `CallerMetadata::build`.
-                let alloc = unsafe { <$alloc>::from_raw_metadata(config, meta, len) }?;
-                Ok(Box::new($wrap(alloc)))
-            },
-            build_with: |config, _, meta, len| {
-                // SAFETY: passed on from the contract of `CallerMetadata::build_with`.
-                let alloc = unsafe { <$alloc>::from_raw_metadata(config, meta, len) }?;
-                Ok(Box::new($wrap(alloc)))
+            build_in: |config, _, meta| Ok(Box::new($wrap(<$alloc>::in_metadata(config, meta)?))),
+        })
+    };
+}
+
+/// The [`CallerMetadata`] of magazines in front of `$alloc`, both in the caller's memory
+/// ([`magazine_layout`]).
+macro_rules! magazine_metadata {
+    ($alloc:ty) => {
+        Some(CallerMetadata {
+            layout: |config| Ok(magazine_layout::<$alloc>(config, <$alloc>::metadata_layout)?.0),
+            build_in: |config, settings, meta| {
+                let (_, offset) = magazine_layout::<$alloc>(config, <$alloc>::metadata_layout)?;
+                let (inner, own) = meta.take(offset);
+                let inner = <$alloc>::in_metadata(config, inner)?;
+                let magazines = Magazine::in_metadata(config, inner, own)?;
+                Ok(Box::new(magazines.with_settings(settings)))
             },
         })
     };
 }
 
-/// The [`CallerMetadata`] of magazines in front of `$alloc`, both in the caller's memory.
-macro_rules! magazine_metadata {
-    ($alloc:ty) => {{
-        /// Magazines with `settings` in front of an allocator, both in the `len` bytes at
-        /// `meta`.
-        ///
-        /// # Safety
-        /// As for [`CallerMetadata::build`].
-        unsafe fn build_with(
-            config: Config,
-            settings: Settings,
-            meta: NonNull<u8>,
-            len: usize,
-        ) -> Result<DynAlloc, Error> {
-            let inner = <$alloc>::metadata_layout(config)?;
-            // SAFETY: passed on from our caller's contract.
-            let magazines = unsafe {
-                Magazine::from_raw_metadata_with(
-                    config,
-                    inner,
-                    <$alloc>::from_raw_metadata,
-                    meta,
-                    len,
-                )
-            }?;
-            Ok(Box::new(magazines.with_settings(settings)))
-        }
-        Some(CallerMetadata {
-            layout: |config| {
-                let inner = <$alloc>::metadata_layout(config)?;
-                Ok(Magazine::<$alloc>::metadata_layout_with(config, inner)?.0)
-            },
-            build: |config, meta, len| {
-                // SAFETY: passed on from the contract of `CallerMetadata::build`.
-                unsafe { build_with(config, Settings::new(), meta, len) }
-            },
-            build_with,
-        })
-    }};
+/// The metadata of an allocator whose own is `inner(config)` and of magazines in front of
+/// it, in one piece: the allocator's at the start, the magazines' at the offset returned.
+fn magazine_layout<A: crate::magazine::Backend>(
+    config: Config,
+    inner: fn(Config) -> Result<Layout, Error>,
+) -> Result<(Layout, usize), Error> {
+    let own = Magazine::<A>::metadata_layout(config)?;
+    inner(config)?
+        .extend(own)
+        .map_err(|_| ConfigRule::MetadataOverflow.into())
 }
 
 /// The `max_order` of entries that accept any order `Config::validate` accepts.
@@ -184,7 +128,7 @@ pub fn find(name: &str) -> Option<&'static Entry> {
 }
 
 const ENTRIES: &[Entry] = &[
-    entry! {
+    Entry {
         name: "nbbs",
         about: "NBBS, the non-blocking buddy system: 1-level tree, 8 bytes per node, per-core hints",
         max_order: ANY_ORDER,
@@ -192,7 +136,7 @@ const ENTRIES: &[Entry] = &[
         metadata: caller_metadata!(Nbbs, identity),
         capabilities: Capabilities::ALL,
     },
-    entry! {
+    Entry {
         name: "nbbs4",
         about: "NBBS with 4-level bunches: 15 nodes per 64-bit cell, one CAS per 4 levels",
         max_order: ANY_ORDER,
@@ -200,23 +144,23 @@ const ENTRIES: &[Entry] = &[
         metadata: caller_metadata!(Nbbs4, identity),
         capabilities: Capabilities::ALL,
     },
-    entry! {
+    Entry {
         name: "nbbs-magazine",
         about: "nbbs behind per-core magazines of orders 0-9 (the NBBS paper's per-thread cache)",
         max_order: ANY_ORDER,
-        build: |c, s| Ok(Box::new(Magazine::with_config(c, Nbbs::new)?.with_settings(s))),
+        build: |c, s| Ok(Box::new(Magazine::new(c, Nbbs::new(c)?)?.with_settings(s))),
         metadata: magazine_metadata!(Nbbs),
         capabilities: Capabilities::ALL,
     },
-    entry! {
+    Entry {
         name: "nbbs4-magazine",
         about: "nbbs4 behind per-core magazines of orders 0-9 (the NBBS paper's per-thread cache)",
         max_order: ANY_ORDER,
-        build: |c, s| Ok(Box::new(Magazine::with_config(c, Nbbs4::new)?.with_settings(s))),
+        build: |c, s| Ok(Box::new(Magazine::new(c, Nbbs4::new(c)?)?.with_settings(s))),
         metadata: magazine_metadata!(Nbbs4),
         capabilities: Capabilities::ALL,
     },
-    entry! {
+    Entry {
         name: "knuth-locked",
         about: "Knuth's buddy (segregated free lists, eager merge) behind one global spinlock",
         max_order: ANY_ORDER,
@@ -224,7 +168,7 @@ const ENTRIES: &[Entry] = &[
         metadata: caller_metadata!(Knuth, Locked::<Knuth>::new),
         capabilities: Capabilities::ALL,
     },
-    entry! {
+    Entry {
         name: "estranged-locked",
         about: "the estranged buddy (delayed recombination, 5-step heuristic) behind one spinlock",
         max_order: ANY_ORDER,
@@ -232,7 +176,7 @@ const ENTRIES: &[Entry] = &[
         metadata: caller_metadata!(Estranged, Locked::<Estranged>::new),
         capabilities: Capabilities::ALL,
     },
-    entry! {
+    Entry {
         name: "llfree",
         about: "LLFree (ATC'23): bit fields per 2 MiB, 64 MiB trees, per-core reservations; orders 0..=14 (up to a whole tree)",
         max_order: crate::llfree::MAX_ORDER,
@@ -240,22 +184,22 @@ const ENTRIES: &[Entry] = &[
         metadata: caller_metadata!(LLFree, identity),
         capabilities: Capabilities::ALL,
     },
-    entry! {
+    Entry {
         name: "llfree-classes",
         about: "llfree with classes of trees: unmovable, movable and huge requests (alloc_class) each in trees of their own",
         max_order: crate::llfree::MAX_ORDER,
         build: |c, _| {
-            let options = crate::llfree::Options::for_config(c);
-            Ok(Box::new(LLFree::with_policy(c, options, Policy::unmovable_movable_huge())?))
+            let policy = Policy::unmovable_movable_huge();
+            Ok(Box::new(LLFree::builder(c).policy(policy).build()?))
         },
         metadata: None,
         capabilities: Capabilities::ALL,
     },
-    entry! {
+    Entry {
         name: "llfree-magazine",
         about: "llfree behind per-core magazines of orders 0-9 (the NBBS paper's per-thread cache)",
         max_order: crate::llfree::MAX_ORDER,
-        build: |c, s| Ok(Box::new(Magazine::with_config(c, LLFree::new)?.with_settings(s))),
+        build: |c, s| Ok(Box::new(Magazine::new(c, LLFree::new(c)?)?.with_settings(s))),
         metadata: magazine_metadata!(LLFree),
         capabilities: Capabilities::ALL,
     },
@@ -273,12 +217,13 @@ mod tests {
                 "{} twice",
                 e.name
             );
-            let a = (e.build)(Config::new(1 << 12, e.max_order.min(9)).with_cores(2)).unwrap();
+            let config = Config::new(1 << 12, e.max_order.min(9)).with_cores(2);
+            let a = (e.build)(config, Settings::new()).unwrap();
             if e.max_order < ANY_ORDER {
                 // Units that hold a block of the order, so that the order alone is refused.
                 let over = Config::new((1 << 12).max(2 << e.max_order), e.max_order + 1);
                 assert_eq!(
-                    (e.build)(over).err(),
+                    (e.build)(over, Settings::new()).err(),
                     Some(Error::InvalidConfig(crate::ConfigRule::OrderAboveAllocator)),
                     "{}",
                     e.name
@@ -303,13 +248,14 @@ mod tests {
             let mut words = vec![0u128; (layout.size() + layout.align()) / 16 + 1];
             let base = words.as_mut_ptr().cast::<u8>();
             let skip = base.align_offset(layout.align());
-            // SAFETY: `skip + layout.size()` bytes lie inside `words`, which outlives `a`.
-            let meta = unsafe { NonNull::new_unchecked(base.add(skip)) };
-            // SAFETY: as above; nothing else uses `words` while `a` lives.
-            let small = unsafe { (m.build)(config, meta, layout.size() - 1) };
+            // SAFETY: `skip + len` bytes lie inside `words`, which outlives `a` and which
+            // nothing else uses while it lives.
+            let meta = |len| unsafe {
+                MetadataMemory::from_raw(core::ptr::NonNull::new_unchecked(base.add(skip)), len)
+            };
+            let small = (m.build_in)(config, Settings::new(), meta(layout.size() - 1));
             assert_eq!(small.err(), Some(Error::MetadataTooSmall), "{}", e.name);
-            // SAFETY: as above.
-            let a = unsafe { (m.build)(config, meta, layout.size()) }.unwrap();
+            let a = (m.build_in)(config, Settings::new(), meta(layout.size())).unwrap();
             let block = a.alloc(3, 1).unwrap();
             assert_eq!(a.free(block, 2, 1), Err(Error::OrderMismatch), "{}", e.name);
             a.free(block, 3, 1).unwrap();

@@ -3,7 +3,8 @@
 //!
 //! An allocator's metadata is a few tables. A [`Plan`] lays them out one after another, each
 //! at its alignment, and yields the [`Layout`] the whole needs; the same plan then places
-//! the tables, either in the caller's memory ([`Metadata::caller`]) or each in its own heap
+//! the tables, either in the caller's memory ([`Metadata::caller`], lent as a
+//! [`MetadataMemory`], the one type every `in_metadata` takes) or each in its own heap
 //! allocation ([`Metadata::heap`]). Size and placement come from one computation, so
 //! `metadata_layout` and the constructors cannot disagree.
 //!
@@ -252,6 +253,88 @@ pub(crate) fn align_within(
     Ok((unsafe { base.add(pad) }, len - pad))
 }
 
+/// Memory lent for an allocator's metadata: what every caller-metadata constructor
+/// (`in_metadata`) takes. Made safely from a `'static` exclusive borrow
+/// ([`MetadataMemory::from_static`]: a static array, memory carved at boot), or from raw
+/// memory ([`MetadataMemory::from_raw`], whose contract carries the unsafety the
+/// constructors then need not). It is moved into the allocator it builds, so one piece of
+/// memory serves one allocator; [`MetadataMemory::take`] cuts it in two for two (an
+/// allocator and its magazines).
+///
+/// Any alignment will do: a constructor aligns its tables up within the memory, so
+/// `metadata_bytes(config)` bytes at any address hold them.
+#[derive(Debug)]
+pub struct MetadataMemory {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the memory is lent exclusively (both constructors' contracts), like a
+// `&'static mut [u8]`, which is `Send` and `Sync`.
+unsafe impl Send for MetadataMemory {}
+// SAFETY: as above; `&MetadataMemory` reads nothing through the pointer.
+unsafe impl Sync for MetadataMemory {}
+
+impl MetadataMemory {
+    /// The memory of a `'static` exclusive borrow, the allocator's for good.
+    pub fn from_static(memory: &'static mut [MaybeUninit<u8>]) -> MetadataMemory {
+        let len = memory.len();
+        MetadataMemory {
+            base: NonNull::from(memory).cast::<u8>(),
+            len,
+        }
+    }
+
+    /// The `len` bytes at `base`.
+    ///
+    /// # Safety
+    /// `base` must be valid for reads and writes of `len` bytes, used by nothing else, for as
+    /// long as the allocator built in them (or, unused, this value) lives; the memory is free
+    /// again once that allocator is dropped.
+    pub const unsafe fn from_raw(base: NonNull<u8>, len: usize) -> MetadataMemory {
+        MetadataMemory { base, len }
+    }
+
+    /// Its length in bytes.
+    #[must_use]
+    pub const fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it has no bytes.
+    #[must_use]
+    pub const fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The first `bytes` (all of it, if it is shorter) and the rest, two pieces that do not
+    /// overlap: for an allocator and the magazines in front of it, say, the first
+    /// `metadata_bytes` of the allocator's and the rest for the magazines'. A piece too
+    /// short fails its constructor ([`Error::MetadataTooSmall`]), nothing written.
+    #[must_use]
+    pub fn take(self, bytes: usize) -> (MetadataMemory, MetadataMemory) {
+        let first = bytes.min(self.len);
+        // SAFETY: `first <= len`: within (or one past) the lent memory.
+        let rest = unsafe { self.base.add(first) };
+        (
+            MetadataMemory {
+                base: self.base,
+                len: first,
+            },
+            MetadataMemory {
+                base: rest,
+                len: self.len - first,
+            },
+        )
+    }
+
+    /// The pointer and length, for code that lays tables out itself (the contract of
+    /// [`MetadataMemory::from_raw`] holds for them).
+    pub(crate) fn into_raw(self) -> (NonNull<u8>, usize) {
+        (self.base, self.len)
+    }
+}
+
 /// The memory a [`Plan`]'s tables are made in.
 pub(crate) struct Metadata {
     /// The caller's memory, checked against the plan; `None`: a heap allocation per table.
@@ -270,10 +353,10 @@ impl Metadata {
     /// [`Error::MetadataMisaligned`] otherwise. So a byte buffer of `metadata_bytes` at any
     /// address does.
     ///
-    /// # Safety
-    /// `base` must be valid for reads and writes of `len` bytes, used by nothing else, for as
-    /// long as the tables made in it live.
-    pub(crate) unsafe fn caller(plan: &Plan, base: NonNull<u8>, len: usize) -> Result<Self, Error> {
+    /// The tables made in it take the memory for as long as they live, as
+    /// [`MetadataMemory::from_raw`]'s contract lends it.
+    pub(crate) fn caller(plan: &Plan, memory: MetadataMemory) -> Result<Self, Error> {
+        let (base, len) = memory.into_raw();
         let (base, _) = align_within(plan.layout()?, base, len)?;
         Ok(Metadata { base: Some(base) })
     }
@@ -314,11 +397,11 @@ pub(crate) fn check_memory(layout: Layout, base: NonNull<u8>, len: usize) -> Res
     Ok(())
 }
 
-/// The constructors over caller memory of an allocator `$name`, written once: an associated
-/// `metadata_layout`, `in_metadata` and `from_raw_metadata`, from the allocator's
+/// The constructor over caller memory of an allocator `$name`, written once: an associated
+/// `metadata_layout`, `metadata_bytes` and `in_metadata`, from the allocator's
 /// `$plan(config) -> Result<(Plan, Parts), Error>` and `$build(config, parts, &Metadata)`.
-/// The rest shapes the doc examples: the allocator's path in the crate, its trait, how the example binds the
-/// allocator, and its alloc and free calls.
+/// The rest shapes the doc example: the allocator's path in the crate, its trait, how the
+/// example binds the allocator, and its alloc and free calls.
 macro_rules! caller_metadata {
     (
         $name:ident, $plan:path, $build:path,
@@ -326,7 +409,7 @@ macro_rules! caller_metadata {
     ) => {
         impl $name {
             /// The bytes and alignment of the metadata for `config`, for
-            #[doc = concat!("[`", stringify!($name), "::in_metadata`] and [`", stringify!($name), "::from_raw_metadata`];")]
+            #[doc = concat!("[`", stringify!($name), "::in_metadata`];")]
             /// [`Error::InvalidConfig`] for a configuration that cannot be built. A `const fn`,
             /// as is [`metadata_bytes`](Self::metadata_bytes), which sizes a static buffer.
             pub const fn metadata_layout(config: Config) -> Result<core::alloc::Layout, Error> {
@@ -337,9 +420,9 @@ macro_rules! caller_metadata {
             }
 
             /// The bytes of metadata memory, at any alignment, that
-            #[doc = concat!("[`", stringify!($name), "::in_metadata`] and [`", stringify!($name), "::from_raw_metadata`]")]
-            /// take for `config`: [`metadata_layout`](Self::metadata_layout)'s size and the
-            /// padding that aligns its start (they align it within the memory): the length of
+            #[doc = concat!("[`", stringify!($name), "::in_metadata`]")]
+            /// takes for `config`: [`metadata_layout`](Self::metadata_layout)'s size and the
+            /// padding that aligns its start (it aligns it within the memory): the length of
             #[doc = concat!("a static buffer, as [`", stringify!($name), "::in_metadata`]'s example shows.")]
             ///
             /// # Panics
@@ -360,100 +443,41 @@ macro_rules! caller_metadata {
             ///
             /// ```
             /// use core::mem::MaybeUninit;
-            #[doc = concat!("use buddyfree::{", $trait, ", Config};")]
+            #[doc = concat!("use buddyfree::{", $trait, ", Config, MetadataMemory};")]
             #[doc = concat!("use buddyfree::", $path, ";")]
             ///
-            /// // At boot: a static array (or memory carved from the memory map).
+            /// // At boot: a static array (or memory carved from the memory map,
+            /// // `MetadataMemory::from_raw`).
             /// const CONFIG: Config = Config::new(1 << 14, 10).with_cores(4);
             #[doc = concat!("const BYTES: usize = ", stringify!($name), "::metadata_bytes(CONFIG);")]
             /// static mut META: [MaybeUninit<u8>; BYTES] = [MaybeUninit::uninit(); BYTES];
             ///
             /// // SAFETY: the one place that borrows the array.
-            /// let meta = unsafe { &mut *core::ptr::addr_of_mut!(META) };
+            /// let meta = MetadataMemory::from_static(unsafe { &mut *core::ptr::addr_of_mut!(META) });
             #[doc = concat!($bind, " = ", stringify!($name), "::in_metadata(CONFIG, meta)?;")]
             #[doc = concat!("let block = a.", $alloc, "?;")]
             #[doc = concat!("a.", $free, "?;")]
             /// # Ok::<(), buddyfree::Error>(())
             /// ```
-            pub fn in_metadata(
-                config: Config,
-                meta: &'static mut [core::mem::MaybeUninit<u8>],
-            ) -> Result<Self, Error> {
-                $crate::table::build_in_static($plan(config), meta, |parts, meta| {
+            pub fn in_metadata(config: Config, meta: $crate::MetadataMemory) -> Result<Self, Error> {
+                $crate::table::build_in($plan(config), meta, |parts, meta| {
                     $build(config, parts, meta)
                 })
-            }
-
-            #[doc = concat!("As [`", stringify!($name), "::in_metadata`], with the metadata in the `len` bytes at `meta`.")]
-            ///
-            /// # Safety
-            /// `meta` must be valid for reads and writes of `len` bytes, used by nothing else,
-            /// for as long as the allocator lives (the memory is free again once it is
-            /// dropped).
-            ///
-            /// ```
-            /// use core::ptr::NonNull;
-            #[doc = concat!("use buddyfree::{", $trait, ", Config};")]
-            #[doc = concat!("use buddyfree::", $path, ";")]
-            ///
-            /// let config = Config::new(1 << 16, 10);
-            #[doc = concat!("let layout = ", stringify!($name), "::metadata_layout(config)?;")]
-            /// // Memory carved at boot; here from the system allocator.
-            /// // SAFETY: the layout is not empty.
-            /// let meta = NonNull::new(unsafe { std::alloc::alloc(layout) }).unwrap();
-            /// // SAFETY: `layout.size()` bytes, ours alone until freed below.
-            #[doc = concat!($bind, " = unsafe { ", stringify!($name), "::from_raw_metadata(config, meta, layout.size())? };")]
-            #[doc = concat!("let block = a.", $alloc, "?;")]
-            #[doc = concat!("a.", $free, "?;")]
-            /// drop(a);
-            /// // SAFETY: allocated above with this layout; the allocator is gone.
-            /// unsafe { std::alloc::dealloc(meta.as_ptr(), layout) };
-            /// # Ok::<(), buddyfree::Error>(())
-            /// ```
-            pub unsafe fn from_raw_metadata(
-                config: Config,
-                meta: core::ptr::NonNull<u8>,
-                len: usize,
-            ) -> Result<Self, Error> {
-                // SAFETY: passed on to our caller.
-                unsafe {
-                    $crate::table::build_in($plan(config), meta, len, |parts, meta| {
-                        $build(config, parts, meta)
-                    })
-                }
             }
         }
     };
 }
 
 /// Builds an allocator by `build` from its `plan` (its tables' layout and places) in the
-/// caller's `len` bytes at `base`, once they are checked to hold the layout: the body of
-/// every `from_raw_metadata`.
-///
-/// # Safety
-/// As for [`Metadata::caller`].
-pub(crate) unsafe fn build_in<P, A>(
+/// caller's memory, once it is checked to hold the layout: the body of every `in_metadata`.
+pub(crate) fn build_in<P, A>(
     plan: Result<(Plan, P), Error>,
-    base: NonNull<u8>,
-    len: usize,
+    memory: MetadataMemory,
     build: impl FnOnce(P, &Metadata) -> Result<A, Error>,
 ) -> Result<A, Error> {
     let (plan, parts) = plan?;
-    // SAFETY: passed on to our caller.
-    let meta = unsafe { Metadata::caller(&plan, base, len)? };
+    let meta = Metadata::caller(&plan, memory)?;
     build(parts, &meta)
-}
-
-/// [`build_in`] over a `'static` exclusive borrow: the body of every `in_metadata`.
-pub(crate) fn build_in_static<P, A>(
-    plan: Result<(Plan, P), Error>,
-    meta: &'static mut [MaybeUninit<u8>],
-    build: impl FnOnce(P, &Metadata) -> Result<A, Error>,
-) -> Result<A, Error> {
-    let len = meta.len();
-    let base = NonNull::from(meta).cast::<u8>();
-    // SAFETY: a `'static` exclusive borrow: valid for `len` bytes, forever, ours alone.
-    unsafe { build_in(plan, base, len, build) }
 }
 
 /// Builds an allocator by `build` from its `plan` with every table on the heap: the body of
@@ -485,21 +509,20 @@ mod tests {
         assert_eq!((layout.size(), layout.align()), (24, 8));
         let mut memory = Box::new([0u64; 4]);
         let base = NonNull::from(&mut *memory).cast::<u8>();
-        // SAFETY: `memory` outlives every use below.
-        unsafe {
-            assert!(matches!(
-                Metadata::caller(&plan, base, 23),
-                Err(Error::MetadataTooSmall)
-            ));
-            // 24 bytes hold the layout, but not once aligned up from `base + 1`: 7 more do.
-            assert!(matches!(
-                Metadata::caller(&plan, base.add(1), 30),
-                Err(Error::MetadataMisaligned)
-            ));
-            let meta = Metadata::caller(&plan, base, 24).unwrap();
-            let t = meta.table(words, |i| i as u64 + 7).unwrap();
-            assert_eq!(*t, [7, 8]);
-        }
+        // SAFETY: `memory` outlives every use below, `base + 31` is within it.
+        let lent = |start: usize, len| unsafe { MetadataMemory::from_raw(base.add(start), len) };
+        assert!(matches!(
+            Metadata::caller(&plan, lent(0, 23)),
+            Err(Error::MetadataTooSmall)
+        ));
+        // 24 bytes hold the layout, but not once aligned up from `base + 1`: 7 more do.
+        assert!(matches!(
+            Metadata::caller(&plan, lent(1, 30)),
+            Err(Error::MetadataMisaligned)
+        ));
+        let meta = Metadata::caller(&plan, lent(0, 24)).unwrap();
+        let t = meta.table(words, |i| i as u64 + 7).unwrap();
+        assert_eq!(*t, [7, 8]);
         assert_eq!(memory[1..3], [7, 8]);
     }
 
@@ -515,13 +538,12 @@ mod tests {
             // Taken anew each round: the reads and the `fill` below end the last one's borrow.
             let base = NonNull::from(&mut *memory).cast::<u8>();
             // SAFETY: `start + bytes` is within `memory`, which outlives every use below.
-            unsafe {
-                let meta = Metadata::caller(&plan, base.add(start), bytes).unwrap();
-                let t = meta.table(words, |i| i as u64 + 1).unwrap();
-                assert_eq!(*t, [1, 2]);
-                let short = Metadata::caller(&plan, base.add(start), 23);
-                assert!(matches!(short, Err(Error::MetadataTooSmall)));
-            }
+            let lent = |len| unsafe { MetadataMemory::from_raw(base.add(start), len) };
+            let meta = Metadata::caller(&plan, lent(bytes)).unwrap();
+            let t = meta.table(words, |i| i as u64 + 1).unwrap();
+            assert_eq!(*t, [1, 2]);
+            let short = Metadata::caller(&plan, lent(23));
+            assert!(matches!(short, Err(Error::MetadataTooSmall)));
             // The table is found at the next multiple of 8 from `start` (at `start` if it is one).
             let first = start.div_ceil(8) + 1;
             assert_eq!(memory[first..first + 2], [1, 2]);

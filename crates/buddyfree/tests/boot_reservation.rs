@@ -33,7 +33,11 @@ fn booted(
     usable: &[(usize, usize)],
 ) -> Box<dyn BlockAlloc + Send> {
     let entry = registry::find(name).unwrap();
-    let a = (entry.build)(Config::new(units, max_order).with_cores(2)).unwrap();
+    let a = (entry.build)(
+        Config::new(units, max_order).with_cores(2),
+        Default::default(),
+    )
+    .unwrap();
     range::reserve_all(&*a).unwrap();
     for &(start, end) in usable {
         a.free_range(start, end - start, 1).unwrap();
@@ -159,7 +163,10 @@ fn a_released_initrd_becomes_allocatable_and_only_then() {
 
 #[test]
 fn zones_refuse_what_their_members_hold() {
-    let build = |units| registry::find("llfree").map(|e| (e.build)(Config::new(units, 9)).unwrap());
+    let build = |units| {
+        registry::find("llfree")
+            .map(|e| (e.build)(Config::new(units, 9), Default::default()).unwrap())
+    };
     let zones = Zones::new([
         Zone::new(0, build(0x4000).unwrap()),
         Zone::new(0x4000, build(0x3fe0).unwrap()),
@@ -176,13 +183,14 @@ fn zones_refuse_what_their_members_hold() {
 fn caches_built_over_a_reserved_allocator_never_free_its_reserved_units() {
     use buddyfree::llfree::LLFree;
     use buddyfree::magazine::Magazine;
-    let inner = LLFree::new(Config::new(QEMU_UNITS, 9)).unwrap();
+    let config = Config::new(QEMU_UNITS, 9);
+    let inner = LLFree::new(config).unwrap();
     range::reserve_all(&inner).unwrap();
     for &(start, end) in QEMU_USABLE {
         inner.free_range(start, end - start, 0).unwrap();
     }
     let usable = inner.free_units();
-    let caches = Magazine::new(inner, 2).unwrap();
+    let caches = Magazine::new(config.with_cores(2), inner).unwrap();
     // Adopted as a caller's blocks, the firmware's may be taken back by the caches, but the
     // backend keeps them: they are never handed out.
     for unit in 0x2a0..0x2c1 {

@@ -13,7 +13,7 @@ const BACKEND: &str = "nbbs4";
 
 fn backend(config: Config) -> Result<DynAlloc, Error> {
     let entry = registry::find(BACKEND).expect("BACKEND names a registered allocator");
-    (entry.build)(config)
+    (entry.build)(config, Default::default())
 }
 
 /// 2^18 units of 32 bytes (8 MiB); the largest block is 2^15 units (1 MiB). NBBS scatters

@@ -8,7 +8,7 @@ use buddyfree::registry::{self, DynAlloc};
 use buddyfree::{Config, Error};
 
 fn backend(config: Config) -> Result<DynAlloc, Error> {
-    (registry::find("llfree-magazine").unwrap().build)(config)
+    (registry::find("llfree-magazine").unwrap().build)(config, Default::default())
 }
 
 #[global_allocator]

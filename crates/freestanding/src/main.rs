@@ -26,7 +26,6 @@ mod sys;
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
-use core::alloc::Layout;
 use core::cell::UnsafeCell;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicUsize, Ordering};
@@ -34,9 +33,9 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 use buddyfree::buddy::Knuth;
 use buddyfree::heap::{Heap, Region, StaticHeap};
 use buddyfree::llfree::LLFree;
-use buddyfree::magazine::{Backend, Magazine};
+use buddyfree::magazine::{Backend, Magazine, Settings};
 use buddyfree::nbbs::{Nbbs, Nbbs4};
-use buddyfree::{range, BlockAlloc, Config, Error, Locked};
+use buddyfree::{range, BlockAlloc, Config, Error, Locked, MetadataMemory};
 use report::Report;
 
 /// 4 KiB frames of "physical memory".
@@ -231,20 +230,21 @@ fn exercise(name: &'static str, alloc: &dyn BlockAlloc, report: &mut Report) {
     );
 }
 
-/// Builds an allocator over the metadata array, runs `exercise` on it and drops it.
+/// Builds an allocator over the metadata array, runs `exercise` on it and drops it; `bytes`
+/// is what its constructor takes (its `metadata_bytes`).
 fn with_metadata<A: BlockAlloc>(
     name: &'static str,
     config: Config,
     report: &mut Report,
-    layout: Result<core::alloc::Layout, Error>,
-    build: unsafe fn(Config, NonNull<u8>, usize) -> Result<A, Error>,
+    bytes: usize,
+    build: impl FnOnce(Config, MetadataMemory) -> Result<A, Error>,
 ) {
-    let fits = layout.is_ok_and(|l| l.size() <= 256 << 10 && l.align() <= 4096);
-    report.check("metadata fits the static array", fits);
+    report.check("metadata fits the static array", bytes <= 256 << 10);
     let meta = NonNull::new(METADATA.0.get().cast::<u8>()).expect("a static");
     // SAFETY: the array is valid for its length and used by one allocator at a time: the
     // previous one was dropped at the end of its call.
-    match unsafe { build(config, meta, 256 << 10) } {
+    let meta = unsafe { MetadataMemory::from_raw(meta, 256 << 10) };
+    match build(config, meta) {
         Ok(alloc) => exercise(name, &alloc, report),
         Err(_) => report.check("built over caller metadata", false),
     }
@@ -253,46 +253,21 @@ fn with_metadata<A: BlockAlloc>(
 type KnuthLocked = Locked<Knuth, spin::Mutex<()>>;
 
 /// Knuth's buddy behind the kernel's lock of choice (here a spinlock).
-///
-/// # Safety
-/// As for [`Knuth::from_raw_metadata`].
-unsafe fn knuth(config: Config, meta: NonNull<u8>, len: usize) -> Result<KnuthLocked, Error> {
-    // SAFETY: passed on to our caller.
-    unsafe { Knuth::from_raw_metadata(config, meta, len) }.map(Locked::new)
+fn knuth(config: Config, meta: MetadataMemory) -> Result<KnuthLocked, Error> {
+    Knuth::in_metadata(config, meta).map(Locked::new)
 }
 
-/// # Safety
-/// As for [`Magazine::from_raw_metadata`].
-unsafe fn llfree_magazine(
+/// An allocator built by `backend` in the first `bytes` of `meta` (its `metadata_bytes`),
+/// and magazines with interrupt-safe frees in front of it in the rest.
+fn magazines<A: Backend>(
     config: Config,
-    meta: NonNull<u8>,
-    len: usize,
-) -> Result<Magazine<LLFree>, Error> {
-    let inner = LLFree::metadata_layout(config)?;
-    // SAFETY: passed on to our caller.
-    unsafe { Magazine::from_raw_metadata_with(config, inner, LLFree::from_raw_metadata, meta, len) }
-        .map(Magazine::with_interrupt_safe_frees)
-}
-
-/// # Safety
-/// As for [`Magazine::from_raw_metadata`].
-unsafe fn nbbs4_magazine(
-    config: Config,
-    meta: NonNull<u8>,
-    len: usize,
-) -> Result<Magazine<Nbbs4>, Error> {
-    let inner = Nbbs4::metadata_layout(config)?;
-    // SAFETY: passed on to our caller.
-    unsafe { Magazine::from_raw_metadata_with(config, inner, Nbbs4::from_raw_metadata, meta, len) }
-        .map(Magazine::with_interrupt_safe_frees)
-}
-
-/// The metadata of an allocator `A` with metadata `inner` and of magazines in front of it.
-fn with_magazines<A: Backend>(
-    config: Config,
-    inner: Result<Layout, Error>,
-) -> Result<Layout, Error> {
-    Ok(Magazine::<A>::metadata_layout_with(config, inner?)?.0)
+    meta: MetadataMemory,
+    bytes: usize,
+    backend: fn(Config, MetadataMemory) -> Result<A, Error>,
+) -> Result<Magazine<A>, Error> {
+    let (inner, own) = meta.take(bytes);
+    let magazines = Magazine::in_metadata(config, backend(config, inner)?, own)?;
+    Ok(magazines.with_settings(Settings::new().with_interrupt_safe_frees()))
 }
 
 /// Builds the kernel heap over its statics, installs it as the global allocator and uses
@@ -300,12 +275,13 @@ fn with_magazines<A: Backend>(
 fn global_heap(report: &mut Report) {
     report.section("global heap");
     let config = Config::new(256, 8).with_cores(2);
-    let layout = with_magazines::<LLFree>(config, LLFree::metadata_layout(config));
-    let fits = layout.is_ok_and(|l| l.size() <= 64 << 10 && l.align() <= 4096);
-    report.check("heap metadata fits the static array", fits);
+    let backend = LLFree::metadata_bytes(config);
+    let bytes = backend + Magazine::<LLFree>::metadata_bytes(config);
+    report.check("heap metadata fits the static array", bytes <= 64 << 10);
     let meta = NonNull::new(HEAP_METADATA.0.get().cast::<u8>()).expect("a static");
     // SAFETY: the array is valid for its length, and this is its only use.
-    let Ok(frames) = (unsafe { llfree_magazine(config, meta, 64 << 10) }) else {
+    let meta = unsafe { MetadataMemory::from_raw(meta, 64 << 10) };
+    let Ok(frames) = magazines(config, meta, backend, LLFree::in_metadata) else {
         return report.check("heap allocator built", false);
     };
     // SAFETY: this is the one place that ever borrows the heap's memory.
@@ -342,48 +318,39 @@ fn global_heap(report: &mut Report) {
 extern "C" fn main() -> ! {
     let mut report = Report::default();
     let config = Config::new(FRAMES, 10);
+    let r = &mut report;
     with_metadata(
         "nbbs",
         config,
-        &mut report,
-        Nbbs::metadata_layout(config),
-        Nbbs::from_raw_metadata,
+        r,
+        Nbbs::metadata_bytes(config),
+        Nbbs::in_metadata,
     );
     with_metadata(
         "nbbs4",
         config,
-        &mut report,
-        Nbbs4::metadata_layout(config),
-        Nbbs4::from_raw_metadata,
+        r,
+        Nbbs4::metadata_bytes(config),
+        Nbbs4::in_metadata,
     );
     with_metadata(
         "llfree",
         config,
-        &mut report,
-        LLFree::metadata_layout(config),
-        LLFree::from_raw_metadata,
+        r,
+        LLFree::metadata_bytes(config),
+        LLFree::in_metadata,
     );
-    with_metadata(
-        "knuth",
-        config,
-        &mut report,
-        Knuth::metadata_layout(config),
-        knuth,
+    with_metadata("knuth", config, r, Knuth::metadata_bytes(config), knuth);
+    let (llfree, nbbs4) = (
+        LLFree::metadata_bytes(config),
+        Nbbs4::metadata_bytes(config),
     );
-    with_metadata(
-        "llfree-magazine",
-        config,
-        &mut report,
-        with_magazines::<LLFree>(config, LLFree::metadata_layout(config)),
-        llfree_magazine,
-    );
-    with_metadata(
-        "nbbs4-magazine",
-        config,
-        &mut report,
-        with_magazines::<Nbbs4>(config, Nbbs4::metadata_layout(config)),
-        nbbs4_magazine,
-    );
+    let llfree_magazine = |c, m| magazines(c, m, llfree, LLFree::in_metadata);
+    let bytes = llfree + Magazine::<LLFree>::metadata_bytes(config);
+    with_metadata("llfree-magazine", config, r, bytes, llfree_magazine);
+    let nbbs4_magazine = |c, m| magazines(c, m, nbbs4, Nbbs4::in_metadata);
+    let bytes = nbbs4 + Magazine::<Nbbs4>::metadata_bytes(config);
+    with_metadata("nbbs4-magazine", config, r, bytes, nbbs4_magazine);
     global_heap(&mut report);
     sys::exit(report.finish())
 }

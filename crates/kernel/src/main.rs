@@ -54,7 +54,7 @@ use buddyfree::heap::{Heap, Region, StaticHeap};
 use buddyfree::llfree::LLFree;
 use buddyfree::magazine::{Magazine, Settings};
 use buddyfree::registry::{self, CallerMetadata, Entry};
-use buddyfree::{range, BlockAlloc, Config, Error};
+use buddyfree::{range, BlockAlloc, Config, ConfigRule, Error, MetadataMemory};
 use fdt::Fdt;
 
 use harts::{this_hart, MAX_HARTS, ROUNDS, STACK};
@@ -522,26 +522,24 @@ fn heap_config(cores: usize) -> Config {
     Config::new(HEAP_BYTES / HEAP_UNIT, HEAP_ORDER).with_cores(cores)
 }
 
+/// The heap's metadata: LLFree's at the start (at its alignment), then the magazines',
+/// aligned up within the rest.
 fn heap_metadata_layout(cores: usize) -> Result<Layout, Error> {
     let config = heap_config(cores);
-    Ok(Magazine::<LLFree>::metadata_layout_with(config, LLFree::metadata_layout(config)?)?.0)
+    let inner = LLFree::metadata_layout(config)?;
+    let own = Magazine::<LLFree>::metadata_layout(config)?;
+    let size = inner.size() + own.size() + (own.align() - 1);
+    Layout::from_size_align(size, inner.align()).map_err(|_| ConfigRule::MetadataOverflow.into())
 }
 
 /// Builds the kernel heap over carved memory and makes it the global allocator.
 fn install_heap(cores: usize, metadata: Range<usize>, memory: Range<usize>) -> Result<(), Error> {
     let config = heap_config(cores);
-    let inner = LLFree::metadata_layout(config)?;
     let meta = NonNull::new(metadata.start as *mut u8).ok_or(Error::MetadataTooSmall)?;
     // SAFETY: carved from usable memory for this heap alone, as large as asked for.
-    let frames = unsafe {
-        Magazine::from_raw_metadata_with(
-            config,
-            inner,
-            LLFree::from_raw_metadata,
-            meta,
-            metadata.len(),
-        )
-    }?;
+    let meta = unsafe { MetadataMemory::from_raw(meta, metadata.len()) };
+    let (inner, own) = meta.take(LLFree::metadata_layout(config)?.size());
+    let frames = Magazine::in_metadata(config, LLFree::in_metadata(config, inner)?, own)?;
     let start = NonNull::new(memory.start as *mut u8).ok_or(Error::OutOfRange)?;
     // SAFETY: carved from usable memory for this heap alone, and never given back.
     let region = unsafe { Region::from_raw(start, memory.len()) };
@@ -602,7 +600,8 @@ fn run_allocator(
     let settings = Settings::new().with_interrupt_safe_frees();
     // SAFETY: the carved metadata, used by one allocator at a time: the previous one was
     // dropped at the end of its round. Too small or misaligned memory is an error.
-    let built = unsafe { (caller_metadata.build_with)(config, settings, meta, metadata.len()) };
+    let meta = unsafe { MetadataMemory::from_raw(meta, metadata.len()) };
+    let built = (caller_metadata.build_in)(config, settings, meta);
     let alloc = match built {
         Ok(alloc) => alloc,
         Err(e) => {

@@ -5,12 +5,11 @@
 
 use std::alloc::Layout;
 use std::mem::MaybeUninit;
-use std::ptr::NonNull;
 
 use buddyfree::buddy::{Estranged, Knuth};
 use buddyfree::llfree::LLFree;
 use buddyfree::magazine::Backend;
-use buddyfree::{Config, Error, Locked, Nbbs, Nbbs4};
+use buddyfree::{Config, Error, Locked, MetadataMemory, Nbbs, Nbbs4};
 
 /// An allocator built over caller metadata, and its shared form (a `BlockAlloc` that
 /// magazines can stand in front of).
@@ -20,14 +19,7 @@ pub trait CallerMetadata: Sized {
     const NAME: &'static str;
     fn metadata_layout(config: Config) -> Result<Layout, Error>;
     fn metadata_bytes(config: Config) -> usize;
-    fn in_metadata(config: Config, meta: &'static mut [MaybeUninit<u8>]) -> Result<Self, Error>;
-    /// # Safety
-    /// As for the allocators' `from_raw_metadata`.
-    unsafe fn from_raw_metadata(
-        config: Config,
-        meta: NonNull<u8>,
-        len: usize,
-    ) -> Result<Self, Error>;
+    fn in_metadata(config: Config, meta: MetadataMemory) -> Result<Self, Error>;
     fn shared(self) -> Self::Shared;
 }
 
@@ -42,19 +34,8 @@ macro_rules! caller_metadata {
             fn metadata_bytes(config: Config) -> usize {
                 <$t>::metadata_bytes(config)
             }
-            fn in_metadata(
-                config: Config,
-                meta: &'static mut [MaybeUninit<u8>],
-            ) -> Result<Self, Error> {
+            fn in_metadata(config: Config, meta: MetadataMemory) -> Result<Self, Error> {
                 <$t>::in_metadata(config, meta)
-            }
-            unsafe fn from_raw_metadata(
-                config: Config,
-                meta: NonNull<u8>,
-                len: usize,
-            ) -> Result<Self, Error> {
-                // SAFETY: passed on to our caller.
-                unsafe { <$t>::from_raw_metadata(config, meta, len) }
             }
             fn shared(self) -> $shared {
                 $wrap(self)
@@ -94,5 +75,7 @@ pub fn leaked(len: usize, align: usize) -> &'static mut [MaybeUninit<u8>] {
 pub fn build<A: CallerMetadata>(config: Config) -> A::Shared {
     let layout = A::metadata_layout(config).unwrap();
     let meta = leaked(layout.size(), layout.align());
-    A::in_metadata(config, meta).unwrap().shared()
+    A::in_metadata(config, MetadataMemory::from_static(meta))
+        .unwrap()
+        .shared()
 }

@@ -2,7 +2,7 @@ use alloc::vec::Vec;
 
 use super::subset::Subset;
 use crate::llfree::LLFree;
-use crate::magazine::Magazine;
+use crate::magazine::{Magazine, Settings};
 use crate::{BlockAlloc, Config, Error};
 
 /// A refill that finishes a partly used region and goes on into the next is cut at the
@@ -64,7 +64,9 @@ fn bad_frees_across_cached_and_uncached_orders(alloc: &dyn BlockAlloc, cached: u
 fn bad_frees_across_cached_and_uncached_orders_get_exact_errors() {
     let config = Config::new(1 << 14, 10).with_cores(1);
     // Magazines cache orders 0-9.
-    let magazine = Magazine::with_config(config, LLFree::new).unwrap();
+    let magazine = LLFree::new(config)
+        .and_then(|inner| Magazine::new(config, inner))
+        .unwrap();
     bad_frees_across_cached_and_uncached_orders(&magazine, 0, 10);
     bad_frees_across_cached_and_uncached_orders(&magazine, 7, 10);
     bad_frees_across_cached_and_uncached_orders(&magazine, 9, 10);
@@ -105,16 +107,18 @@ fn try_alloc_gives_back_the_blocks_of_caches_it_can_take() {
     // The full lists, which park a unit of every block of order 6 here; no streams, so
     // that every free parks (a stream's last blocks would go straight back).
     try_alloc_gives_back_what_free_caches_park(
-        &Magazine::with_config(config, LLFree::new)
+        &LLFree::new(config)
+            .and_then(|inner| Magazine::new(config, inner))
             .unwrap()
-            .with_parking_limit(usize::MAX)
+            .with_settings(Settings::new().with_parking_limit(usize::MAX))
             .without_streams(),
     );
     // Order 0 in groups (below the top row of its cell: not with `max_order` 8).
     try_alloc_gives_back_what_free_caches_park(
-        &Magazine::with_config(Config::new(256, 6).with_cores(2), crate::Nbbs4::new)
+        &crate::Nbbs4::new(Config::new(256, 6).with_cores(2))
+            .and_then(|inner| Magazine::new(Config::new(256, 6).with_cores(2), inner))
             .unwrap()
-            .with_parking_limit(usize::MAX)
+            .with_settings(Settings::new().with_parking_limit(usize::MAX))
             .without_streams(),
     );
     try_alloc_gives_back_what_free_caches_park(&Subset::<spin::Mutex<()>>::new(config));

@@ -103,11 +103,11 @@ impl<A: BlockAlloc> DeviceHeap<A> {
     ///
     /// ```
     /// use buddyfree::heap::DeviceHeap;
-    /// use buddyfree::{registry, Config};
+    /// use buddyfree::{llfree::LLFree, magazine::Magazine, Config};
     /// use core::alloc::Layout;
     ///
-    /// let build = registry::find("llfree-magazine").unwrap().build;
-    /// let vram = DeviceHeap::new(1 << 40, 4096, build(Config::new(1 << 14, 10))?).unwrap();
+    /// let config = Config::new(1 << 14, 10);
+    /// let vram = DeviceHeap::new(1 << 40, 4096, Magazine::new(config, LLFree::new(config)?)?).unwrap();
     /// let addr = vram.alloc(Layout::from_size_align(64 << 10, 4096).unwrap(), 0)?;
     /// vram.try_free_at(addr, 0)?; // in an interrupt handler, say: 16 units, by address alone
     /// assert!(vram.try_free_at(addr, 0).is_err());
@@ -126,11 +126,11 @@ impl<A: BlockAlloc> DeviceHeap<A> {
     ///
     /// ```
     /// use buddyfree::heap::{DeviceHeap, HeapError};
-    /// use buddyfree::{registry, Config, Error};
+    /// use buddyfree::{llfree::LLFree, magazine::Magazine, Config, Error};
     /// use core::alloc::Layout;
     ///
-    /// let build = registry::find("llfree-magazine").unwrap().build;
-    /// let vram = DeviceHeap::new(1 << 40, 4096, build(Config::new(1 << 14, 10))?).unwrap();
+    /// let config = Config::new(1 << 14, 10);
+    /// let vram = DeviceHeap::new(1 << 40, 4096, Magazine::new(config, LLFree::new(config)?)?).unwrap();
     /// let page = Layout::from_size_align(4096, 4096).unwrap();
     /// let kept = vram.with_core(0, |core| -> Result<_, HeapError> {
     ///     let (kept, scratch) = (core.alloc(page)?, core.alloc(page)?);

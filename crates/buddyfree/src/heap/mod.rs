@@ -178,7 +178,7 @@ impl<A: BlockAlloc> Heap<A> {
     ///
     /// ```
     /// use buddyfree::heap::{Heap, Region};
-    /// use buddyfree::registry;
+    /// use buddyfree::{llfree::LLFree, magazine::Magazine};
     /// use core::alloc::Layout;
     ///
     /// fn this_cpu() -> usize {
@@ -186,7 +186,7 @@ impl<A: BlockAlloc> Heap<A> {
     /// }
     ///
     /// let region = Region::from_box(vec![0u8; 1 << 20].into_boxed_slice());
-    /// let build = registry::find("llfree-magazine").unwrap().build;
+    /// let build = |config| Magazine::new(config, LLFree::new(config)?);
     /// let heap = Heap::build(region, 4096, 4, 2, build).unwrap().with_core_hint(this_cpu);
     /// let page = Layout::from_size_align(4096, 4096).unwrap();
     /// let p = heap.alloc(page).unwrap();
@@ -214,11 +214,11 @@ impl<A: BlockAlloc> Heap<A> {
     ///
     /// ```
     /// use buddyfree::heap::{Heap, Region};
-    /// use buddyfree::registry;
+    /// use buddyfree::{buddy::Knuth, BlockAlloc, Locked};
     ///
     /// let region = Region::from_box(vec![0u8; 1 << 20].into_boxed_slice());
-    /// let heap = Heap::build(region, 4096, 4, 2, registry::find("knuth-locked").unwrap().build)
-    ///     .unwrap();
+    /// let build = |config| Ok(Locked::<Knuth>::new(Knuth::new(config)?));
+    /// let heap = Heap::build(region, 4096, 4, 2, build).unwrap();
     /// assert!(heap.allocator().total_units() >= 255); // 256 if the box happens to be page-aligned
     /// ```
     pub fn build(
@@ -299,10 +299,10 @@ impl<A: BlockAlloc> Heap<A> {
     ///
     /// ```
     /// use buddyfree::heap::{Heap, HeapError, Region};
-    /// use buddyfree::{registry, Error};
+    /// use buddyfree::{llfree::LLFree, magazine::Magazine, Error};
     ///
     /// let region = Region::from_box(vec![0u8; 1 << 20].into_boxed_slice());
-    /// let build = registry::find("llfree-magazine").unwrap().build;
+    /// let build = |config| Magazine::new(config, LLFree::new(config)?);
     /// let heap = Heap::build(region, 4096, 4, 2, build).unwrap();
     /// let (index, page) = heap.with_core(1, |core| -> Result<_, HeapError> {
     ///     let (index, page) = core.alloc_index(0)?;
@@ -373,11 +373,11 @@ impl<A: BlockAlloc> Heap<A> {
     ///
     /// ```
     /// use buddyfree::heap::{Heap, Region};
-    /// use buddyfree::registry;
+    /// use buddyfree::Nbbs4;
     /// use core::alloc::Layout;
     ///
     /// let region = Region::from_box(vec![0u8; 1 << 20].into_boxed_slice());
-    /// let heap = Heap::build(region, 4096, 4, 2, registry::find("nbbs4").unwrap().build).unwrap();
+    /// let heap = Heap::build(region, 4096, 4, 2, Nbbs4::new).unwrap();
     /// let p = heap.alloc(Layout::from_size_align(20_000, 8).unwrap()).unwrap();
     /// heap.free_at(p.as_ptr()).unwrap(); // 8 units, found without the layout
     /// assert!(heap.free_at(p.as_ptr()).is_err());

@@ -4,12 +4,16 @@
 //! The upper level is always built from the lower level's child counters (`LLFree::on`), so
 //! a fresh, a recovered and a reopened lower level take the same path.
 
+#[cfg(not(loom))]
+use super::caller::{Init, RecoverError, Start};
 use super::lines::Line;
 use super::local::Local;
 use super::lower::{self, Lower};
 use super::moves::Moves;
 use super::summary::Summary;
 use super::trees::{self, Trees};
+#[cfg(not(loom))]
+use super::Volatile;
 use super::{
     Classes, HugeId, LLFree, Policy, TreeId, WriteBack, HUGE_ORDER, HUGE_UNITS, MAX_ORDER,
 };
@@ -19,10 +23,24 @@ use crate::sync::atomic::{AtomicU32, AtomicU64};
 use crate::sync::CachePadded;
 #[cfg(feature = "alloc")]
 use crate::table::build_on_heap;
-use crate::table::{Metadata, Part, Plan};
-use crate::{Config, ConfigRule, Error};
+use crate::table::{build_in, Metadata, Part, Plan};
+use crate::{Config, ConfigRule, Error, MetadataMemory};
+#[cfg(not(loom))]
+use core::alloc::Layout;
 
-/// Tuning of the upper level.
+/// Tuning of the upper level, given to [`Builder::options`]. It may grow fields, so it is
+/// made by [`Options::for_config`] (or `default`) and the `with_*` methods, not by a struct
+/// literal:
+///
+/// ```compile_fail,E0639
+/// let options = buddyfree::llfree::Options {
+///     tree_children: 8,
+///     allocated_below_permille: 125,
+///     free_above_permille: 875,
+///     reserve_on_free: 4,
+/// };
+/// ```
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Options {
     /// Huge frames per tree (the paper's N = 32: 64 MiB trees). A power of two (trees are
@@ -53,6 +71,37 @@ impl Options {
         free_above_permille: 875,
         reserve_on_free: 4,
     };
+
+    /// The same tuning with trees of `huge_frames` huge frames ([`Options::tree_children`]).
+    #[must_use]
+    pub const fn with_tree_children(self, huge_frames: usize) -> Options {
+        Options {
+            tree_children: huge_frames,
+            ..self
+        }
+    }
+
+    /// The same tuning with trees "allocated" below `allocated_below` and "free" above
+    /// `free_above` thousandths free ([`Options::allocated_below_permille`],
+    /// [`Options::free_above_permille`]).
+    #[must_use]
+    pub const fn with_thresholds(self, allocated_below: usize, free_above: usize) -> Options {
+        Options {
+            allocated_below_permille: allocated_below,
+            free_above_permille: free_above,
+            ..self
+        }
+    }
+
+    /// The same tuning with reserve-on-free after `frees` frees in a row into one tree (0:
+    /// never; [`Options::reserve_on_free`]).
+    #[must_use]
+    pub const fn with_reserve_on_free(self, frees: u32) -> Options {
+        Options {
+            reserve_on_free: frees,
+            ..self
+        }
+    }
 
     /// The largest order these trees serve: a whole tree (log2 of its units).
     ///
@@ -126,21 +175,10 @@ pub(crate) struct Upper {
 }
 
 impl Upper {
-    /// Places the upper level of LLFree over `config` tuned by `options` in `plan`, with one
-    /// class of trees.
-    #[cfg(not(loom))]
+    /// Places the upper level of LLFree over `config` tuned by `options` in `plan`, with the
+    /// classes of `policy`: a reservation per core and class. A `const fn` (for a `const`
+    /// `metadata_layout`): `match` for `?`.
     pub(super) const fn plan(
-        plan: &mut Plan,
-        config: Config,
-        options: Options,
-    ) -> Result<Upper, Error> {
-        Upper::plan_with(plan, config, options, Policy::single())
-    }
-
-    /// Places the upper level as `Upper::plan` does, with the classes of `policy`: a
-    /// reservation per core and class. A `const fn` (for a `const` `metadata_layout`):
-    /// `match` for `?`.
-    const fn plan_with(
         plan: &mut Plan,
         config: Config,
         options: Options,
@@ -175,55 +213,34 @@ impl Upper {
 
 impl LLFree {
     /// LLFree with the paper's tuning for `config` ([`Options::for_config`]: trees small
-    /// enough for one per core), its metadata on the heap.
+    /// enough for one per core) and one class of trees, its metadata on the heap: what
+    /// [`LLFree::builder`] builds unless told otherwise.
     #[cfg(feature = "alloc")]
     pub fn new(config: Config) -> Result<LLFree, Error> {
-        LLFree::with_options(config, Options::for_config(config))
+        LLFree::builder(config).build()
     }
 
-    /// LLFree with the given tuning, its metadata on the heap.
-    #[cfg(feature = "alloc")]
-    pub fn with_options(config: Config, options: Options) -> Result<LLFree, Error> {
-        LLFree::with_policy(config, options, Policy::single())
-    }
-
-    /// LLFree with the given tuning and classes of trees ([`Policy`]), its metadata on the
-    /// heap: [`BlockAlloc::alloc_class`] places each class of request in trees of its own.
-    ///
-    /// ```
-    /// use buddyfree::llfree::{LLFree, Options, Policy};
-    /// use buddyfree::{BlockAlloc, Class, Config};
-    ///
-    /// let config = Config::new(1 << 14, 10).with_cores(2);
-    /// let options = Options::for_config(config);
-    /// let a = LLFree::with_policy(config, options, Policy::unmovable_movable_huge())?;
-    /// let page = a.alloc_class(0, Class::UNMOVABLE, 0)?;
-    /// let user = a.alloc(0, 0)?; // movable
-    /// assert_ne!(page / (1 << 13), user / (1 << 13), "trees of 8192 units, one per class");
-    /// assert_eq!(a.free_units_of(Class::UNMOVABLE), (1 << 13) - 1);
-    /// # Ok::<(), buddyfree::Error>(())
-    /// ```
-    #[cfg(feature = "alloc")]
-    pub fn with_policy(config: Config, options: Options, policy: Policy) -> Result<LLFree, Error> {
-        build_on_heap(LLFree::plan_with(config, options, policy), |parts, meta| {
-            LLFree::build(config, parts, meta)
-        })
+    /// LLFree over `config` with other tuning ([`Builder::options`]), classes of trees
+    /// ([`Builder::policy`]) or a lower level the caller keeps ([`Builder::kept`]); built
+    /// on the heap ([`Builder::build`]) or in caller memory ([`Builder::build_in`]).
+    pub const fn builder(config: Config) -> Builder {
+        Builder {
+            config,
+            options: Options::for_config(config),
+            policy: Policy::single(),
+            lower: Fresh,
+        }
     }
 
     /// Lays out the metadata of LLFree over `config` with the paper's tuning for it
-    /// ([`Options::for_config`]).
+    /// ([`Options::for_config`]) and one class of trees.
     const fn default_plan(config: Config) -> Result<(Plan, Parts), Error> {
-        LLFree::plan(config, Options::for_config(config))
+        LLFree::plan(config, Options::for_config(config), Policy::single())
     }
 
-    /// Lays out the metadata of LLFree over `config` tuned by `options`: the lower level's
-    /// lines, the tree entries and the per-core state.
-    const fn plan(config: Config, options: Options) -> Result<(Plan, Parts), Error> {
-        LLFree::plan_with(config, options, Policy::single())
-    }
-
-    /// [`LLFree::plan`] with the classes of `policy`.
-    const fn plan_with(
+    /// Lays out the metadata of LLFree over `config` tuned by `options` with the classes of
+    /// `policy`: the lower level's lines, the tree entries and the per-core state.
+    const fn plan(
         config: Config,
         options: Options,
         policy: Policy,
@@ -236,7 +253,7 @@ impl LLFree {
             Ok(part) => part,
             Err(e) => return Err(e),
         };
-        let upper = match Upper::plan_with(&mut plan, config, options, policy) {
+        let upper = match Upper::plan(&mut plan, config, options, policy) {
             Ok(upper) => upper,
             Err(e) => return Err(e),
         };
@@ -353,5 +370,204 @@ impl<W: WriteBack> LLFree<W> {
             refusals: Refusals::new(),
             reserved: Reserved::new(config.units, config.max_order),
         })
+    }
+}
+
+/// How an LLFree is built beyond its [`Config`], from [`LLFree::builder`]: its tuning
+/// ([`Builder::options`]), its classes of trees ([`Builder::policy`]) and, last, a lower
+/// level the caller keeps across runs ([`Builder::kept`]); then [`Builder::build`] puts the
+/// metadata on the heap, [`Builder::build_in`] in caller memory. What it is not told is
+/// [`LLFree::new`]'s: the paper's tuning for the configuration, one class.
+///
+/// ```
+/// use buddyfree::llfree::{LLFree, Options, Policy};
+/// use buddyfree::{BlockAlloc, Class, Config};
+///
+/// let config = Config::new(1 << 14, 10).with_cores(2);
+/// let a = LLFree::builder(config).policy(Policy::unmovable_movable_huge()).build()?;
+/// let page = a.alloc_class(0, Class::UNMOVABLE, 0)?;
+/// let user = a.alloc(0, 0)?; // movable
+/// assert_ne!(page / (1 << 13), user / (1 << 13), "trees of 8192 units, one per class");
+/// assert_eq!(a.free_units_of(Class::UNMOVABLE), (1 << 13) - 1);
+///
+/// // Its metadata size is known at compile time, settings included.
+/// const SMALL_TREES: usize = LLFree::builder(Config::new(1 << 14, 10))
+///     .options(Options::for_config(Config::new(1 << 14, 10)).with_tree_children(4))
+///     .metadata_bytes();
+/// # Ok::<(), buddyfree::Error>(())
+/// ```
+#[must_use]
+#[derive(Debug)]
+pub struct Builder<L = Fresh> {
+    config: Config,
+    options: Options,
+    policy: Policy,
+    /// Where the lower level comes from ([`Fresh`] or [`Kept`]); only the kept one is read,
+    /// and it does not exist under loom.
+    #[cfg_attr(loom, allow(dead_code))]
+    lower: L,
+}
+
+/// A [`Builder`] whose lower level is built with the rest, every unit free.
+#[derive(Clone, Copy, Debug)]
+pub struct Fresh;
+
+/// A [`Builder`] over a lower level the caller keeps ([`Builder::kept`]).
+#[cfg(not(loom))]
+#[derive(Debug)]
+pub struct Kept {
+    memory: MetadataMemory,
+    init: Init,
+}
+
+impl Builder {
+    /// The same builder with the tuning `options` (by default [`Options::for_config`]).
+    pub const fn options(self, options: Options) -> Builder {
+        Builder { options, ..self }
+    }
+
+    /// The same builder with the classes of trees of `policy` (by default one class):
+    /// [`BlockAlloc::alloc_class`](crate::BlockAlloc::alloc_class) places each class of
+    /// request in trees of its own.
+    pub const fn policy(self, policy: Policy) -> Builder {
+        Builder { policy, ..self }
+    }
+
+    /// The bytes and alignment of the metadata [`Builder::build_in`] takes;
+    /// [`Error::InvalidConfig`] for a configuration that cannot be built. A `const fn`, as
+    /// is [`Builder::metadata_bytes`].
+    pub const fn metadata_layout(&self) -> Result<core::alloc::Layout, Error> {
+        match LLFree::plan(self.config, self.options, self.policy) {
+            Ok((plan, _)) => plan.layout(),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The bytes of metadata memory, at any alignment, that [`Builder::build_in`] takes: as
+    /// [`LLFree::metadata_bytes`] for these settings.
+    ///
+    /// # Panics
+    /// If the configuration cannot be built: in a `const`, a compile error.
+    #[must_use]
+    pub const fn metadata_bytes(&self) -> usize {
+        crate::table::unaligned_bytes(self.metadata_layout())
+    }
+
+    /// Builds it with its metadata on the heap.
+    #[cfg(feature = "alloc")]
+    pub fn build(self) -> Result<LLFree, Error> {
+        let config = self.config;
+        build_on_heap(
+            LLFree::plan(config, self.options, self.policy),
+            |parts, meta| LLFree::build(config, parts, meta),
+        )
+    }
+
+    /// Builds it with its metadata in `meta` (as [`LLFree::in_metadata`] does, at least
+    /// [`Builder::metadata_bytes`] at any alignment).
+    pub fn build_in(self, meta: MetadataMemory) -> Result<LLFree, Error> {
+        let config = self.config;
+        build_in(
+            LLFree::plan(config, self.options, self.policy),
+            meta,
+            |parts, meta| LLFree::build(config, parts, meta),
+        )
+    }
+
+    /// The same builder over a lower level (bit fields and child entries) in `lower`, which
+    /// the caller keeps across runs (see `caller.rs`' module docs: persistent memory, memory
+    /// that survives a warm reboot), taken as `init` says: at least
+    /// [`LLFree::lower_layout`]'s size, starting 64-aligned (it must be found at the same
+    /// place again, so it is not aligned within); else [`Error::MetadataMisaligned`] or
+    /// [`Error::MetadataTooSmall`] at the build, nothing written. The rest of the metadata
+    /// (the upper level, rebuilt every time) goes where the build puts it.
+    ///
+    /// ```
+    /// use buddyfree::llfree::{Init, LLFree};
+    /// use buddyfree::{BlockAlloc, Config, MetadataMemory};
+    ///
+    /// let config = Config::new(1 << 12, 10).with_cores(2);
+    /// let layout = LLFree::lower_layout(config)?;
+    /// // Memory the caller keeps (persistent memory, say); here from the system allocator.
+    /// // SAFETY: the layout is not empty.
+    /// let lower = std::ptr::NonNull::new(unsafe { std::alloc::alloc(layout) }).unwrap();
+    /// // SAFETY: `layout.size()` bytes, ours alone until freed below, and the allocators
+    /// // built in them dropped before; written (`Init::Free`) before they are recovered.
+    /// let kept = |init| unsafe {
+    ///     LLFree::builder(config).kept(MetadataMemory::from_raw(lower, layout.size()), init)
+    /// };
+    /// let a = kept(Init::Free).build()?;
+    /// let block = a.alloc(3, 0)?;
+    /// drop(a); // as a crash would leave it: the block is still allocated
+    /// let a = kept(Init::Recover).build()?;
+    /// assert_eq!(a.block_of(block + 1)?, Some((block, 3)));
+    /// a.free(block, 3, 0)?;
+    /// drop(a);
+    /// // SAFETY: allocated above with this layout; the allocator is gone.
+    /// unsafe { std::alloc::dealloc(lower.as_ptr(), layout) };
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Safety
+    /// For [`Init::Recover`], `lower`'s bytes must be initialised (any values: recovery
+    /// checks every frame before it changes any, and a state no run leaves is
+    /// [`RecoverError::Corrupt`]); [`Init::Free`] and [`Init::Allocated`] overwrite them. No
+    /// device or process other than the allocator may read or write them while it lives;
+    /// once it is dropped they hold the lower level as it left it.
+    #[cfg(not(loom))]
+    pub unsafe fn kept(self, lower: MetadataMemory, init: Init) -> Builder<Kept> {
+        Builder {
+            config: self.config,
+            options: self.options,
+            policy: self.policy,
+            lower: Kept {
+                memory: lower,
+                init,
+            },
+        }
+    }
+}
+
+#[cfg(not(loom))]
+impl Builder<Kept> {
+    /// The bytes and alignment of the upper level (tree entries, per-core reservations)
+    /// that [`Builder::build_in`] takes: the kept lower level is not part of it.
+    pub fn metadata_layout(&self) -> Result<Layout, Error> {
+        LLFree::check(self.config, self.options)?;
+        let mut plan = Plan::new();
+        Upper::plan(&mut plan, self.config, self.options, self.policy)?;
+        plan.layout()
+    }
+
+    /// Builds it over the kept lower level, its upper level on the heap, built from the
+    /// lower level with no reservations.
+    #[cfg(feature = "alloc")]
+    pub fn build(self) -> Result<LLFree, RecoverError> {
+        self.over(None)
+    }
+
+    /// Builds it over the kept lower level, its upper level in `meta` (at least
+    /// [`Builder::metadata_layout`]'s size at its alignment; aligned up within `meta`): no
+    /// heap at all.
+    pub fn build_in(self, meta: MetadataMemory) -> Result<LLFree, RecoverError> {
+        self.over(Some(meta))
+    }
+
+    fn over(self, upper: Option<MetadataMemory>) -> Result<LLFree, RecoverError> {
+        let Kept { memory, init } = self.lower;
+        let (config, options, policy) = (self.config, self.options, self.policy);
+        // SAFETY: the memory is lent by `MetadataMemory`'s contract, and initialised for
+        // `Init::Recover` by `Builder::kept`'s.
+        unsafe {
+            LLFree::over_raw(
+                config,
+                options,
+                policy,
+                Start::Init(init),
+                memory.into_raw(),
+                Volatile,
+                upper,
+            )
+        }
     }
 }

@@ -17,8 +17,10 @@
 //! (`lower/recover.rs`). The upper level (tree counters, reservations) is always built anew
 //! from the child counters.
 //!
-//! The file-backed zone ([`persist`](super::persist)) is this constructor over a file
-//! mapping, with a header, a lock and a write-back per operation around it.
+//! The constructor is [`Builder::kept`](super::Builder::kept) (a policy, tuning and the
+//! upper level's place as for every LLFree); the file-backed zone
+//! ([`persist`](super::persist)) is the same path over a file mapping, with a header, a lock
+//! and a write-back per operation around it.
 //!
 //! # Safety contract
 //! The memory must stay valid, and be read or written by nothing else (no other allocator,
@@ -36,11 +38,11 @@ use alloc::vec::Vec;
 
 use super::lines::Line;
 use super::lower::{Fill, Lower};
-use super::{LLFree, Options, Upper, Volatile, WriteBack};
+use super::{LLFree, Options, Policy, Upper, WriteBack};
 use crate::table::{check_memory, Metadata, Plan};
-use crate::{Config, Error};
+use crate::{Config, Error, MetadataMemory};
 
-/// How [`LLFree::from_raw_lower`] takes the caller's lower level.
+/// How [`Builder::kept`](super::Builder::kept) takes the caller's lower level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Init {
     /// Every unit free: the memory is overwritten, whatever it held.
@@ -117,7 +119,7 @@ const LOWER_ALIGN: usize = core::mem::align_of::<Line>();
 
 impl LLFree {
     /// The bytes and alignment (64) of the lower level of LLFree over `config`, for
-    /// [`LLFree::from_raw_lower`]: bit fields and child entries, 66 KiB per GiB of 4 KiB
+    /// [`Builder::kept`](super::Builder::kept): bit fields and child entries, 66 KiB per GiB of 4 KiB
     /// units. Depends on `config.units` alone.
     ///
     /// ```
@@ -137,137 +139,33 @@ impl LLFree {
             Err(_) => Err(Error::InvalidConfig(crate::ConfigRule::MetadataOverflow)),
         }
     }
-
-    /// The bytes and alignment of the upper level (tree entries, per-core reservations) of
-    /// LLFree over `config` tuned by `options`, for [`LLFree::from_raw_parts`].
-    pub const fn upper_layout(config: Config, options: Options) -> Result<Layout, Error> {
-        if let Err(e) = LLFree::check(config, options) {
-            return Err(e);
-        }
-        let mut plan = Plan::new();
-        if let Err(e) = Upper::plan(&mut plan, config, options) {
-            return Err(e);
-        }
-        plan.layout()
-    }
-
-    /// LLFree over `config` tuned by `options`, its lower level in the caller's `len` bytes
-    /// at `lower` (at least [`LLFree::lower_layout`], 64-aligned), taken as `init` says; its
-    /// upper level on the heap, built from the lower level with no reservations.
-    ///
-    /// ```
-    /// use buddyfree::llfree::{Init, LLFree, Options};
-    /// use buddyfree::{BlockAlloc, Config};
-    ///
-    /// let config = Config::new(1 << 12, 10).with_cores(2);
-    /// let layout = LLFree::lower_layout(config)?;
-    /// // Memory the caller keeps (persistent memory, say); here from the system allocator.
-    /// // SAFETY: the layout is not empty.
-    /// let lower = std::ptr::NonNull::new(unsafe { std::alloc::alloc(layout) }).unwrap();
-    /// let options = Options::for_config(config);
-    /// // SAFETY: `layout.size()` bytes, ours alone until freed below.
-    /// let a = unsafe { LLFree::from_raw_lower(config, options, Init::Free, lower, layout.size())? };
-    /// let block = a.alloc(3, 0)?;
-    /// drop(a); // as a crash would leave it: the block is still allocated
-    /// // SAFETY: as above; the memory holds the lower level the allocator left.
-    /// let a = unsafe { LLFree::from_raw_lower(config, options, Init::Recover, lower, layout.size())? };
-    /// assert_eq!(a.block_of(block + 1)?, Some((block, 3)));
-    /// a.free(block, 3, 0)?;
-    /// drop(a);
-    /// // SAFETY: allocated above with this layout; the allocator is gone.
-    /// unsafe { std::alloc::dealloc(lower.as_ptr(), layout) };
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    ///
-    /// # Safety
-    /// `lower` must be valid for reads and writes of `len` bytes (initialised, for
-    /// [`Init::Recover`]; any bytes), and read or written by nothing else (no other
-    /// allocator, thread, device or process), for as long as the allocator lives. Once it
-    /// is dropped the memory holds the lower level as the allocator left it, which
-    /// [`Init::Recover`] reads at the next build. Its alignment (64) and size are checked:
-    /// [`Error::MetadataMisaligned`] and [`Error::MetadataTooSmall`], nothing written.
-    #[cfg(feature = "alloc")]
-    pub unsafe fn from_raw_lower(
-        config: Config,
-        options: Options,
-        init: Init,
-        lower: NonNull<u8>,
-        len: usize,
-    ) -> Result<LLFree, RecoverError> {
-        // SAFETY: passed on to our caller.
-        unsafe {
-            LLFree::over_raw(
-                config,
-                options,
-                Start::Init(init),
-                (lower, len),
-                Volatile,
-                None,
-            )
-        }
-    }
-
-    /// As [`LLFree::from_raw_lower`] over a `'static` exclusive borrow, which keeps the
-    /// memory the allocator's for good.
-    #[cfg(feature = "alloc")]
-    pub fn in_lower(
-        config: Config,
-        options: Options,
-        init: Init,
-        lower: &'static mut [u8],
-    ) -> Result<LLFree, RecoverError> {
-        let len = lower.len();
-        // SAFETY: a `'static` exclusive borrow of initialised bytes: valid, and ours alone,
-        // forever.
-        unsafe { LLFree::from_raw_lower(config, options, init, NonNull::from(lower).cast(), len) }
-    }
-
-    /// As [`LLFree::from_raw_lower`], with the upper level too in the caller's memory: the
-    /// `upper_len` bytes at `upper` (at least [`LLFree::upper_layout`], at its alignment),
-    /// free again once the allocator is dropped. No heap at all.
-    ///
-    /// # Safety
-    /// As for [`LLFree::from_raw_lower`], for both `lower` and `upper`, which must not
-    /// overlap.
-    pub unsafe fn from_raw_parts(
-        config: Config,
-        options: Options,
-        init: Init,
-        lower: NonNull<u8>,
-        lower_len: usize,
-        upper: NonNull<u8>,
-        upper_len: usize,
-    ) -> Result<LLFree, RecoverError> {
-        let lower = (lower, lower_len);
-        let upper = Some((upper, upper_len));
-        // SAFETY: passed on to our caller.
-        unsafe { LLFree::over_raw(config, options, Start::Init(init), lower, Volatile, upper) }
-    }
 }
 
 impl<W: WriteBack> LLFree<W> {
-    /// The constructor behind [`LLFree::from_raw_lower`], [`LLFree::from_raw_parts`] and the
-    /// file-backed zone: checks the configuration and the memory, takes the lower level as
-    /// `start` says (writing back through `write_back`), then builds the upper level in
-    /// `upper` or, `None`, on the heap. Nothing is written before every check passed.
+    /// The constructor behind [`Builder::kept`](super::Builder::kept) and the file-backed
+    /// zone: checks the configuration and the memory, takes the lower level as `start` says
+    /// (writing back through `write_back`), then builds the upper level in `upper` or,
+    /// `None`, on the heap. Nothing is written before every check passed.
     ///
     /// # Safety
-    /// As for [`LLFree::from_raw_parts`].
+    /// `lower` must be valid for reads and writes of `len` bytes (initialised, unless
+    /// `start` overwrites them), and read or written by nothing else for as long as the
+    /// allocator lives.
     pub(crate) unsafe fn over_raw(
         config: Config,
         options: Options,
+        policy: Policy,
         start: Start,
         (lower, len): (NonNull<u8>, usize),
         write_back: W,
-        upper: Option<(NonNull<u8>, usize)>,
+        upper: Option<MetadataMemory>,
     ) -> Result<LLFree<W>, RecoverError> {
         LLFree::check(config, options)?;
         check_memory(LLFree::lower_layout(config)?, lower, len)?;
         let mut plan = Plan::new();
-        let parts = Upper::plan(&mut plan, config, options)?;
+        let parts = Upper::plan(&mut plan, config, options, policy)?;
         let meta = match upper {
-            // SAFETY: passed on to our caller.
-            Some((base, len)) => unsafe { Metadata::caller(&plan, base, len)? },
+            Some(memory) => Metadata::caller(&plan, memory)?,
             #[cfg(feature = "alloc")]
             None => Metadata::heap(),
             #[cfg(not(feature = "alloc"))]

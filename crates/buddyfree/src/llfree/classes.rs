@@ -62,7 +62,7 @@ pub enum Access {
 
 /// Which class of trees serves each class of request, and what a request may do with trees
 /// of other classes: the placement policy of LLFree with classes
-/// ([`LLFree::with_policy`](super::LLFree::with_policy)).
+/// ([`Builder::policy`](super::Builder::policy)).
 ///
 /// The functions are asked while the allocator runs (`access` whenever a request looks for
 /// a tree outside its class); they must be cheap and give the same answer for the same
@@ -547,7 +547,11 @@ mod tests {
             tree_children: 2,
             ..Options::default()
         };
-        LLFree::with_policy(Config::new(units, 10).with_cores(cores), options, policy).unwrap()
+        LLFree::builder(Config::new(units, 10).with_cores(cores))
+            .options(options)
+            .policy(policy)
+            .build()
+            .unwrap()
     }
 
     fn tree(index: usize) -> usize {

@@ -174,7 +174,10 @@ fn one_tree_of_two_frames(cores: usize) -> LLFree {
         tree_children: 2,
         ..Options::default()
     };
-    LLFree::with_options(Config::new(1024, 9).with_cores(cores), options).unwrap()
+    LLFree::builder(Config::new(1024, 9).with_cores(cores))
+        .options(options)
+        .build()
+        .unwrap()
 }
 
 /// Core 1 needs a huge frame while core 0 holds the only tree: it must steal the reservation
@@ -238,8 +241,12 @@ fn loom_shared_reservation_and_sync_conserve_counters() {
             tree_children: 1,
             ..Options::default()
         };
-        let alloc =
-            Arc::new(LLFree::with_options(Config::new(1024, 9).with_cores(2), options).unwrap());
+        let alloc = Arc::new(
+            LLFree::builder(Config::new(1024, 9).with_cores(2))
+                .options(options)
+                .build()
+                .unwrap(),
+        );
         let first = alloc.alloc(0, 0).unwrap();
         let other = {
             let alloc = alloc.clone();
@@ -662,7 +669,11 @@ fn classed_trees(trees: usize, cores: usize) -> LLFree {
         ..Options::default()
     };
     let config = Config::new(1024 * trees, 9).with_cores(cores);
-    LLFree::with_policy(config, options, Policy::unmovable_movable_huge()).unwrap()
+    LLFree::builder(config)
+        .options(options)
+        .policy(Policy::unmovable_movable_huge())
+        .build()
+        .unwrap()
 }
 
 /// Both trees movable and in use, no core holding either: an unmovable request finds no
@@ -790,8 +801,12 @@ fn loom_a_stale_mark_cleared_by_a_refusal_never_hides_a_free() {
             tree_children: 1,
             ..Options::default()
         };
-        let alloc =
-            Arc::new(LLFree::with_options(Config::new(516, 9).with_cores(2), options).unwrap());
+        let alloc = Arc::new(
+            LLFree::builder(Config::new(516, 9).with_cores(2))
+                .options(options)
+                .build()
+                .unwrap(),
+        );
         alloc.alloc(9, 0).unwrap();
         let small: [usize; 4] = core::array::from_fn(|_| alloc.alloc(0, 0).unwrap());
         alloc.drain();

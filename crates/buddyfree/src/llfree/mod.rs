@@ -71,7 +71,7 @@
 //!   core ([`LLFree::set_tree_state`], `online.rs`).
 //! - The lower level is one contiguous array of cache lines of plain atomics, with no
 //!   pointers, so that it can lie in memory the caller owns and keeps across runs
-//!   ([`LLFree::from_raw_lower`], `caller.rs`: every unit free, every unit allocated, or
+//!   ([`Builder::kept`], `caller.rs`: every unit free, every unit allocated, or
 //!   recovered from what the memory holds, §3.2.3); `llfree::persist` (feature `persist`) keeps
 //!   it in a file mapping through the same constructor.
 
@@ -108,9 +108,11 @@ use crate::sync::atomic::Ordering;
 use crate::sync::{spin_loop, CachePadded};
 use crate::table::Table;
 use crate::{check_block, BlockAlloc, Capabilities, Class, Error};
-pub use build::Options;
+#[cfg(not(loom))]
+pub use build::Kept;
 #[cfg(not(loom))]
 use build::Upper;
+pub use build::{Builder, Fresh, Options};
 #[cfg(not(loom))]
 pub use caller::{Init, RecoverError};
 use classes::Classes;
@@ -154,7 +156,7 @@ pub(crate) struct TreeId(pub(crate) usize);
 /// and a block of order 11 and up needs all its frames (a partial last tree serves fewer).
 ///
 /// Its lower level may lie in memory the caller owns and keeps across runs
-/// ([`LLFree::from_raw_lower`], [`LLFree::from_raw_parts`]), built over as an [`Init`] says.
+/// ([`Builder::kept`]), built over as an [`Init`] says.
 ///
 /// `W` says whether the lower level is written back to a persistent medium: [`Volatile`]
 /// (the default, compiled away) or a persistent zone's write-back (`persist`, feature `persist`).

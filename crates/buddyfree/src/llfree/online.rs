@@ -81,8 +81,8 @@ impl<W: WriteBack> LLFree<W> {
     /// use buddyfree::llfree::{LLFree, Options, TreeState};
     /// use buddyfree::{BlockAlloc, Class, Config, Error};
     ///
-    /// let options = Options { tree_children: 2, ..Options::default() };
-    /// let a = LLFree::with_options(Config::new(4096, 10), options)?; // 4 trees of 1024 units
+    /// let options = Options::default().with_tree_children(2);
+    /// let a = LLFree::builder(Config::new(4096, 10)).options(options).build()?; // 4 trees of 1024 units
     /// let block = a.alloc(0, 0)?;
     /// assert_eq!(a.set_tree_state(0..4, TreeState::Offline), Err((0, Error::WouldBlock)));
     /// a.drain();
@@ -167,16 +167,12 @@ mod tests {
     use crate::{BlockAlloc, Config};
 
     fn four_trees(policy: Policy) -> LLFree {
-        let options = Options {
-            tree_children: 2,
-            ..Options::default()
-        };
-        LLFree::with_policy(
-            Config::new(3 * 1024 + 700, 10).with_cores(2),
-            options,
-            policy,
-        )
-        .unwrap()
+        let options = Options::default().with_tree_children(2);
+        LLFree::builder(Config::new(3 * 1024 + 700, 10).with_cores(2))
+            .options(options)
+            .policy(policy)
+            .build()
+            .unwrap()
     }
 
     /// Offline trees give nothing: every block comes from the online ones, and the heap is

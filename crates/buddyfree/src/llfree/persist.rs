@@ -1,6 +1,6 @@
 //! Persistent LLFree (§3.2.3): a zone whose lower level lives in a file mapping
 //! (`MAP_SHARED`), so that its allocations survive the process, with recovery after a crash.
-//! The allocator is LLFree over caller memory ([`LLFree::from_raw_lower`]), the mapping
+//! The allocator is LLFree over caller memory ([`Builder::kept`](super::Builder::kept)), the mapping
 //! being that memory; this module adds the file, its header, its lock and the write-back.
 //!
 //! ```text
@@ -497,6 +497,7 @@ impl Mapped {
             LLFree::over_raw(
                 config,
                 self.header.options,
+                super::Policy::single(),
                 start.into(),
                 lower,
                 write_back,

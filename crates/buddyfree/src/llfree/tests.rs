@@ -21,7 +21,10 @@ fn next_fit_visits_each_child_once_from_the_hint_on() {
         tree_children: 8,
         ..Options::default()
     };
-    let a = LLFree::with_options(Config::new(21 * HUGE_UNITS, 10), options).unwrap();
+    let a = LLFree::builder(Config::new(21 * HUGE_UNITS, 10))
+        .options(options)
+        .build()
+        .unwrap();
     let frames = |t: usize, hint_frame: usize, step: usize| -> Vec<usize> {
         a.frames_from(TreeId(t), hint_frame * HUGE_UNITS + 7, step)
             .collect()
@@ -43,8 +46,10 @@ fn counters_match_the_bits_after_every_step() {
         tree_children: 2,
         ..Options::default()
     };
-    let alloc =
-        LLFree::with_options(Config::new(3 * 1024 + 300, 10).with_cores(2), options).unwrap();
+    let alloc = LLFree::builder(Config::new(3 * 1024 + 300, 10).with_cores(2))
+        .options(options)
+        .build()
+        .unwrap();
     let mut live: Vec<(usize, u32)> = Vec::new();
     let mut rng = 0x1234_5678_9abc_def1;
     for step in 0..4000 {
@@ -73,7 +78,10 @@ fn tiny(cores: usize, tree_children: usize, units: usize) -> LLFree {
         tree_children,
         ..Options::default()
     };
-    LLFree::with_options(Config::new(units, 9).with_cores(cores), options).unwrap()
+    LLFree::builder(Config::new(units, 9).with_cores(cores))
+        .options(options)
+        .build()
+        .unwrap()
 }
 
 #[test]

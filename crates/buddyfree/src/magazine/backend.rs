@@ -25,8 +25,9 @@ pub(crate) use sealed::Sealed;
 ///
 /// // Nbbs4 is a backend, with its hooks; an allocator of another crate goes in `Plain`,
 /// // as this one does here, and its magazines use the defaults.
-/// let fast = Magazine::new(Nbbs4::new(Config::new(1 << 12, 9))?, 2)?;
-/// let plain = Magazine::new(Plain(Nbbs4::new(Config::new(1 << 12, 9))?), 2)?;
+/// let config = Config::new(1 << 12, 9).with_cores(2);
+/// let fast = Magazine::new(config, Nbbs4::new(config)?)?;
+/// let plain = Magazine::new(config, Plain(Nbbs4::new(config)?))?;
 /// for magazines in [&fast as &dyn BlockAlloc, &plain] {
 ///     let page = magazines.alloc(0, 0)?;
 ///     magazines.free(page, 0, 0)?;

@@ -6,18 +6,19 @@ use crate::{ConfigRule, Nbbs4};
 
 /// Magazines with the full lists, which these small heaps would not get by default.
 fn nbbs4(units: usize, cores: usize) -> Magazine<Nbbs4> {
-    Magazine::with_config(Config::new(units, 6).with_cores(cores), Nbbs4::new)
+    let config = Config::new(units, 6).with_cores(cores);
+    Magazine::new(config, Nbbs4::new(config).unwrap())
         .unwrap()
-        .with_parking_limit(usize::MAX)
+        .with_settings(Settings::new().with_parking_limit(usize::MAX))
 }
 
-/// Zeroed memory for `layout` (the buffer, which must outlive its use) and the first
-/// address in it at the layout's alignment.
-fn caller_memory(layout: Layout) -> (Vec<u64>, NonNull<u8>) {
-    let mut meta = alloc::vec![0u64; (layout.size() + layout.align()).div_ceil(8)];
-    let start = meta.as_mut_ptr().cast::<u8>();
-    let aligned = start.wrapping_add(start.align_offset(layout.align()));
-    (meta, NonNull::new(aligned).unwrap())
+/// Zeroed memory of `bytes` (the buffer, which must outlive its use), lent whole.
+fn caller_memory(bytes: usize) -> (Vec<u64>, MetadataMemory) {
+    let mut meta = alloc::vec![0u64; bytes.div_ceil(8)];
+    let base = core::ptr::NonNull::new(meta.as_mut_ptr().cast::<u8>()).unwrap();
+    // SAFETY: the buffer's bytes; the callers keep it alive, and use it for nothing else,
+    // until the magazines built in it are dropped.
+    (meta, unsafe { MetadataMemory::from_raw(base, bytes) })
 }
 
 /// Every list's batch fits the buffer a free's spill takes it into before it lets the
@@ -30,7 +31,7 @@ fn every_batch_fits_the_spill_buffer() {
 }
 
 /// The lists follow the heap per core, built on the heap or in caller memory, and
-/// [`Magazine::with_parking_limit`] overrides them; each list takes its watermark's worth
+/// [`Settings::with_parking_limit`] overrides them; each list takes its watermark's worth
 /// without a spill, and all of them at their watermarks are the parking limit.
 #[test]
 fn lists_scale_with_the_heap_per_core() {
@@ -47,24 +48,19 @@ fn lists_scale_with_the_heap_per_core() {
     ];
     for (units, cores, default, chosen) in cases {
         let config = Config::new(units, 9).with_cores(cores);
-        let on_heap = Magazine::with_config(config, LLFree::new).unwrap();
-        let layout = Magazine::<LLFree>::metadata_layout(config).unwrap();
-        let (meta, aligned) = caller_memory(layout);
-        // SAFETY: `meta` outlives the magazines (dropped at the end of the iteration)
-        // and holds the layout from `aligned` on; nothing else uses it.
-        let in_caller = unsafe {
-            Magazine::from_raw_metadata(LLFree::new(config).unwrap(), cores, aligned, layout.size())
-        }
-        .unwrap();
+        let on_heap = Magazine::new(config, LLFree::new(config).unwrap()).unwrap();
+        // `meta` outlives the magazines (dropped at the end of the iteration).
+        let (meta, lent) = caller_memory(Magazine::<LLFree>::metadata_bytes(config));
+        let in_caller = Magazine::in_metadata(config, LLFree::new(config).unwrap(), lent).unwrap();
         for mut m in [on_heap, in_caller] {
             assert_eq!(m.parking_limit(), default, "{units} units on {cores} cores");
             if let Some((limit, got)) = chosen {
-                m = m.with_parking_limit(limit);
+                m = m.with_settings(Settings::new().with_parking_limit(limit));
                 assert_eq!(m.parking_limit(), got, "a limit of {limit}");
             }
             fill_every_list(&m);
             // New lists for magazines that park blocks: those go back first.
-            let m = m.with_parking_limit(0);
+            let m = m.with_settings(Settings::new().with_parking_limit(0));
             assert_eq!(m.inner().free_units(), units);
             fill_every_list(&m);
             m.drain();
@@ -85,26 +81,19 @@ fn a_configured_parking_limit_chooses_the_lists() {
             parking_limit: limit,
             ..Settings::new()
         };
-        let on_heap = Magazine::with_config(config, LLFree::new)
+        let on_heap = Magazine::new(config, LLFree::new(config).unwrap())
             .unwrap()
             .with_settings(settings);
         assert_eq!(on_heap.parking_limit(), ceiling, "{limit:?} on the heap");
-        let inner = LLFree::metadata_layout(config).unwrap();
-        let (layout, _) = Magazine::<LLFree>::metadata_layout_with(config, inner).unwrap();
-        let (meta, aligned) = caller_memory(layout);
-        // SAFETY: `meta` outlives the magazines (dropped first) and holds the layout from
-        // `aligned` on; nothing else uses it.
-        let in_caller = unsafe {
-            Magazine::from_raw_metadata_with(
-                config,
-                inner,
-                LLFree::from_raw_metadata,
-                aligned,
-                layout.size(),
-            )
-        }
-        .unwrap()
-        .with_settings(settings);
+        let inner = LLFree::metadata_bytes(config);
+        let bytes = inner + Magazine::<LLFree>::metadata_bytes(config);
+        // `meta` outlives the magazines (dropped first).
+        let (meta, lent) = caller_memory(bytes);
+        let (backend, magazines) = lent.take(inner);
+        let backend = LLFree::in_metadata(config, backend).unwrap();
+        let in_caller = Magazine::in_metadata(config, backend, magazines)
+            .unwrap()
+            .with_settings(settings);
         assert_eq!(
             in_caller.parking_limit(),
             ceiling,
@@ -251,9 +240,10 @@ fn a_refusal_with_nothing_parked_takes_no_other_lock() {
 /// of order 0 and 512 of each larger order, however many blocks it frees.
 #[test]
 fn each_order_parks_at_most_its_watermark() {
-    let alloc = Magazine::with_config(Config::new(1 << 14, 10).with_cores(1), LLFree::new)
+    let alloc = LLFree::new(Config::new(1 << 14, 10).with_cores(1))
+        .and_then(|inner| Magazine::new(Config::new(1 << 14, 10).with_cores(1), inner))
         .unwrap()
-        .with_parking_limit(usize::MAX);
+        .with_settings(Settings::new().with_parking_limit(usize::MAX));
     for (order, high_units) in [(0, 128), (1, 512), (3, 512), (7, 1024), (8, 2048)] {
         let blocks: Vec<usize> = (0..3 * (high_units >> order) + 5)
             .map(|_| alloc.alloc(order, 0).unwrap())
@@ -271,7 +261,9 @@ fn each_order_parks_at_most_its_watermark() {
 
 #[test]
 fn drain_returns_everything() {
-    let alloc = Magazine::with_config(Config::new(1 << 14, 10).with_cores(4), LLFree::new).unwrap();
+    let alloc = LLFree::new(Config::new(1 << 14, 10).with_cores(4))
+        .and_then(|inner| Magazine::new(Config::new(1 << 14, 10).with_cores(4), inner))
+        .unwrap();
     let mut held = Vec::new();
     for core in 0..4 {
         for order in 0..=4 {
@@ -312,7 +304,9 @@ fn alloc_at_never_takes_a_parked_block() {
 
 #[test]
 fn a_pinned_core_answers_bad_frees_as_the_shared_path_does() {
-    let alloc = Magazine::with_config(Config::new(1 << 12, 10).with_cores(2), LLFree::new).unwrap();
+    let alloc = LLFree::new(Config::new(1 << 12, 10).with_cores(2))
+        .and_then(|inner| Magazine::new(Config::new(1 << 12, 10).with_cores(2), inner))
+        .unwrap();
     let mut pin = alloc.pin(1);
     let a = pin.alloc(0).unwrap();
     let b = pin.alloc(3).unwrap();
@@ -381,11 +375,12 @@ fn a_pinned_core_drains_every_magazine_before_out_of_memory() {
 fn refills_line_up_with_huge_frames_after_a_partly_used_one() {
     let frame = |index: usize| index / crate::llfree::HUGE_UNITS;
     for (order, batch) in [(6, 8), (7, 4), (8, 2)] {
-        let used = LLFree::new(Config::new(1 << 14, 10)).unwrap();
+        let config = Config::new(1 << 14, 10);
+        let used = LLFree::new(config).unwrap();
         let first = used.alloc(order, 0).unwrap();
-        let alloc = Magazine::new(used, 1)
+        let alloc = Magazine::new(config, used)
             .unwrap()
-            .with_parking_limit(usize::MAX);
+            .with_settings(Settings::new().with_parking_limit(usize::MAX));
         let rest: Vec<usize> = (1..batch).map(|_| alloc.alloc(order, 0).unwrap()).collect();
         assert!(rest.iter().all(|&b| frame(b) == frame(first)), "{rest:?}");
         assert_eq!(alloc.inner().free_units(), (1 << 14) - 512);
@@ -421,9 +416,10 @@ fn orders_without_bulk_groups_move_one_block_at_a_time() {
     fn batches<A: Backend>(inner: A) -> Vec<usize> {
         // The full lists (a heap this small would get short ones, some of a block a
         // batch whatever the backend), chosen after the build: fitted there too.
-        let magazine = Magazine::new(inner, 1)
+        let config = Config::new(inner.total_units(), inner.max_order());
+        let magazine = Magazine::new(config, inner)
             .unwrap()
-            .with_parking_limit(usize::MAX);
+            .with_settings(Settings::new().with_parking_limit(usize::MAX));
         let policy = magazine.cached.policy();
         (0..policy.orders.len())
             .map(|slot| policy.batch(slot))
@@ -450,13 +446,14 @@ fn orders_without_bulk_groups_move_one_block_at_a_time() {
 
 #[test]
 fn adopts_the_blocks_of_a_used_inner_allocator() {
-    let used = Nbbs4::new(Config::new(256, 6)).unwrap();
+    let config = Config::new(256, 6);
+    let used = Nbbs4::new(config).unwrap();
     let small = used.alloc(0, 0).unwrap();
     let cached = used.alloc(3, 0).unwrap();
     for (index, order) in [(100, 2), (104, 3), (112, 3)] {
         used.alloc_at(index, order, 0).unwrap();
     }
-    let alloc = Magazine::new(used, 2).unwrap();
+    let alloc = Magazine::new(config.with_cores(2), used).unwrap();
     assert_eq!(alloc.free_units(), 256 - 1 - 8 - 20);
     assert_eq!(alloc.free(cached, 2, 0), Err(Error::OrderMismatch));
     assert_eq!(alloc.free(cached + 4, 2, 0), Err(Error::NotAllocated));
@@ -500,9 +497,10 @@ fn into_inner_gives_every_parked_block_back() {
 #[test]
 fn a_stream_of_allocations_is_freed_straight_to_the_backend() {
     let magazine = || {
-        Magazine::with_config(Config::new(1 << 14, 10).with_cores(2), LLFree::new)
+        LLFree::new(Config::new(1 << 14, 10).with_cores(2))
+            .and_then(|inner| Magazine::new(Config::new(1 << 14, 10).with_cores(2), inner))
             .unwrap()
-            .with_parking_limit(usize::MAX)
+            .with_settings(Settings::new().with_parking_limit(usize::MAX))
     };
     let m = magazine();
     let burst: Vec<usize> = (0..1024).map(|_| m.alloc(0, 0).unwrap()).collect();
@@ -570,9 +568,10 @@ fn a_stream_of_allocations_is_freed_straight_to_the_backend() {
 /// straight back to the backend.
 #[test]
 fn try_free_gives_back_what_it_cannot_park_without_a_spill() {
-    let alloc = Magazine::with_config(Config::new(1 << 12, 10).with_cores(1), LLFree::new)
+    let alloc = LLFree::new(Config::new(1 << 12, 10).with_cores(1))
+        .and_then(|inner| Magazine::new(Config::new(1 << 12, 10).with_cores(1), inner))
         .unwrap()
-        .with_parking_limit(usize::MAX);
+        .with_settings(Settings::new().with_parking_limit(usize::MAX));
     let blocks: Vec<usize> = (0..200).map(|_| alloc.alloc(0, 0).unwrap()).collect();
     alloc.drain();
     for (n, &i) in blocks.iter().enumerate() {
@@ -587,9 +586,15 @@ fn try_free_gives_back_what_it_cannot_park_without_a_spill() {
 
 #[test]
 fn rejects_zero_cores() {
-    let fresh = Nbbs4::new(Config::new(16, 2)).unwrap();
+    let config = Config::new(16, 2);
+    let fresh = Nbbs4::new(config).unwrap();
     assert_eq!(
-        Magazine::new(fresh, 0).err(),
+        Magazine::new(config.with_cores(0), fresh).err(),
         Some(Error::InvalidConfig(ConfigRule::NoCores))
+    );
+    let fresh = Nbbs4::new(config).unwrap();
+    assert_eq!(
+        Magazine::new(Config::new(32, 2), fresh).err(),
+        Some(Error::InvalidConfig(ConfigRule::InnerUnits))
     );
 }
