@@ -475,8 +475,9 @@ impl Builder {
     }
 
     /// The same builder over a lower level (bit fields and child entries) in `lower`, which
-    /// the caller keeps across runs (see `caller.rs`' module docs: persistent memory, memory
-    /// that survives a warm reboot), taken as `init` says: at least
+    /// the caller keeps across runs (persistent memory, memory that survives a warm reboot;
+    /// its bytes hold no pointers, so they mean the same to every run over as many units),
+    /// taken as `init` says: at least
     /// [`LLFree::lower_layout`]'s size, starting 64-aligned (it must be found at the same
     /// place again, so it is not aligned within); else [`Error::MetadataMisaligned`] or
     /// [`Error::MetadataTooSmall`] at the build, nothing written. The rest of the metadata
@@ -553,6 +554,7 @@ impl Builder<Kept> {
         self.over(Some(meta))
     }
 
+    /// The build over the kept lower level, the upper level in `upper` or on the heap.
     fn over(self, upper: Option<MetadataMemory>) -> Result<LLFree, RecoverError> {
         let Kept { memory, init } = self.lower;
         let (config, options, policy) = (self.config, self.options, self.policy);
