@@ -520,9 +520,11 @@ mod tests {
             Metadata::caller(&plan, lent(1, 30)),
             Err(Error::MetadataMisaligned)
         ));
-        let meta = Metadata::caller(&plan, lent(0, 24)).unwrap();
-        let t = meta.table(words, |i| i as u64 + 7).unwrap();
-        assert_eq!(*t, [7, 8]);
+        {
+            let meta = Metadata::caller(&plan, lent(0, 24)).unwrap();
+            let t = meta.table(words, |i| i as u64 + 7).unwrap();
+            assert_eq!(*t, [7, 8]);
+        }
         assert_eq!(memory[1..3], [7, 8]);
     }
 
@@ -539,11 +541,13 @@ mod tests {
             let base = NonNull::from(&mut *memory).cast::<u8>();
             // SAFETY: `start + bytes` is within `memory`, which outlives every use below.
             let lent = |len| unsafe { MetadataMemory::from_raw(base.add(start), len) };
-            let meta = Metadata::caller(&plan, lent(bytes)).unwrap();
-            let t = meta.table(words, |i| i as u64 + 1).unwrap();
-            assert_eq!(*t, [1, 2]);
-            let short = Metadata::caller(&plan, lent(23));
-            assert!(matches!(short, Err(Error::MetadataTooSmall)));
+            {
+                let meta = Metadata::caller(&plan, lent(bytes)).unwrap();
+                let t = meta.table(words, |i| i as u64 + 1).unwrap();
+                assert_eq!(*t, [1, 2]);
+                let short = Metadata::caller(&plan, lent(23));
+                assert!(matches!(short, Err(Error::MetadataTooSmall)));
+            }
             // The table is found at the next multiple of 8 from `start` (at `start` if it is one).
             let first = start.div_ceil(8) + 1;
             assert_eq!(memory[first..first + 2], [1, 2]);
