@@ -413,7 +413,7 @@ fn one_piece<A: CallerMetadata>(config: Config) {
         .unwrap()
         .size();
     // The backend's refusal writes nothing; the magazines' comes after the backend was
-    // built in its part (and is dropped with the error).
+    // built in its part (and is dropped with the error), and writes nothing in theirs.
     let refused = without_heap(&format!("{config:?}: one piece, refusals"), || {
         build(0, backend_size - 1).err()
     });
@@ -426,6 +426,10 @@ fn one_piece<A: CallerMetadata>(config: Config) {
         build(1, inner + magazines_size - 1).err()
     });
     assert_eq!(refused, Some(Error::MetadataTooSmall));
+    assert!(
+        untouched(&memory[1 + inner..]),
+        "refused magazines wrote to their part of the memory"
+    );
     for skip in [0, 1, 7, 63] {
         without_heap(&format!("{config:?}: one piece at +{skip}"), || {
             churn(&build(skip, whole).unwrap(), config.cores);
