@@ -22,7 +22,7 @@
 //! - **Bad frees are counted, never acted on.** `deallocate_frame` has no way to report an
 //!   error, so a frame this allocator does not hold at that size (never allocated, freed
 //!   twice, outside the region, a 2 MiB frame freed as a 4 KiB one, a frame with a unit
-//!   of the boot reservation: [`Error::Reserved`](crate::Error::Reserved)) adds one to
+//!   of the boot reservation: [`Error::Reserved`]) adds one to
 //!   [`PhysFrames::bad_frees`] and leaves the allocator exactly as it was.
 //!
 //! The traits are those of `x86_64` 0.15: a kernel must depend on a semver-compatible
