@@ -485,8 +485,13 @@ impl<W: WriteBack> LLFree<W> {
     }
 
     /// For a class whose search is noted short (it has no tree to reserve): a block from
-    /// the tree of its last steal, before the refusal check and the renewal, so that a
-    /// class living on steals gets its next block in a few reads.
+    /// the tree of its last steal or fallback, before the refusal check and the renewal, so
+    /// that a class living on steals gets its next block in a few reads. Where its steals
+    /// are noted short too, the block is the complete fallback's (`LLFree::take_from`, the
+    /// first tree its scan would try), without the drain and the scan behind it: a class
+    /// that the policy lets neither demote nor steal a tree in use (on a fragmented heap,
+    /// every class but the one that took the trees) lives on the fallback, and would
+    /// otherwise give back every core's reservations on each allocation.
     #[inline]
     pub(super) fn steal_again(
         &self,
@@ -498,7 +503,10 @@ impl<W: WriteBack> LLFree<W> {
             return None;
         }
         let t = TreeId(self.classes.stole_at(class) % self.trees.len());
-        self.steal_from(t, class, order, gave)
+        match self.classes.short_of(STEAL, class, order) {
+            true => self.take_from(t, order, class, gave),
+            false => self.steal_from(t, class, order, gave),
+        }
     }
 
     /// The placement policy.

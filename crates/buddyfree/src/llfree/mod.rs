@@ -825,8 +825,10 @@ impl<W: WriteBack> LLFree<W> {
         class: usize,
         rounds: usize,
         busy: Error,
+        gave: &Cell<Option<u32>>,
     ) -> Result<usize, Error> {
-        self.until_quiet(rounds, || self.drain(), || self.scan(order, class))
+        let scan = || self.scan(order, class, gave);
+        self.until_quiet(rounds, || self.drain(), scan)
             .map_err(|quiet| if quiet { Error::OutOfMemory } else { busy })
     }
 
@@ -862,22 +864,34 @@ impl<W: WriteBack> LLFree<W> {
     /// One round of the complete fallback over every tree, from the one the last steal or
     /// fallback of class `class` took a block from on (wrapping around): a class that
     /// only the fallback serves finds its next block there, not after every tree before it.
-    fn scan(&self, order: u32, class: usize) -> Option<usize> {
-        let n = 1 << order;
+    fn scan(&self, order: u32, class: usize, gave: &Cell<Option<u32>>) -> Option<usize> {
         let len = self.trees.len();
         let from = self.classes.stole_at(class) % len;
-        for t in (0..len).map(|i| TreeId((from + i) % len)) {
-            let Some(source) = self.take_gathered(t, n) else {
-                continue;
-            };
-            let first = self.children(t).start * HUGE_UNITS;
-            if let Some(index) = self.alloc_in(t, order, first) {
-                self.classes.stole(class, t.0);
-                return Some(index);
+        (0..len).find_map(|i| self.take_from(TreeId((from + i) % len), order, class, gave))
+    }
+
+    /// A block of `order` from `t` for the fallback of class `class`, whatever the tree's
+    /// class: its units from whichever counter holds them, given back (and noted in `gave`)
+    /// if the tree has no such block.
+    fn take_from(
+        &self,
+        t: TreeId,
+        order: u32,
+        class: usize,
+        gave: &Cell<Option<u32>>,
+    ) -> Option<usize> {
+        let n = 1 << order;
+        let source = self.take_gathered(t, n)?;
+        let first = self.children(t).start * HUGE_UNITS;
+        let index = self.alloc_in(t, order, first);
+        match index {
+            Some(_) => self.classes.stole(class, t.0),
+            None => {
+                self.give_back(source, t, n);
+                self.gave_back(gave, t, n);
             }
-            self.give_back(source, t, n);
         }
-        None
+        index
     }
 
     /// Returns `n` units taken by [`LLFree::take_any`] to the counter they came from.
@@ -1130,15 +1144,17 @@ impl<W: WriteBack> LLFree<W> {
                 Renewal::Failed => break,
             }
         }
-        // The scan gives back what it took from every tree it found no block in.
-        gave.set(Some(u32::MAX));
-        self.alloc_anywhere(order, slots / self.cores, rounds, busy)
+        self.alloc_anywhere(order, slots / self.cores, rounds, busy, gave)
     }
 
     /// Notes in `gave` what a give-back of `n` units to `t` may have made findable, read
     /// after it as a free's [`LLFree::covers`] is: a huge frame or more where `n` is one or a
     /// frame of `t` is free as a whole, else the orders of the bit fields.
     pub(super) fn gave_back(&self, gave: &Cell<Option<u32>>, t: TreeId, n: usize) {
+        // A scan gives back to tree after tree: once every order is covered, no more reads.
+        if gave.get() == Some(u32::MAX) {
+            return;
+        }
         let covered = match self.covers(t, n, HUGE_ORDER) {
             true => u32::MAX,
             false => lower::BITS_ORDER,
