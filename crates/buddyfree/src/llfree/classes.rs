@@ -280,7 +280,10 @@ impl Classes {
                 continue;
             }
             let mut keep = noted;
-            for class in (0..self.count).filter(|&c| (noted >> (8 * c)) & 0xff != 0) {
+            // A note of order `k` stands while the tree has fewer than `2^k` units: neither
+            // step takes a tree with less room than it asks for.
+            let room = |c: usize| tree.free() >> (((noted >> (8 * c)) & 0xff) - 1) != 0;
+            for class in (0..self.count).filter(|&c| (noted >> (8 * c)) & 0xff != 0 && room(c)) {
                 let finds = match (step, class == own) {
                     (SEARCH, true) => true,
                     (_, true) => false,

@@ -613,7 +613,13 @@ impl<W: WriteBack> LLFree<W> {
     fn credit(&self, core: usize, t: TreeId, n: usize) -> bool {
         let local = match self.classes.count() {
             1 => self.locals[core].add(t, n),
-            _ => self.slots_of(core).any(|l| self.locals[l].add(t, n)),
+            // Only the reservation of the tree's class can hold it, and none an unreserved
+            // one (`classes.rs`): a tree read unreserved that this core reserves meanwhile
+            // gets the units in `cU`, where the holder's sync finds them.
+            _ => {
+                let e = self.trees.get(t);
+                e.reserved() && self.locals[self.slot(core, usize::from(e.class()))].add(t, n)
+            }
         };
         if !local {
             self.add_to_tree(t, n);
