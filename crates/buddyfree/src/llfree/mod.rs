@@ -871,9 +871,9 @@ impl<W: WriteBack> LLFree<W> {
     /// fallback of class `class` took a block from on (wrapping around): a class that
     /// only the fallback serves finds its next block there, not after every tree before it.
     fn scan(&self, order: u32, class: usize, gave: &Cell<Option<u32>>) -> Option<usize> {
-        let len = self.trees.len();
-        let from = self.classes.stole_at(class) % len;
-        (0..len).find_map(|i| self.take_from(TreeId((from + i) % len), order, class, gave))
+        let (len, from) = (self.trees.len(), self.classes.stole_at(class));
+        let mut trees = (from..len).chain(0..from);
+        trees.find_map(|t| self.take_from(TreeId(t), order, class, gave))
     }
 
     /// A block of `order` from `t` for the fallback of class `class`, whatever the tree's
