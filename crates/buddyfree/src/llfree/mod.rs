@@ -13,8 +13,9 @@
 //! fast path fails the allocator drains all reservations and scans every tree, so a
 //! sequential allocation fails only when no free aligned block exists. Before it reserves
 //! another tree, an allocation sums the cores' counters and the entries of the trees that
-//! a summary bitmap marks as holding units (`summary.rs`): on a heap with fewer free units
-//! than it asks for, it is refused after a few reads, with no reservation moved. A complete
+//! a summary bitmap marks as holding units, or a huge frame's units for a huge request
+//! (`summary.rs`): on a heap with fewer free units than it asks for, or with no tree that
+//! has a huge frame's, it is refused after a few reads, with no reservation moved. A complete
 //! refusal (that sum, or a round of the complete fallback, read while no reservation move
 //! was in flight) is remembered until units that could serve it are next credited to a
 //! counter (a free: of a huge frame or more, or in a tree that then has a whole free frame,
@@ -493,7 +494,7 @@ impl<W: WriteBack> LLFree<W> {
             ),
         )?;
         let summary = Summary::new(meta, upper.summary, trees.len(), |t| {
-            trees.get(TreeId(t)).free() > 0
+            trees.get(TreeId(t)).free()
         })?;
         Ok(LLFree {
             lower,
@@ -652,13 +653,12 @@ impl<W: WriteBack> LLFree<W> {
         held
     }
 
-    /// Adds `n` units to `t`'s entry `cU`, marking the tree in the summary if it had none.
+    /// Adds `n` units to `t`'s entry `cU`, marking the tree in the summary's levels it
+    /// reached.
     #[inline]
     fn add_to_tree(&self, t: TreeId, n: usize) {
         let old = self.trees.add(t, n);
-        if old.free() == 0 && n > 0 {
-            self.summary.mark(t);
-        }
+        self.summary.raised(t, old.free(), old.free() + n);
         self.credited(t, old, n);
     }
 
@@ -668,9 +668,7 @@ impl<W: WriteBack> LLFree<W> {
         match r.tree() {
             Some(t) => {
                 let old = self.trees.unreserve(t, r.free());
-                if old.free() == 0 && r.free() > 0 {
-                    self.summary.mark(t);
-                }
+                self.summary.raised(t, old.free(), old.free() + r.free());
                 self.credited(t, old, r.free());
                 true
             }
@@ -681,6 +679,10 @@ impl<W: WriteBack> LLFree<W> {
     /// Makes `t` (reserved by the caller, with `free` units moved out) the tree of the
     /// reservation `local`. Only inside a move begun before `t` was reserved.
     fn install(&self, local: usize, t: TreeId, free: usize) {
+        // The reservation moved `cU` out: `t`'s marks went stale, and are cleared here,
+        // inside the move, not by the first refusal to read them (on a heap fragmented
+        // after it was filled, that of every tree).
+        self.summary.clear(t, |t| self.trees.get(t).free());
         let local = &self.locals[local];
         let first = self.children(t).start * HUGE_UNITS;
         local.last.store(first as u64, Ordering::Relaxed);
@@ -759,13 +761,14 @@ impl<W: WriteBack> LLFree<W> {
 
     /// Whether no tree holds `n` free units in its counters together (its entry's `cU` and
     /// the `cP` of a reservation holding it; the cores' counters and the entries of the trees
-    /// the summary marks), read while no reservation move was in flight: then no free block
-    /// of `n` units exists (a block lies within one tree) but what concurrent operations hold
-    /// or free meanwhile, and an allocation may fail without reserving or scanning. On a full
-    /// heap a handful of reads; on a fragmented one (free units in every tree, fewer than a
-    /// huge frame's in each) one read per tree instead of the searches and the scan; on a heap
-    /// with room it stops at the first tree that has it. Stale marks met on the way are
-    /// cleared (`summary.rs`).
+    /// the summary marks at the level of `n`), read while no reservation move was in flight:
+    /// then no free block of `n` units exists (a block lies within one tree) but what
+    /// concurrent operations hold or free meanwhile, and an allocation may fail without
+    /// reserving or scanning. On a full heap a handful of reads; on a fragmented one (free
+    /// units in every tree, fewer than a huge frame's in each) as many for a huge frame or
+    /// more, and one read per tree for smaller blocks, instead of the searches and the scan;
+    /// on a heap with room it stops at the first tree that has it. Stale marks met on the way
+    /// are cleared, a word's at once (`summary.rs`).
     #[cold]
     #[inline(never)]
     fn too_few_free(&self, n: usize) -> bool {
@@ -778,6 +781,9 @@ impl<W: WriteBack> LLFree<W> {
                 .map(|r| r.free())
                 .sum()
         };
+        // Trees whose `cU` alone has fewer units than a huge frame's are not marked at the
+        // huge level: on a fragmented heap a refusal of a huge frame reads no entry.
+        let level = summary::level_for(n);
         // A second pass only after this one cleared stale marks: those moves were its own.
         for _ in 0..2 {
             let before = self.moves.snapshot();
@@ -789,20 +795,24 @@ impl<W: WriteBack> LLFree<W> {
                     }
                 }
             }
-            for t in self.summary.marked() {
-                let e = self.trees.get(t);
-                match e.free() {
-                    0 => {
-                        self.moves.bracket(|| {
-                            let has_free = || self.trees.get(t).free() > 0;
-                            self.summary.clear_stale(t, has_free);
-                            ((), true)
-                        });
-                        cleared = true;
+            for (w, bits) in self.summary.marked(level) {
+                let mut stale = 0;
+                for t in summary::trees_in(w, bits) {
+                    let e = self.trees.get(t);
+                    match e.free() {
+                        free if free < summary::least(level) => stale |= 1 << (t.0 % 64),
+                        free if e.reserved() && free + held(t) >= n => return false,
+                        free if free >= n => return false,
+                        _ => {}
                     }
-                    free if e.reserved() && free + held(t) >= n => return false,
-                    free if free >= n => return false,
-                    _ => {}
+                }
+                if stale != 0 {
+                    self.moves.bracket(|| {
+                        let free = |t| self.trees.get(t).free();
+                        self.summary.clear_stale(level, w, stale, free);
+                        ((), true)
+                    });
+                    cleared = true;
                 }
             }
             if !cleared {
@@ -1000,10 +1010,13 @@ impl<W: WriteBack> LLFree<W> {
             } else {
                 assert_eq!(free, lower, "tree {t}");
             }
-            assert!(
-                entry.free() == 0 || self.summary.is_marked(TreeId(t)),
-                "tree {t} unmarked"
-            );
+            for level in [summary::ANY, summary::HUGE] {
+                assert!(
+                    entry.free() < summary::least(level)
+                        || self.summary.is_marked(level, TreeId(t)),
+                    "tree {t} unmarked at level {level}"
+                );
+            }
         }
         // A reservation's tree has the reservation's class.
         for (l, local) in self.locals.iter().enumerate() {
