@@ -33,7 +33,7 @@
 //! counters and the marked trees' entries saw every unit that was in a counter, as the
 //! complete scan does (`moves.rs`).
 
-use super::{TreeId, HUGE_UNITS};
+use super::{LLFree, TreeId, WriteBack, HUGE_UNITS};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::table::{Metadata, Part, Table};
 use crate::Error;
@@ -192,5 +192,70 @@ impl Summary {
     #[cfg(test)]
     pub(crate) fn is_marked(&self, level: usize, t: TreeId) -> bool {
         self.word(level, t).load(Ordering::Acquire) & 1 << (t.0 % BITS) != 0
+    }
+}
+
+impl<W: WriteBack> LLFree<W> {
+    /// Whether no tree holds `n` free units in its counters together (its entry's `cU` and
+    /// the `cP` of a reservation holding it; the cores' counters and the entries of the trees
+    /// the summary marks at the level of `n`), read while no reservation move was in flight:
+    /// then no free block of `n` units exists (a block lies within one tree) but what
+    /// concurrent operations hold or free meanwhile, and an allocation may fail without
+    /// reserving or scanning. On a full heap a handful of reads; on a fragmented one (free
+    /// units in every tree, fewer than a huge frame's in each) as many for a huge frame or
+    /// more, and one read per tree for smaller blocks, instead of the searches and the scan;
+    /// on a heap with room it stops at the first tree that has it. Stale marks met on the way
+    /// are cleared, a word's at once (module docs).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn too_few_free(&self, n: usize) -> bool {
+        // A reservation's `cP`s; the tree's `cU` is added where it is marked or held.
+        let held = |t: TreeId| -> usize {
+            self.locals
+                .iter()
+                .map(|l| l.get())
+                .filter(|r| r.tree() == Some(t))
+                .map(|r| r.free())
+                .sum()
+        };
+        // Trees whose `cU` alone has fewer units than a huge frame's are not marked at the
+        // huge level: on a fragmented heap a refusal of a huge frame reads no entry.
+        let level = level_for(n);
+        // A second pass only after this one cleared stale marks: those moves were its own.
+        for _ in 0..2 {
+            let before = self.moves.snapshot();
+            let mut cleared = false;
+            for local in self.locals.iter() {
+                if let Some(t) = local.get().tree() {
+                    if held(t) + self.trees.get(t).free() >= n {
+                        return false;
+                    }
+                }
+            }
+            for (w, bits) in self.summary.marked(level) {
+                let mut stale = 0;
+                for t in trees_in(w, bits) {
+                    let e = self.trees.get(t);
+                    match e.free() {
+                        free if free < least(level) => stale |= 1 << (t.0 % BITS),
+                        free if e.reserved() && free + held(t) >= n => return false,
+                        free if free >= n => return false,
+                        _ => {}
+                    }
+                }
+                if stale != 0 {
+                    self.moves.bracket(|| {
+                        let free = |t| self.trees.get(t).free();
+                        self.summary.clear_stale(level, w, stale, free);
+                        ((), true)
+                    });
+                    cleared = true;
+                }
+            }
+            if !cleared {
+                return self.moves.quiet_since(before);
+            }
+        }
+        false
     }
 }
