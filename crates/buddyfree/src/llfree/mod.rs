@@ -825,7 +825,9 @@ impl<W: WriteBack> LLFree<W> {
 
     /// A block of `order` from `t` for the fallback of class `class`, whatever the tree's
     /// class: its units from whichever counter holds them, given back (and noted in `gave`)
-    /// if the tree has no such block.
+    /// if the tree has no such block. Out of line: called from the allocation's path (a
+    /// class living on the fallback), it would otherwise swell the fast path around it.
+    #[inline(never)]
     fn take_from(
         &self,
         t: TreeId,
