@@ -117,11 +117,12 @@ impl Summary {
     /// single order that the refusal memo's argument needs (`refusal.rs`).
     #[inline]
     pub(crate) fn raised(&self, t: TreeId, old: usize, new: usize) {
-        for level in [ANY, HUGE] {
-            if old < least(level) && new >= least(level) {
-                self.word(level, t)
-                    .fetch_or(1 << (t.0 % BITS), Ordering::SeqCst);
-            }
+        let bit = 1 << (t.0 % BITS);
+        if old == 0 && new > 0 {
+            self.word(ANY, t).fetch_or(bit, Ordering::SeqCst);
+        }
+        if old < HUGE_UNITS && new >= HUGE_UNITS {
+            self.word(HUGE, t).fetch_or(bit, Ordering::SeqCst);
         }
     }
 
