@@ -4,7 +4,9 @@
 //! live block and asks for the last refused order again. Prints ns per allocation for each
 //! policy and its ratio to `Policy::single` (same run).
 //!
-//! `cargo run --release -p buddybench --example classes_cliff -- [ops] [reps]`
+//! `cargo run --release -p buddybench --example classes_cliff -- [ops] [reps] [policy]`
+//! (`policy`: run only the policies whose name contains it, for profiling one; ratios then
+//! only where `single` ran too).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -102,6 +104,7 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let ops: usize = args.next().map_or(1_000_000, |a| a.parse().unwrap());
     let reps: usize = args.next().map_or(3, |a| a.parse().unwrap());
+    let only = args.next().unwrap_or_default();
     let policies: [(&str, Policy, u8); 4] = [
         ("single", Policy::single(), 3),
         ("small_huge", Policy::small_huge(), 3),
@@ -113,8 +116,11 @@ fn main() {
         ("five_classes", five_classes(), 5),
     ];
     for rep in 0..reps {
-        let mut base = 0.0;
+        let mut base = f64::NAN;
         for (name, policy, classes) in policies {
+            if !name.contains(only.as_str()) {
+                continue;
+            }
             let (attempts, got, secs) = run(policy, classes, ops, 0x9E37_79B9 + rep as u64);
             let ns = secs * 1e9 / attempts as f64;
             if name == "single" {

@@ -351,7 +351,7 @@ impl<W: WriteBack> LLFree<W> {
             ),
         )?;
         let summary = Summary::new(meta, upper.summary, trees.len(), |t| {
-            trees.get(TreeId(t)).free() > 0
+            trees.get(TreeId(t)).free()
         })?;
         Ok(LLFree {
             lower,

@@ -72,7 +72,17 @@ pub struct Policy {
     classes: u8,
     initial: Class,
     home: fn(Class) -> Class,
-    access: fn(Class, Class, usize, usize) -> Access,
+    access: Rule,
+}
+
+/// How a [`Policy`] answers `access`: the ready policies' rule, which the allocator
+/// evaluates inline where every credit to a tree asks it (`Classes::credited`), or the
+/// caller's function.
+#[derive(Clone, Copy, Debug)]
+enum Rule {
+    /// [`demote_free_else_steal`].
+    DemoteFreeElseSteal,
+    Custom(fn(Class, Class, usize, usize) -> Access),
 }
 
 impl Policy {
@@ -100,7 +110,7 @@ impl Policy {
             classes,
             initial,
             home,
-            access,
+            access: Rule::Custom(access),
         })
     }
 
@@ -111,7 +121,7 @@ impl Policy {
             classes: 1,
             initial: Class::MOVABLE,
             home: |_| Class::MOVABLE,
-            access: |_, _, _, _| Access::Fallback,
+            access: Rule::Custom(|_, _, _, _| Access::Fallback),
         }
     }
 
@@ -129,7 +139,7 @@ impl Policy {
                 Class::HUGE => Class::HUGE,
                 _ => Class::MOVABLE,
             },
-            access: demote_free_else_steal,
+            access: Rule::DemoteFreeElseSteal,
         }
     }
 
@@ -147,7 +157,7 @@ impl Policy {
                 Class::UNMOVABLE | Class::HUGE => class,
                 _ => Class::MOVABLE,
             },
-            access: demote_free_else_steal,
+            access: Rule::DemoteFreeElseSteal,
         }
     }
 
@@ -172,13 +182,18 @@ impl Policy {
     /// What a request whose home is `request` may do with a tree of class `tree` that has
     /// `free` of its `capacity` units free.
     #[must_use]
+    #[inline]
     pub fn access(&self, request: Class, tree: Class, free: usize, capacity: usize) -> Access {
-        (self.access)(request, tree, free, capacity)
+        match self.access {
+            Rule::DemoteFreeElseSteal => demote_free_else_steal(request, tree, free, capacity),
+            Rule::Custom(access) => access(request, tree, free, capacity),
+        }
     }
 }
 
 /// The ready policies' rule: a tree that is entirely free costs no placement, so any class
 /// may take it over; one in use keeps its class, and gives single blocks only.
+#[inline]
 fn demote_free_else_steal(_: Class, _: Class, free: usize, capacity: usize) -> Access {
     match free == capacity {
         true => Access::Demote,
@@ -196,6 +211,10 @@ const STEAL: usize = 1;
 pub(crate) struct Classes {
     count: usize,
     default: usize,
+    /// The home classes of the request classes below [`TABLED`], four bits each (homes are
+    /// below [`MAX_CLASSES`]): what every `alloc_class` asks, without a call through the
+    /// policy.
+    homes: u64,
     policy: Policy,
     /// The memo of the searches (`[SEARCH]`) and of the steals (`[STEAL]`), a byte per
     /// class: one more than the smallest order for which a search of that class (own
@@ -212,11 +231,16 @@ pub(crate) struct Classes {
     stole_at: [AtomicUsize; MAX_CLASSES],
 }
 
+/// Request classes whose home [`Classes`] keeps in a table.
+const TABLED: u8 = 16;
+
 impl Classes {
     pub(crate) fn new(policy: Policy) -> Classes {
+        let home = |c: u8| u64::from(policy.home(Class::new(c)).number());
         Classes {
             count: usize::from(policy.classes),
             default: usize::from(policy.home(Class::MOVABLE).number()),
+            homes: (0..TABLED).fold(0, |homes, c| homes | home(c) << (4 * c)),
             policy,
             short: [AtomicU64::new(0), AtomicU64::new(0)],
             stole_at: core::array::from_fn(|_| AtomicUsize::new(0)),
@@ -241,7 +265,8 @@ impl Classes {
         });
     }
 
-    /// The tree where the last steal or fallback of class `class` took a block.
+    /// The tree where the last steal or fallback of class `class` took a block (0 before
+    /// the first).
     #[inline]
     pub(crate) fn stole_at(&self, class: usize) -> usize {
         self.stole_at[class].load(Ordering::Relaxed)
@@ -273,27 +298,39 @@ impl Classes {
     /// through the fallback instead of reserving.
     #[inline]
     fn credited(&self, tree: Tree, capacity: usize) {
-        let own = usize::from(tree.class());
         for (step, memo) in self.short.iter().enumerate() {
             let noted = memo.load(Ordering::Relaxed);
-            if noted == 0 {
-                continue;
+            if noted != 0 {
+                self.forget_finding(step, memo, noted, tree, capacity);
             }
-            let mut keep = noted;
-            for class in (0..self.count).filter(|&c| (noted >> (8 * c)) & 0xff != 0) {
-                let finds = match (step, class == own) {
+        }
+    }
+
+    /// [`Classes::credited`] for the memo of `step`, which held `noted`.
+    fn forget_finding(&self, step: usize, memo: &AtomicU64, noted: u64, tree: Tree, cap: usize) {
+        let own = usize::from(tree.class());
+        let mut keep = noted;
+        let mut rest = noted;
+        while rest != 0 {
+            let shift = rest.trailing_zeros() & !7;
+            let class = (shift / 8) as usize;
+            let note = (noted >> shift) & 0xff;
+            rest &= !(0xff << shift);
+            // A note of order `k` stands while the tree has fewer than `2^k` units: neither
+            // step takes a tree with less room than it asks for.
+            let finds = tree.free() >> (note - 1) != 0
+                && match (step, class == own) {
                     (SEARCH, true) => true,
                     (_, true) => false,
-                    (SEARCH, false) => self.access(class, tree, capacity) == Access::Demote,
-                    (_, false) => self.access(class, tree, capacity) == Access::Steal,
+                    (SEARCH, false) => self.access(class, tree, cap) == Access::Demote,
+                    (_, false) => self.access(class, tree, cap) == Access::Steal,
                 };
-                if finds {
-                    keep &= !(0xff << (8 * class));
-                }
+            if finds {
+                keep &= !(0xff << shift);
             }
-            if keep != noted {
-                let _ = memo.fetch_and(keep | !noted, Ordering::Relaxed);
-            }
+        }
+        if keep != noted {
+            let _ = memo.fetch_and(keep | !noted, Ordering::Relaxed);
         }
     }
 
@@ -307,8 +344,8 @@ impl Classes {
     /// checked every class).
     #[inline]
     pub(crate) fn home(&self, class: Class) -> usize {
-        match self.count {
-            1 => 0,
+        match class.number() {
+            c if c < TABLED => (self.homes >> (4 * c)) as usize & 0xf,
             _ => usize::from(self.policy.home(class).number()),
         }
     }
@@ -329,6 +366,7 @@ impl Classes {
     }
 
     /// What a request of home class `class` may do with the tree whose entry is `tree`.
+    #[inline]
     fn access(&self, class: usize, tree: Tree, capacity: usize) -> Access {
         let (request, target) = (Class::new(class as u8), Class::new(tree.class()));
         self.policy.access(request, target, tree.free(), capacity)
@@ -431,8 +469,7 @@ impl<W: WriteBack> LLFree<W> {
 
     /// [`LLFree::steal`] without the memo.
     fn steal_walk(&self, class: usize, order: u32, gave: &Cell<Option<u32>>) -> Option<usize> {
-        let len = self.trees.len();
-        let near = self.classes.stole_at(class) % len;
+        let near = self.classes.stole_at(class);
         let huge = order >= HUGE_ORDER;
         let try_steal = |t: TreeId| self.steal_from(t, class, order, gave);
         // The tree of the last steal first, whatever it holds: it was the walk's choice,
@@ -485,8 +522,13 @@ impl<W: WriteBack> LLFree<W> {
     }
 
     /// For a class whose search is noted short (it has no tree to reserve): a block from
-    /// the tree of its last steal, before the refusal check and the renewal, so that a
-    /// class living on steals gets its next block in a few reads.
+    /// the tree of its last steal or fallback, before the refusal check and the renewal, so
+    /// that a class living on steals gets its next block in a few reads. Where its steals
+    /// are noted short too, the block is the complete fallback's (`LLFree::take_from`, the
+    /// first tree its scan would try), without the drain and the scan behind it: a class
+    /// that the policy lets neither demote nor steal a tree in use (on a fragmented heap,
+    /// every class but the one that took the trees) lives on the fallback, and would
+    /// otherwise give back every core's reservations on each allocation.
     #[inline]
     pub(super) fn steal_again(
         &self,
@@ -497,8 +539,11 @@ impl<W: WriteBack> LLFree<W> {
         if self.classes.count() == 1 || !self.classes.short_of(SEARCH, class, order) {
             return None;
         }
-        let t = TreeId(self.classes.stole_at(class) % self.trees.len());
-        self.steal_from(t, class, order, gave)
+        let t = TreeId(self.classes.stole_at(class));
+        match self.classes.short_of(STEAL, class, order) {
+            true => self.take_from(t, order, class, gave),
+            false => self.steal_from(t, class, order, gave),
+        }
     }
 
     /// The placement policy.

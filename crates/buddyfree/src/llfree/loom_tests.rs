@@ -3,8 +3,8 @@
 //! 11 and up (overlapping claims, a claim against an order-0 allocation, racing frees), the
 //! claims that serialise racing double frees, the reservation, sync and steal protocol of
 //! the upper level, and the classes and states of trees (a steal or a demotion racing a
-//! reservation or a free, offlining racing a reservation), and a stale summary mark cleared
-//! by a refusal.
+//! reservation or a free, offlining racing a reservation), and stale summary marks (of a
+//! unit, of a huge frame) cleared by a refusal.
 
 use loom::sync::Arc;
 use loom::thread;
@@ -819,5 +819,43 @@ fn loom_a_stale_mark_cleared_by_a_refusal_never_hides_a_free() {
         alloc.assert_consistent();
         assert_eq!(alloc.alloc(0, 0), Ok(small[2]));
         assert_eq!(alloc.alloc(0, 1), Err(Error::OutOfMemory));
+    });
+}
+
+/// Two trees of a huge frame each, both taken; core 0 holds the second. Core 1 freed its
+/// frame into the tree entry (marking it at the huge level) and core 0 took it back by a
+/// sync, leaving that mark stale. Core 1 frees the frame again (raising the entry from 0 to
+/// a huge frame's units, marking it) while core 0 asks for a huge frame, which a refusal
+/// through the summary's huge level, clearing the stale mark, may answer: whatever the
+/// order, the mark of a tree with a huge frame's units is never lost (`assert_consistent`),
+/// and the frame is found by the request or by the next one.
+#[test]
+fn loom_a_stale_huge_mark_cleared_by_a_refusal_never_hides_a_free() {
+    check(|| {
+        let options = Options {
+            tree_children: 1,
+            ..Options::default()
+        };
+        let alloc =
+            Arc::new(LLFree::with_options(Config::new(1024, 9).with_cores(2), options).unwrap());
+        alloc.alloc(9, 0).unwrap();
+        let frame = alloc.alloc(9, 0).unwrap();
+        alloc.free(frame, 9, 1).unwrap();
+        assert_eq!(alloc.alloc(9, 0), Ok(frame));
+        let other = {
+            let alloc = alloc.clone();
+            thread::spawn(move || alloc.free(frame, 9, 1).unwrap())
+        };
+        let got = alloc.alloc(9, 0);
+        other.join().unwrap();
+        alloc.assert_consistent();
+        match got {
+            Ok(index) => assert_eq!(index, frame),
+            Err(e) => {
+                assert_eq!(e, Error::OutOfMemory);
+                assert_eq!(alloc.alloc(9, 0), Ok(frame));
+            }
+        }
+        assert_eq!(alloc.alloc(9, 1), Err(Error::OutOfMemory));
     });
 }

@@ -13,8 +13,9 @@
 //! fast path fails the allocator drains all reservations and scans every tree, so a
 //! sequential allocation fails only when no free aligned block exists. Before it reserves
 //! another tree, an allocation sums the cores' counters and the entries of the trees that
-//! a summary bitmap marks as holding units (`summary.rs`): on a heap with fewer free units
-//! than it asks for, it is refused after a few reads, with no reservation moved. A complete
+//! a summary bitmap marks as holding units, or a huge frame's units for a huge request
+//! (`summary.rs`): on a heap with fewer free units than it asks for, or with no tree that
+//! has a huge frame's, it is refused after a few reads, with no reservation moved. A complete
 //! refusal (that sum, or a round of the complete fallback, read while no reservation move
 //! was in flight) is remembered until units that could serve it are next credited to a
 //! counter (a free: of a huge frame or more, or in a tree that then has a whole free frame,
@@ -288,7 +289,13 @@ impl<W: WriteBack> LLFree<W> {
     fn credit(&self, core: usize, t: TreeId, n: usize) -> bool {
         let local = match self.classes.count() {
             1 => self.locals[core].add(t, n),
-            _ => self.slots_of(core).any(|l| self.locals[l].add(t, n)),
+            // Only the reservation of the tree's class can hold it, and none an unreserved
+            // one (`classes.rs`): a tree read unreserved that this core reserves meanwhile
+            // gets the units in `cU`, where the holder's sync finds them.
+            _ => {
+                let e = self.trees.get(t);
+                e.reserved() && self.locals[self.slot(core, usize::from(e.class()))].add(t, n)
+            }
         };
         if !local {
             self.add_to_tree(t, n);
@@ -321,13 +328,12 @@ impl<W: WriteBack> LLFree<W> {
         held
     }
 
-    /// Adds `n` units to `t`'s entry `cU`, marking the tree in the summary if it had none.
+    /// Adds `n` units to `t`'s entry `cU`, marking the tree in the summary's levels it
+    /// reached.
     #[inline]
     fn add_to_tree(&self, t: TreeId, n: usize) {
         let old = self.trees.add(t, n);
-        if old.free() == 0 && n > 0 {
-            self.summary.mark(t);
-        }
+        self.summary.raised(t, old.free(), old.free() + n);
         self.credited(t, old, n);
     }
 
@@ -337,9 +343,7 @@ impl<W: WriteBack> LLFree<W> {
         match r.tree() {
             Some(t) => {
                 let old = self.trees.unreserve(t, r.free());
-                if old.free() == 0 && r.free() > 0 {
-                    self.summary.mark(t);
-                }
+                self.summary.raised(t, old.free(), old.free() + r.free());
                 self.credited(t, old, r.free());
                 true
             }
@@ -350,6 +354,10 @@ impl<W: WriteBack> LLFree<W> {
     /// Makes `t` (reserved by the caller, with `free` units moved out) the tree of the
     /// reservation `local`. Only inside a move begun before `t` was reserved.
     fn install(&self, local: usize, t: TreeId, free: usize) {
+        // The reservation moved `cU` out: `t`'s marks went stale, and are cleared here,
+        // inside the move, not by the first refusal to read them (on a heap fragmented
+        // after it was filled, that of every tree).
+        self.summary.clear(t, |t| self.trees.get(t).free());
         let local = &self.locals[local];
         let first = self.children(t).start * HUGE_UNITS;
         local.last.store(first as u64, Ordering::Relaxed);
@@ -426,61 +434,6 @@ impl<W: WriteBack> LLFree<W> {
         })
     }
 
-    /// Whether no tree holds `n` free units in its counters together (its entry's `cU` and
-    /// the `cP` of a reservation holding it; the cores' counters and the entries of the trees
-    /// the summary marks), read while no reservation move was in flight: then no free block
-    /// of `n` units exists (a block lies within one tree) but what concurrent operations hold
-    /// or free meanwhile, and an allocation may fail without reserving or scanning. On a full
-    /// heap a handful of reads; on a fragmented one (free units in every tree, fewer than a
-    /// huge frame's in each) one read per tree instead of the searches and the scan; on a heap
-    /// with room it stops at the first tree that has it. Stale marks met on the way are
-    /// cleared (`summary.rs`).
-    #[cold]
-    #[inline(never)]
-    fn too_few_free(&self, n: usize) -> bool {
-        // A reservation's `cP`s; the tree's `cU` is added where it is marked or held.
-        let held = |t: TreeId| -> usize {
-            self.locals
-                .iter()
-                .map(|l| l.get())
-                .filter(|r| r.tree() == Some(t))
-                .map(|r| r.free())
-                .sum()
-        };
-        // A second pass only after this one cleared stale marks: those moves were its own.
-        for _ in 0..2 {
-            let before = self.moves.snapshot();
-            let mut cleared = false;
-            for local in self.locals.iter() {
-                if let Some(t) = local.get().tree() {
-                    if held(t) + self.trees.get(t).free() >= n {
-                        return false;
-                    }
-                }
-            }
-            for t in self.summary.marked() {
-                let e = self.trees.get(t);
-                match e.free() {
-                    0 => {
-                        self.moves.bracket(|| {
-                            let has_free = || self.trees.get(t).free() > 0;
-                            self.summary.clear_stale(t, has_free);
-                            ((), true)
-                        });
-                        cleared = true;
-                    }
-                    free if e.reserved() && free + held(t) >= n => return false,
-                    free if free >= n => return false,
-                    _ => {}
-                }
-            }
-            if !cleared {
-                return self.moves.quiet_since(before);
-            }
-        }
-        false
-    }
-
     /// The complete fallback: every reservation back, then every tree in turn, taking its
     /// units from whichever counter holds them. Sequentially this finds any free block.
     ///
@@ -500,8 +453,10 @@ impl<W: WriteBack> LLFree<W> {
         class: usize,
         rounds: usize,
         busy: Error,
+        gave: &Cell<Option<u32>>,
     ) -> Result<usize, Error> {
-        self.until_quiet(rounds, || self.drain(), || self.scan(order, class))
+        let scan = || self.scan(order, class, gave);
+        self.until_quiet(rounds, || self.drain(), scan)
             .map_err(|quiet| if quiet { Error::OutOfMemory } else { busy })
     }
 
@@ -537,22 +492,36 @@ impl<W: WriteBack> LLFree<W> {
     /// One round of the complete fallback over every tree, from the one the last steal or
     /// fallback of class `class` took a block from on (wrapping around): a class that
     /// only the fallback serves finds its next block there, not after every tree before it.
-    fn scan(&self, order: u32, class: usize) -> Option<usize> {
+    fn scan(&self, order: u32, class: usize, gave: &Cell<Option<u32>>) -> Option<usize> {
+        let (len, from) = (self.trees.len(), self.classes.stole_at(class));
+        let mut trees = (from..len).chain(0..from);
+        trees.find_map(|t| self.take_from(TreeId(t), order, class, gave))
+    }
+
+    /// A block of `order` from `t` for the fallback of class `class`, whatever the tree's
+    /// class: its units from whichever counter holds them, given back (and noted in `gave`)
+    /// if the tree has no such block. Out of line: called from the allocation's path (a
+    /// class living on the fallback), it would otherwise swell the fast path around it.
+    #[inline(never)]
+    fn take_from(
+        &self,
+        t: TreeId,
+        order: u32,
+        class: usize,
+        gave: &Cell<Option<u32>>,
+    ) -> Option<usize> {
         let n = 1 << order;
-        let len = self.trees.len();
-        let from = self.classes.stole_at(class) % len;
-        for t in (0..len).map(|i| TreeId((from + i) % len)) {
-            let Some(source) = self.take_gathered(t, n) else {
-                continue;
-            };
-            let first = self.children(t).start * HUGE_UNITS;
-            if let Some(index) = self.alloc_in(t, order, first) {
-                self.classes.stole(class, t.0);
-                return Some(index);
+        let source = self.take_gathered(t, n)?;
+        let first = self.children(t).start * HUGE_UNITS;
+        let index = self.alloc_in(t, order, first);
+        match index {
+            Some(_) => self.classes.stole(class, t.0),
+            None => {
+                self.give_back(source, t, n);
+                self.gave_back(gave, t, n);
             }
-            self.give_back(source, t, n);
         }
-        None
+        index
     }
 
     /// Returns `n` units taken by [`LLFree::take_any`] to the counter they came from.
@@ -655,10 +624,13 @@ impl<W: WriteBack> LLFree<W> {
             } else {
                 assert_eq!(free, lower, "tree {t}");
             }
-            assert!(
-                entry.free() == 0 || self.summary.is_marked(TreeId(t)),
-                "tree {t} unmarked"
-            );
+            for level in [summary::ANY, summary::HUGE] {
+                assert!(
+                    entry.free() < summary::least(level)
+                        || self.summary.is_marked(level, TreeId(t)),
+                    "tree {t} unmarked at level {level}"
+                );
+            }
         }
         // A reservation's tree has the reservation's class.
         for (l, local) in self.locals.iter().enumerate() {
@@ -805,15 +777,17 @@ impl<W: WriteBack> LLFree<W> {
                 Renewal::Failed => break,
             }
         }
-        // The scan gives back what it took from every tree it found no block in.
-        gave.set(Some(u32::MAX));
-        self.alloc_anywhere(order, slots / self.cores, rounds, busy)
+        self.alloc_anywhere(order, slots / self.cores, rounds, busy, gave)
     }
 
     /// Notes in `gave` what a give-back of `n` units to `t` may have made findable, read
     /// after it as a free's [`LLFree::covers`] is: a huge frame or more where `n` is one or a
     /// frame of `t` is free as a whole, else the orders of the bit fields.
     pub(super) fn gave_back(&self, gave: &Cell<Option<u32>>, t: TreeId, n: usize) {
+        // A scan gives back to tree after tree: once every order is covered, no more reads.
+        if gave.get() == Some(u32::MAX) {
+            return;
+        }
         let covered = match self.covers(t, n, HUGE_ORDER) {
             true => u32::MAX,
             false => lower::BITS_ORDER,

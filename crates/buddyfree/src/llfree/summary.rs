@@ -1,35 +1,39 @@
-//! Which tree entries may hold free units: one bit per tree, so that an allocation on a
-//! heap with too few free units is refused after reading a few words instead of reserving,
-//! stealing, draining and scanning every tree.
+//! Which tree entries may hold free units, and which may hold a huge frame's: two bits per
+//! tree, so that an allocation on a heap with too few free units, or with no huge frame's
+//! worth of them in any tree (a fragmented heap), is refused after reading a few words
+//! instead of reserving, stealing, draining and scanning every tree.
 //!
 //! The free units of LLFree are in the tree entries' `cU` and the cores' `cP` (`moves.rs`).
 //! The cores' counters are few and read directly; the tree entries are many, so they are
-//! summed through this bitmap. The invariant, whenever no summary update is in flight:
+//! summed through this bitmap. Its two levels, [`ANY`] (one unit) and [`HUGE`] (a huge
+//! frame's units, what a request of order 9 or more needs), each have the invariant,
+//! whenever no summary update is in flight:
 //!
-//! > a tree whose `cU` is not 0 has its bit set.
+//! > a tree whose `cU` is at least the level's units has its bit of that level set.
 //!
-//! A bit may be set for a tree whose `cU` is 0 (stale); only [`Summary::clear_stale`], on
-//! the refusing path, clears it. Kept by:
+//! A bit may be set for a tree whose `cU` is below (stale); only [`Summary::clear_stale`],
+//! on the refusing path, clears it. Kept by:
 //!
-//! - **Raising `cU` from 0** (a free from a core not holding the tree, a reservation given
-//!   back, units an allocation gives back): the read-modify-write that raised it returns
-//!   the old count, and the writer then sets the bit with a read-modify-write of its own
-//!   ([`Summary::mark`]), never after a plain read of the bit. Inside a reservation move the
-//!   bit is set before the move ends, so a scanner that finds the move counter quiet sees it.
-//! - **Lowering `cU` to 0** (an allocation's take, a reservation, a sync): the bit stays.
+//! - **Raising `cU` to the level or above** (a free from a core not holding the tree, a
+//!   reservation given back, units an allocation gives back): the read-modify-write that
+//!   raised it returns the old count, and the writer then sets the bit of each level it
+//!   crossed with a read-modify-write of its own ([`Summary::raised`]), never after a plain
+//!   read of the bit. Inside a reservation move the bit is set before the move ends, so a
+//!   scanner that finds the move counter quiet sees it.
+//! - **Lowering `cU`** (an allocation's take, a reservation, a sync): the bits stay.
 //! - **Clearing** ([`Summary::clear_stale`], as one reservation move): clear the bit, read
-//!   `cU` again, set the bit again if it is not 0. A writer that raised `cU` set the bit by
-//!   a read-modify-write; either that comes after the clear (the bit ends set) or the clear
-//!   read it (acquire-release: the raise happened before, and the second read sees it).
-//!   Between the clear and the setting again the bit may be 0 with `cU` not 0: the move
-//!   brackets that window, so a concurrent refusal that read the bitmap then is not quiet
-//!   and takes the complete path.
+//!   `cU` again, set the bit again if it is at the level. A writer that raised `cU` set the
+//!   bit by a read-modify-write; either that comes after the clear (the bit ends set) or the
+//!   clear read it (acquire-release: the raise happened before, and the second read sees
+//!   it). Between the clear and the setting again the bit may be 0 with `cU` at the level:
+//!   the move brackets that window, so a concurrent refusal that read the bitmap then is not
+//!   quiet and takes the complete path.
 //!
 //! So a refusal that read the move counter quiet before and after it summed the cores'
 //! counters and the marked trees' entries saw every unit that was in a counter, as the
 //! complete scan does (`moves.rs`).
 
-use super::TreeId;
+use super::{LLFree, TreeId, WriteBack, HUGE_UNITS};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::table::{Metadata, Part, Table};
 use crate::Error;
@@ -37,28 +41,63 @@ use crate::Error;
 /// Trees per bitmap word.
 const BITS: usize = 64;
 
-/// One bit per tree: set when its entry may hold free units.
+/// The level of trees whose `cU` holds a unit.
+pub(crate) const ANY: usize = 0;
+/// The level of trees whose `cU` holds a huge frame's units.
+pub(crate) const HUGE: usize = 1;
+
+/// Two bits per tree, by level: the words of [`ANY`], then those of [`HUGE`].
 pub(crate) struct Summary {
     words: Table<AtomicU64>,
 }
 
+/// The units of a summary level, below which a tree's bit of it is stale.
+pub(crate) const fn least(level: usize) -> usize {
+    match level {
+        ANY => 1,
+        _ => HUGE_UNITS,
+    }
+}
+
+/// The trees whose bits are set in `bits`, word `w` of a level, in order.
+pub(crate) fn trees_in(w: usize, mut bits: u64) -> impl Iterator<Item = TreeId> {
+    core::iter::from_fn(move || {
+        (bits != 0).then(|| {
+            let t = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            TreeId(w * BITS + t)
+        })
+    })
+}
+
+/// The level a refusal of `n` units reads: a tree with fewer units in `cU` than the level's
+/// has no block of `n` units there.
+pub(crate) const fn level_for(n: usize) -> usize {
+    match n >= HUGE_UNITS {
+        true => HUGE,
+        false => ANY,
+    }
+}
+
 impl Summary {
-    /// Words of the bitmap for `trees` trees.
+    /// Words of the bitmap for `trees` trees (both levels).
     pub(crate) const fn words(trees: usize) -> usize {
-        trees.div_ceil(BITS)
+        2 * trees.div_ceil(BITS)
     }
 
-    /// The bitmap at `part` of `meta` for `trees` trees, a bit set for each tree that
-    /// `has_free`.
+    /// The bitmap at `part` of `meta` for `trees` trees, the bits of each tree set for the
+    /// levels its `free(t)` units reach.
     pub(crate) fn new(
         meta: &Metadata,
         part: Part<AtomicU64>,
         trees: usize,
-        has_free: impl Fn(usize) -> bool,
+        free: impl Fn(usize) -> usize,
     ) -> Result<Summary, Error> {
+        let per_level = trees.div_ceil(BITS);
         let word = |w: usize| {
+            let (level, w) = (w / per_level, w % per_level);
             (w * BITS..((w + 1) * BITS).min(trees))
-                .filter(|&t| has_free(t))
+                .filter(|&t| free(t) >= least(level))
                 .fold(0, |bits, t| bits | 1 << (t % BITS))
         };
         Ok(Summary {
@@ -66,35 +105,47 @@ impl Summary {
         })
     }
 
-    /// After `t`'s `cU` was raised from 0: its bit is set (a read-modify-write, see the
-    /// module docs). `SeqCst` (the same instruction as `AcqRel` on x86-64 and AArch64): a
-    /// credit's writes are in the single order that the refusal memo's argument needs
-    /// (`refusal.rs`).
+    /// The word of `t`'s bit at `level`.
     #[inline]
+    fn word(&self, level: usize, t: TreeId) -> &AtomicU64 {
+        &self.words[level * (self.words.len() / 2) + t.0 / BITS]
+    }
+
+    /// After `t`'s `cU` was raised from `old` to `new` units: the bit of each level it
+    /// reached from below is set (a read-modify-write, see the module docs). `SeqCst` (the
+    /// same instruction as `AcqRel` on x86-64 and AArch64): a credit's writes are in the
+    /// single order that the refusal memo's argument needs (`refusal.rs`).
+    #[inline]
+    pub(crate) fn raised(&self, t: TreeId, old: usize, new: usize) {
+        let bit = 1 << (t.0 % BITS);
+        if old == 0 && new > 0 {
+            self.word(ANY, t).fetch_or(bit, Ordering::SeqCst);
+        }
+        if old < HUGE_UNITS && new >= HUGE_UNITS {
+            self.word(HUGE, t).fetch_or(bit, Ordering::SeqCst);
+        }
+    }
+
+    /// After `t`'s `cU` was set to a count not read: both its bits are set.
     pub(crate) fn mark(&self, t: TreeId) {
-        self.words[t.0 / BITS].fetch_or(1 << (t.0 % BITS), Ordering::SeqCst);
+        self.raised(t, 0, usize::MAX);
     }
 
-    /// The trees whose bits are set, in order (each word read once, with acquire).
-    pub(crate) fn marked(&self) -> impl Iterator<Item = TreeId> + '_ {
-        self.words.iter().enumerate().flat_map(|(w, word)| {
-            let mut bits = word.load(Ordering::Acquire);
-            core::iter::from_fn(move || {
-                (bits != 0).then(|| {
-                    let t = bits.trailing_zeros() as usize;
-                    bits &= bits - 1;
-                    TreeId(w * BITS + t)
-                })
-            })
-        })
+    /// The words of `level` by number, each read once, with acquire ([`trees_in`] lists
+    /// the trees whose bits are set).
+    pub(crate) fn marked(&self, level: usize) -> impl Iterator<Item = (usize, u64)> + '_ {
+        let per_level = self.words.len() / 2;
+        let words = &self.words[level * per_level..(level + 1) * per_level];
+        let read = |(w, word): (usize, &AtomicU64)| (w, word.load(Ordering::Acquire));
+        words.iter().enumerate().map(read)
     }
 
-    /// The trees whose bits are set, from tree `from` on, wrapping around to those before
-    /// it (each word read once, with acquire; the word of `from` twice, its bits at and
-    /// after `from` first, those before it last): the candidates of a walk that starts
-    /// where the last one ended, as the classes' steal (`classes.rs`).
+    /// The trees whose bits of [`ANY`] are set, from tree `from` on, wrapping around to
+    /// those before it (each word read once, with acquire; the word of `from` twice, its
+    /// bits at and after `from` first, those before it last): the candidates of a walk that
+    /// starts where the last one ended, as the classes' steal (`classes.rs`).
     pub(crate) fn marked_from(&self, from: TreeId) -> impl Iterator<Item = TreeId> + '_ {
-        let len = self.words.len();
+        let len = self.words.len() / 2;
         let (first, bit) = (from.0 / BITS, from.0 % BITS);
         let at = move |i: usize| {
             let w = (first + i) % len;
@@ -106,30 +157,106 @@ impl Summary {
             };
             (w, bits)
         };
-        (0..=len).map(at).flat_map(|(w, mut bits)| {
-            core::iter::from_fn(move || {
-                (bits != 0).then(|| {
-                    let t = bits.trailing_zeros() as usize;
-                    bits &= bits - 1;
-                    TreeId(w * BITS + t)
-                })
-            })
-        })
+        (0..=len).map(at).flat_map(|(w, bits)| trees_in(w, bits))
     }
 
-    /// Clears `t`'s bit, read as stale, and sets it again if `has_free` (a read of `cU`
-    /// after the clear) says the entry holds units. Only inside a reservation move.
-    pub(crate) fn clear_stale(&self, t: TreeId, has_free: impl Fn() -> bool) {
-        let bit = 1 << (t.0 % BITS);
-        self.words[t.0 / BITS].fetch_and(!bit, Ordering::AcqRel);
-        if has_free() {
-            self.mark(t);
+    /// Clears the bits `stale` of word `w` of `level`, read as stale, and sets each again
+    /// whose tree's `free` (a read of `cU` after the clear) reaches the level: one
+    /// read-modify-write for the word, however many of its trees a fragmented heap left
+    /// stale. Only inside a reservation move.
+    pub(crate) fn clear_stale(
+        &self,
+        level: usize,
+        w: usize,
+        stale: u64,
+        free: impl Fn(TreeId) -> usize,
+    ) {
+        let word = self.word(level, TreeId(w * BITS));
+        word.fetch_and(!stale, Ordering::AcqRel);
+        let back = trees_in(w, stale)
+            .filter(|&t| free(t) >= least(level))
+            .fold(0, |bits, t| bits | 1 << (t.0 % BITS));
+        if back != 0 {
+            word.fetch_or(back, Ordering::SeqCst);
         }
     }
 
-    /// Whether `t`'s bit is set (for consistency checks).
+    /// Clears `t`'s bits of both levels, as [`Summary::clear_stale`] does. Only inside a
+    /// reservation move.
+    pub(crate) fn clear(&self, t: TreeId, free: impl Fn(TreeId) -> usize) {
+        for level in [ANY, HUGE] {
+            self.clear_stale(level, t.0 / BITS, 1 << (t.0 % BITS), &free);
+        }
+    }
+
+    /// Whether `t`'s bit of `level` is set (for consistency checks).
     #[cfg(test)]
-    pub(crate) fn is_marked(&self, t: TreeId) -> bool {
-        self.words[t.0 / BITS].load(Ordering::Acquire) & 1 << (t.0 % BITS) != 0
+    pub(crate) fn is_marked(&self, level: usize, t: TreeId) -> bool {
+        self.word(level, t).load(Ordering::Acquire) & 1 << (t.0 % BITS) != 0
+    }
+}
+
+impl<W: WriteBack> LLFree<W> {
+    /// Whether no tree holds `n` free units in its counters together (its entry's `cU` and
+    /// the `cP` of a reservation holding it; the cores' counters and the entries of the trees
+    /// the summary marks at the level of `n`), read while no reservation move was in flight:
+    /// then no free block of `n` units exists (a block lies within one tree) but what
+    /// concurrent operations hold or free meanwhile, and an allocation may fail without
+    /// reserving or scanning. On a full heap a handful of reads; on a fragmented one (free
+    /// units in every tree, fewer than a huge frame's in each) as many for a huge frame or
+    /// more, and one read per tree for smaller blocks, instead of the searches and the scan;
+    /// on a heap with room it stops at the first tree that has it. Stale marks met on the way
+    /// are cleared, a word's at once (module docs).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn too_few_free(&self, n: usize) -> bool {
+        // A reservation's `cP`s; the tree's `cU` is added where it is marked or held.
+        let held = |t: TreeId| -> usize {
+            self.locals
+                .iter()
+                .map(|l| l.get())
+                .filter(|r| r.tree() == Some(t))
+                .map(|r| r.free())
+                .sum()
+        };
+        // Trees whose `cU` alone has fewer units than a huge frame's are not marked at the
+        // huge level: on a fragmented heap a refusal of a huge frame reads no entry.
+        let level = level_for(n);
+        // A second pass only after this one cleared stale marks: those moves were its own.
+        for _ in 0..2 {
+            let before = self.moves.snapshot();
+            let mut cleared = false;
+            for local in self.locals.iter() {
+                if let Some(t) = local.get().tree() {
+                    if held(t) + self.trees.get(t).free() >= n {
+                        return false;
+                    }
+                }
+            }
+            for (w, bits) in self.summary.marked(level) {
+                let mut stale = 0;
+                for t in trees_in(w, bits) {
+                    let e = self.trees.get(t);
+                    match e.free() {
+                        free if free < least(level) => stale |= 1 << (t.0 % BITS),
+                        free if e.reserved() && free + held(t) >= n => return false,
+                        free if free >= n => return false,
+                        _ => {}
+                    }
+                }
+                if stale != 0 {
+                    self.moves.bracket(|| {
+                        let free = |t| self.trees.get(t).free();
+                        self.summary.clear_stale(level, w, stale, free);
+                        ((), true)
+                    });
+                    cleared = true;
+                }
+            }
+            if !cleared {
+                return self.moves.quiet_since(before);
+            }
+        }
+        false
     }
 }

@@ -127,6 +127,7 @@ impl Trees {
     }
 
     /// The units of tree `t` (those of the last tree may be fewer than a whole tree's).
+    #[inline]
     pub(crate) fn capacity(&self, t: TreeId) -> usize {
         let first = t.0 * self.tree_units;
         self.tree_units.min(self.units.saturating_sub(first))
