@@ -129,7 +129,6 @@ extern crate std;
 mod table;
 
 pub mod buddy;
-mod cached;
 mod caps;
 mod class;
 mod config;

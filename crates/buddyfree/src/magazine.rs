@@ -113,12 +113,13 @@
 //! magazine for the length of a closure. Bad frees get the same answers either way.
 
 mod backend;
+mod cached;
 
 use core::alloc::Layout;
 
-use crate::cached::{block_alloc_via_cached, plan, Cached, Direct, Parts, Pinned, Policy};
 use crate::table::{build_in, unaligned_bytes, Metadata};
 use crate::{BlockAlloc, Config, ConfigRule, Error, HeldCore, MetadataMemory};
+use cached::{block_alloc_via_cached, plan, Cached, Direct, Parts, Pinned, Policy};
 
 pub(crate) use backend::Sealed;
 pub use backend::{Backend, Plain};

@@ -26,7 +26,7 @@ fn caller_memory(bytes: usize) -> (Vec<u64>, MetadataMemory) {
 #[test]
 fn every_batch_fits_the_spill_buffer() {
     for policy in &MAGAZINE_STEPS {
-        assert!(policy.largest_batch() <= crate::cached::SPILL_BUFFER);
+        assert!(policy.largest_batch() <= super::cached::SPILL_BUFFER);
     }
 }
 
