@@ -832,12 +832,9 @@ fn loom_a_stale_mark_cleared_by_a_refusal_never_hides_a_free() {
 #[test]
 fn loom_a_stale_huge_mark_cleared_by_a_refusal_never_hides_a_free() {
     check(|| {
-        let options = Options {
-            tree_children: 1,
-            ..Options::default()
-        };
-        let alloc =
-            Arc::new(LLFree::with_options(Config::new(1024, 9).with_cores(2), options).unwrap());
+        let options = Options::default().with_tree_children(1);
+        let config = Config::new(1024, 9).with_cores(2);
+        let alloc = Arc::new(LLFree::builder(config).options(options).build().unwrap());
         alloc.alloc(9, 0).unwrap();
         let frame = alloc.alloc(9, 0).unwrap();
         alloc.free(frame, 9, 1).unwrap();

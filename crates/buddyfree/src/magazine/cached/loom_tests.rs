@@ -127,8 +127,9 @@ fn loom_a_spill_after_the_lock_races_an_allocation_of_its_blocks() {
     model.max_branches = 10_000;
     model.check(|| {
         // 32 units on 2 cores: the shortest lists, order 0 spilling 8 blocks above 16.
-        let inner = Locked::new(Knuth::new(Config::new(32, 5)).unwrap());
-        let fast = Fast::new(inner, 2).unwrap();
+        let config = Config::new(32, 5).with_cores(2);
+        let inner = Locked::new(Knuth::new(config).unwrap());
+        let fast = Fast::new(config, inner).unwrap();
         let blocks: Vec<usize> = (0..32).map(|_| fast.alloc(0, 0).unwrap()).collect();
         // Core 0's list at its watermark, `blocks[0]` its oldest; the backend empty.
         for &b in &blocks[..16] {

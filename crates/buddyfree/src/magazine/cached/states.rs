@@ -211,7 +211,10 @@ pub(super) mod loom_tests {
     use super::*;
 
     /// Runs `f` on `shared` in another thread.
-    pub(in crate::cached) fn on_another_thread<S: Send + Sync + 'static, T: Send + 'static>(
+    pub(in crate::magazine::cached) fn on_another_thread<
+        S: Send + Sync + 'static,
+        T: Send + 'static,
+    >(
         shared: &Arc<S>,
         f: impl FnOnce(&S) -> T + Send + 'static,
     ) -> thread::JoinHandle<T> {
