@@ -124,6 +124,84 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+/// The methods of [`BlockAlloc`], each the same method of `**self`: the whole impl for a
+/// wrapper that adds nothing to the allocator it holds (a `Box`, the magazines' `Plain`).
+macro_rules! block_alloc_via_deref {
+    () => {
+        fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+            (**self).alloc(order, core)
+        }
+        fn alloc_class(&self, order: u32, class: Class, core: usize) -> Result<usize, Error> {
+            (**self).alloc_class(order, class, core)
+        }
+        fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+            (**self).free(index, order, core)
+        }
+        fn alloc_bulk(&self, order: u32, core: usize, out: &mut [usize]) -> Result<usize, Error> {
+            (**self).alloc_bulk(order, core, out)
+        }
+        fn free_bulk(
+            &self,
+            blocks: &[usize],
+            order: u32,
+            core: usize,
+        ) -> Result<(), (usize, Error)> {
+            (**self).free_bulk(blocks, order, core)
+        }
+        fn capabilities(&self) -> Capabilities {
+            (**self).capabilities()
+        }
+        fn free_units(&self) -> usize {
+            (**self).free_units()
+        }
+        fn total_units(&self) -> usize {
+            (**self).total_units()
+        }
+        fn max_order(&self) -> u32 {
+            (**self).max_order()
+        }
+        fn drain(&self) {
+            (**self).drain()
+        }
+        fn drain_core(&self, core: usize) {
+            (**self).drain_core(core)
+        }
+        fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+            (**self).try_alloc(order, core)
+        }
+        fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+            (**self).try_free(index, order, core)
+        }
+        fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+            (**self).alloc_at(index, order, core)
+        }
+        fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+            (**self).block_of(index)
+        }
+        fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+            (**self).try_block_of(index)
+        }
+        fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
+            (**self).next_block(from)
+        }
+        fn order_at(&self, index: usize) -> Result<u32, Error> {
+            (**self).order_at(index)
+        }
+        fn try_order_at(&self, index: usize) -> Result<u32, Error> {
+            (**self).try_order_at(index)
+        }
+        fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
+            (**self).free_range(start, len, core)
+        }
+        fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
+            (**self).reserve_range(start, len, core)
+        }
+        fn with_core(&self, core: usize, f: &mut dyn FnMut(&mut dyn HeldCore)) {
+            (**self).with_core(core, f)
+        }
+    };
+}
+
 // First: its macro is used by the allocators' modules.
 #[macro_use]
 mod table;
@@ -546,66 +624,7 @@ pub(crate) fn free_each<A: BlockAlloc + ?Sized>(
 
 #[cfg(feature = "alloc")]
 impl<A: BlockAlloc + ?Sized> BlockAlloc for alloc::boxed::Box<A> {
-    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        (**self).alloc(order, core)
-    }
-    fn alloc_class(&self, order: u32, class: Class, core: usize) -> Result<usize, Error> {
-        (**self).alloc_class(order, class, core)
-    }
-    fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        (**self).free(index, order, core)
-    }
-    fn alloc_bulk(&self, order: u32, core: usize, out: &mut [usize]) -> Result<usize, Error> {
-        (**self).alloc_bulk(order, core, out)
-    }
-    fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
-        (**self).free_bulk(blocks, order, core)
-    }
-    fn capabilities(&self) -> Capabilities {
-        (**self).capabilities()
-    }
-    fn free_units(&self) -> usize {
-        (**self).free_units()
-    }
-    fn total_units(&self) -> usize {
-        (**self).total_units()
-    }
-    fn max_order(&self) -> u32 {
-        (**self).max_order()
-    }
-    fn drain(&self) {
-        (**self).drain()
-    }
-    fn drain_core(&self, core: usize) {
-        (**self).drain_core(core)
-    }
-    fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        (**self).try_alloc(order, core)
-    }
-    fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        (**self).try_free(index, order, core)
-    }
-    fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        (**self).alloc_at(index, order, core)
-    }
-    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
-        (**self).block_of(index)
-    }
-    fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
-        (**self).try_block_of(index)
-    }
-    fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
-        (**self).next_block(from)
-    }
-    fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        (**self).free_range(start, len, core)
-    }
-    fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        (**self).reserve_range(start, len, core)
-    }
-    fn with_core(&self, core: usize, f: &mut dyn FnMut(&mut dyn HeldCore)) {
-        (**self).with_core(core, f)
-    }
+    block_alloc_via_deref!();
 }
 
 /// A sequential allocator: the same operations on `&mut self`. [`Locked`] lifts one into a

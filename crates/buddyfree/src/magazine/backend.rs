@@ -104,71 +104,15 @@ impl<A: BlockAlloc> Sealed for Plain<A> {}
 impl<A: BlockAlloc> Backend for Plain<A> {}
 
 impl<A: BlockAlloc> BlockAlloc for Plain<A> {
-    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        self.0.alloc(order, core)
-    }
-    fn alloc_class(&self, order: u32, class: Class, core: usize) -> Result<usize, Error> {
-        self.0.alloc_class(order, class, core)
-    }
-    fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        self.0.free(index, order, core)
-    }
-    fn alloc_bulk(&self, order: u32, core: usize, out: &mut [usize]) -> Result<usize, Error> {
-        self.0.alloc_bulk(order, core, out)
-    }
-    fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
-        self.0.free_bulk(blocks, order, core)
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.0.capabilities()
-    }
-    fn free_units(&self) -> usize {
-        self.0.free_units()
-    }
-    fn total_units(&self) -> usize {
-        self.0.total_units()
-    }
-    fn max_order(&self) -> u32 {
-        self.0.max_order()
-    }
-    fn drain(&self) {
-        self.0.drain()
-    }
-    fn drain_core(&self, core: usize) {
-        self.0.drain_core(core)
-    }
-    fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        self.0.try_alloc(order, core)
-    }
-    fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        self.0.try_free(index, order, core)
-    }
-    fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        self.0.alloc_at(index, order, core)
-    }
-    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
-        self.0.block_of(index)
-    }
-    fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
-        self.0.try_block_of(index)
-    }
-    fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
-        self.0.next_block(from)
-    }
-    fn order_at(&self, index: usize) -> Result<u32, Error> {
-        self.0.order_at(index)
-    }
-    fn try_order_at(&self, index: usize) -> Result<u32, Error> {
-        self.0.try_order_at(index)
-    }
-    fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        self.0.free_range(start, len, core)
-    }
-    fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        self.0.reserve_range(start, len, core)
-    }
-    fn with_core(&self, core: usize, f: &mut dyn FnMut(&mut dyn HeldCore)) {
-        self.0.with_core(core, f)
+    block_alloc_via_deref!();
+}
+
+/// What `Plain` holds, for the forwarding of [`BlockAlloc`] (`**self`).
+impl<A> core::ops::Deref for Plain<A> {
+    type Target = A;
+
+    fn deref(&self) -> &A {
+        &self.0
     }
 }
 
