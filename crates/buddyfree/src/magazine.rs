@@ -117,9 +117,14 @@ mod cached;
 
 use core::alloc::Layout;
 
-use crate::table::{build_in, unaligned_bytes, Metadata};
-use crate::{BlockAlloc, Config, ConfigRule, Error, HeldCore, MetadataMemory};
-use cached::{block_alloc_via_cached, plan, Cached, Direct, Parts, Pinned, Policy};
+use crate::reserved::Reserved;
+use crate::sync::CachePadded;
+use crate::table::{build_in, unaligned_bytes, Table};
+#[cfg(doc)]
+use crate::BlockAlloc;
+use crate::{Config, ConfigRule, Error, MetadataMemory};
+pub use cached::PinnedCore;
+use cached::{plan, BlockStates, Front, ListLine, Policy};
 
 pub(crate) use backend::Sealed;
 pub use backend::{Backend, Plain};
@@ -308,7 +313,23 @@ impl Settings {
 /// Per-core magazines of free blocks of orders 0–9 in front of the allocator `A`: see the
 /// [module documentation](self) for what it trades.
 pub struct Magazine<A> {
-    cached: Cached<Direct<A>>,
+    backend: A,
+    /// The policy the caches were given, fitted to the backend.
+    policy: Policy,
+    caches: Table<CachePadded<Front>>,
+    /// The caches' lists, `LINES` lines per core; used only through the caches.
+    _lists: Table<ListLine>,
+    states: BlockStates,
+    /// The caches (the first, by index) that hold the blocks they hand out (`Owned` in
+    /// `states`); 0 for frees that never need the cache that handed a block out
+    /// ([`Settings::interrupt_safe_frees`]).
+    holders: usize,
+    /// Whether caches that see a stream of allocations hand its blocks out `Direct` (the
+    /// `cached` module's *Streams*).
+    streams: bool,
+    /// Units of the boot reservation, which frees refuse (`reserved.rs`): the caches park
+    /// blocks the backend never sees freed, so the backend's own cannot answer for them.
+    reserved: Reserved,
 }
 
 impl<A: Backend> Magazine<A> {
@@ -335,10 +356,9 @@ impl<A: Backend> Magazine<A> {
     #[cfg(feature = "alloc")]
     pub fn new(config: Config, inner: A) -> Result<Self, Error> {
         Self::check(config, &inner)?;
-        let policy = policy(config.units, config.cores);
-        let mut cached = Cached::new(Direct(inner), config.cores, policy)?;
-        cached.set_streams(true);
-        Ok(Magazine { cached })
+        crate::table::build_on_heap(plan(config.units, config.cores), |parts, meta| {
+            Self::build(inner, policy(config.units, config.cores), parts, meta)
+        })
     }
 
     /// Refuses a configuration that cannot be built, or that is not `inner`'s.
@@ -372,9 +392,9 @@ impl<A: Backend> Magazine<A> {
     #[must_use]
     pub fn with_settings(mut self, settings: Settings) -> Self {
         if let Some(units) = settings.parking_limit {
-            self.cached.set_policy(policy_within(units));
+            self.set_policy(policy_within(units));
         }
-        self.cached.set_holding(!settings.interrupt_safe_frees);
+        self.set_holding(!settings.interrupt_safe_frees);
         self
     }
 
@@ -453,28 +473,13 @@ impl<A: Backend> Magazine<A> {
     pub fn in_metadata(config: Config, inner: A, meta: MetadataMemory) -> Result<Self, Error> {
         Self::check(config, &inner)?;
         build_in(plan(config.units, config.cores), meta, |parts, meta| {
-            Self::build(inner, config.cores, parts, meta)
+            Self::build(inner, policy(config.units, config.cores), parts, meta)
         })
-    }
-
-    fn build(inner: A, cores: usize, parts: Parts, meta: &Metadata) -> Result<Self, Error> {
-        let policy = policy(inner.total_units(), cores);
-        let mut cached = Cached::build(Direct(inner), policy, parts, meta)?;
-        cached.set_streams(true);
-        Ok(Magazine { cached })
-    }
-
-    /// The same magazines parking every free of a cached order, with no streams (see the
-    /// `cached` module's docs): for the tests of what parked blocks do.
-    #[cfg(all(test, not(loom)))]
-    pub(crate) fn without_streams(mut self) -> Self {
-        self.cached.set_streams(false);
-        self
     }
 
     /// The allocator behind the magazines.
     pub fn inner(&self) -> &A {
-        &self.cached.backend().0
+        &self.backend
     }
 
     /// The most units one core's magazine keeps parked (every list at its watermark). By
@@ -484,14 +489,14 @@ impl<A: Backend> Magazine<A> {
     /// [`Magazine::with_settings`], or where the magazines are built by name) chooses
     /// otherwise.
     pub fn parking_limit(&self) -> usize {
-        self.cached.policy().ceiling()
+        self.policy.ceiling()
     }
 
     /// Units parked in core `core`'s magazine now (free, but reachable only by that core
     /// until a spill or a drain): what [`BlockAlloc::drain_core`] would give back. Waits for
     /// the magazine if another thread holds that core.
     pub fn parked_units(&self, core: usize) -> usize {
-        self.cached.cached_units(core)
+        self.cached_units(core)
     }
 
     /// Gives every parked block back to the allocator behind the magazines and returns it:
@@ -516,88 +521,9 @@ impl<A: Backend> Magazine<A> {
     /// # Ok::<(), buddyfree::Error>(())
     /// ```
     pub fn into_inner(self) -> A {
-        self.cached.into_backend().0
+        self.drain_caches(0);
+        self.backend
     }
-
-    /// Holds `core`'s magazine until the handle is dropped (waiting for it if another
-    /// thread has it), so that the handle's allocations and frees of orders 0–9 take no
-    /// lock: a pair costs the state table's one compare-and-swap (in the free) and a store,
-    /// as a kernel's per-CPU lists do with preemption off. Allocations and frees of other
-    /// orders go straight to the backend, the magazine still held; allocations the backend
-    /// refuses go the shared way and let the magazine go meanwhile (they may drain every
-    /// magazine).
-    ///
-    /// A pin is a held lock. Hold it for a burst of operations, not across waits for other
-    /// threads: other threads calling with `core`, and every drain (another thread's
-    /// out-of-memory answer, [`BlockAlloc::drain`], an [`BlockAlloc::alloc_at`] over a parked
-    /// block) and [`BlockAlloc::free_units`], wait until it is dropped. The same thread
-    /// must not call those methods (nor take a second pin of `core`) while it holds the pin:
-    /// they would wait for it forever (with `std` they panic instead, naming the cause, once
-    /// their wait stops spinning). Behind a `dyn BlockAlloc` (the registry, the C ABI),
-    /// [`BlockAlloc::with_core`] holds the magazine the same way for the length of a call.
-    ///
-    /// ```
-    /// use buddyfree::llfree::LLFree;
-    /// use buddyfree::magazine::Magazine;
-    /// use buddyfree::{BlockAlloc, Config, Error, HeldCore};
-    ///
-    /// let config = Config::new(1 << 12, 10).with_cores(2);
-    /// let fast = Magazine::new(config, LLFree::new(config)?)?;
-    /// let mut core1 = fast.pin(1);
-    /// let pages: Vec<usize> = (0..8).map(|_| core1.alloc(0)).collect::<Result<_, _>>()?;
-    /// for &page in &pages {
-    ///     core1.free(page, 0)?;
-    /// }
-    /// assert_eq!(core1.free(pages[0], 0), Err(Error::NotAllocated));
-    /// drop(core1);
-    /// fast.drain();
-    /// assert_eq!(fast.free_units(), 1 << 12);
-    /// # Ok::<(), Error>(())
-    /// ```
-    pub fn pin(&self, core: usize) -> PinnedCore<'_, A> {
-        PinnedCore(self.cached.pin(core))
-    }
-}
-
-/// A core's magazine held by one thread, from [`Magazine::pin`]; released when dropped. It
-/// stays on that thread (it is not `Send`), as a lock guard does:
-///
-/// ```compile_fail
-/// use buddyfree::llfree::LLFree;
-/// use buddyfree::magazine::Magazine;
-/// use buddyfree::Config;
-///
-/// let config = Config::new(1 << 12, 10);
-/// let fast = Magazine::new(config, LLFree::new(config).unwrap()).unwrap();
-/// let held = fast.pin(0);
-/// std::thread::scope(|s| {
-///     s.spawn(move || drop(held));
-/// });
-/// ```
-pub struct PinnedCore<'a, A>(Pinned<'a, Direct<A>>);
-
-impl<A: Backend> PinnedCore<'_, A> {
-    /// The core whose magazine is held.
-    pub fn core(&self) -> usize {
-        self.0.core()
-    }
-}
-
-/// Its allocations and frees ([`HeldCore`], a trait to import) take no lock.
-impl<A: Backend> HeldCore for PinnedCore<'_, A> {
-    #[inline]
-    fn alloc(&mut self, order: u32) -> Result<usize, Error> {
-        self.0.alloc(order)
-    }
-
-    #[inline]
-    fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
-        self.0.free(index, order)
-    }
-}
-
-impl<A: Backend> BlockAlloc for Magazine<A> {
-    block_alloc_via_cached!(cached);
 }
 
 #[cfg(all(test, not(loom)))]

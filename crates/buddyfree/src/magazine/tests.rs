@@ -2,7 +2,7 @@ use alloc::vec::Vec;
 
 use super::*;
 use crate::llfree::LLFree;
-use crate::{ConfigRule, Nbbs4};
+use crate::{BlockAlloc, ConfigRule, HeldCore, Nbbs4};
 
 /// Magazines with the full lists, which these small heaps would not get by default.
 fn nbbs4(units: usize, cores: usize) -> Magazine<Nbbs4> {
@@ -107,7 +107,7 @@ fn a_configured_parking_limit_chooses_the_lists() {
 /// Frees on core 0 exactly as many blocks of each cached order as its list holds at its
 /// watermark (into empty lists), then one more of each, which spills.
 fn fill_every_list(m: &Magazine<LLFree>) {
-    let policy = m.cached.policy();
+    let policy = &m.policy;
     let blocks: Vec<Vec<usize>> = (policy.orders.iter().enumerate())
         .map(|(slot, &order)| {
             let n = policy.high(slot) + 1;
@@ -122,12 +122,12 @@ fn fill_every_list(m: &Magazine<LLFree>) {
             m.free(b, order, 0).unwrap();
         }
         parked += high.len() << order;
-        assert_eq!(m.cached.cached_units(0), parked, "order {order}");
+        assert_eq!(m.parked_units(0), parked, "order {order}");
     }
     assert_eq!(parked, m.parking_limit());
     for (&order, blocks) in policy.orders.iter().zip(&blocks) {
         m.free(*blocks.last().unwrap(), order, 0).unwrap();
-        assert!(m.cached.cached_units(0) <= parked, "order {order} spilled");
+        assert!(m.parked_units(0) <= parked, "order {order} spilled");
     }
 }
 
@@ -171,7 +171,7 @@ fn a_double_free_of_a_parked_block_is_an_error_and_changes_nothing() {
     let b = alloc.alloc(1, 0).unwrap();
     alloc.free(a, 0, 0).unwrap();
     alloc.free(b, 1, 0).unwrap();
-    assert!(alloc.cached.cached_units(0) >= 3, "both parked");
+    assert!(alloc.parked_units(0) >= 3, "both parked");
     let free = alloc.free_units();
     // From this core, from another, with the right or a wrong order.
     assert_eq!(alloc.free(a, 0, 0), Err(Error::NotAllocated));
@@ -251,7 +251,7 @@ fn each_order_parks_at_most_its_watermark() {
         let mut most = 0;
         for &i in &blocks {
             alloc.free(i, order, 0).unwrap();
-            most = most.max(alloc.cached.cached_units(0));
+            most = most.max(alloc.parked_units(0));
         }
         assert_eq!(most, high_units, "order {order}");
         alloc.drain();
@@ -279,7 +279,7 @@ fn drain_returns_everything() {
     assert!(alloc.inner().free_units() < 1 << 14, "blocks parked");
     alloc.drain();
     for core in 0..4 {
-        assert_eq!(alloc.cached.cached_units(core), 0);
+        assert_eq!(alloc.parked_units(core), 0);
     }
     assert_eq!(alloc.inner().free_units(), 1 << 14);
     // Whole again: the largest block can be allocated everywhere.
@@ -420,7 +420,7 @@ fn orders_without_bulk_groups_move_one_block_at_a_time() {
         let magazine = Magazine::new(config, inner)
             .unwrap()
             .with_settings(Settings::new().with_parking_limit(usize::MAX));
-        let policy = magazine.cached.policy();
+        let policy = &magazine.policy;
         (0..policy.orders.len())
             .map(|slot| policy.batch(slot))
             .collect()
@@ -576,7 +576,7 @@ fn try_free_gives_back_what_it_cannot_park_without_a_spill() {
     alloc.drain();
     for (n, &i) in blocks.iter().enumerate() {
         alloc.try_free(i, 0, 0).unwrap();
-        assert_eq!(alloc.cached.cached_units(0), (n + 1).min(128));
+        assert_eq!(alloc.parked_units(0), (n + 1).min(128));
         assert_eq!(alloc.try_free(i, 0, 0), Err(Error::NotAllocated));
     }
     assert_eq!(alloc.inner().free_units(), (1 << 12) - 128);

@@ -1,37 +1,25 @@
-//! The allocator behind the caches, as they see it: single operations, and batches that
-//! line up with the regions a continuing backend fills.
+//! The allocator behind the caches, as they see it: batches that line up with the regions a
+//! continuing backend fills.
 
-use crate::magazine::{self, Backend as _};
-use crate::{BlockAlloc, Error};
+use crate::magazine::{Backend, Magazine};
+use crate::Error;
 
-/// Blocks asked for in one [`BlockAlloc::alloc_bulk`] call.
+/// Blocks asked for in one [`alloc_bulk`](crate::BlockAlloc::alloc_bulk) call.
 const BULK: usize = 32;
 
-/// What the caches need of the allocator behind them: a [`BlockAlloc`] with the magazines'
-/// hooks ([`magazine::Backend`]), and batches.
-pub(crate) trait Backend {
-    /// The allocator.
-    type Alloc: magazine::Backend + ?Sized;
-
-    /// The allocator, for single operations.
-    fn shared(&self) -> &Self::Alloc;
-
-    /// Whether a batch of `order` costs the backend less than as many single operations,
-    /// so that the caches move the order in batches ([`Policy::one_at_a_time_unless`]).
-    fn takes_in_bulk(&self, order: u32) -> bool;
-
-    /// Allocates one block of `order` and returns it, then up to `more` others, each passed
-    /// to `put` (fewer if the backend runs out or, where its bulk allocations continue from
-    /// the last ([`magazine::Backend::alloc_bulk_continues`]), where the batch would start a region
-    /// it cannot finish: [`batch_in_regions`]).
-    fn alloc_batch(
+impl<A: Backend> Magazine<A> {
+    /// Allocates one block of `order` from the backend and returns it, then up to `more`
+    /// others, each passed to `put` (fewer if the backend runs out or, where its bulk
+    /// allocations continue from the last ([`Backend::alloc_bulk_continues`]), where the
+    /// batch would start a region it cannot finish: [`batch_in_regions`]).
+    pub(super) fn alloc_batch(
         &self,
         order: u32,
         core: usize,
         more: usize,
         mut put: impl FnMut(usize),
     ) -> Result<usize, Error> {
-        let alloc = self.shared();
+        let alloc = &self.backend;
         if more == 0 {
             return alloc.alloc(order, core);
         }
@@ -42,7 +30,7 @@ pub(crate) trait Backend {
         if more < BULK && alloc.alloc_bulk_continues() {
             let keep = batch_in_regions(&got[..n], order, more + 1);
             if keep < n {
-                self.give_back(&got[keep..n], order, core);
+                self.free_owned(&got[keep..n], order, core);
                 n = keep;
             }
         }
@@ -63,14 +51,14 @@ pub(crate) trait Backend {
 
     /// Frees `blocks` of `order`, which left every cache and which the backend has
     /// allocated, in bulk.
-    fn give_back(&self, blocks: &[usize], order: u32, core: usize) {
+    pub(super) fn free_owned(&self, blocks: &[usize], order: u32, core: usize) {
         let mut rest = blocks;
         loop {
             // SAFETY: the backend handed out each block at `order` (to a refill, or to a caller
             // whose free the state table let through) and has it allocated; each left its cache
             // once, and `states` has it `Free` (or never recorded it, when a refill was cut),
             // so every free of it by a caller stops at the table, an order the caches keep.
-            let Err((k, e)) = (unsafe { self.shared().free_bulk_owned(rest, order, core) }) else {
+            let Err((k, e)) = (unsafe { self.backend.free_bulk_owned(rest, order, core) }) else {
                 return;
             };
             // A block the backend's own boot reservation holds, adopted by caches built
@@ -99,7 +87,7 @@ pub(crate) trait Backend {
 /// fresh region, batches line up with regions again, and spills give back whole ones. NBBS
 /// places its next batch elsewhere, so cutting its batches would only add frees and slow
 /// its bursts: only backends that say they continue
-/// ([`magazine::Backend::alloc_bulk_continues`]) are cut.
+/// ([`Backend::alloc_bulk_continues`]) are cut.
 pub(super) fn batch_in_regions(got: &[usize], order: u32, batch: usize) -> usize {
     let Some(&first) = got.first() else {
         return 0;
@@ -121,21 +109,5 @@ pub(super) fn batch_in_regions(got: &[usize], order: u32, batch: usize) -> usize
             head
         }
         _ => got.len(),
-    }
-}
-
-/// A thread-safe allocator as a backend: batches are single operations in a row.
-pub(crate) struct Direct<A>(pub(crate) A);
-
-impl<A: magazine::Backend> Backend for Direct<A> {
-    type Alloc = A;
-
-    #[inline]
-    fn shared(&self) -> &A {
-        &self.0
-    }
-
-    fn takes_in_bulk(&self, order: u32) -> bool {
-        self.0.alloc_bulk_groups(order)
     }
 }

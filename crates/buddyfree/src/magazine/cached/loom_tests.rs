@@ -8,7 +8,7 @@ use alloc::vec::Vec;
 use loom::sync::Arc;
 
 use super::states::loom_tests::on_another_thread;
-use super::subset::Subset;
+use super::subset::{subset, Subset};
 use crate::buddy::Knuth;
 use crate::locked::YieldMutex;
 use crate::{BlockAlloc, Config, Error};
@@ -19,7 +19,7 @@ type Linux = Subset<YieldMutex>;
 /// `YieldMutex`'s loom lock), and `blocks` order-0 blocks allocated on core 0, whose
 /// cache holds them.
 fn with_held_blocks(blocks: usize) -> (Arc<Linux>, Vec<usize>) {
-    let linux = Linux::new(Config::new(16, 2).with_cores(2));
+    let linux: Linux = subset(Config::new(16, 2).with_cores(2));
     let held = (0..blocks).map(|_| linux.alloc(0, 0).unwrap()).collect();
     linux.drain_core(1);
     (Arc::new(linux), held)
@@ -93,7 +93,7 @@ fn loom_a_free_from_another_core_races_the_holders_allocation() {
 #[test]
 fn loom_pinned_cores_free_each_others_blocks_without_deadlock() {
     loom::model(|| {
-        let linux = Linux::new(Config::new(16, 2).with_cores(2));
+        let linux: Linux = subset(Config::new(16, 2).with_cores(2));
         let zero = linux.alloc(0, 0).unwrap();
         let one = linux.alloc(0, 1).unwrap();
         let linux = Arc::new(linux);

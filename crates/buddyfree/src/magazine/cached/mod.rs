@@ -1,9 +1,9 @@
 //! Per-core caches of free blocks in front of a backend allocator, with exact answers to bad
-//! frees: the implementation behind [`Magazine`](crate::magazine::Magazine).
+//! frees: how a [`Magazine`] works.
 //!
 //! ```text
-//!  Cached<B>
-//!  ├── backend: B                     allocates and frees in batches (Backend)
+//!  Magazine<A>
+//!  ├── backend: A                     allocates and frees in batches (Backend)
 //!  ├── caches:  [CachePadded<Mutex<YieldMutex, CoreCache>>; cores]
 //!  │              per cached order: a list of free blocks (allocated in the backend),
 //!  │              all in one fixed array per core
@@ -36,15 +36,15 @@
 //! allocations freed all at once later, or on other cores, in a shuffled order: `bulk` and
 //! `rand` in `buddybench`), every block would pass through a list on its way back, at the
 //! price of a lock, a list push and a spill per free on top of the backend's own free, and
-//! the shuffled spills group no better than single frees. So, where the caches are set to
-//! follow streams ([`Cached::set_streams`]), a core whose list of an order is refilled twice
+//! the shuffled spills group no better than single frees. So (unless a test turns
+//! streams off to see what parked blocks do) a core whose list of an order is refilled twice
 //! with no free parking a block in it between (a stream of allocations its frees do not
 //! feed) hands the blocks of that order out `Direct` until one of its frees parks a block
 //! of the order, or frees a `Direct` one (its frees feed its allocations again): their
 //! frees go straight to the backend, with a plain load and store of the state and no lock
 //! (the state table's docs). Refills keep their batches; an order moved one block at a
 //! time (the huge frames, and the orders the backend takes in bulk no cheaper than block by
-//! block: [`Backend::takes_in_bulk`]) is allocated straight from the backend meanwhile,
+//! block: [`Backend::alloc_bulk_groups`]) is allocated straight from the backend meanwhile,
 //! without the cache's lock. The flag per order ([`Front::streams`]) lies on the line of
 //! the core's lock, which each operation touches anyway.
 
@@ -53,55 +53,25 @@ mod cache;
 mod pinned;
 mod states;
 
-pub(crate) use backend::{Backend, Direct};
-pub(crate) use cache::Policy;
-use cache::{CoreCache, ListLine, LINES};
-pub(crate) use pinned::Pinned;
-use states::{BlockStates, State};
+pub(super) use cache::Policy;
+pub(super) use cache::{CoreCache, ListLine, LINES};
+pub use pinned::PinnedCore;
+pub(super) use states::BlockStates;
+use states::State;
 
+use super::{Backend, Magazine};
 use crate::locked::YieldMutex;
 use crate::reserved::Reserved;
 use crate::sync::atomic::{AtomicBool, AtomicU16, AtomicU8, Ordering};
 use crate::sync::CachePadded;
-use crate::table::{Metadata, Part, Plan, Table};
-use crate::{check_block, BlockAlloc, Class, ConfigRule, Error};
+use crate::table::{Metadata, Part, Plan};
+use crate::{check_block, range, BlockAlloc, Class, ConfigRule, Error, HeldCore};
 
 /// Blocks a free's spill takes out of its cache before the backend has them: the largest
 /// batch of any policy (256 units of order 1).
 pub(crate) const SPILL_BUFFER: usize = 128;
 
-/// How a free of a caller's block of a cached order goes on from the state table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Ended {
-    /// The CAS on its `Live` state ended it: the caller parks it or gives it back.
-    Ended,
-    /// The cache with this index holds it: the free goes on under that cache's lock.
-    HeldBy(usize),
-}
-
-/// Per-core caches of the orders in a [`Policy`] in front of a [`Backend`]. The allocators
-/// built on it implement [`BlockAlloc`] by calling the methods of the same names.
-pub(crate) struct Cached<B> {
-    backend: B,
-    /// The policy the caches were given, fitted to the backend ([`Self::fitted`]).
-    policy: Policy,
-    caches: Table<CachePadded<Front>>,
-    /// The caches' lists, [`LINES`] lines per core; used only through the caches.
-    _lists: Table<ListLine>,
-    states: BlockStates,
-    /// The caches (the first, by index) that hold the blocks they hand out
-    /// ([`State::Owned`]); at most [`states::OWNERS`], 0 for frees that never need the
-    /// cache that handed a block out ([`Self::set_holding`]).
-    holders: usize,
-    /// Whether caches that see a stream of allocations hand its blocks out `Direct`
-    /// ([`Self::set_streams`]).
-    streams: bool,
-    /// Units of the boot reservation, which frees refuse (`reserved.rs`): the caches park
-    /// blocks the backend never sees freed, so the backend's own cannot answer for them.
-    pub(crate) reserved: Reserved,
-}
-
-/// Where a [`Cached`]'s tables lie in its metadata.
+/// Where a [`Magazine`]'s tables lie in its metadata.
 pub(crate) struct Parts {
     states: Part<AtomicU8>,
     caches: Part<CachePadded<Front>>,
@@ -179,20 +149,19 @@ pub(crate) const fn plan(units: usize, cores: usize) -> Result<(Plan, Parts), Er
     ))
 }
 
-impl<B: Backend> Cached<B> {
+impl<A: Backend> Magazine<A> {
     /// Puts caches for the cores of `parts` (from [`plan`] for the backend's units) in front
     /// of `backend`, their tables in `meta`. Blocks the backend has out are recorded as the
     /// caches' own (see [`BlockStates::adopt`]); [`Error::InvalidConfig`] if it has some and
     /// cannot name them ([`BlockAlloc::block_of`] unsupported), with nothing written.
-    pub(crate) fn build(
-        backend: B,
-        policy: &'static Policy,
+    pub(super) fn build(
+        backend: A,
+        policy: &Policy,
         parts: Parts,
         meta: &Metadata,
     ) -> Result<Self, Error> {
-        let alloc = backend.shared();
-        let in_use = alloc.free_units() != alloc.total_units();
-        if in_use && alloc.block_of(0) == Err(Error::Unsupported) {
+        let in_use = backend.free_units() != backend.total_units();
+        if in_use && backend.block_of(0) == Err(Error::Unsupported) {
             return Err(ConfigRule::InnerInUse.into());
         }
         let mut lists = meta.table(parts.lists, |_| ListLine::EMPTY)?;
@@ -200,7 +169,7 @@ impl<B: Backend> Cached<B> {
         let policy = Self::fitted(&backend, policy);
         let caches = meta.table(parts.caches, |core| {
             // SAFETY: core `core`'s `LINES` lines of `lists` (`plan` made `cores * LINES`),
-            // which only this cache uses, and which live as long as it (both in `Cached`).
+            // which only this cache uses, and which live as long as it (both in the magazine).
             let cache = unsafe { CoreCache::new(&policy, lines.add(core * LINES)) };
             CachePadded::new(Front {
                 lock: CacheLock::new(cache),
@@ -210,13 +179,13 @@ impl<B: Backend> Cached<B> {
         })?;
         let states = BlockStates(meta.table(parts.states, |_| AtomicU8::new(0))?);
         if in_use {
-            states.adopt(alloc, |order| policy.slot(order))?;
+            states.adopt(&backend, |order| policy.slot(order))?;
         }
-        Ok(Cached {
-            reserved: Reserved::new(alloc.total_units(), alloc.max_order()),
+        Ok(Magazine {
+            reserved: Reserved::new(backend.total_units(), backend.max_order()),
             states,
             holders: caches.len().min(states::OWNERS),
-            streams: false,
+            streams: true,
             caches,
             _lists: lists,
             policy,
@@ -224,33 +193,19 @@ impl<B: Backend> Cached<B> {
         })
     }
 
-    /// The same with the tables on the heap, for `cores` cores.
-    #[cfg(feature = "alloc")]
-    pub(crate) fn new(backend: B, cores: usize, policy: &'static Policy) -> Result<Self, Error> {
-        let units = backend.shared().total_units();
-        crate::table::build_on_heap(plan(units, cores), |parts, meta| {
-            Cached::build(backend, policy, parts, meta)
-        })
-    }
-
     /// `policy` with the orders that `backend` takes in bulk no cheaper than block by block
     /// moved one block at a time: batches of them would save no work, and a stream of
     /// them passes the caches by (*Streams* in the module docs).
-    fn fitted(backend: &B, policy: &Policy) -> Policy {
+    fn fitted(backend: &A, policy: &Policy) -> Policy {
         policy
             .clone()
-            .one_at_a_time_unless(|order| backend.takes_in_bulk(order))
-    }
-
-    /// The policy the caches keep to.
-    pub(crate) fn policy(&self) -> &Policy {
-        &self.policy
+            .one_at_a_time_unless(|order| backend.alloc_bulk_groups(order))
     }
 
     /// Switches the caches to `policy` (fitted to the backend), which must cache the same
     /// orders (so that the state table's records stay right), each cache emptied into the
     /// backend first.
-    pub(crate) fn set_policy(&mut self, policy: &Policy) {
+    pub(super) fn set_policy(&mut self, policy: &Policy) {
         assert_eq!(
             policy.orders, self.policy.orders,
             "a policy of other cached orders"
@@ -269,30 +224,22 @@ impl<B: Backend> Cached<B> {
     /// the state table (`false`): then `try_free` never answers `WouldBlock` because a
     /// cache is held. Blocks handed out before keep their state; either way their frees
     /// stay exact.
-    pub(crate) fn set_holding(&mut self, holding: bool) {
+    pub(super) fn set_holding(&mut self, holding: bool) {
         self.holders = match holding {
             true => self.caches.len().min(states::OWNERS),
             false => 0,
         };
     }
 
-    /// Whether a core's cache that sees a stream of allocations no free of its feeds hands
-    /// their blocks out `Direct`, so that their frees go straight to the backend (`true`), or
-    /// every block passes through the caches (`false`, the default); see *Streams* in the
-    /// module docs.
-    ///
-    /// Streams cover the orders moved one block at a time, whose spills group nothing: the
-    /// huge frames, and the orders the backend takes in bulk no cheaper than block by block
-    /// (NBBS-4's on the top row of a cell, every order of the 1-level NBBS). The others keep
-    /// parking: over NBBS-4 a burst freed in address order goes back far cheaper in grouped
-    /// spills than block by block, and over LLFree streams of them cost the bursts
-    /// (`linux-scalability`, `thread-test`) and grouped frees more than they saved on
-    /// shuffled frees.
-    pub(crate) fn set_streams(&mut self, streams: bool) {
-        self.streams = streams;
-        for cache in self.caches.iter() {
-            cache.streams.store(0, Ordering::Relaxed);
-        }
+    /// The same magazines parking every free of a cached order, with no streams (see
+    /// *Streams* in the module docs): for the tests of what parked blocks do.
+    #[cfg(test)]
+    pub(crate) fn without_streams(mut self) -> Self {
+        self.streams = false;
+        self.caches
+            .iter()
+            .for_each(|c| c.streams.store(0, Ordering::Relaxed));
+        self
     }
 
     /// Records the block at `index` of the order at `slot`, just taken from `core`'s cache
@@ -312,6 +259,14 @@ impl<B: Backend> Cached<B> {
     }
 
     /// Whether the order at `slot` may be handed out `Direct` in a stream.
+    ///
+    /// Streams cover the orders moved one block at a time, whose spills group nothing: the
+    /// huge frames, and the orders the backend takes in bulk no cheaper than block by block
+    /// (NBBS-4's on the top row of a cell, every order of the 1-level NBBS). The others keep
+    /// parking: over NBBS-4 a burst freed in address order goes back far cheaper in grouped
+    /// spills than block by block, and over LLFree streams of them cost the bursts
+    /// (`linux-scalability`, `thread-test`) and grouped frees more than they saved on
+    /// shuffled frees.
     #[inline]
     fn streams_for(&self, slot: usize) -> bool {
         self.streams && self.policy.batch(slot) == 1
@@ -381,24 +336,13 @@ impl<B: Backend> Cached<B> {
         // anywhere but at the table; a racing free of the same block may do the same, and
         // the backend lets one of the two through.
         self.states.set(index, State::Free);
-        let freed = self.backend.shared().free(index, order, core);
+        let freed = self.backend.free(index, order, core);
         self.end_stream(self.cache_index(core), slot);
         Some(freed)
     }
 
-    /// The backend.
-    pub(crate) fn backend(&self) -> &B {
-        &self.backend
-    }
-
-    /// The backend, with every cached block given back to it first.
-    pub(crate) fn into_backend(self) -> B {
-        self.drain_caches(0);
-        self.backend
-    }
-
     /// Units in `core`'s cache.
-    pub(crate) fn cached_units(&self, core: usize) -> usize {
+    pub(super) fn cached_units(&self, core: usize) -> usize {
         self.cache(core).lock().units(&self.policy)
     }
 
@@ -469,7 +413,7 @@ impl<B: Backend> Cached<B> {
         }
         let more = self.policy.batch(slot) - 1;
         let mut got = 1;
-        let first = self.backend.alloc_batch(order, core, more, |index| {
+        let first = self.alloc_batch(order, core, more, |index| {
             self.states.set(index, State::Cached(slot));
             cache.push(slot, index);
             got += 1;
@@ -492,15 +436,22 @@ impl<B: Backend> Cached<B> {
         // batch first would follow the orders of the calls (one block a batch at some, not
         // at others) and mispredict on a mix of them.
         if self.in_stream(at, slot) && self.policy.batch(slot) == 1 {
-            let index = self.backend.shared().alloc(order, core)?;
+            let index = self.backend.alloc(order, core)?;
             self.states.set(index, State::Direct(slot));
             return Ok(index);
         }
         self.take(&mut self.caches[at].lock(), slot, order, core)
     }
 
+    /// Gives every cached block back to the backend, then what the backend keeps per core
+    /// ([`BlockAlloc::drain`] for `core`).
+    fn drain_all(&self, core: usize) {
+        self.drain_caches(core);
+        self.backend.drain();
+    }
+
     /// Returns every cached block to the backend; whether there were any.
-    fn drain_caches(&self, core: usize) -> bool {
+    pub(super) fn drain_caches(&self, core: usize) -> bool {
         let mut any = false;
         for front in self.caches.iter() {
             any |= self.empty_cache(front, core);
@@ -546,67 +497,6 @@ impl<B: Backend> Cached<B> {
         any
     }
 
-    /// See [`BlockAlloc::alloc`].
-    #[inline]
-    pub(crate) fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        if order > self.max_order() {
-            return Err(Error::BadOrder);
-        }
-        let slot = self.slot(order);
-        let found = match slot {
-            Some(slot) => self.take_shared(slot, order, core),
-            None => self.backend.shared().alloc(order, core),
-        };
-        match found {
-            // Free blocks may sit in caches (this core's of other orders, or other cores'):
-            // give them back so they merge, then ask once more. Where no cache holds any,
-            // the backend's refusal stands: its own allocation gives back what it keeps per
-            // core before it refuses (LLFree's complete fallback), so draining it would
-            // change nothing but the placement of later allocations.
-            Err(Error::OutOfMemory) => {
-                if !self
-                    .caches
-                    .iter()
-                    .any(|f| f.may_hold.load(Ordering::Relaxed))
-                {
-                    return Err(Error::OutOfMemory);
-                }
-                self.drain(core);
-                let index = self.backend.shared().alloc(order, core)?;
-                self.record_live(slot, index);
-                Ok(index)
-            }
-            other => other,
-        }
-    }
-
-    /// See [`BlockAlloc::alloc_class`]: the default class as [`Cached::alloc`]; any other
-    /// past the caches, from the backend's `alloc_class` (the caches hold blocks of no
-    /// particular class), recorded as `alloc` records blocks it gets from the backend.
-    pub(crate) fn alloc_class(
-        &self,
-        order: u32,
-        class: Class,
-        core: usize,
-    ) -> Result<usize, Error> {
-        if class == Class::default() {
-            return self.alloc(order, core);
-        }
-        if order > self.max_order() {
-            return Err(Error::BadOrder);
-        }
-        let backend = || self.backend.shared().alloc_class(order, class, core);
-        let index = match backend() {
-            Err(Error::OutOfMemory) => {
-                self.drain(core);
-                backend()?
-            }
-            other => other?,
-        };
-        self.record_live(self.slot(order), index);
-        Ok(index)
-    }
-
     /// Records a block that the backend handed to a caller, no cache held, in the state
     /// table (`Live`) if its order is cached (`slot` is its order's, from [`Self::slot`]).
     /// Blocks of the other orders never enter a cache, so the backend alone answers their
@@ -616,35 +506,6 @@ impl<B: Backend> Cached<B> {
         if let Some(slot) = slot {
             self.states.set(index, State::Live(slot));
         }
-    }
-
-    /// See [`BlockAlloc::free`]. A block is ended under the lock of the cache that holds it
-    /// (through the state table's CAS if none does) and parked in `core`'s cache. `core`'s
-    /// cache is locked first, before the state is read: it is the holder on the common
-    /// path, and its address does not wait for the state's load.
-    #[inline]
-    pub(crate) fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        self.reserved.check_free(index, order)?;
-        if let Some(freed) = self.free_if_direct(index, order, core) {
-            return freed;
-        }
-        let Some(slot) = self.cached_slot(index, order, core)? else {
-            return Ok(());
-        };
-        let own = self.cache_index(core);
-        let mut cache = self.caches[own].lock();
-        if let Some(owner) = self.end_in(index, slot, own)? {
-            // Never two caches held: ours is let go while the holder's is taken.
-            drop(cache);
-            self.end_held_elsewhere(index, slot, owner)?;
-            cache = self.caches[own].lock();
-        }
-        cache.push(slot, index);
-        self.fed(&mut cache, own, slot);
-        if cache.is_over(&self.policy, slot) {
-            self.spill_unlocked(cache, slot, order, own);
-        }
-        Ok(())
     }
 
     /// Takes a batch off `cache`'s list at `slot` (above its watermark), lets the cache go,
@@ -677,7 +538,7 @@ impl<B: Backend> Cached<B> {
             }
         });
         drop(cache);
-        self.backend.give_back(&batch[..taken], order, core);
+        self.free_owned(&batch[..taken], order, core);
     }
 
     /// Ends the caller's block at `index` of the order at `slot`, held by cache `owner` (not
@@ -725,14 +586,12 @@ impl<B: Backend> Cached<B> {
     ) -> Result<Option<usize>, Error> {
         loop {
             match self.end_live(index, slot, State::Cached(slot))? {
-                Ended::Ended => return Ok(None),
-                Ended::HeldBy(owner) if owner != at => return Ok(Some(owner)),
+                None => return Ok(None),
+                Some(owner) if owner != at => return Ok(Some(owner)),
                 // Held by `at` only if handed out under its lock, which the caller holds:
                 // not since `end_owned` looked; read again.
-                Ended::HeldBy(_) if self.end_owned(index, slot, at, State::Cached(slot)) => {
-                    return Ok(None)
-                }
-                Ended::HeldBy(_) => {}
+                Some(_) if self.end_owned(index, slot, at, State::Cached(slot)) => return Ok(None),
+                Some(_) => {}
             }
         }
     }
@@ -745,81 +604,8 @@ impl<B: Backend> Cached<B> {
         match self.slot(order) {
             Some(slot) => Ok(Some(slot)),
             None => self
-                .uncached_answer(index, self.backend.shared().free(index, order, core))
+                .uncached_answer(index, self.backend.free(index, order, core))
                 .map(|()| None),
-        }
-    }
-
-    /// See [`BlockAlloc::try_free`]. A block of a cached order that a cache holds goes into
-    /// that cache if its lock is free at once (else `WouldBlock`) and it has room without a
-    /// spill (a spill could wait for a locked backend); any other into `core`'s cache on the
-    /// same terms. Where there is no room, or `core`'s cache is held, the block goes
-    /// straight back to the backend if that can take it without waiting; the backend's
-    /// `try_free` for the other orders.
-    pub(crate) fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        check_block(index, order, self.max_order(), self.total_units())?;
-        self.reserved.try_check_free(index, order)?;
-        let Some(slot) = self.slot(order) else {
-            let freed = self.backend.shared().try_free(index, order, core);
-            return self.uncached_answer(index, freed);
-        };
-        let would_block = |e| match e {
-            Error::Unsupported => Error::WouldBlock,
-            e => e,
-        };
-        if self.states.end_direct(index, slot) {
-            // Back to `Direct` only where the backend did nothing (it would have waited).
-            return self
-                .backend
-                .shared()
-                .try_free(index, order, core)
-                .inspect(|()| self.end_stream(self.cache_index(core), slot))
-                .inspect_err(|&e| {
-                    if matches!(e, Error::WouldBlock | Error::Unsupported) {
-                        self.states.set(index, State::Direct(slot));
-                    }
-                })
-                .map_err(would_block);
-        }
-        loop {
-            if let State::Owned(held, owner) = self.states.get(index) {
-                if held == slot {
-                    let mut cache = self.caches[owner].try_lock().ok_or(Error::WouldBlock)?;
-                    let parks = cache.has_room(&self.policy, slot);
-                    let to = if parks {
-                        State::Cached(slot)
-                    } else {
-                        State::Free
-                    };
-                    if !self.end_owned(index, slot, owner, to) {
-                        continue;
-                    }
-                    if parks {
-                        cache.push(slot, index);
-                        self.fed(&mut cache, owner, slot);
-                        return Ok(());
-                    }
-                    return self
-                        .try_give_back(index, order, owner, State::Owned(slot, owner))
-                        .map_err(would_block);
-                }
-            }
-            if let Some(mut cache) = self.cache(core).try_lock() {
-                if cache.has_room(&self.policy, slot) {
-                    if self.end_live(index, slot, State::Cached(slot))? != Ended::Ended {
-                        continue;
-                    }
-                    cache.push(slot, index);
-                    self.fed(&mut cache, self.cache_index(core), slot);
-                    return Ok(());
-                }
-            }
-            if self.end_live(index, slot, State::Free)? != Ended::Ended {
-                continue;
-            }
-            return self
-                .try_give_back(index, order, core, State::Live(slot))
-                .map_err(would_block);
         }
     }
 
@@ -835,7 +621,6 @@ impl<B: Backend> Cached<B> {
         back: State,
     ) -> Result<(), Error> {
         self.backend
-            .shared()
             .try_free(index, order, core)
             .inspect_err(|_| self.states.set(index, back))
     }
@@ -852,13 +637,14 @@ impl<B: Backend> Cached<B> {
 
     /// Ends the caller's `Live` block at `index` of the cached order at `slot` in the state
     /// table, moving it to `to`: the one CAS that decides racing frees; the caller then
-    /// parks it (or gives it back). If a cache holds the block, the state is left as it is
-    /// and the answer names the cache, whose lock decides the free ([`Self::end_owned`]).
+    /// parks it (or gives it back): `None`. If a cache holds the block, the state is left
+    /// as it is and the answer names the cache (`Some` of its index), whose lock decides
+    /// the free ([`Self::end_owned`]).
     #[inline]
-    fn end_live(&self, index: usize, slot: usize, to: State) -> Result<Ended, Error> {
+    fn end_live(&self, index: usize, slot: usize, to: State) -> Result<Option<usize>, Error> {
         match self.states.release(index, slot, to) {
-            Ok(()) => Ok(Ended::Ended),
-            Err(State::Owned(held, owner)) if held == slot => Ok(Ended::HeldBy(owner)),
+            Ok(()) => Ok(None),
+            Err(State::Owned(held, owner)) if held == slot => Ok(Some(owner)),
             // Handed out `Direct` since the free read the state (which its free decides
             // alone): the block named was not allocated when the free began.
             Err(State::Direct(held)) if held == slot => Err(Error::NotAllocated),
@@ -901,7 +687,7 @@ impl<B: Backend> Cached<B> {
     /// Gives `blocks` of `order`, taken out of a cache, back to the backend.
     fn give_back(&self, blocks: &[usize], order: u32, core: usize) {
         self.mark_free(blocks);
-        self.backend.give_back(blocks, order, core);
+        self.free_owned(blocks, order, core);
     }
 
     /// Records `blocks`, taken out of a cache on their way back to the backend, as `Free`:
@@ -914,44 +700,161 @@ impl<B: Backend> Cached<B> {
     /// caller's: such blocks are never cached).
     fn starts_uncached_block(&self, index: usize) -> bool {
         matches!(
-            self.backend.shared().block_of(index),
+            self.backend.block_of(index),
             Ok(Some((start, order))) if start == index && self.slot(order).is_none()
         )
     }
 
+    /// Whether a cached block may overlap the block `(index, order)`: one of a cached order
+    /// at least `order` containing `index`, or one of a smaller cached order starting inside.
+    fn overlaps_cached(&self, index: usize, order: u32) -> bool {
+        self.policy.orders.iter().any(|&cached| {
+            if cached >= order {
+                let start = index & !((1usize << cached) - 1);
+                start + (1 << cached) <= self.total_units() && self.is_parked(start, cached)
+            } else {
+                (index..index + (1 << order))
+                    .step_by(1 << cached)
+                    .any(|start| self.is_parked(start, cached))
+            }
+        })
+    }
+
+    /// The backend's `block`, or `None` where it is parked in a cache.
+    fn unparked(&self, block: Option<(usize, u32)>) -> Result<Option<(usize, u32)>, Error> {
+        Ok(block.filter(|&(start, order)| !self.is_parked(start, order)))
+    }
+
+    /// Whether the block `(start, order)` sits in a cache.
+    fn is_parked(&self, start: usize, order: u32) -> bool {
+        self.slot(order)
+            .is_some_and(|slot| self.states.get(start) == State::Cached(slot))
+    }
+}
+
+impl<A: Backend> BlockAlloc for Magazine<A> {
+    /// See [`BlockAlloc::alloc`].
+    #[inline]
+    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        if order > self.max_order() {
+            return Err(Error::BadOrder);
+        }
+        let slot = self.slot(order);
+        let found = match slot {
+            Some(slot) => self.take_shared(slot, order, core),
+            None => self.backend.alloc(order, core),
+        };
+        match found {
+            // Free blocks may sit in caches (this core's of other orders, or other cores'):
+            // give them back so they merge, then ask once more. Where no cache holds any,
+            // the backend's refusal stands: its own allocation gives back what it keeps per
+            // core before it refuses (LLFree's complete fallback), so draining it would
+            // change nothing but the placement of later allocations.
+            Err(Error::OutOfMemory) => {
+                if !self
+                    .caches
+                    .iter()
+                    .any(|f| f.may_hold.load(Ordering::Relaxed))
+                {
+                    return Err(Error::OutOfMemory);
+                }
+                self.drain_all(core);
+                let index = self.backend.alloc(order, core)?;
+                self.record_live(slot, index);
+                Ok(index)
+            }
+            other => other,
+        }
+    }
+
+    /// See [`BlockAlloc::alloc_class`]: the default class as [`BlockAlloc::alloc`]; any other
+    /// past the caches, from the backend's `alloc_class` (the caches hold blocks of no
+    /// particular class), recorded as `alloc` records blocks it gets from the backend.
+    fn alloc_class(&self, order: u32, class: Class, core: usize) -> Result<usize, Error> {
+        if class == Class::default() {
+            return self.alloc(order, core);
+        }
+        if order > self.max_order() {
+            return Err(Error::BadOrder);
+        }
+        let backend = || self.backend.alloc_class(order, class, core);
+        let index = match backend() {
+            Err(Error::OutOfMemory) => {
+                self.drain_all(core);
+                backend()?
+            }
+            other => other?,
+        };
+        self.record_live(self.slot(order), index);
+        Ok(index)
+    }
+
+    /// See [`BlockAlloc::free`]. A block is ended under the lock of the cache that holds it
+    /// (through the state table's CAS if none does) and parked in `core`'s cache. `core`'s
+    /// cache is locked first, before the state is read: it is the holder on the common
+    /// path, and its address does not wait for the state's load.
+    #[inline]
+    fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        self.reserved.check_free(index, order)?;
+        if let Some(freed) = self.free_if_direct(index, order, core) {
+            return freed;
+        }
+        let Some(slot) = self.cached_slot(index, order, core)? else {
+            return Ok(());
+        };
+        let own = self.cache_index(core);
+        let mut cache = self.caches[own].lock();
+        if let Some(owner) = self.end_in(index, slot, own)? {
+            // Never two caches held: ours is let go while the holder's is taken.
+            drop(cache);
+            self.end_held_elsewhere(index, slot, owner)?;
+            cache = self.caches[own].lock();
+        }
+        cache.push(slot, index);
+        self.fed(&mut cache, own, slot);
+        if cache.is_over(&self.policy, slot) {
+            self.spill_unlocked(cache, slot, order, own);
+        }
+        Ok(())
+    }
+
     /// See [`BlockAlloc::free_units`]: cached blocks count as free.
-    pub(crate) fn free_units(&self) -> usize {
+    fn free_units(&self) -> usize {
         let cached: usize = self
             .caches
             .iter()
             .map(|c| c.lock().units(&self.policy))
             .sum();
-        self.backend.shared().free_units() + cached
+        self.backend.free_units() + cached
     }
 
     /// See [`BlockAlloc::total_units`].
     #[inline]
-    pub(crate) fn total_units(&self) -> usize {
-        self.backend.shared().total_units()
+    fn total_units(&self) -> usize {
+        self.backend.total_units()
     }
 
     /// See [`BlockAlloc::max_order`].
     #[inline]
-    pub(crate) fn max_order(&self) -> u32 {
-        self.backend.shared().max_order()
+    fn max_order(&self) -> u32 {
+        self.backend.max_order()
     }
 
-    /// See [`BlockAlloc::drain`]: the caches, then the backend's own.
-    pub(crate) fn drain(&self, core: usize) {
-        self.drain_caches(core);
-        self.backend.shared().drain();
+    /// See [`BlockAlloc::capabilities`]: the backend's, whose operations these are.
+    fn capabilities(&self) -> crate::Capabilities {
+        self.backend.capabilities()
+    }
+
+    /// The caches, then the backend's own.
+    fn drain(&self) {
+        self.drain_all(0);
     }
 
     /// See [`BlockAlloc::drain_core`]: `core`'s cache, then what the backend keeps for
     /// `core`.
-    pub(crate) fn drain_core(&self, core: usize) {
+    fn drain_core(&self, core: usize) {
         self.empty_cache(self.cache(core), core);
-        self.backend.shared().drain_core(core);
+        self.backend.drain_core(core);
     }
 
     /// See [`BlockAlloc::try_alloc`]: `core`'s cache if its lock is free at once, else the
@@ -960,7 +863,7 @@ impl<B: Backend> Cached<B> {
     /// and the backend is asked again; what a held cache parks, or a backend that would wait
     /// takes back, stays parked. So the answer is [`Error::WouldBlock`] while any cache holds
     /// a block or is busy, and [`Error::OutOfMemory`] only when every cache was seen empty.
-    pub(crate) fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+    fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
         if order > self.max_order() {
             return Err(Error::BadOrder);
         }
@@ -970,9 +873,9 @@ impl<B: Backend> Cached<B> {
                 return Ok(index);
             }
         }
-        let mut found = self.backend.shared().try_alloc(order, core);
+        let mut found = self.backend.try_alloc(order, core);
         if found == Err(Error::OutOfMemory) && self.try_drain_caches(core) {
-            found = self.backend.shared().try_alloc(order, core);
+            found = self.backend.try_alloc(order, core);
         }
         let index = match found {
             Err(Error::OutOfMemory) => {
@@ -992,67 +895,116 @@ impl<B: Backend> Cached<B> {
         Ok(index)
     }
 
+    /// See [`BlockAlloc::try_free`]. A block of a cached order that a cache holds goes into
+    /// that cache if its lock is free at once (else `WouldBlock`) and it has room without a
+    /// spill (a spill could wait for a locked backend); any other into `core`'s cache on the
+    /// same terms. Where there is no room, or `core`'s cache is held, the block goes
+    /// straight back to the backend if that can take it without waiting; the backend's
+    /// `try_free` for the other orders.
+    fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+        check_block(index, order, self.max_order(), self.total_units())?;
+        self.reserved.try_check_free(index, order)?;
+        let Some(slot) = self.slot(order) else {
+            let freed = self.backend.try_free(index, order, core);
+            return self.uncached_answer(index, freed);
+        };
+        let would_block = |e| match e {
+            Error::Unsupported => Error::WouldBlock,
+            e => e,
+        };
+        if self.states.end_direct(index, slot) {
+            // Back to `Direct` only where the backend did nothing (it would have waited).
+            return self
+                .backend
+                .try_free(index, order, core)
+                .inspect(|()| self.end_stream(self.cache_index(core), slot))
+                .inspect_err(|&e| {
+                    if matches!(e, Error::WouldBlock | Error::Unsupported) {
+                        self.states.set(index, State::Direct(slot));
+                    }
+                })
+                .map_err(would_block);
+        }
+        loop {
+            if let State::Owned(held, owner) = self.states.get(index) {
+                if held == slot {
+                    let mut cache = self.caches[owner].try_lock().ok_or(Error::WouldBlock)?;
+                    let parks = cache.has_room(&self.policy, slot);
+                    let to = if parks {
+                        State::Cached(slot)
+                    } else {
+                        State::Free
+                    };
+                    if !self.end_owned(index, slot, owner, to) {
+                        continue;
+                    }
+                    if parks {
+                        cache.push(slot, index);
+                        self.fed(&mut cache, owner, slot);
+                        return Ok(());
+                    }
+                    return self
+                        .try_give_back(index, order, owner, State::Owned(slot, owner))
+                        .map_err(would_block);
+                }
+            }
+            if let Some(mut cache) = self.cache(core).try_lock() {
+                if cache.has_room(&self.policy, slot) {
+                    if self.end_live(index, slot, State::Cached(slot))?.is_some() {
+                        continue;
+                    }
+                    cache.push(slot, index);
+                    self.fed(&mut cache, self.cache_index(core), slot);
+                    return Ok(());
+                }
+            }
+            if self.end_live(index, slot, State::Free)?.is_some() {
+                continue;
+            }
+            return self
+                .try_give_back(index, order, core, State::Live(slot))
+                .map_err(would_block);
+        }
+    }
+
     /// See [`BlockAlloc::alloc_at`]. The backend sees cached blocks as allocated, so they are
     /// given back first (every cache, if any overlaps the block): a unit never goes to two
     /// owners, and a free unit is refused only if a concurrent free parks it meanwhile.
-    pub(crate) fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
+    fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         check_block(index, order, self.max_order(), self.total_units())?;
         if self.overlaps_cached(index, order) {
             self.drain_caches(core);
         }
-        self.backend.shared().alloc_at(index, order, core)?;
+        self.backend.alloc_at(index, order, core)?;
         self.record_live(self.slot(order), index);
         Ok(())
     }
 
-    /// Whether a cached block may overlap the block `(index, order)`: one of a cached order
-    /// at least `order` containing `index`, or one of a smaller cached order starting inside.
-    fn overlaps_cached(&self, index: usize, order: u32) -> bool {
-        self.policy.orders.iter().any(|&cached| {
-            if cached >= order {
-                let start = index & !((1usize << cached) - 1);
-                start + (1 << cached) <= self.total_units() && self.is_parked(start, cached)
-            } else {
-                (index..index + (1 << order))
-                    .step_by(1 << cached)
-                    .any(|start| self.is_parked(start, cached))
-            }
-        })
+    fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
+        range::reserve_recorded(&self.reserved, &mut range::Shared(self, core), start, len)
     }
 
-    /// See [`BlockAlloc::capabilities`]: the backend's, whose operations these are.
-    pub(crate) fn capabilities(&self) -> crate::Capabilities {
-        self.backend.shared().capabilities()
+    fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
+        range::free_recorded(&self.reserved, &mut range::Shared(self, core), start, len)
     }
 
     /// See [`BlockAlloc::block_of`]: the backend's answer, except that a cached block is
     /// free.
-    pub(crate) fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
-        self.unparked(self.backend.shared().block_of(index)?)
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        self.unparked(self.backend.block_of(index)?)
     }
 
     /// See [`BlockAlloc::try_block_of`]: the backend's, as `block_of` (the state table
     /// never waits).
-    pub(crate) fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
-        self.unparked(self.backend.shared().try_block_of(index)?)
-    }
-
-    /// The backend's `block`, or `None` where it is parked in a cache.
-    fn unparked(&self, block: Option<(usize, u32)>) -> Result<Option<(usize, u32)>, Error> {
-        Ok(block.filter(|&(start, order)| !self.is_parked(start, order)))
-    }
-
-    /// Whether the block `(start, order)` sits in a cache.
-    fn is_parked(&self, start: usize, order: u32) -> bool {
-        self.slot(order)
-            .is_some_and(|slot| self.states.get(start) == State::Cached(slot))
+    fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        self.unparked(self.backend.try_block_of(index)?)
     }
 
     /// The backend's next block that is not parked in a cache.
-    pub(crate) fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
+    fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
         let mut at = from;
         loop {
-            match self.backend.shared().next_block(at)? {
+            match self.backend.next_block(at)? {
                 Some((start, order)) if self.is_parked(start, order) => {
                     at = start + (1 << order);
                 }
@@ -1060,84 +1012,11 @@ impl<B: Backend> Cached<B> {
             }
         }
     }
-}
 
-/// Implements [`BlockAlloc`] for a type whose field `$field` is a [`Cached`], by calling it.
-macro_rules! block_alloc_via_cached {
-    ($field:ident) => {
-        #[inline]
-        fn alloc(&self, order: u32, core: usize) -> Result<usize, $crate::Error> {
-            self.$field.alloc(order, core)
-        }
-        fn alloc_class(
-            &self,
-            order: u32,
-            class: $crate::Class,
-            core: usize,
-        ) -> Result<usize, $crate::Error> {
-            self.$field.alloc_class(order, class, core)
-        }
-        #[inline]
-        fn free(&self, index: usize, order: u32, core: usize) -> Result<(), $crate::Error> {
-            self.$field.free(index, order, core)
-        }
-        fn free_units(&self) -> usize {
-            self.$field.free_units()
-        }
-        fn total_units(&self) -> usize {
-            self.$field.total_units()
-        }
-        fn max_order(&self) -> u32 {
-            self.$field.max_order()
-        }
-        /// The backend's: each optional operation is the backend's, with the caches' own
-        /// state around it.
-        fn capabilities(&self) -> $crate::Capabilities {
-            self.$field.capabilities()
-        }
-        fn drain(&self) {
-            self.$field.drain(0);
-        }
-        fn drain_core(&self, core: usize) {
-            self.$field.drain_core(core);
-        }
-        fn try_alloc(&self, order: u32, core: usize) -> Result<usize, $crate::Error> {
-            self.$field.try_alloc(order, core)
-        }
-        fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), $crate::Error> {
-            self.$field.try_free(index, order, core)
-        }
-        fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), $crate::Error> {
-            self.$field.alloc_at(index, order, core)
-        }
-        fn reserve_range(
-            &self,
-            start: usize,
-            len: usize,
-            core: usize,
-        ) -> Result<(), $crate::Error> {
-            let units = &mut $crate::range::Shared(self, core);
-            $crate::range::reserve_recorded(&self.$field.reserved, units, start, len)
-        }
-        fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), $crate::Error> {
-            let units = &mut $crate::range::Shared(self, core);
-            $crate::range::free_recorded(&self.$field.reserved, units, start, len)
-        }
-        fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, $crate::Error> {
-            self.$field.block_of(index)
-        }
-        fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, $crate::Error> {
-            self.$field.try_block_of(index)
-        }
-        fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, $crate::Error> {
-            self.$field.next_block(from)
-        }
-        fn with_core(&self, core: usize, f: &mut dyn FnMut(&mut dyn $crate::HeldCore)) {
-            f(&mut self.$field.pin(core));
-        }
-    };
+    fn with_core(&self, core: usize, f: &mut dyn FnMut(&mut dyn HeldCore)) {
+        f(&mut self.pin(core));
+    }
 }
-pub(crate) use block_alloc_via_cached;
 
 #[cfg(all(test, not(loom)))]
 mod tests;
@@ -1148,28 +1027,24 @@ mod tests;
 mod subset {
     use lock_api::RawMutex;
 
-    use super::{Cached, Direct, Policy};
+    use super::{plan, Magazine, Policy};
     use crate::buddy::Knuth;
-    use crate::{BlockAlloc, Config, Locked};
+    use crate::{Config, Locked};
 
     /// Orders 0–3 and 9, 64 units at a time, spilling above 256 units.
     static SUBSET: Policy = Policy::new(&[0, 1, 2, 3, 9], 64, 256);
 
-    pub(crate) struct Subset<R> {
-        cached: Cached<Direct<Locked<Knuth, R>>>,
-    }
+    pub(crate) type Subset<R> = Magazine<Locked<Knuth, R>>;
 
-    impl<R: RawMutex + Send + Sync> Subset<R> {
-        pub(crate) fn new(config: Config) -> Self {
-            let buddy = Locked::new(Knuth::new(config).unwrap());
-            Subset {
-                cached: Cached::new(Direct(buddy), config.cores, &SUBSET).unwrap(),
-            }
-        }
-    }
-
-    impl<R: RawMutex + Send + Sync> BlockAlloc for Subset<R> {
-        block_alloc_via_cached!(cached);
+    /// A [`Subset`] over `config`, with no streams: every free of a cached order parks.
+    pub(crate) fn subset<R: RawMutex + Send + Sync>(config: Config) -> Subset<R> {
+        let buddy = Locked::new(Knuth::new(config).unwrap());
+        let parts = plan(config.units, config.cores);
+        crate::table::build_on_heap(parts, |parts, meta| {
+            Magazine::build(buddy, &SUBSET, parts, meta)
+        })
+        .unwrap()
+        .without_streams()
     }
 }
 

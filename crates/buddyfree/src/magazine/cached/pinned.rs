@@ -1,30 +1,78 @@
-//! A core's cache held by one caller ([`Cached::pin`]): the magazines' [`HeldCore`], whose
+//! A core's cache held by one caller ([`Magazine::pin`]): the magazines' [`HeldCore`], whose
 //! operations on cached orders take no lock.
 
 use core::marker::PhantomData;
 
 use super::cache::CoreCache;
-use super::{Backend, Cached};
 use crate::locked::YieldMutex;
+use crate::magazine::{Backend, Magazine};
 use crate::{BlockAlloc, Error, HeldCore};
 
-/// `core`'s cache held by one caller from [`Cached::pin`] until dropped: its operations on
-/// cached orders take no lock. Whatever else needs the cache waits meanwhile; allocations
-/// that may need other caches (uncached orders, an empty backend: both may drain) let it go
-/// for their duration, so a pinned cache is never held while another is taken. It stays on
-/// the thread that took it (not `Send`), which has noted the pin ([`YieldMutex::pin`]).
-pub(crate) struct Pinned<'a, B> {
-    cached: &'a Cached<B>,
+/// A core's magazine held by one thread, from [`Magazine::pin`]; released when dropped: its
+/// operations on orders 0–9 take no lock. Whatever else needs the magazine waits meanwhile;
+/// allocations that may need other magazines (an empty backend: it may drain) let it go for
+/// their duration, so a pinned magazine is never held while another is taken. It stays on
+/// the thread that took it (it is not `Send`), as a lock guard does, which has noted the
+/// pin ([`YieldMutex::pin`]):
+///
+/// ```compile_fail
+/// use buddyfree::llfree::LLFree;
+/// use buddyfree::magazine::Magazine;
+/// use buddyfree::Config;
+///
+/// let config = Config::new(1 << 12, 10);
+/// let fast = Magazine::new(config, LLFree::new(config).unwrap()).unwrap();
+/// let held = fast.pin(0);
+/// std::thread::scope(|s| {
+///     s.spawn(move || drop(held));
+/// });
+/// ```
+pub struct PinnedCore<'a, A> {
+    magazine: &'a Magazine<A>,
     cache: lock_api::MutexGuard<'a, YieldMutex, CoreCache>,
     core: usize,
     on_this_thread: PhantomData<*const ()>,
 }
 
-impl<B: Backend> Cached<B> {
-    /// Holds `core`'s cache (waiting for it if another caller has it).
-    pub(crate) fn pin(&self, core: usize) -> Pinned<'_, B> {
-        let pinned = Pinned {
-            cached: self,
+impl<A: Backend> Magazine<A> {
+    /// Holds `core`'s magazine until the handle is dropped (waiting for it if another
+    /// thread has it), so that the handle's allocations and frees of orders 0–9 take no
+    /// lock: a pair costs the state table's one compare-and-swap (in the free) and a store,
+    /// as a kernel's per-CPU lists do with preemption off. Allocations and frees of other
+    /// orders go straight to the backend, the magazine still held; allocations the backend
+    /// refuses go the shared way and let the magazine go meanwhile (they may drain every
+    /// magazine).
+    ///
+    /// A pin is a held lock. Hold it for a burst of operations, not across waits for other
+    /// threads: other threads calling with `core`, and every drain (another thread's
+    /// out-of-memory answer, [`BlockAlloc::drain`], an [`BlockAlloc::alloc_at`] over a parked
+    /// block) and [`BlockAlloc::free_units`], wait until it is dropped. The same thread
+    /// must not call those methods (nor take a second pin of `core`) while it holds the pin:
+    /// they would wait for it forever (with `std` they panic instead, naming the cause, once
+    /// their wait stops spinning). Behind a `dyn BlockAlloc` (the registry, the C ABI),
+    /// [`BlockAlloc::with_core`] holds the magazine the same way for the length of a call.
+    ///
+    /// ```
+    /// use buddyfree::llfree::LLFree;
+    /// use buddyfree::magazine::Magazine;
+    /// use buddyfree::{BlockAlloc, Config, Error, HeldCore};
+    ///
+    /// let config = Config::new(1 << 12, 10).with_cores(2);
+    /// let fast = Magazine::new(config, LLFree::new(config)?)?;
+    /// let mut core1 = fast.pin(1);
+    /// let pages: Vec<usize> = (0..8).map(|_| core1.alloc(0)).collect::<Result<_, _>>()?;
+    /// for &page in &pages {
+    ///     core1.free(page, 0)?;
+    /// }
+    /// assert_eq!(core1.free(pages[0], 0), Err(Error::NotAllocated));
+    /// drop(core1);
+    /// fast.drain();
+    /// assert_eq!(fast.free_units(), 1 << 12);
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn pin(&self, core: usize) -> PinnedCore<'_, A> {
+        let pinned = PinnedCore {
+            magazine: self,
             cache: self.cache(core).lock(),
             core,
             on_this_thread: PhantomData,
@@ -34,9 +82,9 @@ impl<B: Backend> Cached<B> {
     }
 }
 
-impl<B> Pinned<'_, B> {
-    /// The core whose cache is held.
-    pub(crate) fn core(&self) -> usize {
+impl<A> PinnedCore<'_, A> {
+    /// The core whose magazine is held.
+    pub fn core(&self) -> usize {
         self.core
     }
 
@@ -48,14 +96,14 @@ impl<B> Pinned<'_, B> {
     }
 }
 
-impl<B: Backend> Pinned<'_, B> {
+impl<A: Backend> PinnedCore<'_, A> {
     /// An allocation the backend refused: the shared path, with the cache let go meanwhile
     /// (it drains every cache, ours included, before it answers `OutOfMemory`). Out of
     /// line, to keep the pinned hot path small.
     #[cold]
     #[inline(never)]
     fn alloc_shared(&mut self, order: u32) -> Result<usize, Error> {
-        self.unpinned(|cached, core| cached.alloc(order, core))
+        self.unpinned(|magazine, core| magazine.alloc(order, core))
     }
 
     /// Ends a block that cache `owner` holds under that cache's lock, with this cache let
@@ -63,40 +111,41 @@ impl<B: Backend> Pinned<'_, B> {
     #[cold]
     #[inline(never)]
     fn end_elsewhere(&mut self, index: usize, slot: usize, owner: usize) -> Result<(), Error> {
-        self.unpinned(|cached, _| cached.end_held_elsewhere(index, slot, owner))
+        self.unpinned(|magazine, _| magazine.end_held_elsewhere(index, slot, owner))
     }
 
-    /// Runs `f` on the caches and the pinned core with the pinned cache let go.
-    fn unpinned<R>(&mut self, f: impl FnOnce(&Cached<B>, usize) -> R) -> R {
-        let (cached, core) = (self.cached, self.core);
+    /// Runs `f` on the magazines and the pinned core with the pinned cache let go.
+    fn unpinned<R>(&mut self, f: impl FnOnce(&Magazine<A>, usize) -> R) -> R {
+        let (magazine, core) = (self.magazine, self.core);
         self.lock().unpin();
-        let answer = lock_api::MutexGuard::unlocked(&mut self.cache, || f(cached, core));
+        let answer = lock_api::MutexGuard::unlocked(&mut self.cache, || f(magazine, core));
         self.lock().pin();
         answer
     }
 }
 
-impl<B> Drop for Pinned<'_, B> {
+impl<A> Drop for PinnedCore<'_, A> {
     fn drop(&mut self) {
         self.lock().unpin();
     }
 }
 
-impl<B: Backend> HeldCore for Pinned<'_, B> {
+/// Its allocations and frees ([`HeldCore`], a trait to import) take no lock.
+impl<A: Backend> HeldCore for PinnedCore<'_, A> {
     /// See [`BlockAlloc::alloc`].
     #[inline]
     fn alloc(&mut self, order: u32) -> Result<usize, Error> {
-        let cached = self.cached;
-        if order > cached.max_order() {
+        let magazine = self.magazine;
+        if order > magazine.max_order() {
             return Err(Error::BadOrder);
         }
-        let slot = cached.slot(order);
+        let slot = magazine.slot(order);
         // An uncached order goes to the backend with the cache still held, as the shared
         // path sends it there without the cache (every path takes a core's cache before the
         // backend, never after); only a refusal needs the cache let go, to drain it.
         let found = match slot {
-            Some(slot) => cached.take(&mut self.cache, slot, order, self.core),
-            None => cached.backend.shared().alloc(order, self.core),
+            Some(slot) => magazine.take(&mut self.cache, slot, order, self.core),
+            None => magazine.backend.alloc(order, self.core),
         };
         match found {
             Err(Error::OutOfMemory) => self.alloc_shared(order),
@@ -108,18 +157,18 @@ impl<B: Backend> HeldCore for Pinned<'_, B> {
     /// cache's lock, with this cache let go meanwhile, and parked here.
     #[inline]
     fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
-        let (cached, core) = (self.cached, self.core);
-        cached.reserved.check_free(index, order)?;
-        if let Some(freed) = cached.free_if_direct(index, order, core) {
+        let (magazine, core) = (self.magazine, self.core);
+        magazine.reserved.check_free(index, order)?;
+        if let Some(freed) = magazine.free_if_direct(index, order, core) {
             return freed;
         }
-        let Some(slot) = cached.cached_slot(index, order, core)? else {
+        let Some(slot) = magazine.cached_slot(index, order, core)? else {
             return Ok(());
         };
-        if let Some(owner) = cached.end_in(index, slot, cached.cache_index(core))? {
+        if let Some(owner) = magazine.end_in(index, slot, magazine.cache_index(core))? {
             self.end_elsewhere(index, slot, owner)?;
         }
-        cached.park(&mut self.cache, slot, index, order, core);
+        magazine.park(&mut self.cache, slot, index, order, core);
         Ok(())
     }
 }

@@ -1,6 +1,6 @@
 use alloc::vec::Vec;
 
-use super::subset::Subset;
+use super::subset::subset;
 use crate::llfree::LLFree;
 use crate::magazine::{Magazine, Settings};
 use crate::{BlockAlloc, Config, Error};
@@ -71,10 +71,10 @@ fn bad_frees_across_cached_and_uncached_orders_get_exact_errors() {
     bad_frees_across_cached_and_uncached_orders(&magazine, 7, 10);
     bad_frees_across_cached_and_uncached_orders(&magazine, 9, 10);
     // Orders 0-3 and 9, as Linux's per-CPU lists.
-    let subset = Subset::<spin::Mutex<()>>::new(config);
-    bad_frees_across_cached_and_uncached_orders(&subset, 0, 5);
-    bad_frees_across_cached_and_uncached_orders(&subset, 9, 5);
-    bad_frees_across_cached_and_uncached_orders(&subset, 9, 8);
+    let linux = subset::<spin::Mutex<()>>(config);
+    bad_frees_across_cached_and_uncached_orders(&linux, 0, 5);
+    bad_frees_across_cached_and_uncached_orders(&linux, 9, 5);
+    bad_frees_across_cached_and_uncached_orders(&linux, 9, 8);
 }
 
 /// Every unit of `alloc` (256 units) taken as order 0 on core 0 and freed
@@ -121,5 +121,5 @@ fn try_alloc_gives_back_the_blocks_of_caches_it_can_take() {
             .with_settings(Settings::new().with_parking_limit(usize::MAX))
             .without_streams(),
     );
-    try_alloc_gives_back_what_free_caches_park(&Subset::<spin::Mutex<()>>::new(config));
+    try_alloc_gives_back_what_free_caches_park(&subset::<spin::Mutex<()>>(config));
 }
