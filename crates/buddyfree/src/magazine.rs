@@ -119,12 +119,14 @@ use core::alloc::Layout;
 
 use crate::reserved::Reserved;
 use crate::sync::CachePadded;
-use crate::table::{build_in, unaligned_bytes, Table};
+#[cfg(feature = "alloc")]
+use crate::table::build_on_heap;
+use crate::table::{build_in, unaligned_bytes, Plan, Table};
 #[cfg(doc)]
 use crate::BlockAlloc;
 use crate::{Config, ConfigRule, Error, MetadataMemory};
 pub use cached::PinnedCore;
-use cached::{plan, BlockStates, Front, ListLine, Policy};
+use cached::{plan, BlockStates, Front, ListLine, Parts, Policy};
 
 pub(crate) use backend::Sealed;
 pub use backend::{Backend, Plain};
@@ -167,27 +169,19 @@ const FULL_LISTS: [(usize, usize); 10] = [
     (512, 4096),
 ];
 
-/// Step `step` of [`MAGAZINE_STEPS`].
+/// Step `step` of [`MAGAZINE_STEPS`]: every watermark of [`FULL_LISTS`] shifted right by
+/// `step`, and every batch at most half of its watermark.
 const fn magazine_policy(step: u32) -> Policy {
     let mut policy = Policy::new(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], 0, 0);
     let mut order = 0;
     while order < FULL_LISTS.len() {
-        let (batch, high) = in_step(step, FULL_LISTS[order].0, FULL_LISTS[order].1);
+        let (batch, high) = FULL_LISTS[order];
+        let high = high >> step;
+        let batch = if batch <= high / 2 { batch } else { high / 2 };
         policy = policy.with_units(order as u32, batch, high);
         order += 1;
     }
     policy
-}
-
-/// A list's batch and watermark in units in step `step`, from its `batch` and `high` in the
-/// first.
-const fn in_step(step: u32, batch: usize, high: usize) -> (usize, usize) {
-    let high = high >> step;
-    if batch <= high / 2 {
-        (batch, high)
-    } else {
-        (high / 2, high)
-    }
 }
 
 /// Units per core from which magazines get the full lists by default (512 MiB of 4 KiB
@@ -355,19 +349,20 @@ impl<A: Backend> Magazine<A> {
     /// ```
     #[cfg(feature = "alloc")]
     pub fn new(config: Config, inner: A) -> Result<Self, Error> {
-        Self::check(config, &inner)?;
-        crate::table::build_on_heap(plan(config.units, config.cores), |parts, meta| {
-            Self::build(inner, policy(config.units, config.cores), parts, meta)
+        let policy = policy(config.units, config.cores);
+        build_on_heap(Self::plan(config, &inner), |parts, meta| {
+            Self::build(inner, policy, parts, meta)
         })
     }
 
-    /// Refuses a configuration that cannot be built, or that is not `inner`'s.
-    fn check(config: Config, inner: &A) -> Result<(), Error> {
-        config.validate()?;
+    /// The layout of the magazines' metadata for `config`, refusing a configuration that
+    /// cannot be built, or that is not `inner`'s.
+    fn plan(config: Config, inner: &A) -> Result<(Plan, Parts), Error> {
+        let plan = plan(config)?;
         if config.units != inner.total_units() {
             return Err(ConfigRule::InnerUnits.into());
         }
-        Ok(())
+        Ok(plan)
     }
 
     /// The same magazines with `settings`: the lists [`Settings::parking_limit`] asks for,
@@ -406,10 +401,7 @@ impl<A: Backend> Magazine<A> {
     /// configuration that cannot be built. A `const fn`, as is
     /// [`Magazine::metadata_bytes`], which sizes a static buffer.
     pub const fn metadata_layout(config: Config) -> Result<Layout, Error> {
-        if let Err(e) = config.validate() {
-            return Err(e);
-        }
-        match plan(config.units, config.cores) {
+        match plan(config) {
             Ok((plan, _)) => plan.layout(),
             Err(e) => Err(e),
         }
@@ -471,9 +463,9 @@ impl<A: Backend> Magazine<A> {
     /// # Ok::<(), buddyfree::Error>(())
     /// ```
     pub fn in_metadata(config: Config, inner: A, meta: MetadataMemory) -> Result<Self, Error> {
-        Self::check(config, &inner)?;
-        build_in(plan(config.units, config.cores), meta, |parts, meta| {
-            Self::build(inner, policy(config.units, config.cores), parts, meta)
+        let policy = policy(config.units, config.cores);
+        build_in(Self::plan(config, &inner), meta, |parts, meta| {
+            Self::build(inner, policy, parts, meta)
         })
     }
 
@@ -496,7 +488,7 @@ impl<A: Backend> Magazine<A> {
     /// until a spill or a drain): what [`BlockAlloc::drain_core`] would give back. Waits for
     /// the magazine if another thread holds that core.
     pub fn parked_units(&self, core: usize) -> usize {
-        self.cached_units(core)
+        self.cache(core).lock().units(&self.policy)
     }
 
     /// Gives every parked block back to the allocator behind the magazines and returns it:

@@ -30,8 +30,6 @@ pub(crate) struct Policy {
     /// A list holding more than this many blocks spills one batch, oldest blocks first; per
     /// slot.
     high: [usize; MAX_SLOTS],
-    /// Where each slot's list starts in a [`CoreCache`]; `start[slot + 1]` is where it ends.
-    start: [u16; MAX_SLOTS + 1],
 }
 
 impl Policy {
@@ -45,7 +43,6 @@ impl Policy {
             slot_of: [NOT_CACHED; ORDERS],
             batch: [0; MAX_SLOTS],
             high: [0; MAX_SLOTS],
-            start: [0; MAX_SLOTS + 1],
         };
         let mut slot = 0;
         while slot < orders.len() {
@@ -74,22 +71,10 @@ impl Policy {
         let slot = slot as usize;
         self.batch[slot] = if batch > 1 { batch } else { 1 };
         self.high[slot] = if high > 2 { high } else { 2 };
-        // A refill fills an empty list with one batch; a free pushes one block, then spills
-        // if the list is above the watermark: a list holds at most `high + 1` blocks.
         assert!(
             self.batch[slot] <= self.high[slot],
             "a batch above the watermark"
         );
-        let mut at = 0;
-        while at < MAX_SLOTS {
-            let room = if at < self.orders.len() {
-                self.high[at] + 1
-            } else {
-                0
-            };
-            self.start[at + 1] = self.start[at] + room as u16;
-            at += 1;
-        }
         self
     }
 
@@ -194,37 +179,40 @@ impl CoreCache {
     /// `blocks` must be valid for reads and writes of [`LINES`] lines, and used by nothing
     /// else, for as long as the cache lives.
     pub(crate) unsafe fn new(policy: &Policy, blocks: NonNull<ListLine>) -> Self {
-        let (top, start) = Self::empty_lists(policy);
-        CoreCache {
-            top,
-            start,
+        let mut cache = CoreCache {
+            top: [0; MAX_SLOTS],
+            start: [0; MAX_SLOTS + 1],
             blocks: blocks.cast(),
             dry: [0; MAX_SLOTS],
             streaming: 0,
-        }
+        };
+        cache.lay_out(policy);
+        cache
     }
 
-    /// Lays this cache's lists out anew for `policy`; only while they are empty.
+    /// Lays this cache's lists out anew for `policy`, one after another; only while they are
+    /// empty.
     pub(crate) fn lay_out(&mut self, policy: &Policy) {
         assert!(
             (0..MAX_SLOTS).all(|slot| self.len(slot) == 0),
             "laid out anew a cache that holds blocks"
         );
-        (self.top, self.start) = Self::empty_lists(policy);
-        self.dry = [0; MAX_SLOTS];
-        self.streaming = 0;
-    }
-
-    /// `top` and `start` of empty lists laid out for `policy`.
-    fn empty_lists(policy: &Policy) -> ([u32; MAX_SLOTS], [u32; MAX_SLOTS + 1]) {
+        let mut end = 0;
+        for slot in 0..MAX_SLOTS {
+            (self.start[slot], self.top[slot]) = (end as u32, end as u32);
+            // A refill fills an empty list with one batch; a free pushes one block, then
+            // spills if the list is above the watermark: a list holds at most `high + 1`.
+            if slot < policy.orders.len() {
+                end += policy.high(slot) + 1;
+            }
+        }
         assert!(
-            usize::from(policy.start[MAX_SLOTS]) <= CAPACITY,
+            end <= CAPACITY,
             "the policy's lists do not fit a core's cache"
         );
-        let start = policy.start.map(u32::from);
-        let mut top = [0; MAX_SLOTS];
-        top.copy_from_slice(&start[..MAX_SLOTS]);
-        (top, start)
+        self.start[MAX_SLOTS] = end as u32;
+        self.dry = [0; MAX_SLOTS];
+        self.streaming = 0;
     }
 
     /// The blocks in the list at `slot`, oldest first.

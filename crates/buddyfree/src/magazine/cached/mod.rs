@@ -65,7 +65,7 @@ use crate::reserved::Reserved;
 use crate::sync::atomic::{AtomicBool, AtomicU16, AtomicU8, Ordering};
 use crate::sync::CachePadded;
 use crate::table::{Metadata, Part, Plan};
-use crate::{check_block, range, BlockAlloc, Class, ConfigRule, Error, HeldCore};
+use crate::{check_block, range, BlockAlloc, Class, Config, ConfigRule, Error, HeldCore};
 
 /// Blocks a free's spill takes out of its cache before the backend has them: the largest
 /// batch of any policy (256 units of order 1).
@@ -105,48 +105,37 @@ impl core::ops::Deref for Front {
     }
 }
 
-impl core::ops::DerefMut for Front {
-    #[inline]
-    fn deref_mut(&mut self) -> &mut CacheLock {
-        &mut self.lock
-    }
-}
-
 /// A core's cache behind a lock that spins briefly, then yields (with `std`): a thread that
 /// is preempted while it holds a cache must not cost every drainer and every other thread of
 /// its core a whole time slice of spinning. Where threads outnumber cores, plain spinning
 /// would let the drains on out-of-memory answers take most of a magazine's time.
 type CacheLock = lock_api::Mutex<YieldMutex, CoreCache>;
 
-/// The layout of the metadata of caches for `cores` cores in front of a backend of `units`
-/// units: the state table (a byte per unit), the caches (a cache line per core) and their
-/// lists; [`Error::InvalidConfig`] if `cores` is not in `1..=MAX_CORES`.
-/// A `const fn` (for a `const` `Magazine::metadata_layout`): `match` for `?`.
-pub(crate) const fn plan(units: usize, cores: usize) -> Result<(Plan, Parts), Error> {
-    if let Err(e) = crate::config::check_cores(cores) {
+/// The layout of the metadata of magazines for `config`: the state table (a byte per
+/// unit), the caches (a cache line per core) and their lists; [`Error::InvalidConfig`] for
+/// a configuration that cannot be built. A `const fn` (for a `const`
+/// `Magazine::metadata_layout`): `match` for `?`.
+pub(crate) const fn plan(config: Config) -> Result<(Plan, Parts), Error> {
+    if let Err(e) = config.validate() {
         return Err(e);
     }
     let mut plan = Plan::new();
-    let states = match plan.add(units) {
-        Ok(part) => part,
-        Err(e) => return Err(e),
-    };
-    let caches = match plan.add(cores) {
-        Ok(part) => part,
-        Err(e) => return Err(e),
-    };
-    let lists = match plan.add(cores * LINES) {
-        Ok(part) => part,
-        Err(e) => return Err(e),
-    };
-    Ok((
-        plan,
-        Parts {
-            states,
-            caches,
-            lists,
-        },
-    ))
+    let cores = config.cores;
+    match (
+        plan.add(config.units),
+        plan.add(cores),
+        plan.add(cores * LINES),
+    ) {
+        (Ok(states), Ok(caches), Ok(lists)) => Ok((
+            plan,
+            Parts {
+                states,
+                caches,
+                lists,
+            },
+        )),
+        (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => Err(e),
+    }
 }
 
 impl<A: Backend> Magazine<A> {
@@ -212,8 +201,8 @@ impl<A: Backend> Magazine<A> {
         );
         self.drain_caches(0);
         let policy = Self::fitted(&self.backend, policy);
-        for cache in self.caches.iter_mut() {
-            cache.get_mut().lay_out(&policy);
+        for front in self.caches.iter_mut() {
+            front.lock.get_mut().lay_out(&policy);
         }
         self.policy = policy;
     }
@@ -278,23 +267,17 @@ impl<A: Backend> Magazine<A> {
         self.caches[at].streams.load(Ordering::Relaxed) & (1 << slot) != 0
     }
 
-    /// Starts cache `at`'s stream of the order at `slot` (the caller holds the cache).
-    fn start_stream(&self, at: usize, slot: usize) {
-        if !self.in_stream(at, slot) {
-            self.caches[at]
-                .streams
-                .fetch_or(1 << slot, Ordering::Relaxed);
-        }
-    }
-
-    /// Ends cache `at`'s stream of the order at `slot`, if it is in one: a read of the
-    /// cache's own line, and a write only when the flag was set.
+    /// Starts (`on`) or ends cache `at`'s stream of the order at `slot`: a read of the
+    /// cache's own line, and a write only when the flag changes. Ended without the cache
+    /// held by the frees of `Direct` blocks, so both are idempotent.
     #[inline]
-    fn end_stream(&self, at: usize, slot: usize) {
-        if self.in_stream(at, slot) {
-            self.caches[at]
-                .streams
-                .fetch_and(!(1 << slot), Ordering::Relaxed);
+    fn set_stream(&self, at: usize, slot: usize, on: bool) {
+        if self.in_stream(at, slot) != on {
+            let flags = &self.caches[at].streams;
+            match on {
+                true => flags.fetch_or(1 << slot, Ordering::Relaxed),
+                false => flags.fetch_and(!(1 << slot), Ordering::Relaxed),
+            };
         }
     }
 
@@ -315,7 +298,7 @@ impl<A: Backend> Magazine<A> {
     #[inline(never)]
     fn end_dry_run(&self, cache: &mut CoreCache, at: usize, slot: usize) {
         if cache.in_stream(slot) {
-            self.end_stream(at, slot);
+            self.set_stream(at, slot, false);
         }
         cache.fed(slot);
     }
@@ -337,13 +320,8 @@ impl<A: Backend> Magazine<A> {
         // the backend lets one of the two through.
         self.states.set(index, State::Free);
         let freed = self.backend.free(index, order, core);
-        self.end_stream(self.cache_index(core), slot);
+        self.set_stream(self.cache_index(core), slot, false);
         Some(freed)
-    }
-
-    /// Units in `core`'s cache.
-    pub(super) fn cached_units(&self, core: usize) -> usize {
-        self.cache(core).lock().units(&self.policy)
     }
 
     /// The cache slot of `order`, if it is cached.
@@ -360,8 +338,9 @@ impl<A: Backend> Magazine<A> {
         crate::core_slot(core, self.caches.len())
     }
 
+    /// `core`'s cache.
     #[inline]
-    fn cache(&self, core: usize) -> &Front {
+    pub(super) fn cache(&self, core: usize) -> &Front {
         &self.caches[self.cache_index(core)]
     }
 
@@ -409,7 +388,7 @@ impl<A: Backend> Magazine<A> {
         let at = self.cache_index(core);
         if self.streams_for(slot) && cache.streams_on(&self.policy, slot, self.in_stream(at, slot))
         {
-            self.start_stream(at, slot);
+            self.set_stream(at, slot, true);
         }
         let more = self.policy.batch(slot) - 1;
         let mut got = 1;
@@ -450,27 +429,20 @@ impl<A: Backend> Magazine<A> {
         self.backend.drain();
     }
 
-    /// Returns every cached block to the backend; whether there were any.
-    pub(super) fn drain_caches(&self, core: usize) -> bool {
-        let mut any = false;
-        for front in self.caches.iter() {
-            any |= self.empty_cache(front, core);
-        }
-        any
+    /// Returns every cached block to the backend.
+    pub(super) fn drain_caches(&self, core: usize) {
+        self.caches
+            .iter()
+            .for_each(|front| self.empty_cache(front, core));
     }
 
-    /// Gives every block of the cache `front` back to the backend for `core`; whether it had
-    /// any.
-    fn empty_cache(&self, front: &Front, core: usize) -> bool {
+    /// Gives every block of the cache `front` back to the backend for `core`.
+    fn empty_cache(&self, front: &Front, core: usize) {
         let mut cache = front.lock();
         front.may_hold.store(false, Ordering::Relaxed);
-        if cache.units(&self.policy) == 0 {
-            return false;
-        }
         cache.take_all(&self.policy, |blocks, order| {
             self.give_back(blocks, order, core)
         });
-        true
     }
 
     /// Gives the blocks of every cache whose lock is free at once back to the backend, each
@@ -820,12 +792,8 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
 
     /// See [`BlockAlloc::free_units`]: cached blocks count as free.
     fn free_units(&self) -> usize {
-        let cached: usize = self
-            .caches
-            .iter()
-            .map(|c| c.lock().units(&self.policy))
-            .sum();
-        self.backend.free_units() + cached
+        let cores = 0..self.caches.len();
+        self.backend.free_units() + cores.map(|core| self.parked_units(core)).sum::<usize>()
     }
 
     /// See [`BlockAlloc::total_units`].
@@ -917,7 +885,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
             return self
                 .backend
                 .try_free(index, order, core)
-                .inspect(|()| self.end_stream(self.cache_index(core), slot))
+                .inspect(|()| self.set_stream(self.cache_index(core), slot, false))
                 .inspect_err(|&e| {
                     if matches!(e, Error::WouldBlock | Error::Unsupported) {
                         self.states.set(index, State::Direct(slot));
@@ -1039,8 +1007,7 @@ mod subset {
     /// A [`Subset`] over `config`, with no streams: every free of a cached order parks.
     pub(crate) fn subset<R: RawMutex + Send + Sync>(config: Config) -> Subset<R> {
         let buddy = Locked::new(Knuth::new(config).unwrap());
-        let parts = plan(config.units, config.cores);
-        crate::table::build_on_heap(parts, |parts, meta| {
+        crate::table::build_on_heap(plan(config), |parts, meta| {
             Magazine::build(buddy, &SUBSET, parts, meta)
         })
         .unwrap()
