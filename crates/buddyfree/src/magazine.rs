@@ -112,6 +112,16 @@
 //! Behind a `dyn BlockAlloc` (the registry, the C ABI), [`BlockAlloc::with_core`] holds the
 //! magazine for the length of a closure. Bad frees get the same answers either way.
 
+/// `?` in a `const fn`, where `?` is not allowed.
+macro_rules! const_try {
+    ($result:expr) => {
+        match $result {
+            Ok(value) => value,
+            Err(e) => return Err(e),
+        }
+    };
+}
+
 mod backend;
 mod cached;
 
@@ -401,10 +411,7 @@ impl<A: Backend> Magazine<A> {
     /// configuration that cannot be built. A `const fn`, as is
     /// [`Magazine::metadata_bytes`], which sizes a static buffer.
     pub const fn metadata_layout(config: Config) -> Result<Layout, Error> {
-        match plan(config) {
-            Ok((plan, _)) => plan.layout(),
-            Err(e) => Err(e),
-        }
+        const_try!(plan(config)).0.layout()
     }
 
     /// The bytes of memory, at any alignment, that [`Magazine::in_metadata`] takes for the

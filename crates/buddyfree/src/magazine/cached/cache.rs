@@ -14,6 +14,10 @@ const ORDERS: usize = 64;
 /// [`Magazine`](crate::magazine::Magazine)'s policy, the largest (674 blocks, 43 cache lines per core).
 const CAPACITY: usize = 674;
 
+/// Blocks a free's spill takes out of its cache before the backend has them: the largest
+/// batch any policy may have (256 units of order 1 in the magazines').
+pub(crate) const SPILL_BUFFER: usize = 128;
+
 /// `Policy::slot_of` for an order that is not cached.
 const NOT_CACHED: u8 = u8::MAX;
 
@@ -56,8 +60,8 @@ impl Policy {
         policy
     }
 
-    /// The same, with `order` (a cached one) moving `batch_units` units at a time and
-    /// spilling above `high_units`.
+    /// The same, with `order` (a cached one) moving `batch_units` units at a time (at most
+    /// [`SPILL_BUFFER`] blocks) and spilling above `high_units`.
     pub(crate) const fn with_units(
         mut self,
         order: u32,
@@ -74,6 +78,10 @@ impl Policy {
         assert!(
             self.batch[slot] <= self.high[slot],
             "a batch above the watermark"
+        );
+        assert!(
+            self.batch[slot] <= SPILL_BUFFER,
+            "a batch above the spill buffer"
         );
         self
     }
@@ -444,7 +452,7 @@ mod tests {
     #[cfg_attr(buddyfree_tsan, ignore = "single-threaded; see above")]
     #[should_panic(expected = "do not fit a core's cache")]
     fn a_policy_too_large_for_a_cache_is_refused() {
-        static LARGE: Policy = Policy::new(&[0, 1], 512, 1024);
+        static LARGE: Policy = Policy::new(&[0, 1], 128, 1024);
         let _ = cache(&LARGE, &mut [ListLine::EMPTY; LINES]);
     }
 }

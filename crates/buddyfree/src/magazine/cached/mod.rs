@@ -54,7 +54,7 @@ mod pinned;
 mod states;
 
 pub(super) use cache::Policy;
-pub(super) use cache::{CoreCache, ListLine, LINES};
+pub(super) use cache::{CoreCache, ListLine, LINES, SPILL_BUFFER};
 pub use pinned::PinnedCore;
 pub(super) use states::BlockStates;
 use states::State;
@@ -66,10 +66,6 @@ use crate::sync::atomic::{AtomicBool, AtomicU16, AtomicU8, Ordering};
 use crate::sync::CachePadded;
 use crate::table::{Metadata, Part, Plan};
 use crate::{check_block, range, BlockAlloc, Class, Config, ConfigRule, Error, HeldCore};
-
-/// Blocks a free's spill takes out of its cache before the backend has them: the largest
-/// batch of any policy (256 units of order 1).
-pub(crate) const SPILL_BUFFER: usize = 128;
 
 /// Where a [`Magazine`]'s tables lie in its metadata.
 pub(crate) struct Parts {
@@ -114,28 +110,19 @@ type CacheLock = lock_api::Mutex<YieldMutex, CoreCache>;
 /// The layout of the metadata of magazines for `config`: the state table (a byte per
 /// unit), the caches (a cache line per core) and their lists; [`Error::InvalidConfig`] for
 /// a configuration that cannot be built. A `const fn` (for a `const`
-/// `Magazine::metadata_layout`): `match` for `?`.
+/// `Magazine::metadata_layout`).
 pub(crate) const fn plan(config: Config) -> Result<(Plan, Parts), Error> {
-    if let Err(e) = config.validate() {
-        return Err(e);
-    }
+    const_try!(config.validate());
     let mut plan = Plan::new();
-    let cores = config.cores;
-    match (
-        plan.add(config.units),
-        plan.add(cores),
-        plan.add(cores * LINES),
-    ) {
-        (Ok(states), Ok(caches), Ok(lists)) => Ok((
-            plan,
-            Parts {
-                states,
-                caches,
-                lists,
-            },
-        )),
-        (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => Err(e),
-    }
+    let states = const_try!(plan.add(config.units));
+    let caches = const_try!(plan.add(config.cores));
+    let lists = const_try!(plan.add(config.cores * LINES));
+    let parts = Parts {
+        states,
+        caches,
+        lists,
+    };
+    Ok((plan, parts))
 }
 
 impl<A: Backend> Magazine<A> {
@@ -486,8 +473,8 @@ impl<A: Backend> Magazine<A> {
     /// (docs/results.md, "Frees of other cores' blocks"). The batch's blocks are `Free` in
     /// the table before the lock goes, so a free of one meanwhile is refused, and no
     /// allocation can find them: they are in no list, and the backend has them allocated
-    /// until it frees them. A batch larger than the buffer (no policy's is) is given back
-    /// under the lock.
+    /// until it frees them. No policy's batch is larger than the buffer
+    /// ([`Policy::with_units`]).
     #[cold]
     #[inline(never)]
     fn spill_unlocked(
@@ -500,14 +487,9 @@ impl<A: Backend> Magazine<A> {
         let mut batch = [0usize; SPILL_BUFFER];
         let mut taken = 0;
         cache.spill(&self.policy, slot, |blocks| {
-            match batch.get_mut(..blocks.len()) {
-                Some(room) => {
-                    room.copy_from_slice(blocks);
-                    self.mark_free(blocks);
-                    taken = blocks.len();
-                }
-                None => self.give_back(blocks, order, core),
-            }
+            batch[..blocks.len()].copy_from_slice(blocks);
+            self.mark_free(blocks);
+            taken = blocks.len();
         });
         drop(cache);
         self.free_owned(&batch[..taken], order, core);
@@ -568,10 +550,16 @@ impl<A: Backend> Magazine<A> {
         }
     }
 
-    /// The slot of `order` for a free of `(index, order)` by `core`, after checking the
-    /// block; `None` where the order is not cached and the backend has answered the free.
+    /// What every free of `(index, order)` by `core` does before it takes a cache: the
+    /// reservation's check, a `Direct` block's free ([`Self::free_if_direct`]) and the
+    /// block's check; then the slot of `order`, whose block the caller ends and parks, or
+    /// `None` where the free is done (the backend's, for an order that is not cached).
     #[inline]
     fn cached_slot(&self, index: usize, order: u32, core: usize) -> Result<Option<usize>, Error> {
+        self.reserved.check_free(index, order)?;
+        if let Some(freed) = self.free_if_direct(index, order, core) {
+            return freed.map(|()| None);
+        }
         check_block(index, order, self.max_order(), self.total_units())?;
         match self.slot(order) {
             Some(slot) => Ok(Some(slot)),
@@ -767,10 +755,6 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
     /// path, and its address does not wait for the state's load.
     #[inline]
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        self.reserved.check_free(index, order)?;
-        if let Some(freed) = self.free_if_direct(index, order, core) {
-            return freed;
-        }
         let Some(slot) = self.cached_slot(index, order, core)? else {
             return Ok(());
         };

@@ -158,10 +158,6 @@ impl<A: Backend> HeldCore for PinnedCore<'_, A> {
     #[inline]
     fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
         let (magazine, core) = (self.magazine, self.core);
-        magazine.reserved.check_free(index, order)?;
-        if let Some(freed) = magazine.free_if_direct(index, order, core) {
-            return freed;
-        }
         let Some(slot) = magazine.cached_slot(index, order, core)? else {
             return Ok(());
         };
