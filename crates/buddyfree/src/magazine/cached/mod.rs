@@ -665,19 +665,11 @@ impl<A: Backend> Magazine<A> {
         )
     }
 
-    /// Whether a cached block may overlap the block `(index, order)`: one of a cached order
-    /// at least `order` containing `index`, or one of a smaller cached order starting inside.
-    fn overlaps_cached(&self, index: usize, order: u32) -> bool {
-        self.policy.orders.iter().any(|&cached| {
-            if cached >= order {
-                let start = index & !((1usize << cached) - 1);
-                start + (1 << cached) <= self.total_units() && self.is_parked(start, cached)
-            } else {
-                (index..index + (1 << order))
-                    .step_by(1 << cached)
-                    .any(|start| self.is_parked(start, cached))
-            }
-        })
+    /// Whether any cache may hold blocks, by the hints ([`Front::may_hold`]).
+    fn may_hold_any(&self) -> bool {
+        self.caches
+            .iter()
+            .any(|f| f.may_hold.load(Ordering::Relaxed))
     }
 
     /// The backend's `block`, or `None` where it is parked in a cache.
@@ -711,11 +703,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
             // core before it refuses (LLFree's complete fallback), so draining it would
             // change nothing but the placement of later allocations.
             Err(Error::OutOfMemory) => {
-                if !self
-                    .caches
-                    .iter()
-                    .any(|f| f.may_hold.load(Ordering::Relaxed))
-                {
+                if !self.may_hold_any() {
                     return Err(Error::OutOfMemory);
                 }
                 self.drain_all(core);
@@ -919,15 +907,19 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
         }
     }
 
-    /// See [`BlockAlloc::alloc_at`]. The backend sees cached blocks as allocated, so they are
-    /// given back first (every cache, if any overlaps the block): a unit never goes to two
-    /// owners, and a free unit is refused only if a concurrent free parks it meanwhile.
+    /// See [`BlockAlloc::alloc_at`]. The backend sees cached blocks as allocated, so where it
+    /// finds a unit of the block taken while a cache may hold blocks, every cache gives its
+    /// blocks back and the backend is asked again: a unit never goes to two owners, and a
+    /// free unit is refused only if a concurrent free parks it meanwhile.
     fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         check_block(index, order, self.max_order(), self.total_units())?;
-        if self.overlaps_cached(index, order) {
-            self.drain_caches(core);
+        match self.backend.alloc_at(index, order, core) {
+            Err(Error::Occupied) if self.may_hold_any() => {
+                self.drain_caches(core);
+                self.backend.alloc_at(index, order, core)?;
+            }
+            other => other?,
         }
-        self.backend.alloc_at(index, order, core)?;
         self.record_live(self.slot(order), index);
         Ok(())
     }
