@@ -208,13 +208,13 @@ fn policy_within(units: usize) -> &'static Policy {
         .unwrap_or(&MAGAZINE_STEPS[MAGAZINE_STEPS.len() - 1])
 }
 
-/// The policy for magazines on `cores` cores in front of an allocator of `units` units.
+/// The policy for magazines on `cores` cores in front of an allocator of `units` units: the
+/// longest lists within the full lists' part of [`FULL_LISTS_FROM`] units, taken of the
+/// heap per core. The ceilings of the steps halve (but the last), so each step's lists
+/// start where the heap per core halves.
 fn policy(units: usize, cores: usize) -> &'static Policy {
     let share = units / cores.max(1);
-    let step = (0..MAGAZINE_STEPS.len())
-        .find(|&step| share >= FULL_LISTS_FROM >> step)
-        .unwrap_or(MAGAZINE_STEPS.len() - 1);
-    &MAGAZINE_STEPS[step]
+    policy_within(share.saturating_mul(MAGAZINE_STEPS[0].ceiling()) / FULL_LISTS_FROM)
 }
 
 /// What per-core caches may be told beyond their [`Config`]: how much each core's magazine
