@@ -5,12 +5,11 @@
 //!
 //! ```text
 //!  Magazine<A>
-//!  └── Cached<A>                       the crate's per-core cache
-//!      ├── backend: A                   Nbbs4, LLFree, Nbbs, ... (lock-free)
-//!      ├── caches:  [CachePadded<Mutex<YieldMutex, CoreCache>>; cores]
-//!      │              per order 0..=9: recently freed blocks (allocated in A), in one
-//!      │              fixed array per core
-//!      └── states:  [u8; units]         Free | Live | Direct | Owned(core) | Cached
+//!  ├── backend: A                   Nbbs4, LLFree, Nbbs, ... (lock-free)
+//!  ├── caches:  [CachePadded<Mutex<YieldMutex, CoreCache>>; cores]
+//!  │              per order 0..=9: recently freed blocks (allocated in A), in one
+//!  │              fixed array per core
+//!  └── states:  [u8; units]         Free | Live | Direct | Owned(core) | Cached
 //! ```
 //!
 //! # Protocol
@@ -209,9 +208,9 @@ fn policy_within(units: usize) -> &'static Policy {
 }
 
 /// The policy for magazines on `cores` cores in front of an allocator of `units` units: the
-/// longest lists within the full lists' part of [`FULL_LISTS_FROM`] units, taken of the
-/// heap per core. The ceilings of the steps halve (but the last), so each step's lists
-/// start where the heap per core halves.
+/// longest lists that park at most the part of the heap per core that the full lists park
+/// of [`FULL_LISTS_FROM`] units. The steps' ceilings halve (but the last's), so the lists
+/// halve where the heap per core does.
 fn policy(units: usize, cores: usize) -> &'static Policy {
     let share = units / cores.max(1);
     policy_within(share.saturating_mul(MAGAZINE_STEPS[0].ceiling()) / FULL_LISTS_FROM)

@@ -136,8 +136,8 @@ impl Policy {
     }
 }
 
-/// One cache line of a core's lists: the unit [`Cached`](super::Cached) lays the lists out
-/// in, so that no two cores' lists share a line.
+/// One cache line of a core's lists: the unit [`Magazine`](crate::magazine::Magazine) lays
+/// the lists out in, so that no two cores' lists share a line.
 #[repr(C, align(128))]
 pub(crate) struct ListLine([usize; LINE]);
 

@@ -11,9 +11,9 @@
 //! through. Either way the block then goes to a cache or back to the backend. Blocks of
 //! orders that are never cached are not recorded: the backend decides their frees.
 //!
-//! A block handed out while its cache sees a stream of allocations that no free feeds
-//! (see [`Cached`](super::Cached)) is `Direct`: its free never parks it, but sends it
-//! straight back to the backend, which has it allocated to the caller and no one else, so
+//! A block handed out while its cache sees a stream of allocations that no free feeds (see
+//! *Streams* in the [`cached`](super) module) is `Direct`: its free never parks it, but sends
+//! it straight back to the backend, which has it allocated to the caller and no one else, so
 //! the backend's own free decides racing frees: exactly one of them finds the block
 //! allocated there. The table only names the route, with a plain load, and records the
 //! block `Free` with a plain store before the backend has it, so that no later free of it
