@@ -12,8 +12,7 @@ use crate::{BlockAlloc, Error, HeldCore};
 /// operations on orders 0–9 take no lock. Whatever else needs the magazine waits meanwhile;
 /// allocations that may need other magazines (an empty backend: it may drain) let it go for
 /// their duration, so a pinned magazine is never held while another is taken. It stays on
-/// the thread that took it (it is not `Send`), as a lock guard does, which has noted the
-/// pin ([`YieldMutex::pin`]):
+/// the thread that took it (it is not `Send`), as a lock guard does:
 ///
 /// ```compile_fail
 /// use buddyfree::llfree::LLFree;
@@ -29,6 +28,7 @@ use crate::{BlockAlloc, Error, HeldCore};
 /// ```
 pub struct PinnedCore<'a, A> {
     magazine: &'a Magazine<A>,
+    /// The held cache, whose lock notes the pin on this thread ([`YieldMutex::pin`]).
     cache: lock_api::MutexGuard<'a, YieldMutex, CoreCache>,
     core: usize,
     on_this_thread: PhantomData<*const ()>,
