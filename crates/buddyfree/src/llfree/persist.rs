@@ -34,9 +34,9 @@
 //! - every block whose `free` returned is free;
 //! - the block of an operation in flight at the crash is either in its old state, in its new
 //!   state, or lost: its taken units are order-0 blocks no one holds, its frames taken whole
-//!   order-9 blocks (listed by
-//!   [`PersistentLLFree::blocks`]). At most one block per thread is lost (the paper: at most
-//!   one frame per core), or the blocks of one bulk call (`alloc_bulk`, `free_bulk`, which
+//!   order-9 blocks (listed by [`LLFree::blocks`], which a zone derefs to). At most one
+//!   block per thread is lost (the paper: at most one frame per core), or the blocks of one
+//!   bulk call (`alloc_bulk`, `free_bulk`, which
 //!   commit a bit-field word at a time); recovery never frees a unit.
 //!
 //! These are the zone's own operations. Per-core
@@ -72,7 +72,6 @@ use std::io::{self, Read};
 use std::path::Path;
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
-use std::vec::Vec;
 
 use memmap2::MmapMut;
 
@@ -86,7 +85,7 @@ use super::writeback::{sealed, WriteBack};
 use super::{LLFree, Options};
 use crate::config::check_cores;
 use crate::sync::atomic::{AtomicU64, Ordering};
-use crate::{BlockAlloc, Capabilities, Config, ConfigRule, Error};
+use crate::{BlockAlloc, Capabilities, Class, Config, ConfigRule, Error, HeldCore};
 
 /// The most units a zone may have (2^48 frames of 4 KiB, 1 EiB): sizes stay far from
 /// overflow.
@@ -411,24 +410,9 @@ impl PersistentLLFree {
         self.set_state(CLEAN)
     }
 
-    /// The LLFree allocator of the zone (for its statistics).
-    pub fn llfree(&self) -> &LLFree<Durable> {
-        &self.alloc
-    }
-
     /// The write-back each operation does.
     pub fn flush_kind(&self) -> FlushKind {
         self.flush
-    }
-
-    /// Every block the zone holds, as `(index, order)`, in address order: blocks of orders
-    /// 1 and up with their order, every other taken unit as an order-0 block (every other
-    /// frame taken whole as an order-9 block). After a crash
-    /// this is how a user finds units lost by operations in flight (those its own records
-    /// do not hold), to free them. Only meaningful while no operation is running.
-    #[must_use]
-    pub fn blocks(&self) -> Vec<(usize, u32)> {
-        self.alloc.blocks()
     }
 
     /// Sets the shutdown marker and writes the header page to the file.
@@ -540,78 +524,17 @@ fn lock(file: &File) -> Result<(), PersistError> {
     }
 }
 
+/// A zone is its allocator, which lives as long as the zone holds the mapping open.
+impl core::ops::Deref for PersistentLLFree {
+    type Target = LLFree<Durable>;
+
+    fn deref(&self) -> &LLFree<Durable> {
+        &self.alloc
+    }
+}
+
 impl BlockAlloc for PersistentLLFree {
-    fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        self.alloc.alloc(order, core)
-    }
-
-    fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        self.alloc.free(index, order, core)
-    }
-
-    fn alloc_bulk(&self, order: u32, core: usize, out: &mut [usize]) -> Result<usize, Error> {
-        self.alloc.alloc_bulk(order, core, out)
-    }
-
-    fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
-        self.alloc.free_bulk(blocks, order, core)
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.alloc.capabilities()
-    }
-
-    fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        self.alloc.try_alloc(order, core)
-    }
-
-    fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        self.alloc.try_free(index, order, core)
-    }
-
-    fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        self.alloc.alloc_at(index, order, core)
-    }
-
-    fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        self.alloc.reserve_range(start, len, core)
-    }
-
-    fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        self.alloc.free_range(start, len, core)
-    }
-
-    fn free_units(&self) -> usize {
-        self.alloc.free_units()
-    }
-
-    fn total_units(&self) -> usize {
-        self.alloc.total_units()
-    }
-
-    fn max_order(&self) -> u32 {
-        self.alloc.max_order()
-    }
-
-    fn drain(&self) {
-        self.alloc.drain();
-    }
-
-    fn drain_core(&self, core: usize) {
-        self.alloc.drain_core(core);
-    }
-
-    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
-        self.alloc.block_of(index)
-    }
-
-    fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
-        self.alloc.try_block_of(index)
-    }
-
-    fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
-        self.alloc.next_block(from)
-    }
+    block_alloc_via_deref!();
 }
 
 impl crate::magazine::Sealed for PersistentLLFree {}
