@@ -11,7 +11,7 @@
 //!
 //! ```text
 //!  Forest<K>
-//!  ├── cells:       [K::Atomic]  every cell level in turn, roots first, each level one cache
+//!  ├── cells:       [AtomicU64]  every cell level in turn, roots first, each level one cache
 //!  │                             line off a power-of-two boundary; a cell packs the nodes of
 //!  │                             K levels (state bits per node, the guard, a generation)
 //!  ├── level_start: [usize]      first cell of each cell level
@@ -68,14 +68,13 @@
 //! back down (rollbacks). Reservations and marks acquire (the units may have just been freed
 //! by another thread); the clear that ends a free releases (F20), so the next owner's writes
 //! follow the last owner's. A refusal of any CAS step is confirmed by an RMW, never by a
-//! plain read ([`Word::try_update`]). The comments at each step give the paper's line.
+//! plain read ([`Word::try_cas`]). The comments at each step give the paper's line.
 
 #[cfg(all(test, loom))]
 use alloc::vec::Vec;
 use core::marker::PhantomData;
 
 use super::cell::Shape;
-#[cfg(all(test, loom))]
 use super::cell::State;
 use super::cores::{Cores, Slot};
 use super::word::Word;
@@ -89,31 +88,25 @@ use crate::table::build_on_heap;
 use crate::table::{Metadata, Part, Plan, Table};
 use crate::{check_block, BlockAlloc, Config, ConfigRule, Error};
 
-/// A cell height: the word it lives in and its masks.
+/// A cell height: the layout of its cells, each in an `AtomicU64`.
 pub trait Kind: Send + Sync + 'static {
-    /// The atomic word of one cell.
-    type Atomic: Word;
     /// The layout of its cells.
     const SHAPE: Shape;
     /// Cells per 64-byte cache line.
-    const LINE: usize;
+    const LINE: usize = 8;
 }
 
 /// The paper's 1-level tree: one node per `AtomicU64` (5 state bits, 59 generation bits).
 pub struct OneLevel;
 impl Kind for OneLevel {
-    type Atomic = AtomicU64;
     const SHAPE: Shape = Shape::new(1, Shape::state_bits(1), 59);
-    const LINE: usize = 8;
 }
 
 /// The paper's 4-level bunches: 15 nodes per `AtomicU64` (47 state bits, the guard's
 /// `INVALID` bit and 5-bit count, an 11-bit generation).
 pub struct FourLevel;
 impl Kind for FourLevel {
-    type Atomic = AtomicU64;
     const SHAPE: Shape = Shape::guarded(4, 5, 11);
-    const LINE: usize = 8;
 }
 
 /// Cells of `LEVELS` levels in an `AtomicU64` with a generation of only `GEN` bits, which
@@ -122,9 +115,7 @@ impl Kind for FourLevel {
 pub struct Narrow<const LEVELS: u32, const GEN: u32>;
 #[cfg(test)]
 impl<const LEVELS: u32, const GEN: u32> Kind for Narrow<LEVELS, GEN> {
-    type Atomic = AtomicU64;
     const SHAPE: Shape = Shape::new(LEVELS, Shape::state_bits(LEVELS), GEN);
-    const LINE: usize = 8;
 }
 
 /// Guarded cells of `LEVELS` levels with a count of `COUNT` bits and a generation of only
@@ -133,14 +124,12 @@ impl<const LEVELS: u32, const GEN: u32> Kind for Narrow<LEVELS, GEN> {
 pub struct Guarded<const LEVELS: u32, const COUNT: u32, const GEN: u32>;
 #[cfg(test)]
 impl<const LEVELS: u32, const COUNT: u32, const GEN: u32> Kind for Guarded<LEVELS, COUNT, GEN> {
-    type Atomic = AtomicU64;
     const SHAPE: Shape = Shape::guarded(LEVELS, COUNT, GEN);
-    const LINE: usize = 8;
 }
 
 /// Where the tables of a forest lie in its metadata ([`Forest::plan`]).
-pub(crate) struct Parts<K: Kind> {
-    cells: Part<K::Atomic>,
+pub(crate) struct Parts {
+    cells: Part<AtomicU64>,
     level_start: Part<usize>,
     slots: Part<CachePadded<Slot>>,
 }
@@ -174,19 +163,20 @@ pub(super) struct Place {
 /// does not grow, since `starts` increases with the level ([`Forest::build`]) and a parent's
 /// number is its child's shifted right.
 pub(super) struct Climb<'a, K: Kind> {
-    cells: &'a [K::Atomic],
+    cells: &'a [AtomicU64],
     starts: &'a [usize],
     level: usize,
     cell: usize,
+    kind: PhantomData<K>,
 }
 
 /// A step of a [`Climb`]: cell `cell` of cell level `level`, its word, and which of its
 /// children the climb came from.
-pub(super) struct Up<'a, A> {
+pub(super) struct Up<'a> {
     pub(super) level: usize,
     pub(super) cell: usize,
     pub(super) ch: u32,
-    pub(super) word: &'a A,
+    pub(super) word: &'a AtomicU64,
 }
 
 impl<K: Kind> Clone for Climb<'_, K> {
@@ -198,7 +188,7 @@ impl<K: Kind> Clone for Climb<'_, K> {
 impl<'a, K: Kind> Climb<'a, K> {
     /// The word of the cell the climb is at: its start, before the first step.
     #[inline(always)]
-    pub(super) fn here(&self) -> &'a K::Atomic {
+    pub(super) fn here(&self) -> &'a AtomicU64 {
         // SAFETY: the invariant of `Climb`: both indices are in bounds.
         unsafe {
             self.cells
@@ -208,7 +198,7 @@ impl<'a, K: Kind> Climb<'a, K> {
 }
 
 impl<'a, K: Kind> Iterator for Climb<'a, K> {
-    type Item = Up<'a, K::Atomic>;
+    type Item = Up<'a>;
 
     #[inline(always)]
     fn next(&mut self) -> Option<Self::Item> {
@@ -239,7 +229,7 @@ impl<'a, K: Kind> Iterator for Climb<'a, K> {
 ///                     cell pos >> r, in-cell number 2^r + pos mod 2^r
 /// ```
 pub struct Forest<K: Kind> {
-    cells: Table<K::Atomic>,
+    cells: Table<AtomicU64>,
     /// First cell of each cell level.
     level_start: Table<usize>,
     units: usize,
@@ -257,7 +247,7 @@ pub struct Forest<K: Kind> {
 impl<K: Kind> Forest<K> {
     pub(super) const S: Shape = {
         assert!(
-            K::SHAPE.width() <= K::Atomic::BITS,
+            K::SHAPE.width() <= State::BITS,
             "the cell does not fit its word"
         );
         K::SHAPE
@@ -280,7 +270,7 @@ impl<K: Kind> Forest<K> {
 
     /// The metadata of a forest of `config`: its cells, the first cell of each cell level,
     /// and the per-core slots. A `const fn` (for a `const` `metadata_layout`): `match` for `?`.
-    pub(crate) const fn plan(config: Config) -> Result<(Plan, Parts<K>), Error> {
+    pub(crate) const fn plan(config: Config) -> Result<(Plan, Parts), Error> {
         const OVERFLOW: Error = Error::InvalidConfig(ConfigRule::MetadataOverflow);
         if let Err(e) = config.validate() {
             return Err(e);
@@ -340,7 +330,7 @@ impl<K: Kind> Forest<K> {
     /// multiple of `2^max_order`, the last tree is cut short: its units past the end are
     /// occupied once, at construction, by aligned blocks no caller can free (they are out of
     /// range).
-    pub(crate) fn build(config: Config, parts: Parts<K>, meta: &Metadata) -> Result<Self, Error> {
+    pub(crate) fn build(config: Config, parts: Parts, meta: &Metadata) -> Result<Self, Error> {
         let max_order = config.max_order;
         let roots = config.units.div_ceil(1 << max_order);
         // `plan` checked that neither this nor the level sizes below overflow.
@@ -353,7 +343,7 @@ impl<K: Kind> Forest<K> {
         })?;
         let cores = config.cores;
         let forest = Forest {
-            cells: meta.table(parts.cells, |_| K::Atomic::new(0))?,
+            cells: meta.table(parts.cells, |_| AtomicU64::new(0))?,
             level_start,
             units: config.units,
             span,
@@ -408,7 +398,7 @@ impl<K: Kind> Forest<K> {
     }
 
     #[inline]
-    pub(super) fn cell(&self, level: usize, cell: usize) -> &K::Atomic {
+    pub(super) fn cell(&self, level: usize, cell: usize) -> &AtomicU64 {
         &self.cells[self.level_start[level] + cell]
     }
 
@@ -428,6 +418,7 @@ impl<K: Kind> Forest<K> {
             starts: &self.level_start,
             level: at.level,
             cell: at.cell,
+            kind: PhantomData,
         }
     }
 
@@ -454,7 +445,7 @@ impl<K: Kind> Forest<K> {
         // T2. Acquire: the node, or an in-cell ancestor, may have just been freed by another
         // thread; its writes to those units must happen before the caller's. In a root cell
         // there is no climb: the reservation completes the allocation.
-        let r = home.try_update(Ordering::Acquire, |w| {
+        let r = home.try_cas(Ordering::Acquire, |w| {
             let w = Self::S.reserve(w, at.j).ok()?;
             Some(if done {
                 Self::S.complete(w, at.j, rows)
@@ -473,7 +464,7 @@ impl<K: Kind> Forest<K> {
             // (see `unmark`).
             let r = up
                 .word
-                .try_update(Ordering::AcqRel, |w| Self::S.mark(w, up.ch).ok());
+                .try_cas(Ordering::AcqRel, |w| Self::S.mark(w, up.ch).ok());
             trace!("mark {}/{} ch {} -> {r:x?}", up.level, up.cell, up.ch);
             if let Err(seen) = r {
                 let failed = Self::S.mark(seen, up.ch).unwrap_err();
@@ -485,7 +476,7 @@ impl<K: Kind> Forest<K> {
         if rows == 0 {
             home.fetch_or(Self::S.allocated_bit(at.j), Ordering::Relaxed);
         } else {
-            let _ = home.try_update(Ordering::Relaxed, |w| Some(Self::S.complete(w, at.j, rows)));
+            let _ = home.try_cas(Ordering::Relaxed, |w| Some(Self::S.complete(w, at.j, rows)));
         }
         trace!("allocated {node:?} rows {rows}");
         Ok(())
