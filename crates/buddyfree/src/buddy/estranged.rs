@@ -19,7 +19,7 @@
 //! when all five steps fail, no free aligned block of order `k` exists.
 
 use super::tags::Tag;
-use super::{buddy_of, carve, initial_blocks, Entries, Lists, Parts};
+use super::{buddy_of, carve, initial_blocks, Entries, Lists, Parts, PAIRS, SINGLES as BUSY};
 use crate::table::Metadata;
 use crate::{Config, Error};
 
@@ -80,26 +80,9 @@ impl EstrangedStats {
     }
 }
 
-/// The two lists of each order.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum List {
-    Busy = 0,
-    Paired = 1,
-}
-
-impl List {
-    /// The tag of a block start listed here.
-    fn tag(self, order: u32) -> Tag {
-        match self {
-            List::Busy => Tag::free(order),
-            List::Paired => Tag::pair(order),
-        }
-    }
-}
-
 /// The estranged buddy allocator (sequential; wrap it in [`crate::Locked`]).
 pub struct Estranged {
-    /// The buddy-busy and the buddy-free list of every order, indexed by [`List`].
+    /// The buddy-busy ([`BUSY`]) and the buddy-free ([`PAIRS`]) list of every order.
     lists: Lists<2>,
     stats: EstrangedStats,
 }
@@ -138,23 +121,7 @@ impl Estranged {
 
     /// Entries on the buddy-busy and buddy-free lists of `order`.
     pub fn list_lengths(&self, order: u32) -> (usize, usize) {
-        (
-            self.lists.len(List::Busy as usize, order),
-            self.lists.len(List::Paired as usize, order),
-        )
-    }
-
-    fn push(&mut self, list: List, index: usize, order: u32) {
-        self.lists
-            .push(list as usize, index, order, list.tag(order));
-    }
-
-    fn unlink(&mut self, list: List, index: usize, order: u32) {
-        self.lists.unlink(list as usize, index, order);
-    }
-
-    fn first(&self, list: List, order: u32) -> Option<usize> {
-        self.lists.first(list as usize, order)
+        (self.lists.len(BUSY, order), self.lists.len(PAIRS, order))
     }
 
     /// Lists a block that just became free: paired with its buddy if the buddy is free at
@@ -162,10 +129,10 @@ impl Estranged {
     fn release(&mut self, index: usize, order: u32) {
         let buddy = buddy_of(index, order);
         if order < self.lists.max_order && self.lists.tags.is_free(buddy, order) {
-            self.unlink(List::Busy, buddy, order);
-            self.push(List::Paired, index.min(buddy), order);
+            self.lists.unlink(BUSY, buddy, order);
+            self.lists.push(PAIRS, index.min(buddy), order);
         } else {
-            self.push(List::Busy, index, order);
+            self.lists.push(BUSY, index, order);
         }
     }
 
@@ -178,34 +145,34 @@ impl Estranged {
     /// Step 3: the pair of order `order - 1` at `index` is the block of `order` at `index`.
     fn glue_halves(&mut self, order: u32, step: Step) -> Option<Result<usize, Error>> {
         let half = order.checked_sub(1)?;
-        let index = self.first(List::Paired, half)?;
-        self.unlink(List::Paired, index, half);
+        let index = self.lists.first(PAIRS, half)?;
+        self.lists.unlink(PAIRS, index, half);
         Some(self.serve(index, order, step))
     }
 
     /// Step 4: the smallest listed block above `order`, split down.
     fn split(&mut self, order: u32) -> Option<Result<usize, Error>> {
-        let above = (self.lists.masks[0] | self.lists.masks[1])
+        let above = (self.lists.masks[BUSY] | self.lists.masks[PAIRS])
             .checked_shr(order + 1)
             .unwrap_or(0);
         if above == 0 {
             return None;
         }
         let from = order + 1 + above.trailing_zeros();
-        let index = match self.first(List::Busy, from) {
+        let index = match self.lists.first(BUSY, from) {
             Some(index) => {
-                self.unlink(List::Busy, index, from);
+                self.lists.unlink(BUSY, index, from);
                 index
             }
             None => {
-                let index = self.first(List::Paired, from)?;
-                self.unlink(List::Paired, index, from);
-                self.push(List::Busy, index + (1 << from), from);
+                let index = self.lists.first(PAIRS, from)?;
+                self.lists.unlink(PAIRS, index, from);
+                self.lists.push(BUSY, index + (1 << from), from);
                 index
             }
         };
         carve(index, from, index, order, |piece, k| {
-            self.push(List::Busy, piece, k)
+            self.lists.push(BUSY, piece, k)
         });
         Some(self.serve(index, order, Step::Split))
     }
@@ -214,8 +181,8 @@ impl Estranged {
     /// order first, so that pairs formed by gluing are glued in turn.
     fn glue_below(&mut self, order: u32) {
         for k in 0..order.saturating_sub(1) {
-            while let Some(index) = self.first(List::Paired, k) {
-                self.unlink(List::Paired, index, k);
+            while let Some(index) = self.lists.first(PAIRS, k) {
+                self.lists.unlink(PAIRS, index, k);
                 self.release(index, k + 1);
                 self.stats.glued_pairs += 1;
             }
@@ -224,13 +191,13 @@ impl Estranged {
 
     /// Allocates a block of a checked `order` by the five steps of the heuristic.
     fn take(&mut self, order: u32) -> Result<usize, Error> {
-        if let Some(index) = self.first(List::Busy, order) {
-            self.unlink(List::Busy, index, order);
+        if let Some(index) = self.lists.first(BUSY, order) {
+            self.lists.unlink(BUSY, index, order);
             return self.serve(index, order, Step::BuddyBusy);
         }
-        if let Some(index) = self.first(List::Paired, order) {
-            self.unlink(List::Paired, index, order);
-            self.push(List::Busy, index + (1 << order), order);
+        if let Some(index) = self.lists.first(PAIRS, order) {
+            self.lists.unlink(PAIRS, index, order);
+            self.lists.push(BUSY, index + (1 << order), order);
             return self.serve(index, order, Step::BuddyFree);
         }
         if let Some(served) = self.glue_halves(order, Step::GlueHalves) {
@@ -257,14 +224,14 @@ impl Entries for Estranged {
 
     fn unlink_entry(&mut self, start: usize, order: u32) {
         if self.lists.tags.get(start) == Tag::free(order) {
-            self.unlink(List::Busy, start, order);
+            self.lists.unlink(BUSY, start, order);
         } else {
-            self.unlink(List::Paired, start, order - 1);
+            self.lists.unlink(PAIRS, start, order - 1);
         }
     }
 
     fn push_piece(&mut self, index: usize, order: u32) {
-        self.push(List::Busy, index, order);
+        self.lists.push(BUSY, index, order);
     }
 }
 

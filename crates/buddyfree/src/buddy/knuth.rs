@@ -8,7 +8,7 @@
 //! exists at all.
 
 use super::tags::Tag;
-use super::{buddy_of, carve, initial_blocks, Entries, Lists, Parts};
+use super::{buddy_of, carve, initial_blocks, Entries, Lists, Parts, SINGLES};
 use crate::table::Metadata;
 use crate::{Config, Error};
 
@@ -61,24 +61,20 @@ impl Knuth {
             stats: KnuthStats::default(),
         };
         for (index, order) in initial_blocks(config.units, config.max_order) {
-            knuth.push(index, order);
+            knuth.lists.push(SINGLES, index, order);
         }
         Ok(knuth)
     }
 
     /// Free blocks on the list of `order`.
     pub fn free_blocks(&self, order: u32) -> usize {
-        self.lists.len(0, order)
-    }
-
-    fn push(&mut self, index: usize, order: u32) {
-        self.lists.push(0, index, order, Tag::free(order));
+        self.lists.len(SINGLES, order)
     }
 
     /// Allocates a block of a checked `order` from the lowest non-empty list at or above it.
     fn take(&mut self, order: u32) -> Result<usize, Error> {
-        let from = order + (self.lists.masks[0] >> order).trailing_zeros();
-        let Some(index) = self.lists.first(0, from) else {
+        let from = order + (self.lists.masks[SINGLES] >> order).trailing_zeros();
+        let Some(index) = self.lists.first(SINGLES, from) else {
             self.stats.failed += 1;
             return Err(Error::OutOfMemory);
         };
@@ -87,8 +83,10 @@ impl Knuth {
         } else {
             self.stats.split += 1;
         }
-        self.lists.unlink(0, index, from);
-        carve(index, from, index, order, |piece, k| self.push(piece, k));
+        self.lists.unlink(SINGLES, index, from);
+        carve(index, from, index, order, |piece, k| {
+            self.lists.push(SINGLES, piece, k)
+        });
         self.lists.set_used(index, order);
         Ok(index)
     }
@@ -100,12 +98,12 @@ impl Knuth {
             if !self.lists.tags.is_free(buddy, order) {
                 break;
             }
-            self.lists.unlink(0, buddy, order);
+            self.lists.unlink(SINGLES, buddy, order);
             self.stats.merges += 1;
             index = index.min(buddy);
             order += 1;
         }
-        self.push(index, order);
+        self.lists.push(SINGLES, index, order);
     }
 }
 
@@ -115,11 +113,11 @@ impl Entries for Knuth {
     }
 
     fn unlink_entry(&mut self, start: usize, order: u32) {
-        self.lists.unlink(0, start, order);
+        self.lists.unlink(SINGLES, start, order);
     }
 
     fn push_piece(&mut self, index: usize, order: u32) {
-        self.push(index, order);
+        self.lists.push(SINGLES, index, order);
     }
 }
 

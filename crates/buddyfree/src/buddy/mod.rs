@@ -154,8 +154,16 @@ pub(crate) const fn plan<const N: usize>(config: Config) -> Result<(Plan, Parts)
     Ok((plan, Parts { heads, links, tags }))
 }
 
-/// The free lists, tags and unit counts of a sequential buddy, `N` lists per order: the state
-/// Knuth's buddy (one list) and the estranged buddy (buddy-busy and buddy-free) share.
+/// The list of free blocks, each tagged [`Tag::free`] at its start: Knuth's one list, the
+/// estranged buddy's buddy-busy list.
+pub(crate) const SINGLES: usize = 0;
+/// The estranged buddy's buddy-free list: pairs of free buddies, each tagged [`Tag::pair`] at
+/// its left block.
+pub(crate) const PAIRS: usize = 1;
+
+/// The free lists, tags and unit counts of a sequential buddy, `N` lists per order
+/// ([`SINGLES`], then [`PAIRS`]): the state Knuth's buddy (one list) and the estranged buddy
+/// (two) share.
 pub(crate) struct Lists<const N: usize> {
     links: Links,
     tags: Tags,
@@ -182,11 +190,12 @@ impl<const N: usize> Lists<N> {
         })
     }
 
-    fn push(&mut self, list: usize, index: usize, order: u32, tag: Tag) {
+    fn push(&mut self, list: usize, index: usize, order: u32) {
         self.links
             .push(&mut self.heads[order as usize * N + list], index);
         self.masks[list] |= 1 << order;
-        self.tags.set(index, tag);
+        let tag = if list == PAIRS { Tag::pair } else { Tag::free };
+        self.tags.set(index, tag(order));
     }
 
     fn unlink(&mut self, list: usize, index: usize, order: u32) {

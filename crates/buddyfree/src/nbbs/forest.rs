@@ -141,6 +141,17 @@ pub(super) struct Node {
     pub(super) pos: usize,
 }
 
+impl Node {
+    /// The node of the block of `order` at unit `index` (its start, if aligned).
+    #[inline]
+    pub(super) fn at(index: usize, order: u32) -> Node {
+        Node {
+            order,
+            pos: index >> order,
+        }
+    }
+}
+
 /// Where a node lives: cell level (0 = the cells holding the roots), cell within the level,
 /// node number inside the cell.
 #[derive(Clone, Copy, Debug)]
@@ -364,13 +375,7 @@ impl<K: Kind> Forest<K> {
                 .unwrap_or(0);
             // Cannot fail on a fresh forest; an error here would be a broken size computation.
             forest
-                .try_alloc(
-                    Node {
-                        order,
-                        pos: pos >> order,
-                    },
-                    0,
-                )
+                .try_alloc(Node::at(pos, order), 0)
                 .map_err(|_| ConfigRule::MetadataOverflow)?;
             pos += 1 << order;
         }
@@ -549,10 +554,7 @@ impl<K: Kind> Forest<K> {
         if order <= freed {
             return true;
         }
-        let at = self.place(Node {
-            order,
-            pos: (first.pos << first.order) >> order,
-        });
+        let at = self.place(Node::at(first.pos << first.order, order));
         Self::S.is_free(self.cell(at.level, at.cell).load(Ordering::Relaxed), at.j)
     }
 
@@ -631,20 +633,14 @@ impl<K: Kind> Forest<K> {
         if seen.count_ones() as usize != group.len() {
             return false;
         }
-        let node = Node {
-            order: top,
-            pos: base >> top,
-        };
+        let node = Node::at(base, top);
         let at = self.place(node);
         if !self.free_node(at, |w| Self::S.join(w, at.j, rows)) {
             return false;
         }
         trace!("freed group {node:?} rows {rows}");
         // The hint single frees of the blocks would leave, for the next group or block.
-        let first = Node {
-            order,
-            pos: base >> order,
-        };
+        let first = Node::at(base, order);
         self.count_free(1 << top, first, core);
         true
     }
@@ -678,10 +674,7 @@ impl<K: Kind> Forest<K> {
 
     /// Whether the block (`index`, `order`) is allocated.
     fn is_allocated(&self, index: usize, order: u32) -> bool {
-        let at = self.place(Node {
-            order,
-            pos: index >> order,
-        });
+        let at = self.place(Node::at(index, order));
         Self::S.is_allocated(self.cell(at.level, at.cell).load(Ordering::Relaxed), at.j)
     }
 
@@ -720,10 +713,7 @@ impl<K: Kind> Forest<K> {
     /// harmless), then FREENODE up to the roots and counts the release (F4).
     fn free_unreserved(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         check_block(index, order, self.max_order, self.units)?;
-        let node = Node {
-            order,
-            pos: index >> order,
-        };
+        let node = Node::at(index, order);
         let at = self.place(node);
         if !self.free_node(at, |w| Self::S.claim(w, at.j)) {
             let other = (0..=self.max_order)
@@ -838,14 +828,8 @@ impl<K: Kind> BlockAlloc for Forest<K> {
     /// a node below it, nor an ancestor is occupied.
     fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         check_block(index, order, self.max_order, self.units)?;
-        self.try_alloc(
-            Node {
-                order,
-                pos: index >> order,
-            },
-            0,
-        )
-        .map_err(|_| Error::Occupied)?;
+        self.try_alloc(Node::at(index, order), 0)
+            .map_err(|_| Error::Occupied)?;
         self.cores.slot(core).allocated(1 << order);
         Ok(())
     }
@@ -867,10 +851,7 @@ impl<K: Kind> BlockAlloc for Forest<K> {
         let mut order = self.max_order;
         while at < self.units {
             let start = at & !((1 << order) - 1);
-            let node = self.place(Node {
-                order,
-                pos: start >> order,
-            });
+            let node = self.place(Node::at(start, order));
             let w = self.cell(node.level, node.cell).load(Ordering::Acquire);
             if Self::S.is_allocated(w, node.j) {
                 return Ok(Some((start, order)));

@@ -478,10 +478,7 @@ impl<K: Kind> Forest<K> {
     /// to its clear (F20), and stops there: for tests that replay races with the UNMARK.
     #[cfg(test)]
     pub fn free_until_unmark(&self, index: usize, order: u32) -> Stalled {
-        let node = Node {
-            order,
-            pos: index >> order,
-        };
+        let node = Node::at(index, order);
         let at = self.place(node);
         assert!(at.level > 0, "a node in a root cell has no UNMARK");
         let now = self
