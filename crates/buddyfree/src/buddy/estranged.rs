@@ -272,9 +272,9 @@ mod tests {
         }
         assert_eq!(e.list_lengths(0), (0, 2));
         assert_eq!(e.free_entry(3), Some((2, 1)));
-        assert_eq!(e.claim(2, 2), Err(Error::Misaligned));
-        e.claim(0, 2).unwrap();
-        assert_eq!(e.claim(0, 0), Err(Error::Occupied));
+        assert_eq!(e.alloc_at(2, 2), Err(Error::Misaligned));
+        e.alloc_at(0, 2).unwrap();
+        assert_eq!(e.alloc_at(0, 0), Err(Error::Occupied));
         assert_eq!((e.list_lengths(0), e.free_units()), ((0, 0), 4));
         assert_eq!(e.live_at(0), Some(2));
         e.free(0, 2).unwrap();

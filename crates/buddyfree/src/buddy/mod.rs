@@ -89,10 +89,6 @@ macro_rules! seq_buddy {
                     .then(|| $crate::buddy::Entries::entry_at(self, index))
                     .flatten()
             }
-
-            fn claim(&mut self, index: usize, order: u32) -> Result<(), $crate::Error> {
-                $crate::SeqBlockAlloc::alloc_at(self, index, order)
-            }
         }
 
         caller_metadata!(

@@ -327,10 +327,7 @@ impl<K: Kind> Forest<K> {
                 Step::Recheck => {
                     reg = Some(Self::S.gen(w));
                     // Relaxed: ordered after the marks that count by the acquire above.
-                    let c = self
-                        .cell(level + 1, cell << Self::LEVELS | ch as usize)
-                        .try_cas(Ordering::Relaxed, |_| None)
-                        .unwrap_or_else(|c| c);
+                    let c = self.child_state(level, cell, ch);
                     trace!("recheck child -> {c:x}");
                     if !Self::S.looks_free(c) {
                         return if Self::S.is_guarded() {
@@ -378,6 +375,15 @@ impl<K: Kind> Forest<K> {
         }
     }
 
+    /// The state of child `ch` of cell `cell` at `level`, confirmed current by an RMW (a
+    /// refused CAS): a plain load could be stale (`Word::try_cas`).
+    #[inline(always)]
+    fn child_state(&self, level: usize, cell: usize, ch: u32) -> State {
+        self.cell(level + 1, cell << Self::LEVELS | ch as usize)
+            .try_cas(Ordering::Relaxed, |_| None)
+            .unwrap_or_else(|c| c)
+    }
+
     /// Ends a registration at `cell` of `level` without unlinking; the last to leave an
     /// `INVALID` cell sweeps it. The cell's state after the sweep, or `None`.
     fn leave(&self, level: usize, cell: usize) -> Option<State> {
@@ -415,10 +421,7 @@ impl<K: Kind> Forest<K> {
             let mut drop = 0;
             for ch in 0..Self::S.children() {
                 if Self::S.coalescing(w, ch) {
-                    let c = self
-                        .cell(level + 1, cell << Self::LEVELS | ch as usize)
-                        .try_cas(Ordering::Relaxed, |_| None)
-                        .unwrap_or_else(|c| c);
+                    let c = self.child_state(level, cell, ch);
                     if Self::S.looks_free(c) {
                         drop |= Self::S.child_bits(ch);
                     }
