@@ -135,19 +135,12 @@ pub(crate) const fn plan<const N: usize>(config: Config) -> Result<(Plan, Parts)
         return Err(e);
     }
     let mut plan = Plan::new();
-    let heads = match plan.add(N * (config.max_order as usize + 1)) {
-        Ok(heads) => heads,
-        Err(e) => return Err(e),
-    };
-    let links = match Links::plan(&mut plan, config.units) {
-        Ok(links) => links,
-        Err(e) => return Err(e),
-    };
-    let tags = match Tags::plan(&mut plan, config.units) {
-        Ok(tags) => tags,
-        Err(e) => return Err(e),
-    };
-    Ok((plan, Parts { heads, links, tags }))
+    let heads = plan.add(N * (config.max_order as usize + 1));
+    let links = Links::plan(&mut plan, config.units);
+    match (heads, links, Tags::plan(&mut plan, config.units)) {
+        (Ok(heads), Ok(links), Ok(tags)) => Ok((plan, Parts { heads, links, tags })),
+        (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => Err(e),
+    }
 }
 
 /// The list of free blocks, each tagged [`Tag::free`] at its start: Knuth's one list, the

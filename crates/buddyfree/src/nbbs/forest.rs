@@ -304,24 +304,17 @@ impl<K: Kind> Forest<K> {
             level += 1;
         }
         let mut plan = Plan::new();
-        let cells = match plan.add(total) {
-            Ok(part) => part,
-            Err(e) => return Err(e),
-        };
-        let level_start = match plan.add(levels) {
-            Ok(part) => part,
-            Err(e) => return Err(e),
-        };
-        let slots = match Cores::plan(&mut plan, config.cores) {
-            Ok(part) => part,
-            Err(e) => return Err(e),
-        };
-        let parts = Parts {
-            cells,
-            level_start,
-            slots,
-        };
-        Ok((plan, parts))
+        match (plan.add(total), plan.add(levels), plan.add(config.cores)) {
+            (Ok(cells), Ok(level_start), Ok(slots)) => Ok((
+                plan,
+                Parts {
+                    cells,
+                    level_start,
+                    slots,
+                },
+            )),
+            (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => Err(e),
+        }
     }
 
     /// The cells of cell level `level`, with the cache line of unused cells after them.
@@ -727,9 +720,7 @@ impl<K: Kind> Forest<K> {
         self.count_free(1 << node.order, node, core);
         Ok(())
     }
-}
 
-impl<K: Kind> Forest<K> {
     /// Orders below the top row of their cell: several blocks under one node.
     pub(crate) fn alloc_bulk_groups(&self, order: u32) -> bool {
         self.group_rows(order) > 0
