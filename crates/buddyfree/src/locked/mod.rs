@@ -59,6 +59,7 @@ impl<A: SeqBlockAlloc, R: RawMutex> Locked<A, R> {
     }
 
     /// The allocator, if the lock is free now; otherwise [`Error::WouldBlock`].
+    #[inline]
     fn try_lock(&self) -> Result<MutexGuard<'_, R, A>, Error> {
         self.inner.try_lock().ok_or(Error::WouldBlock)
     }
