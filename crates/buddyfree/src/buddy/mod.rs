@@ -166,7 +166,8 @@ pub(crate) struct Lists<const N: usize> {
 }
 
 impl<const N: usize> Lists<N> {
-    /// Empty lists of `config`'s units, all used, their tables made in `meta` at `parts`.
+    /// Empty lists for `config`'s units, all counted free (the buddy then lists its initial
+    /// blocks), their tables made in `meta` at `parts`.
     fn new(config: Config, parts: Parts, meta: &Metadata) -> Result<Self, Error> {
         Ok(Lists {
             links: Links::new(meta, parts.links)?,
