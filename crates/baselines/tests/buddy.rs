@@ -118,7 +118,7 @@ mod defragmentation {
 
         /// Places a live block exactly at `index`.
         fn place(&mut self, index: usize, order: u32) {
-            self.alloc.claim(index, order).unwrap();
+            self.alloc.alloc_at(index, order).unwrap();
             self.fill(index, order);
         }
 

@@ -278,18 +278,18 @@ impl<A: BlockAlloc, const N: usize> Zones<A, N> {
         &self.zones
     }
 
-    /// Runs `f` on the zone of the block of `order` at `index`, with the index inside it,
-    /// after the checks every allocator makes of a block ([`Error::BadOrder`],
-    /// [`Error::OutOfRange`], [`Error::Misaligned`]) in the whole space, so that a bad block
-    /// gets the answer one allocator of the whole space would give.
+    /// Runs `f` on the allocator of the zone of the block of `order` at `index`, with the
+    /// index inside it, after the checks every allocator makes of a block
+    /// ([`Error::BadOrder`], [`Error::OutOfRange`], [`Error::Misaligned`]) in the whole space,
+    /// so that a bad block gets the answer one allocator of the whole space would give.
     fn routed_block(
         &self,
         index: usize,
         order: u32,
-        f: impl FnOnce(&Zone<A>, usize) -> Result<(), Error>,
+        f: impl FnOnce(&A, usize) -> Result<(), Error>,
     ) -> Result<(), Error> {
         let (z, inner) = self.locate(index, order)?;
-        f(&self.zones[z], inner)
+        f(&self.zones[z].alloc, inner)
     }
 
     /// The zone of the block of `order` at `index` and its index there, after the checks
@@ -403,15 +403,11 @@ impl<A: BlockAlloc, const N: usize> BlockAlloc for Zones<A, N> {
     }
 
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        self.routed_block(index, order, |zone, inner| {
-            zone.alloc.free(inner, order, core)
-        })
+        self.routed_block(index, order, |a, inner| a.free(inner, order, core))
     }
 
     fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        self.routed_block(index, order, |zone, inner| {
-            zone.alloc.try_free(inner, order, core)
-        })
+        self.routed_block(index, order, |a, inner| a.try_free(inner, order, core))
     }
 
     /// Blocks that come one after another in `blocks` and lie in one zone go to that zone's
@@ -502,9 +498,7 @@ impl<A: BlockAlloc, const N: usize> BlockAlloc for Zones<A, N> {
     }
 
     fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        self.routed_block(index, order, |zone, inner| {
-            zone.alloc.alloc_at(inner, order, core)
-        })
+        self.routed_block(index, order, |a, inner| a.alloc_at(inner, order, core))
     }
 
     /// Zone after zone from `from`'s, passing the gaps between them.

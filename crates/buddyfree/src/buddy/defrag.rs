@@ -32,17 +32,14 @@ use alloc::vec::Vec;
 use crate::{Error, SeqBlockAlloc};
 
 /// A sequential buddy that can be defragmented: it shows which blocks are live and which
-/// free entries cover a unit, and can hand out a chosen free block.
+/// free entries cover a unit, and hands out a chosen free block with
+/// [`alloc_at`](SeqBlockAlloc::alloc_at).
 pub trait Defrag: SeqBlockAlloc {
     /// The order of the live block starting at `index`, if one does.
     fn live_at(&self, index: usize) -> Option<u32>;
     /// The free list entry `(start, order)` that covers unit `index`, if the unit is free
     /// (an estranged pair of order `o` is one entry of order `o + 1`).
     fn free_entry(&self, index: usize) -> Option<(usize, u32)>;
-    /// Makes the wholly free block `(index, order)` live, as if `alloc` had returned it.
-    /// Fails, changing nothing, with `BadOrder`, `OutOfRange` or `Misaligned` for a bad block
-    /// (as `free` would) and `OrderMismatch` if any of its units is in use.
-    fn claim(&mut self, index: usize, order: u32) -> Result<(), Error>;
 }
 
 /// One relocation: the live block of `2^order` units at `from` now lives at `to`.
@@ -75,7 +72,7 @@ pub fn defrag<A: Defrag + ?Sized>(
     planner.empty_block(order).ok_or(Error::OutOfMemory)?;
     for m in &planner.moves {
         // The plan replays the shadow's steps in order, so `to` is free and `from` live now.
-        alloc.claim(m.to, m.order)?;
+        alloc.alloc_at(m.to, m.order)?;
         relocate(m.from, m.to, m.order);
         alloc.free(m.from, m.order)?;
     }

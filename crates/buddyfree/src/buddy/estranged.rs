@@ -18,14 +18,10 @@
 //! aligned block of order `m <= k` lies inside one list entry of at least `2^m` units; so
 //! when all five steps fail, no free aligned block of order `k` exists.
 
-use core::cell::Cell;
-
-use super::lists::{Links, ListHead};
-use super::tags::{Tag, Tags};
-use super::Entries;
-use super::{buddy_of, carve, initial_blocks, Parts};
-use crate::table::{Metadata, Table};
-use crate::{check_block, Capabilities, Config, Error, SeqBlockAlloc};
+use super::tags::Tag;
+use super::{buddy_of, carve, initial_blocks, Entries, Lists, Parts, PAIRS, SINGLES as BUSY};
+use crate::table::Metadata;
+use crate::{Config, Error};
 
 /// Which step of the allocation heuristic served a request (§2.7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,34 +80,10 @@ impl EstrangedStats {
     }
 }
 
-/// The two lists of each order.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum List {
-    Busy = 0,
-    Paired = 1,
-}
-
-impl List {
-    /// The tag of a block start listed here.
-    fn tag(self, order: u32) -> Tag {
-        match self {
-            List::Busy => Tag::free(order),
-            List::Paired => Tag::pair(order),
-        }
-    }
-}
-
 /// The estranged buddy allocator (sequential; wrap it in [`crate::Locked`]).
 pub struct Estranged {
-    links: Links<Cell<usize>>,
-    tags: Tags<Cell<u8>>,
-    /// The buddy-busy and the buddy-free list of every order, indexed by [`List`].
-    heads: [Table<ListHead>; 2],
-    /// Bit `k` of `masks[list]` set iff that list of order `k` is non-empty.
-    masks: [u64; 2],
-    free_units: usize,
-    total_units: usize,
-    max_order: u32,
+    /// The buddy-busy ([`BUSY`]) and the buddy-free ([`PAIRS`]) list of every order.
+    lists: Lists<2>,
     stats: EstrangedStats,
 }
 
@@ -130,88 +102,42 @@ impl Estranged {
     /// ```
     #[cfg(feature = "alloc")]
     pub fn new(config: Config) -> Result<Self, Error> {
-        crate::table::build_on_heap(super::plan(config), |parts, meta| {
+        crate::table::build_on_heap(super::plan::<2>(config), |parts, meta| {
             Estranged::build(config, parts, meta)
         })
     }
 
     /// The allocator of [`Estranged::new`], its tables made in `meta` at `parts`.
-    fn build(config: Config, parts: Parts<2>, meta: &Metadata) -> Result<Self, Error> {
-        let [busy, paired] = parts.heads;
+    fn build(config: Config, parts: Parts, meta: &Metadata) -> Result<Self, Error> {
         let mut estranged = Estranged {
-            links: Links::new(meta, parts.links)?,
-            tags: Tags::new(meta, parts.tags)?,
-            heads: [
-                meta.table(busy, |_| ListHead::EMPTY)?,
-                meta.table(paired, |_| ListHead::EMPTY)?,
-            ],
-            masks: [0; 2],
-            free_units: config.units,
-            total_units: config.units,
-            max_order: config.max_order,
+            lists: Lists::new(config, parts, meta)?,
             stats: EstrangedStats::default(),
         };
         for (index, order) in initial_blocks(config.units, config.max_order) {
-            estranged.insert_free(index, order);
+            estranged.release(index, order);
         }
         Ok(estranged)
     }
 
-    /// The step counters since creation (or the last [`Estranged::reset_stats`]).
-    pub fn stats(&self) -> EstrangedStats {
-        self.stats
-    }
-
-    /// Zeroes the step counters.
-    pub fn reset_stats(&mut self) {
-        self.stats = EstrangedStats::default();
-    }
-
     /// Entries on the buddy-busy and buddy-free lists of `order`.
     pub fn list_lengths(&self, order: u32) -> (usize, usize) {
-        let len = |list: List| {
-            self.heads[list as usize]
-                .get(order as usize)
-                .map_or(0, ListHead::len)
-        };
-        (len(List::Busy), len(List::Paired))
-    }
-
-    fn push(&mut self, list: List, index: usize, order: u32) {
-        self.links
-            .push(&mut self.heads[list as usize][order as usize], index);
-        self.masks[list as usize] |= 1 << order;
-        self.tags.set(index, list.tag(order));
-    }
-
-    fn unlink(&mut self, list: List, index: usize, order: u32) {
-        let head = &mut self.heads[list as usize][order as usize];
-        self.links.remove(head, index);
-        if head.is_empty() {
-            self.masks[list as usize] &= !(1 << order);
-        }
-        self.tags.set(index, Tag::NONE);
-    }
-
-    fn first(&self, list: List, order: u32) -> Option<usize> {
-        self.heads[list as usize][order as usize].first()
+        (self.lists.len(BUSY, order), self.lists.len(PAIRS, order))
     }
 
     /// Lists a block that just became free: paired with its buddy if the buddy is free at
     /// the same order (then on buddy-busy), otherwise buddy-busy. No merging (§2.7).
-    fn insert_free(&mut self, index: usize, order: u32) {
+    fn release(&mut self, index: usize, order: u32) {
         let buddy = buddy_of(index, order);
-        if order < self.max_order && self.tags.is_free(buddy, order) {
-            self.unlink(List::Busy, buddy, order);
-            self.push(List::Paired, index.min(buddy), order);
+        if order < self.lists.max_order && self.lists.tags.is_free(buddy, order) {
+            self.lists.unlink(BUSY, buddy, order);
+            self.lists.push(PAIRS, index.min(buddy), order);
         } else {
-            self.push(List::Busy, index, order);
+            self.lists.push(BUSY, index, order);
         }
     }
 
     fn serve(&mut self, index: usize, order: u32, step: Step) -> Result<usize, Error> {
-        self.tags.set(index, Tag::used(order));
-        self.free_units -= 1 << order;
+        self.lists.set_used(index, order);
         self.stats.count(step);
         Ok(index)
     }
@@ -219,34 +145,34 @@ impl Estranged {
     /// Step 3: the pair of order `order - 1` at `index` is the block of `order` at `index`.
     fn glue_halves(&mut self, order: u32, step: Step) -> Option<Result<usize, Error>> {
         let half = order.checked_sub(1)?;
-        let index = self.first(List::Paired, half)?;
-        self.unlink(List::Paired, index, half);
+        let index = self.lists.first(PAIRS, half)?;
+        self.lists.unlink(PAIRS, index, half);
         Some(self.serve(index, order, step))
     }
 
     /// Step 4: the smallest listed block above `order`, split down.
     fn split(&mut self, order: u32) -> Option<Result<usize, Error>> {
-        let above = (self.masks[0] | self.masks[1])
+        let above = (self.lists.masks[BUSY] | self.lists.masks[PAIRS])
             .checked_shr(order + 1)
             .unwrap_or(0);
         if above == 0 {
             return None;
         }
         let from = order + 1 + above.trailing_zeros();
-        let index = match self.first(List::Busy, from) {
+        let index = match self.lists.first(BUSY, from) {
             Some(index) => {
-                self.unlink(List::Busy, index, from);
+                self.lists.unlink(BUSY, index, from);
                 index
             }
             None => {
-                let index = self.first(List::Paired, from)?;
-                self.unlink(List::Paired, index, from);
-                self.push(List::Busy, index + (1 << from), from);
+                let index = self.lists.first(PAIRS, from)?;
+                self.lists.unlink(PAIRS, index, from);
+                self.lists.push(BUSY, index + (1 << from), from);
                 index
             }
         };
         carve(index, from, index, order, |piece, k| {
-            self.push(List::Busy, piece, k)
+            self.lists.push(BUSY, piece, k)
         });
         Some(self.serve(index, order, Step::Split))
     }
@@ -255,27 +181,23 @@ impl Estranged {
     /// order first, so that pairs formed by gluing are glued in turn.
     fn glue_below(&mut self, order: u32) {
         for k in 0..order.saturating_sub(1) {
-            while let Some(index) = self.first(List::Paired, k) {
-                self.unlink(List::Paired, index, k);
-                self.insert_free(index, k + 1);
+            while let Some(index) = self.lists.first(PAIRS, k) {
+                self.lists.unlink(PAIRS, index, k);
+                self.release(index, k + 1);
                 self.stats.glued_pairs += 1;
             }
         }
     }
-}
 
-impl SeqBlockAlloc for Estranged {
-    fn alloc(&mut self, order: u32) -> Result<usize, Error> {
-        if order > self.max_order {
-            return Err(Error::BadOrder);
-        }
-        if let Some(index) = self.first(List::Busy, order) {
-            self.unlink(List::Busy, index, order);
+    /// Allocates a block of a checked `order` by the five steps of the heuristic.
+    fn take(&mut self, order: u32) -> Result<usize, Error> {
+        if let Some(index) = self.lists.first(BUSY, order) {
+            self.lists.unlink(BUSY, index, order);
             return self.serve(index, order, Step::BuddyBusy);
         }
-        if let Some(index) = self.first(List::Paired, order) {
-            self.unlink(List::Paired, index, order);
-            self.push(List::Busy, index + (1 << order), order);
+        if let Some(index) = self.lists.first(PAIRS, order) {
+            self.lists.unlink(PAIRS, index, order);
+            self.lists.push(BUSY, index + (1 << order), order);
             return self.serve(index, order, Step::BuddyFree);
         }
         if let Some(served) = self.glue_halves(order, Step::GlueHalves) {
@@ -291,83 +213,34 @@ impl SeqBlockAlloc for Estranged {
         self.stats.failed += 1;
         Err(Error::OutOfMemory)
     }
-
-    fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
-        check_block(index, order, self.max_order, self.total_units)?;
-        self.tags.get(index).check_free(order)?;
-        self.tags.set(index, Tag::NONE);
-        self.free_units += 1 << order;
-        self.insert_free(index, order);
-        Ok(())
-    }
-
-    fn free_units(&self) -> usize {
-        self.free_units
-    }
-
-    fn total_units(&self) -> usize {
-        self.total_units
-    }
-
-    fn max_order(&self) -> u32 {
-        self.max_order
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::ALLOC_AT.union(Capabilities::BLOCK_OF)
-    }
-
-    fn alloc_at(&mut self, index: usize, order: u32) -> Result<(), Error> {
-        check_block(index, order, self.max_order, self.total_units)?;
-        super::claim(self, index, order)
-    }
-
-    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
-        super::block_of(&self.tags, index, self.max_order, self.total_units)
-    }
 }
 
 impl Entries for Estranged {
     fn entry_at(&self, index: usize) -> Option<(usize, u32)> {
-        (0..=self.max_order).find_map(|k| {
-            let start = index & !((1 << k) - 1);
-            let tag = self.tags.get(start);
-            let pair = k > 0 && tag == Tag::pair(k - 1);
-            (tag == Tag::free(k) || pair).then_some((start, k))
+        self.lists.entry_at(index, |tag, k| {
+            tag == Tag::free(k) || (k > 0 && tag == Tag::pair(k - 1))
         })
     }
 
     fn unlink_entry(&mut self, start: usize, order: u32) {
-        if self.tags.get(start) == Tag::free(order) {
-            self.unlink(List::Busy, start, order);
+        if self.lists.tags.get(start) == Tag::free(order) {
+            self.lists.unlink(BUSY, start, order);
         } else {
-            self.unlink(List::Paired, start, order - 1);
+            self.lists.unlink(PAIRS, start, order - 1);
         }
     }
 
     fn push_piece(&mut self, index: usize, order: u32) {
-        self.push(List::Busy, index, order);
-    }
-
-    fn set_used(&mut self, index: usize, order: u32) {
-        self.tags.set(index, Tag::used(order));
-        self.free_units -= 1 << order;
+        self.lists.push(BUSY, index, order);
     }
 }
 
-caller_metadata!(
-    Estranged,
-    super::plan::<2>,
-    Estranged::build,
-    example: "buddy::Estranged", "SeqBlockAlloc", "let mut a", "alloc(3)", "free(block, 3)"
-);
-
-#[cfg(feature = "alloc")]
-defrag_via_entries!(Estranged);
+seq_buddy!(Estranged, EstrangedStats, 2, "buddy::Estranged");
 
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::SeqBlockAlloc;
     use alloc::vec::Vec;
 
     #[test]
@@ -399,9 +272,9 @@ mod tests {
         }
         assert_eq!(e.list_lengths(0), (0, 2));
         assert_eq!(e.free_entry(3), Some((2, 1)));
-        assert_eq!(e.claim(2, 2), Err(Error::Misaligned));
-        e.claim(0, 2).unwrap();
-        assert_eq!(e.claim(0, 0), Err(Error::Occupied));
+        assert_eq!(e.alloc_at(2, 2), Err(Error::Misaligned));
+        e.alloc_at(0, 2).unwrap();
+        assert_eq!(e.alloc_at(0, 0), Err(Error::Occupied));
         assert_eq!((e.list_lengths(0), e.free_units()), ((0, 0), 4));
         assert_eq!(e.live_at(0), Some(2));
         e.free(0, 2).unwrap();

@@ -7,14 +7,10 @@
 //! With eager merging, an allocation fails only when no aligned free block of the order
 //! exists at all.
 
-use core::cell::Cell;
-
-use super::lists::{Links, ListHead};
-use super::tags::{Tag, Tags};
-use super::Entries;
-use super::{buddy_of, carve, initial_blocks, Parts};
-use crate::table::{Metadata, Table};
-use crate::{check_block, Capabilities, Config, Error, SeqBlockAlloc};
+use super::tags::Tag;
+use super::{buddy_of, carve, initial_blocks, Entries, Lists, Parts, SINGLES};
+use crate::table::Metadata;
+use crate::{Config, Error};
 
 /// Counters of Knuth's buddy, to compare with [`super::EstrangedStats`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -31,14 +27,9 @@ pub struct KnuthStats {
 
 /// Knuth's sequential buddy allocator. Wrap it in [`crate::Locked`] for the spin-locked buddy.
 pub struct Knuth {
-    links: Links<Cell<usize>>,
-    tags: Tags<Cell<u8>>,
-    heads: Table<ListHead>,
-    /// Bit `k` set iff the list of order `k` is non-empty.
-    nonempty: u64,
-    free_units: usize,
-    total_units: usize,
-    max_order: u32,
+    /// One list per order; `lists.masks[0]` has bit `k` set iff the list of order `k` is
+    /// non-empty.
+    lists: Lists<1>,
     stats: KnuthStats,
 }
 
@@ -58,95 +49,32 @@ impl Knuth {
     /// ```
     #[cfg(feature = "alloc")]
     pub fn new(config: Config) -> Result<Self, Error> {
-        crate::table::build_on_heap(super::plan(config), |parts, meta| {
+        crate::table::build_on_heap(super::plan::<1>(config), |parts, meta| {
             Knuth::build(config, parts, meta)
         })
     }
 
     /// The allocator of [`Knuth::new`], its tables made in `meta` at `parts`.
-    fn build(config: Config, parts: Parts<1>, meta: &Metadata) -> Result<Self, Error> {
-        let [heads] = parts.heads;
+    fn build(config: Config, parts: Parts, meta: &Metadata) -> Result<Self, Error> {
         let mut knuth = Knuth {
-            links: Links::new(meta, parts.links)?,
-            tags: Tags::new(meta, parts.tags)?,
-            heads: meta.table(heads, |_| ListHead::EMPTY)?,
-            nonempty: 0,
-            free_units: config.units,
-            total_units: config.units,
-            max_order: config.max_order,
+            lists: Lists::new(config, parts, meta)?,
             stats: KnuthStats::default(),
         };
         for (index, order) in initial_blocks(config.units, config.max_order) {
-            knuth.push(index, order);
+            knuth.lists.push(SINGLES, index, order);
         }
         Ok(knuth)
     }
 
-    /// The counters since creation (or the last [`Knuth::reset_stats`]).
-    pub fn stats(&self) -> KnuthStats {
-        self.stats
-    }
-
-    /// Zeroes the counters.
-    pub fn reset_stats(&mut self) {
-        self.stats = KnuthStats::default();
-    }
-
     /// Free blocks on the list of `order`.
     pub fn free_blocks(&self, order: u32) -> usize {
-        self.heads.get(order as usize).map_or(0, ListHead::len)
+        self.lists.len(SINGLES, order)
     }
 
-    fn push(&mut self, index: usize, order: u32) {
-        self.links.push(&mut self.heads[order as usize], index);
-        self.tags.set(index, Tag::free(order));
-        self.nonempty |= 1 << order;
-    }
-
-    fn unlink(&mut self, index: usize, order: u32) {
-        let head = &mut self.heads[order as usize];
-        self.links.remove(head, index);
-        if head.is_empty() {
-            self.nonempty &= !(1 << order);
-        }
-        self.tags.set(index, Tag::NONE);
-    }
-
-    /// Hands out the block `(index, order)` inside the free block `(start, from)`, pushing
-    /// the pieces split off around it.
-    fn take(&mut self, start: usize, from: u32, index: usize, order: u32) {
-        self.unlink(start, from);
-        carve(start, from, index, order, |piece, k| self.push(piece, k));
-        self.tags.set(index, Tag::used(order));
-        self.free_units -= 1 << order;
-    }
-
-    /// Returns the block at `index` to the lists, merging it with free buddies (§2.3).
-    fn release(&mut self, mut index: usize, mut order: u32) {
-        self.tags.set(index, Tag::NONE);
-        self.free_units += 1 << order;
-        while order < self.max_order {
-            let buddy = buddy_of(index, order);
-            if !self.tags.is_free(buddy, order) {
-                break;
-            }
-            self.unlink(buddy, order);
-            self.stats.merges += 1;
-            index = index.min(buddy);
-            order += 1;
-        }
-        self.push(index, order);
-    }
-}
-
-impl SeqBlockAlloc for Knuth {
-    fn alloc(&mut self, order: u32) -> Result<usize, Error> {
-        if order > self.max_order {
-            return Err(Error::BadOrder);
-        }
-        let above = self.nonempty >> order;
-        let from = order + above.trailing_zeros();
-        let Some(index) = self.heads.get(from as usize).and_then(ListHead::first) else {
+    /// Allocates a block of a checked `order` from the lowest non-empty list at or above it.
+    fn take(&mut self, order: u32) -> Result<usize, Error> {
+        let from = order + (self.lists.masks[SINGLES] >> order).trailing_zeros();
+        let Some(index) = self.lists.first(SINGLES, from) else {
             self.stats.failed += 1;
             return Err(Error::OutOfMemory);
         };
@@ -155,75 +83,50 @@ impl SeqBlockAlloc for Knuth {
         } else {
             self.stats.split += 1;
         }
-        self.take(index, from, index, order);
+        self.lists.unlink(SINGLES, index, from);
+        carve(index, from, index, order, |piece, k| {
+            self.lists.push(SINGLES, piece, k)
+        });
+        self.lists.set_used(index, order);
         Ok(index)
     }
 
-    fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
-        check_block(index, order, self.max_order, self.total_units)?;
-        self.tags.get(index).check_free(order)?;
-        self.release(index, order);
-        Ok(())
-    }
-
-    fn free_units(&self) -> usize {
-        self.free_units
-    }
-
-    fn total_units(&self) -> usize {
-        self.total_units
-    }
-
-    fn max_order(&self) -> u32 {
-        self.max_order
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::ALLOC_AT.union(Capabilities::BLOCK_OF)
-    }
-
-    fn alloc_at(&mut self, index: usize, order: u32) -> Result<(), Error> {
-        check_block(index, order, self.max_order, self.total_units)?;
-        super::claim(self, index, order)
-    }
-
-    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
-        super::block_of(&self.tags, index, self.max_order, self.total_units)
+    /// Returns the block at `index` to the lists, merging it with free buddies (§2.3).
+    fn release(&mut self, mut index: usize, mut order: u32) {
+        while order < self.lists.max_order {
+            let buddy = buddy_of(index, order);
+            if !self.lists.tags.is_free(buddy, order) {
+                break;
+            }
+            self.lists.unlink(SINGLES, buddy, order);
+            self.stats.merges += 1;
+            index = index.min(buddy);
+            order += 1;
+        }
+        self.lists.push(SINGLES, index, order);
     }
 }
 
 impl Entries for Knuth {
     fn entry_at(&self, index: usize) -> Option<(usize, u32)> {
-        super::free_entry_at(&self.tags, index, self.max_order)
+        self.lists.entry_at(index, |tag, k| tag == Tag::free(k))
     }
 
     fn unlink_entry(&mut self, start: usize, order: u32) {
-        self.unlink(start, order);
+        self.lists.unlink(SINGLES, start, order);
     }
 
     fn push_piece(&mut self, index: usize, order: u32) {
-        self.push(index, order);
-    }
-
-    fn set_used(&mut self, index: usize, order: u32) {
-        self.tags.set(index, Tag::used(order));
-        self.free_units -= 1 << order;
+        self.lists.push(SINGLES, index, order);
     }
 }
 
-caller_metadata!(
-    Knuth,
-    super::plan::<1>,
-    Knuth::build,
-    example: "buddy::Knuth", "SeqBlockAlloc", "let mut a", "alloc(3)", "free(block, 3)"
-);
-
-#[cfg(feature = "alloc")]
-defrag_via_entries!(Knuth);
+seq_buddy!(Knuth, KnuthStats, 1, "buddy::Knuth");
 
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::SeqBlockAlloc;
 
     #[test]
     fn splits_and_merges_back() {
@@ -248,11 +151,11 @@ mod tests {
         let mut k = Knuth::new(Config::new(12, 2)).unwrap();
         assert_eq!((k.live_at(12), k.free_entry(99)), (None, None));
         assert_eq!(k.free_entry(5), Some((4, 2)));
-        assert_eq!(k.claim(12, 0), Err(Error::OutOfRange));
-        assert_eq!(k.claim(5, 1), Err(Error::Misaligned));
-        assert_eq!(k.claim(4, 3), Err(Error::BadOrder));
-        k.claim(5, 0).unwrap();
-        assert_eq!(k.claim(4, 1), Err(Error::Occupied));
+        assert_eq!(k.alloc_at(12, 0), Err(Error::OutOfRange));
+        assert_eq!(k.alloc_at(5, 1), Err(Error::Misaligned));
+        assert_eq!(k.alloc_at(4, 3), Err(Error::BadOrder));
+        k.alloc_at(5, 0).unwrap();
+        assert_eq!(k.alloc_at(4, 1), Err(Error::Occupied));
         assert_eq!((k.live_at(5), k.free_units()), (Some(0), 11));
         assert_eq!(k.free(5, 0), Ok(()));
         assert_eq!(k.free_blocks(2), 3);

@@ -2,9 +2,7 @@
 //! [Donahue et al. 2001](crate#references) §2.4): `next[i]`/`prev[i]` link the block starting at unit `i`
 //! into the one list it is on, so insertion, removal of a known block and pop are O(1) and
 //! no operation allocates.
-//!
-//! The link cells are generic over [`Slot`], so that the tables can be any cell the
-//! allocator's threading calls for (`Cell` for the sequential buddies).
+//! The links are `Cell`s: the tables may lie in caller memory, seen only through `&`.
 
 use core::cell::Cell;
 
@@ -13,28 +11,6 @@ use crate::Error;
 
 /// "No element": the end of a list.
 pub(crate) const NIL: usize = usize::MAX;
-
-/// A cell read and written through `&self`: `Cell` single-threaded, a relaxed atomic where a
-/// lock orders the accesses.
-pub(crate) trait Slot<T: Copy> {
-    fn new(value: T) -> Self;
-    fn get(&self) -> T;
-    fn set(&self, value: T);
-}
-
-impl<T: Copy> Slot<T> for Cell<T> {
-    fn new(value: T) -> Self {
-        Cell::new(value)
-    }
-    #[inline]
-    fn get(&self) -> T {
-        Cell::get(self)
-    }
-    #[inline]
-    fn set(&self, value: T) {
-        Cell::set(self, value)
-    }
-}
 
 /// The head of one free list: its first block and its length.
 #[derive(Clone, Copy, Debug)]
@@ -60,22 +36,28 @@ impl ListHead {
 }
 
 /// The `next`/`prev` links of every unit.
-pub(crate) struct Links<S> {
-    next: Table<S>,
-    prev: Table<S>,
+pub(crate) struct Links {
+    next: Table<Cell<usize>>,
+    prev: Table<Cell<usize>>,
 }
 
-impl<S: Slot<usize>> Links<S> {
+impl Links {
     /// Places the links of `units` units in `plan`.
-    pub(crate) const fn plan(plan: &mut Plan, units: usize) -> Result<[Part<S>; 2], Error> {
+    pub(crate) const fn plan(
+        plan: &mut Plan,
+        units: usize,
+    ) -> Result<[Part<Cell<usize>>; 2], Error> {
         plan.add_each(units)
     }
 
     /// The links at `parts` of `meta`, every unit on no list.
-    pub(crate) fn new(meta: &Metadata, [next, prev]: [Part<S>; 2]) -> Result<Self, Error> {
+    pub(crate) fn new(
+        meta: &Metadata,
+        [next, prev]: [Part<Cell<usize>>; 2],
+    ) -> Result<Self, Error> {
         Ok(Links {
-            next: meta.table(next, |_| S::new(NIL))?,
-            prev: meta.table(prev, |_| S::new(NIL))?,
+            next: meta.table(next, |_| Cell::new(NIL))?,
+            prev: meta.table(prev, |_| Cell::new(NIL))?,
         })
     }
 
@@ -117,7 +99,7 @@ mod tests {
 
     #[test]
     fn push_remove_pop_keep_the_list_consistent() {
-        let links = Links::<Cell<usize>>::on_heap(8).unwrap();
+        let links = Links::on_heap(8).unwrap();
         let mut head = ListHead::EMPTY;
         for i in [1, 3, 5, 7] {
             links.push(&mut head, i);

@@ -16,28 +16,87 @@
 //! heads      [order 0][order 1]...[max_order] : first element and length of each list
 //! ```
 
-#[cfg(feature = "alloc")]
-/// Implements [`Defrag`] for a sequential buddy with `tags`, `max_order` and `total_units`
-/// fields over its [`Entries`]: one definition for Knuth's and the estranged buddy.
-macro_rules! defrag_via_entries {
-    ($buddy:ty) => {
+/// The parts of a sequential buddy over [`Lists`] (in a field `lists`) that do not depend on
+/// its free-list policy: the [`SeqBlockAlloc`](crate::SeqBlockAlloc) impl around its inherent
+/// `take(order)` (a checked order) and `release(index, order)` (a checked, untagged block), the
+/// counters `stats` of type `$stats`, [`Defrag`], and the constructors on caller metadata.
+macro_rules! seq_buddy {
+    ($buddy:ident, $stats:ident, $lists:literal, $example:literal) => {
+        impl $buddy {
+            #[doc = concat!("The counters since creation (or the last [`", stringify!($buddy), "::reset_stats`]).")]
+            pub fn stats(&self) -> $stats {
+                self.stats
+            }
+
+            /// Zeroes the counters.
+            pub fn reset_stats(&mut self) {
+                self.stats = $stats::default();
+            }
+        }
+
+        impl $crate::SeqBlockAlloc for $buddy {
+            fn alloc(&mut self, order: u32) -> Result<usize, $crate::Error> {
+                if order > self.lists.max_order {
+                    return Err($crate::Error::BadOrder);
+                }
+                self.take(order)
+            }
+
+            fn free(&mut self, index: usize, order: u32) -> Result<(), $crate::Error> {
+                self.lists.untag_live(index, order)?;
+                self.release(index, order);
+                Ok(())
+            }
+
+            fn free_units(&self) -> usize {
+                self.lists.free_units
+            }
+
+            fn total_units(&self) -> usize {
+                self.lists.total_units
+            }
+
+            fn max_order(&self) -> u32 {
+                self.lists.max_order
+            }
+
+            fn capabilities(&self) -> $crate::Capabilities {
+                $crate::Capabilities::ALLOC_AT.union($crate::Capabilities::BLOCK_OF)
+            }
+
+            fn alloc_at(&mut self, index: usize, order: u32) -> Result<(), $crate::Error> {
+                $crate::check_block(index, order, self.lists.max_order, self.lists.total_units)?;
+                $crate::buddy::claim(self, index, order)?;
+                self.lists.set_used(index, order);
+                Ok(())
+            }
+
+            fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, $crate::Error> {
+                self.lists.block_of(index)
+            }
+        }
+
+        #[cfg(feature = "alloc")]
         impl $crate::buddy::Defrag for $buddy {
             fn live_at(&self, index: usize) -> Option<u32> {
-                (index < self.total_units)
-                    .then(|| self.tags.get(index).used_order())
+                (index < self.lists.total_units)
+                    .then(|| self.lists.tags.get(index).used_order())
                     .flatten()
             }
 
             fn free_entry(&self, index: usize) -> Option<(usize, u32)> {
-                (index < self.total_units)
+                (index < self.lists.total_units)
                     .then(|| $crate::buddy::Entries::entry_at(self, index))
                     .flatten()
             }
-
-            fn claim(&mut self, index: usize, order: u32) -> Result<(), $crate::Error> {
-                $crate::SeqBlockAlloc::alloc_at(self, index, order)
-            }
         }
+
+        caller_metadata!(
+            $buddy,
+            $crate::buddy::plan::<$lists>,
+            $buddy::build,
+            example: $example, "SeqBlockAlloc", "let mut a", "alloc(3)", "free(block, 3)"
+        );
     };
 }
 
@@ -55,39 +114,137 @@ pub use knuth::{Knuth, KnuthStats};
 
 use core::cell::Cell;
 
-use crate::table::{Part, Plan};
+use crate::check_block;
+use crate::table::{Metadata, Part, Plan, Table};
 use crate::{Config, Error};
 use lists::{Links, ListHead};
-use tags::Tags;
+use tags::{Tag, Tags};
 
-/// Where the tables of a sequential buddy lie in its metadata: `N` free lists per order, and
-/// the links and tag of every unit.
-pub(crate) struct Parts<const N: usize> {
-    pub(crate) heads: [Part<ListHead>; N],
-    pub(crate) links: [Part<Cell<usize>>; 2],
-    pub(crate) tags: Part<Cell<u8>>,
+/// Where the tables of a sequential buddy lie in its metadata: the heads of its free lists,
+/// and the links and tag of every unit.
+pub(crate) struct Parts {
+    heads: Part<ListHead>,
+    links: [Part<Cell<usize>>; 2],
+    tags: Part<Cell<u8>>,
 }
 
 /// Lays out the metadata of a sequential buddy of `config` with `N` free lists per order.
 /// A `const fn` (as every plan is, for a `const` `metadata_layout`): `match` for `?`.
-pub(crate) const fn plan<const N: usize>(config: Config) -> Result<(Plan, Parts<N>), Error> {
+pub(crate) const fn plan<const N: usize>(config: Config) -> Result<(Plan, Parts), Error> {
     if let Err(e) = config.validate() {
         return Err(e);
     }
     let mut plan = Plan::new();
-    let heads = match plan.add_each(config.max_order as usize + 1) {
-        Ok(heads) => heads,
-        Err(e) => return Err(e),
-    };
-    let links = match Links::plan(&mut plan, config.units) {
-        Ok(links) => links,
-        Err(e) => return Err(e),
-    };
-    let tags = match Tags::plan(&mut plan, config.units) {
-        Ok(tags) => tags,
-        Err(e) => return Err(e),
-    };
-    Ok((plan, Parts { heads, links, tags }))
+    let heads = plan.add(N * (config.max_order as usize + 1));
+    let links = Links::plan(&mut plan, config.units);
+    match (heads, links, Tags::plan(&mut plan, config.units)) {
+        (Ok(heads), Ok(links), Ok(tags)) => Ok((plan, Parts { heads, links, tags })),
+        (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => Err(e),
+    }
+}
+
+/// The list of free blocks, each tagged [`Tag::free`] at its start: Knuth's one list, the
+/// estranged buddy's buddy-busy list.
+pub(crate) const SINGLES: usize = 0;
+/// The estranged buddy's buddy-free list: pairs of free buddies, each tagged [`Tag::pair`] at
+/// its left block.
+pub(crate) const PAIRS: usize = 1;
+
+/// The free lists, tags and unit counts of a sequential buddy, `N` lists per order
+/// ([`SINGLES`], then [`PAIRS`]): the state Knuth's buddy (one list) and the estranged buddy
+/// (two) share.
+pub(crate) struct Lists<const N: usize> {
+    links: Links,
+    tags: Tags,
+    /// The head of list `list` of order `k` at `k * N + list`.
+    heads: Table<ListHead>,
+    /// Bit `k` of `masks[list]` set iff that list of order `k` is non-empty.
+    masks: [u64; N],
+    free_units: usize,
+    total_units: usize,
+    max_order: u32,
+}
+
+impl<const N: usize> Lists<N> {
+    /// Empty lists for `config`'s units, all counted free (the buddy then lists its initial
+    /// blocks), their tables made in `meta` at `parts`.
+    fn new(config: Config, parts: Parts, meta: &Metadata) -> Result<Self, Error> {
+        Ok(Lists {
+            links: Links::new(meta, parts.links)?,
+            tags: Tags::new(meta, parts.tags)?,
+            heads: meta.table(parts.heads, |_| ListHead::EMPTY)?,
+            masks: [0; N],
+            free_units: config.units,
+            total_units: config.units,
+            max_order: config.max_order,
+        })
+    }
+
+    fn push(&mut self, list: usize, index: usize, order: u32) {
+        self.links
+            .push(&mut self.heads[order as usize * N + list], index);
+        self.masks[list] |= 1 << order;
+        let tag = if list == PAIRS { Tag::pair } else { Tag::free };
+        self.tags.set(index, tag(order));
+    }
+
+    fn unlink(&mut self, list: usize, index: usize, order: u32) {
+        let head = &mut self.heads[order as usize * N + list];
+        self.links.remove(head, index);
+        if head.is_empty() {
+            self.masks[list] &= !(1 << order);
+        }
+        self.tags.set(index, Tag::NONE);
+    }
+
+    /// The first block on list `list` of `order`, if that list exists and is not empty.
+    fn first(&self, list: usize, order: u32) -> Option<usize> {
+        self.heads
+            .get(order as usize * N + list)
+            .and_then(ListHead::first)
+    }
+
+    /// The length of list `list` of `order`; 0 for an order above `max_order`.
+    fn len(&self, list: usize, order: u32) -> usize {
+        self.heads
+            .get(order as usize * N + list)
+            .map_or(0, ListHead::len)
+    }
+
+    /// Tags `(index, order)` as held by a caller and counts its units as used.
+    fn set_used(&mut self, index: usize, order: u32) {
+        self.tags.set(index, Tag::used(order));
+        self.free_units -= 1 << order;
+    }
+
+    /// `free`'s checks of `(index, order)`; then counts its units free, untagged.
+    fn untag_live(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        check_block(index, order, self.max_order, self.total_units)?;
+        self.tags.get(index).check_free(order)?;
+        self.tags.set(index, Tag::NONE);
+        self.free_units += 1 << order;
+        Ok(())
+    }
+
+    /// The live block containing `index`: the aligned start at or below it tagged as held at
+    /// that order.
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        if index >= self.total_units {
+            return Err(Error::OutOfRange);
+        }
+        Ok((0..=self.max_order)
+            .map(|order| (index & !((1 << order) - 1), order))
+            .find(|&(start, order)| self.tags.get(start).used_order() == Some(order)))
+    }
+
+    /// The list entry covering `index`: the first aligned start at or below it, from order 0
+    /// up, whose tag `listed(tag, k)` says starts an entry of order `k`; its start and order.
+    fn entry_at(&self, index: usize, listed: impl Fn(Tag, u32) -> bool) -> Option<(usize, u32)> {
+        (0..=self.max_order).find_map(|k| {
+            let start = index & !((1 << k) - 1);
+            listed(self.tags.get(start), k).then_some((start, k))
+        })
+    }
 }
 
 /// The blocks a region of `units` units starts with: blocks of `max_order` from unit 0, then
@@ -134,12 +291,10 @@ pub(crate) trait Entries {
     fn unlink_entry(&mut self, start: usize, order: u32);
     /// Lists a piece split off by [`carve`]; its buddy is about to be busy.
     fn push_piece(&mut self, index: usize, order: u32);
-    /// Tags `(index, order)` as held by a caller and counts its units as used.
-    fn set_used(&mut self, index: usize, order: u32);
 }
 
-/// Takes the free units `(index, order)` off the lists and makes them a live block, as if
-/// allocated there: removes the entries inside the block and carves it out of an entry that
+/// Takes the free units `(index, order)` off the lists, as an allocation there would before it
+/// tags the block: removes the entries inside the block and carves it out of an entry that
 /// contains it. Fails with [`Error::Occupied`], changing nothing, if a unit is in use.
 /// Two walks over the entries (check, then take) rather than a list of them: no heap.
 pub(crate) fn claim<A: Entries>(a: &mut A, index: usize, order: u32) -> Result<(), Error> {
@@ -159,37 +314,7 @@ pub(crate) fn claim<A: Entries>(a: &mut A, index: usize, order: u32) -> Result<(
             carve(start, from, index, order, |piece, k| a.push_piece(piece, k));
         }
     }
-    a.set_used(index, order);
     Ok(())
-}
-
-/// The live block containing `index` by the tags of a sequential buddy: the aligned start at
-/// or below it tagged as held at that order.
-pub(crate) fn block_of<S: lists::Slot<u8>>(
-    tags: &tags::Tags<S>,
-    index: usize,
-    max_order: u32,
-    total_units: usize,
-) -> Result<Option<(usize, u32)>, Error> {
-    if index >= total_units {
-        return Err(Error::OutOfRange);
-    }
-    Ok((0..=max_order)
-        .map(|order| (index & !((1 << order) - 1), order))
-        .find(|&(start, order)| tags.get(start).used_order() == Some(order)))
-}
-
-/// The free block containing `index` by the tags of a buddy whose free blocks carry
-/// `Tag::free` at their start (Knuth's, the migrate-type buddy): its start and order.
-pub(crate) fn free_entry_at<S: lists::Slot<u8>>(
-    tags: &tags::Tags<S>,
-    index: usize,
-    max_order: u32,
-) -> Option<(usize, u32)> {
-    (0..=max_order).find_map(|k| {
-        let start = index & !((1 << k) - 1);
-        (tags.get(start) == tags::Tag::free(k)).then_some((start, k))
-    })
 }
 
 /// The buddy of the block of `2^order` units at `index`.

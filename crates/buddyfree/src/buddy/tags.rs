@@ -8,7 +8,8 @@
 //! entry of its buddy-free list, and none otherwise (inner units of blocks, the right half of
 //! a pair, and blocks in transit inside one operation).
 
-use super::lists::Slot;
+use core::cell::Cell;
+
 use crate::table::{Metadata, Part, Plan, Table};
 use crate::Error;
 
@@ -50,17 +51,17 @@ impl Tag {
 }
 
 /// One tag per unit.
-pub(crate) struct Tags<S>(Table<S>);
+pub(crate) struct Tags(Table<Cell<u8>>);
 
-impl<S: Slot<u8>> Tags<S> {
+impl Tags {
     /// Places the tags of `units` units in `plan`.
-    pub(crate) const fn plan(plan: &mut Plan, units: usize) -> Result<Part<S>, Error> {
+    pub(crate) const fn plan(plan: &mut Plan, units: usize) -> Result<Part<Cell<u8>>, Error> {
         plan.add(units)
     }
 
     /// The tags at `part` of `meta`, every unit untagged.
-    pub(crate) fn new(meta: &Metadata, part: Part<S>) -> Result<Self, Error> {
-        meta.table(part, |_| S::new(Tag::NONE.0)).map(Tags)
+    pub(crate) fn new(meta: &Metadata, part: Part<Cell<u8>>) -> Result<Self, Error> {
+        meta.table(part, |_| Cell::new(Tag::NONE.0)).map(Tags)
     }
 
     #[inline]

@@ -2,7 +2,7 @@
 
 pub mod yield_mutex;
 
-use lock_api::{Mutex, RawMutex};
+use lock_api::{Mutex, MutexGuard, RawMutex};
 
 pub use yield_mutex::YieldMutex;
 
@@ -56,6 +56,23 @@ impl<A: SeqBlockAlloc, R: RawMutex> Locked<A, R> {
     /// The sequential allocator, once no other thread can reach it.
     pub fn into_inner(self) -> A {
         self.inner.into_inner()
+    }
+
+    /// The allocator, if the lock is free now; otherwise [`Error::WouldBlock`].
+    #[inline]
+    fn try_lock(&self) -> Result<MutexGuard<'_, R, A>, Error> {
+        self.inner.try_lock().ok_or(Error::WouldBlock)
+    }
+
+    /// Runs the range operation `op` on the reservation and the allocator, under the lock.
+    fn ranged(
+        &self,
+        op: impl FnOnce(&Reserved, &mut range::Exclusive<'_, A>) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        op(
+            &self.reserved,
+            &mut range::Exclusive(&mut *self.inner.lock()),
+        )
     }
 }
 
@@ -111,16 +128,13 @@ impl<A: SeqBlockAlloc, R: RawMutex + Sync + Send> BlockAlloc for Locked<A, R> {
 
     /// Only if the lock is free at once: a lock holder may be the interrupted code itself.
     fn try_alloc(&self, order: u32, _core: usize) -> Result<usize, Error> {
-        self.inner.try_lock().ok_or(Error::WouldBlock)?.alloc(order)
+        self.try_lock()?.alloc(order)
     }
 
     /// Only if the lock is free at once, as `try_alloc`.
     fn try_free(&self, index: usize, order: u32, _core: usize) -> Result<(), Error> {
         self.reserved.try_check_free(index, order)?;
-        self.inner
-            .try_lock()
-            .ok_or(Error::WouldBlock)?
-            .free(index, order)
+        self.try_lock()?.free(index, order)
     }
 
     fn alloc_at(&self, index: usize, order: u32, _core: usize) -> Result<(), Error> {
@@ -133,10 +147,7 @@ impl<A: SeqBlockAlloc, R: RawMutex + Sync + Send> BlockAlloc for Locked<A, R> {
 
     /// `block_of` if the lock is free at once, else [`Error::WouldBlock`].
     fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
-        self.inner
-            .try_lock()
-            .ok_or(Error::WouldBlock)?
-            .block_of(index)
+        self.try_lock()?.block_of(index)
     }
 
     /// The whole walk under one lock.
@@ -146,22 +157,10 @@ impl<A: SeqBlockAlloc, R: RawMutex + Sync + Send> BlockAlloc for Locked<A, R> {
 
     /// The whole range under one lock: no other operation sees it half done.
     fn free_range(&self, start: usize, len: usize, _core: usize) -> Result<(), Error> {
-        let mut inner = self.inner.lock();
-        range::free_recorded(
-            &self.reserved,
-            &mut range::Exclusive(&mut *inner),
-            start,
-            len,
-        )
+        self.ranged(|reserved, units| range::free_recorded(reserved, units, start, len))
     }
 
     fn reserve_range(&self, start: usize, len: usize, _core: usize) -> Result<(), Error> {
-        let mut inner = self.inner.lock();
-        range::reserve_recorded(
-            &self.reserved,
-            &mut range::Exclusive(&mut *inner),
-            start,
-            len,
-        )
+        self.ranged(|reserved, units| range::reserve_recorded(reserved, units, start, len))
     }
 }

@@ -148,7 +148,7 @@ impl Shape {
             let mut ch = 0;
             while ch < children {
                 if (children + ch) >> (levels - depth(j)) == j {
-                    s.below[j as usize] |= s.occ_child(ch) | s.coal_child(ch);
+                    s.below[j as usize] |= s.occ_child(ch) | s.coal_bit(ch);
                 }
                 ch += 1;
             }
@@ -190,7 +190,9 @@ impl Shape {
         1 << (self.nodes + ch)
     }
 
-    const fn coal_child(&self, ch: u32) -> State {
+    /// Alg. 4, F9: the coalescing bit of child `ch`.
+    #[inline]
+    pub const fn coal_bit(&self, ch: u32) -> State {
         1 << (self.nodes + self.children + ch)
     }
 
@@ -287,7 +289,7 @@ impl Shape {
         if above != 0 {
             return Err(Self::highest(above));
         }
-        let w = (w & !self.coal_child(ch)) | self.occ_child(ch);
+        let w = (w & !self.coal_bit(ch)) | self.occ_child(ch);
         // A generation in the top bits wraps by itself: the carry leaves the word.
         let w = if self.gen_mask >> (State::BITS - 1) != 0 {
             w.wrapping_add(self.gen_one)
@@ -320,12 +322,6 @@ impl Shape {
     #[inline]
     pub fn clear_mask(&self, j: u32) -> State {
         !(self.occ(j) | self.allocated[j as usize])
-    }
-
-    /// Alg. 4, F9: the coalescing bit of child `ch`.
-    #[inline]
-    pub fn coal_bit(&self, ch: u32) -> State {
-        self.coal_child(ch)
     }
 
     /// Whether the link to child `ch` is live: no node above it in the cell is occupied.
@@ -366,13 +362,13 @@ impl Shape {
     /// The bits a free coming up from child `ch` owns in its parent cell.
     #[inline]
     pub fn child_bits(&self, ch: u32) -> State {
-        self.occ_child(ch) | self.coal_child(ch)
+        self.occ_child(ch) | self.coal_bit(ch)
     }
 
     /// Whether child `ch` is coalescing (U8).
     #[inline]
     pub fn coalescing(&self, w: State, ch: u32) -> bool {
-        w & self.coal_child(ch) != 0
+        w & self.coal_bit(ch) != 0
     }
 
     /// Alg. 5, U8-U10 with a generation check: clears child `ch`'s occupied and coalescing

@@ -1,7 +1,7 @@
 //! Per-core state: free-slot hints (Section 3.6.1) and the sharded counters behind
 //! `free_units`, the full-heap fast path and the `release_count` retry (Alg. 2, A4/A15).
 
-use crate::table::{Metadata, Part, Plan, Table};
+use crate::table::{Metadata, Part, Table};
 use crate::Error;
 
 use crate::sync::atomic::{AtomicUsize, Ordering};
@@ -33,11 +33,6 @@ pub struct Cores {
 }
 
 impl Cores {
-    /// Places the slots of `cores` cores in `plan`.
-    pub const fn plan(plan: &mut Plan, cores: usize) -> Result<Part<CachePadded<Slot>>, Error> {
-        plan.add(cores)
-    }
-
     /// The slots at `part` of `meta`, their hints starting at `start(core, order)`, scattered
     /// so that cores with no history search different places.
     pub fn new(

@@ -11,7 +11,7 @@
 //!
 //! ```text
 //!  Forest<K>
-//!  ├── cells:       [K::Atomic]  every cell level in turn, roots first, each level one cache
+//!  ├── cells:       [AtomicU64]  every cell level in turn, roots first, each level one cache
 //!  │                             line off a power-of-two boundary; a cell packs the nodes of
 //!  │                             K levels (state bits per node, the guard, a generation)
 //!  ├── level_start: [usize]      first cell of each cell level
@@ -68,14 +68,13 @@
 //! back down (rollbacks). Reservations and marks acquire (the units may have just been freed
 //! by another thread); the clear that ends a free releases (F20), so the next owner's writes
 //! follow the last owner's. A refusal of any CAS step is confirmed by an RMW, never by a
-//! plain read ([`Word::try_update`]). The comments at each step give the paper's line.
+//! plain read ([`Word::try_cas`]). The comments at each step give the paper's line.
 
 #[cfg(all(test, loom))]
 use alloc::vec::Vec;
 use core::marker::PhantomData;
 
 use super::cell::Shape;
-#[cfg(all(test, loom))]
 use super::cell::State;
 use super::cores::{Cores, Slot};
 use super::word::Word;
@@ -89,31 +88,25 @@ use crate::table::build_on_heap;
 use crate::table::{Metadata, Part, Plan, Table};
 use crate::{check_block, BlockAlloc, Config, ConfigRule, Error};
 
-/// A cell height: the word it lives in and its masks.
+/// A cell height: the layout of its cells, each in an `AtomicU64`.
 pub trait Kind: Send + Sync + 'static {
-    /// The atomic word of one cell.
-    type Atomic: Word;
     /// The layout of its cells.
     const SHAPE: Shape;
     /// Cells per 64-byte cache line.
-    const LINE: usize;
+    const LINE: usize = 8;
 }
 
 /// The paper's 1-level tree: one node per `AtomicU64` (5 state bits, 59 generation bits).
 pub struct OneLevel;
 impl Kind for OneLevel {
-    type Atomic = AtomicU64;
     const SHAPE: Shape = Shape::new(1, Shape::state_bits(1), 59);
-    const LINE: usize = 8;
 }
 
 /// The paper's 4-level bunches: 15 nodes per `AtomicU64` (47 state bits, the guard's
 /// `INVALID` bit and 5-bit count, an 11-bit generation).
 pub struct FourLevel;
 impl Kind for FourLevel {
-    type Atomic = AtomicU64;
     const SHAPE: Shape = Shape::guarded(4, 5, 11);
-    const LINE: usize = 8;
 }
 
 /// Cells of `LEVELS` levels in an `AtomicU64` with a generation of only `GEN` bits, which
@@ -122,9 +115,7 @@ impl Kind for FourLevel {
 pub struct Narrow<const LEVELS: u32, const GEN: u32>;
 #[cfg(test)]
 impl<const LEVELS: u32, const GEN: u32> Kind for Narrow<LEVELS, GEN> {
-    type Atomic = AtomicU64;
     const SHAPE: Shape = Shape::new(LEVELS, Shape::state_bits(LEVELS), GEN);
-    const LINE: usize = 8;
 }
 
 /// Guarded cells of `LEVELS` levels with a count of `COUNT` bits and a generation of only
@@ -133,14 +124,12 @@ impl<const LEVELS: u32, const GEN: u32> Kind for Narrow<LEVELS, GEN> {
 pub struct Guarded<const LEVELS: u32, const COUNT: u32, const GEN: u32>;
 #[cfg(test)]
 impl<const LEVELS: u32, const COUNT: u32, const GEN: u32> Kind for Guarded<LEVELS, COUNT, GEN> {
-    type Atomic = AtomicU64;
     const SHAPE: Shape = Shape::guarded(LEVELS, COUNT, GEN);
-    const LINE: usize = 8;
 }
 
 /// Where the tables of a forest lie in its metadata ([`Forest::plan`]).
-pub(crate) struct Parts<K: Kind> {
-    cells: Part<K::Atomic>,
+pub(crate) struct Parts {
+    cells: Part<AtomicU64>,
     level_start: Part<usize>,
     slots: Part<CachePadded<Slot>>,
 }
@@ -150,6 +139,17 @@ pub(crate) struct Parts<K: Kind> {
 pub(super) struct Node {
     pub(super) order: u32,
     pub(super) pos: usize,
+}
+
+impl Node {
+    /// The node of the block of `order` at unit `index` (its start, if aligned).
+    #[inline]
+    pub(super) fn at(index: usize, order: u32) -> Node {
+        Node {
+            order,
+            pos: index >> order,
+        }
+    }
 }
 
 /// Where a node lives: cell level (0 = the cells holding the roots), cell within the level,
@@ -174,19 +174,20 @@ pub(super) struct Place {
 /// does not grow, since `starts` increases with the level ([`Forest::build`]) and a parent's
 /// number is its child's shifted right.
 pub(super) struct Climb<'a, K: Kind> {
-    cells: &'a [K::Atomic],
+    cells: &'a [AtomicU64],
     starts: &'a [usize],
     level: usize,
     cell: usize,
+    kind: PhantomData<K>,
 }
 
 /// A step of a [`Climb`]: cell `cell` of cell level `level`, its word, and which of its
 /// children the climb came from.
-pub(super) struct Up<'a, A> {
+pub(super) struct Up<'a> {
     pub(super) level: usize,
     pub(super) cell: usize,
     pub(super) ch: u32,
-    pub(super) word: &'a A,
+    pub(super) word: &'a AtomicU64,
 }
 
 impl<K: Kind> Clone for Climb<'_, K> {
@@ -198,7 +199,7 @@ impl<K: Kind> Clone for Climb<'_, K> {
 impl<'a, K: Kind> Climb<'a, K> {
     /// The word of the cell the climb is at: its start, before the first step.
     #[inline(always)]
-    pub(super) fn here(&self) -> &'a K::Atomic {
+    pub(super) fn here(&self) -> &'a AtomicU64 {
         // SAFETY: the invariant of `Climb`: both indices are in bounds.
         unsafe {
             self.cells
@@ -208,7 +209,7 @@ impl<'a, K: Kind> Climb<'a, K> {
 }
 
 impl<'a, K: Kind> Iterator for Climb<'a, K> {
-    type Item = Up<'a, K::Atomic>;
+    type Item = Up<'a>;
 
     #[inline(always)]
     fn next(&mut self) -> Option<Self::Item> {
@@ -239,7 +240,7 @@ impl<'a, K: Kind> Iterator for Climb<'a, K> {
 ///                     cell pos >> r, in-cell number 2^r + pos mod 2^r
 /// ```
 pub struct Forest<K: Kind> {
-    cells: Table<K::Atomic>,
+    cells: Table<AtomicU64>,
     /// First cell of each cell level.
     level_start: Table<usize>,
     units: usize,
@@ -257,7 +258,7 @@ pub struct Forest<K: Kind> {
 impl<K: Kind> Forest<K> {
     pub(super) const S: Shape = {
         assert!(
-            K::SHAPE.width() <= K::Atomic::BITS,
+            K::SHAPE.width() <= State::BITS,
             "the cell does not fit its word"
         );
         K::SHAPE
@@ -280,7 +281,7 @@ impl<K: Kind> Forest<K> {
 
     /// The metadata of a forest of `config`: its cells, the first cell of each cell level,
     /// and the per-core slots. A `const fn` (for a `const` `metadata_layout`): `match` for `?`.
-    pub(crate) const fn plan(config: Config) -> Result<(Plan, Parts<K>), Error> {
+    pub(crate) const fn plan(config: Config) -> Result<(Plan, Parts), Error> {
         const OVERFLOW: Error = Error::InvalidConfig(ConfigRule::MetadataOverflow);
         if let Err(e) = config.validate() {
             return Err(e);
@@ -303,24 +304,17 @@ impl<K: Kind> Forest<K> {
             level += 1;
         }
         let mut plan = Plan::new();
-        let cells = match plan.add(total) {
-            Ok(part) => part,
-            Err(e) => return Err(e),
-        };
-        let level_start = match plan.add(levels) {
-            Ok(part) => part,
-            Err(e) => return Err(e),
-        };
-        let slots = match Cores::plan(&mut plan, config.cores) {
-            Ok(part) => part,
-            Err(e) => return Err(e),
-        };
-        let parts = Parts {
-            cells,
-            level_start,
-            slots,
-        };
-        Ok((plan, parts))
+        match (plan.add(total), plan.add(levels), plan.add(config.cores)) {
+            (Ok(cells), Ok(level_start), Ok(slots)) => Ok((
+                plan,
+                Parts {
+                    cells,
+                    level_start,
+                    slots,
+                },
+            )),
+            (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => Err(e),
+        }
     }
 
     /// The cells of cell level `level`, with the cache line of unused cells after them.
@@ -340,7 +334,7 @@ impl<K: Kind> Forest<K> {
     /// multiple of `2^max_order`, the last tree is cut short: its units past the end are
     /// occupied once, at construction, by aligned blocks no caller can free (they are out of
     /// range).
-    pub(crate) fn build(config: Config, parts: Parts<K>, meta: &Metadata) -> Result<Self, Error> {
+    pub(crate) fn build(config: Config, parts: Parts, meta: &Metadata) -> Result<Self, Error> {
         let max_order = config.max_order;
         let roots = config.units.div_ceil(1 << max_order);
         // `plan` checked that neither this nor the level sizes below overflow.
@@ -353,7 +347,7 @@ impl<K: Kind> Forest<K> {
         })?;
         let cores = config.cores;
         let forest = Forest {
-            cells: meta.table(parts.cells, |_| K::Atomic::new(0))?,
+            cells: meta.table(parts.cells, |_| AtomicU64::new(0))?,
             level_start,
             units: config.units,
             span,
@@ -374,13 +368,7 @@ impl<K: Kind> Forest<K> {
                 .unwrap_or(0);
             // Cannot fail on a fresh forest; an error here would be a broken size computation.
             forest
-                .try_alloc(
-                    Node {
-                        order,
-                        pos: pos >> order,
-                    },
-                    0,
-                )
+                .try_alloc(Node::at(pos, order), 0)
                 .map_err(|_| ConfigRule::MetadataOverflow)?;
             pos += 1 << order;
         }
@@ -408,7 +396,7 @@ impl<K: Kind> Forest<K> {
     }
 
     #[inline]
-    pub(super) fn cell(&self, level: usize, cell: usize) -> &K::Atomic {
+    pub(super) fn cell(&self, level: usize, cell: usize) -> &AtomicU64 {
         &self.cells[self.level_start[level] + cell]
     }
 
@@ -428,6 +416,7 @@ impl<K: Kind> Forest<K> {
             starts: &self.level_start,
             level: at.level,
             cell: at.cell,
+            kind: PhantomData,
         }
     }
 
@@ -454,7 +443,7 @@ impl<K: Kind> Forest<K> {
         // T2. Acquire: the node, or an in-cell ancestor, may have just been freed by another
         // thread; its writes to those units must happen before the caller's. In a root cell
         // there is no climb: the reservation completes the allocation.
-        let r = home.try_update(Ordering::Acquire, |w| {
+        let r = home.try_cas(Ordering::Acquire, |w| {
             let w = Self::S.reserve(w, at.j).ok()?;
             Some(if done {
                 Self::S.complete(w, at.j, rows)
@@ -473,7 +462,7 @@ impl<K: Kind> Forest<K> {
             // (see `unmark`).
             let r = up
                 .word
-                .try_update(Ordering::AcqRel, |w| Self::S.mark(w, up.ch).ok());
+                .try_cas(Ordering::AcqRel, |w| Self::S.mark(w, up.ch).ok());
             trace!("mark {}/{} ch {} -> {r:x?}", up.level, up.cell, up.ch);
             if let Err(seen) = r {
                 let failed = Self::S.mark(seen, up.ch).unwrap_err();
@@ -485,7 +474,7 @@ impl<K: Kind> Forest<K> {
         if rows == 0 {
             home.fetch_or(Self::S.allocated_bit(at.j), Ordering::Relaxed);
         } else {
-            let _ = home.try_update(Ordering::Relaxed, |w| Some(Self::S.complete(w, at.j, rows)));
+            let _ = home.try_cas(Ordering::Relaxed, |w| Some(Self::S.complete(w, at.j, rows)));
         }
         trace!("allocated {node:?} rows {rows}");
         Ok(())
@@ -558,10 +547,7 @@ impl<K: Kind> Forest<K> {
         if order <= freed {
             return true;
         }
-        let at = self.place(Node {
-            order,
-            pos: (first.pos << first.order) >> order,
-        });
+        let at = self.place(Node::at(first.pos << first.order, order));
         Self::S.is_free(self.cell(at.level, at.cell).load(Ordering::Relaxed), at.j)
     }
 
@@ -640,20 +626,14 @@ impl<K: Kind> Forest<K> {
         if seen.count_ones() as usize != group.len() {
             return false;
         }
-        let node = Node {
-            order: top,
-            pos: base >> top,
-        };
+        let node = Node::at(base, top);
         let at = self.place(node);
         if !self.free_node(at, |w| Self::S.join(w, at.j, rows)) {
             return false;
         }
         trace!("freed group {node:?} rows {rows}");
         // The hint single frees of the blocks would leave, for the next group or block.
-        let first = Node {
-            order,
-            pos: base >> order,
-        };
+        let first = Node::at(base, order);
         self.count_free(1 << top, first, core);
         true
     }
@@ -687,10 +667,7 @@ impl<K: Kind> Forest<K> {
 
     /// Whether the block (`index`, `order`) is allocated.
     fn is_allocated(&self, index: usize, order: u32) -> bool {
-        let at = self.place(Node {
-            order,
-            pos: index >> order,
-        });
+        let at = self.place(Node::at(index, order));
         Self::S.is_allocated(self.cell(at.level, at.cell).load(Ordering::Relaxed), at.j)
     }
 
@@ -729,10 +706,7 @@ impl<K: Kind> Forest<K> {
     /// harmless), then FREENODE up to the roots and counts the release (F4).
     fn free_unreserved(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         check_block(index, order, self.max_order, self.units)?;
-        let node = Node {
-            order,
-            pos: index >> order,
-        };
+        let node = Node::at(index, order);
         let at = self.place(node);
         if !self.free_node(at, |w| Self::S.claim(w, at.j)) {
             let other = (0..=self.max_order)
@@ -746,9 +720,7 @@ impl<K: Kind> Forest<K> {
         self.count_free(1 << node.order, node, core);
         Ok(())
     }
-}
 
-impl<K: Kind> Forest<K> {
     /// Orders below the top row of their cell: several blocks under one node.
     pub(crate) fn alloc_bulk_groups(&self, order: u32) -> bool {
         self.group_rows(order) > 0
@@ -847,14 +819,8 @@ impl<K: Kind> BlockAlloc for Forest<K> {
     /// a node below it, nor an ancestor is occupied.
     fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         check_block(index, order, self.max_order, self.units)?;
-        self.try_alloc(
-            Node {
-                order,
-                pos: index >> order,
-            },
-            0,
-        )
-        .map_err(|_| Error::Occupied)?;
+        self.try_alloc(Node::at(index, order), 0)
+            .map_err(|_| Error::Occupied)?;
         self.cores.slot(core).allocated(1 << order);
         Ok(())
     }
@@ -876,10 +842,7 @@ impl<K: Kind> BlockAlloc for Forest<K> {
         let mut order = self.max_order;
         while at < self.units {
             let start = at & !((1 << order) - 1);
-            let node = self.place(Node {
-                order,
-                pos: start >> order,
-            });
+            let node = self.place(Node::at(start, order));
             let w = self.cell(node.level, node.cell).load(Ordering::Acquire);
             if Self::S.is_allocated(w, node.j) {
                 return Ok(Some((start, order)));

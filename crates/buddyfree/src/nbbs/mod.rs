@@ -165,7 +165,7 @@ macro_rules! nbbs_type {
 
             fn build(
                 config: Config,
-                parts: forest::Parts<$kind>,
+                parts: forest::Parts,
                 meta: &Metadata,
             ) -> Result<Self, Error> {
                 Forest::build(config, parts, meta).map($name)

@@ -37,7 +37,7 @@
 //! The argument for the generation check is at [`Forest::unmark`], the guard's in the module
 //! docs of `nbbs`, the rollback's climb past its marks at [`Forest::release`]. Every step is
 //! one CAS or RMW on one cell; a step that refuses is confirmed by an RMW
-//! ([`Word::try_update`]), never by a plain read.
+//! ([`Word::try_cas`]), never by a plain read.
 //!
 //! [`Shape::keeps_climbing`]: super::cell::Shape::keeps_climbing
 
@@ -48,7 +48,7 @@ use super::cell::State;
 use super::forest::Node;
 use super::forest::{Climb, Forest, Kind, Place, Up};
 use super::word::Word;
-use crate::sync::atomic::Ordering;
+use crate::sync::atomic::{AtomicU64, Ordering};
 
 /// The generations a free read at the cells where it set its coalescing bits (Alg. 4, F9),
 /// by cell level: its UNMARK trusts a coalescing bit only while the generation is unchanged,
@@ -181,7 +181,7 @@ impl<K: Kind> Forest<K> {
     /// not. The cell's state after.
     #[inline(always)]
     pub(super) fn coalesce(
-        here: &K::Atomic,
+        here: &AtomicU64,
         level: usize,
         ch: u32,
         own: bool,
@@ -198,7 +198,7 @@ impl<K: Kind> Forest<K> {
             // Acquire: the generation read here vouches for every mark before it
             // (`unmark`).
             if Self::S.is_guarded() {
-                here.try_update(Ordering::Acquire, |w| Some(coalesce(w)))
+                here.try_cas(Ordering::Acquire, |w| Some(coalesce(w)))
                     .unwrap_or_else(|w| w)
             } else {
                 registered = true;
@@ -210,7 +210,7 @@ impl<K: Kind> Forest<K> {
             // up to here), and a dead one is clear and stays so while its ancestor is
             // occupied: a free that reuses the branch after that sees our coalescing bits
             // below. Release: that free's mark then also sees those bits.
-            here.try_update(Ordering::AcqRel, |w| {
+            here.try_cas(Ordering::AcqRel, |w| {
                 (Self::S.link_live(w, ch) && w & Self::S.child_bits(ch) != 0).then(|| coalesce(w))
             })
             .ok()?
@@ -302,14 +302,14 @@ impl<K: Kind> Forest<K> {
     /// registered). Returns the cell's state after the step, or `None` where the UNMARK
     /// stops here (the child is occupied, or the cell is left to its sweeper).
     #[inline(always)]
-    fn unlink(&self, up: &Up<'_, K::Atomic>, mut reg: Option<u64>) -> Option<State> {
+    fn unlink(&self, up: &Up<'_>, mut reg: Option<u64>) -> Option<State> {
         let (here, level, cell, ch) = (up.word, up.level, up.cell, up.ch);
         loop {
             let mut step = Step::GaveUp;
             // AcqRel: acquire the frees merged below (the buddy's release), release them,
             // with ours, to whoever allocates this larger block; acquire the marks whose
             // generation a refusal reads.
-            let r = here.try_update(Ordering::AcqRel, |w| {
+            let r = here.try_cas(Ordering::AcqRel, |w| {
                 let (new, s) = Self::unmark_step(w, ch, reg);
                 step = s;
                 new
@@ -327,10 +327,7 @@ impl<K: Kind> Forest<K> {
                 Step::Recheck => {
                     reg = Some(Self::S.gen(w));
                     // Relaxed: ordered after the marks that count by the acquire above.
-                    let c = self
-                        .cell(level + 1, cell << Self::LEVELS | ch as usize)
-                        .try_update(Ordering::Relaxed, |_| None)
-                        .unwrap_or_else(|c| c);
+                    let c = self.child_state(level, cell, ch);
                     trace!("recheck child -> {c:x}");
                     if !Self::S.looks_free(c) {
                         return if Self::S.is_guarded() {
@@ -378,6 +375,15 @@ impl<K: Kind> Forest<K> {
         }
     }
 
+    /// The state of child `ch` of cell `cell` at `level`, confirmed current by an RMW (a
+    /// refused CAS): a plain load could be stale (`Word::try_cas`).
+    #[inline(always)]
+    fn child_state(&self, level: usize, cell: usize, ch: u32) -> State {
+        self.cell(level + 1, cell << Self::LEVELS | ch as usize)
+            .try_cas(Ordering::Relaxed, |_| None)
+            .unwrap_or_else(|c| c)
+    }
+
     /// Ends a registration at `cell` of `level` without unlinking; the last to leave an
     /// `INVALID` cell sweeps it. The cell's state after the sweep, or `None`.
     fn leave(&self, level: usize, cell: usize) -> Option<State> {
@@ -385,7 +391,7 @@ impl<K: Kind> Forest<K> {
         // AcqRel: a sweeper's reading, as `unlink`'s.
         let w = self
             .cell(level, cell)
-            .try_update(Ordering::AcqRel, |w| {
+            .try_cas(Ordering::AcqRel, |w| {
                 let (new, s) = Self::S.leave(w);
                 sweeps = s;
                 Some(new)
@@ -415,17 +421,14 @@ impl<K: Kind> Forest<K> {
             let mut drop = 0;
             for ch in 0..Self::S.children() {
                 if Self::S.coalescing(w, ch) {
-                    let c = self
-                        .cell(level + 1, cell << Self::LEVELS | ch as usize)
-                        .try_update(Ordering::Relaxed, |_| None)
-                        .unwrap_or_else(|c| c);
+                    let c = self.child_state(level, cell, ch);
                     if Self::S.looks_free(c) {
                         drop |= Self::S.child_bits(ch);
                     }
                 }
             }
             let mut step = Step::GaveUp;
-            let r = here.try_update(Ordering::AcqRel, |w| {
+            let r = here.try_cas(Ordering::AcqRel, |w| {
                 if Self::S.invalid(w) {
                     let (new, s) = Self::S.leave(w);
                     step = if s { Step::Sweep } else { Step::GaveUp };
@@ -459,12 +462,12 @@ impl<K: Kind> Forest<K> {
         let home = self.cell(at.level, at.cell);
         if at.level == 0 {
             return home
-                .try_update(Ordering::Release, |w| {
+                .try_cas(Ordering::Release, |w| {
                     Some(claim(w)? & Self::S.clear_mask(at.j))
                 })
                 .is_ok();
         }
-        match home.try_update(Ordering::Relaxed, claim) {
+        match home.try_cas(Ordering::Relaxed, claim) {
             Ok(now) => {
                 trace!("claim {at:?} -> {now:x}");
                 self.release(at, now, 0);
@@ -478,15 +481,12 @@ impl<K: Kind> Forest<K> {
     /// to its clear (F20), and stops there: for tests that replay races with the UNMARK.
     #[cfg(test)]
     pub fn free_until_unmark(&self, index: usize, order: u32) -> Stalled {
-        let node = Node {
-            order,
-            pos: index >> order,
-        };
+        let node = Node::at(index, order);
         let at = self.place(node);
         assert!(at.level > 0, "a node in a root cell has no UNMARK");
         let now = self
             .cell(at.level, at.cell)
-            .try_update(Ordering::Relaxed, |w| Self::S.claim(w, at.j))
+            .try_cas(Ordering::Relaxed, |w| Self::S.claim(w, at.j))
             .expect("the block is allocated");
         let mut seen = Seen::new();
         self.mark_coalescing(self.climb(at), at.j, now, 0, &mut seen);

@@ -26,7 +26,7 @@ fn stale_unmark_races_realloc<K: Kind>(units: usize, max_order: u32, reallocs: u
     let v = f.place(Node { order: 0, pos: 0 });
     let now = f
         .cell(v.level, v.cell)
-        .try_update(Ordering::Relaxed, |w| s.claim(w, v.j))
+        .try_cas(Ordering::Relaxed, |w| s.claim(w, v.j))
         .unwrap();
     let mut v_seen = Seen::new();
     assert!(s.keeps_climbing(now, s.node_bits(v.j)));
@@ -71,11 +71,11 @@ fn rollback_after_reuse<K: Kind>(units: usize, max_order: u32, p_order: u32) {
     let at = f.place(Node { order: 0, pos: 0 });
     assert!(at.level >= 2, "unit 0 needs two cell levels above it");
     let home = f.cell(at.level, at.cell);
-    home.try_update(Ordering::Relaxed, |w| s.reserve(w, at.j).ok())
+    home.try_cas(Ordering::Relaxed, |w| s.reserve(w, at.j).ok())
         .unwrap();
     let (c, ch) = Forest::<K>::parent(at.cell);
     f.cell(at.level - 1, c)
-        .try_update(Ordering::Relaxed, |w| s.mark(w, ch).ok())
+        .try_cas(Ordering::Relaxed, |w| s.mark(w, ch).ok())
         .unwrap();
     let (p, pch) = Forest::<K>::parent(c);
     let above = f.cell(at.level - 2, p).load(Ordering::Relaxed);
@@ -102,7 +102,7 @@ fn rollback_in_cell_after_reuse<K: Kind>(units: usize, max_order: u32, p_order: 
     f.alloc_at(0, p_order, 0).unwrap();
     let at = f.place(Node { order: 0, pos: 0 });
     let home = f.cell(at.level, at.cell);
-    home.try_update(Ordering::Relaxed, |w| s.reserve(w, at.j).ok())
+    home.try_cas(Ordering::Relaxed, |w| s.reserve(w, at.j).ok())
         .unwrap();
     let (p, pch) = Forest::<K>::parent(at.cell);
     let above = f.cell(at.level - 1, p).load(Ordering::Relaxed);
