@@ -4,18 +4,18 @@
 use core::alloc::{GlobalAlloc, Layout};
 use core::ptr::{self, NonNull};
 
-use super::{Heap, HeapError};
+use super::{Error, Heap};
 use crate::BlockAlloc;
 
 impl<A: BlockAlloc> Heap<A> {
     /// `Allocator::allocate`: the whole block is returned, so callers may use its slack.
     /// Zero-sized requests get a dangling, aligned pointer, as the trait requires.
-    pub(super) fn allocate_block(&self, layout: Layout) -> Result<NonNull<[u8]>, HeapError> {
+    pub(super) fn allocate_block(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
         if layout.size() == 0 {
             return Ok(NonNull::slice_from_raw_parts(dangling(layout), 0));
         }
         let order = self.order_of(layout)?;
-        let ptr = self.alloc_order(order)?;
+        let (_, ptr) = self.alloc_index(order)?;
         Ok(NonNull::slice_from_raw_parts(ptr, self.unit() << order))
     }
 
@@ -64,7 +64,7 @@ unsafe impl<A: BlockAlloc> GlobalAlloc for Heap<A> {
         if self.order_of(layout) == Ok(new_order) {
             return ptr;
         }
-        let Ok(new) = self.alloc_order(new_order) else {
+        let Ok((_, new)) = self.alloc_index(new_order) else {
             return ptr::null_mut();
         };
         // SAFETY: the caller guarantees `ptr` is a live block of at least `layout.size()`
@@ -76,33 +76,35 @@ unsafe impl<A: BlockAlloc> GlobalAlloc for Heap<A> {
     }
 }
 
-// SAFETY: as for `GlobalAlloc`; the returned slice is exactly the block, and `deallocate`
-// maps every size the trait allows back to that block's order (see `deallocate_block`).
-unsafe impl<A: BlockAlloc> allocator_api2::alloc::Allocator for Heap<A> {
-    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, allocator_api2::alloc::AllocError> {
-        self.allocate_block(layout)
-            .map_err(|_| allocator_api2::alloc::AllocError)
-    }
+/// An `Allocator` trait (`allocator_api2`'s, `core`'s) on [`Heap`]: the two are the same
+/// but for their paths.
+macro_rules! allocator_impl {
+    ($(#[$attr:meta])* $allocator:path, $alloc_error:path) => {
+        // SAFETY: as for `GlobalAlloc`; the returned slice is exactly the block, and
+        // `deallocate` maps every size the trait allows back to that block's order (see
+        // `deallocate_block`).
+        $(#[$attr])*
+        unsafe impl<A: BlockAlloc> $allocator for Heap<A> {
+            fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, $alloc_error> {
+                self.allocate_block(layout).map_err(|_| $alloc_error)
+            }
 
-    /// # Safety
-    /// The contract of the `deallocate` of allocator-api2's `Allocator`.
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
-        self.deallocate_block(ptr, layout);
-    }
+            /// # Safety
+            /// The contract of the trait's `deallocate`.
+            unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+                self.deallocate_block(ptr, layout);
+            }
+        }
+    };
 }
 
-// SAFETY: as for `allocator_api2::alloc::Allocator` above.
-#[cfg(feature = "nightly")]
-#[cfg_attr(docsrs, doc(cfg(feature = "nightly")))]
-unsafe impl<A: BlockAlloc> core::alloc::Allocator for Heap<A> {
-    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, core::alloc::AllocError> {
-        self.allocate_block(layout)
-            .map_err(|_| core::alloc::AllocError)
-    }
-
-    /// # Safety
-    /// The contract of [`core::alloc::Allocator::deallocate`].
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
-        self.deallocate_block(ptr, layout);
-    }
-}
+allocator_impl!(
+    allocator_api2::alloc::Allocator,
+    allocator_api2::alloc::AllocError
+);
+allocator_impl!(
+    #[cfg(feature = "nightly")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nightly")))]
+    core::alloc::Allocator,
+    core::alloc::AllocError
+);

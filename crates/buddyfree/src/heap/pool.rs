@@ -7,7 +7,7 @@ use core::marker::PhantomData;
 use core::ops::{Deref, DerefMut};
 use core::ptr::{self, NonNull};
 
-use super::{Heap, HeapError};
+use super::{Error, Heap};
 use crate::BlockAlloc;
 
 /// A pool of `T`s (and arrays of `T`) over a [`Heap`]: each value gets the smallest block
@@ -33,7 +33,7 @@ impl<T, A: BlockAlloc> TypedPool<T, A> {
     /// let block = pool.alloc([1, 2, 3, 4]).map_err(|(e, _)| e).unwrap();
     /// assert_eq!(block[2], 3);
     /// ```
-    pub fn new(heap: Heap<A>) -> Result<Self, HeapError> {
+    pub fn new(heap: Heap<A>) -> Result<Self, Error> {
         let layout = Layout::new::<T>();
         if layout.size() != 0 {
             heap.order_of(layout)?;
@@ -45,7 +45,7 @@ impl<T, A: BlockAlloc> TypedPool<T, A> {
     }
 
     /// Moves `value` into the pool; on failure gives it back with the reason.
-    pub fn alloc(&self, value: T) -> Result<PoolBox<'_, T, A>, (HeapError, T)> {
+    pub fn alloc(&self, value: T) -> Result<PoolBox<'_, T, A>, (Error, T)> {
         match self.heap.allocate_block(Layout::new::<T>()) {
             Ok(block) => {
                 let ptr = block.cast::<T>();
@@ -67,8 +67,8 @@ impl<T, A: BlockAlloc> TypedPool<T, A> {
         &self,
         n: usize,
         mut init: impl FnMut(usize) -> T,
-    ) -> Result<PoolSlice<'_, T, A>, HeapError> {
-        let layout = Layout::array::<T>(n).map_err(|_| HeapError::TooLarge)?;
+    ) -> Result<PoolSlice<'_, T, A>, Error> {
+        let layout = Layout::array::<T>(n).map_err(|_| Error::TooLarge)?;
         let ptr = self.heap.allocate_block(layout)?.cast::<T>();
         // Owns the block from here on, so a panic in `init` drops exactly the first `len`.
         let mut slice = PoolSlice {

@@ -6,9 +6,7 @@ use core::fmt;
 use core::ptr::NonNull;
 
 #[cfg(all(feature = "std", unix))]
-use super::HeapError;
-#[cfg(all(feature = "std", unix))]
-use crate::ConfigRule;
+use crate::{ConfigRule, Error};
 
 /// A contiguous range of memory a [`Heap`](super::Heap) hands out, with the right way to
 /// release it on drop: nothing for borrowed memory, `Box` deallocation for a boxed slice,
@@ -82,22 +80,21 @@ impl Region {
     ///
     /// Fails with [`ConfigRule::RegionLength`] for a zero length (or one that overflows with
     /// the alignment), [`ConfigRule::NotPowerOfTwo`] for a bad alignment, and
-    /// [`HeapError::Mmap`] with the OS error number when the system refuses the mapping.
+    /// [`Error::Mmap`] with the OS error number when the system refuses the mapping.
     /// Never allocates on the heap, so it may be called from inside a global allocator.
     #[cfg(all(feature = "std", unix))]
-    pub fn mmap(len: usize, align: usize) -> Result<Self, HeapError> {
-        let invalid = |rule: ConfigRule| HeapError::Block(rule.into());
+    pub fn mmap(len: usize, align: usize) -> Result<Self, Error> {
         if len == 0 {
-            return Err(invalid(ConfigRule::RegionLength));
+            return Err(ConfigRule::RegionLength.into());
         }
         if !align.is_power_of_two() {
-            return Err(invalid(ConfigRule::NotPowerOfTwo));
+            return Err(ConfigRule::NotPowerOfTwo.into());
         }
         // Over-map by `align` so an aligned start exists inside the mapping; the slack is
         // address space only (never touched, so never backed).
         let map_len = len
             .checked_add(align)
-            .ok_or(invalid(ConfigRule::RegionLength))?;
+            .ok_or(Error::InvalidConfig(ConfigRule::RegionLength))?;
         // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches
         // no existing memory; the result is checked before use.
         let addr = unsafe {
@@ -117,7 +114,7 @@ impl Region {
         if addr == libc::MAP_FAILED || addr.is_null() {
             // Read at once: nothing between the call and here can have changed errno.
             let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-            return Err(HeapError::Mmap(errno));
+            return Err(Error::Mmap(errno));
         }
         let skip = (addr as usize).next_multiple_of(align) - addr as usize;
         // SAFETY: `skip < align`, so the aligned start and the `len` bytes after it lie inside
