@@ -48,12 +48,9 @@ impl<T> Table<T> {
             // SAFETY: `i < len`, within the memory the caller vouches for.
             unsafe { ptr.as_ptr().add(i).write(make(i)) };
         }
-        Table {
-            ptr,
-            len,
-            #[cfg(feature = "alloc")]
-            owned: false,
-        }
+        // SAFETY: the values were just written, in memory the caller lends for the table's life
+        // and to it alone.
+        unsafe { Table::borrowed(ptr, len) }
     }
 
     /// The `len` values already at `ptr`, borrowed, taken as they are.
@@ -62,7 +59,6 @@ impl<T> Table<T> {
     /// `ptr` must be aligned for `T`, valid for reads and writes of `len` initialised values
     /// for as long as the table lives, and accessed by nothing else in this process other than
     /// through shared references of the same type (for atomics: atomic operations).
-    #[cfg(not(loom))]
     pub(crate) unsafe fn borrowed(ptr: NonNull<T>, len: usize) -> Table<T> {
         Table {
             ptr,
