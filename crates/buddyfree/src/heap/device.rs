@@ -110,7 +110,7 @@ impl<A: BlockAlloc> DeviceHeap<A> {
     /// forever (with `std` they panic instead, naming the cause).
     ///
     /// ```
-    /// use buddyfree::heap::{DeviceHeap, Error};
+    /// use buddyfree::heap::DeviceHeap;
     /// use buddyfree::{llfree::LLFree, magazine::Magazine, Config, Error};
     /// use core::alloc::Layout;
     ///

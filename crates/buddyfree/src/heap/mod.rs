@@ -218,7 +218,7 @@ impl<A: BlockAlloc> Heap<A> {
     /// forever (with `std` they panic instead, naming the cause).
     ///
     /// ```
-    /// use buddyfree::heap::{Heap, Error, Region};
+    /// use buddyfree::heap::{Heap, Region};
     /// use buddyfree::{llfree::LLFree, magazine::Magazine, Error};
     ///
     /// let region = Region::from_box(vec![0u8; 1 << 20].into_boxed_slice());
