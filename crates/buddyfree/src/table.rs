@@ -275,10 +275,8 @@ impl MetadataMemory {
     /// The memory of a `'static` exclusive borrow, the allocator's for good.
     pub fn from_static(memory: &'static mut [MaybeUninit<u8>]) -> MetadataMemory {
         let len = memory.len();
-        MetadataMemory {
-            base: NonNull::from(memory).cast::<u8>(),
-            len,
-        }
+        // SAFETY: an exclusive `'static` borrow: valid, and the allocator's alone, for good.
+        unsafe { MetadataMemory::from_raw(NonNull::from(memory).cast(), len) }
     }
 
     /// The `len` bytes at `base`.
@@ -405,9 +403,9 @@ macro_rules! caller_metadata {
     ) => {
         impl $name {
             /// The bytes and alignment of the metadata for `config`, for
-            #[doc = concat!("[`", stringify!($name), "::in_metadata`];")]
-            /// [`Error::InvalidConfig`] for a configuration that cannot be built. A `const fn`,
-            /// as is [`metadata_bytes`](Self::metadata_bytes), which sizes a static buffer.
+            /// [`in_metadata`](Self::in_metadata); [`Error::InvalidConfig`] for a configuration
+            /// that cannot be built. A `const fn`, as is
+            /// [`metadata_bytes`](Self::metadata_bytes), which sizes a static buffer.
             pub const fn metadata_layout(config: Config) -> Result<core::alloc::Layout, Error> {
                 match $plan(config) {
                     Ok((plan, _)) => plan.layout(),
@@ -416,10 +414,10 @@ macro_rules! caller_metadata {
             }
 
             /// The bytes of metadata memory, at any alignment, that
-            #[doc = concat!("[`", stringify!($name), "::in_metadata`]")]
-            /// takes for `config`: [`metadata_layout`](Self::metadata_layout)'s size and the
-            /// padding that aligns its start (it aligns it within the memory): the length of
-            #[doc = concat!("a static buffer, as [`", stringify!($name), "::in_metadata`]'s example shows.")]
+            /// [`in_metadata`](Self::in_metadata) takes for `config`:
+            /// [`metadata_layout`](Self::metadata_layout)'s size and the padding that aligns
+            /// its start (it aligns it within the memory): the length of a static buffer, as
+            /// [`in_metadata`](Self::in_metadata)'s example shows.
             ///
             /// # Panics
             /// If `config` cannot be built ([`metadata_layout`](Self::metadata_layout)'s
@@ -429,8 +427,8 @@ macro_rules! caller_metadata {
                 $crate::table::unaligned_bytes(Self::metadata_layout(config))
             }
 
-            #[doc = concat!("As `", stringify!($name), "::new` (feature `alloc`), with the metadata in `meta`")]
-            /// (at least [`metadata_bytes`](Self::metadata_bytes) bytes at any alignment, or
+            /// As `new` (feature `alloc`), with the metadata in `meta` (at least
+            /// [`metadata_bytes`](Self::metadata_bytes) bytes at any alignment, or
             /// [`metadata_layout`](Self::metadata_layout)'s size at its alignment: the start is
             /// aligned up within `meta`; the memory is free again once the allocator is
             /// dropped): no heap allocation at all. Memory below the layout's size is

@@ -122,19 +122,6 @@ impl<A: BlockAlloc> GlobalHeap<A> {
         unsafe { System.alloc(layout) }
     }
 
-    /// What a request the heap refused gets: null, or `System`'s memory if so configured.
-    ///
-    /// # Safety
-    /// As for [`GlobalAlloc::alloc`].
-    unsafe fn refused(&self, layout: Layout) -> *mut u8 {
-        if self.refused_to_system {
-            // SAFETY: forwarded with the caller's guarantees.
-            unsafe { self.system_alloc(layout) }
-        } else {
-            ptr::null_mut()
-        }
-    }
-
     /// The built heap if `ptr` lies in it.
     fn owner_of(&self, ptr: *mut u8) -> Option<&Heap<A>> {
         self.heap.get()?.as_ref().filter(|h| h.contains(ptr))
@@ -179,10 +166,12 @@ unsafe impl<A: BlockAlloc> GlobalAlloc for GlobalHeap<A> {
             let _inside = Inside::enter();
             heap.alloc(layout)
         });
+        // A request the heap refused gets `System`'s memory if so configured, else null.
         match block {
             Some(Ok(p)) => p.as_ptr(),
             // SAFETY: forwarded with the caller's guarantees.
-            _ => unsafe { self.refused(layout) },
+            _ if self.refused_to_system => unsafe { self.system_alloc(layout) },
+            _ => ptr::null_mut(),
         }
     }
 

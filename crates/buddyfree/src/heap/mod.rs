@@ -409,11 +409,9 @@ fn first_unit(region: &Region, unit: usize) -> Option<(usize, usize)> {
     let start = region.as_ptr() as usize;
     let skip = start
         .checked_next_multiple_of(unit)
-        .map_or(usize::MAX, |aligned| aligned - start);
-    match region.len().checked_sub(skip) {
-        Some(rest) => Some((skip, rest / unit)),
-        None => Some((region.len(), 0)),
-    }
+        .map_or(usize::MAX, |aligned| aligned - start)
+        .min(region.len());
+    Some((skip, (region.len() - skip) / unit))
 }
 
 /// Where a heap's units lie and which requests they serve, unit `i` at `base + i * unit`:

@@ -41,11 +41,8 @@ impl Region {
     /// A region over memory borrowed for the rest of the program.
     pub fn from_static(memory: &'static mut [u8]) -> Self {
         let len = memory.len();
-        Region {
-            ptr: NonNull::from(memory).cast(),
-            len,
-            owner: Owner::Borrowed,
-        }
+        // SAFETY: an exclusive `'static` borrow: valid, and the region's alone, for good.
+        unsafe { Region::from_raw(NonNull::from(memory).cast(), len) }
     }
 
     /// A region owning a boxed slice, deallocated when the region is dropped.
