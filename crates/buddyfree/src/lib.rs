@@ -543,12 +543,10 @@ fn next_by_units(
     total: usize,
     block_of: impl Fn(usize) -> Result<Option<(usize, u32)>, Error>,
 ) -> Result<Option<(usize, u32)>, Error> {
-    for index in from..total {
-        if let Some(block) = block_of(index)? {
-            return Ok(Some(block));
-        }
-    }
-    Ok(None)
+    // The first unit whose answer is a block or an error.
+    (from..total)
+        .find_map(|index| block_of(index).transpose())
+        .transpose()
 }
 
 /// The order of the block that `block_of` finds starting at `index` (of `units`):

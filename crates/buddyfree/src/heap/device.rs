@@ -137,10 +137,7 @@ impl<A: BlockAlloc> DeviceHeap<A> {
     fn block_at(&self, addr: u64, layout: Option<Layout>) -> Result<(usize, u32), Error> {
         let order = layout.map(|layout| self.order_of(layout)).transpose()?;
         let index = self.index_of(addr)?;
-        match order {
-            Some(order) => Ok((index, order)),
-            None => Ok((index, self.alloc.order_at(index)?)),
-        }
+        Ok((index, order.map_or_else(|| self.alloc.order_at(index), Ok)?))
     }
 
     /// The order of the live block that starts at `addr`.

@@ -59,7 +59,14 @@ impl<A: BlockAlloc> GlobalHeap<A> {
     /// `unit << config.max_order` is honoured.
     #[must_use]
     pub const fn new(unit: usize, config: Config, build: fn(Config) -> Result<A, Error>) -> Self {
-        Self::make(unit, config, build, false)
+        GlobalHeap {
+            unit,
+            config,
+            build,
+            heap: spin::Once::new(),
+            fallbacks: AtomicUsize::new(0),
+            refused_to_system: false,
+        }
     }
 
     /// As [`new`](GlobalHeap::new), but requests the heap refuses (too large, too aligned, out
@@ -71,23 +78,9 @@ impl<A: BlockAlloc> GlobalHeap<A> {
         config: Config,
         build: fn(Config) -> Result<A, Error>,
     ) -> Self {
-        Self::make(unit, config, build, true)
-    }
-
-    const fn make(
-        unit: usize,
-        config: Config,
-        build: fn(Config) -> Result<A, Error>,
-        refused_to_system: bool,
-    ) -> Self {
-        GlobalHeap {
-            unit,
-            config,
-            build,
-            heap: spin::Once::new(),
-            fallbacks: AtomicUsize::new(0),
-            refused_to_system,
-        }
+        let mut heap = Self::new(unit, config, build);
+        heap.refused_to_system = true;
+        heap
     }
 
     /// The heap, building it on first use; `None` if it could not be built (bad

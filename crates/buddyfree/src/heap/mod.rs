@@ -437,15 +437,11 @@ impl Geometry {
         if !unit.is_power_of_two() || !base.is_multiple_of(unit as u64) {
             return Err(Error::BadRegion);
         }
-        let (units, max_order, unit_shift) = (
-            alloc.total_units(),
-            alloc.max_order(),
-            unit.trailing_zeros(),
-        );
+        let (units, unit_shift) = (alloc.total_units(), unit.trailing_zeros());
         if base as u128 + ((units as u128) << unit_shift) > 1u128 << 64 {
             return Err(Error::BadRegion);
         }
-        let largest = block_bytes(unit, max_order).unwrap_or(usize::MAX);
+        let largest = block_bytes(unit, alloc.max_order()).unwrap_or(usize::MAX);
         let base_align = 1u64
             .checked_shl(base.trailing_zeros())
             .map_or(usize::MAX, |a| usize::try_from(a).unwrap_or(usize::MAX));
@@ -453,7 +449,7 @@ impl Geometry {
             base,
             unit_shift,
             units,
-            max_order,
+            max_order: alloc.max_order(),
             max_align: base_align.min(largest),
         })
     }
