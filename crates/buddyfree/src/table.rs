@@ -308,18 +308,14 @@ impl MetadataMemory {
     #[must_use]
     pub fn take(self, bytes: usize) -> (MetadataMemory, MetadataMemory) {
         let first = bytes.min(self.len);
-        // SAFETY: `first <= len`: within (or one past) the lent memory.
-        let rest = unsafe { self.base.add(first) };
-        (
-            MetadataMemory {
-                base: self.base,
-                len: first,
-            },
-            MetadataMemory {
-                base: rest,
-                len: self.len - first,
-            },
-        )
+        // SAFETY: `first <= len`: the first `first` bytes and the rest (from within, or one
+        // past, the lent memory), which do not overlap, each lent as the whole was.
+        unsafe {
+            (
+                Self::from_raw(self.base, first),
+                Self::from_raw(self.base.add(first), self.len - first),
+            )
+        }
     }
 
     /// The pointer and length, for code that lays tables out itself (the contract of

@@ -2,7 +2,6 @@
 
 #[cfg(feature = "alloc")]
 use alloc::boxed::Box;
-use core::fmt;
 use core::ptr::NonNull;
 
 #[cfg(all(feature = "std", unix))]
@@ -14,12 +13,14 @@ use crate::{ConfigRule, Error};
 ///
 /// The region keeps raw pointers only (a boxed slice is turned into one at once), so blocks
 /// handed out of it stay valid however the region or heap is moved.
+#[derive(Debug)]
 pub struct Region {
     ptr: NonNull<u8>,
     len: usize,
     owner: Owner,
 }
 
+#[derive(Debug)]
 enum Owner {
     Borrowed,
     #[cfg(feature = "alloc")]
@@ -159,14 +160,5 @@ impl Drop for Region {
                 unsafe { libc::munmap(addr, len) };
             }
         }
-    }
-}
-
-impl fmt::Debug for Region {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Region")
-            .field("ptr", &self.ptr)
-            .field("len", &self.len)
-            .finish_non_exhaustive()
     }
 }
