@@ -10,7 +10,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use buddyfree::buddy::Knuth;
-use buddyfree::heap::{GlobalHeap, Heap, HeapError, Region, TypedPool};
+use buddyfree::heap::{GlobalHeap, Heap, Region, TypedPool};
 use buddyfree::{BlockAlloc, Config, ConfigRule, Error, Locked};
 use buddyfree_baselines::registry::{self, DynAlloc};
 
@@ -72,13 +72,10 @@ fn orders_follow_size_and_alignment() {
     }
     assert_eq!(h.max_size(), 4096);
     assert_eq!(h.max_align(), 4096);
-    assert_eq!(h.order_of(layout(0, 1)), Err(HeapError::ZeroSize));
-    assert_eq!(h.order_of(layout(4097, 1)), Err(HeapError::TooLarge));
-    assert_eq!(
-        h.order_of(layout(usize::MAX / 2, 1)),
-        Err(HeapError::TooLarge)
-    );
-    assert_eq!(h.order_of(layout(1, 8192)), Err(HeapError::BadAlign));
+    assert_eq!(h.order_of(layout(0, 1)), Err(Error::ZeroSize));
+    assert_eq!(h.order_of(layout(4097, 1)), Err(Error::TooLarge));
+    assert_eq!(h.order_of(layout(usize::MAX / 2, 1)), Err(Error::TooLarge));
+    assert_eq!(h.order_of(layout(1, 8192)), Err(Error::BadAlign));
 }
 
 #[test]
@@ -95,14 +92,14 @@ fn indices_and_addresses_convert_both_ways() {
     assert_eq!(h.index_of(h.ptr_of(5).unwrap().as_ptr()), Ok(5));
     assert_eq!(
         h.index_of((base + 64 * UNIT) as *const u8),
-        Err(HeapError::Foreign)
+        Err(Error::Foreign)
     );
     assert!(h.contains((base + 64 * UNIT - 1) as *const u8));
     assert!(!h.contains((base + 64 * UNIT) as *const u8));
     assert!(!h.contains(std::ptr::null()));
-    let p = h.alloc_order(2).unwrap();
+    let (_, p) = h.alloc_index(2).unwrap();
     assert_eq!(h.index_of(p.as_ptr()).map(|i| i % 4), Ok(0));
-    h.free_order(p.as_ptr(), 2).unwrap();
+    h.free_index(h.index_of(p.as_ptr()).unwrap(), 2).unwrap();
 }
 
 #[test]
@@ -126,7 +123,7 @@ fn every_block_honours_its_alignment_and_stays_in_the_region() {
                 live.push((p, l, i as u8));
             }
             Err(e) => assert!(
-                e == HeapError::Block(Error::OutOfMemory) || align > h.max_align(),
+                e == Error::OutOfMemory || align > h.max_align(),
                 "{e:?} for {l:?}"
             ),
         }
@@ -158,7 +155,7 @@ fn alignment_beyond_the_base_is_refused() {
     let region = Region::from_static(&mut buf.0[64..64 + 64 * 64]);
     let h = Heap::build(region, UNIT, 4, 1, backend).unwrap();
     assert_eq!(h.max_align(), 64);
-    assert_eq!(h.alloc(layout(1, 128)), Err(HeapError::BadAlign));
+    assert_eq!(h.alloc(layout(1, 128)), Err(Error::BadAlign));
     // Order 1 by size only, at alignment 64: fine.
     let p = h.alloc(layout(128, 64)).unwrap();
     assert_eq!(p.as_ptr() as usize % 64, 0);
@@ -183,29 +180,24 @@ fn box_regions_start_at_the_first_unit_boundary() {
 fn bad_regions_are_refused() {
     let small = Region::from_box(vec![0u8; 64 * 10].into_boxed_slice());
     let alloc = backend(Config::new(64, 4)).unwrap();
-    assert_eq!(
-        Heap::new(small, UNIT, alloc).err(),
-        Some(HeapError::BadRegion)
-    );
+    assert_eq!(Heap::new(small, UNIT, alloc).err(), Some(Error::BadRegion));
     let region = Region::from_box(vec![0u8; 4096].into_boxed_slice());
     assert_eq!(
         Heap::build(region, 48, 2, 1, backend).err(),
-        Some(HeapError::BadRegion)
+        Some(Error::BadRegion)
     );
     let tiny = Region::from_box(vec![0u8; 10].into_boxed_slice());
     assert_eq!(
         Heap::build(tiny, UNIT, 0, 1, backend).err(),
-        Some(HeapError::BadRegion)
+        Some(Error::BadRegion)
     );
     // The allocator refuses its configuration: a largest block above the units.
     let region = Region::from_box(vec![0u8; 64 * 20].into_boxed_slice());
     assert_eq!(
         Heap::build(region, UNIT, 5, 1, backend).err(),
-        Some(HeapError::Block(Error::InvalidConfig(
-            ConfigRule::OrderAboveUnits
-        )))
+        Some(Error::InvalidConfig(ConfigRule::OrderAboveUnits))
     );
-    let invalid = |rule| Some(HeapError::Block(Error::InvalidConfig(rule)));
+    let invalid = |rule| Some(Error::InvalidConfig(rule));
     assert_eq!(
         Region::mmap(0, 4096).err(),
         invalid(ConfigRule::RegionLength)
@@ -221,7 +213,7 @@ fn bad_regions_are_refused() {
     // The system's refusal keeps its errno: more than the address space holds.
     assert_eq!(
         Region::mmap(usize::MAX / 2, 4096).err(),
-        Some(HeapError::Mmap(libc::ENOMEM))
+        Some(Error::Mmap(libc::ENOMEM))
     );
 }
 
@@ -248,24 +240,24 @@ fn bad_frees_are_errors_and_change_nothing() {
         let free = h.allocator().free_units();
         let on_stack = 0u64;
         let name = entry.name;
-        let cases: [(*mut u8, Layout, HeapError); 8] = [
-            (std::ptr::null_mut(), l, HeapError::Foreign),
-            (&on_stack as *const u64 as *mut u8, l, HeapError::Foreign),
+        let cases: [(*mut u8, Layout, Error); 8] = [
+            (std::ptr::null_mut(), l, Error::Foreign),
+            (&on_stack as *const u64 as *mut u8, l, Error::Foreign),
             (
                 h.base().as_ptr().wrapping_add(256 * UNIT),
                 l,
-                HeapError::Foreign,
+                Error::Foreign,
             ),
-            (h.base().as_ptr().wrapping_sub(UNIT), l, HeapError::Foreign),
-            (p.wrapping_add(1), l, HeapError::Block(Error::Misaligned)),
-            (p, layout(64, 8), HeapError::Block(Error::OrderMismatch)),
-            (p, layout(0, 8), HeapError::ZeroSize),
-            (p, layout(1, 1 << 20), HeapError::BadAlign),
+            (h.base().as_ptr().wrapping_sub(UNIT), l, Error::Foreign),
+            (p.wrapping_add(1), l, Error::Misaligned),
+            (p, layout(64, 8), Error::OrderMismatch),
+            (p, layout(0, 8), Error::ZeroSize),
+            (p, layout(1, 1 << 20), Error::BadAlign),
         ];
         for (ptr, l, e) in cases {
             assert_eq!(h.free(ptr, l), Err(e), "{name}: {ptr:?} {l:?}");
             let tried = h.try_free(ptr, l);
-            let unoffered = Err(HeapError::Block(Error::Unsupported));
+            let unoffered = Err(Error::Unsupported);
             assert!(tried == Err(e) || tried == unoffered, "{name}: {tried:?}");
             assert_eq!(h.allocator().free_units(), free, "{name}");
         }
@@ -277,17 +269,9 @@ fn bad_frees_are_errors_and_change_nothing() {
             .find(|&u| !taken(u) && !taken(u + 1))
             .unwrap();
         let never = h.base().as_ptr().wrapping_add(never_unit * UNIT);
-        assert_eq!(
-            h.free(never, l),
-            Err(HeapError::Block(Error::NotAllocated)),
-            "{name}"
-        );
+        assert_eq!(h.free(never, l), Err(Error::NotAllocated), "{name}");
         h.free(p, l).unwrap();
-        assert_eq!(
-            h.free(p, l),
-            Err(HeapError::Block(Error::NotAllocated)),
-            "{name}"
-        );
+        assert_eq!(h.free(p, l), Err(Error::NotAllocated), "{name}");
         h.free(q, layout(64, 64)).unwrap();
         assert_eq!(h.allocator().free_units(), 256, "{name}");
         // Through `GlobalAlloc`, bad frees are counted and ignored.
@@ -313,16 +297,16 @@ fn try_alloc_and_try_free_never_wait() {
         let h = registry_heap(entry, 256, 4);
         let name = entry.name;
         let p = match h.try_alloc(l) {
-            Err(HeapError::Block(Error::Unsupported)) => continue,
+            Err(Error::Unsupported) => continue,
             p => p.unwrap(),
         };
         assert_eq!(h.allocator().free_units(), 252, "{name}");
         let (i, q) = h.try_alloc_index(0).unwrap();
         assert_eq!(h.ptr_of(i), Some(q));
-        let mismatch = Err(HeapError::Block(Error::OrderMismatch));
+        let mismatch = Err(Error::OrderMismatch);
         assert_eq!(h.try_free(p.as_ptr(), layout(64, 1)), mismatch, "{name}");
         h.try_free(p.as_ptr(), l).unwrap();
-        let gone = Err(HeapError::Block(Error::NotAllocated));
+        let gone = Err(Error::NotAllocated);
         assert_eq!(h.try_free(p.as_ptr(), l), gone, "{name}");
         h.try_free_index(i, 0).unwrap();
         assert_eq!(h.try_free_index(i, 0), gone, "{name}");
@@ -340,7 +324,7 @@ fn try_alloc_and_try_free_never_wait() {
     let knuth = Locked::<Knuth>::new(Knuth::new(Config::new(256, 4)).unwrap());
     let h = Heap::new(region, UNIT, knuth).unwrap();
     let p = h.try_alloc(l).unwrap();
-    let would_block = HeapError::Block(Error::WouldBlock);
+    let would_block = Error::WouldBlock;
     h.allocator().with(|_| {
         assert_eq!(h.try_alloc(l), Err(would_block));
         assert_eq!(h.try_free(p.as_ptr(), l), Err(would_block));
@@ -405,10 +389,10 @@ fn a_core_hint_names_the_core_of_every_call() {
         match h.try_alloc(l) {
             Ok(p) => match h.try_free(p.as_ptr(), l) {
                 Ok(()) => {}
-                Err(HeapError::Block(Error::WouldBlock)) => h.free(p.as_ptr(), l).unwrap(),
+                Err(Error::WouldBlock) => h.free(p.as_ptr(), l).unwrap(),
                 Err(e) => panic!("try_free: {e:?}"),
             },
-            Err(HeapError::Block(Error::WouldBlock)) => {}
+            Err(Error::WouldBlock) => {}
             Err(e) => panic!("try_alloc: {e:?}"),
         }
         let mut out = [0; 4];
@@ -424,15 +408,12 @@ fn a_core_hint_names_the_core_of_every_call() {
 #[test]
 fn requests_the_heap_cannot_serve_are_errors_or_null() {
     let h = heap(64, 4);
-    assert_eq!(h.alloc(layout(0, 1)), Err(HeapError::ZeroSize));
-    assert_eq!(h.alloc(layout(64 * 16 + 1, 1)), Err(HeapError::TooLarge));
-    assert_eq!(h.alloc(layout(8, 2048)), Err(HeapError::BadAlign));
-    assert_eq!(h.alloc_order(5), Err(HeapError::Block(Error::BadOrder)));
-    let all: Vec<_> = (0..4).map(|_| h.alloc_order(4).unwrap()).collect();
-    assert_eq!(
-        h.alloc(layout(1, 1)),
-        Err(HeapError::Block(Error::OutOfMemory))
-    );
+    assert_eq!(h.alloc(layout(0, 1)), Err(Error::ZeroSize));
+    assert_eq!(h.alloc(layout(64 * 16 + 1, 1)), Err(Error::TooLarge));
+    assert_eq!(h.alloc(layout(8, 2048)), Err(Error::BadAlign));
+    assert_eq!(h.alloc_index(5), Err(Error::BadOrder));
+    let all: Vec<_> = (0..4).map(|_| h.alloc_index(4).unwrap().1).collect();
+    assert_eq!(h.alloc(layout(1, 1)), Err(Error::OutOfMemory));
     // SAFETY: valid layouts; null is the expected answer.
     unsafe {
         assert!(GlobalAlloc::alloc(&h, layout(1, 1)).is_null());
@@ -440,7 +421,7 @@ fn requests_the_heap_cannot_serve_are_errors_or_null() {
         assert!(GlobalAlloc::alloc(&h, layout(1, 1 << 20)).is_null());
     }
     for p in all {
-        h.free_order(p.as_ptr(), 4).unwrap();
+        h.free_index(h.index_of(p.as_ptr()).unwrap(), 4).unwrap();
     }
     assert_eq!(h.allocator().free_units(), 64);
     common::assert_whole(h.allocator());
@@ -667,7 +648,7 @@ fn pool_boxes_drop_their_values_and_return_memory() {
         .collect();
     assert_eq!(held.len(), 256);
     let (e, back) = pool.alloc(Counted(999)).err().unwrap();
-    assert_eq!(e, HeapError::Block(Error::OutOfMemory));
+    assert_eq!(e, Error::OutOfMemory);
     assert_eq!(back.0, 999);
     drop(back);
     drop(held);
@@ -696,25 +677,22 @@ fn pools_align_over_aligned_types_and_refuse_what_cannot_fit() {
     // Too large for the heap, too aligned for the region, or too long an array.
     assert_eq!(
         TypedPool::<[u8; 1 << 20], _>::new(heap(64, 4)).err(),
-        Some(HeapError::TooLarge)
+        Some(Error::TooLarge)
     );
     let low = Region::from_box(vec![0u8; 64 * 65].into_boxed_slice());
     let h = Heap::build(low, UNIT, 6, 1, backend).unwrap();
     if h.max_align() < 512 {
         assert_eq!(
             TypedPool::<OverAligned, _>::new(h).err(),
-            Some(HeapError::BadAlign)
+            Some(Error::BadAlign)
         );
     }
     let pool = TypedPool::<u64, _>::new(heap(64, 4)).unwrap();
     assert_eq!(
         pool.alloc_slice(usize::MAX / 4, |_| 0).err(),
-        Some(HeapError::TooLarge)
+        Some(Error::TooLarge)
     );
-    assert_eq!(
-        pool.alloc_slice(1000, |_| 0).err(),
-        Some(HeapError::TooLarge)
-    );
+    assert_eq!(pool.alloc_slice(1000, |_| 0).err(), Some(Error::TooLarge));
 }
 
 #[test]
@@ -769,27 +747,16 @@ fn order_0_allocators_serve_one_unit_and_refuse_more() {
         let region = Region::mmap(16 * UNIT, UNIT).unwrap();
         assert_eq!(
             Heap::build(region, UNIT, 1, 2, |c| (entry.build)(c, Default::default())).err(),
-            Some(HeapError::Block(Error::InvalidConfig(
-                ConfigRule::OrderAboveAllocator
-            ))),
+            Some(Error::InvalidConfig(ConfigRule::OrderAboveAllocator)),
             "{}",
             entry.name
         );
         let h = registry_heap(entry, 16, 0);
         let p = h.alloc(layout(UNIT, 8)).unwrap().as_ptr();
-        assert_eq!(
-            h.alloc(layout(UNIT + 1, 8)).err(),
-            Some(HeapError::TooLarge)
-        );
-        assert_eq!(
-            h.alloc(layout(8, 2 * UNIT)).err(),
-            Some(HeapError::BadAlign)
-        );
+        assert_eq!(h.alloc(layout(UNIT + 1, 8)).err(), Some(Error::TooLarge));
+        assert_eq!(h.alloc(layout(8, 2 * UNIT)).err(), Some(Error::BadAlign));
         assert_eq!(h.free(p, layout(UNIT, 8)), Ok(()));
-        assert_eq!(
-            h.free(p, layout(UNIT, 8)),
-            Err(HeapError::Block(Error::NotAllocated))
-        );
+        assert_eq!(h.free(p, layout(UNIT, 8)), Err(Error::NotAllocated));
         assert_eq!(h.allocator().free_units(), 16, "{}", entry.name);
     }
 }

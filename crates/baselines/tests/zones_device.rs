@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use buddyfree::buddy::Knuth;
-use buddyfree::heap::{DeviceHeap, HeapError};
+use buddyfree::heap::DeviceHeap;
 use buddyfree::llfree::LLFree;
 use buddyfree::magazine::{Backend, Magazine};
 use buddyfree::zones::{Zone, Zones};
@@ -374,7 +374,7 @@ fn a_device_heap_hands_out_aligned_disjoint_addresses_and_frees_by_address() {
                         );
                         live.insert(addr, len);
                     }
-                    Err(HeapError::Block(Error::OutOfMemory)) => {}
+                    Err(Error::OutOfMemory) => {}
                     Err(e) => panic!("{name}: {e}"),
                 }
             } else {
@@ -382,24 +382,15 @@ fn a_device_heap_hands_out_aligned_disjoint_addresses_and_frees_by_address() {
                 let len = live.remove(&pick).unwrap();
                 assert_eq!(heap.order_at(pick), Ok((len / 4096).trailing_zeros()));
                 heap.free_at(pick, step % 2).unwrap();
-                assert_eq!(
-                    heap.free_at(pick, 0),
-                    Err(HeapError::Block(Error::NotAllocated))
-                );
+                assert_eq!(heap.free_at(pick, 0), Err(Error::NotAllocated));
             }
         }
         for &addr in live.keys() {
             heap.free_at(addr, 0).unwrap();
         }
-        assert_eq!(heap.free_at(base - 4096, 0), Err(HeapError::Foreign));
-        assert_eq!(
-            heap.free_at(base + 1, 0),
-            Err(HeapError::Block(Error::Misaligned))
-        );
-        assert_eq!(
-            heap.free_at(base + (4096 << 12), 0),
-            Err(HeapError::Foreign)
-        );
+        assert_eq!(heap.free_at(base - 4096, 0), Err(Error::Foreign));
+        assert_eq!(heap.free_at(base + 1, 0), Err(Error::Misaligned));
+        assert_eq!(heap.free_at(base + (4096 << 12), 0), Err(Error::Foreign));
         common::assert_whole(heap.allocator());
     }
     assert!(DeviceHeap::new(4097, 4096, build("nbbs", 64, 3)).is_err());
@@ -418,10 +409,10 @@ fn a_device_heap_allocates_and_frees_without_waiting() {
     let heap = DeviceHeap::new(base, 4096, knuth).unwrap();
     let a = heap.try_alloc(run, 0).unwrap();
     assert_eq!(heap.order_at(a), Ok(2));
-    let wrong = Err(HeapError::Block(Error::OrderMismatch));
+    let wrong = Err(Error::OrderMismatch);
     assert_eq!(heap.try_free(a, page, 0), wrong);
-    assert_eq!(heap.try_free(base - 4096, page, 0), Err(HeapError::Foreign));
-    let would_block = HeapError::Block(Error::WouldBlock);
+    assert_eq!(heap.try_free(base - 4096, page, 0), Err(Error::Foreign));
+    let would_block = Error::WouldBlock;
     let b = heap.try_alloc(page, 0).unwrap();
     heap.allocator().with(|_| {
         assert_eq!(heap.try_alloc(page, 0), Err(would_block));
@@ -430,10 +421,10 @@ fn a_device_heap_allocates_and_frees_without_waiting() {
     });
     assert_eq!(heap.allocator().free_units(), 59);
     heap.try_free(a, run, 0).unwrap();
-    let gone = Err(HeapError::Block(Error::NotAllocated));
+    let gone = Err(Error::NotAllocated);
     assert_eq!(heap.try_free(a, run, 0), gone);
     // By address alone: the block's order found without waiting.
-    assert_eq!(heap.try_free_at(base - 4096, 0), Err(HeapError::Foreign));
+    assert_eq!(heap.try_free_at(base - 4096, 0), Err(Error::Foreign));
     assert_eq!(heap.try_free_at(a, 0), gone);
     heap.try_free_at(b, 0).unwrap();
     assert_eq!(heap.try_free_at(b, 0), gone);
@@ -463,16 +454,16 @@ fn a_device_heaps_held_core_frees_by_address_and_holds_a_magazines_core() {
                 core.free(pages[0], page).unwrap();
                 core.free_at(pages[1]).unwrap();
                 for addr in pages {
-                    let gone = Err(HeapError::Block(Error::NotAllocated));
+                    let gone = Err(Error::NotAllocated);
                     assert_eq!(core.free(addr, page), gone, "{name}");
                     assert_eq!(core.free_at(addr), gone, "{name}");
                 }
-                let wrong = Err(HeapError::Block(Error::OrderMismatch));
+                let wrong = Err(Error::OrderMismatch);
                 assert_eq!(core.free(kept, page), wrong, "{name}");
-                let inside = Err(HeapError::Block(Error::NotAllocated));
+                let inside = Err(Error::NotAllocated);
                 assert_eq!(core.free(kept + 4096, page), inside, "{name}");
-                assert_eq!(core.free_at(base - 4096), Err(HeapError::Foreign));
-                let misaligned = Err(HeapError::Block(Error::Misaligned));
+                assert_eq!(core.free_at(base - 4096), Err(Error::Foreign));
+                let misaligned = Err(Error::Misaligned);
                 assert_eq!(core.free_at(kept + 1), misaligned, "{name}");
                 let waiter = s.spawn(|| {
                     let theirs = heap.alloc(page, 1).unwrap();

@@ -5,8 +5,9 @@ use std::alloc::Layout;
 use std::ffi::c_void;
 use std::ptr::{self, NonNull};
 
-use buddyfree::heap::{DeviceHeap, HeapError, HeldDevice};
+use buddyfree::heap::{DeviceHeap, HeldDevice};
 use buddyfree::registry::DynAlloc;
+use buddyfree::Error;
 
 use super::held::{lent, run_held};
 use super::{
@@ -190,7 +191,7 @@ unsafe fn alloc_into<T: MaxAlign>(
     size: usize,
     align: usize,
     target: Result<T, BuddyfreeStatus>,
-    alloc: impl FnOnce(T, Layout) -> Result<u64, HeapError>,
+    alloc: impl FnOnce(T, Layout) -> Result<u64, Error>,
 ) -> BuddyfreeStatus {
     if out.is_null() {
         return BuddyfreeStatus::NullArgument;

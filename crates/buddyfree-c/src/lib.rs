@@ -14,7 +14,7 @@ use std::ptr::{self, NonNull};
 use std::slice;
 use std::sync::OnceLock;
 
-use buddyfree::heap::{Heap, HeapError};
+use buddyfree::heap::Heap;
 use buddyfree::registry::{self, DynAlloc};
 use buddyfree::{BlockAlloc, Capabilities, Class, Error};
 
@@ -101,26 +101,12 @@ impl From<Error> for BuddyfreeStatus {
             Error::MetadataTooSmall => BuddyfreeStatus::MetadataTooSmall,
             Error::MetadataMisaligned => BuddyfreeStatus::MetadataMisaligned,
             Error::Reserved => BuddyfreeStatus::Reserved,
-            // A heap's refusals carried in an `Error`: as their `HeapError`s answer.
+            // A heap's refusals.
             Error::ZeroSize => BuddyfreeStatus::ZeroSize,
             Error::TooLarge => BuddyfreeStatus::TooLarge,
             Error::BadAlign => BuddyfreeStatus::BadAlign,
             Error::Foreign => BuddyfreeStatus::ForeignPointer,
             Error::BadRegion | Error::Mmap(_) => BuddyfreeStatus::BadRegion,
-            _ => BuddyfreeStatus::Other,
-        }
-    }
-}
-
-impl From<HeapError> for BuddyfreeStatus {
-    fn from(e: HeapError) -> Self {
-        match e {
-            HeapError::ZeroSize => BuddyfreeStatus::ZeroSize,
-            HeapError::TooLarge => BuddyfreeStatus::TooLarge,
-            HeapError::BadAlign => BuddyfreeStatus::BadAlign,
-            HeapError::Foreign => BuddyfreeStatus::ForeignPointer,
-            HeapError::BadRegion | HeapError::Mmap(_) => BuddyfreeStatus::BadRegion,
-            HeapError::Block(e) => e.into(),
             _ => BuddyfreeStatus::Other,
         }
     }
@@ -165,18 +151,12 @@ impl From<BuddyfreeStatus> for Refusal {
     }
 }
 
-impl From<HeapError> for Refusal {
-    fn from(e: HeapError) -> Self {
+impl From<Error> for Refusal {
+    fn from(e: Error) -> Self {
         Refusal {
             status: e.into(),
             detail: e.to_string(),
         }
-    }
-}
-
-impl From<Error> for Refusal {
-    fn from(e: Error) -> Self {
-        HeapError::Block(e).into()
     }
 }
 
@@ -521,7 +501,7 @@ unsafe fn alloc_ptr(
     size: usize,
     align: usize,
     out: *mut *mut c_void,
-    alloc: impl FnOnce(&Heap<DynAlloc>, std::alloc::Layout) -> Result<NonNull<u8>, HeapError>,
+    alloc: impl FnOnce(&Heap<DynAlloc>, std::alloc::Layout) -> Result<NonNull<u8>, Error>,
 ) -> BuddyfreeStatus {
     if out.is_null() {
         return BuddyfreeStatus::NullArgument;
@@ -582,7 +562,7 @@ unsafe fn free_ptr(
     ptr: *mut c_void,
     size: usize,
     align: usize,
-    free: impl FnOnce(&Heap<DynAlloc>, *mut u8, std::alloc::Layout) -> Result<(), HeapError>,
+    free: impl FnOnce(&Heap<DynAlloc>, *mut u8, std::alloc::Layout) -> Result<(), Error>,
 ) -> BuddyfreeStatus {
     // SAFETY: the caller's contract on `bf`.
     let result = unsafe { instance(bf) }.and_then(|bf| {
@@ -949,7 +929,7 @@ pub unsafe extern "C" fn buddyfree_try_free_at(
 unsafe fn free_at_ptr(
     bf: *const Buddyfree,
     ptr: *mut c_void,
-    free: impl FnOnce(&Heap<DynAlloc>, *mut u8) -> Result<(), HeapError>,
+    free: impl FnOnce(&Heap<DynAlloc>, *mut u8) -> Result<(), Error>,
 ) -> BuddyfreeStatus {
     // SAFETY: the caller's contract on `bf`.
     let result = unsafe { instance(bf) }.and_then(|bf| Ok(free(&bf.heap, ptr.cast())?));

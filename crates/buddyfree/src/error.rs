@@ -1,7 +1,6 @@
 use core::fmt;
 
 use crate::config::ConfigRule;
-use crate::heap::HeapError;
 
 /// What went wrong in an allocator operation.
 #[non_exhaustive]
@@ -38,21 +37,21 @@ pub enum Error {
     /// ([`crate::BlockAlloc::reserve_range`]), which only
     /// [`crate::BlockAlloc::free_range`] gives back: a free of firmware memory.
     Reserved,
-    /// A heap request of zero bytes ([`HeapError::ZeroSize`]).
+    /// A heap request of zero bytes: there is no block of size zero.
     ZeroSize,
-    /// A heap request larger than the largest block ([`HeapError::TooLarge`]).
+    /// A heap request larger than the largest block.
     TooLarge,
-    /// An alignment larger than the heap's region can honour ([`HeapError::BadAlign`]).
+    /// An alignment larger than the heap's region can honour (see
+    /// [`Heap::max_align`](crate::heap::Heap::max_align)).
     BadAlign,
-    /// A pointer null or outside the heap ([`HeapError::Foreign`]).
+    /// A pointer null or outside the heap.
     Foreign,
-    /// A heap's region too small for its allocator, or a unit size that is not a power of two
-    /// ([`HeapError::BadRegion`]).
+    /// A heap's region too small for its allocator, or a unit size that is not a power of two.
     BadRegion,
-    /// The system refused a heap's mapping; the OS error number ([`HeapError::Mmap`]).
+    /// The system refused a heap's mapping
+    /// ([`Region::mmap`](crate::heap::Region::mmap)); the OS error number (`errno`).
     Mmap(i32),
-    /// A [`StaticHeap`](crate::heap::StaticHeap) was initialised a second time
-    /// ([`HeapError::AlreadyInitialized`]).
+    /// A [`StaticHeap`](crate::heap::StaticHeap) was initialised a second time.
     AlreadyInitialized,
 }
 
@@ -74,13 +73,13 @@ impl Error {
             Error::MetadataTooSmall => "metadata memory too small",
             Error::MetadataMisaligned => "metadata memory misaligned",
             Error::Reserved => "a unit of the block is reserved (release it with free_range)",
-            Error::ZeroSize => HeapError::ZeroSize.as_str(),
-            Error::TooLarge => HeapError::TooLarge.as_str(),
-            Error::BadAlign => HeapError::BadAlign.as_str(),
-            Error::Foreign => HeapError::Foreign.as_str(),
-            Error::BadRegion => HeapError::BadRegion.as_str(),
-            Error::Mmap(_) => HeapError::Mmap(0).as_str(),
-            Error::AlreadyInitialized => HeapError::AlreadyInitialized.as_str(),
+            Error::ZeroSize => "zero-sized request",
+            Error::TooLarge => "request larger than the largest block",
+            Error::BadAlign => "alignment larger than the region can honour",
+            Error::Foreign => "pointer null or outside the heap",
+            Error::BadRegion => "region too small or unit size not a power of two",
+            Error::Mmap(_) => "the system refused the mapping",
+            Error::AlreadyInitialized => "the static heap is already initialised",
         }
     }
 }
@@ -89,7 +88,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::InvalidConfig(rule) => write!(f, "{}: {rule}", self.as_str()),
-            Error::Mmap(errno) => HeapError::Mmap(*errno).fmt(f),
+            Error::Mmap(errno) => write!(f, "{} (errno {errno})", self.as_str()),
             _ => f.write_str(self.as_str()),
         }
     }
@@ -101,32 +100,14 @@ impl From<ConfigRule> for Error {
     }
 }
 
-/// The heap's errors in the allocators' terms, so that `?` carries a heap's refusal into code
-/// that returns [`Error`] (a kernel's boot sequence) without mapping it by hand.
-impl From<HeapError> for Error {
-    fn from(e: HeapError) -> Self {
-        match e {
-            HeapError::ZeroSize => Error::ZeroSize,
-            HeapError::TooLarge => Error::TooLarge,
-            HeapError::BadAlign => Error::BadAlign,
-            HeapError::Foreign => Error::Foreign,
-            HeapError::BadRegion => Error::BadRegion,
-            HeapError::Block(e) => e,
-            HeapError::Mmap(errno) => Error::Mmap(errno),
-            HeapError::AlreadyInitialized => Error::AlreadyInitialized,
-        }
-    }
-}
-
 /// In every build, `no_std` included: `core::error::Error` is stable since Rust 1.81, below
 /// the crate's MSRV, so a kernel can put it behind `dyn core::error::Error` or `?` it into
 /// its own error types as `std` code does.
 impl core::error::Error for Error {}
 
 // Checked in every build that compiles the crate, `no_std` ones included (the freestanding
-// program's, `--no-default-features`): the public error types are `core::error::Error`s.
+// program's, `--no-default-features`): the public error type is a `core::error::Error`.
 const _: () = {
     const fn is_error<E: core::error::Error + Send + Sync + 'static>() {}
     is_error::<Error>();
-    is_error::<crate::heap::HeapError>();
 };

@@ -128,77 +128,35 @@ extern crate std;
 /// wrapper that adds nothing to the allocator it holds (a `Box`, the magazines' `Plain`).
 macro_rules! block_alloc_via_deref {
     () => {
-        fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-            (**self).alloc(order, core)
+        block_alloc_via_deref! {
+            alloc(order: u32, core: usize) -> Result<usize, Error>;
+            alloc_class(order: u32, class: Class, core: usize) -> Result<usize, Error>;
+            free(index: usize, order: u32, core: usize) -> Result<(), Error>;
+            alloc_bulk(order: u32, core: usize, out: &mut [usize]) -> Result<usize, Error>;
+            free_bulk(blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)>;
+            capabilities() -> Capabilities;
+            free_units() -> usize;
+            total_units() -> usize;
+            max_order() -> u32;
+            drain();
+            drain_core(core: usize);
+            try_alloc(order: u32, core: usize) -> Result<usize, Error>;
+            try_free(index: usize, order: u32, core: usize) -> Result<(), Error>;
+            alloc_at(index: usize, order: u32, core: usize) -> Result<(), Error>;
+            block_of(index: usize) -> Result<Option<(usize, u32)>, Error>;
+            try_block_of(index: usize) -> Result<Option<(usize, u32)>, Error>;
+            next_block(from: usize) -> Result<Option<(usize, u32)>, Error>;
+            order_at(index: usize) -> Result<u32, Error>;
+            try_order_at(index: usize) -> Result<u32, Error>;
+            free_range(start: usize, len: usize, core: usize) -> Result<(), Error>;
+            reserve_range(start: usize, len: usize, core: usize) -> Result<(), Error>;
+            with_core(core: usize, f: &mut dyn FnMut(&mut dyn HeldCore));
         }
-        fn alloc_class(&self, order: u32, class: Class, core: usize) -> Result<usize, Error> {
-            (**self).alloc_class(order, class, core)
-        }
-        fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-            (**self).free(index, order, core)
-        }
-        fn alloc_bulk(&self, order: u32, core: usize, out: &mut [usize]) -> Result<usize, Error> {
-            (**self).alloc_bulk(order, core, out)
-        }
-        fn free_bulk(
-            &self,
-            blocks: &[usize],
-            order: u32,
-            core: usize,
-        ) -> Result<(), (usize, Error)> {
-            (**self).free_bulk(blocks, order, core)
-        }
-        fn capabilities(&self) -> Capabilities {
-            (**self).capabilities()
-        }
-        fn free_units(&self) -> usize {
-            (**self).free_units()
-        }
-        fn total_units(&self) -> usize {
-            (**self).total_units()
-        }
-        fn max_order(&self) -> u32 {
-            (**self).max_order()
-        }
-        fn drain(&self) {
-            (**self).drain()
-        }
-        fn drain_core(&self, core: usize) {
-            (**self).drain_core(core)
-        }
-        fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-            (**self).try_alloc(order, core)
-        }
-        fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-            (**self).try_free(index, order, core)
-        }
-        fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-            (**self).alloc_at(index, order, core)
-        }
-        fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
-            (**self).block_of(index)
-        }
-        fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
-            (**self).try_block_of(index)
-        }
-        fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
-            (**self).next_block(from)
-        }
-        fn order_at(&self, index: usize) -> Result<u32, Error> {
-            (**self).order_at(index)
-        }
-        fn try_order_at(&self, index: usize) -> Result<u32, Error> {
-            (**self).try_order_at(index)
-        }
-        fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-            (**self).free_range(start, len, core)
-        }
-        fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-            (**self).reserve_range(start, len, core)
-        }
-        fn with_core(&self, core: usize, f: &mut dyn FnMut(&mut dyn HeldCore)) {
-            (**self).with_core(core, f)
-        }
+    };
+    ($($method:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?;)*) => {
+        $(fn $method(&self, $($arg: $ty),*) $(-> $ret)? {
+            (**self).$method($($arg),*)
+        })*
     };
 }
 
@@ -585,12 +543,10 @@ fn next_by_units(
     total: usize,
     block_of: impl Fn(usize) -> Result<Option<(usize, u32)>, Error>,
 ) -> Result<Option<(usize, u32)>, Error> {
-    for index in from..total {
-        if let Some(block) = block_of(index)? {
-            return Ok(Some(block));
-        }
-    }
-    Ok(None)
+    // The first unit whose answer is a block or an error.
+    (from..total)
+        .find_map(|index| block_of(index).transpose())
+        .transpose()
 }
 
 /// The order of the block that `block_of` finds starting at `index` (of `units`):

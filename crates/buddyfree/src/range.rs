@@ -82,7 +82,7 @@ pub(crate) trait Units {
 }
 
 /// A shared allocator and the core hint its operations pass.
-pub(crate) struct Shared<'a, A: ?Sized>(pub(crate) &'a A, pub(crate) usize);
+pub(crate) use crate::OnCore as Shared;
 
 impl<A: BlockAlloc + ?Sized> Units for Shared<'_, A> {
     fn total_units(&self) -> usize {

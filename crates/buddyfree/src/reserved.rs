@@ -70,25 +70,17 @@ impl Runs {
 
     /// The runs with `start..end` added (merged with those it overlaps or touches).
     fn with(&self, start: usize, end: usize) -> Result<Runs, Error> {
+        let runs = self.as_slice();
+        // Sorted and disjoint: the runs that end before `start`, then those that touch it,
+        // then those that start after `end`.
+        let before = runs.partition_point(|&(_, e)| e < start);
+        let after = runs.partition_point(|&(s, _)| s <= end);
+        let merged = runs[before..after]
+            .iter()
+            .fold((start, end), |(lo, hi), &(s, e)| (lo.min(s), hi.max(e)));
         let mut out = Runs::EMPTY;
-        let (mut lo, mut hi) = (start, end);
-        let mut placed = false;
-        for &(s, e) in self.as_slice() {
-            if e < lo {
-                out.push(s, e)?;
-            } else if s > hi {
-                if !placed {
-                    out.push(lo, hi)?;
-                    placed = true;
-                }
-                out.push(s, e)?;
-            } else {
-                lo = lo.min(s);
-                hi = hi.max(e);
-            }
-        }
-        if !placed {
-            out.push(lo, hi)?;
+        for &(s, e) in runs[..before].iter().chain([&merged]).chain(&runs[after..]) {
+            out.push(s, e)?;
         }
         Ok(out)
     }
@@ -97,15 +89,11 @@ impl Runs {
     fn without(&self, start: usize, end: usize) -> Result<Runs, Error> {
         let mut out = Runs::EMPTY;
         for &(s, e) in self.as_slice() {
-            if e <= start || s >= end {
-                out.push(s, e)?;
-                continue;
-            }
-            if s < start {
-                out.push(s, start)?;
-            }
-            if e > end {
-                out.push(end, e)?;
+            // What lies before `start` and what lies after `end`, either possibly empty.
+            for (s, e) in [(s, e.min(start)), (s.max(end), e)] {
+                if s < e {
+                    out.push(s, e)?;
+                }
             }
         }
         Ok(out)

@@ -48,12 +48,9 @@ impl<T> Table<T> {
             // SAFETY: `i < len`, within the memory the caller vouches for.
             unsafe { ptr.as_ptr().add(i).write(make(i)) };
         }
-        Table {
-            ptr,
-            len,
-            #[cfg(feature = "alloc")]
-            owned: false,
-        }
+        // SAFETY: the values were just written, in memory the caller lends for the table's life
+        // and to it alone.
+        unsafe { Table::borrowed(ptr, len) }
     }
 
     /// The `len` values already at `ptr`, borrowed, taken as they are.
@@ -62,7 +59,6 @@ impl<T> Table<T> {
     /// `ptr` must be aligned for `T`, valid for reads and writes of `len` initialised values
     /// for as long as the table lives, and accessed by nothing else in this process other than
     /// through shared references of the same type (for atomics: atomic operations).
-    #[cfg(not(loom))]
     pub(crate) unsafe fn borrowed(ptr: NonNull<T>, len: usize) -> Table<T> {
         Table {
             ptr,
@@ -279,10 +275,8 @@ impl MetadataMemory {
     /// The memory of a `'static` exclusive borrow, the allocator's for good.
     pub fn from_static(memory: &'static mut [MaybeUninit<u8>]) -> MetadataMemory {
         let len = memory.len();
-        MetadataMemory {
-            base: NonNull::from(memory).cast::<u8>(),
-            len,
-        }
+        // SAFETY: an exclusive `'static` borrow: valid, and the allocator's alone, for good.
+        unsafe { MetadataMemory::from_raw(NonNull::from(memory).cast(), len) }
     }
 
     /// The `len` bytes at `base`.
@@ -314,18 +308,14 @@ impl MetadataMemory {
     #[must_use]
     pub fn take(self, bytes: usize) -> (MetadataMemory, MetadataMemory) {
         let first = bytes.min(self.len);
-        // SAFETY: `first <= len`: within (or one past) the lent memory.
-        let rest = unsafe { self.base.add(first) };
-        (
-            MetadataMemory {
-                base: self.base,
-                len: first,
-            },
-            MetadataMemory {
-                base: rest,
-                len: self.len - first,
-            },
-        )
+        // SAFETY: `first <= len`: the first `first` bytes and the rest (from within, or one
+        // past, the lent memory), which do not overlap, each lent as the whole was.
+        unsafe {
+            (
+                Self::from_raw(self.base, first),
+                Self::from_raw(self.base.add(first), self.len - first),
+            )
+        }
     }
 
     /// The pointer and length, for code that lays tables out itself (the contract of
@@ -409,9 +399,9 @@ macro_rules! caller_metadata {
     ) => {
         impl $name {
             /// The bytes and alignment of the metadata for `config`, for
-            #[doc = concat!("[`", stringify!($name), "::in_metadata`];")]
-            /// [`Error::InvalidConfig`] for a configuration that cannot be built. A `const fn`,
-            /// as is [`metadata_bytes`](Self::metadata_bytes), which sizes a static buffer.
+            /// [`in_metadata`](Self::in_metadata); [`Error::InvalidConfig`] for a configuration
+            /// that cannot be built. A `const fn`, as is
+            /// [`metadata_bytes`](Self::metadata_bytes), which sizes a static buffer.
             pub const fn metadata_layout(config: Config) -> Result<core::alloc::Layout, Error> {
                 match $plan(config) {
                     Ok((plan, _)) => plan.layout(),
@@ -420,10 +410,10 @@ macro_rules! caller_metadata {
             }
 
             /// The bytes of metadata memory, at any alignment, that
-            #[doc = concat!("[`", stringify!($name), "::in_metadata`]")]
-            /// takes for `config`: [`metadata_layout`](Self::metadata_layout)'s size and the
-            /// padding that aligns its start (it aligns it within the memory): the length of
-            #[doc = concat!("a static buffer, as [`", stringify!($name), "::in_metadata`]'s example shows.")]
+            /// [`in_metadata`](Self::in_metadata) takes for `config`:
+            /// [`metadata_layout`](Self::metadata_layout)'s size and the padding that aligns
+            /// its start (it aligns it within the memory): the length of a static buffer, as
+            /// [`in_metadata`](Self::in_metadata)'s example shows.
             ///
             /// # Panics
             /// If `config` cannot be built ([`metadata_layout`](Self::metadata_layout)'s
@@ -433,8 +423,8 @@ macro_rules! caller_metadata {
                 $crate::table::unaligned_bytes(Self::metadata_layout(config))
             }
 
-            #[doc = concat!("As `", stringify!($name), "::new` (feature `alloc`), with the metadata in `meta`")]
-            /// (at least [`metadata_bytes`](Self::metadata_bytes) bytes at any alignment, or
+            /// As `new` (feature `alloc`), with the metadata in `meta` (at least
+            /// [`metadata_bytes`](Self::metadata_bytes) bytes at any alignment, or
             /// [`metadata_layout`](Self::metadata_layout)'s size at its alignment: the start is
             /// aligned up within `meta`; the memory is free again once the allocator is
             /// dropped): no heap allocation at all. Memory below the layout's size is

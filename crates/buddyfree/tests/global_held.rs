@@ -3,7 +3,7 @@
 //! (Noting a pin in a growable list once allocated on a thread's first pin, from this very
 //! heap, on the held core: the thread waited for itself.)
 
-use buddyfree::heap::{GlobalHeap, HeapError};
+use buddyfree::heap::GlobalHeap;
 use buddyfree::registry::{self, DynAlloc};
 use buddyfree::{Config, Error};
 
@@ -18,7 +18,7 @@ fn main() {
     let heap = HEAP.heap().expect("the heap builds");
     // A fresh thread: its first pin is its first use of the notes of pins.
     let pair = std::thread::spawn(move || {
-        heap.with_core(0, |core| -> Result<(), HeapError> {
+        heap.with_core(0, |core| -> Result<(), Error> {
             let (index, _) = core.alloc_index(0)?;
             core.free_index(index, 0)
         })

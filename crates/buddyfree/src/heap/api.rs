@@ -4,18 +4,18 @@
 use core::alloc::{GlobalAlloc, Layout};
 use core::ptr::{self, NonNull};
 
-use super::{Heap, HeapError};
+use super::{Error, Heap};
 use crate::BlockAlloc;
 
 impl<A: BlockAlloc> Heap<A> {
     /// `Allocator::allocate`: the whole block is returned, so callers may use its slack.
     /// Zero-sized requests get a dangling, aligned pointer, as the trait requires.
-    pub(super) fn allocate_block(&self, layout: Layout) -> Result<NonNull<[u8]>, HeapError> {
+    pub(super) fn allocate_block(&self, layout: Layout) -> Result<NonNull<[u8]>, Error> {
         if layout.size() == 0 {
             return Ok(NonNull::slice_from_raw_parts(dangling(layout), 0));
         }
         let order = self.order_of(layout)?;
-        let ptr = self.alloc_order(order)?;
+        let (_, ptr) = self.alloc_index(order)?;
         Ok(NonNull::slice_from_raw_parts(ptr, self.unit() << order))
     }
 
@@ -64,7 +64,7 @@ unsafe impl<A: BlockAlloc> GlobalAlloc for Heap<A> {
         if self.order_of(layout) == Ok(new_order) {
             return ptr;
         }
-        let Ok(new) = self.alloc_order(new_order) else {
+        let Ok((_, new)) = self.alloc_index(new_order) else {
             return ptr::null_mut();
         };
         // SAFETY: the caller guarantees `ptr` is a live block of at least `layout.size()`

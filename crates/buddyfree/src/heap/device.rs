@@ -2,7 +2,7 @@
 
 use core::alloc::Layout;
 
-use super::{order_for, HeapError};
+use super::Geometry;
 use crate::{BlockAlloc, Error, HeldCore};
 
 /// Sub-allocation of memory the CPU does not touch through this heap (GPU memory, a device
@@ -33,67 +33,52 @@ use crate::{BlockAlloc, Error, HeldCore};
 /// ```
 pub struct DeviceHeap<A> {
     alloc: A,
-    base: u64,
-    unit_shift: u32,
-    max_align: usize,
+    geometry: Geometry,
 }
 
 impl<A: BlockAlloc> DeviceHeap<A> {
     /// A heap of `alloc.total_units()` units of `unit` bytes (a power of two) from `base`,
     /// which must be a multiple of `unit`; blocks are aligned to their size relative to
-    /// `base`, so alignments up to `base`'s own are honoured. [`HeapError::BadRegion`] if the
+    /// `base`, so alignments up to `base`'s own are honoured. [`Error::BadRegion`] if the
     /// unit is not a power of two, `base` not aligned to it, or the range would pass 2^64.
-    pub fn new(base: u64, unit: usize, alloc: A) -> Result<Self, HeapError> {
-        if !unit.is_power_of_two() || !base.is_multiple_of(unit as u64) {
-            return Err(HeapError::BadRegion);
-        }
-        let bytes = (alloc.total_units() as u128) << unit.trailing_zeros();
-        if base as u128 + bytes > 1u128 << 64 {
-            return Err(HeapError::BadRegion);
-        }
-        let largest = super::block_bytes(unit, alloc.max_order()).unwrap_or(usize::MAX);
-        let base_align = 1u64
-            .checked_shl(base.trailing_zeros())
-            .map_or(usize::MAX, |a| usize::try_from(a).unwrap_or(usize::MAX));
+    pub fn new(base: u64, unit: usize, alloc: A) -> Result<Self, Error> {
         Ok(DeviceHeap {
+            geometry: Geometry::new(base, unit, &alloc)?,
             alloc,
-            base,
-            unit_shift: unit.trailing_zeros(),
-            max_align: base_align.min(largest),
         })
     }
 
     /// Allocates a block for `layout`; returns its address.
-    pub fn alloc(&self, layout: Layout, core: usize) -> Result<u64, HeapError> {
+    pub fn alloc(&self, layout: Layout, core: usize) -> Result<u64, Error> {
         let order = self.order_of(layout)?;
         Ok(self.address_of(self.alloc.alloc(order, core)?))
     }
 
     /// Frees the block at `addr` allocated for `layout`.
-    pub fn free(&self, addr: u64, layout: Layout, core: usize) -> Result<(), HeapError> {
+    pub fn free(&self, addr: u64, layout: Layout, core: usize) -> Result<(), Error> {
         let (index, order) = self.block_at(addr, Some(layout))?;
-        Ok(self.alloc.free(index, order, core)?)
+        self.alloc.free(index, order, core)
     }
 
     /// [`DeviceHeap::alloc`] that never waits, for interrupt context
     /// ([`BlockAlloc::try_alloc`]): [`Error::WouldBlock`] where the allocator would wait,
     /// [`Error::Unsupported`] where it cannot promise not to.
-    pub fn try_alloc(&self, layout: Layout, core: usize) -> Result<u64, HeapError> {
+    pub fn try_alloc(&self, layout: Layout, core: usize) -> Result<u64, Error> {
         let order = self.order_of(layout)?;
         Ok(self.address_of(self.alloc.try_alloc(order, core)?))
     }
 
     /// [`DeviceHeap::free`] that never waits ([`BlockAlloc::try_free`]): [`Error::WouldBlock`],
     /// changing nothing, where the allocator would wait.
-    pub fn try_free(&self, addr: u64, layout: Layout, core: usize) -> Result<(), HeapError> {
+    pub fn try_free(&self, addr: u64, layout: Layout, core: usize) -> Result<(), Error> {
         let (index, order) = self.block_at(addr, Some(layout))?;
-        Ok(self.alloc.try_free(index, order, core)?)
+        self.alloc.try_free(index, order, core)
     }
 
     /// Frees the block that starts at `addr`, whatever its size.
-    pub fn free_at(&self, addr: u64, core: usize) -> Result<(), HeapError> {
+    pub fn free_at(&self, addr: u64, core: usize) -> Result<(), Error> {
         let (index, order) = self.block_at(addr, None)?;
-        Ok(self.alloc.free(index, order, core)?)
+        self.alloc.free(index, order, core)
     }
 
     /// [`DeviceHeap::free_at`] that never waits: the block's order comes from
@@ -113,10 +98,10 @@ impl<A: BlockAlloc> DeviceHeap<A> {
     /// assert!(vram.try_free_at(addr, 0).is_err());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn try_free_at(&self, addr: u64, core: usize) -> Result<(), HeapError> {
+    pub fn try_free_at(&self, addr: u64, core: usize) -> Result<(), Error> {
         let index = self.index_of(addr)?;
         let order = self.alloc.try_order_at(index)?;
-        Ok(self.alloc.try_free(index, order, core)?)
+        self.alloc.try_free(index, order, core)
     }
 
     /// Calls `f` with `core` held ([`BlockAlloc::with_core`]: over a magazine, a pair
@@ -125,17 +110,17 @@ impl<A: BlockAlloc> DeviceHeap<A> {
     /// forever (with `std` they panic instead, naming the cause).
     ///
     /// ```
-    /// use buddyfree::heap::{DeviceHeap, HeapError};
+    /// use buddyfree::heap::DeviceHeap;
     /// use buddyfree::{llfree::LLFree, magazine::Magazine, Config, Error};
     /// use core::alloc::Layout;
     ///
     /// let config = Config::new(1 << 14, 10);
     /// let vram = DeviceHeap::new(1 << 40, 4096, Magazine::new(config, LLFree::new(config)?)?).unwrap();
     /// let page = Layout::from_size_align(4096, 4096).unwrap();
-    /// let kept = vram.with_core(0, |core| -> Result<_, HeapError> {
+    /// let kept = vram.with_core(0, |core| -> Result<_, Error> {
     ///     let (kept, scratch) = (core.alloc(page)?, core.alloc(page)?);
     ///     core.free_at(scratch)?;
-    ///     assert_eq!(core.free(scratch, page), Err(HeapError::Block(Error::NotAllocated)));
+    ///     assert_eq!(core.free(scratch, page), Err(Error::NotAllocated));
     ///     Ok(kept)
     /// })?;
     /// vram.free_at(kept, 1)?;
@@ -149,47 +134,31 @@ impl<A: BlockAlloc> DeviceHeap<A> {
 
     /// The unit index and the order of the block at `addr`: the order of `layout`, or without
     /// one the order of the live block that starts there.
-    fn block_at(&self, addr: u64, layout: Option<Layout>) -> Result<(usize, u32), HeapError> {
+    fn block_at(&self, addr: u64, layout: Option<Layout>) -> Result<(usize, u32), Error> {
         let order = layout.map(|layout| self.order_of(layout)).transpose()?;
         let index = self.index_of(addr)?;
-        match order {
-            Some(order) => Ok((index, order)),
-            None => Ok((index, self.alloc.order_at(index)?)),
-        }
+        Ok((index, order.map_or_else(|| self.alloc.order_at(index), Ok)?))
     }
 
     /// The order of the live block that starts at `addr`.
-    pub fn order_at(&self, addr: u64) -> Result<u32, HeapError> {
-        Ok(self.alloc.order_at(self.index_of(addr)?)?)
+    pub fn order_at(&self, addr: u64) -> Result<u32, Error> {
+        self.alloc.order_at(self.index_of(addr)?)
     }
 
     /// The order of the block serving `layout`.
-    pub fn order_of(&self, layout: Layout) -> Result<u32, HeapError> {
-        order_for(
-            layout,
-            self.unit_shift,
-            self.max_align,
-            self.alloc.max_order(),
-        )
+    pub fn order_of(&self, layout: Layout) -> Result<u32, Error> {
+        self.geometry.order_of(layout)
     }
 
-    /// The unit index of `addr`: [`HeapError::Foreign`] outside the heap,
+    /// The unit index of `addr`: [`Error::Foreign`] outside the heap,
     /// [`Error::Misaligned`] inside but not at a unit boundary.
-    pub fn index_of(&self, addr: u64) -> Result<usize, HeapError> {
-        let offset = addr.checked_sub(self.base).ok_or(HeapError::Foreign)?;
-        let index = usize::try_from(offset >> self.unit_shift).map_err(|_| HeapError::Foreign)?;
-        if index >= self.alloc.total_units() {
-            return Err(HeapError::Foreign);
-        }
-        if offset & ((1 << self.unit_shift) - 1) != 0 {
-            return Err(Error::Misaligned.into());
-        }
-        Ok(index)
+    pub fn index_of(&self, addr: u64) -> Result<usize, Error> {
+        self.geometry.index_of(addr)
     }
 
     /// The address of unit `index` (which must be below the number of units).
     pub fn address_of(&self, index: usize) -> u64 {
-        self.base + ((index as u64) << self.unit_shift)
+        self.geometry.base + ((index as u64) << self.geometry.unit_shift)
     }
 
     /// The block allocator.
@@ -199,10 +168,10 @@ impl<A: BlockAlloc> DeviceHeap<A> {
 
     /// The largest alignment a request may ask for: `base`'s own, capped at the largest
     /// block (as [`Heap::max_align`](super::Heap::max_align)); above it,
-    /// [`HeapError::BadAlign`].
+    /// [`Error::BadAlign`].
     #[must_use]
     pub fn max_align(&self) -> usize {
-        self.max_align
+        self.geometry.max_align
     }
 }
 
@@ -221,21 +190,21 @@ impl<A: BlockAlloc> HeldDevice<'_, A> {
     }
 
     /// [`DeviceHeap::alloc`] on the held core.
-    pub fn alloc(&mut self, layout: Layout) -> Result<u64, HeapError> {
+    pub fn alloc(&mut self, layout: Layout) -> Result<u64, Error> {
         let order = self.heap.order_of(layout)?;
         Ok(self.heap.address_of(self.held.alloc(order)?))
     }
 
     /// [`DeviceHeap::free`] on the held core.
-    pub fn free(&mut self, addr: u64, layout: Layout) -> Result<(), HeapError> {
+    pub fn free(&mut self, addr: u64, layout: Layout) -> Result<(), Error> {
         let (index, order) = self.heap.block_at(addr, Some(layout))?;
-        Ok(self.held.free(index, order)?)
+        self.held.free(index, order)
     }
 
     /// [`DeviceHeap::free_at`] on the held core. The order comes from
     /// [`BlockAlloc::order_at`], which takes no per-core cache in this crate's allocators.
-    pub fn free_at(&mut self, addr: u64) -> Result<(), HeapError> {
+    pub fn free_at(&mut self, addr: u64) -> Result<(), Error> {
         let (index, order) = self.heap.block_at(addr, None)?;
-        Ok(self.held.free(index, order)?)
+        self.held.free(index, order)
     }
 }

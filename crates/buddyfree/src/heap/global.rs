@@ -59,7 +59,14 @@ impl<A: BlockAlloc> GlobalHeap<A> {
     /// `unit << config.max_order` is honoured.
     #[must_use]
     pub const fn new(unit: usize, config: Config, build: fn(Config) -> Result<A, Error>) -> Self {
-        Self::make(unit, config, build, false)
+        GlobalHeap {
+            unit,
+            config,
+            build,
+            heap: spin::Once::new(),
+            fallbacks: AtomicUsize::new(0),
+            refused_to_system: false,
+        }
     }
 
     /// As [`new`](GlobalHeap::new), but requests the heap refuses (too large, too aligned, out
@@ -71,23 +78,9 @@ impl<A: BlockAlloc> GlobalHeap<A> {
         config: Config,
         build: fn(Config) -> Result<A, Error>,
     ) -> Self {
-        Self::make(unit, config, build, true)
-    }
-
-    const fn make(
-        unit: usize,
-        config: Config,
-        build: fn(Config) -> Result<A, Error>,
-        refused_to_system: bool,
-    ) -> Self {
-        GlobalHeap {
-            unit,
-            config,
-            build,
-            heap: spin::Once::new(),
-            fallbacks: AtomicUsize::new(0),
-            refused_to_system,
-        }
+        let mut heap = Self::new(unit, config, build);
+        heap.refused_to_system = true;
+        heap
     }
 
     /// The heap, building it on first use; `None` if it could not be built (bad
@@ -120,19 +113,6 @@ impl<A: BlockAlloc> GlobalHeap<A> {
         self.fallbacks.fetch_add(1, Ordering::Relaxed);
         // SAFETY: forwarded with the caller's guarantees (non-zero size).
         unsafe { System.alloc(layout) }
-    }
-
-    /// What a request the heap refused gets: null, or `System`'s memory if so configured.
-    ///
-    /// # Safety
-    /// As for [`GlobalAlloc::alloc`].
-    unsafe fn refused(&self, layout: Layout) -> *mut u8 {
-        if self.refused_to_system {
-            // SAFETY: forwarded with the caller's guarantees.
-            unsafe { self.system_alloc(layout) }
-        } else {
-            ptr::null_mut()
-        }
     }
 
     /// The built heap if `ptr` lies in it.
@@ -179,10 +159,12 @@ unsafe impl<A: BlockAlloc> GlobalAlloc for GlobalHeap<A> {
             let _inside = Inside::enter();
             heap.alloc(layout)
         });
+        // A request the heap refused gets `System`'s memory if so configured, else null.
         match block {
             Some(Ok(p)) => p.as_ptr(),
             // SAFETY: forwarded with the caller's guarantees.
-            _ => unsafe { self.refused(layout) },
+            _ if self.refused_to_system => unsafe { self.system_alloc(layout) },
+            _ => ptr::null_mut(),
         }
     }
 

@@ -10,7 +10,7 @@
 //! `max(ceil_log2(ceil(size / unit)), log2(align / unit))`: blocks of order `k` are aligned to
 //! `2^k` units relative to `base`, so alignment above the unit size is served by a larger
 //! order, never ignored. A block's address is only as aligned as `base` itself, so alignments
-//! above `base`'s alignment are refused ([`HeapError::BadAlign`]) rather than silently broken.
+//! above `base`'s alignment are refused ([`Error::BadAlign`]) rather than silently broken.
 //!
 //! [`GlobalAlloc`](core::alloc::GlobalAlloc) and `allocator_api2`'s `Allocator` (and `core`'s, behind the `nightly`
 //! feature) are implemented on [`Heap`]; [`GlobalHeap`] is a lazily mapped heap for
@@ -39,78 +39,11 @@ pub use pool::{PoolBox, PoolSlice, TypedPool};
 pub use region::Region;
 pub use static_heap::{AlreadyInitialized, NoFallback, StaticHeap};
 
-/// What went wrong in a heap operation.
-#[non_exhaustive]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum HeapError {
-    /// A request of zero bytes: there is no block of size zero.
-    ZeroSize,
-    /// The request is larger than the largest block.
-    TooLarge,
-    /// The alignment is larger than the region can honour (see [`Heap::max_align`]).
-    BadAlign,
-    /// The pointer is null or outside the heap's units.
-    Foreign,
-    /// The heap's region is too small for the allocator, or the unit size is not a power of two.
-    BadRegion,
-    /// The block allocator refused (out of memory, a double free, a wrong order, a pointer
-    /// not at the start of a block, a configuration it cannot build, ...).
-    Block(Error),
-    /// The system refused a mapping ([`Region::mmap`]); the OS error number (`errno`).
-    Mmap(i32),
-    /// [`StaticHeap::init`] was called on a heap already initialised.
-    AlreadyInitialized,
-}
-
-impl HeapError {
-    /// A short, stable name for the error.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            HeapError::ZeroSize => "zero-sized request",
-            HeapError::TooLarge => "request larger than the largest block",
-            HeapError::BadAlign => "alignment larger than the region can honour",
-            HeapError::Foreign => "pointer null or outside the heap",
-            HeapError::BadRegion => "region too small or unit size not a power of two",
-            HeapError::Block(e) => e.as_str(),
-            HeapError::Mmap(_) => "the system refused the mapping",
-            HeapError::AlreadyInitialized => "the static heap is already initialised",
-        }
-    }
-}
-
-impl From<Error> for HeapError {
-    fn from(e: Error) -> Self {
-        HeapError::Block(e)
-    }
-}
-
-impl fmt::Display for HeapError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            HeapError::Block(e) => e.fmt(f),
-            HeapError::Mmap(errno) => write!(f, "{} (errno {errno})", self.as_str()),
-            _ => f.write_str(self.as_str()),
-        }
-    }
-}
-
-/// In every build, as for [`Error`]. No `source`: `Display` already shows the block
-/// allocator's [`Error`] of [`HeapError::Block`], and a report that walked the chain would
-/// print it twice.
-impl core::error::Error for HeapError {}
-
 /// A block allocator over a region of memory: unit `i` lives at `base + i * unit`.
 pub struct Heap<A> {
     alloc: A,
     base: NonNull<u8>,
-    unit_shift: u32,
-    /// `alloc`'s units and largest order, kept here so that a heap over a `dyn BlockAlloc`
-    /// makes no indirect call for them on every allocation and free.
-    units: usize,
-    max_order: u32,
-    /// The largest alignment every block start is guaranteed to have: `base`'s own alignment,
-    /// capped at the largest block.
-    max_align: usize,
+    geometry: Geometry,
     /// Frees that failed where no error can be returned (`GlobalAlloc::dealloc`, drops).
     bad_frees: AtomicUsize,
     /// Where the calling core's number comes from, if not from [`default_core`].
@@ -144,23 +77,18 @@ impl<A: BlockAlloc> Heap<A> {
     /// heap.free(block.as_ptr(), layout).unwrap();
     /// # Ok::<(), buddyfree::Error>(())
     /// ```
-    pub fn new(region: Region, unit: usize, alloc: A) -> Result<Self, HeapError> {
-        let (skip, units) = first_unit(&region, unit).ok_or(HeapError::BadRegion)?;
-        if alloc.total_units() > units {
-            return Err(HeapError::BadRegion);
+    pub fn new(region: Region, unit: usize, alloc: A) -> Result<Self, Error> {
+        let (skip, units) = first_unit(&region, unit).ok_or(Error::BadRegion)?;
+        // Every block's bytes in a `usize`, so that `max_size` and `Layout`s can name them.
+        if alloc.total_units() > units || block_bytes(unit, alloc.max_order()).is_none() {
+            return Err(Error::BadRegion);
         }
         // SAFETY: `first_unit` checked `skip <= region.len()`, so the offset stays inside
         // (or one past the end of) the region.
         let base = unsafe { region.as_ptr().add(skip) };
-        let base = NonNull::new(base).ok_or(HeapError::BadRegion)?;
-        let base_addr = base.as_ptr() as usize;
-        let largest = block_bytes(unit, alloc.max_order()).ok_or(HeapError::BadRegion)?;
-        let base_align = 1usize << base_addr.trailing_zeros().min(usize::BITS - 1);
+        let base = NonNull::new(base).ok_or(Error::BadRegion)?;
         Ok(Heap {
-            unit_shift: unit.trailing_zeros(),
-            units: alloc.total_units(),
-            max_order: alloc.max_order(),
-            max_align: base_align.min(largest),
+            geometry: Geometry::new(base.as_ptr() as u64, unit, &alloc)?,
             alloc,
             base,
             bad_frees: AtomicUsize::new(0),
@@ -191,7 +119,7 @@ impl<A: BlockAlloc> Heap<A> {
     /// let page = Layout::from_size_align(4096, 4096).unwrap();
     /// let p = heap.alloc(page).unwrap();
     /// heap.free(p.as_ptr(), page).unwrap();
-    /// # Ok::<(), buddyfree::heap::HeapError>(())
+    /// # Ok::<(), buddyfree::Error>(())
     /// ```
     #[must_use]
     pub fn with_core_hint(mut self, hint: fn() -> usize) -> Self {
@@ -210,7 +138,7 @@ impl<A: BlockAlloc> Heap<A> {
 
     /// A heap filling `region` with as many units as fit, its allocator built by `build`
     /// (e.g. a [`registry`](crate::registry) entry's) from that many units, `max_order` and
-    /// `cores`. A region without room for one unit is [`HeapError::BadRegion`].
+    /// `cores`. A region without room for one unit is [`Error::BadRegion`].
     ///
     /// ```
     /// use buddyfree::heap::{Heap, Region};
@@ -227,10 +155,10 @@ impl<A: BlockAlloc> Heap<A> {
         max_order: u32,
         cores: usize,
         build: impl FnOnce(Config) -> Result<A, Error>,
-    ) -> Result<Self, HeapError> {
-        let units = Self::units_fitting(&region, unit).ok_or(HeapError::BadRegion)?;
+    ) -> Result<Self, Error> {
+        let units = Self::units_fitting(&region, unit).ok_or(Error::BadRegion)?;
         if units == 0 {
-            return Err(HeapError::BadRegion);
+            return Err(Error::BadRegion);
         }
         let alloc = build(Config::new(units, max_order).with_cores(cores))?;
         Self::new(region, unit, alloc)
@@ -244,17 +172,12 @@ impl<A: BlockAlloc> Heap<A> {
     }
 
     /// Allocates a block for `layout` (see the [module docs](self) for the order chosen).
-    pub fn alloc(&self, layout: Layout) -> Result<NonNull<u8>, HeapError> {
-        self.alloc_order(self.order_of(layout)?)
-    }
-
-    /// Allocates a block of `2^order` units.
-    pub fn alloc_order(&self, order: u32) -> Result<NonNull<u8>, HeapError> {
-        self.alloc_index(order).map(|(_, ptr)| ptr)
+    pub fn alloc(&self, layout: Layout) -> Result<NonNull<u8>, Error> {
+        Ok(self.alloc_index(self.order_of(layout)?)?.1)
     }
 
     /// Allocates a block of `2^order` units; returns its first unit's index and address.
-    pub fn alloc_index(&self, order: u32) -> Result<(usize, NonNull<u8>), HeapError> {
+    pub fn alloc_index(&self, order: u32) -> Result<(usize, NonNull<u8>), Error> {
         self.placed(self.alloc.alloc(order, self.core())?)
     }
 
@@ -263,7 +186,7 @@ impl<A: BlockAlloc> Heap<A> {
         &self,
         order: u32,
         class: Class,
-    ) -> Result<(usize, NonNull<u8>), HeapError> {
+    ) -> Result<(usize, NonNull<u8>), Error> {
         self.placed(self.alloc.alloc_class(order, class, self.core())?)
     }
 
@@ -272,23 +195,20 @@ impl<A: BlockAlloc> Heap<A> {
     /// cannot promise not to ([`BlockAlloc::try_alloc`]; over a magazine it gives back only
     /// what the caches whose locks are free at once park, so it may find no block where
     /// [`Heap::alloc`], which drains, would).
-    pub fn try_alloc(&self, layout: Layout) -> Result<NonNull<u8>, HeapError> {
-        self.try_alloc_index(self.order_of(layout)?)
-            .map(|(_, ptr)| ptr)
+    pub fn try_alloc(&self, layout: Layout) -> Result<NonNull<u8>, Error> {
+        Ok(self.try_alloc_index(self.order_of(layout)?)?.1)
     }
 
     /// [`Heap::alloc_index`] that never waits, as [`Heap::try_alloc`].
-    pub fn try_alloc_index(&self, order: u32) -> Result<(usize, NonNull<u8>), HeapError> {
+    pub fn try_alloc_index(&self, order: u32) -> Result<(usize, NonNull<u8>), Error> {
         self.placed(self.alloc.try_alloc(order, self.core())?)
     }
 
     /// A block the allocator returned, with its address.
-    fn placed(&self, index: usize) -> Result<(usize, NonNull<u8>), HeapError> {
+    fn placed(&self, index: usize) -> Result<(usize, NonNull<u8>), Error> {
         // An allocator keeps its indices below its units; anything else is its bug, reported
         // rather than turned into a wild pointer.
-        let ptr = self
-            .ptr_of(index)
-            .ok_or(HeapError::Block(Error::OutOfRange))?;
+        let ptr = self.ptr_of(index).ok_or(Error::OutOfRange)?;
         Ok((index, ptr))
     }
 
@@ -298,22 +218,22 @@ impl<A: BlockAlloc> Heap<A> {
     /// forever (with `std` they panic instead, naming the cause).
     ///
     /// ```
-    /// use buddyfree::heap::{Heap, HeapError, Region};
+    /// use buddyfree::heap::{Heap, Region};
     /// use buddyfree::{llfree::LLFree, magazine::Magazine, Error};
     ///
     /// let region = Region::from_box(vec![0u8; 1 << 20].into_boxed_slice());
     /// let build = |config| Magazine::new(config, LLFree::new(config)?);
     /// let heap = Heap::build(region, 4096, 4, 2, build).unwrap();
-    /// let (index, page) = heap.with_core(1, |core| -> Result<_, HeapError> {
+    /// let (index, page) = heap.with_core(1, |core| -> Result<_, Error> {
     ///     let (index, page) = core.alloc_index(0)?;
     ///     let (other, _) = core.alloc_index(2)?;
     ///     core.free_index(other, 2)?;
-    ///     assert_eq!(core.free_index(other, 2), Err(HeapError::Block(Error::NotAllocated)));
+    ///     assert_eq!(core.free_index(other, 2), Err(Error::NotAllocated));
     ///     Ok((index, page))
     /// })?;
     /// assert_eq!(heap.ptr_of(index), Some(page));
     /// heap.free_index(index, 0)?;
-    /// # Ok::<(), HeapError>(())
+    /// # Ok::<(), Error>(())
     /// ```
     pub fn with_core<R>(&self, core: usize, f: impl FnOnce(&mut HeldHeap<'_, A>) -> R) -> R {
         crate::hold_core(&self.alloc, core, |held| {
@@ -323,25 +243,23 @@ impl<A: BlockAlloc> Heap<A> {
 
     /// Frees the block of `2^order` units starting at unit `index`, with the same checks as
     /// [`Heap::free`].
-    pub fn free_index(&self, index: usize, order: u32) -> Result<(), HeapError> {
-        Ok(self.alloc.free(index, order, self.core())?)
+    pub fn free_index(&self, index: usize, order: u32) -> Result<(), Error> {
+        self.alloc.free(index, order, self.core())
     }
 
     /// Allocates up to `out.len()` blocks of `2^order` units in one call and writes their
     /// first units' indices to the front of `out`; returns how many, as
     /// [`BlockAlloc::alloc_bulk`] does (fewer only where a further allocation would fail).
-    pub fn alloc_bulk(&self, order: u32, out: &mut [usize]) -> Result<usize, HeapError> {
-        Ok(self.alloc.alloc_bulk(order, self.core(), out)?)
+    pub fn alloc_bulk(&self, order: u32, out: &mut [usize]) -> Result<usize, Error> {
+        self.alloc.alloc_bulk(order, self.core(), out)
     }
 
     /// Frees the blocks of `2^order` units starting at the unit indices `blocks`, with the
     /// checks of [`Heap::free_index`], stopping at the first one refused: its position in
     /// `blocks` and the error (it and the blocks after it stay allocated), as
     /// [`BlockAlloc::free_bulk`] does.
-    pub fn free_bulk(&self, blocks: &[usize], order: u32) -> Result<(), (usize, HeapError)> {
-        self.alloc
-            .free_bulk(blocks, order, self.core())
-            .map_err(|(k, e)| (k, e.into()))
+    pub fn free_bulk(&self, blocks: &[usize], order: u32) -> Result<(), (usize, Error)> {
+        self.alloc.free_bulk(blocks, order, self.core())
     }
 
     /// Frees the block at `ptr` allocated for `layout`.
@@ -349,22 +267,23 @@ impl<A: BlockAlloc> Heap<A> {
     /// A null or foreign pointer, a pointer not at the start of a live block, a layout giving
     /// another order than the allocation's, or a double free returns an error and changes
     /// nothing. Never dereferences `ptr`.
-    pub fn free(&self, ptr: *mut u8, layout: Layout) -> Result<(), HeapError> {
-        self.free_order(ptr, self.order_of(layout)?)
+    pub fn free(&self, ptr: *mut u8, layout: Layout) -> Result<(), Error> {
+        let order = self.order_of(layout)?;
+        self.free_index(self.index_of(ptr)?, order)
     }
 
     /// [`Heap::free`] that never waits, for interrupt context (where the interrupted code may
     /// hold the lock a free would wait for): [`Error::WouldBlock`], changing nothing, where
     /// the allocator would wait; [`Error::Unsupported`] where it cannot promise not to
     /// ([`BlockAlloc::try_free`]). The same checks as [`Heap::free`].
-    pub fn try_free(&self, ptr: *mut u8, layout: Layout) -> Result<(), HeapError> {
+    pub fn try_free(&self, ptr: *mut u8, layout: Layout) -> Result<(), Error> {
         let order = self.order_of(layout)?;
         self.try_free_index(self.index_of(ptr)?, order)
     }
 
     /// [`Heap::free_index`] that never waits, as [`Heap::try_free`].
-    pub fn try_free_index(&self, index: usize, order: u32) -> Result<(), HeapError> {
-        Ok(self.alloc.try_free(index, order, self.core())?)
+    pub fn try_free_index(&self, index: usize, order: u32) -> Result<(), Error> {
+        self.alloc.try_free(index, order, self.core())
     }
 
     /// Frees the block that starts at `ptr`, whatever its size: the allocator knows its order
@@ -382,7 +301,7 @@ impl<A: BlockAlloc> Heap<A> {
     /// heap.free_at(p.as_ptr()).unwrap(); // 8 units, found without the layout
     /// assert!(heap.free_at(p.as_ptr()).is_err());
     /// ```
-    pub fn free_at(&self, ptr: *mut u8) -> Result<(), HeapError> {
+    pub fn free_at(&self, ptr: *mut u8) -> Result<(), Error> {
         let index = self.index_of(ptr)?;
         self.free_index(index, self.alloc.order_at(index)?)
     }
@@ -390,59 +309,44 @@ impl<A: BlockAlloc> Heap<A> {
     /// [`Heap::free_at`] that never waits, for interrupt context: the order comes from
     /// [`BlockAlloc::try_order_at`] and the free is [`Heap::try_free_index`], so the answer
     /// is [`Error::WouldBlock`] (nothing changed) where either would wait for a lock.
-    pub fn try_free_at(&self, ptr: *mut u8) -> Result<(), HeapError> {
+    pub fn try_free_at(&self, ptr: *mut u8) -> Result<(), Error> {
         let index = self.index_of(ptr)?;
         self.try_free_index(index, self.alloc.try_order_at(index)?)
     }
 
-    /// Frees the block of `2^order` units at `ptr`.
-    pub fn free_order(&self, ptr: *mut u8, order: u32) -> Result<(), HeapError> {
-        self.free_index(self.index_of(ptr)?, order)
-    }
-
     /// The order of the block serving `layout`.
-    pub fn order_of(&self, layout: Layout) -> Result<u32, HeapError> {
-        order_for(layout, self.unit_shift, self.max_align, self.max_order)
+    pub fn order_of(&self, layout: Layout) -> Result<u32, Error> {
+        self.geometry.order_of(layout)
     }
 
     /// The address of unit `index`, or `None` past the last unit.
     #[must_use]
     pub fn ptr_of(&self, index: usize) -> Option<NonNull<u8>> {
-        if index >= self.units {
+        if index >= self.geometry.units {
             return None;
         }
         // SAFETY: `index` is below the units, all of which `new` checked lie inside the
         // region, so the offset stays inside that allocation.
-        let addr = unsafe { self.base.as_ptr().add(index << self.unit_shift) };
+        let addr = unsafe { self.base.as_ptr().add(index << self.geometry.unit_shift) };
         // Inside the region, so not null (the region does not wrap around zero).
         NonNull::new(addr)
     }
 
-    /// The unit index of `ptr`: [`HeapError::Foreign`] if it is null or outside the heap,
+    /// The unit index of `ptr`: [`Error::Foreign`] if it is null or outside the heap,
     /// [`Error::Misaligned`] if it is inside but not at a unit boundary.
-    pub fn index_of(&self, ptr: *const u8) -> Result<usize, HeapError> {
-        let offset = (ptr as usize)
-            .checked_sub(self.base.as_ptr() as usize)
-            .ok_or(HeapError::Foreign)?;
-        let index = offset >> self.unit_shift;
-        if index >= self.units {
-            return Err(HeapError::Foreign);
-        }
-        if offset & (self.unit() - 1) != 0 {
-            return Err(HeapError::Block(Error::Misaligned));
-        }
-        Ok(index)
+    pub fn index_of(&self, ptr: *const u8) -> Result<usize, Error> {
+        self.geometry.index_of(ptr as u64)
     }
 
     /// Whether `ptr` points into the heap's units.
     #[must_use]
     pub fn contains(&self, ptr: *const u8) -> bool {
-        !matches!(self.index_of(ptr), Err(HeapError::Foreign))
+        !matches!(self.index_of(ptr), Err(Error::Foreign))
     }
 
     /// The unit size in bytes.
     pub fn unit(&self) -> usize {
-        1 << self.unit_shift
+        1 << self.geometry.unit_shift
     }
 
     /// The first unit's address.
@@ -452,12 +356,12 @@ impl<A: BlockAlloc> Heap<A> {
 
     /// The largest alignment a request may ask for.
     pub fn max_align(&self) -> usize {
-        self.max_align
+        self.geometry.max_align
     }
 
     /// The largest request in bytes (one block of the maximum order).
     pub fn max_size(&self) -> usize {
-        self.unit() << self.max_order
+        self.unit() << self.geometry.max_order
     }
 
     /// The block allocator.
@@ -489,8 +393,8 @@ impl<A> fmt::Debug for Heap<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Heap")
             .field("base", &self.base)
-            .field("unit", &(1usize << self.unit_shift))
-            .field("max_align", &self.max_align)
+            .field("unit", &(1usize << self.geometry.unit_shift))
+            .field("max_align", &self.geometry.max_align)
             .finish_non_exhaustive()
     }
 }
@@ -505,40 +409,87 @@ fn first_unit(region: &Region, unit: usize) -> Option<(usize, usize)> {
     let start = region.as_ptr() as usize;
     let skip = start
         .checked_next_multiple_of(unit)
-        .map_or(usize::MAX, |aligned| aligned - start);
-    match region.len().checked_sub(skip) {
-        Some(rest) => Some((skip, rest / unit)),
-        None => Some((region.len(), 0)),
-    }
+        .map_or(usize::MAX, |aligned| aligned - start)
+        .min(region.len());
+    Some((skip, (region.len() - skip) / unit))
 }
 
-/// The order of the block serving `layout` with units of `2^unit_shift` bytes, blocks up to
-/// `max_order` and block starts aligned to at most `max_align` bytes (see the module docs).
-fn order_for(
-    layout: Layout,
+/// Where a heap's units lie and which requests they serve, unit `i` at `base + i * unit`:
+/// the arithmetic that [`Heap`] and [`DeviceHeap`] share.
+#[derive(Clone, Copy, Debug)]
+struct Geometry {
+    /// The address of unit 0.
+    base: u64,
     unit_shift: u32,
-    max_align: usize,
+    /// The allocator's units and largest order, kept here so that a heap over a
+    /// `dyn BlockAlloc` makes no indirect call for them on every allocation and free.
+    units: usize,
     max_order: u32,
-) -> Result<u32, HeapError> {
-    if layout.size() == 0 {
-        return Err(HeapError::ZeroSize);
+    /// The largest alignment every block start is guaranteed to have: `base`'s own
+    /// alignment, capped at the largest block.
+    max_align: usize,
+}
+
+impl Geometry {
+    /// The units of `alloc`, `unit` bytes each, from `base`: [`Error::BadRegion`] if `unit`
+    /// is not a power of two, `base` not a multiple of it, or the units would pass 2^64.
+    fn new(base: u64, unit: usize, alloc: &impl BlockAlloc) -> Result<Self, Error> {
+        if !unit.is_power_of_two() || !base.is_multiple_of(unit as u64) {
+            return Err(Error::BadRegion);
+        }
+        let (units, unit_shift) = (alloc.total_units(), unit.trailing_zeros());
+        if base as u128 + ((units as u128) << unit_shift) > 1u128 << 64 {
+            return Err(Error::BadRegion);
+        }
+        let largest = block_bytes(unit, alloc.max_order()).unwrap_or(usize::MAX);
+        let base_align = 1u64
+            .checked_shl(base.trailing_zeros())
+            .map_or(usize::MAX, |a| usize::try_from(a).unwrap_or(usize::MAX));
+        Ok(Geometry {
+            base,
+            unit_shift,
+            units,
+            max_order: alloc.max_order(),
+            max_align: base_align.min(largest),
+        })
     }
-    if layout.align() > max_align {
-        return Err(HeapError::BadAlign);
+
+    /// The order of the block serving `layout` (see the module docs).
+    fn order_of(&self, layout: Layout) -> Result<u32, Error> {
+        if layout.size() == 0 {
+            return Err(Error::ZeroSize);
+        }
+        if layout.align() > self.max_align {
+            return Err(Error::BadAlign);
+        }
+        let units = layout.size().div_ceil(1 << self.unit_shift);
+        // `units <= usize::MAX / unit`, so the next power of two cannot overflow unless the
+        // request is absurd; then it is too large for any heap.
+        let by_size = units
+            .checked_next_power_of_two()
+            .ok_or(Error::TooLarge)?
+            .trailing_zeros();
+        let by_align = (layout.align() >> self.unit_shift).max(1).trailing_zeros();
+        let order = by_size.max(by_align);
+        if order > self.max_order {
+            return Err(Error::TooLarge);
+        }
+        Ok(order)
     }
-    let units = layout.size().div_ceil(1 << unit_shift);
-    // `units <= usize::MAX / unit`, so the next power of two cannot overflow unless the
-    // request is absurd; then it is too large for any heap.
-    let by_size = units
-        .checked_next_power_of_two()
-        .ok_or(HeapError::TooLarge)?
-        .trailing_zeros();
-    let by_align = (layout.align() >> unit_shift).max(1).trailing_zeros();
-    let order = by_size.max(by_align);
-    if order > max_order {
-        return Err(HeapError::TooLarge);
+
+    /// The unit index of `addr`: [`Error::Foreign`] outside the units, [`Error::Misaligned`]
+    /// inside but not at a unit boundary.
+    fn index_of(&self, addr: u64) -> Result<usize, Error> {
+        let offset = addr.checked_sub(self.base).ok_or(Error::Foreign)?;
+        let index = usize::try_from(offset >> self.unit_shift).map_err(|_| Error::Foreign)?;
+        if index >= self.units {
+            return Err(Error::Foreign);
+        }
+        if offset & ((1 << self.unit_shift) - 1) != 0 {
+            return Err(Error::Misaligned);
+        }
+        Ok(index)
     }
-    Ok(order)
 }
 
 /// The bytes in a block of `2^order` units of `unit` bytes, if that fits in a `usize`.
@@ -564,13 +515,13 @@ pub struct HeldHeap<'a, A> {
 
 impl<A: BlockAlloc> HeldHeap<'_, A> {
     /// [`Heap::alloc_index`] on the held core.
-    pub fn alloc_index(&mut self, order: u32) -> Result<(usize, NonNull<u8>), HeapError> {
+    pub fn alloc_index(&mut self, order: u32) -> Result<(usize, NonNull<u8>), Error> {
         let index = self.held.alloc(order)?;
         self.heap.placed(index)
     }
 
     /// [`Heap::free_index`] on the held core.
-    pub fn free_index(&mut self, index: usize, order: u32) -> Result<(), HeapError> {
-        Ok(self.held.free(index, order)?)
+    pub fn free_index(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        self.held.free(index, order)
     }
 }

@@ -7,7 +7,7 @@ use core::marker::PhantomData;
 use core::ops::{Deref, DerefMut};
 use core::ptr::{self, NonNull};
 
-use super::{Heap, HeapError};
+use super::{Error, Heap};
 use crate::BlockAlloc;
 
 /// A pool of `T`s (and arrays of `T`) over a [`Heap`]: each value gets the smallest block
@@ -33,7 +33,7 @@ impl<T, A: BlockAlloc> TypedPool<T, A> {
     /// let block = pool.alloc([1, 2, 3, 4]).map_err(|(e, _)| e).unwrap();
     /// assert_eq!(block[2], 3);
     /// ```
-    pub fn new(heap: Heap<A>) -> Result<Self, HeapError> {
+    pub fn new(heap: Heap<A>) -> Result<Self, Error> {
         let layout = Layout::new::<T>();
         if layout.size() != 0 {
             heap.order_of(layout)?;
@@ -45,8 +45,9 @@ impl<T, A: BlockAlloc> TypedPool<T, A> {
     }
 
     /// Moves `value` into the pool; on failure gives it back with the reason.
-    pub fn alloc(&self, value: T) -> Result<PoolBox<'_, T, A>, (HeapError, T)> {
-        match self.heap.allocate_block(Layout::new::<T>()) {
+    pub fn alloc(&self, value: T) -> Result<PoolBox<'_, T, A>, (Error, T)> {
+        let layout = Layout::new::<T>();
+        match self.heap.allocate_block(layout) {
             Ok(block) => {
                 let ptr = block.cast::<T>();
                 // SAFETY: the block is fresh, at least `size_of::<T>()` bytes and aligned for
@@ -54,6 +55,7 @@ impl<T, A: BlockAlloc> TypedPool<T, A> {
                 unsafe { ptr.write(value) };
                 Ok(PoolBox {
                     ptr,
+                    layout,
                     heap: &self.heap,
                 })
             }
@@ -67,20 +69,19 @@ impl<T, A: BlockAlloc> TypedPool<T, A> {
         &self,
         n: usize,
         mut init: impl FnMut(usize) -> T,
-    ) -> Result<PoolSlice<'_, T, A>, HeapError> {
-        let layout = Layout::array::<T>(n).map_err(|_| HeapError::TooLarge)?;
-        let ptr = self.heap.allocate_block(layout)?.cast::<T>();
-        // Owns the block from here on, so a panic in `init` drops exactly the first `len`.
-        let mut slice = PoolSlice {
-            ptr,
-            len: 0,
+    ) -> Result<PoolSlice<'_, T, A>, Error> {
+        let layout = Layout::array::<T>(n).map_err(|_| Error::TooLarge)?;
+        let first = self.heap.allocate_block(layout)?.cast::<T>();
+        // Owns the block from here on, so a panic in `init` drops exactly the values made.
+        let mut slice = PoolBox {
+            ptr: NonNull::slice_from_raw_parts(first, 0),
             layout,
             heap: &self.heap,
         };
         for i in 0..n {
             // SAFETY: `i < n`, inside the block of `n` `T`s; slot `i` is uninitialised.
-            unsafe { ptr.add(i).write(init(i)) };
-            slice.len = i + 1;
+            unsafe { first.add(i).write(init(i)) };
+            slice.ptr = NonNull::slice_from_raw_parts(first, i + 1);
         }
         Ok(slice)
     }
@@ -91,16 +92,23 @@ impl<T, A: BlockAlloc> TypedPool<T, A> {
     }
 }
 
-/// A `T` in a [`TypedPool`]; dropping it drops the `T` and returns the block.
-pub struct PoolBox<'a, T, A: BlockAlloc> {
+/// A `T` in a [`TypedPool`] (or the `[T]` of a [`PoolSlice`]); dropping it drops the value
+/// and returns the block.
+pub struct PoolBox<'a, T: ?Sized, A: BlockAlloc> {
+    /// The value: initialised, all of it (a slice: as many values as made so far).
     ptr: NonNull<T>,
+    /// What the block was allocated for (a slice's whole array, however many are made).
+    layout: Layout,
     heap: &'a Heap<A>,
 }
 
-// SAFETY: a `PoolBox` owns its `T` like a `Box` does; the heap reference is `Sync`.
-unsafe impl<T: Send, A: BlockAlloc> Send for PoolBox<'_, T, A> {}
+/// An array of `T`s in a [`TypedPool`]; dropping it drops them and returns the block.
+pub type PoolSlice<'a, T, A> = PoolBox<'a, [T], A>;
+
+// SAFETY: a `PoolBox` owns its value like a `Box` does; the heap reference is `Sync`.
+unsafe impl<T: ?Sized + Send, A: BlockAlloc> Send for PoolBox<'_, T, A> {}
 // SAFETY: `&PoolBox` gives only `&T`.
-unsafe impl<T: Sync, A: BlockAlloc> Sync for PoolBox<'_, T, A> {}
+unsafe impl<T: ?Sized + Sync, A: BlockAlloc> Sync for PoolBox<'_, T, A> {}
 
 impl<T, A: BlockAlloc> PoolBox<'_, T, A> {
     /// Takes the value out and returns the block.
@@ -108,8 +116,7 @@ impl<T, A: BlockAlloc> PoolBox<'_, T, A> {
         let this = core::mem::ManuallyDrop::new(self);
         // SAFETY: the value is initialised and, `this` never being dropped, read only once.
         let value = unsafe { this.ptr.read() };
-        this.heap
-            .deallocate_block(this.ptr.cast(), Layout::new::<T>());
+        this.heap.deallocate_block(this.ptr.cast(), this.layout);
         value
     }
 
@@ -119,75 +126,31 @@ impl<T, A: BlockAlloc> PoolBox<'_, T, A> {
     }
 }
 
-impl<T, A: BlockAlloc> Deref for PoolBox<'_, T, A> {
+impl<T: ?Sized, A: BlockAlloc> Deref for PoolBox<'_, T, A> {
     type Target = T;
     fn deref(&self) -> &T {
-        // SAFETY: initialised by `alloc`, owned by `self`, shared borrow of `self`.
+        // SAFETY: initialised by `alloc` or `alloc_slice`, owned by `self`, shared borrow of
+        // `self`.
         unsafe { self.ptr.as_ref() }
     }
 }
 
-impl<T, A: BlockAlloc> DerefMut for PoolBox<'_, T, A> {
+impl<T: ?Sized, A: BlockAlloc> DerefMut for PoolBox<'_, T, A> {
     fn deref_mut(&mut self) -> &mut T {
         // SAFETY: as in `deref`, with `self` borrowed exclusively.
         unsafe { self.ptr.as_mut() }
     }
 }
 
-impl<T, A: BlockAlloc> Drop for PoolBox<'_, T, A> {
+impl<T: ?Sized, A: BlockAlloc> Drop for PoolBox<'_, T, A> {
     fn drop(&mut self) {
         // SAFETY: the value is initialised and dropped once; the block is not used after.
         unsafe { ptr::drop_in_place(self.ptr.as_ptr()) };
-        self.heap
-            .deallocate_block(self.ptr.cast(), Layout::new::<T>());
-    }
-}
-
-impl<T: fmt::Debug, A: BlockAlloc> fmt::Debug for PoolBox<'_, T, A> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        (**self).fmt(f)
-    }
-}
-
-/// An array of `T`s in a [`TypedPool`]; dropping it drops them and returns the block.
-pub struct PoolSlice<'a, T, A: BlockAlloc> {
-    ptr: NonNull<T>,
-    /// Initialised values (all of them once `alloc_slice` returns).
-    len: usize,
-    layout: Layout,
-    heap: &'a Heap<A>,
-}
-
-// SAFETY: owns its `T`s like a `Box<[T]>`; the heap reference is `Sync`.
-unsafe impl<T: Send, A: BlockAlloc> Send for PoolSlice<'_, T, A> {}
-// SAFETY: `&PoolSlice` gives only `&[T]`.
-unsafe impl<T: Sync, A: BlockAlloc> Sync for PoolSlice<'_, T, A> {}
-
-impl<T, A: BlockAlloc> Deref for PoolSlice<'_, T, A> {
-    type Target = [T];
-    fn deref(&self) -> &[T] {
-        // SAFETY: the first `len` values are initialised and owned by `self`.
-        unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl<T, A: BlockAlloc> DerefMut for PoolSlice<'_, T, A> {
-    fn deref_mut(&mut self) -> &mut [T] {
-        // SAFETY: as in `deref`, with `self` borrowed exclusively.
-        unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl<T, A: BlockAlloc> Drop for PoolSlice<'_, T, A> {
-    fn drop(&mut self) {
-        let values = ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len);
-        // SAFETY: exactly the initialised values, dropped once; the block is not used after.
-        unsafe { ptr::drop_in_place(values) };
         self.heap.deallocate_block(self.ptr.cast(), self.layout);
     }
 }
 
-impl<T: fmt::Debug, A: BlockAlloc> fmt::Debug for PoolSlice<'_, T, A> {
+impl<T: ?Sized + fmt::Debug, A: BlockAlloc> fmt::Debug for PoolBox<'_, T, A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         (**self).fmt(f)
     }

@@ -2,13 +2,10 @@
 
 #[cfg(feature = "alloc")]
 use alloc::boxed::Box;
-use core::fmt;
 use core::ptr::NonNull;
 
 #[cfg(all(feature = "std", unix))]
-use super::HeapError;
-#[cfg(all(feature = "std", unix))]
-use crate::ConfigRule;
+use crate::{ConfigRule, Error};
 
 /// A contiguous range of memory a [`Heap`](super::Heap) hands out, with the right way to
 /// release it on drop: nothing for borrowed memory, `Box` deallocation for a boxed slice,
@@ -16,12 +13,14 @@ use crate::ConfigRule;
 ///
 /// The region keeps raw pointers only (a boxed slice is turned into one at once), so blocks
 /// handed out of it stay valid however the region or heap is moved.
+#[derive(Debug)]
 pub struct Region {
     ptr: NonNull<u8>,
     len: usize,
     owner: Owner,
 }
 
+#[derive(Debug)]
 enum Owner {
     Borrowed,
     #[cfg(feature = "alloc")]
@@ -43,11 +42,8 @@ impl Region {
     /// A region over memory borrowed for the rest of the program.
     pub fn from_static(memory: &'static mut [u8]) -> Self {
         let len = memory.len();
-        Region {
-            ptr: NonNull::from(memory).cast(),
-            len,
-            owner: Owner::Borrowed,
-        }
+        // SAFETY: an exclusive `'static` borrow: valid, and the region's alone, for good.
+        unsafe { Region::from_raw(NonNull::from(memory).cast(), len) }
     }
 
     /// A region owning a boxed slice, deallocated when the region is dropped.
@@ -82,22 +78,21 @@ impl Region {
     ///
     /// Fails with [`ConfigRule::RegionLength`] for a zero length (or one that overflows with
     /// the alignment), [`ConfigRule::NotPowerOfTwo`] for a bad alignment, and
-    /// [`HeapError::Mmap`] with the OS error number when the system refuses the mapping.
+    /// [`Error::Mmap`] with the OS error number when the system refuses the mapping.
     /// Never allocates on the heap, so it may be called from inside a global allocator.
     #[cfg(all(feature = "std", unix))]
-    pub fn mmap(len: usize, align: usize) -> Result<Self, HeapError> {
-        let invalid = |rule: ConfigRule| HeapError::Block(rule.into());
+    pub fn mmap(len: usize, align: usize) -> Result<Self, Error> {
         if len == 0 {
-            return Err(invalid(ConfigRule::RegionLength));
+            return Err(ConfigRule::RegionLength.into());
         }
         if !align.is_power_of_two() {
-            return Err(invalid(ConfigRule::NotPowerOfTwo));
+            return Err(ConfigRule::NotPowerOfTwo.into());
         }
         // Over-map by `align` so an aligned start exists inside the mapping; the slack is
         // address space only (never touched, so never backed).
         let map_len = len
             .checked_add(align)
-            .ok_or(invalid(ConfigRule::RegionLength))?;
+            .ok_or(Error::InvalidConfig(ConfigRule::RegionLength))?;
         // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches
         // no existing memory; the result is checked before use.
         let addr = unsafe {
@@ -117,7 +112,7 @@ impl Region {
         if addr == libc::MAP_FAILED || addr.is_null() {
             // Read at once: nothing between the call and here can have changed errno.
             let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-            return Err(HeapError::Mmap(errno));
+            return Err(Error::Mmap(errno));
         }
         let skip = (addr as usize).next_multiple_of(align) - addr as usize;
         // SAFETY: `skip < align`, so the aligned start and the `len` bytes after it lie inside
@@ -165,14 +160,5 @@ impl Drop for Region {
                 unsafe { libc::munmap(addr, len) };
             }
         }
-    }
-}
-
-impl fmt::Debug for Region {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Region")
-            .field("ptr", &self.ptr)
-            .field("len", &self.len)
-            .finish_non_exhaustive()
     }
 }

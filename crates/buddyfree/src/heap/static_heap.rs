@@ -3,7 +3,7 @@
 use core::alloc::{GlobalAlloc, Layout};
 use core::{fmt, ptr};
 
-use super::{Heap, HeapError};
+use super::Heap;
 use crate::{BlockAlloc, Error};
 
 /// A global allocator that a kernel declares as a `const` static and initialises once it has
@@ -32,7 +32,7 @@ use crate::{BlockAlloc, Error};
 /// // the first unit-aligned address).
 /// let memory: &'static mut [u8] = Box::leak(vec![0u8; 65 * 64].into_boxed_slice());
 /// let alloc = Nbbs4::new(Config::new(64, 6))?;
-/// let heap = Heap::new(Region::from_static(memory), 64, alloc)?; // HeapError into Error
+/// let heap = Heap::new(Region::from_static(memory), 64, alloc)?;
 /// HEAP.init(heap)?; // once only: a second call is `Error::AlreadyInitialized`
 /// let layout = Layout::from_size_align(100, 8).unwrap();
 /// // SAFETY: a non-zero-sized layout; the block is freed with the same layout.
@@ -72,7 +72,7 @@ impl<A, F> StaticHeap<A, F> {
 
     /// Installs the heap. Only the first call succeeds; a later one is refused with
     /// [`AlreadyInitialized`], which gives its heap back and converts with `?` into
-    /// [`HeapError`] and [`Error`](crate::Error).
+    /// [`Error`].
     pub fn init(&self, heap: Heap<A>) -> Result<&Heap<A>, AlreadyInitialized<A>> {
         let mut offered = Some(heap);
         let installed = self
@@ -142,17 +142,11 @@ impl<A> fmt::Debug for AlreadyInitialized<A> {
 
 impl<A> fmt::Display for AlreadyInitialized<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(HeapError::AlreadyInitialized.as_str())
+        f.write_str(Error::AlreadyInitialized.as_str())
     }
 }
 
 impl<A> core::error::Error for AlreadyInitialized<A> {}
-
-impl<A> From<AlreadyInitialized<A>> for HeapError {
-    fn from(_: AlreadyInitialized<A>) -> Self {
-        HeapError::AlreadyInitialized
-    }
-}
 
 impl<A> From<AlreadyInitialized<A>> for Error {
     fn from(_: AlreadyInitialized<A>) -> Self {
