@@ -377,6 +377,7 @@ impl Metadata {
 /// [`Error::MetadataMisaligned`] or [`Error::MetadataTooSmall`] if not. For memory that must
 /// be found at the same place again (LLFree's kept lower level), which no alignment inside
 /// may shift.
+#[cfg(not(loom))]
 pub(crate) fn check_memory(layout: Layout, base: NonNull<u8>, len: usize) -> Result<(), Error> {
     if !(base.as_ptr() as usize).is_multiple_of(layout.align()) {
         return Err(Error::MetadataMisaligned);

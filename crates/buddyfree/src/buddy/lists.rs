@@ -62,7 +62,7 @@ impl Links {
     }
 
     /// The links of `units` units, on the heap.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn on_heap(units: usize) -> Result<Self, Error> {
         Links::new(&Metadata::heap(), Links::plan(&mut Plan::new(), units)?)
     }
