@@ -176,8 +176,8 @@ pub(crate) struct Upper {
 
 impl Upper {
     /// Places the upper level of LLFree over `config` tuned by `options` in `plan`, with the
-    /// classes of `policy`: a reservation per core and class. A `const fn` (for a `const`
-    /// `metadata_layout`): `match` for `?`.
+    /// classes of `policy`: a reservation per core and class. A `const fn`, for a `const`
+    /// `metadata_layout`.
     pub(super) const fn plan(
         plan: &mut Plan,
         config: Config,
@@ -190,24 +190,28 @@ impl Upper {
             return Err(Error::InvalidConfig(ConfigRule::MetadataOverflow));
         };
         let trees_len = huges.div_ceil(options.tree_children);
-        let trees = match plan.add(trees_len) {
-            Ok(part) => part,
-            Err(e) => return Err(e),
-        };
-        let locals = match plan.add(locals) {
-            Ok(part) => part,
-            Err(e) => return Err(e),
-        };
-        let summary = match plan.add(Summary::words(trees_len)) {
-            Ok(part) => part,
-            Err(e) => return Err(e),
-        };
         Ok(Upper {
-            trees,
-            locals,
+            trees: const_try!(plan.add(trees_len)),
+            locals: const_try!(plan.add(locals)),
             policy,
-            summary,
+            summary: const_try!(plan.add(Summary::words(trees_len))),
         })
+    }
+}
+
+impl Upper {
+    /// The upper level alone, over a lower level kept elsewhere (`caller.rs`), after the
+    /// checks of the whole.
+    #[cfg(not(loom))]
+    pub(super) fn plan_alone(
+        config: Config,
+        options: Options,
+        policy: Policy,
+    ) -> Result<(Plan, Upper), Error> {
+        LLFree::check(config, options)?;
+        let mut plan = Plan::new();
+        let upper = Upper::plan(&mut plan, config, options, policy)?;
+        Ok((plan, upper))
     }
 }
 
@@ -245,18 +249,10 @@ impl LLFree {
         options: Options,
         policy: Policy,
     ) -> Result<(Plan, Parts), Error> {
-        if let Err(e) = LLFree::check(config, options) {
-            return Err(e);
-        }
+        const_try!(LLFree::check(config, options));
         let mut plan = Plan::new();
-        let lower = match Lower::plan(&mut plan, config.units) {
-            Ok(part) => part,
-            Err(e) => return Err(e),
-        };
-        let upper = match Upper::plan(&mut plan, config, options, policy) {
-            Ok(upper) => upper,
-            Err(e) => return Err(e),
-        };
+        let lower = const_try!(Lower::plan(&mut plan, config.units));
+        let upper = const_try!(Upper::plan(&mut plan, config, options, policy));
         Ok((
             plan,
             Parts {
@@ -288,9 +284,7 @@ impl LLFree {
         if config.max_order > trees && config.max_order > MAX_ORDER {
             return refuse(ConfigRule::OrderAboveAllocator);
         }
-        if let Err(e) = config.validate() {
-            return Err(e);
-        }
+        const_try!(config.validate());
         let children = options.tree_children;
         // Tree counters are 27 bits (the bits above are the flags and the class).
         let too_large = match children.checked_mul(HUGE_UNITS) {
@@ -344,7 +338,7 @@ impl<W: WriteBack> LLFree<W> {
                     .map(|h| lower.child(HugeId(h)).free())
                     .sum()
             },
-            classes.initial(),
+            upper.policy.initial().number(),
             (
                 permille(options.allocated_below_permille),
                 permille(options.free_above_permille),
@@ -437,10 +431,9 @@ impl Builder {
     /// [`Error::InvalidConfig`] for a configuration that cannot be built. A `const fn`, as
     /// is [`Builder::metadata_bytes`].
     pub const fn metadata_layout(&self) -> Result<core::alloc::Layout, Error> {
-        match LLFree::plan(self.config, self.options, self.policy) {
-            Ok((plan, _)) => plan.layout(),
-            Err(e) => Err(e),
-        }
+        const_try!(LLFree::plan(self.config, self.options, self.policy))
+            .0
+            .layout()
     }
 
     /// The bytes of metadata memory, at any alignment, that [`Builder::build_in`] takes: as
@@ -534,10 +527,9 @@ impl Builder<Kept> {
     /// The bytes and alignment of the upper level (tree entries, per-core reservations)
     /// that [`Builder::build_in`] takes: the kept lower level is not part of it.
     pub fn metadata_layout(&self) -> Result<Layout, Error> {
-        LLFree::check(self.config, self.options)?;
-        let mut plan = Plan::new();
-        Upper::plan(&mut plan, self.config, self.options, self.policy)?;
-        plan.layout()
+        Upper::plan_alone(self.config, self.options, self.policy)?
+            .0
+            .layout()
     }
 
     /// Builds it over the kept lower level, its upper level on the heap, built from the

@@ -25,9 +25,9 @@
 //!   blocks nobody holds (orphans again; recovery never frees a frame).
 //!
 //! So every block whose allocation returned and whose free was not called is recovered
-//! with its order, and at most the block of each operation in flight is lost, as units
-//! that [`Lower::blocks`] lists as order-0 blocks, or whole frames it lists as order-9
-//! blocks (they can be freed as such).
+//! with its order, and at most the block of each operation in flight is lost, as order-0
+//! blocks, or whole frames as order-9 blocks, that [`Lower::next_block`] finds as any
+//! other (they can be freed as such).
 
 use super::*;
 use crate::llfree::HUGE_ORDER;
@@ -170,28 +170,6 @@ impl<W: WriteBack> Lower<W> {
             }
         }
     }
-
-    /// Calls `f(index, order)` for every block the lower level holds, in address order:
-    /// huge flags give orders 9, 10 and the spans of orders 11 and up, the slots orders
-    /// 0..=8; any other taken unit is an order-0 block, any other frame taken whole an
-    /// order-9 block. Only meaningful with no operation in flight (a damaged part is
-    /// skipped).
-    #[cfg(feature = "alloc")]
-    pub(crate) fn blocks(&self, units: usize, mut f: impl FnMut(usize, u32)) {
-        let _ = self.walk_frames(|h, frames| {
-            match frames {
-                Frames::Whole(order) => f(h.first_unit(), order),
-                Frames::Orphan => f(h.first_unit(), HUGE_ORDER),
-                Frames::Bits => {
-                    let real = units.saturating_sub(h.first_unit()).min(HUGE_UNITS);
-                    frame_blocks(&self.frame_words(h), real, |unit, order, _| {
-                        f(h.first_unit() + unit, order)
-                    });
-                }
-            }
-            Ok(())
-        });
-    }
 }
 
 #[cfg(test)]
@@ -201,10 +179,9 @@ mod tests {
     use super::*;
     use crate::llfree::MAX_ORDER;
 
-    fn blocks_of(lower: &Lower, units: usize) -> Vec<(usize, u32)> {
-        let mut blocks = Vec::new();
-        lower.blocks(units, |i, o| blocks.push((i, o)));
-        blocks
+    pub(super) fn blocks_of(lower: &Lower, units: usize) -> Vec<(usize, u32)> {
+        let next = |at: usize| lower.next_block(at, units);
+        core::iter::successors(next(0), |&(i, o)| next(i + (1 << o))).collect()
     }
 
     /// A frame with live blocks of orders 3 and 7, an order-7 allocation cut off after two
@@ -378,9 +355,7 @@ mod span_tests {
         assert_eq!(lower.child(HugeId(9)), Child::SPAN);
         let mut want = alloc::vec![(0, 12), (8 * HUGE_UNITS, 11)];
         want.extend(orphans.iter().map(|&h| (h * HUGE_UNITS, HUGE_ORDER)));
-        let mut blocks = Vec::new();
-        lower.blocks(48 * HUGE_UNITS, |i, o| blocks.push((i, o)));
-        assert_eq!(blocks, want);
+        assert_eq!(super::tests::blocks_of(&lower, 48 * HUGE_UNITS), want);
         for (index, order) in want {
             assert_eq!(lower.free(index, order), Ok(()), "free({index}, {order})");
         }
