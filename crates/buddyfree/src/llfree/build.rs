@@ -272,9 +272,6 @@ impl LLFree {
     /// Rejects configurations LLFree cannot serve.
     /// A `const fn`, as [`LLFree::metadata_layout`] is.
     pub(crate) const fn check(config: Config, options: Options) -> Result<(), Error> {
-        const fn refuse(rule: ConfigRule) -> Result<(), Error> {
-            Err(Error::InvalidConfig(rule))
-        }
         // Before the rest: a largest order above the trees' (and above the paper's trees')
         // is the allocator's limit, even where the units could not hold such a block either.
         let trees = match options.max_order() {
@@ -282,25 +279,22 @@ impl LLFree {
             _ => lower::SPAN_MAX_ORDER,
         };
         if config.max_order > trees && config.max_order > MAX_ORDER {
-            return refuse(ConfigRule::OrderAboveAllocator);
+            return Err(Error::InvalidConfig(ConfigRule::OrderAboveAllocator));
         }
         const_try!(config.validate());
         let children = options.tree_children;
-        // Tree counters are 27 bits (the bits above are the flags and the class).
-        let too_large = match children.checked_mul(HUGE_UNITS) {
-            Some(units) => units >= trees::TREE_UNITS_LIMIT,
-            None => true,
+        // Tree counters are 27 bits (the bits above are the flags and the class); every block
+        // lies within one tree, so trees smaller than the paper's are too small for order 14.
+        let fits = match children.checked_mul(HUGE_UNITS) {
+            Some(units) => units < trees::TREE_UNITS_LIMIT,
+            None => false,
         };
-        if !children.is_power_of_two() || too_large {
-            return refuse(ConfigRule::TreeChildren);
-        }
-        // Every block lies within one tree: trees smaller than the paper's are too small.
-        if config.max_order > options.max_order() {
-            return refuse(ConfigRule::TreeChildren);
+        if !children.is_power_of_two() || !fits || config.max_order > options.max_order() {
+            return Err(Error::InvalidConfig(ConfigRule::TreeChildren));
         }
         // The thresholds are scaled by the tree's units (`LLFree::on`), which must not wrap.
         if options.allocated_below_permille > 1000 || options.free_above_permille > 1000 {
-            return refuse(ConfigRule::Permille);
+            return Err(Error::InvalidConfig(ConfigRule::Permille));
         }
         Ok(())
     }

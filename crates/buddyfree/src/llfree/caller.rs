@@ -67,12 +67,6 @@ pub(crate) enum Start {
     Clean,
 }
 
-impl From<Init> for Start {
-    fn from(init: Init) -> Start {
-        Start::Init(init)
-    }
-}
-
 /// Why LLFree cannot be built over the caller's lower level.
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

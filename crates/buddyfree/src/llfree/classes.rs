@@ -43,7 +43,7 @@
 use core::cell::Cell;
 
 use super::trees::{Tree, MAX_CLASSES};
-use super::{LLFree, Renewal, TreeId, WriteBack, HUGE_ORDER, HUGE_UNITS};
+use super::{Counter, LLFree, Renewal, TreeId, WriteBack, HUGE_ORDER};
 use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use crate::{Class, ConfigRule, Error};
 
@@ -502,16 +502,7 @@ impl<W: WriteBack> LLFree<W> {
         if !candidate || !steal(e) || !self.trees.take(t, n) {
             return None;
         }
-        let first = self.children(t).start * HUGE_UNITS;
-        let index = self.alloc_in(t, order, first);
-        match index {
-            Some(_) => self.classes.stole(class, t.0),
-            None => {
-                self.add_to_tree(t, n);
-                self.gave_back(gave, t, n);
-            }
-        }
-        index
+        self.alloc_taken(t, order, class, Counter::Tree, gave)
     }
 
     /// For a class whose search is noted short (it has no tree to reserve): a block from

@@ -542,15 +542,29 @@ impl<W: WriteBack> LLFree<W> {
         class: usize,
         gave: &Cell<Option<u32>>,
     ) -> Option<usize> {
-        let n = 1 << order;
-        let source = self.take_gathered(t, n)?;
+        let source = self.take_gathered(t, 1 << order)?;
+        self.alloc_taken(t, order, class, source, gave)
+    }
+
+    /// A block of `order` from `t`, whose units the fallback or a steal of class `class`
+    /// took from `source`, searched from the tree's first frame: noted as where the class
+    /// took one ([`Classes::stole`]), or the units given back (and noted in `gave`).
+    #[inline(always)]
+    fn alloc_taken(
+        &self,
+        t: TreeId,
+        order: u32,
+        class: usize,
+        source: Counter,
+        gave: &Cell<Option<u32>>,
+    ) -> Option<usize> {
         let first = self.children(t).start * HUGE_UNITS;
         let index = self.alloc_in(t, order, first);
         match index {
             Some(_) => self.classes.stole(class, t.0),
             None => {
-                self.give_back(source, t, n);
-                self.gave_back(gave, t, n);
+                self.give_back(source, t, 1 << order);
+                self.gave_back(gave, t, 1 << order);
             }
         }
         index
