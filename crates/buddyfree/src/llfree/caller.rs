@@ -171,12 +171,7 @@ impl<W: WriteBack> LLFree<W> {
         let lower =
             unsafe { Lower::in_place(lower.cast::<Line>(), config.units, fill, write_back) };
         if start == Start::Init(Init::Recover) {
-            lower
-                .recover(config.units, config.max_order)
-                .map_err(|c| RecoverError::Corrupt {
-                    frame: c.frame,
-                    what: c.what,
-                })?;
+            lower.recover(config.units, config.max_order)?;
         }
         Ok(LLFree::on(config, options, lower, &meta, parts)?)
     }
