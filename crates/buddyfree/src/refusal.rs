@@ -208,17 +208,8 @@ pub(crate) struct Pending {
 }
 
 impl Refusals {
-    /// A memo that knows nothing.
-    #[cfg(not(loom))]
-    pub(crate) const fn new() -> Refusals {
-        Refusals {
-            word: AtomicU64::new(0),
-            seq: AtomicU64::new(0),
-        }
-    }
-
-    /// A memo that knows nothing (loom's atomics are not `const`).
-    #[cfg(loom)]
+    /// A memo that knows nothing. Not a `const fn`: loom's atomics are not `const`, and
+    /// every allocator builds its memo at run time.
     pub(crate) fn new() -> Refusals {
         Refusals {
             word: AtomicU64::new(0),

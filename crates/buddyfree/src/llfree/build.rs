@@ -176,8 +176,8 @@ pub(crate) struct Upper {
 
 impl Upper {
     /// Places the upper level of LLFree over `config` tuned by `options` in `plan`, with the
-    /// classes of `policy`: a reservation per core and class. A `const fn` (for a `const`
-    /// `metadata_layout`): `match` for `?`.
+    /// classes of `policy`: a reservation per core and class. A `const fn`, for a `const`
+    /// `metadata_layout`.
     pub(super) const fn plan(
         plan: &mut Plan,
         config: Config,
@@ -190,24 +190,28 @@ impl Upper {
             return Err(Error::InvalidConfig(ConfigRule::MetadataOverflow));
         };
         let trees_len = huges.div_ceil(options.tree_children);
-        let trees = match plan.add(trees_len) {
-            Ok(part) => part,
-            Err(e) => return Err(e),
-        };
-        let locals = match plan.add(locals) {
-            Ok(part) => part,
-            Err(e) => return Err(e),
-        };
-        let summary = match plan.add(Summary::words(trees_len)) {
-            Ok(part) => part,
-            Err(e) => return Err(e),
-        };
         Ok(Upper {
-            trees,
-            locals,
+            trees: const_try!(plan.add(trees_len)),
+            locals: const_try!(plan.add(locals)),
             policy,
-            summary,
+            summary: const_try!(plan.add(Summary::words(trees_len))),
         })
+    }
+}
+
+impl Upper {
+    /// The upper level alone, over a lower level kept elsewhere (`caller.rs`), after the
+    /// checks of the whole.
+    #[cfg(not(loom))]
+    pub(super) fn plan_alone(
+        config: Config,
+        options: Options,
+        policy: Policy,
+    ) -> Result<(Plan, Upper), Error> {
+        LLFree::check(config, options)?;
+        let mut plan = Plan::new();
+        let upper = Upper::plan(&mut plan, config, options, policy)?;
+        Ok((plan, upper))
     }
 }
 
@@ -245,18 +249,10 @@ impl LLFree {
         options: Options,
         policy: Policy,
     ) -> Result<(Plan, Parts), Error> {
-        if let Err(e) = LLFree::check(config, options) {
-            return Err(e);
-        }
+        const_try!(LLFree::check(config, options));
         let mut plan = Plan::new();
-        let lower = match Lower::plan(&mut plan, config.units) {
-            Ok(part) => part,
-            Err(e) => return Err(e),
-        };
-        let upper = match Upper::plan(&mut plan, config, options, policy) {
-            Ok(upper) => upper,
-            Err(e) => return Err(e),
-        };
+        let lower = const_try!(Lower::plan(&mut plan, config.units));
+        let upper = const_try!(Upper::plan(&mut plan, config, options, policy));
         Ok((
             plan,
             Parts {
@@ -276,9 +272,6 @@ impl LLFree {
     /// Rejects configurations LLFree cannot serve.
     /// A `const fn`, as [`LLFree::metadata_layout`] is.
     pub(crate) const fn check(config: Config, options: Options) -> Result<(), Error> {
-        const fn refuse(rule: ConfigRule) -> Result<(), Error> {
-            Err(Error::InvalidConfig(rule))
-        }
         // Before the rest: a largest order above the trees' (and above the paper's trees')
         // is the allocator's limit, even where the units could not hold such a block either.
         let trees = match options.max_order() {
@@ -286,27 +279,22 @@ impl LLFree {
             _ => lower::SPAN_MAX_ORDER,
         };
         if config.max_order > trees && config.max_order > MAX_ORDER {
-            return refuse(ConfigRule::OrderAboveAllocator);
+            return Err(Error::InvalidConfig(ConfigRule::OrderAboveAllocator));
         }
-        if let Err(e) = config.validate() {
-            return Err(e);
-        }
+        const_try!(config.validate());
         let children = options.tree_children;
-        // Tree counters are 27 bits (the bits above are the flags and the class).
-        let too_large = match children.checked_mul(HUGE_UNITS) {
-            Some(units) => units >= trees::TREE_UNITS_LIMIT,
-            None => true,
+        // Tree counters are 27 bits (the bits above are the flags and the class); every block
+        // lies within one tree, so trees smaller than the paper's are too small for order 14.
+        let fits = match children.checked_mul(HUGE_UNITS) {
+            Some(units) => units < trees::TREE_UNITS_LIMIT,
+            None => false,
         };
-        if !children.is_power_of_two() || too_large {
-            return refuse(ConfigRule::TreeChildren);
-        }
-        // Every block lies within one tree: trees smaller than the paper's are too small.
-        if config.max_order > options.max_order() {
-            return refuse(ConfigRule::TreeChildren);
+        if !children.is_power_of_two() || !fits || config.max_order > options.max_order() {
+            return Err(Error::InvalidConfig(ConfigRule::TreeChildren));
         }
         // The thresholds are scaled by the tree's units (`LLFree::on`), which must not wrap.
         if options.allocated_below_permille > 1000 || options.free_above_permille > 1000 {
-            return refuse(ConfigRule::Permille);
+            return Err(Error::InvalidConfig(ConfigRule::Permille));
         }
         Ok(())
     }
@@ -344,7 +332,7 @@ impl<W: WriteBack> LLFree<W> {
                     .map(|h| lower.child(HugeId(h)).free())
                     .sum()
             },
-            classes.initial(),
+            upper.policy.initial().number(),
             (
                 permille(options.allocated_below_permille),
                 permille(options.free_above_permille),
@@ -437,10 +425,9 @@ impl Builder {
     /// [`Error::InvalidConfig`] for a configuration that cannot be built. A `const fn`, as
     /// is [`Builder::metadata_bytes`].
     pub const fn metadata_layout(&self) -> Result<core::alloc::Layout, Error> {
-        match LLFree::plan(self.config, self.options, self.policy) {
-            Ok((plan, _)) => plan.layout(),
-            Err(e) => Err(e),
-        }
+        const_try!(LLFree::plan(self.config, self.options, self.policy))
+            .0
+            .layout()
     }
 
     /// The bytes of metadata memory, at any alignment, that [`Builder::build_in`] takes: as
@@ -534,10 +521,9 @@ impl Builder<Kept> {
     /// The bytes and alignment of the upper level (tree entries, per-core reservations)
     /// that [`Builder::build_in`] takes: the kept lower level is not part of it.
     pub fn metadata_layout(&self) -> Result<Layout, Error> {
-        LLFree::check(self.config, self.options)?;
-        let mut plan = Plan::new();
-        Upper::plan(&mut plan, self.config, self.options, self.policy)?;
-        plan.layout()
+        Upper::plan_alone(self.config, self.options, self.policy)?
+            .0
+            .layout()
     }
 
     /// Builds it over the kept lower level, its upper level on the heap, built from the

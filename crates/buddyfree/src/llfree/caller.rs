@@ -39,7 +39,7 @@ use alloc::vec::Vec;
 use super::lines::Line;
 use super::lower::{Fill, Lower};
 use super::{LLFree, Options, Policy, Upper, WriteBack};
-use crate::table::{check_memory, Metadata, Plan};
+use crate::table::{check_memory, Metadata};
 use crate::{Config, Error, MetadataMemory};
 
 /// How [`Builder::kept`](super::Builder::kept) takes the caller's lower level.
@@ -65,12 +65,6 @@ pub(crate) enum Start {
     Init(Init),
     #[cfg_attr(not(feature = "persist"), allow(dead_code))]
     Clean,
-}
-
-impl From<Init> for Start {
-    fn from(init: Init) -> Start {
-        Start::Init(init)
-    }
 }
 
 /// Why LLFree cannot be built over the caller's lower level.
@@ -131,9 +125,7 @@ impl LLFree {
     /// # Ok::<(), buddyfree::Error>(())
     /// ```
     pub const fn lower_layout(config: Config) -> Result<Layout, Error> {
-        if let Err(e) = config.validate() {
-            return Err(e);
-        }
+        const_try!(config.validate());
         match Layout::from_size_align(Lower::bytes(config.units), LOWER_ALIGN) {
             Ok(layout) => Ok(layout),
             Err(_) => Err(Error::InvalidConfig(crate::ConfigRule::MetadataOverflow)),
@@ -160,10 +152,8 @@ impl<W: WriteBack> LLFree<W> {
         write_back: W,
         upper: Option<MetadataMemory>,
     ) -> Result<LLFree<W>, RecoverError> {
-        LLFree::check(config, options)?;
+        let (plan, parts) = Upper::plan_alone(config, options, policy)?;
         check_memory(LLFree::lower_layout(config)?, lower, len)?;
-        let mut plan = Plan::new();
-        let parts = Upper::plan(&mut plan, config, options, policy)?;
         let meta = match upper {
             Some(memory) => Metadata::caller(&plan, memory)?,
             #[cfg(feature = "alloc")]
@@ -181,12 +171,7 @@ impl<W: WriteBack> LLFree<W> {
         let lower =
             unsafe { Lower::in_place(lower.cast::<Line>(), config.units, fill, write_back) };
         if start == Start::Init(Init::Recover) {
-            lower
-                .recover(config.units, config.max_order)
-                .map_err(|c| RecoverError::Corrupt {
-                    frame: c.frame,
-                    what: c.what,
-                })?;
+            lower.recover(config.units, config.max_order)?;
         }
         Ok(LLFree::on(config, options, lower, &meta, parts)?)
     }
@@ -199,8 +184,7 @@ impl<W: WriteBack> LLFree<W> {
     #[cfg(feature = "alloc")]
     #[must_use]
     pub fn blocks(&self) -> Vec<(usize, u32)> {
-        let mut blocks = Vec::new();
-        self.lower.blocks(self.units, |i, o| blocks.push((i, o)));
-        blocks
+        let next = |at: usize| self.lower.next_block(at, self.units);
+        core::iter::successors(next(0), |&(i, o)| next(i + (1 << o))).collect()
     }
 }

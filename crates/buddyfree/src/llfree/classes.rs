@@ -43,7 +43,7 @@
 use core::cell::Cell;
 
 use super::trees::{Tree, MAX_CLASSES};
-use super::{LLFree, Renewal, TreeId, WriteBack, HUGE_ORDER, HUGE_UNITS};
+use super::{Counter, LLFree, Renewal, TreeId, WriteBack, HUGE_ORDER};
 use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use crate::{Class, ConfigRule, Error};
 
@@ -132,15 +132,10 @@ impl Policy {
     /// use is only stolen from.
     #[must_use]
     pub fn small_huge() -> Policy {
-        Policy {
-            classes: 3,
-            initial: Class::MOVABLE,
-            home: |class| match class {
-                Class::HUGE => Class::HUGE,
-                _ => Class::MOVABLE,
-            },
-            access: Rule::DemoteFreeElseSteal,
-        }
+        Policy::demoting(|class| match class {
+            Class::HUGE => Class::HUGE,
+            _ => Class::MOVABLE,
+        })
     }
 
     /// Unmovable, movable and huge, each in trees of its own (classes other than these three
@@ -150,13 +145,20 @@ impl Policy {
     /// from.
     #[must_use]
     pub fn unmovable_movable_huge() -> Policy {
+        Policy::demoting(|class| match class {
+            Class::UNMOVABLE | Class::HUGE => class,
+            _ => Class::MOVABLE,
+        })
+    }
+
+    /// The ready policies' shape: three classes homed by `home`, trees movable at the
+    /// start, a tree entirely free demoted to whichever class asks for it, one in use only
+    /// stolen from.
+    fn demoting(home: fn(Class) -> Class) -> Policy {
         Policy {
             classes: 3,
             initial: Class::MOVABLE,
-            home: |class| match class {
-                Class::UNMOVABLE | Class::HUGE => class,
-                _ => Class::MOVABLE,
-            },
+            home,
             access: Rule::DemoteFreeElseSteal,
         }
     }
@@ -215,7 +217,7 @@ pub(crate) struct Classes {
     /// below [`MAX_CLASSES`]): what every `alloc_class` asks, without a call through the
     /// policy.
     homes: u64,
-    policy: Policy,
+    pub(super) policy: Policy,
     /// The memo of the searches (`[SEARCH]`) and of the steals (`[STEAL]`), a byte per
     /// class: one more than the smallest order for which a search of that class (own
     /// trees, then demotable ones) found no tree to reserve, or a steal no block, since the
@@ -354,15 +356,6 @@ impl Classes {
     #[inline]
     pub(crate) fn default_class(&self) -> usize {
         self.default
-    }
-
-    /// The class trees start with.
-    pub(crate) fn initial(&self) -> u8 {
-        self.policy.initial.number()
-    }
-
-    pub(crate) fn policy(&self) -> Policy {
-        self.policy
     }
 
     /// What a request of home class `class` may do with the tree whose entry is `tree`.
@@ -509,16 +502,7 @@ impl<W: WriteBack> LLFree<W> {
         if !candidate || !steal(e) || !self.trees.take(t, n) {
             return None;
         }
-        let first = self.children(t).start * HUGE_UNITS;
-        let index = self.alloc_in(t, order, first);
-        match index {
-            Some(_) => self.classes.stole(class, t.0),
-            None => {
-                self.add_to_tree(t, n);
-                self.gave_back(gave, t, n);
-            }
-        }
-        index
+        self.alloc_taken(t, order, class, Counter::Tree, gave)
     }
 
     /// For a class whose search is noted short (it has no tree to reserve): a block from
@@ -548,7 +532,7 @@ impl<W: WriteBack> LLFree<W> {
 
     /// The placement policy.
     pub fn policy(&self) -> Policy {
-        self.classes.policy()
+        self.classes.policy
     }
 
     /// Free units in the online trees of class `class` (the counters of those trees and of
@@ -556,25 +540,10 @@ impl<W: WriteBack> LLFree<W> {
     /// [`BlockAlloc::free_units`](crate::BlockAlloc::free_units)): over every class they add
     /// up to `free_units`. 0 for a class with no trees.
     pub fn free_units_of(&self, class: Class) -> usize {
-        let count = self.classes.count();
-        let c = class.number();
-        if usize::from(c) >= count {
-            return 0;
+        match usize::from(class.number()) < self.classes.count() {
+            true => self.free_in(Some(class.number())),
+            false => 0,
         }
-        let in_trees: usize = (0..self.trees.len())
-            .map(|t| self.trees.get(TreeId(t)))
-            .filter(|e| e.class() == c && !e.offline())
-            .map(|e| e.free())
-            .sum();
-        // A reserved tree has the class of the reservation holding it.
-        let reserved: usize = (0..self.cores)
-            .map(|core| self.slot(core, usize::from(c)))
-            .filter_map(|l| {
-                let r = self.locals[l].get();
-                r.tree().map(|_| r.free())
-            })
-            .sum();
-        in_trees + reserved
     }
 }
 

@@ -76,6 +76,16 @@
 //!   recovered from what the memory holds, §3.2.3); `llfree::persist` (feature `persist`) keeps
 //!   it in a file mapping through the same constructor.
 
+/// `?` in a `const fn` (the layouts and their checks), where `?` is not allowed.
+macro_rules! const_try {
+    ($result:expr) => {
+        match $result {
+            Ok(value) => value,
+            Err(e) => return Err(e),
+        }
+    };
+}
+
 mod atomic;
 mod bitfield;
 mod build;
@@ -220,6 +230,28 @@ impl<W: WriteBack> LLFree<W> {
             }
         }
         free
+    }
+
+    /// Free units in the trees of class `class` (every tree for `None`): the trees' counters
+    /// and those of the reservations that may hold them (a reserved tree has the class of
+    /// the reservation holding it). An offline tree's counter is 0.
+    fn free_in(&self, class: Option<u8>) -> usize {
+        let locals = match class {
+            Some(c) => self.slot(0, usize::from(c))..self.slot(0, usize::from(c) + 1),
+            None => 0..self.locals.len(),
+        };
+        let in_trees: usize = (0..self.trees.len())
+            .map(|t| self.trees.get(TreeId(t)))
+            .filter(|e| class.is_none_or(|c| e.class() == c))
+            .map(|e| e.free())
+            .sum();
+        let reserved: usize = locals
+            .filter_map(|l| {
+                let r = self.locals[l].get();
+                r.tree().map(|_| r.free())
+            })
+            .sum();
+        in_trees + reserved
     }
 
     /// The core hint, reduced to a core.
@@ -510,15 +542,29 @@ impl<W: WriteBack> LLFree<W> {
         class: usize,
         gave: &Cell<Option<u32>>,
     ) -> Option<usize> {
-        let n = 1 << order;
-        let source = self.take_gathered(t, n)?;
+        let source = self.take_gathered(t, 1 << order)?;
+        self.alloc_taken(t, order, class, source, gave)
+    }
+
+    /// A block of `order` from `t`, whose units the fallback or a steal of class `class`
+    /// took from `source`, searched from the tree's first frame: noted as where the class
+    /// took one ([`Classes::stole`]), or the units given back (and noted in `gave`).
+    #[inline(always)]
+    fn alloc_taken(
+        &self,
+        t: TreeId,
+        order: u32,
+        class: usize,
+        source: Counter,
+        gave: &Cell<Option<u32>>,
+    ) -> Option<usize> {
         let first = self.children(t).start * HUGE_UNITS;
         let index = self.alloc_in(t, order, first);
         match index {
             Some(_) => self.classes.stole(class, t.0),
             None => {
-                self.give_back(source, t, n);
-                self.gave_back(gave, t, n);
+                self.give_back(source, t, 1 << order);
+                self.gave_back(gave, t, 1 << order);
             }
         }
         index
@@ -1022,18 +1068,7 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
     }
 
     fn free_units(&self) -> usize {
-        let in_trees: usize = (0..self.trees.len())
-            .map(|t| self.trees.get(TreeId(t)).free())
-            .sum();
-        let reserved: usize = self
-            .locals
-            .iter()
-            .filter_map(|l| {
-                let r = l.get();
-                r.tree().map(|_| r.free())
-            })
-            .sum();
-        in_trees + reserved
+        self.free_in(None)
     }
 
     fn total_units(&self) -> usize {

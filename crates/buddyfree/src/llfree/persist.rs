@@ -286,7 +286,8 @@ impl PersistentLLFree {
             lower_bytes: Lower::bytes(config.units),
         };
         file.set_len(header.file_bytes())?;
-        let zone = Mapped::new(file, header, durability)?.into_zone(config, Init::Free)?;
+        let zone =
+            Mapped::new(file, header, durability)?.into_zone(config, Start::Init(Init::Free))?;
         // The magic goes in last, after the formatted lower level is on the medium: a file
         // whose creation was cut short is not taken for a zone.
         zone.map.flush()?;
@@ -462,11 +463,7 @@ impl Mapped {
 
     /// Builds LLFree over the lower level in the mapping, taken as `start` says, its upper
     /// level on the heap.
-    fn into_zone(
-        self,
-        config: Config,
-        start: impl Into<Start>,
-    ) -> Result<PersistentLLFree, PersistError> {
+    fn into_zone(self, config: Config, start: Start) -> Result<PersistentLLFree, PersistError> {
         let write_back = Durable(self.flush.hook());
         let lower = (
             // SAFETY: the lower level starts at PAGE, inside the mapping.
@@ -482,7 +479,7 @@ impl Mapped {
                 config,
                 self.header.options,
                 super::Policy::single(),
-                start.into(),
+                start,
                 lower,
                 write_back,
                 None,

@@ -25,21 +25,12 @@
 //!   blocks nobody holds (orphans again; recovery never frees a frame).
 //!
 //! So every block whose allocation returned and whose free was not called is recovered
-//! with its order, and at most the block of each operation in flight is lost, as units
-//! that [`Lower::blocks`] lists as order-0 blocks, or whole frames it lists as order-9
-//! blocks (they can be freed as such).
+//! with its order, and at most the block of each operation in flight is lost, as order-0
+//! blocks, or whole frames as order-9 blocks, that [`Lower::next_block`] finds as any
+//! other (they can be freed as such).
 
 use super::*;
-use crate::llfree::HUGE_ORDER;
-
-/// A persistent lower level that no run of the allocator can leave behind.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Corrupt {
-    /// The huge frame.
-    pub(crate) frame: usize,
-    /// What is wrong with it.
-    pub(crate) what: &'static str,
-}
+use crate::llfree::{RecoverError, HUGE_ORDER};
 
 impl<W: WriteBack> Lower<W> {
     /// Rebuilds the child counters, and turns the slots no block names into order-0 blocks
@@ -47,7 +38,7 @@ impl<W: WriteBack> Lower<W> {
     /// fields and huge flags of a zone of `units` units and blocks up to `max_order`.
     /// Returns the units allocated. Runs alone (no operation in flight). Every frame is
     /// checked before any is changed, so a damaged lower level is reported untouched.
-    pub(crate) fn recover(&self, units: usize, max_order: u32) -> Result<usize, Corrupt> {
+    pub(crate) fn recover(&self, units: usize, max_order: u32) -> Result<usize, RecoverError> {
         self.walk_frames(|h, frames| self.check_frames(h, frames, units, max_order).map(|_| ()))?;
         let mut allocated = 0;
         self.walk_frames(|h, frames| {
@@ -84,13 +75,13 @@ impl<W: WriteBack> Lower<W> {
     /// stops at the first error, of `f` or of a state no run leaves.
     fn walk_frames(
         &self,
-        mut f: impl FnMut(HugeId, Frames) -> Result<(), Corrupt>,
-    ) -> Result<(), Corrupt> {
+        mut f: impl FnMut(HugeId, Frames) -> Result<(), RecoverError>,
+    ) -> Result<(), RecoverError> {
         let mut h = 0;
         while h < self.huges {
             let frames = self
                 .frames_at(HugeId(h))
-                .map_err(|what| Corrupt { frame: h, what })?;
+                .map_err(|what| RecoverError::Corrupt { frame: h, what })?;
             f(HugeId(h), frames)?;
             h += frames.frames();
         }
@@ -107,8 +98,8 @@ impl<W: WriteBack> Lower<W> {
         frames: Frames,
         units: usize,
         max_order: u32,
-    ) -> Result<usize, Corrupt> {
-        let corrupt = |frame, what| Corrupt { frame, what };
+    ) -> Result<usize, RecoverError> {
+        let corrupt = |frame, what| RecoverError::Corrupt { frame, what };
         let mut taken = 0;
         let mut largest = None;
         for f in (h.0..h.0 + frames.frames()).map(HugeId) {
@@ -170,28 +161,6 @@ impl<W: WriteBack> Lower<W> {
             }
         }
     }
-
-    /// Calls `f(index, order)` for every block the lower level holds, in address order:
-    /// huge flags give orders 9, 10 and the spans of orders 11 and up, the slots orders
-    /// 0..=8; any other taken unit is an order-0 block, any other frame taken whole an
-    /// order-9 block. Only meaningful with no operation in flight (a damaged part is
-    /// skipped).
-    #[cfg(feature = "alloc")]
-    pub(crate) fn blocks(&self, units: usize, mut f: impl FnMut(usize, u32)) {
-        let _ = self.walk_frames(|h, frames| {
-            match frames {
-                Frames::Whole(order) => f(h.first_unit(), order),
-                Frames::Orphan => f(h.first_unit(), HUGE_ORDER),
-                Frames::Bits => {
-                    let real = units.saturating_sub(h.first_unit()).min(HUGE_UNITS);
-                    frame_blocks(&self.frame_words(h), real, |unit, order, _| {
-                        f(h.first_unit() + unit, order)
-                    });
-                }
-            }
-            Ok(())
-        });
-    }
 }
 
 #[cfg(test)]
@@ -201,10 +170,17 @@ mod tests {
     use super::*;
     use crate::llfree::MAX_ORDER;
 
-    fn blocks_of(lower: &Lower, units: usize) -> Vec<(usize, u32)> {
-        let mut blocks = Vec::new();
-        lower.blocks(units, |i, o| blocks.push((i, o)));
-        blocks
+    /// The frame and the message of a refused recovery.
+    pub(super) fn frame_and_what(e: RecoverError) -> (usize, &'static str) {
+        match e {
+            RecoverError::Corrupt { frame, what } => (frame, what),
+            e => panic!("not a damaged frame: {e}"),
+        }
+    }
+
+    pub(super) fn blocks_of(lower: &Lower, units: usize) -> Vec<(usize, u32)> {
+        let next = |at: usize| lower.next_block(at, units);
+        core::iter::successors(next(0), |&(i, o)| next(i + (1 << o))).collect()
     }
 
     /// A frame with live blocks of orders 3 and 7, an order-7 allocation cut off after two
@@ -282,28 +258,46 @@ mod tests {
             lower
                 .bits(HugeId(1), WORDS - 1)
                 .store(damage, Ordering::Relaxed);
-            assert_eq!(lower.recover(1000, MAX_ORDER).unwrap_err().frame, 1);
+            assert_eq!(
+                lower
+                    .recover(1000, MAX_ORDER)
+                    .map_err(frame_and_what)
+                    .unwrap_err()
+                    .0,
+                1
+            );
         }
         let lower = Lower::new(2048);
         let _ = lower.update_child(HugeId(2), |_| Some(Child::PAIR));
-        assert_eq!(lower.recover(2048, MAX_ORDER).unwrap_err().frame, 2);
+        assert_eq!(
+            lower
+                .recover(2048, MAX_ORDER)
+                .map_err(frame_and_what)
+                .unwrap_err()
+                .0,
+            2
+        );
         let lower = Lower::new(2048);
         assert_eq!(lower.alloc(HugeId(2), 10, 0), Some(1024));
         assert_eq!(lower.alloc(HugeId(0), 9, 0), Some(0));
         assert_eq!(lower.recover(2048, MAX_ORDER), Ok(1536));
         lower.bits(HugeId(0), 3).store(1, Ordering::Relaxed);
-        assert_eq!(lower.recover(2048, MAX_ORDER).unwrap_err().frame, 0);
+        assert_eq!(
+            lower
+                .recover(2048, MAX_ORDER)
+                .map_err(frame_and_what)
+                .unwrap_err()
+                .0,
+            0
+        );
     }
 
     /// A zone whose header says a smaller largest order than its blocks have (damage that
     /// fixed up the header's checksum): those blocks could never be freed.
     #[test]
     fn recovery_rejects_blocks_above_the_largest_order() {
-        let refused = |lower: &Lower, max_order| {
-            lower
-                .recover(2048, max_order)
-                .map_err(|c| (c.frame, c.what))
-        };
+        let refused =
+            |lower: &Lower, max_order| lower.recover(2048, max_order).map_err(frame_and_what);
         let above = "a block above the largest order";
         let lower = Lower::new(2048);
         assert_eq!(lower.alloc(HugeId(2), 10, 0), Some(1024));
@@ -366,7 +360,7 @@ mod span_tests {
         let before: Vec<Child> = (0..48).map(|h| lower.child(HugeId(h))).collect();
         let refused = lower
             .recover(48 * HUGE_UNITS, 11)
-            .map_err(|c| (c.frame, c.what));
+            .map_err(super::tests::frame_and_what);
         assert_eq!(refused, Err((0, "a block above the largest order")));
         let after: Vec<Child> = (0..48).map(|h| lower.child(HugeId(h))).collect();
         assert_eq!(before, after, "a refused recovery changed a child entry");
@@ -378,9 +372,7 @@ mod span_tests {
         assert_eq!(lower.child(HugeId(9)), Child::SPAN);
         let mut want = alloc::vec![(0, 12), (8 * HUGE_UNITS, 11)];
         want.extend(orphans.iter().map(|&h| (h * HUGE_UNITS, HUGE_ORDER)));
-        let mut blocks = Vec::new();
-        lower.blocks(48 * HUGE_UNITS, |i, o| blocks.push((i, o)));
-        assert_eq!(blocks, want);
+        assert_eq!(super::tests::blocks_of(&lower, 48 * HUGE_UNITS), want);
         for (index, order) in want {
             assert_eq!(lower.free(index, order), Ok(()), "free({index}, {order})");
         }
