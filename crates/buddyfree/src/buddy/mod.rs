@@ -180,6 +180,7 @@ impl<const N: usize> Lists<N> {
         })
     }
 
+    #[inline]
     fn push(&mut self, list: usize, index: usize, order: u32) {
         self.links
             .push(&mut self.heads[order as usize * N + list], index);
@@ -188,6 +189,7 @@ impl<const N: usize> Lists<N> {
         self.tags.set(index, tag(order));
     }
 
+    #[inline]
     fn unlink(&mut self, list: usize, index: usize, order: u32) {
         let head = &mut self.heads[order as usize * N + list];
         self.links.remove(head, index);
@@ -198,6 +200,7 @@ impl<const N: usize> Lists<N> {
     }
 
     /// The first block on list `list` of `order`, if that list exists and is not empty.
+    #[inline]
     fn first(&self, list: usize, order: u32) -> Option<usize> {
         self.heads
             .get(order as usize * N + list)
@@ -212,12 +215,14 @@ impl<const N: usize> Lists<N> {
     }
 
     /// Tags `(index, order)` as held by a caller and counts its units as used.
+    #[inline]
     fn set_used(&mut self, index: usize, order: u32) {
         self.tags.set(index, Tag::used(order));
         self.free_units -= 1 << order;
     }
 
     /// `free`'s checks of `(index, order)`; then counts its units free, untagged.
+    #[inline]
     fn untag_live(&mut self, index: usize, order: u32) -> Result<(), Error> {
         check_block(index, order, self.max_order, self.total_units)?;
         self.tags.get(index).check_free(order)?;
