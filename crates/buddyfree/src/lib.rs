@@ -182,6 +182,7 @@ mod reserved;
 pub(crate) mod sync;
 #[cfg(feature = "x86_64")]
 pub mod x86_64;
+mod yield_mutex;
 pub mod zones;
 
 pub use caps::Capabilities;

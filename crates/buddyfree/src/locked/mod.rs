@@ -1,10 +1,8 @@
 //! Lock wrappers that lift a sequential allocator into a [`BlockAlloc`].
 
-pub mod yield_mutex;
-
 use lock_api::{Mutex, MutexGuard, RawMutex};
 
-pub use yield_mutex::YieldMutex;
+pub use crate::yield_mutex::YieldMutex;
 
 use crate::range;
 use crate::reserved::Reserved;

@@ -10,7 +10,7 @@ use loom::sync::Arc;
 use super::states::loom_tests::on_another_thread;
 use super::subset::{subset, Subset};
 use crate::buddy::Knuth;
-use crate::locked::YieldMutex;
+use crate::yield_mutex::YieldMutex;
 use crate::{BlockAlloc, Config, Error};
 
 type Linux = Subset<YieldMutex>;

@@ -60,11 +60,11 @@ pub(super) use states::BlockStates;
 use states::State;
 
 use super::{Backend, Magazine};
-use crate::locked::YieldMutex;
 use crate::reserved::Reserved;
 use crate::sync::atomic::{AtomicBool, AtomicU16, AtomicU8, Ordering};
 use crate::sync::CachePadded;
 use crate::table::{Metadata, Part, Plan};
+use crate::yield_mutex::YieldMutex;
 use crate::{check_block, range, BlockAlloc, Class, Config, ConfigRule, Error, HeldCore};
 
 /// Where a [`Magazine`]'s tables lie in its metadata.

@@ -4,8 +4,8 @@
 use core::marker::PhantomData;
 
 use super::cache::CoreCache;
-use crate::locked::YieldMutex;
 use crate::magazine::{Backend, Magazine};
+use crate::yield_mutex::YieldMutex;
 use crate::{BlockAlloc, Error, HeldCore};
 
 /// A core's magazine held by one thread, from [`Magazine::pin`]; released when dropped: its
