@@ -10,7 +10,7 @@
 use std::alloc::Layout;
 use std::collections::BTreeMap;
 
-use buddyfree::heap::{Heap, HeapError, Region};
+use buddyfree::heap::{Heap, Region};
 use buddyfree::Error;
 use buddyfree_baselines::registry::{self, DynAlloc};
 use libfuzzer_sys::fuzz_target;
@@ -76,7 +76,7 @@ fuzz_target!(|data: &[u8]| {
                         }
                         live.insert(p as usize, (layout, s));
                     }
-                    Err(HeapError::Block(Error::OutOfMemory)) => assert!(order.is_ok()),
+                    Err(Error::OutOfMemory) => assert!(order.is_ok()),
                     Err(e) => assert_eq!(Err(e), order, "alloc and order_of disagree"),
                 }
             }
