@@ -662,6 +662,18 @@ pub(crate) fn check_live(live: Option<u32>, order: u32) -> Result<(), Error> {
     }
 }
 
+/// The live block holding `index`: of the aligned starts at or below it, order 0 up to
+/// `max_order`, the first that `live(start, order)` says starts a held block of that order.
+pub(crate) fn live_block_at(
+    index: usize,
+    max_order: u32,
+    live: impl Fn(usize, u32) -> bool,
+) -> Option<(usize, u32)> {
+    (0..=max_order)
+        .map(|order| (index & !((1 << order) - 1), order))
+        .find(|&(start, order)| live(start, order))
+}
+
 /// The slot of `core` hint among `cores` per-core slots: the hint modulo `cores`, with no
 /// division on the usual path where callers pass a core below `cores`.
 #[inline]

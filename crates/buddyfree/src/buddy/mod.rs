@@ -237,9 +237,11 @@ impl<const N: usize> Lists<N> {
         if index >= self.total_units {
             return Err(Error::OutOfRange);
         }
-        Ok((0..=self.max_order)
-            .map(|order| (index & !((1 << order) - 1), order))
-            .find(|&(start, order)| self.tags.get(start).used_order() == Some(order)))
+        Ok(crate::live_block_at(
+            index,
+            self.max_order,
+            |start, order| self.tags.get(start).used_order() == Some(order),
+        ))
     }
 
     /// The list entry covering `index`: the first aligned start at or below it, from order 0

@@ -829,9 +829,11 @@ impl<K: Kind> BlockAlloc for Forest<K> {
         if index >= self.units {
             return Err(Error::OutOfRange);
         }
-        Ok((0..=self.max_order)
-            .map(|order| (index & !((1 << order) - 1), order))
-            .find(|&(start, order)| self.is_allocated(start, order)))
+        Ok(crate::live_block_at(
+            index,
+            self.max_order,
+            |start, order| self.is_allocated(start, order),
+        ))
     }
 
     /// A descent from the root over `from` towards it, which passes a free sub-tree in one

@@ -178,6 +178,11 @@ mod tests {
         }
     }
 
+    /// The frame recovery of `units` units names as damaged.
+    fn damaged_frame(lower: &Lower, units: usize) -> usize {
+        frame_and_what(lower.recover(units, MAX_ORDER).unwrap_err()).0
+    }
+
     pub(super) fn blocks_of(lower: &Lower, units: usize) -> Vec<(usize, u32)> {
         let next = |at: usize| lower.next_block(at, units);
         core::iter::successors(next(0), |&(i, o)| next(i + (1 << o))).collect()
@@ -258,38 +263,17 @@ mod tests {
             lower
                 .bits(HugeId(1), WORDS - 1)
                 .store(damage, Ordering::Relaxed);
-            assert_eq!(
-                lower
-                    .recover(1000, MAX_ORDER)
-                    .map_err(frame_and_what)
-                    .unwrap_err()
-                    .0,
-                1
-            );
+            assert_eq!(damaged_frame(&lower, 1000), 1);
         }
         let lower = Lower::new(2048);
         let _ = lower.update_child(HugeId(2), |_| Some(Child::PAIR));
-        assert_eq!(
-            lower
-                .recover(2048, MAX_ORDER)
-                .map_err(frame_and_what)
-                .unwrap_err()
-                .0,
-            2
-        );
+        assert_eq!(damaged_frame(&lower, 2048), 2);
         let lower = Lower::new(2048);
         assert_eq!(lower.alloc(HugeId(2), 10, 0), Some(1024));
         assert_eq!(lower.alloc(HugeId(0), 9, 0), Some(0));
         assert_eq!(lower.recover(2048, MAX_ORDER), Ok(1536));
         lower.bits(HugeId(0), 3).store(1, Ordering::Relaxed);
-        assert_eq!(
-            lower
-                .recover(2048, MAX_ORDER)
-                .map_err(frame_and_what)
-                .unwrap_err()
-                .0,
-            0
-        );
+        assert_eq!(damaged_frame(&lower, 2048), 0);
     }
 
     /// A zone whose header says a smaller largest order than its blocks have (damage that
