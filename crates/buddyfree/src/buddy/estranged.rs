@@ -18,9 +18,7 @@
 //! aligned block of order `m <= k` lies inside one list entry of at least `2^m` units; so
 //! when all five steps fail, no free aligned block of order `k` exists.
 
-use super::tags::Tag;
-use super::{buddy_of, carve, initial_blocks, Entries, Lists, Parts, PAIRS, SINGLES as BUSY};
-use crate::table::Metadata;
+use super::{buddy_of, carve, Lists, PAIRS, SINGLES as BUSY};
 use crate::{Config, Error};
 
 /// Which step of the allocation heuristic served a request (§2.7).
@@ -105,18 +103,6 @@ impl Estranged {
         crate::table::build_on_heap(super::plan::<2>(config), |parts, meta| {
             Estranged::build(config, parts, meta)
         })
-    }
-
-    /// The allocator of [`Estranged::new`], its tables made in `meta` at `parts`.
-    fn build(config: Config, parts: Parts, meta: &Metadata) -> Result<Self, Error> {
-        let mut estranged = Estranged {
-            lists: Lists::new(config, parts, meta)?,
-            stats: EstrangedStats::default(),
-        };
-        for (index, order) in initial_blocks(config.units, config.max_order) {
-            estranged.release(index, order);
-        }
-        Ok(estranged)
     }
 
     /// Entries on the buddy-busy and buddy-free lists of `order`.
@@ -212,26 +198,6 @@ impl Estranged {
         }
         self.stats.failed += 1;
         Err(Error::OutOfMemory)
-    }
-}
-
-impl Entries for Estranged {
-    fn entry_at(&self, index: usize) -> Option<(usize, u32)> {
-        self.lists.entry_at(index, |tag, k| {
-            tag == Tag::free(k) || (k > 0 && tag == Tag::pair(k - 1))
-        })
-    }
-
-    fn unlink_entry(&mut self, start: usize, order: u32) {
-        if self.lists.tags.get(start) == Tag::free(order) {
-            self.lists.unlink(BUSY, start, order);
-        } else {
-            self.lists.unlink(PAIRS, start, order - 1);
-        }
-    }
-
-    fn push_piece(&mut self, index: usize, order: u32) {
-        self.lists.push(BUSY, index, order);
     }
 }
 

@@ -7,9 +7,7 @@
 //! With eager merging, an allocation fails only when no aligned free block of the order
 //! exists at all.
 
-use super::tags::Tag;
-use super::{buddy_of, carve, initial_blocks, Entries, Lists, Parts, SINGLES};
-use crate::table::Metadata;
+use super::{buddy_of, carve, Lists, SINGLES};
 use crate::{Config, Error};
 
 /// Counters of Knuth's buddy, to compare with [`super::EstrangedStats`].
@@ -54,18 +52,6 @@ impl Knuth {
         })
     }
 
-    /// The allocator of [`Knuth::new`], its tables made in `meta` at `parts`.
-    fn build(config: Config, parts: Parts, meta: &Metadata) -> Result<Self, Error> {
-        let mut knuth = Knuth {
-            lists: Lists::new(config, parts, meta)?,
-            stats: KnuthStats::default(),
-        };
-        for (index, order) in initial_blocks(config.units, config.max_order) {
-            knuth.lists.push(SINGLES, index, order);
-        }
-        Ok(knuth)
-    }
-
     /// Free blocks on the list of `order`.
     pub fn free_blocks(&self, order: u32) -> usize {
         self.lists.len(SINGLES, order)
@@ -103,20 +89,6 @@ impl Knuth {
             index = index.min(buddy);
             order += 1;
         }
-        self.lists.push(SINGLES, index, order);
-    }
-}
-
-impl Entries for Knuth {
-    fn entry_at(&self, index: usize) -> Option<(usize, u32)> {
-        self.lists.entry_at(index, |tag, k| tag == Tag::free(k))
-    }
-
-    fn unlink_entry(&mut self, start: usize, order: u32) {
-        self.lists.unlink(SINGLES, start, order);
-    }
-
-    fn push_piece(&mut self, index: usize, order: u32) {
         self.lists.push(SINGLES, index, order);
     }
 }

@@ -23,6 +23,24 @@
 macro_rules! seq_buddy {
     ($buddy:ident, $stats:ident, $lists:literal, $example:literal) => {
         impl $buddy {
+            /// The allocator of `new`, its tables made in `meta` at `parts`, its units listed
+            /// as the [`initial_blocks`](crate::buddy::initial_blocks), none of which has a
+            /// free buddy to merge or pair with.
+            fn build(
+                config: $crate::Config,
+                parts: $crate::buddy::Parts,
+                meta: &$crate::table::Metadata,
+            ) -> Result<Self, $crate::Error> {
+                let mut buddy = $buddy {
+                    lists: $crate::buddy::Lists::new(config, parts, meta)?,
+                    stats: $stats::default(),
+                };
+                for (index, order) in $crate::buddy::initial_blocks(config.units, config.max_order) {
+                    buddy.release(index, order);
+                }
+                Ok(buddy)
+            }
+
             #[doc = concat!("The counters since creation (or the last [`", stringify!($buddy), "::reset_stats`]).")]
             pub fn stats(&self) -> $stats {
                 self.stats
@@ -66,9 +84,7 @@ macro_rules! seq_buddy {
 
             fn alloc_at(&mut self, index: usize, order: u32) -> Result<(), $crate::Error> {
                 $crate::check_block(index, order, self.lists.max_order, self.lists.total_units)?;
-                $crate::buddy::claim(self, index, order)?;
-                self.lists.set_used(index, order);
-                Ok(())
+                self.lists.claim(index, order)
             }
 
             fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, $crate::Error> {
@@ -86,7 +102,7 @@ macro_rules! seq_buddy {
 
             fn free_entry(&self, index: usize) -> Option<(usize, u32)> {
                 (index < self.lists.total_units)
-                    .then(|| $crate::buddy::Entries::entry_at(self, index))
+                    .then(|| self.lists.entry_at(index))
                     .flatten()
             }
         }
@@ -245,12 +261,46 @@ impl<const N: usize> Lists<N> {
     }
 
     /// The list entry covering `index`: the first aligned start at or below it, from order 0
-    /// up, whose tag `listed(tag, k)` says starts an entry of order `k`; its start and order.
-    fn entry_at(&self, index: usize, listed: impl Fn(Tag, u32) -> bool) -> Option<(usize, u32)> {
+    /// up, that starts an entry of order `k`, a free block of order `k` or an estranged pair of
+    /// order `k - 1` (Knuth's lists have no pairs); its start and order.
+    fn entry_at(&self, index: usize) -> Option<(usize, u32)> {
         (0..=self.max_order).find_map(|k| {
             let start = index & !((1 << k) - 1);
-            listed(self.tags.get(start), k).then_some((start, k))
+            let tag = self.tags.get(start);
+            (tag == Tag::free(k) || (k > 0 && tag == Tag::pair(k - 1))).then_some((start, k))
         })
+    }
+
+    /// Allocates the free units `(index, order)`, a checked block: removes the entries inside
+    /// the block and carves it out of an entry that contains it, then tags it held. Fails
+    /// with [`Error::Occupied`], changing nothing, if a unit is in use. Two walks over the
+    /// entries (check, then take) rather than a list of them: no heap.
+    fn claim(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        let end = index + (1 << order);
+        let mut unit = index;
+        while unit < end {
+            let (start, from) = self.entry_at(unit).ok_or(Error::Occupied)?;
+            unit = start + (1 << from);
+        }
+        let mut unit = index;
+        while unit < end {
+            // Pieces carved off lie outside `index..end`, so the walk ahead is unchanged.
+            let (start, from) = self.entry_at(unit).expect("checked above");
+            unit = start + (1 << from);
+            if self.tags.get(start) == Tag::free(from) {
+                self.unlink(SINGLES, start, from);
+            } else {
+                self.unlink(PAIRS, start, from - 1);
+            }
+            if start < index || start + (1 << from) > end {
+                // Each piece's buddy is about to be busy: a single free block.
+                carve(start, from, index, order, |piece, k| {
+                    self.push(SINGLES, piece, k)
+                });
+            }
+        }
+        self.set_used(index, order);
+        Ok(())
     }
 }
 
@@ -288,40 +338,6 @@ pub(crate) fn carve(
     for k in (order..from).rev() {
         push(buddy_of(index & !((1 << k) - 1), k), k);
     }
-}
-
-/// The free-list entries of a sequential buddy, as the shared [`claim`] sees them.
-pub(crate) trait Entries {
-    /// The free entry `(start, order)` covering unit `index`, if it is free.
-    fn entry_at(&self, index: usize) -> Option<(usize, u32)>;
-    /// Takes the entry found by `entry_at` off its list.
-    fn unlink_entry(&mut self, start: usize, order: u32);
-    /// Lists a piece split off by [`carve`]; its buddy is about to be busy.
-    fn push_piece(&mut self, index: usize, order: u32);
-}
-
-/// Takes the free units `(index, order)` off the lists, as an allocation there would before it
-/// tags the block: removes the entries inside the block and carves it out of an entry that
-/// contains it. Fails with [`Error::Occupied`], changing nothing, if a unit is in use.
-/// Two walks over the entries (check, then take) rather than a list of them: no heap.
-pub(crate) fn claim<A: Entries>(a: &mut A, index: usize, order: u32) -> Result<(), Error> {
-    let end = index + (1 << order);
-    let mut unit = index;
-    while unit < end {
-        let (start, from) = a.entry_at(unit).ok_or(Error::Occupied)?;
-        unit = start + (1 << from);
-    }
-    let mut unit = index;
-    while unit < end {
-        // Pieces carved off lie outside `index..end`, so the walk ahead is unchanged.
-        let (start, from) = a.entry_at(unit).expect("checked above");
-        unit = start + (1 << from);
-        a.unlink_entry(start, from);
-        if start < index || start + (1 << from) > end {
-            carve(start, from, index, order, |piece, k| a.push_piece(piece, k));
-        }
-    }
-    Ok(())
 }
 
 /// The buddy of the block of `2^order` units at `index`.
