@@ -767,7 +767,7 @@ impl<W: WriteBack> LLFree<W> {
     /// met a reservation move of another core in flight.
     ///
     /// `gave` gathers what the give-backs of units it took and could not use may have made
-    /// findable, for the refusal memo ([`Refusals::alloc_giving_back`]): nothing where the
+    /// findable, for the refusal memo ([`Refusals::alloc`]): nothing where the
     /// block came from the core's counter at once.
     fn alloc_with(
         &self,
@@ -853,7 +853,7 @@ impl<W: WriteBack> LLFree<W> {
         slots: usize,
         rounds: usize,
     ) -> Result<usize, Error> {
-        self.refusals.alloc_giving_back(order, || {
+        self.refusals.alloc(order, || {
             let gave = Cell::new(None);
             let answer = self
                 .alloc_with(order, core, slots, rounds, Error::WouldBlock, &gave)
