@@ -6,7 +6,7 @@
 
 use core::cell::Cell;
 
-use crate::table::{Metadata, Part, Plan, Table};
+use crate::table::{Metadata, Part, Table};
 use crate::Error;
 
 /// "No element": the end of a list.
@@ -42,14 +42,6 @@ pub(crate) struct Links {
 }
 
 impl Links {
-    /// Places the links of `units` units in `plan`.
-    pub(crate) const fn plan(
-        plan: &mut Plan,
-        units: usize,
-    ) -> Result<[Part<Cell<usize>>; 2], Error> {
-        plan.add_each(units)
-    }
-
     /// The links at `parts` of `meta`, every unit on no list.
     pub(crate) fn new(
         meta: &Metadata,
@@ -64,7 +56,10 @@ impl Links {
     /// The links of `units` units, on the heap.
     #[cfg(all(test, not(loom)))]
     pub(crate) fn on_heap(units: usize) -> Result<Self, Error> {
-        Links::new(&Metadata::heap(), Links::plan(&mut Plan::new(), units)?)
+        Links::new(
+            &Metadata::heap(),
+            crate::table::Plan::new().add_each(units)?,
+        )
     }
 
     /// Puts `index` at the front of `head`'s list. It must be on no list.

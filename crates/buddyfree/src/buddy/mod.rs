@@ -24,8 +24,10 @@ macro_rules! seq_buddy {
     ($buddy:ident, $stats:ident, $lists:literal, $example:literal) => {
         impl $buddy {
             /// The allocator of `new`, its tables made in `meta` at `parts`, its units listed
-            /// as the [`initial_blocks`](crate::buddy::initial_blocks), none of which has a
-            /// free buddy to merge or pair with.
+            /// as the largest aligned blocks that tile them: blocks of `max_order` from unit
+            /// 0, then the tail beyond the last whole one cut into ever smaller blocks (the
+            /// binary digits of the remainder). Each tail block's buddy would reach past the
+            /// units, so none ever merges or pairs.
             fn build(
                 config: $crate::Config,
                 parts: $crate::buddy::Parts,
@@ -35,7 +37,7 @@ macro_rules! seq_buddy {
                     lists: $crate::buddy::Lists::new(config, parts, meta)?,
                     stats: $stats::default(),
                 };
-                for (index, order) in $crate::buddy::initial_blocks(config.units, config.max_order) {
+                for (index, order) in $crate::range::aligned_blocks(0, config.units, config.max_order) {
                     buddy.release(index, order);
                 }
                 Ok(buddy)
@@ -152,8 +154,8 @@ pub(crate) const fn plan<const N: usize>(config: Config) -> Result<(Plan, Parts)
     }
     let mut plan = Plan::new();
     let heads = plan.add(N * (config.max_order as usize + 1));
-    let links = Links::plan(&mut plan, config.units);
-    match (heads, links, Tags::plan(&mut plan, config.units)) {
+    let links = plan.add_each(config.units);
+    match (heads, links, plan.add(config.units)) {
         (Ok(heads), Ok(links), Ok(tags)) => Ok((plan, Parts { heads, links, tags })),
         (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => Err(e),
     }
@@ -241,7 +243,7 @@ impl<const N: usize> Lists<N> {
     #[inline]
     fn untag_live(&mut self, index: usize, order: u32) -> Result<(), Error> {
         check_block(index, order, self.max_order, self.total_units)?;
-        self.tags.get(index).check_free(order)?;
+        crate::check_live(self.tags.get(index).used_order(), order)?;
         self.tags.set(index, Tag::NONE);
         self.free_units += 1 << order;
         Ok(())
@@ -304,23 +306,6 @@ impl<const N: usize> Lists<N> {
     }
 }
 
-/// The blocks a region of `units` units starts with: blocks of `max_order` from unit 0, then
-/// the tail beyond the last whole one cut into ever smaller aligned blocks (the binary digits
-/// of the remainder). Each tail block's buddy would reach past `units`, so none ever merges.
-pub(crate) fn initial_blocks(units: usize, max_order: u32) -> impl Iterator<Item = (usize, u32)> {
-    let mut index = 0;
-    core::iter::from_fn(move || {
-        if index >= units {
-            return None;
-        }
-        let fits = (units - index).ilog2();
-        let order = fits.min(max_order);
-        let block = (index, order);
-        index += 1 << order;
-        Some(block)
-    })
-}
-
 // Per-order bit masks are `u64`s, and `Config::validate` keeps `max_order` below `usize::BITS`.
 const _: () = assert!(usize::BITS <= u64::BITS);
 
@@ -348,7 +333,6 @@ pub(crate) fn buddy_of(index: usize, order: u32) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use alloc::vec::Vec;
 
     #[test]
@@ -358,7 +342,7 @@ mod tests {
                 if 1 << max_order > units {
                     continue;
                 }
-                let blocks: Vec<_> = initial_blocks(units, max_order).collect();
+                let blocks: Vec<_> = crate::range::aligned_blocks(0, units, max_order).collect();
                 let mut next = 0;
                 for &(i, o) in &blocks {
                     assert_eq!(i, next);

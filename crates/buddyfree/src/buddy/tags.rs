@@ -10,7 +10,7 @@
 
 use core::cell::Cell;
 
-use crate::table::{Metadata, Part, Plan, Table};
+use crate::table::{Metadata, Part, Table};
 use crate::Error;
 
 /// One unit's tag.
@@ -42,23 +42,12 @@ impl Tag {
     pub(crate) fn used_order(self) -> Option<u32> {
         (self.0 & KIND == USED).then_some((self.0 & ORDER) as u32)
     }
-
-    /// Whether a `free(index, order)` of the block tagged `self` is good: the model's rule,
-    /// another order at this start is `OrderMismatch`, anything else not live `NotAllocated`.
-    pub(crate) fn check_free(self, order: u32) -> Result<(), Error> {
-        crate::check_live(self.used_order(), order)
-    }
 }
 
 /// One tag per unit.
 pub(crate) struct Tags(Table<Cell<u8>>);
 
 impl Tags {
-    /// Places the tags of `units` units in `plan`.
-    pub(crate) const fn plan(plan: &mut Plan, units: usize) -> Result<Part<Cell<u8>>, Error> {
-        plan.add(units)
-    }
-
     /// The tags at `part` of `meta`, every unit untagged.
     pub(crate) fn new(meta: &Metadata, part: Part<Cell<u8>>) -> Result<Self, Error> {
         meta.table(part, |_| Cell::new(Tag::NONE.0)).map(Tags)
