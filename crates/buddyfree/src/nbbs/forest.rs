@@ -372,17 +372,11 @@ impl<K: Kind> Forest<K> {
             reserved: Reserved::new(config.units, config.max_order),
             kind: PhantomData,
         };
-        let mut pos = config.units;
-        while pos < span {
-            let order = (0..=pos.trailing_zeros().min(max_order))
-                .rev()
-                .find(|&o| span - pos >= 1 << o)
-                .unwrap_or(0);
+        for (pos, order) in range::aligned_blocks(config.units, span - config.units, max_order) {
             // Cannot fail on a fresh forest; an error here would be a broken size computation.
             forest
                 .try_alloc(Node::at(pos, order), 0)
                 .map_err(|_| ConfigRule::MetadataOverflow)?;
-            pos += 1 << order;
         }
         Ok(forest)
     }
