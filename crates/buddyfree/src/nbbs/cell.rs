@@ -82,10 +82,6 @@ pub struct Shape {
     above_child: [State; 16],
 }
 
-const fn depth(j: u32) -> u32 {
-    j.ilog2()
-}
-
 impl Shape {
     /// The masks of a guarded cell of `levels` (1 to 4) levels: its state bits, the
     /// `INVALID` bit, a `COUNT` of `count_bits` bits and a generation of `gen_bits` bits, in
@@ -126,6 +122,7 @@ impl Shape {
             above: [0; 16],
             above_child: [0; 16],
         };
+        // Each node and each link is below every in-cell node on its way up to node 1.
         let mut j = 1;
         while j <= nodes {
             s.allocated[j as usize] = if 2 * j <= nodes {
@@ -133,24 +130,12 @@ impl Shape {
             } else {
                 s.occ_child(2 * j - children)
             };
+            s.below[j as usize] |= s.occ(j);
             let mut a = j >> 1;
             while a >= 1 {
-                s.above[j as usize] |= 1 << (a - 1);
+                s.above[j as usize] |= s.occ(a);
+                s.below[a as usize] |= s.occ(j);
                 a >>= 1;
-            }
-            let mut k = j;
-            while k <= nodes {
-                if depth(k) >= depth(j) && k >> (depth(k) - depth(j)) == j {
-                    s.below[j as usize] |= 1 << (k - 1);
-                }
-                k += 1;
-            }
-            let mut ch = 0;
-            while ch < children {
-                if (children + ch) >> (levels - depth(j)) == j {
-                    s.below[j as usize] |= s.occ_child(ch) | s.coal_bit(ch);
-                }
-                ch += 1;
             }
             j += 1;
         }
@@ -158,7 +143,8 @@ impl Shape {
         while ch < children {
             let mut a = (children + ch) >> 1;
             while a >= 1 {
-                s.above_child[ch as usize] |= 1 << (a - 1);
+                s.above_child[ch as usize] |= s.occ(a);
+                s.below[a as usize] |= s.occ_child(ch) | s.coal_bit(ch);
                 a >>= 1;
             }
             ch += 1;
