@@ -570,16 +570,11 @@ impl<K: Kind> Forest<K> {
     /// core's hint, or, for an order without one, a position scattered by core.
     #[inline]
     fn start(&self, slot: &Slot, order: u32, core: usize) -> usize {
-        let len = self.span >> order;
         let start = slot
             .hint(order)
             .unwrap_or(core.wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as usize));
         // Hints are always in range, so the division is off the common path.
-        if start < len {
-            start
-        } else {
-            start % len
-        }
+        crate::core_slot(start, self.span >> order)
     }
 
     /// Counts an allocation of `units` units that ended at position `pos` of `order`, and
