@@ -128,6 +128,19 @@ impl Estranged {
         Ok(index)
     }
 
+    /// Steps 1 and 2: a listed block of `order`, buddy-busy if there is one, else one of a
+    /// buddy-free pair, whose other block goes buddy-busy; and the step that found it.
+    fn pop(&mut self, order: u32) -> Option<(usize, Step)> {
+        if let Some(index) = self.lists.first(BUSY, order) {
+            self.lists.unlink(BUSY, index, order);
+            return Some((index, Step::BuddyBusy));
+        }
+        let index = self.lists.first(PAIRS, order)?;
+        self.lists.unlink(PAIRS, index, order);
+        self.lists.push(BUSY, index + (1 << order), order);
+        Some((index, Step::BuddyFree))
+    }
+
     /// Step 3: the pair of order `order - 1` at `index` is the block of `order` at `index`.
     fn glue_halves(&mut self, order: u32, step: Step) -> Option<Result<usize, Error>> {
         let half = order.checked_sub(1)?;
@@ -145,18 +158,7 @@ impl Estranged {
             return None;
         }
         let from = order + 1 + above.trailing_zeros();
-        let index = match self.lists.first(BUSY, from) {
-            Some(index) => {
-                self.lists.unlink(BUSY, index, from);
-                index
-            }
-            None => {
-                let index = self.lists.first(PAIRS, from)?;
-                self.lists.unlink(PAIRS, index, from);
-                self.lists.push(BUSY, index + (1 << from), from);
-                index
-            }
-        };
+        let (index, _) = self.pop(from)?;
         carve(index, from, index, order, |piece, k| {
             self.lists.push(BUSY, piece, k)
         });
@@ -177,14 +179,8 @@ impl Estranged {
 
     /// Allocates a block of a checked `order` by the five steps of the heuristic.
     fn take(&mut self, order: u32) -> Result<usize, Error> {
-        if let Some(index) = self.lists.first(BUSY, order) {
-            self.lists.unlink(BUSY, index, order);
-            return self.serve(index, order, Step::BuddyBusy);
-        }
-        if let Some(index) = self.lists.first(PAIRS, order) {
-            self.lists.unlink(PAIRS, index, order);
-            self.lists.push(BUSY, index + (1 << order), order);
-            return self.serve(index, order, Step::BuddyFree);
+        if let Some((index, step)) = self.pop(order) {
+            return self.serve(index, order, step);
         }
         if let Some(served) = self.glue_halves(order, Step::GlueHalves) {
             return served;
