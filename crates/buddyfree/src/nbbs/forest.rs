@@ -233,8 +233,10 @@ impl<'a, K: Kind> Iterator for Climb<'a, K> {
     }
 }
 
-/// A forest of `roots` trees of height `max_order`, cut into cells of `K` levels from the
-/// roots down (the deepest cells may reach below order 0; those nodes are never used).
+/// The NBBS allocator over cells of kind `K`: [`Nbbs`](super::Nbbs) (1-level) or
+/// [`Nbbs4`](super::Nbbs4) (4-level bunches). A forest of `roots` trees of height
+/// `max_order`, cut into cells of `K` levels from the roots down (the deepest cells may reach
+/// below order 0; those nodes are never used).
 ///
 /// ```text
 ///  cells: [ level 0: roots cells | line | level 1: roots·2^K cells | line | level 2: ... ]
