@@ -164,30 +164,23 @@ static MAGAZINE_STEPS: [Policy; 4] = [
     magazine_policy(3),
 ];
 
-/// The full lists, order by order (0–9): units moved at once and the watermark in units.
-const FULL_LISTS: [(usize, usize); 10] = [
-    (32, 128),
-    (256, 512),
-    (256, 512),
-    (256, 512),
-    (256, 512),
-    (256, 512),
-    (512, 1024),
-    (512, 1024),
-    (512, 2048),
-    (512, 4096),
-];
-
-/// Step `step` of [`MAGAZINE_STEPS`]: every watermark of [`FULL_LISTS`] shifted right by
+/// Step `step` of [`MAGAZINE_STEPS`]: every watermark of the full lists shifted right by
 /// `step`, and every batch at most half of its watermark.
 const fn magazine_policy(step: u32) -> Policy {
     let mut policy = Policy::new(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], 0, 0);
     let mut order = 0;
-    while order < FULL_LISTS.len() {
-        let (batch, high) = FULL_LISTS[order];
+    while order < 10 {
+        // The full lists: units moved at once and the watermark in units.
+        let (batch, high) = match order {
+            0 => (32, 128),
+            1..=5 => (256, 512),
+            6 | 7 => (512, 1024),
+            8 => (512, 2048),
+            _ => (512, 4096),
+        };
         let high = high >> step;
         let batch = if batch <= high / 2 { batch } else { high / 2 };
-        policy = policy.with_units(order as u32, batch, high);
+        policy = policy.with_units(order, batch, high);
         order += 1;
     }
     policy

@@ -268,18 +268,19 @@ impl<A: Backend> Magazine<A> {
         }
     }
 
-    /// Notes that a free parks a block of the order at `slot` in `cache` (cache `at`'s, held
-    /// by the caller): the cache may hold blocks, and its core's frees feed its allocations
-    /// of the order.
+    /// Parks a free's block `index` of the order at `slot` in `cache` (cache `at`'s, held by
+    /// the caller), noting that the cache may hold blocks, and that its core's frees feed its
+    /// allocations of the order.
     #[inline]
-    fn fed(&self, cache: &mut CoreCache, at: usize, slot: usize) {
+    fn put(&self, cache: &mut CoreCache, at: usize, slot: usize, index: usize) {
+        cache.push(slot, index);
         if cache.is_dry(slot) {
             self.end_dry_run(cache, at, slot);
         }
         self.parks(at);
     }
 
-    /// [`Self::fed`] after refills: ends the stream the cache is in, if any. Out of line,
+    /// [`Self::put`] after refills: ends the stream the cache is in, if any. Out of line,
     /// since most frees park where the last one did.
     #[cold]
     #[inline(never)]
@@ -637,8 +638,7 @@ impl<A: Backend> Magazine<A> {
     /// giving its oldest batch back to the backend if the list is above its watermark.
     #[inline]
     fn park(&self, cache: &mut CoreCache, slot: usize, index: usize, order: u32, core: usize) {
-        cache.push(slot, index);
-        self.fed(cache, self.cache_index(core), slot);
+        self.put(cache, self.cache_index(core), slot, index);
         cache.spill(&self.policy, slot, |blocks| {
             self.give_back(blocks, order, core)
         });
@@ -754,8 +754,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
             self.end_held_elsewhere(index, slot, owner)?;
             cache = self.caches[own].lock();
         }
-        cache.push(slot, index);
-        self.fed(&mut cache, own, slot);
+        self.put(&mut cache, own, slot, index);
         if cache.is_over(&self.policy, slot) {
             self.spill_unlocked(cache, slot, order, own);
         }
@@ -879,8 +878,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
                         continue;
                     }
                     if parks {
-                        cache.push(slot, index);
-                        self.fed(&mut cache, owner, slot);
+                        self.put(&mut cache, owner, slot, index);
                         return Ok(());
                     }
                     return self
@@ -893,8 +891,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
                     if self.end_live(index, slot, State::Cached(slot))?.is_some() {
                         continue;
                     }
-                    cache.push(slot, index);
-                    self.fed(&mut cache, self.cache_index(core), slot);
+                    self.put(&mut cache, self.cache_index(core), slot, index);
                     return Ok(());
                 }
             }
