@@ -109,19 +109,19 @@ type CacheLock = lock_api::Mutex<YieldMutex, CoreCache>;
 
 /// The layout of the metadata of magazines for `config`: the state table (a byte per
 /// unit), the caches (a cache line per core) and their lists; [`Error::InvalidConfig`] for
-/// a configuration that cannot be built. A `const fn` (for a `const`
-/// `Magazine::metadata_layout`).
-pub(crate) const fn plan(config: Config) -> Result<(Plan, Parts), Error> {
+/// a configuration that cannot be built, or that is not that of the allocator behind, of
+/// `inner_units` units. A `const fn` (for a `const` `Magazine::metadata_layout`).
+pub(crate) const fn plan(config: Config, inner_units: usize) -> Result<(Plan, Parts), Error> {
     const_try!(config.validate());
     let mut plan = Plan::new();
-    let states = const_try!(plan.add(config.units));
-    let caches = const_try!(plan.add(config.cores));
-    let lists = const_try!(plan.add(config.cores * LINES));
     let parts = Parts {
-        states,
-        caches,
-        lists,
+        states: const_try!(plan.add(config.units)),
+        caches: const_try!(plan.add(config.cores)),
+        lists: const_try!(plan.add(config.cores * LINES)),
     };
+    if config.units != inner_units {
+        return Err(Error::InvalidConfig(ConfigRule::InnerUnits));
+    }
     Ok((plan, parts))
 }
 
@@ -702,10 +702,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
             // the backend's refusal stands: its own allocation gives back what it keeps per
             // core before it refuses (LLFree's complete fallback), so draining it would
             // change nothing but the placement of later allocations.
-            Err(Error::OutOfMemory) => {
-                if !self.may_hold_any() {
-                    return Err(Error::OutOfMemory);
-                }
+            Err(Error::OutOfMemory) if self.may_hold_any() => {
                 self.drain_all(core);
                 let index = self.backend.alloc(order, core)?;
                 self.record_live(slot, index);
@@ -980,7 +977,7 @@ mod subset {
     /// A [`Subset`] over `config`, with no streams: every free of a cached order parks.
     pub(crate) fn subset<R: RawMutex + Send + Sync>(config: Config) -> Subset<R> {
         let buddy = Locked::new(Knuth::new(config).unwrap());
-        crate::table::build_on_heap(plan(config), |parts, meta| {
+        crate::table::build_on_heap(plan(config, config.units), |parts, meta| {
             Magazine::build(buddy, &SUBSET, parts, meta)
         })
         .unwrap()
