@@ -250,7 +250,7 @@ fn alloc_class_reaches_the_classes_through_every_wrapper() {
     assert_eq!(magazine.inner().free_units_of(Class::UNMOVABLE), 0);
     assert_eq!(
         zones
-            .alloc_class_from(&[0], 9, Class::HUGE, 1)
+            .alloc_with(&[0], |zone| zone.alloc_class(9, Class::HUGE, 1))
             .map(|i| i % 512),
         Ok(0)
     );

@@ -199,18 +199,24 @@ fn zones_never_wait_for_a_held_zone() {
     let high = z.alloc_from(&[1], 2, 0).unwrap();
     assert!(low < 64 && high >= 64);
     z.zones()[0].allocator().with(|_| {
-        let fell_back = z.try_alloc_from(&[0, 1], 2, 0).unwrap();
+        let fell_back = z.alloc_with(&[0, 1], |zone| zone.try_alloc(2, 0)).unwrap();
         let next = z.try_alloc(2, 0).unwrap();
         assert!(fell_back >= 64 && next >= 64, "{fell_back} {next}");
-        assert_eq!(z.try_alloc_from(&[0], 2, 0), Err(Error::WouldBlock));
+        assert_eq!(
+            z.alloc_with(&[0], |zone| zone.try_alloc(2, 0)),
+            Err(Error::WouldBlock)
+        );
         assert_eq!(z.try_free(low, 2, 0), Err(Error::WouldBlock));
         for block in [high, fell_back, next] {
             z.try_free(block, 2, 0).unwrap();
         }
         assert_eq!(z.try_free(high, 2, 0), Err(Error::NotAllocated));
-        while z.try_alloc_from(&[1], 0, 0).is_ok() {}
+        while z.alloc_with(&[1], |zone| zone.try_alloc(0, 0)).is_ok() {}
         assert_eq!(z.try_alloc(0, 0), Err(Error::WouldBlock));
-        assert_eq!(z.try_alloc_from(&[1, 0], 0, 0), Err(Error::WouldBlock));
+        assert_eq!(
+            z.alloc_with(&[1, 0], |zone| zone.try_alloc(0, 0)),
+            Err(Error::WouldBlock)
+        );
     });
     assert_eq!(z.free_units(), 60);
     let unheld = z.try_alloc(0, 0).unwrap();

@@ -130,12 +130,12 @@ use crate::reserved::Reserved;
 use crate::sync::CachePadded;
 #[cfg(feature = "alloc")]
 use crate::table::build_on_heap;
-use crate::table::{build_in, unaligned_bytes, Plan, Table};
+use crate::table::{build_in, unaligned_bytes, Table};
 #[cfg(doc)]
-use crate::BlockAlloc;
-use crate::{Config, ConfigRule, Error, MetadataMemory};
+use crate::{BlockAlloc, ConfigRule};
+use crate::{Config, Error, MetadataMemory};
 pub use cached::PinnedCore;
-use cached::{plan, BlockStates, Front, ListLine, Parts, Policy};
+use cached::{plan, BlockStates, Front, ListLine, Policy};
 
 pub(crate) use backend::Sealed;
 pub use backend::{Backend, Plain};
@@ -164,30 +164,23 @@ static MAGAZINE_STEPS: [Policy; 4] = [
     magazine_policy(3),
 ];
 
-/// The full lists, order by order (0–9): units moved at once and the watermark in units.
-const FULL_LISTS: [(usize, usize); 10] = [
-    (32, 128),
-    (256, 512),
-    (256, 512),
-    (256, 512),
-    (256, 512),
-    (256, 512),
-    (512, 1024),
-    (512, 1024),
-    (512, 2048),
-    (512, 4096),
-];
-
-/// Step `step` of [`MAGAZINE_STEPS`]: every watermark of [`FULL_LISTS`] shifted right by
+/// Step `step` of [`MAGAZINE_STEPS`]: every watermark of the full lists shifted right by
 /// `step`, and every batch at most half of its watermark.
 const fn magazine_policy(step: u32) -> Policy {
     let mut policy = Policy::new(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], 0, 0);
     let mut order = 0;
-    while order < FULL_LISTS.len() {
-        let (batch, high) = FULL_LISTS[order];
+    while order < 10 {
+        // The full lists: units moved at once and the watermark in units.
+        let (batch, high) = match order {
+            0 => (32, 128),
+            1..=5 => (256, 512),
+            6 | 7 => (512, 1024),
+            8 => (512, 2048),
+            _ => (512, 4096),
+        };
         let high = high >> step;
         let batch = if batch <= high / 2 { batch } else { high / 2 };
-        policy = policy.with_units(order as u32, batch, high);
+        policy = policy.with_units(order, batch, high);
         order += 1;
     }
     policy
@@ -359,19 +352,9 @@ impl<A: Backend> Magazine<A> {
     #[cfg(feature = "alloc")]
     pub fn new(config: Config, inner: A) -> Result<Self, Error> {
         let policy = policy(config.units, config.cores);
-        build_on_heap(Self::plan(config, &inner), |parts, meta| {
+        build_on_heap(plan(config, inner.total_units()), |parts, meta| {
             Self::build(inner, policy, parts, meta)
         })
-    }
-
-    /// The layout of the magazines' metadata for `config`, refusing a configuration that
-    /// cannot be built, or that is not `inner`'s.
-    fn plan(config: Config, inner: &A) -> Result<(Plan, Parts), Error> {
-        let plan = plan(config)?;
-        if config.units != inner.total_units() {
-            return Err(ConfigRule::InnerUnits.into());
-        }
-        Ok(plan)
     }
 
     /// The same magazines with `settings`: the lists [`Settings::parking_limit`] asks for,
@@ -410,7 +393,7 @@ impl<A: Backend> Magazine<A> {
     /// configuration that cannot be built. A `const fn`, as is
     /// [`Magazine::metadata_bytes`], which sizes a static buffer.
     pub const fn metadata_layout(config: Config) -> Result<Layout, Error> {
-        const_try!(plan(config)).0.layout()
+        const_try!(plan(config, config.units)).0.layout()
     }
 
     /// The bytes of memory, at any alignment, that [`Magazine::in_metadata`] takes for the
@@ -470,7 +453,7 @@ impl<A: Backend> Magazine<A> {
     /// ```
     pub fn in_metadata(config: Config, inner: A, meta: MetadataMemory) -> Result<Self, Error> {
         let policy = policy(config.units, config.cores);
-        build_in(Self::plan(config, &inner), meta, |parts, meta| {
+        build_in(plan(config, inner.total_units()), meta, |parts, meta| {
             Self::build(inner, policy, parts, meta)
         })
     }

@@ -15,9 +15,7 @@ const SPINS: u32 = 64;
 
 /// A spin-then-yield raw mutex, usable as the `R` of [`lock_api::Mutex`] and
 /// [`crate::Locked`].
-pub struct YieldMutex {
-    inner: Inner,
-}
+pub struct YieldMutex(Inner);
 
 /// The raw lock underneath: the spinlock's, or under loom one whose flag loom sees, so
 /// that the protocols built on per-core caches can be model-checked.
@@ -30,9 +28,7 @@ type Inner = loom_lock::LoomLock;
 // provides mutual exclusion; this type only adds waiting between failed attempts.
 unsafe impl RawMutex for YieldMutex {
     #[allow(clippy::declare_interior_mutable_const)]
-    const INIT: Self = YieldMutex {
-        inner: <Inner as RawMutex>::INIT,
-    };
+    const INIT: Self = YieldMutex(<Inner as RawMutex>::INIT);
     type GuardMarker = GuardSend;
 
     #[inline]
@@ -44,7 +40,7 @@ unsafe impl RawMutex for YieldMutex {
 
     #[inline]
     fn try_lock(&self) -> bool {
-        RawMutex::try_lock(&self.inner)
+        RawMutex::try_lock(&self.0)
     }
 
     /// # Safety
@@ -52,12 +48,12 @@ unsafe impl RawMutex for YieldMutex {
     #[inline]
     unsafe fn unlock(&self) {
         // SAFETY: the caller holds the lock (this method's contract), i.e. the inner one.
-        unsafe { RawMutex::unlock(&self.inner) }
+        unsafe { RawMutex::unlock(&self.0) }
     }
 
     #[inline]
     fn is_locked(&self) -> bool {
-        RawMutex::is_locked(&self.inner)
+        RawMutex::is_locked(&self.0)
     }
 }
 
@@ -72,11 +68,9 @@ impl YieldMutex {
         let mut round = 0;
         loop {
             if round < SPINS {
-                round += 1;
                 core::hint::spin_loop();
             } else {
                 if round == SPINS {
-                    round += 1;
                     assert!(
                         !pins::held_here(self),
                         "buddyfree: this thread waits for a per-core cache that it holds itself (a \
@@ -84,46 +78,38 @@ impl YieldMutex {
                          would wait forever"
                     );
                 }
-                relax();
+                // Plain spinning without `std`: no scheduler to yield to.
+                #[cfg(feature = "std")]
+                std::thread::yield_now();
+                #[cfg(not(feature = "std"))]
+                core::hint::spin_loop();
             }
+            round = round.saturating_add(1);
             if !self.is_locked() && self.try_lock() {
                 return;
             }
         }
     }
-}
 
-#[cfg(loom)]
-impl YieldMutex {
     /// Under loom, the loom lock's own wait, which yields to the model between attempts
     /// (loom explores waits only where a waiter yields).
+    #[cfg(loom)]
     fn wait_and_lock(&self) {
-        RawMutex::lock(&self.inner);
+        RawMutex::lock(&self.0);
     }
 }
 
-/// Pins belong to the per-core caches.
-impl YieldMutex {
-    /// Notes that this thread holds the lock for a pin (a held core) until [`Self::unpin`]:
-    /// meanwhile its own wait for the lock can only be a deadlock, which `lock` reports by
-    /// panicking once it stops spinning (with `std`; without it, nothing is noted).
-    #[inline]
-    pub(crate) fn pin(&self) {
-        pins::enter(self);
-    }
-
-    /// Ends a [`Self::pin`].
-    #[inline]
-    pub(crate) fn unpin(&self) {
-        pins::leave(self);
-    }
-}
-
+/// Pins belong to the per-core caches: [`pin`](pins::pin) notes that this thread holds a
+/// lock for a pin (a held core) until [`unpin`](pins::unpin); meanwhile its own wait for
+/// the lock can only be a deadlock, which `lock` reports by panicking once it stops
+/// spinning (with `std`; without it, nothing is noted).
+///
 /// The locks this thread holds for pins, by address. A fixed array, not a `Vec`: noting a
 /// pin must not allocate, since the heap may be a global allocator over this very magazine.
-/// Pins past the first [`NOTED`] at once go unnoted (their self-waits still hang).
+/// Pins past the first [`NOTED`](pins::NOTED) at once go unnoted (their self-waits still
+/// hang).
 #[cfg(all(feature = "std", not(loom)))]
-mod pins {
+pub(crate) mod pins {
     use core::cell::Cell;
 
     use super::YieldMutex;
@@ -148,11 +134,11 @@ mod pins {
         }
     }
 
-    pub(super) fn enter(lock: &YieldMutex) {
+    pub(crate) fn pin(lock: &YieldMutex) {
         swap(0, address(lock));
     }
 
-    pub(super) fn leave(lock: &YieldMutex) {
+    pub(crate) fn unpin(lock: &YieldMutex) {
         swap(address(lock), 0);
     }
 
@@ -163,12 +149,12 @@ mod pins {
 
 /// Without thread-locals, nothing is noted.
 #[cfg(not(all(feature = "std", not(loom))))]
-mod pins {
+pub(crate) mod pins {
     use super::YieldMutex;
 
-    pub(super) fn enter(_: &YieldMutex) {}
+    pub(crate) fn pin(_: &YieldMutex) {}
 
-    pub(super) fn leave(_: &YieldMutex) {}
+    pub(crate) fn unpin(_: &YieldMutex) {}
 
     #[cfg_attr(loom, allow(dead_code))]
     pub(super) fn held_here(_: &YieldMutex) -> bool {
@@ -219,16 +205,6 @@ mod loom_lock {
             self.flag().store(false, Ordering::Release);
         }
     }
-}
-
-#[cfg(all(feature = "std", not(loom)))]
-fn relax() {
-    std::thread::yield_now();
-}
-
-#[cfg(not(feature = "std"))]
-fn relax() {
-    core::hint::spin_loop();
 }
 
 #[cfg(all(test, not(loom), feature = "std"))]

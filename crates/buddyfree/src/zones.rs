@@ -141,20 +141,17 @@ impl<A: BlockAlloc, const N: usize> Zones<A, N> {
     /// aligned unit below, where no other zone reaches, and reserves the units before its
     /// memory ([`BlockAlloc::reserve_range`]); else it starts at the aligned unit above.
     pub fn new(zones: [Zone<A>; N]) -> Result<Self, Error> {
-        let ascending = zones.windows(2).all(|w| {
-            w[0].first
-                .checked_add(w[0].alloc.total_units())
-                .is_some_and(|end| end <= w[1].first)
-        });
-        let last_fits = zones
-            .last()
-            .is_some_and(|z| z.first.checked_add(z.alloc.total_units()).is_some());
-        let aligned = zones.iter().all(|z| {
-            1usize
+        // The end of the zones so far, while they are in order and aligned.
+        let mut end = Some(0);
+        for z in &zones {
+            let aligned = 1usize
                 .checked_shl(z.alloc.max_order())
-                .is_some_and(|block| z.first.is_multiple_of(block))
-        });
-        if !ascending || !last_fits || !aligned {
+                .is_some_and(|block| z.first.is_multiple_of(block));
+            end = end
+                .filter(|&end| aligned && end <= z.first)
+                .and_then(|_| z.first.checked_add(z.alloc.total_units()));
+        }
+        if N == 0 || end.is_none() {
             return Err(ConfigRule::ZoneLayout.into());
         }
         let max_order = zones.iter().map(|z| z.alloc.max_order()).max().unwrap_or(0);
@@ -170,37 +167,37 @@ impl<A: BlockAlloc, const N: usize> Zones<A, N> {
         order: u32,
         core: usize,
     ) -> Result<usize, Error> {
-        self.serve(preference, |a| a.alloc(order, core))
+        self.alloc_with(preference, |zone| zone.alloc(order, core))
     }
 
-    /// [`Zones::alloc_from`] for memory of kind `class`: each zone in `preference` is asked
-    /// with [`BlockAlloc::alloc_class`].
-    pub fn alloc_class_from(
-        &self,
-        preference: &[usize],
-        order: u32,
-        class: Class,
-        core: usize,
-    ) -> Result<usize, Error> {
-        self.serve(preference, |a| a.alloc_class(order, class, core))
-    }
-
-    /// [`Zones::alloc_from`] that never waits, for interrupt context: each zone in
-    /// `preference` is asked with [`BlockAlloc::try_alloc`]. If none serves and one of them
-    /// would have waited, the answer is [`Error::WouldBlock`] (it may have had a block),
-    /// else [`Error::OutOfMemory`].
-    pub fn try_alloc_from(
-        &self,
-        preference: &[usize],
-        order: u32,
-        core: usize,
-    ) -> Result<usize, Error> {
-        self.serve(preference, |a| a.try_alloc(order, core))
-    }
-
-    /// The first block `take` gets from the zones in `preference`, counted in their
-    /// statistics, as an index in the whole space.
-    fn serve(
+    /// The first block that `take` gets from the allocators of the zones in `preference`,
+    /// counted in their statistics, as an index in the whole space: [`Zones::alloc_from`]
+    /// for the other ways to allocate, such as [`BlockAlloc::try_alloc`] in interrupt
+    /// context or [`BlockAlloc::alloc_class`] for memory of a kind. If none serves, the
+    /// most telling refusal: [`Error::WouldBlock`] where a zone would have waited (it may
+    /// have had a block), else [`Error::OutOfMemory`] (a zone too small for the order says
+    /// [`Error::BadOrder`] only where every zone does); a zone number past `N` is
+    /// [`Error::OutOfRange`].
+    ///
+    /// ```
+    /// use buddyfree::nbbs::Nbbs4;
+    /// use buddyfree::zones::{Zone, Zones};
+    /// use buddyfree::{BlockAlloc, Class, Config, Error};
+    ///
+    /// let zones = Zones::new([
+    ///     Zone::new(0, Nbbs4::new(Config::new(1024, 10))?),
+    ///     Zone::new(1024, Nbbs4::new(Config::new(1024, 10))?),
+    /// ])?;
+    /// // Never waits, for an interrupt handler: zone 1 first, then zone 0.
+    /// let page = zones.alloc_with(&[1, 0], |zone| zone.try_alloc(0, 0))?;
+    /// assert!(page >= 1024);
+    /// // Memory of a kind, from zone 0 only.
+    /// let huge = zones.alloc_with(&[0], |zone| zone.alloc_class(9, Class::HUGE, 0))?;
+    /// assert!(huge < 1024);
+    /// assert_eq!(zones.alloc_with(&[2], |zone| zone.alloc(0, 0)), Err(Error::OutOfRange));
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
+    pub fn alloc_with(
         &self,
         preference: &[usize],
         take: impl Fn(&A) -> Result<usize, Error>,
@@ -234,7 +231,7 @@ impl<A: BlockAlloc, const N: usize> Zones<A, N> {
     ) -> Result<usize, Error> {
         let mut last = Error::OutOfMemory;
         for z in 0..N {
-            match self.serve(&[z], &take) {
+            match self.alloc_with(&[z], &take) {
                 Ok(index) => return Ok(index),
                 Err(e) => last = telling(last, e),
             }
@@ -278,10 +275,17 @@ impl<A: BlockAlloc, const N: usize> Zones<A, N> {
         &self.zones
     }
 
-    /// Runs `f` on the allocator of the zone of the block of `order` at `index`, with the
-    /// index inside it, after the checks every allocator makes of a block
-    /// ([`Error::BadOrder`], [`Error::OutOfRange`], [`Error::Misaligned`]) in the whole space,
-    /// so that a bad block gets the answer one allocator of the whole space would give.
+    /// The zone of the block of `order` at `index` and its index there, after the checks
+    /// every allocator makes of a block ([`Error::BadOrder`], [`Error::OutOfRange`],
+    /// [`Error::Misaligned`]) in the whole space, so that a bad block gets the answer one
+    /// allocator of the whole space would give.
+    fn locate(&self, index: usize, order: u32) -> Result<(usize, usize), Error> {
+        crate::check_block(index, order, self.max_order, self.total_units())?;
+        self.zone_of(index)
+    }
+
+    /// Runs `f` on the allocator of the zone of the block of `order` at `index`
+    /// ([`Self::locate`]), with the index inside it.
     fn routed_block(
         &self,
         index: usize,
@@ -290,13 +294,6 @@ impl<A: BlockAlloc, const N: usize> Zones<A, N> {
     ) -> Result<(), Error> {
         let (z, inner) = self.locate(index, order)?;
         f(&self.zones[z].alloc, inner)
-    }
-
-    /// The zone of the block of `order` at `index` and its index there, after the checks
-    /// every allocator makes of a block, in the whole space.
-    fn locate(&self, index: usize, order: u32) -> Result<(usize, usize), Error> {
-        crate::check_block(index, order, self.max_order, self.total_units())?;
-        self.zone_of(index)
     }
 
     /// [`BlockAlloc::free_bulk`] by zones, each run handed to its zone's allocator by

@@ -37,10 +37,16 @@ impl<A: SeqBlockAlloc, R: RawMutex> Locked<A, R> {
     /// ```
     #[must_use]
     pub fn new(alloc: A) -> Self {
+        use Capabilities as C;
+        let inner = alloc.capabilities();
         Locked {
             total_units: alloc.total_units(),
             max_order: alloc.max_order(),
-            capabilities: locked_capabilities(alloc.capabilities()),
+            // `try_alloc` and `try_free` by a `try_lock`, `inner`'s `alloc_at` and
+            // `block_of`, and `try_block_of` where there is a `block_of` to run under a
+            // `try_lock`.
+            capabilities: (C::TRY_ALLOC | C::TRY_FREE | (inner & (C::ALLOC_AT | C::BLOCK_OF)))
+                .with_if(inner.contains(C::BLOCK_OF), C::TRY_BLOCK_OF),
             reserved: Reserved::new(alloc.total_units(), alloc.max_order()),
             inner: Mutex::new(alloc),
         }
@@ -61,31 +67,6 @@ impl<A: SeqBlockAlloc, R: RawMutex> Locked<A, R> {
     fn try_lock(&self) -> Result<MutexGuard<'_, R, A>, Error> {
         self.inner.try_lock().ok_or(Error::WouldBlock)
     }
-
-    /// Runs the range operation `op` on the reservation and the allocator, under the lock.
-    fn ranged(
-        &self,
-        op: impl FnOnce(&Reserved, &mut range::Exclusive<'_, A>) -> Result<(), Error>,
-    ) -> Result<(), Error> {
-        op(
-            &self.reserved,
-            &mut range::Exclusive(&mut *self.inner.lock()),
-        )
-    }
-}
-
-/// What a lock in front of a sequential allocator that offers `inner` offers: `try_alloc`
-/// and `try_free` by a `try_lock`, `inner`'s `alloc_at` and `block_of`, and `try_block_of`
-/// where there is a `block_of` to run under a `try_lock`.
-const fn locked_capabilities(inner: Capabilities) -> Capabilities {
-    let kept = inner.intersection(Capabilities::ALLOC_AT.union(Capabilities::BLOCK_OF));
-    Capabilities::TRY_ALLOC
-        .union(Capabilities::TRY_FREE)
-        .union(kept)
-        .with_if(
-            inner.contains(Capabilities::BLOCK_OF),
-            Capabilities::TRY_BLOCK_OF,
-        )
 }
 
 impl<A: SeqBlockAlloc, R: RawMutex + Sync + Send> crate::magazine::Sealed for Locked<A, R> {}
@@ -155,10 +136,12 @@ impl<A: SeqBlockAlloc, R: RawMutex + Sync + Send> BlockAlloc for Locked<A, R> {
 
     /// The whole range under one lock: no other operation sees it half done.
     fn free_range(&self, start: usize, len: usize, _core: usize) -> Result<(), Error> {
-        self.ranged(|reserved, units| range::free_recorded(reserved, units, start, len))
+        let units = &mut range::Exclusive(&mut *self.inner.lock());
+        range::free_recorded(&self.reserved, units, start, len)
     }
 
     fn reserve_range(&self, start: usize, len: usize, _core: usize) -> Result<(), Error> {
-        self.ranged(|reserved, units| range::reserve_recorded(reserved, units, start, len))
+        let units = &mut range::Exclusive(&mut *self.inner.lock());
+        range::reserve_recorded(&self.reserved, units, start, len)
     }
 }

@@ -3,11 +3,9 @@
 
 use crate::{BlockAlloc, Capabilities, Class, Error, HeldCore};
 
-pub(crate) mod sealed {
-    /// Keeps [`Backend`](super::Backend) to this crate's allocators.
-    pub trait Sealed {}
-}
-pub(crate) use sealed::Sealed;
+/// Keeps [`Backend`] to this crate's allocators: public, for the bound, but in a private
+/// module, so that no other crate can name it.
+pub trait Sealed {}
 
 /// An allocator a [`Magazine`](super::Magazine) can stand in front of: a [`BlockAlloc`] with
 /// the hooks that let the magazines refill and spill in batches that suit it.

@@ -109,19 +109,19 @@ type CacheLock = lock_api::Mutex<YieldMutex, CoreCache>;
 
 /// The layout of the metadata of magazines for `config`: the state table (a byte per
 /// unit), the caches (a cache line per core) and their lists; [`Error::InvalidConfig`] for
-/// a configuration that cannot be built. A `const fn` (for a `const`
-/// `Magazine::metadata_layout`).
-pub(crate) const fn plan(config: Config) -> Result<(Plan, Parts), Error> {
+/// a configuration that cannot be built, or that is not that of the allocator behind, of
+/// `inner_units` units. A `const fn` (for a `const` `Magazine::metadata_layout`).
+pub(crate) const fn plan(config: Config, inner_units: usize) -> Result<(Plan, Parts), Error> {
     const_try!(config.validate());
     let mut plan = Plan::new();
-    let states = const_try!(plan.add(config.units));
-    let caches = const_try!(plan.add(config.cores));
-    let lists = const_try!(plan.add(config.cores * LINES));
     let parts = Parts {
-        states,
-        caches,
-        lists,
+        states: const_try!(plan.add(config.units)),
+        caches: const_try!(plan.add(config.cores)),
+        lists: const_try!(plan.add(config.cores * LINES)),
     };
+    if config.units != inner_units {
+        return Err(Error::InvalidConfig(ConfigRule::InnerUnits));
+    }
     Ok((plan, parts))
 }
 
@@ -268,18 +268,19 @@ impl<A: Backend> Magazine<A> {
         }
     }
 
-    /// Notes that a free parks a block of the order at `slot` in `cache` (cache `at`'s, held
-    /// by the caller): the cache may hold blocks, and its core's frees feed its allocations
-    /// of the order.
+    /// Parks a free's block `index` of the order at `slot` in `cache` (cache `at`'s, held by
+    /// the caller), noting that the cache may hold blocks, and that its core's frees feed its
+    /// allocations of the order.
     #[inline]
-    fn fed(&self, cache: &mut CoreCache, at: usize, slot: usize) {
+    fn put(&self, cache: &mut CoreCache, at: usize, slot: usize, index: usize) {
+        cache.push(slot, index);
         if cache.is_dry(slot) {
             self.end_dry_run(cache, at, slot);
         }
         self.parks(at);
     }
 
-    /// [`Self::fed`] after refills: ends the stream the cache is in, if any. Out of line,
+    /// [`Self::put`] after refills: ends the stream the cache is in, if any. Out of line,
     /// since most frees park where the last one did.
     #[cold]
     #[inline(never)]
@@ -637,8 +638,7 @@ impl<A: Backend> Magazine<A> {
     /// giving its oldest batch back to the backend if the list is above its watermark.
     #[inline]
     fn park(&self, cache: &mut CoreCache, slot: usize, index: usize, order: u32, core: usize) {
-        cache.push(slot, index);
-        self.fed(cache, self.cache_index(core), slot);
+        self.put(cache, self.cache_index(core), slot, index);
         cache.spill(&self.policy, slot, |blocks| {
             self.give_back(blocks, order, core)
         });
@@ -702,10 +702,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
             // the backend's refusal stands: its own allocation gives back what it keeps per
             // core before it refuses (LLFree's complete fallback), so draining it would
             // change nothing but the placement of later allocations.
-            Err(Error::OutOfMemory) => {
-                if !self.may_hold_any() {
-                    return Err(Error::OutOfMemory);
-                }
+            Err(Error::OutOfMemory) if self.may_hold_any() => {
                 self.drain_all(core);
                 let index = self.backend.alloc(order, core)?;
                 self.record_live(slot, index);
@@ -754,8 +751,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
             self.end_held_elsewhere(index, slot, owner)?;
             cache = self.caches[own].lock();
         }
-        cache.push(slot, index);
-        self.fed(&mut cache, own, slot);
+        self.put(&mut cache, own, slot, index);
         if cache.is_over(&self.policy, slot) {
             self.spill_unlocked(cache, slot, order, own);
         }
@@ -879,8 +875,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
                         continue;
                     }
                     if parks {
-                        cache.push(slot, index);
-                        self.fed(&mut cache, owner, slot);
+                        self.put(&mut cache, owner, slot, index);
                         return Ok(());
                     }
                     return self
@@ -893,8 +888,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
                     if self.end_live(index, slot, State::Cached(slot))?.is_some() {
                         continue;
                     }
-                    cache.push(slot, index);
-                    self.fed(&mut cache, self.cache_index(core), slot);
+                    self.put(&mut cache, self.cache_index(core), slot, index);
                     return Ok(());
                 }
             }
@@ -983,7 +977,7 @@ mod subset {
     /// A [`Subset`] over `config`, with no streams: every free of a cached order parks.
     pub(crate) fn subset<R: RawMutex + Send + Sync>(config: Config) -> Subset<R> {
         let buddy = Locked::new(Knuth::new(config).unwrap());
-        crate::table::build_on_heap(plan(config), |parts, meta| {
+        crate::table::build_on_heap(plan(config, config.units), |parts, meta| {
             Magazine::build(buddy, &SUBSET, parts, meta)
         })
         .unwrap()

@@ -5,7 +5,7 @@ use core::marker::PhantomData;
 
 use super::cache::CoreCache;
 use crate::magazine::{Backend, Magazine};
-use crate::yield_mutex::YieldMutex;
+use crate::yield_mutex::{pins, YieldMutex};
 use crate::{BlockAlloc, Error, HeldCore};
 
 /// A core's magazine held by one thread, from [`Magazine::pin`]; released when dropped: its
@@ -28,7 +28,7 @@ use crate::{BlockAlloc, Error, HeldCore};
 /// ```
 pub struct PinnedCore<'a, A> {
     magazine: &'a Magazine<A>,
-    /// The held cache, whose lock notes the pin on this thread ([`YieldMutex::pin`]).
+    /// The held cache, whose lock notes the pin on this thread ([`pins::pin`]).
     cache: lock_api::MutexGuard<'a, YieldMutex, CoreCache>,
     core: usize,
     on_this_thread: PhantomData<*const ()>,
@@ -77,7 +77,7 @@ impl<A: Backend> Magazine<A> {
             core,
             on_this_thread: PhantomData,
         };
-        pinned.lock().pin();
+        pins::pin(pinned.lock());
         pinned
     }
 }
@@ -90,43 +90,32 @@ impl<A> PinnedCore<'_, A> {
 
     /// The held cache's raw lock, to note the pin on.
     fn lock(&self) -> &YieldMutex {
-        // SAFETY: only to note and end the pin (`YieldMutex::pin`), never to unlock: the
+        // SAFETY: only to note and end the pin (`pins::pin`), never to unlock: the
         // guard stays the one owner of the lock.
         unsafe { lock_api::MutexGuard::mutex(&self.cache).raw() }
     }
 }
 
 impl<A: Backend> PinnedCore<'_, A> {
-    /// An allocation the backend refused: the shared path, with the cache let go meanwhile
-    /// (it drains every cache, ours included, before it answers `OutOfMemory`). Out of
-    /// line, to keep the pinned hot path small.
+    /// Runs `f` on the magazines and the pinned core with the pinned cache let go: an
+    /// allocation the backend refused (the shared path, which drains every cache, ours
+    /// included, before it answers `OutOfMemory`), or the end of a block that another cache
+    /// holds, under that cache's lock, so that no two caches are held at once. Out of line,
+    /// to keep the pinned hot path small.
     #[cold]
     #[inline(never)]
-    fn alloc_shared(&mut self, order: u32) -> Result<usize, Error> {
-        self.unpinned(|magazine, core| magazine.alloc(order, core))
-    }
-
-    /// Ends a block that cache `owner` holds under that cache's lock, with this cache let
-    /// go meanwhile, so that no two caches are held at once. Out of line, as `alloc_shared`.
-    #[cold]
-    #[inline(never)]
-    fn end_elsewhere(&mut self, index: usize, slot: usize, owner: usize) -> Result<(), Error> {
-        self.unpinned(|magazine, _| magazine.end_held_elsewhere(index, slot, owner))
-    }
-
-    /// Runs `f` on the magazines and the pinned core with the pinned cache let go.
     fn unpinned<R>(&mut self, f: impl FnOnce(&Magazine<A>, usize) -> R) -> R {
         let (magazine, core) = (self.magazine, self.core);
-        self.lock().unpin();
+        pins::unpin(self.lock());
         let answer = lock_api::MutexGuard::unlocked(&mut self.cache, || f(magazine, core));
-        self.lock().pin();
+        pins::pin(self.lock());
         answer
     }
 }
 
 impl<A> Drop for PinnedCore<'_, A> {
     fn drop(&mut self) {
-        self.lock().unpin();
+        pins::unpin(self.lock());
     }
 }
 
@@ -148,7 +137,7 @@ impl<A: Backend> HeldCore for PinnedCore<'_, A> {
             None => magazine.backend.alloc(order, self.core),
         };
         match found {
-            Err(Error::OutOfMemory) => self.alloc_shared(order),
+            Err(Error::OutOfMemory) => self.unpinned(|magazine, core| magazine.alloc(order, core)),
             other => other,
         }
     }
@@ -162,7 +151,7 @@ impl<A: Backend> HeldCore for PinnedCore<'_, A> {
             return Ok(());
         };
         if let Some(owner) = magazine.end_in(index, slot, magazine.cache_index(core))? {
-            self.end_elsewhere(index, slot, owner)?;
+            self.unpinned(|magazine, _| magazine.end_held_elsewhere(index, slot, owner))?;
         }
         magazine.park(&mut self.cache, slot, index, order, core);
         Ok(())
