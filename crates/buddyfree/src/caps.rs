@@ -97,16 +97,6 @@ impl Capabilities {
         Capabilities(self.0 & !other.0)
     }
 
-    /// These flags, with `other`'s set where `on` is true.
-    #[must_use]
-    pub(crate) const fn with_if(self, on: bool, other: Capabilities) -> Self {
-        if on {
-            self.union(other)
-        } else {
-            self
-        }
-    }
-
     /// Each flag that is set, with its name, in the order of the bits.
     pub fn iter(self) -> impl Iterator<Item = (&'static str, Capabilities)> {
         NAMES

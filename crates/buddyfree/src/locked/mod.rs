@@ -79,13 +79,14 @@ impl<A: SeqBlockAlloc, R: RawMutex> Locked<A, R> {
 /// where there is a `block_of` to run under a `try_lock`.
 const fn locked_capabilities(inner: Capabilities) -> Capabilities {
     let kept = inner.intersection(Capabilities::ALLOC_AT.union(Capabilities::BLOCK_OF));
-    Capabilities::TRY_ALLOC
+    let caps = Capabilities::TRY_ALLOC
         .union(Capabilities::TRY_FREE)
-        .union(kept)
-        .with_if(
-            inner.contains(Capabilities::BLOCK_OF),
-            Capabilities::TRY_BLOCK_OF,
-        )
+        .union(kept);
+    if inner.contains(Capabilities::BLOCK_OF) {
+        caps.union(Capabilities::TRY_BLOCK_OF)
+    } else {
+        caps
+    }
 }
 
 impl<A: SeqBlockAlloc, R: RawMutex + Sync + Send> crate::magazine::Sealed for Locked<A, R> {}
