@@ -96,14 +96,6 @@ impl Capabilities {
     pub const fn difference(self, other: Capabilities) -> Self {
         Capabilities(self.0 & !other.0)
     }
-
-    /// Each flag that is set, with its name, in the order of the bits.
-    pub fn iter(self) -> impl Iterator<Item = (&'static str, Capabilities)> {
-        NAMES
-            .iter()
-            .copied()
-            .filter(move |&(_, flag)| self.contains(flag))
-    }
 }
 
 /// Every flag and its name, in the order of the bits.
@@ -121,7 +113,8 @@ impl fmt::Debug for Capabilities {
         if self.0 == 0 {
             return f.write_str("NONE");
         }
-        for (n, (name, _)) in self.iter().enumerate() {
+        let set = NAMES.iter().filter(|&&(_, flag)| self.contains(flag));
+        for (n, (name, _)) in set.enumerate() {
             if n > 0 {
                 f.write_str(" | ")?;
             }
