@@ -153,7 +153,7 @@ fn wrappers_pass_on_what_is_behind_them() {
     ])
     .unwrap();
     let lists = registry::find("list-cas").unwrap().capabilities;
-    assert_eq!(zones.capabilities(), lists & Capabilities::ALL);
+    assert_eq!(zones.capabilities(), lists.intersection(Capabilities::ALL));
     check_answers("llfree and list-cas zones", &zones);
 
     let first_fit = Locked::<FirstFit>::new(FirstFit::new(Config::new(UNITS, 4)).unwrap());
