@@ -124,8 +124,8 @@ impl<A: BlockAlloc> DeviceHeap<A> {
     /// ```
     pub fn try_free_at(&self, addr: u64, core: usize) -> Result<(), Error> {
         let index = self.index_of(addr)?;
-        self.alloc
-            .try_free(index, self.alloc.try_order_at(index)?, core)
+        let order = self.alloc.try_order_at(index)?;
+        self.alloc.try_free(index, order, core)
     }
 
     /// Calls `f` with `core` held ([`BlockAlloc::with_core`]: over a magazine, a pair
