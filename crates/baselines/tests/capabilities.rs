@@ -153,7 +153,7 @@ fn wrappers_pass_on_what_is_behind_them() {
     ])
     .unwrap();
     let lists = registry::find("list-cas").unwrap().capabilities;
-    assert_eq!(zones.capabilities(), lists & Capabilities::ALL);
+    assert_eq!(zones.capabilities(), lists.intersection(Capabilities::ALL));
     check_answers("llfree and list-cas zones", &zones);
 
     let first_fit = Locked::<FirstFit>::new(FirstFit::new(Config::new(UNITS, 4)).unwrap());
@@ -168,7 +168,7 @@ fn wrappers_pass_on_what_is_behind_them() {
     let linux = PerCpu::<Knuth>::with_config(config, Knuth::new).unwrap();
     assert_eq!(linux.capabilities(), Capabilities::ALL);
     let per_level = Magazine::new(config, Plain(PerLevelSpin::new(config).unwrap())).unwrap();
-    let claimed = Capabilities::BLOCK_OF | Capabilities::TRY_BLOCK_OF;
+    let claimed = Capabilities::BLOCK_OF.union(Capabilities::TRY_BLOCK_OF);
     assert_eq!(per_level.capabilities(), claimed);
     let config = Config::new(UNITS, 0);
     let lists = Magazine::new(config, Plain(CasList::new(config).unwrap())).unwrap();

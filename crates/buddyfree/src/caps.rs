@@ -1,7 +1,6 @@
 //! Which of [`BlockAlloc`](crate::BlockAlloc)'s optional operations an allocator offers.
 
 use core::fmt;
-use core::ops::{BitAnd, BitOr};
 
 /// The optional operations of [`BlockAlloc`](crate::BlockAlloc) that an allocator offers,
 /// from [`BlockAlloc::capabilities`](crate::BlockAlloc::capabilities): a set of flags, so
@@ -21,14 +20,15 @@ use core::ops::{BitAnd, BitOr};
 ///
 /// A plain set of bits (the C ABI's `BUDDYFREE_CAP_*` values are the same bits), so that
 /// new operations become new flags without breaking a caller: allocators outside this
-/// crate build theirs with `|`, and a caller tests with [`contains`](Self::contains).
+/// crate build theirs with [`union`](Self::union) (a `const fn`, as every method here), and
+/// a caller tests with [`contains`](Self::contains).
 ///
 /// ```
 /// use buddyfree::{registry, BlockAlloc, Capabilities, Config};
 ///
 /// let frames = (registry::find("llfree").unwrap().build)(Config::new(1 << 10, 0), Default::default())?;
 /// let caps = frames.capabilities();
-/// assert!(caps.contains(Capabilities::TRY_ALLOC | Capabilities::BLOCK_OF));
+/// assert!(caps.contains(Capabilities::TRY_ALLOC.union(Capabilities::BLOCK_OF)));
 /// if caps.contains(Capabilities::ALLOC_AT) {
 ///     frames.alloc_at(5, 0, 0)?; // claims unit 5
 /// }
@@ -96,24 +96,6 @@ impl Capabilities {
     pub const fn difference(self, other: Capabilities) -> Self {
         Capabilities(self.0 & !other.0)
     }
-
-    /// These flags, with `other`'s set where `on` is true.
-    #[must_use]
-    pub(crate) const fn with_if(self, on: bool, other: Capabilities) -> Self {
-        if on {
-            self.union(other)
-        } else {
-            self
-        }
-    }
-
-    /// Each flag that is set, with its name, in the order of the bits.
-    pub fn iter(self) -> impl Iterator<Item = (&'static str, Capabilities)> {
-        NAMES
-            .iter()
-            .copied()
-            .filter(move |&(_, flag)| self.contains(flag))
-    }
 }
 
 /// Every flag and its name, in the order of the bits.
@@ -125,27 +107,14 @@ const NAMES: [(&str, Capabilities); 5] = [
     ("TRY_BLOCK_OF", Capabilities::TRY_BLOCK_OF),
 ];
 
-impl BitOr for Capabilities {
-    type Output = Capabilities;
-    fn bitor(self, other: Capabilities) -> Capabilities {
-        self.union(other)
-    }
-}
-
-impl BitAnd for Capabilities {
-    type Output = Capabilities;
-    fn bitand(self, other: Capabilities) -> Capabilities {
-        self.intersection(other)
-    }
-}
-
 /// The names of the flags set, `NONE` for none: `TRY_ALLOC | BLOCK_OF`.
 impl fmt::Debug for Capabilities {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.0 == 0 {
             return f.write_str("NONE");
         }
-        for (n, (name, _)) in self.iter().enumerate() {
+        let set = NAMES.iter().filter(|&&(_, flag)| self.contains(flag));
+        for (n, (name, _)) in set.enumerate() {
             if n > 0 {
                 f.write_str(" | ")?;
             }
@@ -161,7 +130,9 @@ mod tests {
 
     #[test]
     fn names_cover_every_flag_once() {
-        let all = NAMES.iter().fold(Capabilities::NONE, |a, &(_, f)| a | f);
+        let all = NAMES
+            .iter()
+            .fold(Capabilities::NONE, |a, &(_, f)| a.union(f));
         assert_eq!(all, Capabilities::ALL);
         assert_eq!(
             NAMES
@@ -170,7 +141,10 @@ mod tests {
                 .sum::<u32>(),
             Capabilities::ALL.bits().count_ones()
         );
-        let s = alloc::format!("{:?}", Capabilities::TRY_ALLOC | Capabilities::BLOCK_OF);
+        let s = alloc::format!(
+            "{:?}",
+            Capabilities::TRY_ALLOC.union(Capabilities::BLOCK_OF)
+        );
         assert_eq!(s, "TRY_ALLOC | BLOCK_OF");
         assert_eq!(alloc::format!("{:?}", Capabilities::NONE), "NONE");
         assert_eq!(

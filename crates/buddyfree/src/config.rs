@@ -66,12 +66,6 @@ impl Config {
         Config { cores, ..self }
     }
 
-    /// The same configuration with `units` units.
-    #[must_use]
-    pub const fn with_units(self, units: usize) -> Self {
-        Config { units, ..self }
-    }
-
     /// The same configuration with blocks up to `2^max_order` units.
     ///
     /// ```

@@ -281,7 +281,14 @@ pub trait BlockAlloc: Sync {
     /// blocks under one node of a cell, one climb per group), which is what per-core caches
     /// refill with.
     fn alloc_bulk(&self, order: u32, core: usize, out: &mut [usize]) -> Result<usize, Error> {
-        alloc_each(self, order, core, out)
+        for (n, slot) in out.iter_mut().enumerate() {
+            match self.alloc(order, core) {
+                Ok(index) => *slot = index,
+                Err(e) if n == 0 => return Err(e),
+                Err(_) => return Ok(n),
+            }
+        }
+        Ok(out.len())
     }
 
     /// Frees `blocks`, each of `order`, as [`BlockAlloc::free`] would one after the other,
@@ -519,23 +526,6 @@ impl<A: BlockAlloc + ?Sized> HeldCore for OnCore<'_, A> {
     fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
         self.0.free(index, order, self.1)
     }
-}
-
-/// [`BlockAlloc::alloc_bulk`] by one [`BlockAlloc::alloc`] per block.
-pub(crate) fn alloc_each<A: BlockAlloc + ?Sized>(
-    a: &A,
-    order: u32,
-    core: usize,
-    out: &mut [usize],
-) -> Result<usize, Error> {
-    for (n, slot) in out.iter_mut().enumerate() {
-        match a.alloc(order, core) {
-            Ok(index) => *slot = index,
-            Err(e) if n == 0 => return Err(e),
-            Err(_) => return Ok(n),
-        }
-    }
-    Ok(out.len())
 }
 
 /// [`BlockAlloc::next_block`] by one `block_of` per unit from `from` up to `total`.

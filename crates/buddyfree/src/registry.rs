@@ -83,20 +83,36 @@ macro_rules! caller_metadata {
     };
 }
 
-/// The [`CallerMetadata`] of magazines in front of `$alloc`, both in the caller's memory
+/// The entry `$name-magazine`: per-core magazines in front of the entry `$name`, the
+/// allocator `$alloc`, both in the caller's memory with [`CallerMetadata`]
 /// ([`magazine_layout`]).
-macro_rules! magazine_metadata {
-    ($alloc:ty) => {
-        Some(CallerMetadata {
-            layout: |config| Ok(magazine_layout::<$alloc>(config, <$alloc>::metadata_layout)?.0),
-            build_in: |config, settings, meta| {
-                let (_, offset) = magazine_layout::<$alloc>(config, <$alloc>::metadata_layout)?;
-                let (inner, own) = meta.take(offset);
-                let inner = <$alloc>::in_metadata(config, inner)?;
-                let magazines = Magazine::in_metadata(config, inner, own)?;
-                Ok(Box::new(magazines.with_settings(settings)))
+macro_rules! magazine_entry {
+    ($name:literal, $alloc:ty, $max_order:expr) => {
+        Entry {
+            name: concat!($name, "-magazine"),
+            about: concat!(
+                $name,
+                " behind per-core magazines of orders 0-9 (the NBBS paper's per-thread cache)"
+            ),
+            max_order: $max_order,
+            build: |c, s| {
+                Ok(Box::new(
+                    Magazine::new(c, <$alloc>::new(c)?)?.with_settings(s),
+                ))
             },
-        })
+            metadata: Some(CallerMetadata {
+                layout: |c| Ok(magazine_layout::<$alloc>(c, <$alloc>::metadata_layout)?.0),
+                build_in: |c, s, meta| {
+                    let (_, offset) = magazine_layout::<$alloc>(c, <$alloc>::metadata_layout)?;
+                    let (inner, own) = meta.take(offset);
+                    let inner = <$alloc>::in_metadata(c, inner)?;
+                    Ok(Box::new(
+                        Magazine::in_metadata(c, inner, own)?.with_settings(s),
+                    ))
+                },
+            }),
+            capabilities: Capabilities::ALL,
+        }
     };
 }
 
@@ -144,22 +160,8 @@ const ENTRIES: &[Entry] = &[
         metadata: caller_metadata!(Nbbs4, identity),
         capabilities: Capabilities::ALL,
     },
-    Entry {
-        name: "nbbs-magazine",
-        about: "nbbs behind per-core magazines of orders 0-9 (the NBBS paper's per-thread cache)",
-        max_order: ANY_ORDER,
-        build: |c, s| Ok(Box::new(Magazine::new(c, Nbbs::new(c)?)?.with_settings(s))),
-        metadata: magazine_metadata!(Nbbs),
-        capabilities: Capabilities::ALL,
-    },
-    Entry {
-        name: "nbbs4-magazine",
-        about: "nbbs4 behind per-core magazines of orders 0-9 (the NBBS paper's per-thread cache)",
-        max_order: ANY_ORDER,
-        build: |c, s| Ok(Box::new(Magazine::new(c, Nbbs4::new(c)?)?.with_settings(s))),
-        metadata: magazine_metadata!(Nbbs4),
-        capabilities: Capabilities::ALL,
-    },
+    magazine_entry!("nbbs", Nbbs, ANY_ORDER),
+    magazine_entry!("nbbs4", Nbbs4, ANY_ORDER),
     Entry {
         name: "knuth-locked",
         about: "Knuth's buddy (segregated free lists, eager merge) behind one global spinlock",
@@ -195,14 +197,7 @@ const ENTRIES: &[Entry] = &[
         metadata: None,
         capabilities: Capabilities::ALL,
     },
-    Entry {
-        name: "llfree-magazine",
-        about: "llfree behind per-core magazines of orders 0-9 (the NBBS paper's per-thread cache)",
-        max_order: crate::llfree::MAX_ORDER,
-        build: |c, s| Ok(Box::new(Magazine::new(c, LLFree::new(c)?)?.with_settings(s))),
-        metadata: magazine_metadata!(LLFree),
-        capabilities: Capabilities::ALL,
-    },
+    magazine_entry!("llfree", LLFree, crate::llfree::MAX_ORDER),
 ];
 
 #[cfg(test)]

@@ -229,26 +229,6 @@ pub(crate) const fn unaligned_bytes(layout: Result<Layout, Error>) -> usize {
     }
 }
 
-/// Where `layout` starts in the caller's `len` bytes at `base`, aligned up within them, and
-/// the bytes left from there: [`Error::MetadataTooSmall`] if `len` is below the layout's size
-/// (no alignment would do), [`Error::MetadataMisaligned`] if it holds the size but not the
-/// padding that aligns it (as many bytes, aligned, or `align - 1` more would do).
-pub(crate) fn align_within(
-    layout: Layout,
-    base: NonNull<u8>,
-    len: usize,
-) -> Result<(NonNull<u8>, usize), Error> {
-    if len < layout.size() {
-        return Err(Error::MetadataTooSmall);
-    }
-    let pad = (base.as_ptr() as usize).wrapping_neg() & (layout.align() - 1);
-    if len - layout.size() < pad {
-        return Err(Error::MetadataMisaligned);
-    }
-    // SAFETY: `pad <= len`: within the caller's buffer.
-    Ok((unsafe { base.add(pad) }, len - pad))
-}
-
 /// Memory lent for an allocator's metadata: what every caller-metadata constructor
 /// (`in_metadata`) takes. Made safely from a `'static` exclusive borrow
 /// ([`MetadataMemory::from_static`]: a static array, memory carved at boot), or from raw
@@ -338,16 +318,26 @@ impl Metadata {
         Metadata { base: None }
     }
 
-    /// The caller's `len` bytes at `base`, if they hold `plan`'s layout once aligned up
-    /// within them ([`align_within`]): [`Error::MetadataTooSmall`] or
-    /// [`Error::MetadataMisaligned`] otherwise. So a byte buffer of `metadata_bytes` at any
-    /// address does.
+    /// The caller's memory, if it holds `plan`'s layout once its start is aligned up within
+    /// it: [`Error::MetadataTooSmall`] if it is below the layout's size (no alignment would
+    /// do), [`Error::MetadataMisaligned`] if it holds the size but not the padding that
+    /// aligns it (as many bytes, aligned, or `align - 1` more would do). So a byte buffer of
+    /// `metadata_bytes` at any address does.
     ///
     /// The tables made in it take the memory for as long as they live, as
     /// [`MetadataMemory::from_raw`]'s contract lends it.
     pub(crate) fn caller(plan: &Plan, memory: MetadataMemory) -> Result<Self, Error> {
         let (base, len) = memory.into_raw();
-        let (base, _) = align_within(plan.layout()?, base, len)?;
+        let layout = plan.layout()?;
+        if len < layout.size() {
+            return Err(Error::MetadataTooSmall);
+        }
+        let pad = (base.as_ptr() as usize).wrapping_neg() & (layout.align() - 1);
+        if len - layout.size() < pad {
+            return Err(Error::MetadataMisaligned);
+        }
+        // SAFETY: `pad <= len`: within the caller's memory.
+        let base = unsafe { base.add(pad) };
         Ok(Metadata { base: Some(base) })
     }
 

@@ -434,9 +434,9 @@ impl<A: BlockAlloc, const N: usize> BlockAlloc for Zones<A, N> {
     /// What every zone offers: a call is routed to one zone (or asks them in turn), so an
     /// operation one zone lacks answers `Unsupported` there.
     fn capabilities(&self) -> Capabilities {
-        self.zones
-            .iter()
-            .fold(Capabilities::ALL, |caps, z| caps & z.alloc.capabilities())
+        self.zones.iter().fold(Capabilities::ALL, |caps, z| {
+            caps.intersection(z.alloc.capabilities())
+        })
     }
 
     fn drain(&self) {

@@ -544,7 +544,8 @@ fn install_heap(cores: usize, metadata: Range<usize>, memory: Range<usize>) -> R
     // SAFETY: carved from usable memory for this heap alone, and never given back.
     let region = unsafe { Region::from_raw(start, memory.len()) };
     let heap = Heap::new(region, HEAP_UNIT, frames)?;
-    HEAP.init(heap.with_core_hint(this_hart))?;
+    HEAP.init(heap.with_core_hint(this_hart))
+        .map_err(|(e, _)| e)?;
     Ok(())
 }
 

@@ -76,33 +76,32 @@ unsafe impl<A: BlockAlloc> GlobalAlloc for Heap<A> {
     }
 }
 
-// SAFETY: as for `GlobalAlloc`; the returned slice is exactly the block, and `deallocate`
-// maps every size the trait allows back to that block's order (see `deallocate_block`).
-unsafe impl<A: BlockAlloc> allocator_api2::alloc::Allocator for Heap<A> {
-    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, allocator_api2::alloc::AllocError> {
-        self.allocate_block(layout)
-            .map_err(|_| allocator_api2::alloc::AllocError)
-    }
+/// The `Allocator` trait of `$module` (allocator-api2's, `core`'s) on [`Heap`]: the two
+/// traits' methods are the same.
+macro_rules! allocator_on_heap {
+    ($(#[$attr:meta])* $($module:ident)::+) => {
+        $(#[$attr])*
+        // SAFETY: as for `GlobalAlloc`; the returned slice is exactly the block, and
+        // `deallocate` maps every size the trait allows back to that block's order (see
+        // `deallocate_block`).
+        unsafe impl<A: BlockAlloc> $($module)::+::Allocator for Heap<A> {
+            fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, $($module)::+::AllocError> {
+                self.allocate_block(layout)
+                    .map_err(|_| $($module)::+::AllocError)
+            }
 
-    /// # Safety
-    /// The contract of the `deallocate` of allocator-api2's `Allocator`.
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
-        self.deallocate_block(ptr, layout);
-    }
+            /// # Safety
+            /// The contract of the trait's `deallocate`.
+            unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+                self.deallocate_block(ptr, layout);
+            }
+        }
+    };
 }
 
-// SAFETY: as for `allocator_api2::alloc::Allocator` above.
-#[cfg(feature = "nightly")]
-#[cfg_attr(docsrs, doc(cfg(feature = "nightly")))]
-unsafe impl<A: BlockAlloc> core::alloc::Allocator for Heap<A> {
-    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, core::alloc::AllocError> {
-        self.allocate_block(layout)
-            .map_err(|_| core::alloc::AllocError)
-    }
-
-    /// # Safety
-    /// The contract of [`core::alloc::Allocator::deallocate`].
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
-        self.deallocate_block(ptr, layout);
-    }
-}
+allocator_on_heap!(allocator_api2::alloc);
+allocator_on_heap!(
+    #[cfg(feature = "nightly")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nightly")))]
+    core::alloc
+);

@@ -2,7 +2,7 @@
 
 use core::alloc::Layout;
 
-use super::Geometry;
+use super::block_bytes;
 use crate::{BlockAlloc, Error, HeldCore};
 
 /// Sub-allocation of memory the CPU does not touch through this heap (GPU memory, a device
@@ -32,8 +32,17 @@ use crate::{BlockAlloc, Error, HeldCore};
 /// # Ok::<(), buddyfree::Error>(())
 /// ```
 pub struct DeviceHeap<A> {
-    alloc: A,
-    geometry: Geometry,
+    pub(super) alloc: A,
+    /// The address of unit 0.
+    pub(super) base: u64,
+    pub(super) unit_shift: u32,
+    /// The allocator's units and largest order, kept here so that a heap over a
+    /// `dyn BlockAlloc` makes no indirect call for them on every allocation and free.
+    pub(super) units: usize,
+    pub(super) max_order: u32,
+    /// The largest alignment every block start is guaranteed to have: `base`'s own
+    /// alignment, capped at the largest block.
+    pub(super) max_align: usize,
 }
 
 impl<A: BlockAlloc> DeviceHeap<A> {
@@ -42,8 +51,23 @@ impl<A: BlockAlloc> DeviceHeap<A> {
     /// `base`, so alignments up to `base`'s own are honoured. [`Error::BadRegion`] if the
     /// unit is not a power of two, `base` not aligned to it, or the range would pass 2^64.
     pub fn new(base: u64, unit: usize, alloc: A) -> Result<Self, Error> {
+        if !unit.is_power_of_two() || !base.is_multiple_of(unit as u64) {
+            return Err(Error::BadRegion);
+        }
+        let (units, unit_shift) = (alloc.total_units(), unit.trailing_zeros());
+        if base as u128 + ((units as u128) << unit_shift) > 1u128 << 64 {
+            return Err(Error::BadRegion);
+        }
+        let largest = block_bytes(unit, alloc.max_order()).unwrap_or(usize::MAX);
+        let base_align = 1u64
+            .checked_shl(base.trailing_zeros())
+            .map_or(usize::MAX, |a| usize::try_from(a).unwrap_or(usize::MAX));
         Ok(DeviceHeap {
-            geometry: Geometry::new(base, unit, &alloc)?,
+            base,
+            unit_shift,
+            units,
+            max_order: alloc.max_order(),
+            max_align: base_align.min(largest),
             alloc,
         })
     }
@@ -56,8 +80,8 @@ impl<A: BlockAlloc> DeviceHeap<A> {
 
     /// Frees the block at `addr` allocated for `layout`.
     pub fn free(&self, addr: u64, layout: Layout, core: usize) -> Result<(), Error> {
-        let (index, order) = self.block_at(addr, Some(layout))?;
-        self.alloc.free(index, order, core)
+        let order = self.order_of(layout)?;
+        self.alloc.free(self.index_of(addr)?, order, core)
     }
 
     /// [`DeviceHeap::alloc`] that never waits, for interrupt context
@@ -145,20 +169,47 @@ impl<A: BlockAlloc> DeviceHeap<A> {
         self.alloc.order_at(self.index_of(addr)?)
     }
 
-    /// The order of the block serving `layout`.
+    /// The order of the block serving `layout` (see the [module docs](super) for the order
+    /// chosen).
     pub fn order_of(&self, layout: Layout) -> Result<u32, Error> {
-        self.geometry.order_of(layout)
+        if layout.size() == 0 {
+            return Err(Error::ZeroSize);
+        }
+        if layout.align() > self.max_align {
+            return Err(Error::BadAlign);
+        }
+        let units = layout.size().div_ceil(1 << self.unit_shift);
+        // `units <= usize::MAX / unit`, so the next power of two cannot overflow unless the
+        // request is absurd; then it is too large for any heap.
+        let by_size = units
+            .checked_next_power_of_two()
+            .ok_or(Error::TooLarge)?
+            .trailing_zeros();
+        let by_align = (layout.align() >> self.unit_shift).max(1).trailing_zeros();
+        let order = by_size.max(by_align);
+        if order > self.max_order {
+            return Err(Error::TooLarge);
+        }
+        Ok(order)
     }
 
     /// The unit index of `addr`: [`Error::Foreign`] outside the heap,
     /// [`Error::Misaligned`] inside but not at a unit boundary.
     pub fn index_of(&self, addr: u64) -> Result<usize, Error> {
-        self.geometry.index_of(addr)
+        let offset = addr.checked_sub(self.base).ok_or(Error::Foreign)?;
+        let index = usize::try_from(offset >> self.unit_shift).map_err(|_| Error::Foreign)?;
+        if index >= self.units {
+            return Err(Error::Foreign);
+        }
+        if offset & ((1 << self.unit_shift) - 1) != 0 {
+            return Err(Error::Misaligned);
+        }
+        Ok(index)
     }
 
     /// The address of unit `index` (which must be below the number of units).
     pub fn address_of(&self, index: usize) -> u64 {
-        self.geometry.base + ((index as u64) << self.geometry.unit_shift)
+        self.base + ((index as u64) << self.unit_shift)
     }
 
     /// The block allocator.
@@ -171,7 +222,7 @@ impl<A: BlockAlloc> DeviceHeap<A> {
     /// [`Error::BadAlign`].
     #[must_use]
     pub fn max_align(&self) -> usize {
-        self.geometry.max_align
+        self.max_align
     }
 }
 

@@ -37,13 +37,14 @@ pub use device::{DeviceHeap, HeldDevice};
 pub use global::GlobalHeap;
 pub use pool::{PoolBox, PoolSlice, TypedPool};
 pub use region::Region;
-pub use static_heap::{AlreadyInitialized, NoFallback, StaticHeap};
+pub use static_heap::{NoFallback, StaticHeap};
 
 /// A block allocator over a region of memory: unit `i` lives at `base + i * unit`.
 pub struct Heap<A> {
-    alloc: A,
+    /// The allocator and the arithmetic of addresses, over the units' addresses.
+    device: DeviceHeap<A>,
+    /// The address of unit 0, with the region's provenance.
     base: NonNull<u8>,
-    geometry: Geometry,
     /// Frees that failed where no error can be returned (`GlobalAlloc::dealloc`, drops).
     bad_frees: AtomicUsize,
     /// Where the calling core's number comes from, if not from [`default_core`].
@@ -88,8 +89,7 @@ impl<A: BlockAlloc> Heap<A> {
         let base = unsafe { region.as_ptr().add(skip) };
         let base = NonNull::new(base).ok_or(Error::BadRegion)?;
         Ok(Heap {
-            geometry: Geometry::new(base.as_ptr() as u64, unit, &alloc)?,
-            alloc,
+            device: DeviceHeap::new(base.as_ptr() as u64, unit, alloc)?,
             base,
             bad_frees: AtomicUsize::new(0),
             core_hint: None,
@@ -178,7 +178,7 @@ impl<A: BlockAlloc> Heap<A> {
 
     /// Allocates a block of `2^order` units; returns its first unit's index and address.
     pub fn alloc_index(&self, order: u32) -> Result<(usize, NonNull<u8>), Error> {
-        self.placed(self.alloc.alloc(order, self.core())?)
+        self.placed(self.device.alloc.alloc(order, self.core())?)
     }
 
     /// [`Heap::alloc_index`] for memory of kind `class` ([`BlockAlloc::alloc_class`]).
@@ -187,7 +187,7 @@ impl<A: BlockAlloc> Heap<A> {
         order: u32,
         class: Class,
     ) -> Result<(usize, NonNull<u8>), Error> {
-        self.placed(self.alloc.alloc_class(order, class, self.core())?)
+        self.placed(self.device.alloc.alloc_class(order, class, self.core())?)
     }
 
     /// [`Heap::alloc`] that never waits, for interrupt context: [`Error::WouldBlock`] where
@@ -201,7 +201,7 @@ impl<A: BlockAlloc> Heap<A> {
 
     /// [`Heap::alloc_index`] that never waits, as [`Heap::try_alloc`].
     pub fn try_alloc_index(&self, order: u32) -> Result<(usize, NonNull<u8>), Error> {
-        self.placed(self.alloc.try_alloc(order, self.core())?)
+        self.placed(self.device.alloc.try_alloc(order, self.core())?)
     }
 
     /// A block the allocator returned, with its address.
@@ -236,7 +236,7 @@ impl<A: BlockAlloc> Heap<A> {
     /// # Ok::<(), Error>(())
     /// ```
     pub fn with_core<R>(&self, core: usize, f: impl FnOnce(&mut HeldHeap<'_, A>) -> R) -> R {
-        crate::hold_core(&self.alloc, core, |held| {
+        crate::hold_core(&self.device.alloc, core, |held| {
             f(&mut HeldHeap { heap: self, held })
         })
     }
@@ -244,14 +244,14 @@ impl<A: BlockAlloc> Heap<A> {
     /// Frees the block of `2^order` units starting at unit `index`, with the same checks as
     /// [`Heap::free`].
     pub fn free_index(&self, index: usize, order: u32) -> Result<(), Error> {
-        self.alloc.free(index, order, self.core())
+        self.device.alloc.free(index, order, self.core())
     }
 
     /// Allocates up to `out.len()` blocks of `2^order` units in one call and writes their
     /// first units' indices to the front of `out`; returns how many, as
     /// [`BlockAlloc::alloc_bulk`] does (fewer only where a further allocation would fail).
     pub fn alloc_bulk(&self, order: u32, out: &mut [usize]) -> Result<usize, Error> {
-        self.alloc.alloc_bulk(order, self.core(), out)
+        self.device.alloc.alloc_bulk(order, self.core(), out)
     }
 
     /// Frees the blocks of `2^order` units starting at the unit indices `blocks`, with the
@@ -259,7 +259,7 @@ impl<A: BlockAlloc> Heap<A> {
     /// `blocks` and the error (it and the blocks after it stay allocated), as
     /// [`BlockAlloc::free_bulk`] does.
     pub fn free_bulk(&self, blocks: &[usize], order: u32) -> Result<(), (usize, Error)> {
-        self.alloc.free_bulk(blocks, order, self.core())
+        self.device.alloc.free_bulk(blocks, order, self.core())
     }
 
     /// Frees the block at `ptr` allocated for `layout`.
@@ -268,8 +268,7 @@ impl<A: BlockAlloc> Heap<A> {
     /// another order than the allocation's, or a double free returns an error and changes
     /// nothing. Never dereferences `ptr`.
     pub fn free(&self, ptr: *mut u8, layout: Layout) -> Result<(), Error> {
-        let order = self.order_of(layout)?;
-        self.free_index(self.index_of(ptr)?, order)
+        self.device.free(ptr as u64, layout, self.core())
     }
 
     /// [`Heap::free`] that never waits, for interrupt context (where the interrupted code may
@@ -277,13 +276,12 @@ impl<A: BlockAlloc> Heap<A> {
     /// the allocator would wait; [`Error::Unsupported`] where it cannot promise not to
     /// ([`BlockAlloc::try_free`]). The same checks as [`Heap::free`].
     pub fn try_free(&self, ptr: *mut u8, layout: Layout) -> Result<(), Error> {
-        let order = self.order_of(layout)?;
-        self.try_free_index(self.index_of(ptr)?, order)
+        self.device.try_free(ptr as u64, layout, self.core())
     }
 
     /// [`Heap::free_index`] that never waits, as [`Heap::try_free`].
     pub fn try_free_index(&self, index: usize, order: u32) -> Result<(), Error> {
-        self.alloc.try_free(index, order, self.core())
+        self.device.alloc.try_free(index, order, self.core())
     }
 
     /// Frees the block that starts at `ptr`, whatever its size: the allocator knows its order
@@ -302,32 +300,30 @@ impl<A: BlockAlloc> Heap<A> {
     /// assert!(heap.free_at(p.as_ptr()).is_err());
     /// ```
     pub fn free_at(&self, ptr: *mut u8) -> Result<(), Error> {
-        let index = self.index_of(ptr)?;
-        self.free_index(index, self.alloc.order_at(index)?)
+        self.device.free_at(ptr as u64, self.core())
     }
 
     /// [`Heap::free_at`] that never waits, for interrupt context: the order comes from
     /// [`BlockAlloc::try_order_at`] and the free is [`Heap::try_free_index`], so the answer
     /// is [`Error::WouldBlock`] (nothing changed) where either would wait for a lock.
     pub fn try_free_at(&self, ptr: *mut u8) -> Result<(), Error> {
-        let index = self.index_of(ptr)?;
-        self.try_free_index(index, self.alloc.try_order_at(index)?)
+        self.device.try_free_at(ptr as u64, self.core())
     }
 
     /// The order of the block serving `layout`.
     pub fn order_of(&self, layout: Layout) -> Result<u32, Error> {
-        self.geometry.order_of(layout)
+        self.device.order_of(layout)
     }
 
     /// The address of unit `index`, or `None` past the last unit.
     #[must_use]
     pub fn ptr_of(&self, index: usize) -> Option<NonNull<u8>> {
-        if index >= self.geometry.units {
+        if index >= self.device.units {
             return None;
         }
         // SAFETY: `index` is below the units, all of which `new` checked lie inside the
         // region, so the offset stays inside that allocation.
-        let addr = unsafe { self.base.as_ptr().add(index << self.geometry.unit_shift) };
+        let addr = unsafe { self.base.as_ptr().add(index << self.device.unit_shift) };
         // Inside the region, so not null (the region does not wrap around zero).
         NonNull::new(addr)
     }
@@ -335,7 +331,7 @@ impl<A: BlockAlloc> Heap<A> {
     /// The unit index of `ptr`: [`Error::Foreign`] if it is null or outside the heap,
     /// [`Error::Misaligned`] if it is inside but not at a unit boundary.
     pub fn index_of(&self, ptr: *const u8) -> Result<usize, Error> {
-        self.geometry.index_of(ptr as u64)
+        self.device.index_of(ptr as u64)
     }
 
     /// Whether `ptr` points into the heap's units.
@@ -346,7 +342,7 @@ impl<A: BlockAlloc> Heap<A> {
 
     /// The unit size in bytes.
     pub fn unit(&self) -> usize {
-        1 << self.geometry.unit_shift
+        1 << self.device.unit_shift
     }
 
     /// The first unit's address.
@@ -356,17 +352,17 @@ impl<A: BlockAlloc> Heap<A> {
 
     /// The largest alignment a request may ask for.
     pub fn max_align(&self) -> usize {
-        self.geometry.max_align
+        self.device.max_align
     }
 
     /// The largest request in bytes (one block of the maximum order).
     pub fn max_size(&self) -> usize {
-        self.unit() << self.geometry.max_order
+        self.unit() << self.device.max_order
     }
 
     /// The block allocator.
     pub fn allocator(&self) -> &A {
-        &self.alloc
+        &self.device.alloc
     }
 
     /// The region the heap lives in.
@@ -393,8 +389,8 @@ impl<A> fmt::Debug for Heap<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Heap")
             .field("base", &self.base)
-            .field("unit", &(1usize << self.geometry.unit_shift))
-            .field("max_align", &self.geometry.max_align)
+            .field("unit", &(1usize << self.device.unit_shift))
+            .field("max_align", &self.device.max_align)
             .finish_non_exhaustive()
     }
 }
@@ -412,84 +408,6 @@ fn first_unit(region: &Region, unit: usize) -> Option<(usize, usize)> {
         .map_or(usize::MAX, |aligned| aligned - start)
         .min(region.len());
     Some((skip, (region.len() - skip) / unit))
-}
-
-/// Where a heap's units lie and which requests they serve, unit `i` at `base + i * unit`:
-/// the arithmetic that [`Heap`] and [`DeviceHeap`] share.
-#[derive(Clone, Copy, Debug)]
-struct Geometry {
-    /// The address of unit 0.
-    base: u64,
-    unit_shift: u32,
-    /// The allocator's units and largest order, kept here so that a heap over a
-    /// `dyn BlockAlloc` makes no indirect call for them on every allocation and free.
-    units: usize,
-    max_order: u32,
-    /// The largest alignment every block start is guaranteed to have: `base`'s own
-    /// alignment, capped at the largest block.
-    max_align: usize,
-}
-
-impl Geometry {
-    /// The units of `alloc`, `unit` bytes each, from `base`: [`Error::BadRegion`] if `unit`
-    /// is not a power of two, `base` not a multiple of it, or the units would pass 2^64.
-    fn new(base: u64, unit: usize, alloc: &impl BlockAlloc) -> Result<Self, Error> {
-        if !unit.is_power_of_two() || !base.is_multiple_of(unit as u64) {
-            return Err(Error::BadRegion);
-        }
-        let (units, unit_shift) = (alloc.total_units(), unit.trailing_zeros());
-        if base as u128 + ((units as u128) << unit_shift) > 1u128 << 64 {
-            return Err(Error::BadRegion);
-        }
-        let largest = block_bytes(unit, alloc.max_order()).unwrap_or(usize::MAX);
-        let base_align = 1u64
-            .checked_shl(base.trailing_zeros())
-            .map_or(usize::MAX, |a| usize::try_from(a).unwrap_or(usize::MAX));
-        Ok(Geometry {
-            base,
-            unit_shift,
-            units,
-            max_order: alloc.max_order(),
-            max_align: base_align.min(largest),
-        })
-    }
-
-    /// The order of the block serving `layout` (see the module docs).
-    fn order_of(&self, layout: Layout) -> Result<u32, Error> {
-        if layout.size() == 0 {
-            return Err(Error::ZeroSize);
-        }
-        if layout.align() > self.max_align {
-            return Err(Error::BadAlign);
-        }
-        let units = layout.size().div_ceil(1 << self.unit_shift);
-        // `units <= usize::MAX / unit`, so the next power of two cannot overflow unless the
-        // request is absurd; then it is too large for any heap.
-        let by_size = units
-            .checked_next_power_of_two()
-            .ok_or(Error::TooLarge)?
-            .trailing_zeros();
-        let by_align = (layout.align() >> self.unit_shift).max(1).trailing_zeros();
-        let order = by_size.max(by_align);
-        if order > self.max_order {
-            return Err(Error::TooLarge);
-        }
-        Ok(order)
-    }
-
-    /// The unit index of `addr`: [`Error::Foreign`] outside the units, [`Error::Misaligned`]
-    /// inside but not at a unit boundary.
-    fn index_of(&self, addr: u64) -> Result<usize, Error> {
-        let offset = addr.checked_sub(self.base).ok_or(Error::Foreign)?;
-        let index = usize::try_from(offset >> self.unit_shift).map_err(|_| Error::Foreign)?;
-        if index >= self.units {
-            return Err(Error::Foreign);
-        }
-        if offset & ((1 << self.unit_shift) - 1) != 0 {
-            return Err(Error::Misaligned);
-        }
-        Ok(index)
-    }
 }
 
 /// The bytes in a block of `2^order` units of `unit` bytes, if that fits in a `usize`.

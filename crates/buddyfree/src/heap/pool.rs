@@ -47,20 +47,15 @@ impl<T, A: BlockAlloc> TypedPool<T, A> {
     /// Moves `value` into the pool; on failure gives it back with the reason.
     pub fn alloc(&self, value: T) -> Result<PoolBox<'_, T, A>, (Error, T)> {
         let layout = Layout::new::<T>();
-        match self.heap.allocate_block(layout) {
-            Ok(block) => {
-                let ptr = block.cast::<T>();
-                // SAFETY: the block is fresh, at least `size_of::<T>()` bytes and aligned for
-                // `T` (or a dangling aligned pointer when `T` is zero-sized).
-                unsafe { ptr.write(value) };
-                Ok(PoolBox {
-                    ptr,
-                    layout,
-                    heap: &self.heap,
-                })
-            }
-            Err(e) => Err((e, value)),
-        }
+        let ptr = match self.heap.allocate_block(layout) {
+            Ok(block) => block.cast::<T>(),
+            Err(e) => return Err((e, value)),
+        };
+        // SAFETY: the block is fresh, at least `size_of::<T>()` bytes and aligned for `T` (or
+        // a dangling aligned pointer when `T` is zero-sized).
+        unsafe { ptr.write(value) };
+        let heap = &self.heap;
+        Ok(PoolBox { ptr, layout, heap })
     }
 
     /// An array of `n` values, the `i`-th being `init(i)`. If `init` panics, the values made

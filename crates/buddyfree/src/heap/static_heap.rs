@@ -1,7 +1,7 @@
 //! A `#[global_allocator]` for `no_std` programs: a `const` static, initialised at boot.
 
 use core::alloc::{GlobalAlloc, Layout};
-use core::{fmt, ptr};
+use core::ptr;
 
 use super::Heap;
 use crate::{BlockAlloc, Error};
@@ -33,7 +33,7 @@ use crate::{BlockAlloc, Error};
 /// let memory: &'static mut [u8] = Box::leak(vec![0u8; 65 * 64].into_boxed_slice());
 /// let alloc = Nbbs4::new(Config::new(64, 6))?;
 /// let heap = Heap::new(Region::from_static(memory), 64, alloc)?;
-/// HEAP.init(heap)?; // once only: a second call is `Error::AlreadyInitialized`
+/// HEAP.init(heap).map_err(|(e, _)| e)?; // once only: a second call is `Error::AlreadyInitialized`
 /// let layout = Layout::from_size_align(100, 8).unwrap();
 /// // SAFETY: a non-zero-sized layout; the block is freed with the same layout.
 /// unsafe {
@@ -71,16 +71,18 @@ impl<A, F> StaticHeap<A, F> {
     }
 
     /// Installs the heap. Only the first call succeeds; a later one is refused with
-    /// [`AlreadyInitialized`], which gives its heap back and converts with `?` into
-    /// [`Error`].
-    pub fn init(&self, heap: Heap<A>) -> Result<&Heap<A>, AlreadyInitialized<A>> {
+    /// [`Error::AlreadyInitialized`] and its heap, given back (as [`TypedPool::alloc`]
+    /// gives back its value).
+    ///
+    /// [`TypedPool::alloc`]: super::TypedPool::alloc
+    pub fn init(&self, heap: Heap<A>) -> Result<&Heap<A>, (Error, Heap<A>)> {
         let mut offered = Some(heap);
         let installed = self
             .heap
             .call_once(|| offered.take().expect("offered once"));
         match offered {
             None => Ok(installed),
-            Some(refused) => Err(AlreadyInitialized(refused)),
+            Some(refused) => Err((Error::AlreadyInitialized, refused)),
         }
     }
 
@@ -121,36 +123,6 @@ unsafe impl<A: BlockAlloc, F: GlobalAlloc> GlobalAlloc for StaticHeap<A, F> {
             // SAFETY: not the heap's, so the fallback handed it out, with this layout.
             None => unsafe { self.fallback.dealloc(ptr, layout) },
         }
-    }
-}
-
-/// [`StaticHeap::init`] on a heap already initialised: the refused heap, given back.
-pub struct AlreadyInitialized<A>(Heap<A>);
-
-impl<A> AlreadyInitialized<A> {
-    /// The heap that was not installed.
-    pub fn into_heap(self) -> Heap<A> {
-        self.0
-    }
-}
-
-impl<A> fmt::Debug for AlreadyInitialized<A> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("AlreadyInitialized(..)")
-    }
-}
-
-impl<A> fmt::Display for AlreadyInitialized<A> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(Error::AlreadyInitialized.as_str())
-    }
-}
-
-impl<A> core::error::Error for AlreadyInitialized<A> {}
-
-impl<A> From<AlreadyInitialized<A>> for Error {
-    fn from(_: AlreadyInitialized<A>) -> Self {
-        Error::AlreadyInitialized
     }
 }
 

@@ -45,8 +45,13 @@ impl<A: SeqBlockAlloc, R: RawMutex> Locked<A, R> {
             // `try_alloc` and `try_free` by a `try_lock`, `inner`'s `alloc_at` and
             // `block_of`, and `try_block_of` where there is a `block_of` to run under a
             // `try_lock`.
-            capabilities: (C::TRY_ALLOC | C::TRY_FREE | (inner & (C::ALLOC_AT | C::BLOCK_OF)))
-                .with_if(inner.contains(C::BLOCK_OF), C::TRY_BLOCK_OF),
+            capabilities: C::TRY_ALLOC
+                .union(C::TRY_FREE)
+                .union(inner.intersection(C::ALLOC_AT.union(C::BLOCK_OF)))
+                .union(match inner.contains(C::BLOCK_OF) {
+                    true => C::TRY_BLOCK_OF,
+                    false => C::NONE,
+                }),
             reserved: Reserved::new(alloc.total_units(), alloc.max_order()),
             inner: Mutex::new(alloc),
         }
