@@ -347,7 +347,6 @@ impl<W: WriteBack> LLFree<W> {
             summary,
             locals: meta.table(upper.locals, |_| CachePadded::new(Local::new()))?,
             cores: config.cores,
-            default_slots: classes.default_class() * config.cores,
             classes,
             units: config.units,
             max_order: config.max_order,

@@ -70,15 +70,6 @@ pub(crate) fn trees_in(w: usize, mut bits: u64) -> impl Iterator<Item = TreeId> 
     })
 }
 
-/// The level a refusal of `n` units reads: a tree with fewer units in `cU` than the level's
-/// has no block of `n` units there.
-pub(crate) const fn level_for(n: usize) -> usize {
-    match n >= HUGE_UNITS {
-        true => HUGE,
-        false => ANY,
-    }
-}
-
 impl Summary {
     /// Words of the bitmap for `trees` trees (both levels).
     pub(crate) const fn words(trees: usize) -> usize {
@@ -124,11 +115,6 @@ impl Summary {
         if old < HUGE_UNITS && new >= HUGE_UNITS {
             self.word(HUGE, t).fetch_or(bit, Ordering::SeqCst);
         }
-    }
-
-    /// After `t`'s `cU` was set to a count not read: both its bits are set.
-    pub(crate) fn mark(&self, t: TreeId) {
-        self.raised(t, 0, usize::MAX);
     }
 
     /// The words of `level` by number, each read once, with acquire ([`trees_in`] lists
@@ -219,9 +205,10 @@ impl<W: WriteBack> LLFree<W> {
                 .map(|r| r.free())
                 .sum()
         };
-        // Trees whose `cU` alone has fewer units than a huge frame's are not marked at the
-        // huge level: on a fragmented heap a refusal of a huge frame reads no entry.
-        let level = level_for(n);
+        // The level a tree needs to have a block of `n` units in `cU`. Trees whose `cU` alone
+        // has fewer units than a huge frame's are not marked at the huge level: on a
+        // fragmented heap a refusal of a huge frame reads no entry.
+        let level = if n >= HUGE_UNITS { HUGE } else { ANY };
         // A second pass only after this one cleared stale marks: those moves were its own.
         for _ in 0..2 {
             let before = self.moves.snapshot();

@@ -227,56 +227,37 @@ impl Trees {
         n: usize,
         near: usize,
         huge: bool,
-        accept: impl Fn(TreeId, Tree) -> bool + Copy,
-        class: u8,
-    ) -> Option<(TreeId, usize)> {
-        let len = self.len();
-        let room = |t: Tree| t.free() >= n;
-        let line = near / PER_LINE * PER_LINE;
-        let neighbourhood = || {
-            (0..PER_LINE)
-                .map(move |i| line + (near + i) % PER_LINE)
-                .filter(move |&t| t < len)
-        };
-        let all = || (0..len).map(|i| (near + i) % len);
-        let of_fill = |fill| move |e: Tree| room(e) && self.fill(e) == fill;
-        let (first, second) = if huge {
-            (Fill::Free, Fill::Partial)
-        } else {
-            (Fill::Partial, Fill::Free)
-        };
-        self.reserve_first(neighbourhood(), of_fill(first), accept, class)
-            .or_else(|| self.reserve_first(neighbourhood(), of_fill(second), accept, class))
-            .or_else(|| self.reserve_first(all(), of_fill(first), accept, class))
-            .or_else(|| self.reserve_first(all(), of_fill(second), accept, class))
-            .or_else(|| self.reserve_first(all(), room, accept, class))
-    }
-
-    /// Reserves as class `class` the first of `trees` whose entry `like` and `accept` like.
-    fn reserve_first(
-        &self,
-        mut trees: impl Iterator<Item = usize>,
-        like: impl Fn(Tree) -> bool,
         accept: impl Fn(TreeId, Tree) -> bool,
         class: u8,
     ) -> Option<(TreeId, usize)> {
-        trees.find_map(|t| {
-            let t = TreeId(t);
-            self.try_reserve(t, |e| like(e) && accept(t, e), class)
+        let len = self.len();
+        let (first, second) = match huge {
+            true => (Fill::Free, Fill::Partial),
+            false => (Fill::Partial, Fill::Free),
+        };
+        // Where a step looks: the trees from `base` on, `near`'s first, `count` of them
+        // wrapping around (the neighbourhood or the whole array), and how full a tree it takes.
+        let (line, all) = ((near / PER_LINE * PER_LINE, PER_LINE), (0, len));
+        let steps = [
+            (line, Some(first)),
+            (line, Some(second)),
+            (all, Some(first)),
+            (all, Some(second)),
+            (all, None),
+        ];
+        steps.into_iter().find_map(|((base, count), fill)| {
+            let trees = (0..count).map(|i| TreeId(base + (near + i) % count));
+            trees.filter(|t| t.0 < len).find_map(|t| {
+                let like = |e: Tree| {
+                    e.free() >= n && fill.is_none_or(|f| self.fill(e) == f) && accept(t, e)
+                };
+                // Read first: a CAS on every tree would write every cache line of the array.
+                let e = self.get(t);
+                (!e.reserved() && !e.offline() && like(e))
+                    .then(|| self.reserve(t, |e| like(e).then_some(class)))?
+                    .map(|old| (t, old.free()))
+            })
         })
-    }
-
-    fn try_reserve(
-        &self,
-        t: TreeId,
-        accept: impl Fn(Tree) -> bool,
-        class: u8,
-    ) -> Option<(TreeId, usize)> {
-        // Read first: a CAS on every tree would write every cache line of the array.
-        let tree = self.get(t);
-        (!tree.reserved() && !tree.offline() && accept(tree))
-            .then(|| self.reserve(t, |e| accept(e).then_some(class)))?
-            .map(|old| (t, old.free()))
     }
 
     #[inline]
