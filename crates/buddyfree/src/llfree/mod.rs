@@ -266,6 +266,80 @@ impl<W: WriteBack> LLFree<W> {
         first..(first + self.tree_children).min(self.lower.huges())
     }
 
+    /// [`LLFree::alloc_with`] through the refusal memo (`refusal.rs`): a refusal is
+    /// remembered only where it is complete, a fallback round during which no reservation
+    /// move was in flight (or the counters' sum, read likewise); a failure that met moves in
+    /// flight in every round is [`Error::WouldBlock`], never remembered.
+    #[inline]
+    fn alloc_remembered(
+        &self,
+        order: u32,
+        core: usize,
+        class: usize,
+        rounds: usize,
+    ) -> Result<usize, Error> {
+        let core = self.core(core);
+        self.refusals.alloc_giving_back(order, || {
+            let ask = Ask {
+                order,
+                core,
+                class,
+                rounds,
+                gave: Cell::new(None),
+            };
+            let answer = self.alloc_with(&ask).map_err(Failure::searched);
+            (answer, ask.gave.get())
+        })
+    }
+
+    /// The allocation of `ask`: from its core's reservation of its class (Fig. 14a), else
+    /// from a renewed one or what the classes allow (`classes.rs`), else from any tree (the
+    /// complete fallback).
+    fn alloc_with(&self, ask: &Ask) -> Result<usize, Error> {
+        if ask.order > self.max_order {
+            return Err(Error::BadOrder);
+        }
+        let slot = self.slot(ask.core, ask.class);
+        let local = &self.locals[slot];
+        let n = 1 << ask.order;
+        for _ in 0..RESERVE_ATTEMPTS {
+            let near = match local.take(None, n) {
+                Ok(t) => {
+                    let hint = local.last.load(Ordering::Relaxed) as usize;
+                    if let Some(index) = self.alloc_in(t, ask.order, hint) {
+                        local.last.store(index as u64, Ordering::Relaxed);
+                        return Ok(index);
+                    }
+                    // Too fragmented for this order: give the units back, move on.
+                    self.credit_local(slot, t, n);
+                    self.gave_back(ask, t, n);
+                    t.0
+                }
+                Err(r) => match r.tree() {
+                    Some(t) if self.sync(slot, t) => continue,
+                    Some(t) => t.0,
+                    None => match self.steal_again(ask) {
+                        Some(index) => return Ok(index),
+                        None => ask.core * self.trees.len() / self.cores,
+                    },
+                },
+            };
+            if self.too_few_free(n) {
+                return Err(Error::OutOfMemory);
+            }
+            let renewal = match self.classes.count {
+                1 => Renewal::reserved(self.reserve(ask, near, true)),
+                _ => self.renew_classed(ask, near),
+            };
+            match renewal {
+                Renewal::Reserved => {}
+                Renewal::Stole(index) => return Ok(index),
+                Renewal::Failed => break,
+            }
+        }
+        self.alloc_anywhere(ask)
+    }
+
     /// The children of `t`, every `step`th (counted from the tree's first), from the one
     /// holding `hint` (the last allocation, clamped into the tree: next fit, as the paper's
     /// start PFN) on, wrapping around.
@@ -302,114 +376,19 @@ impl<W: WriteBack> LLFree<W> {
         None
     }
 
-    /// Counts `n` units freed at `index` (taken off the bit field) as free, for `core`:
-    /// into `cP` of `core` if one of its reservations is their tree, else into `cU` (and
-    /// then perhaps reserve-on-free); tells the refusal memo what the free may have made
-    /// findable ([`LLFree::covers`]).
-    fn freed(&self, index: usize, n: usize, core: usize) {
-        let core = self.core(core);
-        let t = self.tree_of(index);
-        let local = match self.classes.count {
-            1 => self.locals[core].add(t, n),
-            // Only the reservation of the tree's class can hold it, and none an unreserved
-            // one (`classes.rs`): a tree read unreserved that this core reserves meanwhile
-            // gets the units in `cU`, where the holder's sync finds them.
-            _ => {
-                let e = self.trees.get(t);
-                e.reserved() && self.locals[self.slot(core, usize::from(e.class()))].add(t, n)
-            }
+    /// Notes in the ask what a give-back of `n` units to `t` may have made findable, read
+    /// after it as a free's [`LLFree::covers`] is: a huge frame or more where `n` is one or a
+    /// frame of `t` is free as a whole, else the orders of the bit fields.
+    fn gave_back(&self, ask: &Ask, t: TreeId, n: usize) {
+        // A scan gives back to tree after tree: once every order is covered, no more reads.
+        if ask.gave.get() == Some(u32::MAX) {
+            return;
+        }
+        let covered = match self.covers(t, n, HUGE_ORDER) {
+            true => u32::MAX,
+            false => lower::BITS_ORDER,
         };
-        if !local {
-            self.add_to_tree(t, n);
-        }
-        self.refusals.freed_if(|k| self.covers(t, n, k));
-        if !local {
-            self.free_elsewhere(core, t);
-        }
-    }
-
-    /// Whether, after a free of `n` units in tree `t` (all its writes done), a block of
-    /// `order` may be free for a search to find, for the refusal memo (`refusal.rs`, "Frees
-    /// that cover"): a block of a huge frame or more freed (`n` is at least a frame), or a
-    /// frame of `t` free as a whole, read now with `SeqCst` loads ([`Lower::any_free_frame`]).
-    /// Orders 0..=8 always: a block of them may lie anywhere in a frame's bit field.
-    ///
-    /// The whole tree, not only the frame of the freed units: a search takes a block's units
-    /// from the tree's counter before it looks at frames, and a counter's units are no
-    /// frame's in particular, so a search may miss a free frame of `t` for want of this
-    /// free's units in the counter (another allocation having taken those of the frame).
-    fn covers(&self, t: TreeId, n: usize, order: u32) -> bool {
-        order <= lower::BITS_ORDER || n >= HUGE_UNITS || self.lower.any_free_frame(self.children(t))
-    }
-
-    /// Puts `n` units of `t` back: into `cP` of the reservation `local` if it is `t`, else
-    /// into `cU`.
-    fn credit_local(&self, local: usize, t: TreeId, n: usize) -> bool {
-        let held = self.locals[local].add(t, n);
-        if !held {
-            self.add_to_tree(t, n);
-        }
-        held
-    }
-
-    /// Adds `n` units to `t`'s entry `cU`.
-    #[inline]
-    fn add_to_tree(&self, t: TreeId, n: usize) {
-        self.credited(t, self.trees.add(t, n), n);
-    }
-
-    /// Ends a reservation swapped out of a core; says whether there was one (whether a count
-    /// was in the caller's hands). Only inside a move (`moves.rs`).
-    fn release(&self, r: Reservation) -> bool {
-        let end = |t| self.credited(t, self.trees.unreserve(t, r.free()), r.free());
-        r.tree().map(end).is_some()
-    }
-
-    /// After `n` units went into the entry of `t`, which was `old`: marks the tree in the
-    /// summary's levels it reached, and tells the classes' memo.
-    #[inline]
-    fn credited(&self, t: TreeId, old: trees::Tree, n: usize) {
-        self.summary.raised(t, old.free(), old.free() + n);
-        if self.classes.count > 1 {
-            let now = trees::Tree::new(old.free() + n, old.class());
-            self.classes.credited(now, self.trees.capacity(t));
-        }
-    }
-
-    /// Makes `t` (reserved by the caller, with `free` units moved out) the tree of the
-    /// reservation `local`. Only inside a move begun before `t` was reserved.
-    fn install(&self, local: usize, t: TreeId, free: usize) {
-        // The reservation moved `cU` out: `t`'s marks went stale, and are cleared here,
-        // inside the move, not by the first refusal to read them (on a heap fragmented
-        // after it was filled, that of every tree).
-        self.summary.clear(t, |t| self.trees.get(t).free());
-        let local = &self.locals[local];
-        let first = self.children(t).start * HUGE_UNITS;
-        local.last.store(first as u64, Ordering::Relaxed);
-        self.release(local.swap(Reservation::new(t, free)));
-    }
-
-    /// Swaps every reservation out (except those of core `keep`) and gives it back to its
-    /// tree; says whether any was there. Only inside a move.
-    fn release_all(&self, keep: Option<usize>) -> bool {
-        let mut moved = false;
-        for core in 0..self.cores {
-            if Some(core) != keep {
-                moved |= self.release_core(core);
-            }
-        }
-        moved
-    }
-
-    /// Swaps `core`'s reservations out and gives them back to their trees; says whether
-    /// there was one. Only inside a move.
-    fn release_core(&self, core: usize) -> bool {
-        let mut moved = false;
-        // One per class, `cores` apart.
-        for local in (core..self.locals.len()).step_by(self.cores) {
-            moved |= self.release(self.locals[local].swap(Reservation::NONE));
-        }
-        moved
+        ask.gave.set(ask.gave.get().max(Some(covered)));
     }
 
     /// Fig. 14a (1b): reserves a new tree of the ask's class for its core's reservation of
@@ -582,6 +561,132 @@ impl<W: WriteBack> LLFree<W> {
             .map(Counter::Local)
     }
 
+    /// [`BlockAlloc::free`] with `reserved`, the boot reservation's check (waiting or not).
+    #[inline(always)]
+    fn free_checked(
+        &self,
+        index: usize,
+        order: u32,
+        core: usize,
+        reserved: fn(&Reserved, usize, u32) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        check_block(index, order, self.max_order, self.units)?;
+        reserved(&self.reserved, index, order)?;
+        self.lower.free(index, order)?;
+        self.freed(index, 1 << order, core);
+        Ok(())
+    }
+
+    /// Counts `n` units freed at `index` (taken off the bit field) as free, for `core`:
+    /// into `cP` of `core` if one of its reservations is their tree, else into `cU` (and
+    /// then perhaps reserve-on-free); tells the refusal memo what the free may have made
+    /// findable ([`LLFree::covers`]).
+    fn freed(&self, index: usize, n: usize, core: usize) {
+        let core = self.core(core);
+        let t = self.tree_of(index);
+        let local = match self.classes.count {
+            1 => self.locals[core].add(t, n),
+            // Only the reservation of the tree's class can hold it, and none an unreserved
+            // one (`classes.rs`): a tree read unreserved that this core reserves meanwhile
+            // gets the units in `cU`, where the holder's sync finds them.
+            _ => {
+                let e = self.trees.get(t);
+                e.reserved() && self.locals[self.slot(core, usize::from(e.class()))].add(t, n)
+            }
+        };
+        if !local {
+            self.add_to_tree(t, n);
+        }
+        self.refusals.freed_if(|k| self.covers(t, n, k));
+        if !local {
+            self.free_elsewhere(core, t);
+        }
+    }
+
+    /// Whether, after a free of `n` units in tree `t` (all its writes done), a block of
+    /// `order` may be free for a search to find, for the refusal memo (`refusal.rs`, "Frees
+    /// that cover"): a block of a huge frame or more freed (`n` is at least a frame), or a
+    /// frame of `t` free as a whole, read now with `SeqCst` loads ([`Lower::any_free_frame`]).
+    /// Orders 0..=8 always: a block of them may lie anywhere in a frame's bit field.
+    ///
+    /// The whole tree, not only the frame of the freed units: a search takes a block's units
+    /// from the tree's counter before it looks at frames, and a counter's units are no
+    /// frame's in particular, so a search may miss a free frame of `t` for want of this
+    /// free's units in the counter (another allocation having taken those of the frame).
+    fn covers(&self, t: TreeId, n: usize, order: u32) -> bool {
+        order <= lower::BITS_ORDER || n >= HUGE_UNITS || self.lower.any_free_frame(self.children(t))
+    }
+
+    /// Puts `n` units of `t` back: into `cP` of the reservation `local` if it is `t`, else
+    /// into `cU`.
+    fn credit_local(&self, local: usize, t: TreeId, n: usize) -> bool {
+        let held = self.locals[local].add(t, n);
+        if !held {
+            self.add_to_tree(t, n);
+        }
+        held
+    }
+
+    /// Adds `n` units to `t`'s entry `cU`.
+    #[inline]
+    fn add_to_tree(&self, t: TreeId, n: usize) {
+        self.credited(t, self.trees.add(t, n), n);
+    }
+
+    /// Ends a reservation swapped out of a core; says whether there was one (whether a count
+    /// was in the caller's hands). Only inside a move (`moves.rs`).
+    fn release(&self, r: Reservation) -> bool {
+        let end = |t| self.credited(t, self.trees.unreserve(t, r.free()), r.free());
+        r.tree().map(end).is_some()
+    }
+
+    /// After `n` units went into the entry of `t`, which was `old`: marks the tree in the
+    /// summary's levels it reached, and tells the classes' memo.
+    #[inline]
+    fn credited(&self, t: TreeId, old: trees::Tree, n: usize) {
+        self.summary.raised(t, old.free(), old.free() + n);
+        if self.classes.count > 1 {
+            let now = trees::Tree::new(old.free() + n, old.class());
+            self.classes.credited(now, self.trees.capacity(t));
+        }
+    }
+
+    /// Makes `t` (reserved by the caller, with `free` units moved out) the tree of the
+    /// reservation `local`. Only inside a move begun before `t` was reserved.
+    fn install(&self, local: usize, t: TreeId, free: usize) {
+        // The reservation moved `cU` out: `t`'s marks went stale, and are cleared here,
+        // inside the move, not by the first refusal to read them (on a heap fragmented
+        // after it was filled, that of every tree).
+        self.summary.clear(t, |t| self.trees.get(t).free());
+        let local = &self.locals[local];
+        let first = self.children(t).start * HUGE_UNITS;
+        local.last.store(first as u64, Ordering::Relaxed);
+        self.release(local.swap(Reservation::new(t, free)));
+    }
+
+    /// Swaps every reservation out (except those of core `keep`) and gives it back to its
+    /// tree; says whether any was there. Only inside a move.
+    fn release_all(&self, keep: Option<usize>) -> bool {
+        let mut moved = false;
+        for core in 0..self.cores {
+            if Some(core) != keep {
+                moved |= self.release_core(core);
+            }
+        }
+        moved
+    }
+
+    /// Swaps `core`'s reservations out and gives them back to their trees; says whether
+    /// there was one. Only inside a move.
+    fn release_core(&self, core: usize) -> bool {
+        let mut moved = false;
+        // One per class, `cores` apart.
+        for local in (core..self.locals.len()).step_by(self.cores) {
+            moved |= self.release(self.locals[local].swap(Reservation::NONE));
+        }
+        moved
+    }
+
     /// Reserve-on-free (§3.2.2): a core that freed F times in a row into the partial tree
     /// `t` (held by nobody) makes it its own, as its reservation of the tree's class.
     fn free_elsewhere(&self, core: usize, t: TreeId) {
@@ -605,6 +710,98 @@ impl<W: WriteBack> LLFree<W> {
                 }
                 None => ((), false),
             });
+    }
+
+    /// [`BlockAlloc::free_bulk`] with `free_group` freeing the blocks of one huge frame in
+    /// the lower level ([`Lower::free_many`] or [`Lower::free_owned`]), up to the first
+    /// block with a reserved unit ([`Reserved::free_bulk`]): the blocks that follow each
+    /// other in `blocks` within one frame go to it together, if they are all in range and
+    /// aligned and their order is at most 8, and the counters are updated once for what it
+    /// freed; from the first block it did not free on, one by one.
+    fn free_in_frames(
+        &self,
+        blocks: &[usize],
+        order: u32,
+        core: usize,
+        free_group: impl Fn(&[usize]) -> usize,
+    ) -> Result<(), (usize, Error)> {
+        self.reserved.free_bulk(blocks, order, |blocks| {
+            let mut done = 0;
+            for group in blocks.chunk_by(|a, b| a / HUGE_UNITS == b / HUGE_UNITS) {
+                let checked = order <= lower::BITS_ORDER
+                    && group
+                        .iter()
+                        .all(|&i| check_block(i, order, self.max_order, self.units).is_ok());
+                let freed = match checked {
+                    true => free_group(group),
+                    false => 0,
+                };
+                if freed > 0 {
+                    self.freed(group[0], freed << order, core);
+                }
+                crate::free_each(self, &group[freed..], order, core)
+                    .map_err(|(k, e)| (done + freed + k, e))?;
+                done += group.len();
+            }
+            Ok(())
+        })
+    }
+
+    /// Allocates up to `out.len()` blocks of `order` (0..=8) from `core`'s units in one huge
+    /// frame ([`Lower::alloc_many`]): that of its last allocation, or, if it has no room for
+    /// a block, the next frame of the core's tree that has ([`LLFree::frames_from`], where
+    /// `alloc`'s next fit would go on); no change of reservation, so that bulk allocations
+    /// leave LLFree's placement as it is. Returns how many (0: no frame of the core's tree
+    /// has room, its tree has too few free units, or the frame's free units lie apart).
+    /// `before`: the blocks of this bulk allocation so far, which no one else has seen yet.
+    fn alloc_near(&self, order: u32, core: usize, before: &[usize], out: &mut [usize]) -> usize {
+        let slot = self.slot(self.core(core), self.classes.default);
+        let local = &self.locals[slot];
+        let reservation = local.get();
+        // Too few units in the core's counter for a block: no frame can have room.
+        let Some(t) = reservation
+            .tree()
+            .filter(|_| reservation.free() >> order > 0)
+        else {
+            return 0;
+        };
+        let hint = local.last.load(Ordering::Relaxed) as usize;
+        let room = |h: usize| reservation.free().min(self.lower.child(HugeId(h)).free());
+        // Going on to the next frame here rather than through `alloc` lets a frame that is
+        // free as a whole be taken whole, its words written with plain stores
+        // (`Lower::fill_group`); `alloc` would claim its first block with compare-and-swaps.
+        let Some((h, room)) = self
+            .frames_from(t, hint, 1)
+            .map(|h| (h, room(h)))
+            .find(|&(_, room)| room >> order > 0)
+        else {
+            return 0;
+        };
+        // As many as the frame has units for, not more: asked for more, its counter would
+        // refuse them all, and a frame that has room for fewer blocks than a batch (a
+        // partly used one; any at orders 7 and 8, whose batches span frames) would then
+        // give its blocks one `alloc` at a time.
+        let len = out.len().min(room >> order);
+        let out = &mut out[..len];
+        let n = out.len() << order;
+        if n == 0 || local.take(Some(t), n).is_err() {
+            return 0;
+        }
+        let word = match hint / HUGE_UNITS == h {
+            true => (hint % HUGE_UNITS) / lower::SLOTS,
+            false => 0,
+        };
+        let ours = before.iter().filter(|&&i| i / HUGE_UNITS == h).count() << order;
+        let got = self.lower.alloc_many(HugeId(h), order, word, out, ours);
+        if got < out.len() {
+            self.credit_local(slot, t, (out.len() - got) << order);
+            // Outside `alloc`'s attempts, which tell the memo once each.
+            self.refusals.freed();
+        }
+        if got > 0 {
+            local.last.store(out[got - 1] as u64, Ordering::Relaxed);
+        }
+        got
     }
 
     #[cfg(test)]
@@ -745,204 +942,6 @@ const MAX_PAUSE: usize = 1 << 10;
 #[cfg(loom)]
 const MAX_PAUSE: usize = 1;
 
-impl<W: WriteBack> LLFree<W> {
-    /// [`LLFree::alloc_with`] through the refusal memo (`refusal.rs`): a refusal is
-    /// remembered only where it is complete, a fallback round during which no reservation
-    /// move was in flight (or the counters' sum, read likewise); a failure that met moves in
-    /// flight in every round is [`Error::WouldBlock`], never remembered.
-    #[inline]
-    fn alloc_remembered(
-        &self,
-        order: u32,
-        core: usize,
-        class: usize,
-        rounds: usize,
-    ) -> Result<usize, Error> {
-        let core = self.core(core);
-        self.refusals.alloc_giving_back(order, || {
-            let ask = Ask {
-                order,
-                core,
-                class,
-                rounds,
-                gave: Cell::new(None),
-            };
-            let answer = self.alloc_with(&ask).map_err(Failure::searched);
-            (answer, ask.gave.get())
-        })
-    }
-
-    /// The allocation of `ask`: from its core's reservation of its class (Fig. 14a), else
-    /// from a renewed one or what the classes allow (`classes.rs`), else from any tree (the
-    /// complete fallback).
-    fn alloc_with(&self, ask: &Ask) -> Result<usize, Error> {
-        if ask.order > self.max_order {
-            return Err(Error::BadOrder);
-        }
-        let slot = self.slot(ask.core, ask.class);
-        let local = &self.locals[slot];
-        let n = 1 << ask.order;
-        for _ in 0..RESERVE_ATTEMPTS {
-            let near = match local.take(None, n) {
-                Ok(t) => {
-                    let hint = local.last.load(Ordering::Relaxed) as usize;
-                    if let Some(index) = self.alloc_in(t, ask.order, hint) {
-                        local.last.store(index as u64, Ordering::Relaxed);
-                        return Ok(index);
-                    }
-                    // Too fragmented for this order: give the units back, move on.
-                    self.credit_local(slot, t, n);
-                    self.gave_back(ask, t, n);
-                    t.0
-                }
-                Err(r) => match r.tree() {
-                    Some(t) if self.sync(slot, t) => continue,
-                    Some(t) => t.0,
-                    None => match self.steal_again(ask) {
-                        Some(index) => return Ok(index),
-                        None => ask.core * self.trees.len() / self.cores,
-                    },
-                },
-            };
-            if self.too_few_free(n) {
-                return Err(Error::OutOfMemory);
-            }
-            let renewal = match self.classes.count {
-                1 => Renewal::reserved(self.reserve(ask, near, true)),
-                _ => self.renew_classed(ask, near),
-            };
-            match renewal {
-                Renewal::Reserved => {}
-                Renewal::Stole(index) => return Ok(index),
-                Renewal::Failed => break,
-            }
-        }
-        self.alloc_anywhere(ask)
-    }
-
-    /// Notes in the ask what a give-back of `n` units to `t` may have made findable, read
-    /// after it as a free's [`LLFree::covers`] is: a huge frame or more where `n` is one or a
-    /// frame of `t` is free as a whole, else the orders of the bit fields.
-    fn gave_back(&self, ask: &Ask, t: TreeId, n: usize) {
-        // A scan gives back to tree after tree: once every order is covered, no more reads.
-        if ask.gave.get() == Some(u32::MAX) {
-            return;
-        }
-        let covered = match self.covers(t, n, HUGE_ORDER) {
-            true => u32::MAX,
-            false => lower::BITS_ORDER,
-        };
-        ask.gave.set(ask.gave.get().max(Some(covered)));
-    }
-
-    /// [`BlockAlloc::free_bulk`] with `free_group` freeing the blocks of one huge frame in
-    /// the lower level ([`Lower::free_many`] or [`Lower::free_owned`]): the blocks that
-    /// follow each other in `blocks` within one frame go to it together, if they are all in
-    /// range and aligned and their order is at most 8, and the counters are updated once
-    /// for what it freed; from the first block it did not free on, one by one.
-    fn free_in_frames(
-        &self,
-        blocks: &[usize],
-        order: u32,
-        core: usize,
-        free_group: impl Fn(&[usize]) -> usize,
-    ) -> Result<(), (usize, Error)> {
-        let mut done = 0;
-        for group in blocks.chunk_by(|a, b| a / HUGE_UNITS == b / HUGE_UNITS) {
-            let checked = order <= lower::BITS_ORDER
-                && group
-                    .iter()
-                    .all(|&i| check_block(i, order, self.max_order, self.units).is_ok());
-            let freed = match checked {
-                true => free_group(group),
-                false => 0,
-            };
-            if freed > 0 {
-                self.freed(group[0], freed << order, core);
-            }
-            crate::free_each(self, &group[freed..], order, core)
-                .map_err(|(k, e)| (done + freed + k, e))?;
-            done += group.len();
-        }
-        Ok(())
-    }
-
-    /// Allocates up to `out.len()` blocks of `order` (0..=8) from `core`'s units in one huge
-    /// frame ([`Lower::alloc_many`]): that of its last allocation, or, if it has no room for
-    /// a block, the next frame of the core's tree that has ([`LLFree::frames_from`], where
-    /// `alloc`'s next fit would go on); no change of reservation, so that bulk allocations
-    /// leave LLFree's placement as it is. Returns how many (0: no frame of the core's tree
-    /// has room, its tree has too few free units, or the frame's free units lie apart).
-    /// `before`: the blocks of this bulk allocation so far, which no one else has seen yet.
-    fn alloc_near(&self, order: u32, core: usize, before: &[usize], out: &mut [usize]) -> usize {
-        let slot = self.slot(self.core(core), self.classes.default);
-        let local = &self.locals[slot];
-        let reservation = local.get();
-        // Too few units in the core's counter for a block: no frame can have room.
-        let Some(t) = reservation
-            .tree()
-            .filter(|_| reservation.free() >> order > 0)
-        else {
-            return 0;
-        };
-        let hint = local.last.load(Ordering::Relaxed) as usize;
-        let room = |h: usize| reservation.free().min(self.lower.child(HugeId(h)).free());
-        // Going on to the next frame here rather than through `alloc` lets a frame that is
-        // free as a whole be taken whole, its words written with plain stores
-        // (`Lower::fill_group`); `alloc` would claim its first block with compare-and-swaps.
-        let Some((h, room)) = self
-            .frames_from(t, hint, 1)
-            .map(|h| (h, room(h)))
-            .find(|&(_, room)| room >> order > 0)
-        else {
-            return 0;
-        };
-        // As many as the frame has units for, not more: asked for more, its counter would
-        // refuse them all, and a frame that has room for fewer blocks than a batch (a
-        // partly used one; any at orders 7 and 8, whose batches span frames) would then
-        // give its blocks one `alloc` at a time.
-        let len = out.len().min(room >> order);
-        let out = &mut out[..len];
-        let n = out.len() << order;
-        if n == 0 || local.take(Some(t), n).is_err() {
-            return 0;
-        }
-        let word = match hint / HUGE_UNITS == h {
-            true => (hint % HUGE_UNITS) / lower::SLOTS,
-            false => 0,
-        };
-        let ours = before.iter().filter(|&&i| i / HUGE_UNITS == h).count() << order;
-        let got = self.lower.alloc_many(HugeId(h), order, word, out, ours);
-        if got < out.len() {
-            self.credit_local(slot, t, (out.len() - got) << order);
-            // Outside `alloc`'s attempts, which tell the memo once each.
-            self.refusals.freed();
-        }
-        if got > 0 {
-            local.last.store(out[got - 1] as u64, Ordering::Relaxed);
-        }
-        got
-    }
-}
-
-impl<W: WriteBack> LLFree<W> {
-    /// [`BlockAlloc::free`] with `reserved`, the boot reservation's check (waiting or not).
-    #[inline(always)]
-    fn free_checked(
-        &self,
-        index: usize,
-        order: u32,
-        core: usize,
-        reserved: fn(&Reserved, usize, u32) -> Result<(), Error>,
-    ) -> Result<(), Error> {
-        check_block(index, order, self.max_order, self.units)?;
-        reserved(&self.reserved, index, order)?;
-        self.lower.free(index, order)?;
-        self.freed(index, 1 << order, core);
-        Ok(())
-    }
-}
-
 impl<W: WriteBack> BlockAlloc for LLFree<W> {
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
         let class = self.classes.default;
@@ -1015,10 +1014,8 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
     /// each block's words as [`BlockAlloc::free`] clears them. From a word (or block) with
     /// a bad block on, one by one.
     fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
-        self.reserved.free_bulk(blocks, order, |blocks| {
-            self.free_in_frames(blocks, order, core, |group| {
-                self.lower.free_many(group, order)
-            })
+        self.free_in_frames(blocks, order, core, |group| {
+            self.lower.free_many(group, order)
         })
     }
 
@@ -1107,12 +1104,10 @@ impl<W: WriteBack> crate::magazine::Backend for LLFree<W> {
     ) -> Result<(), (usize, Error)> {
         // Checked still: caches built over an allocator that reserved units first adopt
         // them as a caller's blocks.
-        self.reserved.free_bulk(blocks, order, |blocks| {
-            self.free_in_frames(blocks, order, core, |group| {
-                // SAFETY: the caller's promise; `free_in_frames` hands over blocks in
-                // range, aligned, of orders up to 8 and in one frame.
-                unsafe { self.lower.free_owned(group, order) }
-            })
+        self.free_in_frames(blocks, order, core, |group| {
+            // SAFETY: the caller's promise; `free_in_frames` hands over blocks in range,
+            // aligned, of orders up to 8 and in one frame.
+            unsafe { self.lower.free_owned(group, order) }
         })
     }
 
