@@ -121,8 +121,7 @@ use crate::table::Table;
 use crate::{check_block, BlockAlloc, Capabilities, Class, Error};
 #[cfg(not(loom))]
 pub use build::Kept;
-#[cfg(not(loom))]
-use build::Upper;
+use build::Settings;
 pub use build::{Builder, Fresh, Options};
 #[cfg(not(loom))]
 pub use caller::{Init, RecoverError};
