@@ -404,7 +404,10 @@ impl<W: WriteBack> LLFree<W> {
         let others = (0..self.locals.len())
             .filter(|l| l % self.cores != ask.core)
             .any(|l| self.locals[l].get().tree().is_some());
-        Renewal::reserved(others && self.reserve(ask, near, true))
+        match others && self.reserve(ask, near, true) {
+            true => Renewal::Reserved,
+            false => Renewal::Failed,
+        }
     }
 
     /// Takes a block for the ask from the tree of its class's last steal, else from the

@@ -214,8 +214,7 @@ impl<W: WriteBack> LLFree<W> {
         let mut free: Vec<usize> = (0..self.trees.len())
             .map(|t| self.trees.get(TreeId(t)).free())
             .collect();
-        for local in self.locals.iter() {
-            let r = local.get();
+        for r in self.locals.iter().map(|l| l.get()) {
             if let Some(t) = r.tree() {
                 free[t.0] += r.free();
             }
@@ -236,12 +235,8 @@ impl<W: WriteBack> LLFree<W> {
             .filter(|e| class.is_none_or(|c| e.class() == c))
             .map(|e| e.free())
             .sum();
-        let reserved: usize = locals
-            .filter_map(|l| {
-                let r = self.locals[l].get();
-                r.tree().map(|_| r.free())
-            })
-            .sum();
+        // A reservation without a tree has no units.
+        let reserved: usize = locals.map(|l| self.locals[l].get().free()).sum();
         in_trees + reserved
     }
 
@@ -327,7 +322,8 @@ impl<W: WriteBack> LLFree<W> {
                 return Err(Error::OutOfMemory);
             }
             let renewal = match self.classes.count {
-                1 => Renewal::reserved(self.reserve(ask, near, true)),
+                1 if self.reserve(ask, near, true) => Renewal::Reserved,
+                1 => Renewal::Failed,
                 _ => self.renew_classed(ask, near),
             };
             match renewal {
@@ -529,8 +525,9 @@ impl<W: WriteBack> LLFree<W> {
         }
     }
 
-    /// [`LLFree::take_any`], and where neither counter has `n` units, the tree's units
-    /// gathered first in the counter of the reservation holding it: a reserved tree's free
+    /// Takes `n` units of `t` from its tree counter or from the counter of a reservation
+    /// holding it; where neither has them, the tree's units gathered first in the counter
+    /// of the reservation holding it: a reserved tree's free
     /// units may be split, the holder's counter having some and the tree entry those that
     /// other cores freed since, and only together count for the block. Without this, a
     /// search would miss a free block of such a tree, and its refusal would be no refusal
@@ -538,26 +535,21 @@ impl<W: WriteBack> LLFree<W> {
     /// one findable). The gathering is a reservation move, so a round that needed it is
     /// not quiet.
     fn take_gathered(&self, t: TreeId, n: usize) -> Option<Counter> {
-        self.take_any(t, n).or_else(|| {
+        let take = || match self.trees.take(t, n) {
+            true => Some(Counter::Tree),
+            false => (0..self.locals.len())
+                .find(|&local| self.locals[local].take(Some(t), n).is_ok())
+                .map(Counter::Local),
+        };
+        take().or_else(|| {
             // Read first: most trees a search passes are held by nobody.
             if !self.trees.get(t).reserved() {
                 return None;
             }
             let holder =
                 (0..self.locals.len()).find(|&l| self.locals[l].get().tree() == Some(t))?;
-            self.sync(holder, t).then(|| self.take_any(t, n))?
+            self.sync(holder, t).then(take)?
         })
-    }
-
-    /// Takes `n` units of `t` from its tree counter or from the counter of a reservation
-    /// holding it.
-    fn take_any(&self, t: TreeId, n: usize) -> Option<Counter> {
-        if self.trees.take(t, n) {
-            return Some(Counter::Tree);
-        }
-        (0..self.locals.len())
-            .find(|&local| self.locals[local].take(Some(t), n).is_ok())
-            .map(Counter::Local)
     }
 
     /// [`BlockAlloc::free`] with `reserved`, the boot reservation's check (waiting or not).
@@ -903,15 +895,6 @@ enum Renewal {
     Stole(usize),
     /// Neither: the complete fallback is next.
     Failed,
-}
-
-impl Renewal {
-    fn reserved(reserved: bool) -> Renewal {
-        match reserved {
-            true => Renewal::Reserved,
-            false => Renewal::Failed,
-        }
-    }
 }
 
 /// `alloc`'s answer for a failure that met reservation moves in every round of the fallback
