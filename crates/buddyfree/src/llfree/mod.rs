@@ -648,7 +648,7 @@ impl<W: WriteBack> LLFree<W> {
         // The reservation moved `cU` out: `t`'s marks went stale, and are cleared here,
         // inside the move, not by the first refusal to read them (on a heap fragmented
         // after it was filled, that of every tree).
-        self.summary.clear(t, |t| self.trees.get(t).free());
+        self.clear_marks(t);
         let local = &self.locals[local];
         let first = self.children(t).start * HUGE_UNITS;
         local.last.store(first as u64, Ordering::Relaxed);
