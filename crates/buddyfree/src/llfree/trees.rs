@@ -148,8 +148,7 @@ impl Trees {
     #[inline]
     /// Takes `n` units from the global counter `cU` (whether reserved or not).
     pub(crate) fn take(&self, t: TreeId, n: usize) -> bool {
-        self.entries[t.0]
-            .try_change(|e| (Tree(e).free() >= n).then(|| e - n as u32))
+        self.change(t, |e| (e.free() >= n).then(|| Tree(e.0 - n as u32)))
             .is_ok()
     }
 
@@ -164,9 +163,10 @@ impl Trees {
     #[inline]
     /// Takes the whole global counter of a reserved tree (the sync of Fig. 14a (1a)).
     pub(crate) fn take_all_reserved(&self, t: TreeId) -> usize {
-        self.entries[t.0]
-            .try_change(|e| (Tree(e).reserved() && Tree(e).free() > 0).then_some(e & !FREE_MASK))
-            .map_or(0, |e| Tree(e).free())
+        self.change(t, |e| {
+            (e.reserved() && e.free() > 0).then_some(Tree(e.0 & !FREE_MASK))
+        })
+        .map_or(0, Tree::free)
     }
 
     #[inline]
@@ -178,36 +178,31 @@ impl Trees {
         t: TreeId,
         class_for: impl Fn(Tree) -> Option<u8>,
     ) -> Option<Tree> {
-        self.entries[t.0]
-            .try_change(|e| {
-                let tree = Tree(e);
-                if tree.reserved() || tree.offline() {
-                    return None;
-                }
-                class_for(tree).map(|class| Tree::reserved_as(class).0)
-            })
-            .ok()
-            .map(Tree)
+        self.change(t, |e| {
+            if e.reserved() || e.offline() {
+                return None;
+            }
+            class_for(e).map(Tree::reserved_as)
+        })
+        .ok()
     }
 
     #[inline]
     /// Ends a reservation, returning the per-core count `free` to `cU`; returns the entry it
     /// replaced.
     pub(crate) fn unreserve(&self, t: TreeId, free: usize) -> Tree {
-        let before = self.entries[t.0].try_change(|e| {
-            debug_assert!(Tree(e).reserved());
-            Some((e & !RESERVED) + free as u32)
+        let before = self.change(t, |e| {
+            debug_assert!(e.reserved());
+            Some(Tree((e.0 & !RESERVED) + free as u32))
         });
-        Tree(before.unwrap_or_else(|e| e))
+        before.unwrap_or_else(|e| e)
     }
 
     fn fill(&self, tree: Tree) -> Fill {
-        if tree.free() > self.free_above {
-            Fill::Free
-        } else if tree.free() < self.allocated_below {
-            Fill::Allocated
-        } else {
-            Fill::Partial
+        match tree.free() {
+            free if free > self.free_above => Fill::Free,
+            free if free < self.allocated_below => Fill::Allocated,
+            _ => Fill::Partial,
         }
     }
 
