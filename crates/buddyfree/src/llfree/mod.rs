@@ -515,7 +515,7 @@ impl<W: WriteBack> LLFree<W> {
         index
     }
 
-    /// Returns `n` units taken by [`LLFree::take_any`] to the counter they came from.
+    /// Returns `n` units taken by [`LLFree::take_gathered`] to the counter they came from.
     fn give_back(&self, source: Counter, t: TreeId, n: usize) {
         match source {
             Counter::Local(local) => {
