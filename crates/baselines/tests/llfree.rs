@@ -119,15 +119,16 @@ fn tells_apart_blocks_a_bit_field_cannot() {
 #[test]
 fn reports_free_units_per_huge_frame_and_tree() {
     let alloc = llfree(Config::new(4096 + 100, 10), small_trees());
+    let free_huge = || alloc.free_per_huge().filter(|&f| f == 512).count();
     assert_eq!(
         alloc.free_per_huge().collect::<Vec<_>>(),
         [512, 512, 512, 512, 512, 512, 512, 512, 100]
     );
-    assert_eq!(alloc.free_huge(), 8);
+    assert_eq!(free_huge(), 8);
     assert_eq!(alloc.free_per_tree(), [1024, 1024, 1024, 1024, 100]);
     let a = alloc.alloc(0, 0).unwrap();
     let h = alloc.alloc(9, 0).unwrap();
-    assert_eq!(alloc.free_huge(), 6);
+    assert_eq!(free_huge(), 6);
     assert_eq!(alloc.free_per_huge().sum::<usize>(), 4096 + 100 - 513);
     assert_eq!(
         alloc.free_per_tree().iter().sum::<usize>(),

@@ -159,59 +159,64 @@ impl Options {
     }
 }
 
-/// Where the tables of LLFree lie in its metadata, and its tuning.
+/// What a [`Builder`] was told but where the lower level comes from: the configuration,
+/// the tuning and the classes of trees.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Settings {
+    pub(crate) config: Config,
+    pub(crate) options: Options,
+    pub(crate) policy: Policy,
+}
+
+/// Where the tables of LLFree lie in its metadata.
 pub(crate) struct Parts {
-    options: Options,
     lower: Part<Line>,
     upper: Upper,
 }
 
-/// Where the upper level's tables lie, and the classes of its trees.
+/// Where the upper level's tables lie, and what it was built with.
 pub(crate) struct Upper {
+    settings: Settings,
     trees: Part<AtomicU32>,
     locals: Part<CachePadded<Local>>,
-    policy: Policy,
     summary: Part<AtomicU64>,
 }
 
-impl Upper {
-    /// Places the upper level of LLFree over `config` tuned by `options` in `plan`, with the
-    /// classes of `policy`: a reservation per core and class. A `const fn`, for a `const`
-    /// `metadata_layout`.
-    pub(super) const fn plan(
-        plan: &mut Plan,
-        config: Config,
-        options: Options,
-        policy: Policy,
-    ) -> Result<Upper, Error> {
-        let huges = config.units.div_ceil(HUGE_UNITS);
-        let classes = policy.classes() as usize;
-        let Some(locals) = config.cores.checked_mul(classes) else {
-            return Err(Error::InvalidConfig(ConfigRule::MetadataOverflow));
-        };
-        let trees_len = huges.div_ceil(options.tree_children);
-        Ok(Upper {
-            trees: const_try!(plan.add(trees_len)),
-            locals: const_try!(plan.add(locals)),
-            policy,
-            summary: const_try!(plan.add(Summary::words(trees_len))),
-        })
+impl Settings {
+    /// Lays out the metadata of LLFree: the lower level's lines, the tree entries and the
+    /// per-core state. A `const fn`, for a `const` `metadata_layout`.
+    const fn plan(&self) -> Result<(Plan, Parts), Error> {
+        const_try!(LLFree::check(self.config, self.options));
+        let mut plan = Plan::new();
+        let lower = const_try!(Lower::plan(&mut plan, self.config.units));
+        let upper = const_try!(self.upper(&mut plan));
+        Ok((plan, Parts { lower, upper }))
     }
-}
 
-impl Upper {
     /// The upper level alone, over a lower level kept elsewhere (`caller.rs`), after the
     /// checks of the whole.
     #[cfg(not(loom))]
-    pub(super) fn plan_alone(
-        config: Config,
-        options: Options,
-        policy: Policy,
-    ) -> Result<(Plan, Upper), Error> {
-        LLFree::check(config, options)?;
+    pub(super) fn plan_upper(&self) -> Result<(Plan, Upper), Error> {
+        LLFree::check(self.config, self.options)?;
         let mut plan = Plan::new();
-        let upper = Upper::plan(&mut plan, config, options, policy)?;
+        let upper = self.upper(&mut plan)?;
         Ok((plan, upper))
+    }
+
+    /// Places the upper level in `plan`: a reservation per core and class.
+    const fn upper(&self, plan: &mut Plan) -> Result<Upper, Error> {
+        let huges = self.config.units.div_ceil(HUGE_UNITS);
+        let classes = self.policy.classes() as usize;
+        let Some(locals) = self.config.cores.checked_mul(classes) else {
+            return Err(Error::InvalidConfig(ConfigRule::MetadataOverflow));
+        };
+        let trees_len = huges.div_ceil(self.options.tree_children);
+        Ok(Upper {
+            settings: *self,
+            trees: const_try!(plan.add(trees_len)),
+            locals: const_try!(plan.add(locals)),
+            summary: const_try!(plan.add(Summary::words(trees_len))),
+        })
     }
 }
 
@@ -228,10 +233,14 @@ impl LLFree {
     /// ([`Builder::policy`]) or a lower level the caller keeps ([`Builder::kept`]); built
     /// on the heap ([`Builder::build`]) or in caller memory ([`Builder::build_in`]).
     pub const fn builder(config: Config) -> Builder {
+        let options = Options::for_config(config);
+        let policy = Policy::single();
         Builder {
-            config,
-            options: Options::for_config(config),
-            policy: Policy::single(),
+            settings: Settings {
+                config,
+                options,
+                policy,
+            },
             lower: Fresh,
         }
     }
@@ -239,34 +248,13 @@ impl LLFree {
     /// Lays out the metadata of LLFree over `config` with the paper's tuning for it
     /// ([`Options::for_config`]) and one class of trees.
     const fn default_plan(config: Config) -> Result<(Plan, Parts), Error> {
-        LLFree::plan(config, Options::for_config(config), Policy::single())
-    }
-
-    /// Lays out the metadata of LLFree over `config` tuned by `options` with the classes of
-    /// `policy`: the lower level's lines, the tree entries and the per-core state.
-    const fn plan(
-        config: Config,
-        options: Options,
-        policy: Policy,
-    ) -> Result<(Plan, Parts), Error> {
-        const_try!(LLFree::check(config, options));
-        let mut plan = Plan::new();
-        let lower = const_try!(Lower::plan(&mut plan, config.units));
-        let upper = const_try!(Upper::plan(&mut plan, config, options, policy));
-        Ok((
-            plan,
-            Parts {
-                options,
-                lower,
-                upper,
-            },
-        ))
+        LLFree::builder(config).settings.plan()
     }
 
     /// LLFree with every unit free, its tables made in `meta` at `parts`.
     fn build(config: Config, parts: Parts, meta: &Metadata) -> Result<LLFree, Error> {
         let lower = Lower::build(meta, parts.lower, config.units)?;
-        LLFree::on(config, parts.options, lower, meta, parts.upper)
+        LLFree::on(lower, meta, parts.upper)
     }
 
     /// Rejects configurations LLFree cannot serve.
@@ -311,18 +299,17 @@ impl<W: WriteBack> LLFree<W> {
     /// LLFree over a checked configuration and a lower level (fresh, recovered or reopened):
     /// the upper level is built at `upper` of `meta` from its child counters, with no
     /// reservations. Fails only when the upper level's memory cannot be had.
-    pub(super) fn on(
-        config: Config,
-        options: Options,
-        lower: Lower<W>,
-        meta: &Metadata,
-        upper: Upper,
-    ) -> Result<LLFree<W>, Error> {
+    pub(super) fn on(lower: Lower<W>, meta: &Metadata, upper: Upper) -> Result<LLFree<W>, Error> {
+        let Settings {
+            config,
+            options,
+            policy,
+        } = upper.settings;
         let children = options.tree_children;
         let tree_units = children * HUGE_UNITS;
         let permille = |p: usize| tree_units * p / 1000;
         let huges = lower.huges();
-        let classes = Classes::new(upper.policy);
+        let classes = Classes::new(policy);
         let trees = Trees::new(
             meta,
             upper.trees,
@@ -332,7 +319,7 @@ impl<W: WriteBack> LLFree<W> {
                     .map(|h| lower.child(HugeId(h)).free())
                     .sum()
             },
-            upper.policy.initial().number(),
+            policy.initial().number(),
             (
                 permille(options.allocated_below_permille),
                 permille(options.free_above_permille),
@@ -347,7 +334,6 @@ impl<W: WriteBack> LLFree<W> {
             summary,
             locals: meta.table(upper.locals, |_| CachePadded::new(Local::new()))?,
             cores: config.cores,
-            default_slots: classes.default_class() * config.cores,
             classes,
             units: config.units,
             max_order: config.max_order,
@@ -387,9 +373,7 @@ impl<W: WriteBack> LLFree<W> {
 #[must_use]
 #[derive(Debug)]
 pub struct Builder<L = Fresh> {
-    config: Config,
-    options: Options,
-    policy: Policy,
+    pub(crate) settings: Settings,
     /// Where the lower level comes from ([`Fresh`] or [`Kept`]); only the kept one is read,
     /// and it does not exist under loom.
     #[cfg_attr(loom, allow(dead_code))]
@@ -411,23 +395,29 @@ pub struct Kept {
 impl Builder {
     /// The same builder with the tuning `options` (by default [`Options::for_config`]).
     pub const fn options(self, options: Options) -> Builder {
-        Builder { options, ..self }
+        let settings = Settings {
+            options,
+            ..self.settings
+        };
+        Builder { settings, ..self }
     }
 
     /// The same builder with the classes of trees of `policy` (by default one class):
     /// [`BlockAlloc::alloc_class`](crate::BlockAlloc::alloc_class) places each class of
     /// request in trees of its own.
     pub const fn policy(self, policy: Policy) -> Builder {
-        Builder { policy, ..self }
+        let settings = Settings {
+            policy,
+            ..self.settings
+        };
+        Builder { settings, ..self }
     }
 
     /// The bytes and alignment of the metadata [`Builder::build_in`] takes;
     /// [`Error::InvalidConfig`] for a configuration that cannot be built. A `const fn`, as
     /// is [`Builder::metadata_bytes`].
     pub const fn metadata_layout(&self) -> Result<core::alloc::Layout, Error> {
-        const_try!(LLFree::plan(self.config, self.options, self.policy))
-            .0
-            .layout()
+        const_try!(self.settings.plan()).0.layout()
     }
 
     /// The bytes of metadata memory, at any alignment, that [`Builder::build_in`] takes: as
@@ -443,22 +433,19 @@ impl Builder {
     /// Builds it with its metadata on the heap.
     #[cfg(feature = "alloc")]
     pub fn build(self) -> Result<LLFree, Error> {
-        let config = self.config;
-        build_on_heap(
-            LLFree::plan(config, self.options, self.policy),
-            |parts, meta| LLFree::build(config, parts, meta),
-        )
+        let config = self.settings.config;
+        build_on_heap(self.settings.plan(), |parts, meta| {
+            LLFree::build(config, parts, meta)
+        })
     }
 
     /// Builds it with its metadata in `meta` (as [`LLFree::in_metadata`] does, at least
     /// [`Builder::metadata_bytes`] at any alignment).
     pub fn build_in(self, meta: MetadataMemory) -> Result<LLFree, Error> {
-        let config = self.config;
-        build_in(
-            LLFree::plan(config, self.options, self.policy),
-            meta,
-            |parts, meta| LLFree::build(config, parts, meta),
-        )
+        let config = self.settings.config;
+        build_in(self.settings.plan(), meta, |parts, meta| {
+            LLFree::build(config, parts, meta)
+        })
     }
 
     /// The same builder over a lower level (bit fields and child entries) in `lower`, which
@@ -504,14 +491,13 @@ impl Builder {
     /// once it is dropped they hold the lower level as it left it.
     #[cfg(not(loom))]
     pub unsafe fn kept(self, lower: MetadataMemory, init: Init) -> Builder<Kept> {
+        let lower = Kept {
+            memory: lower,
+            init,
+        };
         Builder {
-            config: self.config,
-            options: self.options,
-            policy: self.policy,
-            lower: Kept {
-                memory: lower,
-                init,
-            },
+            settings: self.settings,
+            lower,
         }
     }
 }
@@ -521,9 +507,7 @@ impl Builder<Kept> {
     /// The bytes and alignment of the upper level (tree entries, per-core reservations)
     /// that [`Builder::build_in`] takes: the kept lower level is not part of it.
     pub fn metadata_layout(&self) -> Result<Layout, Error> {
-        Upper::plan_alone(self.config, self.options, self.policy)?
-            .0
-            .layout()
+        self.settings.plan_upper()?.0.layout()
     }
 
     /// Builds it over the kept lower level, its upper level on the heap, built from the
@@ -543,19 +527,9 @@ impl Builder<Kept> {
     /// The build over the kept lower level, the upper level in `upper` or on the heap.
     fn over(self, upper: Option<MetadataMemory>) -> Result<LLFree, RecoverError> {
         let Kept { memory, init } = self.lower;
-        let (config, options, policy) = (self.config, self.options, self.policy);
+        let (start, lower) = (Start::Init(init), memory.into_raw());
         // SAFETY: the memory is lent by `MetadataMemory`'s contract, and initialised for
         // `Init::Recover` by `Builder::kept`'s.
-        unsafe {
-            LLFree::over_raw(
-                config,
-                options,
-                policy,
-                Start::Init(init),
-                memory.into_raw(),
-                Volatile,
-                upper,
-            )
-        }
+        unsafe { LLFree::over_raw(self.settings, start, lower, Volatile, upper) }
     }
 }

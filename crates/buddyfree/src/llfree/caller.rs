@@ -38,7 +38,7 @@ use alloc::vec::Vec;
 
 use super::lines::Line;
 use super::lower::{Fill, Lower};
-use super::{LLFree, Options, Policy, Upper, WriteBack};
+use super::{LLFree, Settings, WriteBack};
 use crate::table::{check_memory, Metadata};
 use crate::{Config, Error, MetadataMemory};
 
@@ -144,15 +144,14 @@ impl<W: WriteBack> LLFree<W> {
     /// `start` overwrites them), and read or written by nothing else for as long as the
     /// allocator lives.
     pub(crate) unsafe fn over_raw(
-        config: Config,
-        options: Options,
-        policy: Policy,
+        settings: Settings,
         start: Start,
         (lower, len): (NonNull<u8>, usize),
         write_back: W,
         upper: Option<MetadataMemory>,
     ) -> Result<LLFree<W>, RecoverError> {
-        let (plan, parts) = Upper::plan_alone(config, options, policy)?;
+        let (plan, parts) = settings.plan_upper()?;
+        let config = settings.config;
         check_memory(LLFree::lower_layout(config)?, lower, len)?;
         let meta = match upper {
             Some(memory) => Metadata::caller(&plan, memory)?,
@@ -173,7 +172,7 @@ impl<W: WriteBack> LLFree<W> {
         if start == Start::Init(Init::Recover) {
             lower.recover(config.units, config.max_order)?;
         }
-        Ok(LLFree::on(config, options, lower, &meta, parts)?)
+        Ok(LLFree::on(lower, &meta, parts)?)
     }
 
     /// Every block the lower level holds, as `(index, order)`, in address order (the

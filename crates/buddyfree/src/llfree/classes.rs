@@ -40,10 +40,8 @@
 //! With one class ([`Policy::single`], what `LLFree::new` builds) there is one reservation
 //! per core, every tree is of class 0, and steps 2 and 3 are skipped: LLFree as in the paper.
 
-use core::cell::Cell;
-
 use super::trees::{Tree, MAX_CLASSES};
-use super::{Counter, LLFree, Renewal, TreeId, WriteBack, HUGE_ORDER};
+use super::{Ask, Counter, LLFree, Renewal, TreeId, WriteBack, HUGE_ORDER};
 use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use crate::{Class, ConfigRule, Error};
 
@@ -211,8 +209,10 @@ const STEAL: usize = 1;
 /// A policy as the allocator uses it, with what the hot paths read kept apart: the number
 /// of classes and the home class of requests without one.
 pub(crate) struct Classes {
-    count: usize,
-    default: usize,
+    /// Classes of trees (and reservations per core).
+    pub(super) count: usize,
+    /// The class of trees that serves requests without a class ([`Class::MOVABLE`]).
+    pub(super) default: usize,
     /// The home classes of the request classes below [`TABLED`], four bits each (homes are
     /// below [`MAX_CLASSES`]): what every `alloc_class` asks, without a call through the
     /// policy.
@@ -257,14 +257,27 @@ impl Classes {
         byte != 0 && u64::from(order) + 1 >= byte
     }
 
-    /// Notes that a search or steal of class `class` for `order` found nothing.
-    fn note_short(&self, step: usize, class: usize, order: u32) {
-        let shift = 8 * class;
-        let _ = self.short[step].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |memo| {
-            let byte = (memo >> shift) & 0xff;
-            let new = u64::from(order) + 1;
-            (byte == 0 || new < byte).then_some(memo & !(0xff << shift) | new << shift)
-        });
+    /// `find`, a search (`step` [`SEARCH`]) or steal ([`STEAL`]) for `ask`, unless the
+    /// memo knows it finds nothing; noted there if it does.
+    fn unless_short<T>(
+        &self,
+        step: usize,
+        ask: &Ask,
+        find: impl FnOnce() -> Option<T>,
+    ) -> Option<T> {
+        if self.short_of(step, ask.class, ask.order) {
+            return None;
+        }
+        let found = find();
+        if found.is_none() {
+            let shift = 8 * ask.class;
+            let new = u64::from(ask.order) + 1;
+            let _ = self.short[step].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |memo| {
+                let byte = (memo >> shift) & 0xff;
+                (byte == 0 || new < byte).then_some(memo & !(0xff << shift) | new << shift)
+            });
+        }
+        found
     }
 
     /// The tree where the last steal or fallback of class `class` took a block (0 before
@@ -299,7 +312,7 @@ impl Classes {
     /// outlive it until the next credit, which at worst places a block by stealing or
     /// through the fallback instead of reserving.
     #[inline]
-    fn credited(&self, tree: Tree, capacity: usize) {
+    pub(super) fn credited(&self, tree: Tree, capacity: usize) {
         for (step, memo) in self.short.iter().enumerate() {
             let noted = memo.load(Ordering::Relaxed);
             if noted != 0 {
@@ -336,12 +349,6 @@ impl Classes {
         }
     }
 
-    /// Classes of trees (and reservations per core).
-    #[inline]
-    pub(crate) fn count(&self) -> usize {
-        self.count
-    }
-
     /// The class of trees that serves requests of `class` (below `count`: `Policy::new`
     /// checked every class).
     #[inline]
@@ -350,12 +357,6 @@ impl Classes {
             c if c < TABLED => (self.homes >> (4 * c)) as usize & 0xf,
             _ => usize::from(self.policy.home(class).number()),
         }
-    }
-
-    /// The class of trees that serves requests without a class ([`Class::MOVABLE`]).
-    #[inline]
-    pub(crate) fn default_class(&self) -> usize {
-        self.default
     }
 
     /// What a request of home class `class` may do with the tree whose entry is `tree`.
@@ -367,142 +368,86 @@ impl Classes {
 }
 
 impl<W: WriteBack> LLFree<W> {
-    /// Finds and reserves (as class `class`) a tree with room for `n` units: one of class
-    /// `class`, else one the policy lets a request of that class demote. With one class,
-    /// any tree.
-    pub(super) fn search(
-        &self,
-        class: usize,
-        n: usize,
-        near: usize,
-        huge: bool,
-    ) -> Option<(TreeId, usize)> {
-        let own = class as u8;
-        if self.classes.count() == 1 {
+    /// Finds and reserves (as the ask's class) a tree with room for its block: one of that
+    /// class, else one the policy lets it demote. With one class, any tree.
+    pub(super) fn search(&self, ask: &Ask, near: usize) -> Option<(TreeId, usize)> {
+        let (own, n, huge) = (ask.class as u8, 1 << ask.order, ask.order >= HUGE_ORDER);
+        if self.classes.count == 1 {
             return self.trees.search(n, near, huge, |_, _| true, own);
-        }
-        let order = n.trailing_zeros();
-        if self.classes.short_of(SEARCH, class, order) {
-            return None;
         }
         let demotable = |t: TreeId, e: Tree| {
             e.class() != own
-                && self.classes.access(class, e, self.trees.capacity(t)) == Access::Demote
+                && self.classes.access(ask.class, e, self.trees.capacity(t)) == Access::Demote
         };
-        let found = self
-            .trees
-            .search(n, near, huge, |_, e| e.class() == own, own)
-            .or_else(|| self.trees.search(n, near, huge, demotable, own));
-        if found.is_none() {
-            self.classes.note_short(SEARCH, class, order);
-        }
-        found
+        self.classes.unless_short(SEARCH, ask, || {
+            (self
+                .trees
+                .search(n, near, huge, |_, e| e.class() == own, own))
+            .or_else(|| self.trees.search(n, near, huge, demotable, own))
+        })
     }
 
-    /// Tells the searches' memo that `n` units went into the entry of `t`, which was `old`.
-    #[inline]
-    pub(super) fn credited(&self, t: TreeId, old: Tree, n: usize) {
-        if self.classes.count() > 1 {
-            let now = Tree::new(old.free() + n, old.class());
-            self.classes.credited(now, self.trees.capacity(t));
-        }
-    }
-
-    /// A new reservation of class `class` for `core`, or a block stolen from a tree of
-    /// another class, with several classes (steps 1 to 4 of the module's list). Out of line:
-    /// the allocation's fast path stays as small as without classes.
+    /// A new reservation for the ask, or a block stolen from a tree of another class, with
+    /// several classes (steps 1 to 4 of the module's list). Out of line: the allocation's
+    /// fast path stays as small as without classes.
     #[inline(never)]
-    pub(super) fn renew_classed(
-        &self,
-        core: usize,
-        class: usize,
-        order: u32,
-        near: usize,
-        gave: &Cell<Option<u32>>,
-    ) -> Renewal {
-        let n = 1 << order;
+    pub(super) fn renew_classed(&self, ask: &Ask, near: usize) -> Renewal {
         // The memo read first: a search it skips needs no move either.
-        let short = self.classes.short_of(SEARCH, class, order);
-        if !short && self.reserve(core, class, n, order, near, false) {
+        let short = self.classes.short_of(SEARCH, ask.class, ask.order);
+        if !short && self.reserve(ask, near, false) {
             return Renewal::Reserved;
         }
-        if let Some(index) = self.steal(class, order, gave) {
+        if let Some(index) = self.steal(ask) {
             return Renewal::Stole(index);
         }
         // Step 4 only where another core holds a reservation to take.
         let others = (0..self.locals.len())
-            .filter(|l| l % self.cores != core)
+            .filter(|l| l % self.cores != ask.core)
             .any(|l| self.locals[l].get().tree().is_some());
-        if !others {
-            return Renewal::Failed;
-        }
-        match self.reserve(core, class, n, order, near, true) {
+        match others && self.reserve(ask, near, true) {
             true => Renewal::Reserved,
             false => Renewal::Failed,
         }
     }
 
-    /// Takes a block of `order` from the first tree marked in the summary from the class's
-    /// last steal on (wrapping around) of another class than `class` that the policy lets a request of `class` steal from:
-    /// units from the tree's counter `cU`, the block from its frames, the units given back
-    /// if it has no such block. Huge orders look at the trees with most free units first
-    /// (they hold whole huge frames), the others at the fullest first (to leave whole huge
-    /// frames alone). `gave` gathers what its give-backs may have made findable
-    /// (`LLFree::alloc_with`).
-    fn steal(&self, class: usize, order: u32, gave: &Cell<Option<u32>>) -> Option<usize> {
-        if self.classes.short_of(STEAL, class, order) {
-            return None;
-        }
-        let stolen = self.steal_walk(class, order, gave);
-        if stolen.is_none() {
-            self.classes.note_short(STEAL, class, order);
-        }
-        stolen
-    }
-
-    /// [`LLFree::steal`] without the memo.
-    fn steal_walk(&self, class: usize, order: u32, gave: &Cell<Option<u32>>) -> Option<usize> {
-        let near = self.classes.stole_at(class);
-        let huge = order >= HUGE_ORDER;
-        let try_steal = |t: TreeId| self.steal_from(t, class, order, gave);
-        // The tree of the last steal first, whatever it holds: it was the walk's choice,
-        // and while it has blocks a steal is one look.
-        if let Some(index) = try_steal(TreeId(near)) {
-            return Some(index);
-        }
+    /// Takes a block for the ask from the tree of its class's last steal, else from the
+    /// first tree marked in the summary from there on (wrapping around) of another class
+    /// that the policy lets the ask's class steal from: units from the tree's counter
+    /// `cU`, the block from its frames, the units given back if it has no such block. Huge
+    /// orders look at the trees with most free units first (they hold whole huge frames),
+    /// the others at the fullest first (to leave whole huge frames alone).
+    fn steal(&self, ask: &Ask) -> Option<usize> {
+        let near = self.classes.stole_at(ask.class);
+        let huge = ask.order >= HUGE_ORDER;
         // Two passes: first the trees the order prefers (less than half free for small
         // orders, more for huge ones), then any; only the trees whose counters may hold
         // units (`summary.rs`): a tree with none in `cU` has nothing to steal.
         let prefers = |t: TreeId| (self.trees.get(t).free() * 2 > self.trees.capacity(t)) == huge;
-        for pass in 0..2 {
+        let pass = |pass| {
             let mut trees = self.summary.marked_from(TreeId(near));
-            if let Some(index) = trees.find_map(|t| {
+            trees.find_map(|t| {
                 let skip = (pass == 0 && !prefers(t)) || t.0 == near;
-                (!skip).then(|| try_steal(t))?
-            }) {
-                return Some(index);
-            }
-        }
-        None
+                (!skip).then(|| self.steal_from(ask, t))?
+            })
+        };
+        // The tree of the last steal first, whatever it holds: it was the walk's choice,
+        // and while it has blocks a steal is one look.
+        self.classes.unless_short(STEAL, ask, || {
+            (self.steal_from(ask, TreeId(near))).or_else(|| (0..2).find_map(pass))
+        })
     }
 
-    /// Takes a block of `order` from `t` for class `class` if the policy lets the class
-    /// steal from it: units from `cU`, given back if the tree has no such block.
-    fn steal_from(
-        &self,
-        t: TreeId,
-        class: usize,
-        order: u32,
-        gave: &Cell<Option<u32>>,
-    ) -> Option<usize> {
-        let n = 1 << order;
+    /// Takes a block for the ask from `t` if the policy lets its class steal from it:
+    /// units from `cU`, given back if the tree has no such block.
+    fn steal_from(&self, ask: &Ask, t: TreeId) -> Option<usize> {
+        let n = 1 << ask.order;
         let e = self.trees.get(t);
-        let candidate = usize::from(e.class()) != class && !e.offline() && e.free() >= n;
-        let steal = |e| self.classes.access(class, e, self.trees.capacity(t)) == Access::Steal;
-        if !candidate || !steal(e) || !self.trees.take(t, n) {
+        let candidate = usize::from(e.class()) != ask.class && !e.offline() && e.free() >= n;
+        let access = |e| self.classes.access(ask.class, e, self.trees.capacity(t));
+        if !candidate || access(e) != Access::Steal || !self.trees.take(t, n) {
             return None;
         }
-        self.alloc_taken(t, order, class, Counter::Tree, gave)
+        self.alloc_taken(ask, t, Counter::Tree)
     }
 
     /// For a class whose search is noted short (it has no tree to reserve): a block from
@@ -514,19 +459,15 @@ impl<W: WriteBack> LLFree<W> {
     /// every class but the one that took the trees) lives on the fallback, and would
     /// otherwise give back every core's reservations on each allocation.
     #[inline]
-    pub(super) fn steal_again(
-        &self,
-        class: usize,
-        order: u32,
-        gave: &Cell<Option<u32>>,
-    ) -> Option<usize> {
-        if self.classes.count() == 1 || !self.classes.short_of(SEARCH, class, order) {
+    pub(super) fn steal_again(&self, ask: &Ask) -> Option<usize> {
+        let short = |step| self.classes.short_of(step, ask.class, ask.order);
+        if self.classes.count == 1 || !short(SEARCH) {
             return None;
         }
-        let t = TreeId(self.classes.stole_at(class));
-        match self.classes.short_of(STEAL, class, order) {
-            true => self.take_from(t, order, class, gave),
-            false => self.steal_from(t, class, order, gave),
+        let t = TreeId(self.classes.stole_at(ask.class));
+        match short(STEAL) {
+            true => self.take_from(ask, t),
+            false => self.steal_from(ask, t),
         }
     }
 
@@ -540,7 +481,7 @@ impl<W: WriteBack> LLFree<W> {
     /// [`BlockAlloc::free_units`](crate::BlockAlloc::free_units)): over every class they add
     /// up to `free_units`. 0 for a class with no trees.
     pub fn free_units_of(&self, class: Class) -> usize {
-        match usize::from(class.number()) < self.classes.count() {
+        match usize::from(class.number()) < self.classes.count {
             true => self.free_in(Some(class.number())),
             false => 0,
         }

@@ -61,23 +61,13 @@ impl Local {
     }
 
     #[inline]
-    /// Fig. 14a (1): takes `n` units from `cP` if this core still holds `t` with enough.
-    pub(crate) fn take(&self, t: TreeId, n: usize) -> bool {
-        self.reservation
-            .try_change(|r| {
-                let r = Reservation(r);
-                (r.tree() == Some(t) && r.free() >= n).then(|| r.0 - n as u64)
-            })
-            .is_ok()
-    }
-
-    #[inline]
-    /// Fig. 14a (1): takes `n` units from `cP`, whatever tree this core holds; returns the
-    /// tree, or the reservation that had too few.
-    pub(crate) fn take_any(&self, n: usize) -> Result<TreeId, Reservation> {
+    /// Fig. 14a (1): takes `n` units from `cP` if this core holds a tree (`t`, where one is
+    /// named) with enough; returns the tree, or the reservation that had too few.
+    pub(crate) fn take(&self, t: Option<TreeId>, n: usize) -> Result<TreeId, Reservation> {
         match self.reservation.try_change(|r| {
             let r = Reservation(r);
-            (r.tree().is_some() && r.free() >= n).then(|| r.0 - n as u64)
+            let held = r.tree().is_some() && t.is_none_or(|t| r.tree() == Some(t));
+            (held && r.free() >= n).then(|| r.0 - n as u64)
         }) {
             Ok(r) => Reservation(r).tree().ok_or(Reservation(r)),
             Err(r) => Err(Reservation(r)),

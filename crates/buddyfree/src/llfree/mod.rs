@@ -121,8 +121,7 @@ use crate::table::Table;
 use crate::{check_block, BlockAlloc, Capabilities, Class, Error};
 #[cfg(not(loom))]
 pub use build::Kept;
-#[cfg(not(loom))]
-use build::Upper;
+use build::Settings;
 pub use build::{Builder, Fresh, Options};
 #[cfg(not(loom))]
 pub use caller::{Init, RecoverError};
@@ -180,9 +179,6 @@ pub struct LLFree<W: WriteBack = Volatile> {
     cores: usize,
     /// The classes of trees and the policy between them (`classes.rs`).
     classes: Classes,
-    /// Where the reservations of requests without a class start in `locals` (the default
-    /// class's times `cores`), so that the fast path finds a core's by an add.
-    default_slots: usize,
     units: usize,
     max_order: u32,
     tree_children: usize,
@@ -200,11 +196,6 @@ pub struct LLFree<W: WriteBack = Volatile> {
 }
 
 impl<W: WriteBack> LLFree<W> {
-    /// Free huge frames (whole free 2 MiB frames).
-    pub fn free_huge(&self) -> usize {
-        self.free_per_huge().filter(|&f| f == HUGE_UNITS).count()
-    }
-
     /// Free units per huge frame (512 units; the last one may be smaller), in address order;
     /// 0 for the frames of offline trees, which nothing can allocate.
     pub fn free_per_huge(&self) -> impl Iterator<Item = usize> + '_ {
@@ -223,8 +214,7 @@ impl<W: WriteBack> LLFree<W> {
         let mut free: Vec<usize> = (0..self.trees.len())
             .map(|t| self.trees.get(TreeId(t)).free())
             .collect();
-        for local in self.locals.iter() {
-            let r = local.get();
+        for r in self.locals.iter().map(|l| l.get()) {
             if let Some(t) = r.tree() {
                 free[t.0] += r.free();
             }
@@ -245,12 +235,8 @@ impl<W: WriteBack> LLFree<W> {
             .filter(|e| class.is_none_or(|c| e.class() == c))
             .map(|e| e.free())
             .sum();
-        let reserved: usize = locals
-            .filter_map(|l| {
-                let r = self.locals[l].get();
-                r.tree().map(|_| r.free())
-            })
-            .sum();
+        // A reservation without a tree has no units.
+        let reserved: usize = locals.map(|l| self.locals[l].get().free()).sum();
         in_trees + reserved
     }
 
@@ -265,11 +251,6 @@ impl<W: WriteBack> LLFree<W> {
         class * self.cores + core
     }
 
-    /// The reservations of `core` (one per class), as indices into `locals`.
-    fn slots_of(&self, core: usize) -> impl Iterator<Item = usize> {
-        (core..self.locals.len()).step_by(self.cores)
-    }
-
     fn tree_of(&self, index: usize) -> TreeId {
         TreeId(index >> self.tree_shift)
     }
@@ -277,6 +258,81 @@ impl<W: WriteBack> LLFree<W> {
     fn children(&self, t: TreeId) -> core::ops::Range<usize> {
         let first = t.0 * self.tree_children;
         first..(first + self.tree_children).min(self.lower.huges())
+    }
+
+    /// [`LLFree::alloc_with`] through the refusal memo (`refusal.rs`): a refusal is
+    /// remembered only where it is complete, a fallback round during which no reservation
+    /// move was in flight (or the counters' sum, read likewise); a failure that met moves in
+    /// flight in every round is [`Error::WouldBlock`], never remembered.
+    #[inline]
+    fn alloc_remembered(
+        &self,
+        order: u32,
+        core: usize,
+        class: usize,
+        rounds: usize,
+    ) -> Result<usize, Error> {
+        let core = self.core(core);
+        self.refusals.alloc(order, || {
+            let ask = Ask {
+                order,
+                core,
+                class,
+                rounds,
+                gave: Cell::new(None),
+            };
+            let answer = self.alloc_with(&ask).map_err(Failure::searched);
+            (answer, ask.gave.get())
+        })
+    }
+
+    /// The allocation of `ask`: from its core's reservation of its class (Fig. 14a), else
+    /// from a renewed one or what the classes allow (`classes.rs`), else from any tree (the
+    /// complete fallback).
+    fn alloc_with(&self, ask: &Ask) -> Result<usize, Error> {
+        if ask.order > self.max_order {
+            return Err(Error::BadOrder);
+        }
+        let slot = self.slot(ask.core, ask.class);
+        let local = &self.locals[slot];
+        let n = 1 << ask.order;
+        for _ in 0..RESERVE_ATTEMPTS {
+            let near = match local.take(None, n) {
+                Ok(t) => {
+                    let hint = local.last.load(Ordering::Relaxed) as usize;
+                    if let Some(index) = self.alloc_in(t, ask.order, hint) {
+                        local.last.store(index as u64, Ordering::Relaxed);
+                        return Ok(index);
+                    }
+                    // Too fragmented for this order: give the units back, move on.
+                    self.credit_local(slot, t, n);
+                    self.gave_back(ask, t, n);
+                    t.0
+                }
+                Err(r) => match r.tree() {
+                    Some(t) if self.sync(slot, t) => continue,
+                    Some(t) => t.0,
+                    None => match self.steal_again(ask) {
+                        Some(index) => return Ok(index),
+                        None => ask.core * self.trees.len() / self.cores,
+                    },
+                },
+            };
+            if self.too_few_free(n) {
+                return Err(Error::OutOfMemory);
+            }
+            let renewal = match self.classes.count {
+                1 if self.reserve(ask, near, true) => Renewal::Reserved,
+                1 => Renewal::Failed,
+                _ => self.renew_classed(ask, near),
+            };
+            match renewal {
+                Renewal::Reserved => {}
+                Renewal::Stole(index) => return Ok(index),
+                Renewal::Failed => break,
+            }
+        }
+        self.alloc_anywhere(ask)
     }
 
     /// The children of `t`, every `step`th (counted from the tree's first), from the one
@@ -315,134 +371,37 @@ impl<W: WriteBack> LLFree<W> {
         None
     }
 
-    /// Puts `n` units of `t` freed by a free back: into `cP` of `core` if one of its
-    /// reservations is `t`, else into `cU`; then tells the refusal memo what the free may
-    /// have made findable ([`LLFree::covers`]).
-    fn credit(&self, core: usize, t: TreeId, n: usize) -> bool {
-        let local = match self.classes.count() {
-            1 => self.locals[core].add(t, n),
-            // Only the reservation of the tree's class can hold it, and none an unreserved
-            // one (`classes.rs`): a tree read unreserved that this core reserves meanwhile
-            // gets the units in `cU`, where the holder's sync finds them.
-            _ => {
-                let e = self.trees.get(t);
-                e.reserved() && self.locals[self.slot(core, usize::from(e.class()))].add(t, n)
-            }
+    /// Notes in the ask what a give-back of `n` units to `t` may have made findable, read
+    /// after it as a free's [`LLFree::covers`] is: a huge frame or more where `n` is one or a
+    /// frame of `t` is free as a whole, else the orders of the bit fields.
+    fn gave_back(&self, ask: &Ask, t: TreeId, n: usize) {
+        // A scan gives back to tree after tree: once every order is covered, no more reads.
+        if ask.gave.get() == Some(u32::MAX) {
+            return;
+        }
+        let covered = match self.covers(t, n, HUGE_ORDER) {
+            true => u32::MAX,
+            false => lower::BITS_ORDER,
         };
-        if !local {
-            self.add_to_tree(t, n);
-        }
-        self.refusals.freed_if(|k| self.covers(t, n, k));
-        local
+        ask.gave.set(ask.gave.get().max(Some(covered)));
     }
 
-    /// Whether, after a free of `n` units in tree `t` (all its writes done), a block of
-    /// `order` may be free for a search to find, for the refusal memo (`refusal.rs`, "Frees
-    /// that cover"): a block of a huge frame or more freed (`n` is at least a frame), or a
-    /// frame of `t` free as a whole, read now with `SeqCst` loads ([`Lower::any_free_frame`]).
-    /// Orders 0..=8 always: a block of them may lie anywhere in a frame's bit field.
-    ///
-    /// The whole tree, not only the frame of the freed units: a search takes a block's units
-    /// from the tree's counter before it looks at frames, and a counter's units are no
-    /// frame's in particular, so a search may miss a free frame of `t` for want of this
-    /// free's units in the counter (another allocation having taken those of the frame).
-    fn covers(&self, t: TreeId, n: usize, order: u32) -> bool {
-        order <= lower::BITS_ORDER || n >= HUGE_UNITS || self.lower.any_free_frame(self.children(t))
-    }
-
-    /// Puts `n` units of `t` back: into `cP` of the reservation `local` if it is `t`, else
-    /// into `cU`.
-    fn credit_local(&self, local: usize, t: TreeId, n: usize) -> bool {
-        let held = self.locals[local].add(t, n);
-        if !held {
-            self.add_to_tree(t, n);
-        }
-        held
-    }
-
-    /// Adds `n` units to `t`'s entry `cU`, marking the tree in the summary's levels it
-    /// reached.
-    #[inline]
-    fn add_to_tree(&self, t: TreeId, n: usize) {
-        let old = self.trees.add(t, n);
-        self.summary.raised(t, old.free(), old.free() + n);
-        self.credited(t, old, n);
-    }
-
-    /// Ends a reservation swapped out of a core; says whether there was one (whether a count
-    /// was in the caller's hands). Only inside a move (`moves.rs`).
-    fn release(&self, r: Reservation) -> bool {
-        match r.tree() {
-            Some(t) => {
-                let old = self.trees.unreserve(t, r.free());
-                self.summary.raised(t, old.free(), old.free() + r.free());
-                self.credited(t, old, r.free());
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Makes `t` (reserved by the caller, with `free` units moved out) the tree of the
-    /// reservation `local`. Only inside a move begun before `t` was reserved.
-    fn install(&self, local: usize, t: TreeId, free: usize) {
-        // The reservation moved `cU` out: `t`'s marks went stale, and are cleared here,
-        // inside the move, not by the first refusal to read them (on a heap fragmented
-        // after it was filled, that of every tree).
-        self.summary.clear(t, |t| self.trees.get(t).free());
-        let local = &self.locals[local];
-        let first = self.children(t).start * HUGE_UNITS;
-        local.last.store(first as u64, Ordering::Relaxed);
-        self.release(local.swap(Reservation::new(t, free)));
-    }
-
-    /// Swaps every reservation out (except those of core `keep`) and gives it back to its
-    /// tree; says whether any was there. Only inside a move.
-    fn release_all(&self, keep: Option<usize>) -> bool {
-        let mut moved = false;
-        for core in 0..self.cores {
-            if Some(core) != keep {
-                moved |= self.release_core(core);
-            }
-        }
-        moved
-    }
-
-    /// Swaps `core`'s reservations out and gives them back to their trees; says whether
-    /// there was one. Only inside a move.
-    fn release_core(&self, core: usize) -> bool {
-        let mut moved = false;
-        for local in self.slots_of(core) {
-            moved |= self.release(self.locals[local].swap(Reservation::NONE));
-        }
-        moved
-    }
-
-    /// Fig. 14a (1b): reserves a new tree of class `class` for the reservation `local` of
-    /// `core` with room for `n` units (a tree of that class, or one the policy lets it
+    /// Fig. 14a (1b): reserves a new tree of the ask's class for its core's reservation of
+    /// that class, with room for its block (a tree of that class, or one the policy lets it
     /// demote), stealing the reservations of the other cores, if `steal`, as a last resort
     /// (step 4 of §3.2.2).
-    fn reserve(
-        &self,
-        core: usize,
-        class: usize,
-        n: usize,
-        order: u32,
-        near: usize,
-        steal: bool,
-    ) -> bool {
-        let local = self.slot(core, class);
-        let huge = order >= HUGE_ORDER;
+    fn reserve(&self, ask: &Ask, near: usize, steal: bool) -> bool {
         self.moves.bracket(|| {
             let mut stole = false;
-            let found = self.search(class, n, near, huge).or_else(|| {
+            let found = self.search(ask, near).or_else(|| {
                 if !steal {
                     return None;
                 }
                 // Nothing given back, nothing new to find.
-                stole = self.release_all(Some(core));
-                stole.then(|| self.search(class, n, near, huge))?
+                stole = self.release_all(Some(ask.core));
+                stole.then(|| self.search(ask, near))?
             });
+            let local = self.slot(ask.core, ask.class);
             let found = found
                 .map(|(t, free)| self.install(local, t, free))
                 .is_some();
@@ -478,18 +437,17 @@ impl<W: WriteBack> LLFree<W> {
     /// so the fallback stays lock-free and takes at most about `FALLBACK_ROUNDS` scans and
     /// `FALLBACK_ROUNDS * MAX_PAUSE` spins.
     ///
-    /// `busy` is the answer when the last of `rounds` rounds still met a move in flight.
-    fn alloc_anywhere(
-        &self,
-        order: u32,
-        class: usize,
-        rounds: usize,
-        busy: Error,
-        gave: &Cell<Option<u32>>,
-    ) -> Result<usize, Error> {
-        let scan = || self.scan(order, class, gave);
-        self.until_quiet(rounds, || self.drain(), scan)
-            .map_err(|quiet| if quiet { Error::OutOfMemory } else { busy })
+    /// [`Error::WouldBlock`] when the last of the ask's rounds still met a move in flight.
+    fn alloc_anywhere(&self, ask: &Ask) -> Result<usize, Error> {
+        let scan = || self.scan(ask);
+        self.until_quiet(ask.rounds, || self.drain(), scan)
+            .map_err(|quiet| {
+                if quiet {
+                    Error::OutOfMemory
+                } else {
+                    Error::WouldBlock
+                }
+            })
     }
 
     /// Runs `attempt` (after `prepare`) until it gives an answer, or fails in a round during
@@ -522,55 +480,42 @@ impl<W: WriteBack> LLFree<W> {
     }
 
     /// One round of the complete fallback over every tree, from the one the last steal or
-    /// fallback of class `class` took a block from on (wrapping around): a class that
+    /// fallback of the ask's class took a block from on (wrapping around): a class that
     /// only the fallback serves finds its next block there, not after every tree before it.
-    fn scan(&self, order: u32, class: usize, gave: &Cell<Option<u32>>) -> Option<usize> {
-        let (len, from) = (self.trees.len(), self.classes.stole_at(class));
+    fn scan(&self, ask: &Ask) -> Option<usize> {
+        let (len, from) = (self.trees.len(), self.classes.stole_at(ask.class));
         let mut trees = (from..len).chain(0..from);
-        trees.find_map(|t| self.take_from(TreeId(t), order, class, gave))
+        trees.find_map(|t| self.take_from(ask, TreeId(t)))
     }
 
-    /// A block of `order` from `t` for the fallback of class `class`, whatever the tree's
-    /// class: its units from whichever counter holds them, given back (and noted in `gave`)
-    /// if the tree has no such block. Out of line: called from the allocation's path (a
-    /// class living on the fallback), it would otherwise swell the fast path around it.
+    /// A block for the fallback from `t`, whatever the tree's class: its units from
+    /// whichever counter holds them, given back if the tree has no such block. Out of line:
+    /// called from the allocation's path (a class living on the fallback), it would
+    /// otherwise swell the fast path around it.
     #[inline(never)]
-    fn take_from(
-        &self,
-        t: TreeId,
-        order: u32,
-        class: usize,
-        gave: &Cell<Option<u32>>,
-    ) -> Option<usize> {
-        let source = self.take_gathered(t, 1 << order)?;
-        self.alloc_taken(t, order, class, source, gave)
+    fn take_from(&self, ask: &Ask, t: TreeId) -> Option<usize> {
+        let source = self.take_gathered(t, 1 << ask.order)?;
+        self.alloc_taken(ask, t, source)
     }
 
-    /// A block of `order` from `t`, whose units the fallback or a steal of class `class`
-    /// took from `source`, searched from the tree's first frame: noted as where the class
-    /// took one ([`Classes::stole`]), or the units given back (and noted in `gave`).
+    /// A block from `t`, whose units the fallback or a steal took from `source`, searched
+    /// from the tree's first frame: noted as where the ask's class took one
+    /// ([`Classes::stole`]), or the units given back ([`LLFree::gave_back`]).
     #[inline(always)]
-    fn alloc_taken(
-        &self,
-        t: TreeId,
-        order: u32,
-        class: usize,
-        source: Counter,
-        gave: &Cell<Option<u32>>,
-    ) -> Option<usize> {
+    fn alloc_taken(&self, ask: &Ask, t: TreeId, source: Counter) -> Option<usize> {
         let first = self.children(t).start * HUGE_UNITS;
-        let index = self.alloc_in(t, order, first);
+        let index = self.alloc_in(t, ask.order, first);
         match index {
-            Some(_) => self.classes.stole(class, t.0),
+            Some(_) => self.classes.stole(ask.class, t.0),
             None => {
-                self.give_back(source, t, 1 << order);
-                self.gave_back(gave, t, 1 << order);
+                self.give_back(source, t, 1 << ask.order);
+                self.gave_back(ask, t, 1 << ask.order);
             }
         }
         index
     }
 
-    /// Returns `n` units taken by [`LLFree::take_any`] to the counter they came from.
+    /// Returns `n` units taken by [`LLFree::take_gathered`] to the counter they came from.
     fn give_back(&self, source: Counter, t: TreeId, n: usize) {
         match source {
             Counter::Local(local) => {
@@ -580,8 +525,9 @@ impl<W: WriteBack> LLFree<W> {
         }
     }
 
-    /// [`LLFree::take_any`], and where neither counter has `n` units, the tree's units
-    /// gathered first in the counter of the reservation holding it: a reserved tree's free
+    /// Takes `n` units of `t` from its tree counter or from the counter of a reservation
+    /// holding it; where neither has them, the tree's units gathered first in the counter
+    /// of the reservation holding it: a reserved tree's free
     /// units may be split, the holder's counter having some and the tree entry those that
     /// other cores freed since, and only together count for the block. Without this, a
     /// search would miss a free block of such a tree, and its refusal would be no refusal
@@ -589,35 +535,147 @@ impl<W: WriteBack> LLFree<W> {
     /// one findable). The gathering is a reservation move, so a round that needed it is
     /// not quiet.
     fn take_gathered(&self, t: TreeId, n: usize) -> Option<Counter> {
-        self.take_any(t, n).or_else(|| {
+        let take = || match self.trees.take(t, n) {
+            true => Some(Counter::Tree),
+            false => (0..self.locals.len())
+                .find(|&local| self.locals[local].take(Some(t), n).is_ok())
+                .map(Counter::Local),
+        };
+        take().or_else(|| {
             // Read first: most trees a search passes are held by nobody.
             if !self.trees.get(t).reserved() {
                 return None;
             }
             let holder =
                 (0..self.locals.len()).find(|&l| self.locals[l].get().tree() == Some(t))?;
-            self.sync(holder, t).then(|| self.take_any(t, n))?
+            self.sync(holder, t).then(take)?
         })
     }
 
-    /// Takes `n` units of `t` from its tree counter or from the counter of a reservation
-    /// holding it.
-    fn take_any(&self, t: TreeId, n: usize) -> Option<Counter> {
-        if self.trees.take(t, n) {
-            return Some(Counter::Tree);
-        }
-        (0..self.locals.len())
-            .find(|&local| self.locals[local].take(t, n))
-            .map(Counter::Local)
+    /// [`BlockAlloc::free`] with `reserved`, the boot reservation's check (waiting or not).
+    #[inline(always)]
+    fn free_checked(
+        &self,
+        index: usize,
+        order: u32,
+        core: usize,
+        reserved: fn(&Reserved, usize, u32) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        check_block(index, order, self.max_order, self.units)?;
+        reserved(&self.reserved, index, order)?;
+        self.lower.free(index, order)?;
+        self.freed(index, 1 << order, core);
+        Ok(())
     }
 
-    /// Counts `n` units freed at `index` (taken off the bit field) as free, for `core`.
+    /// Counts `n` units freed at `index` (taken off the bit field) as free, for `core`:
+    /// into `cP` of `core` if one of its reservations is their tree, else into `cU` (and
+    /// then perhaps reserve-on-free); tells the refusal memo what the free may have made
+    /// findable ([`LLFree::covers`]).
     fn freed(&self, index: usize, n: usize, core: usize) {
         let core = self.core(core);
         let t = self.tree_of(index);
-        if !self.credit(core, t, n) {
+        let local = match self.classes.count {
+            1 => self.locals[core].add(t, n),
+            // Only the reservation of the tree's class can hold it, and none an unreserved
+            // one (`classes.rs`): a tree read unreserved that this core reserves meanwhile
+            // gets the units in `cU`, where the holder's sync finds them.
+            _ => {
+                let e = self.trees.get(t);
+                e.reserved() && self.locals[self.slot(core, usize::from(e.class()))].add(t, n)
+            }
+        };
+        if !local {
+            self.add_to_tree(t, n);
+        }
+        self.refusals.freed_if(|k| self.covers(t, n, k));
+        if !local {
             self.free_elsewhere(core, t);
         }
+    }
+
+    /// Whether, after a free of `n` units in tree `t` (all its writes done), a block of
+    /// `order` may be free for a search to find, for the refusal memo (`refusal.rs`, "Frees
+    /// that cover"): a block of a huge frame or more freed (`n` is at least a frame), or a
+    /// frame of `t` free as a whole, read now with `SeqCst` loads ([`Lower::any_free_frame`]).
+    /// Orders 0..=8 always: a block of them may lie anywhere in a frame's bit field.
+    ///
+    /// The whole tree, not only the frame of the freed units: a search takes a block's units
+    /// from the tree's counter before it looks at frames, and a counter's units are no
+    /// frame's in particular, so a search may miss a free frame of `t` for want of this
+    /// free's units in the counter (another allocation having taken those of the frame).
+    fn covers(&self, t: TreeId, n: usize, order: u32) -> bool {
+        order <= lower::BITS_ORDER || n >= HUGE_UNITS || self.lower.any_free_frame(self.children(t))
+    }
+
+    /// Puts `n` units of `t` back: into `cP` of the reservation `local` if it is `t`, else
+    /// into `cU`.
+    fn credit_local(&self, local: usize, t: TreeId, n: usize) -> bool {
+        let held = self.locals[local].add(t, n);
+        if !held {
+            self.add_to_tree(t, n);
+        }
+        held
+    }
+
+    /// Adds `n` units to `t`'s entry `cU`.
+    #[inline]
+    fn add_to_tree(&self, t: TreeId, n: usize) {
+        self.credited(t, self.trees.add(t, n), n);
+    }
+
+    /// Ends a reservation swapped out of a core; says whether there was one (whether a count
+    /// was in the caller's hands). Only inside a move (`moves.rs`).
+    fn release(&self, r: Reservation) -> bool {
+        let end = |t| self.credited(t, self.trees.unreserve(t, r.free()), r.free());
+        r.tree().map(end).is_some()
+    }
+
+    /// After `n` units went into the entry of `t`, which was `old`: marks the tree in the
+    /// summary's levels it reached, and tells the classes' memo.
+    #[inline]
+    fn credited(&self, t: TreeId, old: trees::Tree, n: usize) {
+        self.summary.raised(t, old.free(), old.free() + n);
+        if self.classes.count > 1 {
+            let now = trees::Tree::new(old.free() + n, old.class());
+            self.classes.credited(now, self.trees.capacity(t));
+        }
+    }
+
+    /// Makes `t` (reserved by the caller, with `free` units moved out) the tree of the
+    /// reservation `local`. Only inside a move begun before `t` was reserved.
+    fn install(&self, local: usize, t: TreeId, free: usize) {
+        // The reservation moved `cU` out: `t`'s marks went stale, and are cleared here,
+        // inside the move, not by the first refusal to read them (on a heap fragmented
+        // after it was filled, that of every tree).
+        self.clear_marks(t);
+        let local = &self.locals[local];
+        let first = self.children(t).start * HUGE_UNITS;
+        local.last.store(first as u64, Ordering::Relaxed);
+        self.release(local.swap(Reservation::new(t, free)));
+    }
+
+    /// Swaps every reservation out (except those of core `keep`) and gives it back to its
+    /// tree; says whether any was there. Only inside a move.
+    fn release_all(&self, keep: Option<usize>) -> bool {
+        let mut moved = false;
+        for core in 0..self.cores {
+            if Some(core) != keep {
+                moved |= self.release_core(core);
+            }
+        }
+        moved
+    }
+
+    /// Swaps `core`'s reservations out and gives them back to their trees; says whether
+    /// there was one. Only inside a move.
+    fn release_core(&self, core: usize) -> bool {
+        let mut moved = false;
+        // One per class, `cores` apart.
+        for local in (core..self.locals.len()).step_by(self.cores) {
+            moved |= self.release(self.locals[local].swap(Reservation::NONE));
+        }
+        moved
     }
 
     /// Reserve-on-free (§3.2.2): a core that freed F times in a row into the partial tree
@@ -645,6 +703,98 @@ impl<W: WriteBack> LLFree<W> {
             });
     }
 
+    /// [`BlockAlloc::free_bulk`] with `free_group` freeing the blocks of one huge frame in
+    /// the lower level ([`Lower::free_many`] or [`Lower::free_owned`]), up to the first
+    /// block with a reserved unit ([`Reserved::free_bulk`]): the blocks that follow each
+    /// other in `blocks` within one frame go to it together, if they are all in range and
+    /// aligned and their order is at most 8, and the counters are updated once for what it
+    /// freed; from the first block it did not free on, one by one.
+    fn free_in_frames(
+        &self,
+        blocks: &[usize],
+        order: u32,
+        core: usize,
+        free_group: impl Fn(&[usize]) -> usize,
+    ) -> Result<(), (usize, Error)> {
+        self.reserved.free_bulk(blocks, order, |blocks| {
+            let mut done = 0;
+            for group in blocks.chunk_by(|a, b| a / HUGE_UNITS == b / HUGE_UNITS) {
+                let checked = order <= lower::BITS_ORDER
+                    && group
+                        .iter()
+                        .all(|&i| check_block(i, order, self.max_order, self.units).is_ok());
+                let freed = match checked {
+                    true => free_group(group),
+                    false => 0,
+                };
+                if freed > 0 {
+                    self.freed(group[0], freed << order, core);
+                }
+                crate::free_each(self, &group[freed..], order, core)
+                    .map_err(|(k, e)| (done + freed + k, e))?;
+                done += group.len();
+            }
+            Ok(())
+        })
+    }
+
+    /// Allocates up to `out.len()` blocks of `order` (0..=8) from `core`'s units in one huge
+    /// frame ([`Lower::alloc_many`]): that of its last allocation, or, if it has no room for
+    /// a block, the next frame of the core's tree that has ([`LLFree::frames_from`], where
+    /// `alloc`'s next fit would go on); no change of reservation, so that bulk allocations
+    /// leave LLFree's placement as it is. Returns how many (0: no frame of the core's tree
+    /// has room, its tree has too few free units, or the frame's free units lie apart).
+    /// `before`: the blocks of this bulk allocation so far, which no one else has seen yet.
+    fn alloc_near(&self, order: u32, core: usize, before: &[usize], out: &mut [usize]) -> usize {
+        let slot = self.slot(self.core(core), self.classes.default);
+        let local = &self.locals[slot];
+        let reservation = local.get();
+        // Too few units in the core's counter for a block: no frame can have room.
+        let Some(t) = reservation
+            .tree()
+            .filter(|_| reservation.free() >> order > 0)
+        else {
+            return 0;
+        };
+        let hint = local.last.load(Ordering::Relaxed) as usize;
+        let room = |h: usize| reservation.free().min(self.lower.child(HugeId(h)).free());
+        // Going on to the next frame here rather than through `alloc` lets a frame that is
+        // free as a whole be taken whole, its words written with plain stores
+        // (`Lower::fill_group`); `alloc` would claim its first block with compare-and-swaps.
+        let Some((h, room)) = self
+            .frames_from(t, hint, 1)
+            .map(|h| (h, room(h)))
+            .find(|&(_, room)| room >> order > 0)
+        else {
+            return 0;
+        };
+        // As many as the frame has units for, not more: asked for more, its counter would
+        // refuse them all, and a frame that has room for fewer blocks than a batch (a
+        // partly used one; any at orders 7 and 8, whose batches span frames) would then
+        // give its blocks one `alloc` at a time.
+        let len = out.len().min(room >> order);
+        let out = &mut out[..len];
+        let n = out.len() << order;
+        if n == 0 || local.take(Some(t), n).is_err() {
+            return 0;
+        }
+        let word = match hint / HUGE_UNITS == h {
+            true => (hint % HUGE_UNITS) / lower::SLOTS,
+            false => 0,
+        };
+        let ours = before.iter().filter(|&&i| i / HUGE_UNITS == h).count() << order;
+        let got = self.lower.alloc_many(HugeId(h), order, word, out, ours);
+        if got < out.len() {
+            self.credit_local(slot, t, (out.len() - got) << order);
+            // Outside `alloc`'s attempts, which tell the memo once each.
+            self.refusals.freed();
+        }
+        if got > 0 {
+            local.last.store(out[got - 1] as u64, Ordering::Relaxed);
+        }
+        got
+    }
+
     #[cfg(test)]
     pub(crate) fn assert_consistent(&self) {
         self.lower.assert_consistent();
@@ -655,10 +805,7 @@ impl<W: WriteBack> LLFree<W> {
                 .map(|h| self.lower.child(HugeId(h)).free())
                 .sum();
             let entry = self.trees.get(TreeId(t));
-            assert!(
-                usize::from(entry.class()) < self.classes.count(),
-                "tree {t}"
-            );
+            assert!(usize::from(entry.class()) < self.classes.count, "tree {t}");
             if entry.offline() {
                 // An offline tree is whole in the lower level and counts nothing.
                 assert_eq!(
@@ -724,7 +871,23 @@ enum Counter {
     Local(usize),
 }
 
-/// What [`LLFree::renew`] got.
+/// An allocation past its core's own counter: what renewing its reservation, the classes'
+/// steps and the complete fallback need to know of it.
+struct Ask {
+    order: u32,
+    /// The core, reduced ([`LLFree::core`]).
+    core: usize,
+    /// The class of trees that serves it.
+    class: usize,
+    /// Rounds of the complete fallback ([`LLFree::until_quiet`]).
+    rounds: usize,
+    /// What the give-backs of units it took and could not use may have made findable, for
+    /// the refusal memo ([`Refusals::alloc`]): nothing where the block came
+    /// from the core's counter at once.
+    gave: Cell<Option<u32>>,
+}
+
+/// What renewing an ask's reservation got.
 enum Renewal {
     /// A new reservation.
     Reserved,
@@ -761,238 +924,10 @@ const MAX_PAUSE: usize = 1 << 10;
 #[cfg(loom)]
 const MAX_PAUSE: usize = 1;
 
-impl<W: WriteBack> LLFree<W> {
-    /// The allocation for a request whose trees are of the class whose reservations start at
-    /// `slots` in `locals` (the class times `cores`), with at most `rounds` rounds of the complete fallback, answering `busy` if they all
-    /// met a reservation move of another core in flight.
-    ///
-    /// `gave` gathers what the give-backs of units it took and could not use may have made
-    /// findable, for the refusal memo ([`Refusals::alloc`]): nothing where the
-    /// block came from the core's counter at once.
-    fn alloc_with(
-        &self,
-        order: u32,
-        core: usize,
-        slots: usize,
-        rounds: usize,
-        busy: Error,
-        gave: &Cell<Option<u32>>,
-    ) -> Result<usize, Error> {
-        if order > self.max_order {
-            return Err(Error::BadOrder);
-        }
-        let core = self.core(core);
-        let slot = slots + core;
-        let local = &self.locals[slot];
-        let n = 1 << order;
-        for _ in 0..RESERVE_ATTEMPTS {
-            let near = match local.take_any(n) {
-                Ok(t) => {
-                    let hint = local.last.load(Ordering::Relaxed) as usize;
-                    if let Some(index) = self.alloc_in(t, order, hint) {
-                        local.last.store(index as u64, Ordering::Relaxed);
-                        return Ok(index);
-                    }
-                    // Too fragmented for this order: give the units back, move on.
-                    self.credit_local(slot, t, n);
-                    self.gave_back(gave, t, n);
-                    Some(t.0)
-                }
-                Err(r) => match r.tree() {
-                    Some(t) => {
-                        if self.sync(slot, t) {
-                            continue;
-                        }
-                        Some(t.0)
-                    }
-                    None => None,
-                },
-            };
-            if near.is_none() {
-                if let Some(index) = self.steal_again(slots / self.cores, order, gave) {
-                    return Ok(index);
-                }
-            }
-            if self.too_few_free(n) {
-                return Err(Error::OutOfMemory);
-            }
-            let near = near.unwrap_or_else(|| core * self.trees.len() / self.cores);
-            match self.renew(core, slots / self.cores, order, near, gave) {
-                Renewal::Reserved => {}
-                Renewal::Stole(index) => return Ok(index),
-                Renewal::Failed => break,
-            }
-        }
-        self.alloc_anywhere(order, slots / self.cores, rounds, busy, gave)
-    }
-
-    /// Notes in `gave` what a give-back of `n` units to `t` may have made findable, read
-    /// after it as a free's [`LLFree::covers`] is: a huge frame or more where `n` is one or a
-    /// frame of `t` is free as a whole, else the orders of the bit fields.
-    pub(super) fn gave_back(&self, gave: &Cell<Option<u32>>, t: TreeId, n: usize) {
-        // A scan gives back to tree after tree: once every order is covered, no more reads.
-        if gave.get() == Some(u32::MAX) {
-            return;
-        }
-        let covered = match self.covers(t, n, HUGE_ORDER) {
-            true => u32::MAX,
-            false => lower::BITS_ORDER,
-        };
-        gave.set(gave.get().max(Some(covered)));
-    }
-
-    /// [`LLFree::alloc_with`] through the refusal memo (`refusal.rs`): a refusal is
-    /// remembered only where it is complete, a fallback round during which no reservation
-    /// move was in flight (or the counters' sum, read likewise); a failure that met moves in
-    /// flight in every round is [`Error::WouldBlock`], never remembered.
-    #[inline]
-    fn alloc_remembered(
-        &self,
-        order: u32,
-        core: usize,
-        slots: usize,
-        rounds: usize,
-    ) -> Result<usize, Error> {
-        self.refusals.alloc(order, || {
-            let gave = Cell::new(None);
-            let answer = self
-                .alloc_with(order, core, slots, rounds, Error::WouldBlock, &gave)
-                .map_err(Failure::searched);
-            (answer, gave.get())
-        })
-    }
-
-    /// A new reservation of class `class` for `core` after its own ran short. With one class,
-    /// Fig. 14a (1b); with several, `classes.rs` ([`LLFree::renew_classed`]).
-    /// `gave` as for [`LLFree::alloc_with`].
-    fn renew(
-        &self,
-        core: usize,
-        class: usize,
-        order: u32,
-        near: usize,
-        gave: &Cell<Option<u32>>,
-    ) -> Renewal {
-        if self.classes.count() > 1 {
-            return self.renew_classed(core, class, order, near, gave);
-        }
-        match self.reserve(core, class, 1 << order, order, near, true) {
-            true => Renewal::Reserved,
-            false => Renewal::Failed,
-        }
-    }
-
-    /// [`BlockAlloc::free_bulk`] with `free_group` freeing the blocks of one huge frame in
-    /// the lower level ([`Lower::free_many`] or [`Lower::free_owned`]): the blocks that
-    /// follow each other in `blocks` within one frame go to it together, if they are all in
-    /// range and aligned and their order is at most 8, and the counters are updated once
-    /// for what it freed; from the first block it did not free on, one by one.
-    fn free_in_frames(
-        &self,
-        blocks: &[usize],
-        order: u32,
-        core: usize,
-        free_group: impl Fn(&[usize]) -> usize,
-    ) -> Result<(), (usize, Error)> {
-        let mut done = 0;
-        for group in blocks.chunk_by(|a, b| a / HUGE_UNITS == b / HUGE_UNITS) {
-            let checked = order <= lower::BITS_ORDER
-                && group
-                    .iter()
-                    .all(|&i| check_block(i, order, self.max_order, self.units).is_ok());
-            let freed = match checked {
-                true => free_group(group),
-                false => 0,
-            };
-            if freed > 0 {
-                self.freed(group[0], freed << order, core);
-            }
-            crate::free_each(self, &group[freed..], order, core)
-                .map_err(|(k, e)| (done + freed + k, e))?;
-            done += group.len();
-        }
-        Ok(())
-    }
-
-    /// Allocates up to `out.len()` blocks of `order` (0..=8) from `core`'s units in one huge
-    /// frame ([`Lower::alloc_many`]): that of its last allocation, or, if it has no room for
-    /// a block, the next frame of the core's tree that has ([`LLFree::frames_from`], where
-    /// `alloc`'s next fit would go on); no change of reservation, so that bulk allocations
-    /// leave LLFree's placement as it is. Returns how many (0: no frame of the core's tree
-    /// has room, its tree has too few free units, or the frame's free units lie apart).
-    /// `before`: the blocks of this bulk allocation so far, which no one else has seen yet.
-    fn alloc_near(&self, order: u32, core: usize, before: &[usize], out: &mut [usize]) -> usize {
-        let slot = self.slot(self.core(core), self.classes.default_class());
-        let local = &self.locals[slot];
-        let reservation = local.get();
-        // Too few units in the core's counter for a block: no frame can have room.
-        let Some(t) = reservation
-            .tree()
-            .filter(|_| reservation.free() >> order > 0)
-        else {
-            return 0;
-        };
-        let hint = local.last.load(Ordering::Relaxed) as usize;
-        let room = |h: usize| reservation.free().min(self.lower.child(HugeId(h)).free());
-        // Going on to the next frame here rather than through `alloc` lets a frame that is
-        // free as a whole be taken whole, its words written with plain stores
-        // (`Lower::fill_group`); `alloc` would claim its first block with compare-and-swaps.
-        let Some((h, room)) = self
-            .frames_from(t, hint, 1)
-            .map(|h| (h, room(h)))
-            .find(|&(_, room)| room >> order > 0)
-        else {
-            return 0;
-        };
-        // As many as the frame has units for, not more: asked for more, its counter would
-        // refuse them all, and a frame that has room for fewer blocks than a batch (a
-        // partly used one; any at orders 7 and 8, whose batches span frames) would then
-        // give its blocks one `alloc` at a time.
-        let len = out.len().min(room >> order);
-        let out = &mut out[..len];
-        let n = out.len() << order;
-        if n == 0 || !local.take(t, n) {
-            return 0;
-        }
-        let word = match hint / HUGE_UNITS == h {
-            true => (hint % HUGE_UNITS) / lower::SLOTS,
-            false => 0,
-        };
-        let ours = before.iter().filter(|&&i| i / HUGE_UNITS == h).count() << order;
-        let got = self.lower.alloc_many(HugeId(h), order, word, out, ours);
-        if got < out.len() {
-            self.credit_local(slot, t, (out.len() - got) << order);
-            // Outside `alloc`'s attempts, which tell the memo once each.
-            self.refusals.freed();
-        }
-        if got > 0 {
-            local.last.store(out[got - 1] as u64, Ordering::Relaxed);
-        }
-        got
-    }
-}
-
-impl<W: WriteBack> LLFree<W> {
-    /// [`BlockAlloc::free`] with `reserved`, the boot reservation's check (waiting or not).
-    #[inline(always)]
-    fn free_checked(
-        &self,
-        index: usize,
-        order: u32,
-        core: usize,
-        reserved: fn(&Reserved, usize, u32) -> Result<(), Error>,
-    ) -> Result<(), Error> {
-        check_block(index, order, self.max_order, self.units)?;
-        reserved(&self.reserved, index, order)?;
-        self.lower.free(index, order)?;
-        self.freed(index, 1 << order, core);
-        Ok(())
-    }
-}
-
 impl<W: WriteBack> BlockAlloc for LLFree<W> {
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        self.alloc_remembered(order, core, self.default_slots, FALLBACK_ROUNDS)
+        let class = self.classes.default;
+        self.alloc_remembered(order, core, class, FALLBACK_ROUNDS)
             .map_err(out_of_memory_when_busy)
     }
 
@@ -1001,8 +936,8 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
     /// Its refusals are the complete fallback's, which ignores classes, so they share the
     /// memo of `alloc`.
     fn alloc_class(&self, order: u32, class: Class, core: usize) -> Result<usize, Error> {
-        let slots = self.classes.home(class) * self.cores;
-        self.alloc_remembered(order, core, slots, FALLBACK_ROUNDS)
+        let class = self.classes.home(class);
+        self.alloc_remembered(order, core, class, FALLBACK_ROUNDS)
             .map_err(out_of_memory_when_busy)
     }
 
@@ -1041,7 +976,8 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
     /// One round of the fallback and no pause: where [`BlockAlloc::alloc`] would wait for a
     /// reservation move of another core to finish, this answers [`Error::WouldBlock`].
     fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        self.alloc_remembered(order, core, self.default_slots, 1)
+        let class = self.classes.default;
+        self.alloc_remembered(order, core, class, 1)
     }
 
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
@@ -1060,10 +996,8 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
     /// each block's words as [`BlockAlloc::free`] clears them. From a word (or block) with
     /// a bad block on, one by one.
     fn free_bulk(&self, blocks: &[usize], order: u32, core: usize) -> Result<(), (usize, Error)> {
-        self.reserved.free_bulk(blocks, order, |blocks| {
-            self.free_in_frames(blocks, order, core, |group| {
-                self.lower.free_many(group, order)
-            })
+        self.free_in_frames(blocks, order, core, |group| {
+            self.lower.free_many(group, order)
         })
     }
 
@@ -1152,12 +1086,10 @@ impl<W: WriteBack> crate::magazine::Backend for LLFree<W> {
     ) -> Result<(), (usize, Error)> {
         // Checked still: caches built over an allocator that reserved units first adopt
         // them as a caller's blocks.
-        self.reserved.free_bulk(blocks, order, |blocks| {
-            self.free_in_frames(blocks, order, core, |group| {
-                // SAFETY: the caller's promise; `free_in_frames` hands over blocks in
-                // range, aligned, of orders up to 8 and in one frame.
-                unsafe { self.lower.free_owned(group, order) }
-            })
+        self.free_in_frames(blocks, order, core, |group| {
+            // SAFETY: the caller's promise; `free_in_frames` hands over blocks in range,
+            // aligned, of orders up to 8 and in one frame.
+            unsafe { self.lower.free_owned(group, order) }
         })
     }
 

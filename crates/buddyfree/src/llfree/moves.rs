@@ -8,8 +8,8 @@
 //! `Trees::unreserve` gives it back to `cU`; the sync of Fig. 14a (1a) moves `cU` out until it
 //! is credited. A scan that meets such a count nowhere may fail although most units are free.
 //!
-//! Every such move is bracketed by [`Moves::begin`] (before the count leaves its counter) and
-//! [`Moves::end`] (after it is in a counter again). The word counts the moves in flight in its
+//! Every such move is bracketed ([`Moves::bracket`]): begun before the count leaves its
+//! counter, ended after it is in a counter again. The word counts the moves in flight in its
 //! low half and the moves finished in its high half:
 //!
 //! ```text
@@ -50,12 +50,6 @@ const FINISHED: u64 = (1 << 32) - 1;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Snapshot(u64);
 
-impl Snapshot {
-    fn in_flight(self) -> u32 {
-        self.0 as u32
-    }
-}
-
 /// The shared counter of moves (one cache line: it is written only by reservation changes).
 pub(crate) struct Moves(CachePadded<AtomicU64>);
 
@@ -64,29 +58,17 @@ impl Moves {
         Moves(CachePadded::new(AtomicU64::new(0)))
     }
 
-    /// Before a count may leave every counter.
-    #[inline]
-    pub(crate) fn begin(&self) {
-        self.0.fetch_add(BEGUN, Ordering::Relaxed);
-    }
-
-    /// After the count is in a counter again; `moved` says whether any count left a counter
-    /// at all (a failed search moved nothing, and need not send scanners round again).
-    #[inline]
-    pub(crate) fn end(&self, moved: bool) {
-        if moved {
-            self.0.fetch_add(FINISHED, Ordering::Release);
-        } else {
-            self.0.fetch_sub(BEGUN, Ordering::Release);
-        }
-    }
-
-    /// Runs `f` as one move; `f` says whether it moved a count.
+    /// Runs `f` as one move, begun before a count may leave every counter and ended after
+    /// it is in a counter again; `f` says whether any count left a counter at all (a failed
+    /// search moved nothing, and need not send scanners round again).
     #[inline]
     pub(crate) fn bracket<R>(&self, f: impl FnOnce() -> (R, bool)) -> R {
-        self.begin();
+        self.0.fetch_add(BEGUN, Ordering::Relaxed);
         let (r, moved) = f();
-        self.end(moved);
+        match moved {
+            true => self.0.fetch_add(FINISHED, Ordering::Release),
+            false => self.0.fetch_sub(BEGUN, Ordering::Release),
+        };
         r
     }
 
@@ -98,6 +80,7 @@ impl Moves {
     /// Whether no count was outside every counter at any time since `before` was read: no
     /// move was in flight then and none has begun since.
     pub(crate) fn quiet_since(&self, before: Snapshot) -> bool {
-        before.in_flight() == 0 && self.snapshot() == before
+        // The low half: the moves in flight.
+        before.0 as u32 == 0 && self.snapshot() == before
     }
 }

@@ -100,10 +100,9 @@ impl<W: WriteBack> LLFree<W> {
         trees: Range<usize>,
         state: TreeState,
     ) -> Result<(), (usize, Error)> {
-        for t in trees {
-            self.set_state(TreeId(t), state).map_err(|e| (t, e))?;
-        }
-        Ok(())
+        trees
+            .into_iter()
+            .try_for_each(|t| self.set_state(TreeId(t), state).map_err(|e| (t, e)))
     }
 
     /// [`LLFree::set_tree_state`] of one tree.
@@ -113,7 +112,7 @@ impl<W: WriteBack> LLFree<W> {
         }
         let to = match state {
             TreeState::Offline => None,
-            TreeState::Online(class) if usize::from(class.number()) < self.classes.count() => {
+            TreeState::Online(class) if usize::from(class.number()) < self.classes.count => {
                 Some(class.number())
             }
             TreeState::Online(_) => return Err(Error::OutOfRange),
@@ -137,7 +136,7 @@ impl<W: WriteBack> LLFree<W> {
                 // A tree back online holds units its entry did not: mark it for refusals
                 // (`summary.rs`), as every raise of a count from 0 does.
                 if to.is_some() {
-                    self.summary.mark(t);
+                    self.summary.raised(t, 0, usize::MAX);
                     self.refusals.freed();
                 }
             })

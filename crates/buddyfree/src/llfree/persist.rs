@@ -470,21 +470,14 @@ impl Mapped {
             unsafe { self.base.add(PAGE) },
             self.map.len() - PAGE,
         );
+        let settings = LLFree::builder(config)
+            .options(self.header.options)
+            .settings;
         // SAFETY: the mapping is page-aligned and `PAGE + Lower::bytes(units)` long, so the
         // lines past the header page are 64-aligned and in bounds; it is locked against
         // other zones, and moves into the zone together with the allocator, which is
         // dropped first.
-        let alloc = unsafe {
-            LLFree::over_raw(
-                config,
-                self.header.options,
-                super::Policy::single(),
-                start,
-                lower,
-                write_back,
-                None,
-            )
-        };
+        let alloc = unsafe { LLFree::over_raw(settings, start, lower, write_back, None) };
         let alloc = alloc?;
         Ok(PersistentLLFree {
             alloc,

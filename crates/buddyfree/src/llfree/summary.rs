@@ -11,7 +11,7 @@
 //!
 //! > a tree whose `cU` is at least the level's units has its bit of that level set.
 //!
-//! A bit may be set for a tree whose `cU` is below (stale); only [`Summary::clear_stale`],
+//! A bit may be set for a tree whose `cU` is below (stale); only [`LLFree::clear_stale`],
 //! on the refusing path, clears it. Kept by:
 //!
 //! - **Raising `cU` to the level or above** (a free from a core not holding the tree, a
@@ -21,7 +21,7 @@
 //!   read of the bit. Inside a reservation move the bit is set before the move ends, so a
 //!   scanner that finds the move counter quiet sees it.
 //! - **Lowering `cU`** (an allocation's take, a reservation, a sync): the bits stay.
-//! - **Clearing** ([`Summary::clear_stale`], as one reservation move): clear the bit, read
+//! - **Clearing** ([`LLFree::clear_stale`], as one reservation move): clear the bit, read
 //!   `cU` again, set the bit again if it is at the level. A writer that raised `cU` set the
 //!   bit by a read-modify-write; either that comes after the clear (the bit ends set) or the
 //!   clear read it (acquire-release: the raise happened before, and the second read sees
@@ -68,15 +68,6 @@ pub(crate) fn trees_in(w: usize, mut bits: u64) -> impl Iterator<Item = TreeId> 
             TreeId(w * BITS + t)
         })
     })
-}
-
-/// The level a refusal of `n` units reads: a tree with fewer units in `cU` than the level's
-/// has no block of `n` units there.
-pub(crate) const fn level_for(n: usize) -> usize {
-    match n >= HUGE_UNITS {
-        true => HUGE,
-        false => ANY,
-    }
 }
 
 impl Summary {
@@ -126,11 +117,6 @@ impl Summary {
         }
     }
 
-    /// After `t`'s `cU` was set to a count not read: both its bits are set.
-    pub(crate) fn mark(&self, t: TreeId) {
-        self.raised(t, 0, usize::MAX);
-    }
-
     /// The words of `level` by number, each read once, with acquire ([`trees_in`] lists
     /// the trees whose bits are set).
     pub(crate) fn marked(&self, level: usize) -> impl Iterator<Item = (usize, u64)> + '_ {
@@ -160,35 +146,6 @@ impl Summary {
         (0..=len).map(at).flat_map(|(w, bits)| trees_in(w, bits))
     }
 
-    /// Clears the bits `stale` of word `w` of `level`, read as stale, and sets each again
-    /// whose tree's `free` (a read of `cU` after the clear) reaches the level: one
-    /// read-modify-write for the word, however many of its trees a fragmented heap left
-    /// stale. Only inside a reservation move.
-    pub(crate) fn clear_stale(
-        &self,
-        level: usize,
-        w: usize,
-        stale: u64,
-        free: impl Fn(TreeId) -> usize,
-    ) {
-        let word = self.word(level, TreeId(w * BITS));
-        word.fetch_and(!stale, Ordering::AcqRel);
-        let back = trees_in(w, stale)
-            .filter(|&t| free(t) >= least(level))
-            .fold(0, |bits, t| bits | 1 << (t.0 % BITS));
-        if back != 0 {
-            word.fetch_or(back, Ordering::SeqCst);
-        }
-    }
-
-    /// Clears `t`'s bits of both levels, as [`Summary::clear_stale`] does. Only inside a
-    /// reservation move.
-    pub(crate) fn clear(&self, t: TreeId, free: impl Fn(TreeId) -> usize) {
-        for level in [ANY, HUGE] {
-            self.clear_stale(level, t.0 / BITS, 1 << (t.0 % BITS), &free);
-        }
-    }
-
     /// Whether `t`'s bit of `level` is set (for consistency checks).
     #[cfg(test)]
     pub(crate) fn is_marked(&self, level: usize, t: TreeId) -> bool {
@@ -197,6 +154,29 @@ impl Summary {
 }
 
 impl<W: WriteBack> LLFree<W> {
+    /// Clears the bits `stale` of word `w` of `level` of the summary, read as stale, and
+    /// sets each again whose tree's `cU` (read after the clear) reaches the level: one
+    /// read-modify-write for the word, however many of its trees a fragmented heap left
+    /// stale. Only inside a reservation move.
+    fn clear_stale(&self, level: usize, w: usize, stale: u64) {
+        let word = self.summary.word(level, TreeId(w * BITS));
+        word.fetch_and(!stale, Ordering::AcqRel);
+        let back = trees_in(w, stale)
+            .filter(|&t| self.trees.get(t).free() >= least(level))
+            .fold(0, |bits, t| bits | 1 << (t.0 % BITS));
+        if back != 0 {
+            word.fetch_or(back, Ordering::SeqCst);
+        }
+    }
+
+    /// Clears `t`'s bits of both levels, as [`LLFree::clear_stale`] does. Only inside a
+    /// reservation move.
+    pub(super) fn clear_marks(&self, t: TreeId) {
+        for level in [ANY, HUGE] {
+            self.clear_stale(level, t.0 / BITS, 1 << (t.0 % BITS));
+        }
+    }
+
     /// Whether no tree holds `n` free units in its counters together (its entry's `cU` and
     /// the `cP` of a reservation holding it; the cores' counters and the entries of the trees
     /// the summary marks at the level of `n`), read while no reservation move was in flight:
@@ -219,19 +199,17 @@ impl<W: WriteBack> LLFree<W> {
                 .map(|r| r.free())
                 .sum()
         };
-        // Trees whose `cU` alone has fewer units than a huge frame's are not marked at the
-        // huge level: on a fragmented heap a refusal of a huge frame reads no entry.
-        let level = level_for(n);
+        // The level a tree needs to have a block of `n` units in `cU`. Trees whose `cU` alone
+        // has fewer units than a huge frame's are not marked at the huge level: on a
+        // fragmented heap a refusal of a huge frame reads no entry.
+        let level = if n >= HUGE_UNITS { HUGE } else { ANY };
         // A second pass only after this one cleared stale marks: those moves were its own.
         for _ in 0..2 {
             let before = self.moves.snapshot();
             let mut cleared = false;
-            for local in self.locals.iter() {
-                if let Some(t) = local.get().tree() {
-                    if held(t) + self.trees.get(t).free() >= n {
-                        return false;
-                    }
-                }
+            let mut reserved = self.locals.iter().filter_map(|l| l.get().tree());
+            if reserved.any(|t| held(t) + self.trees.get(t).free() >= n) {
+                return false;
             }
             for (w, bits) in self.summary.marked(level) {
                 let mut stale = 0;
@@ -245,11 +223,8 @@ impl<W: WriteBack> LLFree<W> {
                     }
                 }
                 if stale != 0 {
-                    self.moves.bracket(|| {
-                        let free = |t| self.trees.get(t).free();
-                        self.summary.clear_stale(level, w, stale, free);
-                        ((), true)
-                    });
+                    self.moves
+                        .bracket(|| (self.clear_stale(level, w, stale), true));
                     cleared = true;
                 }
             }

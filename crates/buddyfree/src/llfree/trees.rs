@@ -148,8 +148,7 @@ impl Trees {
     #[inline]
     /// Takes `n` units from the global counter `cU` (whether reserved or not).
     pub(crate) fn take(&self, t: TreeId, n: usize) -> bool {
-        self.entries[t.0]
-            .try_change(|e| (Tree(e).free() >= n).then(|| e - n as u32))
+        self.change(t, |e| (e.free() >= n).then(|| Tree(e.0 - n as u32)))
             .is_ok()
     }
 
@@ -164,9 +163,10 @@ impl Trees {
     #[inline]
     /// Takes the whole global counter of a reserved tree (the sync of Fig. 14a (1a)).
     pub(crate) fn take_all_reserved(&self, t: TreeId) -> usize {
-        self.entries[t.0]
-            .try_change(|e| (Tree(e).reserved() && Tree(e).free() > 0).then_some(e & !FREE_MASK))
-            .map_or(0, |e| Tree(e).free())
+        self.change(t, |e| {
+            (e.reserved() && e.free() > 0).then_some(Tree(e.0 & !FREE_MASK))
+        })
+        .map_or(0, Tree::free)
     }
 
     #[inline]
@@ -178,36 +178,31 @@ impl Trees {
         t: TreeId,
         class_for: impl Fn(Tree) -> Option<u8>,
     ) -> Option<Tree> {
-        self.entries[t.0]
-            .try_change(|e| {
-                let tree = Tree(e);
-                if tree.reserved() || tree.offline() {
-                    return None;
-                }
-                class_for(tree).map(|class| Tree::reserved_as(class).0)
-            })
-            .ok()
-            .map(Tree)
+        self.change(t, |e| {
+            if e.reserved() || e.offline() {
+                return None;
+            }
+            class_for(e).map(Tree::reserved_as)
+        })
+        .ok()
     }
 
     #[inline]
     /// Ends a reservation, returning the per-core count `free` to `cU`; returns the entry it
     /// replaced.
     pub(crate) fn unreserve(&self, t: TreeId, free: usize) -> Tree {
-        let before = self.entries[t.0].try_change(|e| {
-            debug_assert!(Tree(e).reserved());
-            Some((e & !RESERVED) + free as u32)
+        let before = self.change(t, |e| {
+            debug_assert!(e.reserved());
+            Some(Tree((e.0 & !RESERVED) + free as u32))
         });
-        Tree(before.unwrap_or_else(|e| e))
+        before.unwrap_or_else(|e| e)
     }
 
     fn fill(&self, tree: Tree) -> Fill {
-        if tree.free() > self.free_above {
-            Fill::Free
-        } else if tree.free() < self.allocated_below {
-            Fill::Allocated
-        } else {
-            Fill::Partial
+        match tree.free() {
+            free if free > self.free_above => Fill::Free,
+            free if free < self.allocated_below => Fill::Allocated,
+            _ => Fill::Partial,
         }
     }
 
@@ -227,56 +222,37 @@ impl Trees {
         n: usize,
         near: usize,
         huge: bool,
-        accept: impl Fn(TreeId, Tree) -> bool + Copy,
-        class: u8,
-    ) -> Option<(TreeId, usize)> {
-        let len = self.len();
-        let room = |t: Tree| t.free() >= n;
-        let line = near / PER_LINE * PER_LINE;
-        let neighbourhood = || {
-            (0..PER_LINE)
-                .map(move |i| line + (near + i) % PER_LINE)
-                .filter(move |&t| t < len)
-        };
-        let all = || (0..len).map(|i| (near + i) % len);
-        let of_fill = |fill| move |e: Tree| room(e) && self.fill(e) == fill;
-        let (first, second) = if huge {
-            (Fill::Free, Fill::Partial)
-        } else {
-            (Fill::Partial, Fill::Free)
-        };
-        self.reserve_first(neighbourhood(), of_fill(first), accept, class)
-            .or_else(|| self.reserve_first(neighbourhood(), of_fill(second), accept, class))
-            .or_else(|| self.reserve_first(all(), of_fill(first), accept, class))
-            .or_else(|| self.reserve_first(all(), of_fill(second), accept, class))
-            .or_else(|| self.reserve_first(all(), room, accept, class))
-    }
-
-    /// Reserves as class `class` the first of `trees` whose entry `like` and `accept` like.
-    fn reserve_first(
-        &self,
-        mut trees: impl Iterator<Item = usize>,
-        like: impl Fn(Tree) -> bool,
         accept: impl Fn(TreeId, Tree) -> bool,
         class: u8,
     ) -> Option<(TreeId, usize)> {
-        trees.find_map(|t| {
-            let t = TreeId(t);
-            self.try_reserve(t, |e| like(e) && accept(t, e), class)
+        let len = self.len();
+        let (first, second) = match huge {
+            true => (Fill::Free, Fill::Partial),
+            false => (Fill::Partial, Fill::Free),
+        };
+        // Where a step looks: the trees from `base` on, `near`'s first, `count` of them
+        // wrapping around (the neighbourhood or the whole array), and how full a tree it takes.
+        let (line, all) = ((near / PER_LINE * PER_LINE, PER_LINE), (0, len));
+        let steps = [
+            (line, Some(first)),
+            (line, Some(second)),
+            (all, Some(first)),
+            (all, Some(second)),
+            (all, None),
+        ];
+        steps.into_iter().find_map(|((base, count), fill)| {
+            let trees = (0..count).map(|i| TreeId(base + (near + i) % count));
+            trees.filter(|t| t.0 < len).find_map(|t| {
+                let like = |e: Tree| {
+                    e.free() >= n && fill.is_none_or(|f| self.fill(e) == f) && accept(t, e)
+                };
+                // Read first: a CAS on every tree would write every cache line of the array.
+                let e = self.get(t);
+                (!e.reserved() && !e.offline() && like(e))
+                    .then(|| self.reserve(t, |e| like(e).then_some(class)))?
+                    .map(|old| (t, old.free()))
+            })
         })
-    }
-
-    fn try_reserve(
-        &self,
-        t: TreeId,
-        accept: impl Fn(Tree) -> bool,
-        class: u8,
-    ) -> Option<(TreeId, usize)> {
-        // Read first: a CAS on every tree would write every cache line of the array.
-        let tree = self.get(t);
-        (!tree.reserved() && !tree.offline() && accept(tree))
-            .then(|| self.reserve(t, |e| accept(e).then_some(class)))?
-            .map(|old| (t, old.free()))
     }
 
     #[inline]
