@@ -111,16 +111,6 @@
 //! Behind a `dyn BlockAlloc` (the registry, the C ABI), [`BlockAlloc::with_core`] holds the
 //! magazine for the length of a closure. Bad frees get the same answers either way.
 
-/// `?` in a `const fn`, where `?` is not allowed.
-macro_rules! const_try {
-    ($result:expr) => {
-        match $result {
-            Ok(value) => value,
-            Err(e) => return Err(e),
-        }
-    };
-}
-
 mod backend;
 mod cached;
 

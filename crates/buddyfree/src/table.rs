@@ -13,6 +13,16 @@
 //!                 ^ aligned to the largest alignment of the tables
 //! ```
 
+/// `?` in a `const fn` (the layouts and their checks), where `?` is not allowed.
+macro_rules! const_try {
+    ($result:expr) => {
+        match $result {
+            Ok(value) => value,
+            Err(e) => return Err(e),
+        }
+    };
+}
+
 use core::alloc::Layout;
 use core::marker::PhantomData;
 use core::mem::MaybeUninit;
@@ -192,10 +202,7 @@ impl Plan {
         let Some(total) = len.checked_mul(N) else {
             return Err(OVERFLOW);
         };
-        let all = match self.add::<T>(total) {
-            Ok(all) => all,
-            Err(e) => return Err(e),
-        };
+        let all = const_try!(self.add::<T>(total));
         let mut parts = [all; N];
         let mut i = 0;
         while i < N {

@@ -76,16 +76,6 @@
 //!   recovered from what the memory holds, §3.2.3); `llfree::persist` (feature `persist`) keeps
 //!   it in a file mapping through the same constructor.
 
-/// `?` in a `const fn` (the layouts and their checks), where `?` is not allowed.
-macro_rules! const_try {
-    ($result:expr) => {
-        match $result {
-            Ok(value) => value,
-            Err(e) => return Err(e),
-        }
-    };
-}
-
 mod atomic;
 mod bitfield;
 mod build;
