@@ -4,7 +4,7 @@
 //! [`WriteBack`], see `recover.rs`).
 //!
 //! ```text
-//! line 0                        children_at / 8
+//! line 0                        huges * WORDS / 8
 //! | bit fields: 16 words per    | children: 2 per word, padded |
 //! | huge frame (2 lines)        | to a line (16 per line)      |
 //! ```
@@ -55,7 +55,7 @@
 //! a span of whole frames for orders 11 and up (`span.rs`); exactly one wins and the others
 //! see an error. Two paths write the words of orders 6..=8 with plain stores, in the
 //! order above, where no other thread can write them: a bulk claim in a frame whose every
-//! unit its caller holds ([`Lower::fill_group`]), and a bulk free by a caller that
+//! unit its caller holds ([`Lower::claim_group`]), and a bulk free by a caller that
 //! owns its blocks and promises that no free races it ([`Lower::free_owned`], behind
 //! `magazine::Backend::free_bulk_owned`). A bad free changes nothing: the compare-and-swap that
 //! would change slots is the one that classified them. Its error is read from the slots
@@ -109,14 +109,6 @@ const FREEING: u64 = !(1 << 2);
 /// Order-0 allocations retry their word search this often before giving the units back; the
 /// child counter promises a free slot, so only heavy contention in one frame gets this far.
 const ORDER0_PASSES: usize = 64;
-
-/// The first words of the groups of 2, 4 or 8 words that blocks of `order` (6..=8) take in
-/// a frame, from the group holding word `hint` on, wrapping around.
-fn groups_from(order: u32, hint: usize) -> impl Iterator<Item = usize> {
-    let span = 1 << (order - WORD_ORDER);
-    let groups = WORDS / span;
-    (0..groups).map(move |i| (hint / span + i) % groups * span)
-}
 
 /// Calls `f` with the words of a block of `order` (6..=8), 2, 4 or 8, as a constant in
 /// each arm, so that the compiler can unroll the loops over a block's words: under a mix of
@@ -239,31 +231,17 @@ pub(crate) enum Fill {
 /// Bit fields and child entries of `units` units.
 pub(crate) struct Lower<W: WriteBack = Volatile> {
     lines: Lines,
+    /// Huge frames; their child entries start at word `huges * WORDS`.
     huges: usize,
-    children_at: usize,
     /// Called after every change that recovery reads (bits, huge flags); nothing at all for
     /// volatile memory.
     write_back: W,
 }
 
-/// Where the parts of a lower level of `units` units lie, in words.
-struct Layout {
-    huges: usize,
-    children_at: usize,
-    lines: usize,
-}
-
-impl Layout {
-    const fn of(units: usize) -> Layout {
-        let huges = units.div_ceil(HUGE_UNITS);
-        let children_at = huges * WORDS;
-        let words = children_at + huges.div_ceil(2).next_multiple_of(LINE_WORDS);
-        Layout {
-            huges,
-            children_at,
-            lines: words / LINE_WORDS,
-        }
-    }
+/// The cache lines of a lower level of `units` units.
+const fn lines_of(units: usize) -> usize {
+    let huges = units.div_ceil(HUGE_UNITS);
+    huges * WORDS / LINE_WORDS + huges.div_ceil(2).div_ceil(LINE_WORDS)
 }
 
 impl Lower {
@@ -276,7 +254,7 @@ impl Lower {
 
     /// Places the lower level of `units` units in `plan`.
     pub(crate) const fn plan(plan: &mut Plan, units: usize) -> Result<Part<Line>, Error> {
-        plan.add(Layout::of(units).lines)
+        plan.add(lines_of(units))
     }
 
     /// A lower level with every unit free at `part` of `meta`. Units past `units` in the last
@@ -290,7 +268,7 @@ impl Lower {
     /// Bytes the lower level of `units` units takes (a whole number of cache lines).
     #[cfg(not(loom))]
     pub(crate) const fn bytes(units: usize) -> usize {
-        Layout::of(units).lines * core::mem::size_of::<super::lines::Line>()
+        lines_of(units) * core::mem::size_of::<super::lines::Line>()
     }
 }
 
@@ -298,12 +276,10 @@ impl<W: WriteBack> Lower<W> {
     /// The lower level of `units` units on `lines` (of the size [`Lower::bytes`] gives),
     /// taken as it is.
     fn on(lines: Lines, units: usize, write_back: W) -> Lower<W> {
-        let layout = Layout::of(units);
-        debug_assert_eq!(lines.len(), layout.lines);
+        debug_assert_eq!(lines.len(), lines_of(units));
         Lower {
             lines,
-            huges: layout.huges,
-            children_at: layout.children_at,
+            huges: units.div_ceil(HUGE_UNITS),
             write_back,
         }
     }
@@ -322,7 +298,7 @@ impl<W: WriteBack> Lower<W> {
         write_back: W,
     ) -> Lower<W> {
         // SAFETY: passed on to our caller.
-        let lines = unsafe { Lines::borrowed(at, Layout::of(units).lines) };
+        let lines = unsafe { Lines::borrowed(at, lines_of(units)) };
         let lower = Lower::on(lines, units, write_back);
         if let Some(fill) = fill {
             lower.format(units, fill);
@@ -393,7 +369,7 @@ impl<W: WriteBack> Lower<W> {
     /// the `SeqCst` writes that make a frame free.
     pub(crate) fn any_free_frame(&self, frames: core::ops::Range<usize>) -> bool {
         (frames.start / 2..frames.end.div_ceil(2)).any(|p| {
-            let pair = ChildPair(self.word(self.children_at + p).load(Ordering::SeqCst));
+            let pair = ChildPair(self.word(self.huges * WORDS + p).load(Ordering::SeqCst));
             (0..2).any(|half| frames.contains(&(2 * p + half)) && pair.get(half) == Child::FREE)
         })
     }
@@ -402,11 +378,184 @@ impl<W: WriteBack> Lower<W> {
     /// frames starting at `h`), starting the bit-field search at word `hint`. Returns its
     /// first unit.
     pub(crate) fn alloc(&self, h: HugeId, order: u32, hint: usize) -> Option<usize> {
+        self.alloc_in(h, order, Search::From(hint))
+    }
+
+    /// Allocates the block of `order` at `index` (already checked for range and alignment)
+    /// if all its units are free.
+    pub(crate) fn alloc_at(&self, index: usize, order: u32) -> bool {
+        let h = HugeId(index / HUGE_UNITS);
+        self.alloc_in(h, order, Search::At(index)).is_some()
+    }
+
+    /// [`Lower::alloc`] and [`Lower::alloc_at`]. Orders 0..=8 follow Fig. 14a (2a): take the
+    /// units from the child counter first (this settles races for the last free units), then
+    /// claim the slots, else give them back.
+    fn alloc_in(&self, h: HugeId, order: u32, search: Search) -> Option<usize> {
+        let n = 1 << order;
         match order {
-            0..=8 => self.alloc_small(h, order, Search::From(hint)),
-            9 | 10 => self.take_huge(h, order).then(|| h.first_unit()),
-            _ => self.take_span(h, order).then(|| h.first_unit()),
+            0..=8 => self.update_child(h, |c| c.take(n)).ok()?,
+            9 | 10 => return self.flip_huge(h, order, true).then(|| h.first_unit()),
+            _ => return self.take_span(h, order).then(|| h.first_unit()),
+        };
+        let claimed = match search {
+            Search::At(index) => self.claim_at(h, index, order).then_some(index),
+            Search::From(hint) if order <= WORD_ORDER => self.claim_in_word(h, order, hint),
+            Search::From(hint) => self.claim_words(h, order, hint),
+        };
+        let Some(index) = claimed else {
+            self.give_child(h, n);
+            return None;
+        };
+        // The words of a multi-word block share the start word's cache line, so this one
+        // write-back takes the whole block to the medium.
+        self.persist(|| self.bit_of(index).0);
+        Some(index)
+    }
+
+    /// Orders 0..=5: one CAS on one word, writing the slots of an aligned run of free units
+    /// (`01` for order 0; `10` and then `11` for orders 1..=5).
+    fn claim_in_word(&self, h: HugeId, order: u32, hint: usize) -> Option<usize> {
+        let passes = if order == 0 { ORDER0_PASSES } else { 1 };
+        let slots = slots_of(order);
+        for _ in 0..passes {
+            for i in 0..WORDS {
+                let w = (hint + i) % WORDS;
+                let mut bit = 0;
+                // A run of `2^order` free slots is a run of `2^(order + 1)` zero bits.
+                let claim = |v: u64| {
+                    bit = find_run(v, order + 1)?;
+                    Some(v | slots << bit)
+                };
+                if self.bits(h, w).try_change(claim).is_ok() {
+                    return Some(h.first_unit() + w * SLOTS + bit as usize / 2);
+                }
+            }
         }
+        None
+    }
+
+    /// The block of `order` at `index` exactly, if all its units are free.
+    fn claim_at(&self, h: HugeId, index: usize, order: u32) -> bool {
+        if order <= WORD_ORDER {
+            let (word, shift) = self.bit_of(index);
+            let mask = block_mask(order + 1) << shift;
+            word.try_change(|v| (v & mask == 0).then_some(v | slots_of(order) << shift))
+                .is_ok()
+        } else {
+            let g = (index % HUGE_UNITS) / SLOTS;
+            let free = with_span(order, |span| (g..g + span).all(|w| self.bits(h, w).get() == 0));
+            free && self.claim_group(h, g, order, false)
+        }
+    }
+
+    /// Orders 6..=8: the first group of [`Lower::free_groups`] that [`Lower::claim_group`]
+    /// takes. Kept out of line, so that the order-0 path it shares `alloc_in` with stays
+    /// small.
+    #[inline(never)]
+    fn claim_words(&self, h: HugeId, order: u32, hint: usize) -> Option<usize> {
+        let mut groups = self.free_groups(h, order, hint);
+        let g = groups.find(|&g| self.claim_group(h, g, order, false))?;
+        Some(h.first_unit() + g * SLOTS)
+    }
+
+    /// The first words of the groups of 2, 4 or 8 whole free words that blocks of `order`
+    /// (6..=8) take in frame `h`, from the group holding word `hint` on (the frame's last
+    /// allocation: the groups before it are likely taken), wrapping around. The frame's
+    /// words are read once, the free groups found among them by shifts: a group taken
+    /// meanwhile fails its claim, one freed meanwhile is passed over, as a search that had
+    /// passed it already would.
+    #[inline(always)]
+    fn free_groups(&self, h: HugeId, order: u32, hint: usize) -> impl Iterator<Item = usize> {
+        with_span(order, |span| {
+            // Bit `w` set where word `w` is free, then where words `w..w + span` all are.
+            let words = self.frame(h);
+            let mut groups = (0..WORDS).fold(0u32, |free, w| {
+                free | u32::from(words[w / LINE_WORDS].0[w % LINE_WORDS].get() == 0) << w
+            });
+            let mut width = 1;
+            while width < span {
+                groups &= groups >> width;
+                width *= 2;
+            }
+            groups &= GROUP_FIRSTS[span.trailing_zeros() as usize];
+            // Rotated so that the group holding `hint` is bit 0.
+            let from = (hint % WORDS) & !(span - 1);
+            let mut rest = (groups >> from | groups << (WORDS - from)) & 0xFFFF;
+            core::iter::from_fn(move || {
+                let i = rest.trailing_zeros() as usize;
+                rest &= rest.wrapping_sub(1);
+                (i < WORDS).then(|| (from + i) % WORDS)
+            })
+        })
+    }
+
+    /// The words of a block of `order` (6..=8) from word `g`, a group just read free, set
+    /// one after the other: the continuation words, then the start word, which publishes the
+    /// block (a free matches only a start word, so none can take a block whose words are
+    /// not all set). If a racing allocation took a unit of a word not set yet, every word
+    /// set is cleared again and the group counts as taken (§4.2.1); success is reported
+    /// only once all words are ours.
+    ///
+    /// `plain`: the caller holds every unit of the frame (the counter it took was all that
+    /// was left, and the rest are blocks it has just allocated, which no one frees). No
+    /// other thread can then write a word of the frame (an allocation needs units of the
+    /// counter, a free a block it has), so the words are written with plain stores, in the
+    /// same order: two compare-and-swaps fewer per order-6 block, which is most of what a
+    /// magazine adds to a burst of them (docs/results.md, "The magazines' fast path").
+    #[inline]
+    fn claim_group(&self, h: HugeId, g: usize, order: u32, plain: bool) -> bool {
+        // One compare-and-swap from free, no read first: the caller has just read the
+        // group free, and a word that is not is no longer ours to take.
+        let set = |w: usize, value: u64| {
+            let word = self.bits(h, w);
+            match plain {
+                true => word.store(value, Ordering::Release),
+                false => return word.compare_exchange(0, value, Ordering::SeqCst, Ordering::Acquire).is_ok(),
+            }
+            true
+        };
+        let undo = |words: core::ops::Range<usize>| {
+            for w in words {
+                // We own these whole continuation words: nothing else writes a word it did
+                // not find with a free slot, and no free clears a continuation word without
+                // the start word we have not written.
+                self.bits(h, w).store(0, Ordering::Release);
+            }
+            self.persist(|| self.bits(h, g));
+            false
+        };
+        with_span(order, |span| {
+            for w in g + 1..g + span {
+                if !set(w, u64::MAX) {
+                    return undo(g + 1..w);
+                }
+            }
+            if !set(g, start_word(order)) {
+                return undo(g + 1..g + span);
+            }
+            true
+        })
+    }
+
+    /// Orders 9 and 10: the child entry, or for order 10 the pair word of two whole,
+    /// aligned children (§4.2.1: one CAS for both), from free to taken (`take`) or back.
+    fn flip_huge(&self, h: HugeId, order: u32, take: bool) -> bool {
+        let taken = if order == 9 { Child::HUGE } else { Child::PAIR };
+        let (from, to) = if take { (Child::FREE, taken) } else { (taken, Child::FREE) };
+        let flipped = if order == 9 {
+            self.update_child(h, |c| (c == from).then_some(to)).is_ok()
+        } else {
+            let (from, to) = (ChildPair::new(from, from).0, ChildPair::new(to, to).0);
+            h.0.is_multiple_of(2)
+                && h.0 + 1 < self.huges
+                && self.pair_word(h).try_change(|p| (p == from).then_some(to)).is_ok()
+        };
+        if flipped {
+            // The huge flags are the truth for orders 9 and 10 (§3.2.3).
+            self.persist(|| self.pair_word(h));
+        }
+        flipped
     }
 
     /// Allocates up to `out.len()` blocks of `order` (0..=8) in huge frame `h`, writing
@@ -438,7 +587,16 @@ impl<W: WriteBack> Lower<W> {
         } else {
             // The counter taken was all the frame had left, and the rest is the caller's.
             let alone = before.free() == taken && taken + ours == HUGE_UNITS;
-            self.claim_groups(h, order, hint, out, alone)
+            let groups = self.free_groups(h, order, hint);
+            let claimed = groups.filter(|&g| self.claim_group(h, g, order, alone));
+            let mut got = 0;
+            for (slot, g) in out.iter_mut().zip(claimed) {
+                // The block's words share the start word's line (as in `alloc_in`).
+                self.persist(|| self.bits(h, g));
+                *slot = h.first_unit() + g * SLOTS;
+                got += 1;
+            }
+            got
         };
         if got < out.len() {
             self.give_child(h, (out.len() - got) * n);
@@ -474,71 +632,6 @@ impl<W: WriteBack> Lower<W> {
             }
         }
         got
-    }
-
-    /// [`Lower::alloc_many`]'s claims for orders 6..=8, the child counter taken: the groups
-    /// of 2, 4 or 8 words from the one holding word `hint` on, each by
-    /// [`Lower::claim_group`], or, `alone` (the frame is the caller's alone), by
-    /// [`Lower::fill_group`].
-    fn claim_groups(
-        &self,
-        h: HugeId,
-        order: u32,
-        hint: usize,
-        out: &mut [usize],
-        alone: bool,
-    ) -> usize {
-        let mut got = 0;
-        for g in groups_from(order, hint) {
-            if got == out.len() {
-                break;
-            }
-            let claimed = match alone {
-                true => self.fill_group(h, g, order),
-                false => self.claim_group(h, g, order),
-            };
-            if claimed {
-                // The block's words share the start word's line (as in `alloc_small`).
-                self.persist(|| self.bits(h, g));
-                out[got] = h.first_unit() + g * SLOTS;
-                got += 1;
-            }
-        }
-        got
-    }
-
-    /// Allocates the block of `order` at `index` (already checked for range and alignment)
-    /// if all its units are free.
-    pub(crate) fn alloc_at(&self, index: usize, order: u32) -> bool {
-        let h = HugeId(index / HUGE_UNITS);
-        match order {
-            0..=8 => self.alloc_small(h, order, Search::At(index)).is_some(),
-            9 | 10 => self.take_huge(h, order),
-            _ => self.take_span(h, order),
-        }
-    }
-
-    /// Orders 9 and 10: the child entry (§4.2.1: order 10 takes two whole, aligned children
-    /// in one CAS).
-    fn take_huge(&self, h: HugeId, order: u32) -> bool {
-        let taken = if order == 9 {
-            self.update_child(h, |c| (c == Child::FREE).then_some(Child::HUGE))
-                .is_ok()
-        } else {
-            let free = ChildPair::new(Child::FREE, Child::FREE).0;
-            let taken = ChildPair::new(Child::PAIR, Child::PAIR).0;
-            h.0.is_multiple_of(2)
-                && h.0 + 1 < self.huges
-                && self
-                    .pair_word(h)
-                    .try_change(|p| (p == free).then_some(taken))
-                    .is_ok()
-        };
-        if taken {
-            // The huge flags are the truth for orders 9 and 10 (§3.2.3).
-            self.persist(|| self.pair_word(h));
-        }
-        taken
     }
 
     /// The live block that contains unit `index` (in range), as `(first unit, order)`.
@@ -627,197 +720,12 @@ impl<W: WriteBack> Lower<W> {
             0 => self.free_in_word(h, index, 0),
             1..=WORD_ORDER => self.free_in_word(h, index, order),
             6..=8 => self.free_words(h, index, order),
-            9 => match self.update_child(h, |c| (c == Child::HUGE).then_some(Child::FREE)) {
-                Ok(_) => {
-                    self.persist(|| self.pair_word(h));
-                    Ok(())
-                }
-                Err(_) => Err(self.wrong_free(h, index)),
+            9 | 10 => match self.flip_huge(h, order, false) {
+                true => Ok(()),
+                false => Err(self.wrong_free(h, index)),
             },
-            11.. => self.free_span(h, index, order),
-            _ => {
-                let free = ChildPair::new(Child::FREE, Child::FREE).0;
-                let taken = ChildPair::new(Child::PAIR, Child::PAIR).0;
-                match self
-                    .pair_word(h)
-                    .try_change(|p| (p == taken).then_some(free))
-                {
-                    Ok(_) => {
-                        self.persist(|| self.pair_word(h));
-                        Ok(())
-                    }
-                    Err(_) => Err(self.wrong_free(h, index)),
-                }
-            }
+            _ => self.free_span(h, index, order),
         }
-    }
-
-    /// Fig. 14a (2a) for orders 0..=8: take the units from the child counter first (this
-    /// settles races for the last free units), then claim the slots, else give them back.
-    fn alloc_small(&self, h: HugeId, order: u32, search: Search) -> Option<usize> {
-        let n = 1 << order;
-        self.update_child(h, |c| c.take(n)).ok()?;
-        let claimed = match search {
-            Search::At(index) => self.claim_at(h, index, order).then_some(index),
-            Search::From(hint) if order <= WORD_ORDER => self.claim_in_word(h, order, hint),
-            Search::From(hint) => self.claim_words(h, order, hint),
-        };
-        let Some(index) = claimed else {
-            self.give_child(h, n);
-            return None;
-        };
-        // The words of a multi-word block share the start word's cache line, so this one
-        // write-back takes the whole block to the medium.
-        self.persist(|| self.bit_of(index).0);
-        Some(index)
-    }
-
-    /// Orders 0..=5: one CAS on one word, writing the slots of an aligned run of free units
-    /// (`01` for order 0; `10` and then `11` for orders 1..=5).
-    fn claim_in_word(&self, h: HugeId, order: u32, hint: usize) -> Option<usize> {
-        let passes = if order == 0 { ORDER0_PASSES } else { 1 };
-        let slots = slots_of(order);
-        for _ in 0..passes {
-            for i in 0..WORDS {
-                let w = (hint + i) % WORDS;
-                let mut bit = 0;
-                // A run of `2^order` free slots is a run of `2^(order + 1)` zero bits.
-                let claim = |v: u64| {
-                    bit = find_run(v, order + 1)?;
-                    Some(v | slots << bit)
-                };
-                if self.bits(h, w).try_change(claim).is_ok() {
-                    return Some(h.first_unit() + w * SLOTS + bit as usize / 2);
-                }
-            }
-        }
-        None
-    }
-
-    /// The block of `order` at `index` exactly, if all its units are free.
-    fn claim_at(&self, h: HugeId, index: usize, order: u32) -> bool {
-        if order <= WORD_ORDER {
-            let (word, shift) = self.bit_of(index);
-            let mask = block_mask(order + 1) << shift;
-            word.try_change(|v| (v & mask == 0).then_some(v | slots_of(order) << shift))
-                .is_ok()
-        } else {
-            self.claim_group(h, (index % HUGE_UNITS) / SLOTS, order)
-        }
-    }
-
-    /// Orders 6..=8: the first group of 2, 4 or 8 whole free words from the one holding word
-    /// `hint` on (the frame's last allocation: the groups before it are likely taken). The
-    /// frame's words are read once, the free groups found among them by shifts, and only
-    /// those are tried ([`Lower::claim_free_group`]): a group taken meanwhile fails there,
-    /// one freed meanwhile is passed over, as a search that had passed it already would.
-    /// Kept out of line, so that the order-0 path it shares `alloc_small` with stays small.
-    #[inline(never)]
-    fn claim_words(&self, h: HugeId, order: u32, hint: usize) -> Option<usize> {
-        with_span(order, |span| {
-            // Bit `w` set where word `w` is free, then where words `w..w + span` all are.
-            let words = self.frame(h);
-            let mut groups = (0..WORDS).fold(0u32, |free, w| {
-                free | u32::from(words[w / LINE_WORDS].0[w % LINE_WORDS].get() == 0) << w
-            });
-            let mut width = 1;
-            while width < span {
-                groups &= groups >> width;
-                width *= 2;
-            }
-            groups &= GROUP_FIRSTS[span.trailing_zeros() as usize];
-            // The groups from the one holding `hint` on, then those before it.
-            let from = (hint % WORDS) & !(span - 1);
-            let mut later = groups & (u32::MAX << from);
-            let mut earlier = groups & !(u32::MAX << from);
-            loop {
-                let next = match later {
-                    0 if earlier == 0 => return None,
-                    0 => &mut earlier,
-                    _ => &mut later,
-                };
-                let g = next.trailing_zeros() as usize;
-                *next &= *next - 1;
-                if self.claim_free_group(h, g, order) {
-                    return Some(h.first_unit() + g * SLOTS);
-                }
-            }
-        })
-    }
-
-    /// The words of a block of `order` (6..=8) from word `g`, set one after the other: the
-    /// continuation words, then the start word, which publishes the block (a free matches
-    /// only a start word, so none can take a block whose words are not all set). If a racing
-    /// allocation took a unit of a word not set yet, every word set is cleared again and the
-    /// group counts as taken (§4.2.1); success is reported only once all words are ours.
-    fn claim_group(&self, h: HugeId, g: usize, order: u32) -> bool {
-        self.group_is_free(h, g, order) && self.claim_free_group(h, g, order)
-    }
-
-    /// [`Lower::claim_group`] for a group just read free (a racing claim of one of its words
-    /// makes it fail and undo, as there).
-    #[inline]
-    fn claim_free_group(&self, h: HugeId, g: usize, order: u32) -> bool {
-        with_span(order, |span| self.claim_span(h, g, span, start_word(order)))
-    }
-
-    /// The words `g..g + span` set to a block whose start word is `start`: the continuation
-    /// words one after the other, then the start word (see [`Lower::claim_group`]).
-    #[inline(always)]
-    fn claim_span(&self, h: HugeId, g: usize, span: usize, start: u64) -> bool {
-        // One compare-and-swap from free, no read first: the caller has just read the
-        // group free, and a word that is not is no longer ours to take.
-        let set = |w: usize, value: u64| {
-            self.bits(h, w)
-                .compare_exchange(0, value, Ordering::SeqCst, Ordering::Acquire)
-                .is_ok()
-        };
-        let undo = |words: core::ops::Range<usize>| {
-            for w in words {
-                // We own these whole continuation words: nothing else writes a word it did
-                // not find with a free slot, and no free clears a continuation word without
-                // the start word we have not written.
-                self.bits(h, w).store(0, Ordering::Release);
-            }
-            self.persist(|| self.bits(h, g));
-            false
-        };
-        for w in g + 1..g + span {
-            if !set(w, u64::MAX) {
-                return undo(g + 1..w);
-            }
-        }
-        if !set(g, start) {
-            return undo(g + 1..g + span);
-        }
-        true
-    }
-
-    /// [`Lower::claim_group`] in a frame whose every unit the caller holds (the counter it
-    /// took was all that was left, and the rest are blocks it has just allocated, which no
-    /// one frees). No other thread can then write a word of the frame (an allocation needs
-    /// units of the counter, a free a block it has), so the words are written with plain
-    /// stores, in the same order: two compare-and-swaps fewer per order-6 block, which is
-    /// most of what a magazine adds to a burst of them (docs/results.md, "The magazines'
-    /// fast path").
-    #[inline]
-    fn fill_group(&self, h: HugeId, g: usize, order: u32) -> bool {
-        if !self.group_is_free(h, g, order) {
-            return false;
-        }
-        for w in g + 1..g + (1 << (order - WORD_ORDER)) {
-            self.bits(h, w).store(u64::MAX, Ordering::Release);
-        }
-        self.bits(h, g).store(start_word(order), Ordering::Release);
-        true
-    }
-
-    /// Whether the words of the group of `order` (6..=8) at word `g` are all free.
-    #[inline]
-    fn group_is_free(&self, h: HugeId, g: usize, order: u32) -> bool {
-        with_span(order, |span| {
-            (g..g + span).all(|w| self.bits(h, w).get() == 0)
-        })
     }
 
     /// Fig. 14b for orders 0..=5: the slots say whether a block of exactly `order` starts at
@@ -1031,7 +939,7 @@ impl<W: WriteBack> Lower<W> {
     }
 
     fn pair_word(&self, h: HugeId) -> &AtomicU64 {
-        self.word(self.children_at + h.0 / 2)
+        self.word(self.huges * WORDS + h.0 / 2)
     }
 
     /// The bit-field words of frame `h` (one read each: meaningful with no operation in
@@ -1088,7 +996,7 @@ impl<W: WriteBack> Lower<W> {
     }
 }
 
-/// Where [`Lower::alloc_small`] looks for a block.
+/// Where [`Lower::alloc_in`] looks for a block.
 #[derive(Clone, Copy)]
 enum Search {
     /// Anywhere in the frame, from this bit-field word on.

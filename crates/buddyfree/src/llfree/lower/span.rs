@@ -89,7 +89,7 @@ impl<W: WriteBack> Lower<W> {
         if !h.0.is_multiple_of(frames) || h.0 + frames > self.huges {
             return false;
         }
-        let first = self.children_at + h.0 / 2;
+        let first = self.huges * WORDS + h.0 / 2;
         let words = first..first + frames / 2;
         // Read first: a compare-and-swap on a taken group would only write its lines.
         if !words.clone().all(|p| self.word(p).get() == FREE_PAIR) {
@@ -130,7 +130,7 @@ impl<W: WriteBack> Lower<W> {
     /// see the module documentation.
     pub(crate) fn free_span(&self, h: HugeId, index: usize, order: u32) -> Result<(), Error> {
         let frames = 1usize << (order - HUGE_ORDER);
-        let first = self.children_at + h.0 / 2;
+        let first = self.huges * WORDS + h.0 / 2;
         let start = self.word(first);
         window::pass();
         start
