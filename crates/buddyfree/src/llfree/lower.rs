@@ -92,8 +92,6 @@ const ORDER0_SLOT: u64 = 0b01;
 /// The slot of the first unit of a block of order 1..=5 (and of the padding past the last
 /// unit, and the marker slots of [`start_word`] and [`FREEING`]).
 const START_SLOT: u64 = 0b10;
-/// The slot of every other unit of a block of order 1..=8.
-const LARGER_SLOT: u64 = 0b11;
 /// The low bit of every slot.
 const LOW_BITS: u64 = 0x5555_5555_5555_5555;
 /// The high bit of every slot (every slot `10`: padding).
@@ -148,8 +146,7 @@ fn multi_order(word: u64) -> Option<u32> {
 }
 
 /// Whether a live block of exactly `order` (0..=5) starts at every slot of `word` whose low
-/// bit is set in `starts` (slots at multiples of `2^order`): [`is_block`] for all of them
-/// at once.
+/// bit is set in `starts` (slots at multiples of `2^order`).
 #[inline(always)]
 fn are_blocks(word: u64, starts: u64, order: u32) -> bool {
     // The blocks are disjoint, so the products have no carries.
@@ -173,15 +170,11 @@ const fn slot_in(word: u64, p: usize) -> u64 {
 /// a slot that is not `11` (a larger block would go on with `11`). `p` is a multiple of
 /// `2^order`. Exact on every state the allocator leaves: a block of another order, a unit
 /// inside a block, a free unit, a multi-word start word or continuation word all fail.
+///
+/// [`are_blocks`] for one start.
 #[inline(always)]
 fn is_block(word: u64, p: usize, order: u32) -> bool {
-    let below = word >> (2 * p);
-    if order == 0 {
-        return below & 0b11 == ORDER0_SLOT;
-    }
-    let n = 1usize << order;
-    let mask = block_mask(order + 1);
-    below & mask == slots_of(order) && (p + n >= SLOTS || below >> (2 * n) & 0b11 != LARGER_SLOT)
+    are_blocks(word, 1 << (2 * p), order)
 }
 
 /// The order of the in-word block (1..=5) that starts at slot `p` of `word`, if one does.
