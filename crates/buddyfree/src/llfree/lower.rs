@@ -306,33 +306,17 @@ impl<W: WriteBack> Lower<W> {
     /// larger block going on. A missing odd frame has only its child entry, with nothing
     /// free.
     fn format(&self, units: usize, fill: Fill) {
-        for line in self.lines.iter() {
-            for word in &line.0 {
-                word.store(0, Ordering::Relaxed);
-            }
+        for word in self.lines.iter().flat_map(|line| &line.0) {
+            word.store(0, Ordering::Relaxed);
         }
-        for h in 0..self.huges.next_multiple_of(2) {
-            let real = units.saturating_sub(h * HUGE_UNITS).min(HUGE_UNITS);
-            let free = match fill {
-                Fill::Free => real,
-                Fill::Allocated => 0,
-            };
-            let half = h % 2;
-            let word = self.pair_word(HugeId(h));
-            let pair = ChildPair(word.load(Ordering::Relaxed)).set(half, Child::with_free(free));
-            word.store(pair.0, Ordering::Relaxed);
-            if h < self.huges {
-                for w in 0..WORDS {
-                    let padding = padding(real, w);
-                    let taken = match fill {
-                        Fill::Free => 0,
-                        Fill::Allocated => LOW_BITS & !padding,
-                    };
-                    let bits = padding & HIGH_BITS | taken;
-                    if bits != 0 {
-                        self.bits(HugeId(h), w).store(bits, Ordering::Relaxed);
-                    }
-                }
+        for h in (0..self.huges.next_multiple_of(2)).map(HugeId) {
+            let real = units.saturating_sub(h.first_unit()).min(HUGE_UNITS);
+            let free = if fill == Fill::Free { real } else { 0 };
+            let _ = self.update_child(h, |_| Some(Child::with_free(free)));
+            for w in (0..WORDS).filter(|_| h.0 < self.huges) {
+                let padding = padding(real, w);
+                let taken = if fill == Fill::Free { 0 } else { LOW_BITS & !padding };
+                self.bits(h, w).store(padding & HIGH_BITS | taken, Ordering::Relaxed);
             }
         }
     }
@@ -1036,30 +1020,18 @@ fn frame_blocks(words: &[u64; WORDS], real: usize, mut f: impl FnMut(usize, u32,
         let taken = (v | v >> 1) & LOW_BITS;
         let mut p = 0;
         while p < end {
-            let rest = taken & (u64::MAX << (2 * p));
-            if rest == 0 {
-                break;
-            }
-            p = rest.trailing_zeros() as usize / 2;
+            p += (taken >> (2 * p)).trailing_zeros() as usize / 2;
             if p >= end {
                 break;
             }
-            match slot_in(v, p) {
-                ORDER0_SLOT => {
-                    f(first + p, 0, true);
-                    p += 1;
-                }
-                _ => match in_word_order(v, p).filter(|&o| p + (1 << o) <= end) {
-                    Some(order) => {
-                        f(first + p, order, true);
-                        p += 1 << order;
-                    }
-                    None => {
-                        f(first + p, 0, false);
-                        p += 1;
-                    }
-                },
-            }
+            // An orphan (a taken slot no block names) is reported as order 0.
+            let named = match slot_in(v, p) {
+                ORDER0_SLOT => Some(0),
+                _ => in_word_order(v, p).filter(|&o| p + (1 << o) <= end),
+            };
+            let order = named.unwrap_or(0);
+            f(first + p, order, named.is_some());
+            p += 1 << order;
         }
         w += 1;
     }

@@ -335,8 +335,8 @@ mod span_tests {
         (28..32).for_each(|h| set(h, Child::SPAN));
         // Counters (below the flags) are rebuilt, not trusted: damaged ones in the frames of
         // the span at frame 8 leave it whole.
-        set(8, Child::from_raw(Child::span_start(11).raw() | 0x155));
-        set(9, Child::from_raw(Child::SPAN.raw() | 0x3_0000));
+        set(8, Child(Child::span_start(11).0 | 0x155));
+        set(9, Child(Child::SPAN.0 | 0x3_0000));
         // A first word of order 11 at frame 32 whose frame 34 is free.
         set(32, Child::span_start(11));
         set(33, Child::SPAN);
