@@ -690,37 +690,24 @@ impl<W: WriteBack> Lower<W> {
         None
     }
 
-    /// Frees the block of `order` at `index` (already checked for range and alignment).
+    /// Frees the block of `order` at `index` (already checked for range and alignment). The
+    /// order-0 arm, with its constant order, compiles to its own one-slot check.
     pub(crate) fn free(&self, index: usize, order: u32) -> Result<(), Error> {
         let h = HugeId(index / HUGE_UNITS);
-        match order {
-            0 => self.free_in_word(h, index, 0),
-            1..=WORD_ORDER => self.free_in_word(h, index, order),
-            6..=8 => self.free_words(h, index, order),
-            9 | 10 => match self.flip_huge(h, order, false) {
-                true => Ok(()),
-                false => Err(self.wrong_free(h, index)),
-            },
-            _ => self.free_span(h, index, order),
+        let freed = match order {
+            0 => self.clear_in_word(&[index], 0),
+            1..=WORD_ORDER => self.clear_in_word(&[index], order),
+            6..=8 => self.clear_words(h, index, order, false),
+            9 | 10 => self.flip_huge(h, order, false),
+            _ => self.free_span(h, order),
+        };
+        if !freed {
+            return Err(self.wrong_free(h, index));
         }
-    }
-
-    /// Fig. 14b for orders 0..=5: the slots say whether a block of exactly `order` starts at
-    /// `index` ([`is_block`]) and are cleared in the same compare-and-swap, so the answer
-    /// cannot go stale before it takes effect. Inlined, so that order 0 (a constant at the
-    /// call) compiles to its own one-slot check.
-    #[inline(always)]
-    fn free_in_word(&self, h: HugeId, index: usize, order: u32) -> Result<(), Error> {
-        let (word, shift) = self.bit_of(index);
-        let p = index % SLOTS;
-        let clear = !(block_mask(order + 1) << shift);
-        word.try_change(|v| {
-            window::pass();
-            is_block(v, p, order).then_some(v & clear)
-        })
-        .map_err(|_| self.wrong_free(h, index))?;
-        self.persist(|| word);
-        self.give_child(h, 1 << order);
+        if order <= BITS_ORDER {
+            // Fig. 14b (3): the units are back in the bit field.
+            self.give_child(h, 1 << order);
+        }
         Ok(())
     }
 
@@ -752,24 +739,17 @@ impl<W: WriteBack> Lower<W> {
     /// caller then keeps.
     fn free_blocks(&self, blocks: &[usize], order: u32, owned: bool) -> usize {
         debug_assert!(order <= BITS_ORDER);
+        let in_word = order <= WORD_ORDER;
         let mut done = 0;
-        if order <= WORD_ORDER {
-            for group in blocks.chunk_by(|a, b| a / SLOTS == b / SLOTS) {
-                if !self.clear_group(group, order) {
-                    break;
-                }
-                done += group.len();
+        for group in blocks.chunk_by(|a, b| in_word && a / SLOTS == b / SLOTS) {
+            let cleared = match in_word {
+                true => self.clear_in_word(group, order),
+                false => self.clear_words(HugeId(group[0] / HUGE_UNITS), group[0], order, owned),
+            };
+            if !cleared {
+                break;
             }
-        } else {
-            for &index in blocks {
-                if self
-                    .clear_words(HugeId(index / HUGE_UNITS), index, order, owned)
-                    .is_err()
-                {
-                    break;
-                }
-                done += 1;
-            }
+            done += group.len();
         }
         if done > 0 {
             self.give_child(HugeId(blocks[0] / HUGE_UNITS), done << order);
@@ -777,10 +757,13 @@ impl<W: WriteBack> Lower<W> {
         done
     }
 
-    /// Clears the blocks of `order`, all in one bit-field word, with one compare-and-swap
-    /// that checks each: false, and nothing changed, if one is not a live block of `order`
-    /// or one is named twice. The child counter is the caller's.
-    fn clear_group(&self, blocks: &[usize], order: u32) -> bool {
+    /// Fig. 14b for orders 0..=5: clears the blocks of `order`, all in one bit-field word,
+    /// with one compare-and-swap that checks each ([`are_blocks`]), so the answer cannot go
+    /// stale before it takes effect: false, and nothing changed, if one is not a live block
+    /// of `order` or one is named twice. The child counter is the caller's. Inlined, so that
+    /// a single block of order 0 compiles to its own one-slot check.
+    #[inline(always)]
+    fn clear_in_word(&self, blocks: &[usize], order: u32) -> bool {
         let (word, _) = self.bit_of(blocks[0]);
         // The low bits of the blocks' first slots (aligned blocks overlap only if equal).
         let mut starts = 0u64;
@@ -803,24 +786,16 @@ impl<W: WriteBack> Lower<W> {
         true
     }
 
-    /// Frees the block of `order` (6..=8) at `index`: [`Lower::clear_words`], then the child
-    /// counter. Out of line, so that the order-0 path it shares `free` with stays small.
-    #[inline(never)]
-    fn free_words(&self, h: HugeId, index: usize, order: u32) -> Result<(), Error> {
-        self.clear_words(h, index, order, false)?;
-        self.give_child(h, 1 << order);
-        Ok(())
-    }
-
     /// Fig. 14b (1)–(3) for orders 6..=8, but for the child counter, which is the caller's.
     /// The start word is the claim: of racing frees of one block exactly one turns it into
     /// [`FREEING`]. It stays FREEING (no free slot, no match for any free) until the
     /// continuation words are clear, so that a losing double free never sees the block as
     /// free yet taken, and no allocation can take the start word while a word of the block
     /// is still set. `owned`: the caller owns the block and no free races it
-    /// ([`Lower::free_owned`]), so a plain store makes the start word FREEING.
-    #[inline(always)]
-    fn clear_words(&self, h: HugeId, index: usize, order: u32, owned: bool) -> Result<(), Error> {
+    /// ([`Lower::free_owned`]), so a plain store makes the start word FREEING. Out of line,
+    /// so that the order-0 path it shares `free` with stays small.
+    #[inline(never)]
+    fn clear_words(&self, h: HugeId, index: usize, order: u32, owned: bool) -> bool {
         let g = (index % HUGE_UNITS) / SLOTS;
         let start = self.bits(h, g);
         if owned {
@@ -828,9 +803,9 @@ impl<W: WriteBack> Lower<W> {
             start.store(FREEING, Ordering::Release);
         } else {
             window::pass();
-            start
-                .try_change(|v| (v == start_word(order)).then_some(FREEING))
-                .map_err(|_| self.wrong_free(h, index))?;
+            if start.try_change(|v| (v == start_word(order)).then_some(FREEING)).is_err() {
+                return false;
+            }
         }
         with_span(order, |span| {
             for w in g + 1..g + span {
@@ -842,7 +817,7 @@ impl<W: WriteBack> Lower<W> {
         // One line holds all the block's words (a crash before this write-back leaves the
         // block allocated, or its remaining words orphans: see `recover.rs`).
         self.persist(|| start);
-        Ok(())
+        true
     }
 
     /// The error for a free that found no block of its order at `index`: a block of another

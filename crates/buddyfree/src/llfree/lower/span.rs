@@ -126,16 +126,16 @@ impl<W: WriteBack> Lower<W> {
         true
     }
 
-    /// Frees the span of `order` (11 and up) at `index` (checked for range and alignment):
-    /// see the module documentation.
-    pub(crate) fn free_span(&self, h: HugeId, index: usize, order: u32) -> Result<(), Error> {
+    /// Frees the span of `order` (11 and up) at frame `h` (checked for range and alignment):
+    /// see the module documentation. False, and nothing changed, if none is there.
+    pub(crate) fn free_span(&self, h: HugeId, order: u32) -> bool {
         let frames = 1usize << (order - HUGE_ORDER);
         let first = self.huges * WORDS + h.0 / 2;
         let start = self.word(first);
         window::pass();
-        start
-            .try_change(|v| (v == start_pair(order)).then_some(FREEING_PAIR))
-            .map_err(|_| self.wrong_free(h, index))?;
+        if start.try_change(|v| (v == start_pair(order)).then_some(FREEING_PAIR)).is_err() {
+            return false;
+        }
         self.persist(|| start);
         for p in first + 1..first + frames / 2 {
             // Ours since the claim of the first word: no other operation changes it.
@@ -145,7 +145,7 @@ impl<W: WriteBack> Lower<W> {
         }
         start.store(FREE_PAIR, Ordering::SeqCst);
         self.persist(|| start);
-        Ok(())
+        true
     }
 
     /// The live span that holds frame `h` (whose child entry has the span flag), as
