@@ -39,53 +39,45 @@ impl<W: WriteBack> Lower<W> {
     /// Returns the units allocated. Runs alone (no operation in flight). Every frame is
     /// checked before any is changed, so a damaged lower level is reported untouched.
     pub(crate) fn recover(&self, units: usize, max_order: u32) -> Result<usize, RecoverError> {
-        self.walk_frames(|h, frames| self.check_frames(h, frames, units, max_order).map(|_| ()))?;
         let mut allocated = 0;
-        self.walk_frames(|h, frames| {
-            let taken = self.check_frames(h, frames, units, max_order)?;
-            allocated += taken;
-            match frames {
-                Frames::Bits => {
-                    let real = units.saturating_sub(h.first_unit()).min(HUGE_UNITS);
-                    self.rebuild_slots(h, real);
-                    let _ = self.update_child(h, |_| Some(Child::with_free(real - taken)));
-                }
-                // Frames taken whole get exactly their entries, with no counter or stray
-                // bits below the flags.
-                Frames::Whole(HUGE_ORDER) | Frames::Orphan => {
-                    let _ = self.update_child(h, |_| Some(Child::HUGE));
-                }
-                Frames::Whole(order) => {
-                    let (first, rest) = match order {
-                        10 => (Child::PAIR, Child::PAIR),
-                        _ => (Child::span_start(order), Child::SPAN),
-                    };
-                    let _ = self.update_child(h, |_| Some(first));
-                    for f in h.0 + 1..h.0 + frames.frames() {
-                        let _ = self.update_child(HugeId(f), |_| Some(rest));
+        // Each run of frames [`Lower::frames_at`] tells apart, in address order: checked
+        // only in the first pass, rebuilt in the second.
+        for rebuild in [false, true] {
+            allocated = 0;
+            let mut h = HugeId(0);
+            while h.0 < self.huges {
+                let frames = self
+                    .frames_at(h)
+                    .map_err(|what| RecoverError::Corrupt { frame: h.0, what })?;
+                let taken = self.check_frames(h, frames, units, max_order)?;
+                allocated += taken;
+                match frames {
+                    _ if !rebuild => {}
+                    Frames::Bits => {
+                        let real = units.saturating_sub(h.first_unit()).min(HUGE_UNITS);
+                        self.rebuild_slots(h, real);
+                        let _ = self.update_child(h, |_| Some(Child::with_free(real - taken)));
+                    }
+                    // Frames taken whole get exactly their entries, with no counter or stray
+                    // bits below the flags.
+                    Frames::Whole(HUGE_ORDER) | Frames::Orphan => {
+                        let _ = self.update_child(h, |_| Some(Child::HUGE));
+                    }
+                    Frames::Whole(order) => {
+                        let (first, rest) = match order {
+                            10 => (Child::PAIR, Child::PAIR),
+                            _ => (Child::span_start(order), Child::SPAN),
+                        };
+                        let _ = self.update_child(h, |_| Some(first));
+                        for f in h.0 + 1..h.0 + frames.frames() {
+                            let _ = self.update_child(HugeId(f), |_| Some(rest));
+                        }
                     }
                 }
+                h = HugeId(h.0 + frames.frames());
             }
-            Ok(())
-        })?;
-        Ok(allocated)
-    }
-
-    /// Calls `f` for each run of frames [`Lower::frames_at`] tells apart, in address order;
-    /// stops at the first error, of `f` or of a state no run leaves.
-    fn walk_frames(
-        &self,
-        mut f: impl FnMut(HugeId, Frames) -> Result<(), RecoverError>,
-    ) -> Result<(), RecoverError> {
-        let mut h = 0;
-        while h < self.huges {
-            let frames = self
-                .frames_at(HugeId(h))
-                .map_err(|what| RecoverError::Corrupt { frame: h, what })?;
-            f(HugeId(h), frames)?;
-            h += frames.frames();
         }
-        Ok(())
+        Ok(allocated)
     }
 
     /// Checks what recovery trusts in the frames from `h` on: the padding past the last unit

@@ -90,38 +90,20 @@ impl<W: WriteBack> Lower<W> {
             return false;
         }
         let first = self.huges * WORDS + h.0 / 2;
-        let words = first..first + frames / 2;
+        let end = first + frames / 2;
         // Read first: a compare-and-swap on a taken group would only write its lines.
-        if !words.clone().all(|p| self.word(p).get() == FREE_PAIR) {
+        if !(first..end).all(|p| self.word(p).get() == FREE_PAIR) {
             return false;
         }
-        let set = |p: usize, value: u64| {
-            let taken = self
-                .word(p)
-                .try_change(|v| (v == FREE_PAIR).then_some(value))
-                .is_ok();
-            if taken {
-                self.persist(|| self.word(p));
+        // The other words one after the other, then the first, which publishes the span.
+        for (i, p) in (first + 1..end).chain([first]).enumerate() {
+            let value = if p == first { start_pair(order) } else { SPAN_PAIR };
+            if self.word(p).try_change(|v| (v == FREE_PAIR).then_some(value)).is_err() {
+                // The words set so far are ours: see the module documentation.
+                self.clear_pairs(first + 1..first + 1 + i);
+                return false;
             }
-            taken
-        };
-        let undo = |set: core::ops::Range<usize>| {
-            for p in set {
-                // Ours since the claim set it: see the module documentation. `SeqCst`: a
-                // write that makes frames free, as the refusal memo's argument needs them
-                // (`refusal.rs`).
-                self.word(p).store(FREE_PAIR, Ordering::SeqCst);
-                self.persist(|| self.word(p));
-            }
-            false
-        };
-        for p in first + 1..words.end {
-            if !set(p, SPAN_PAIR) {
-                return undo(first + 1..p);
-            }
-        }
-        if !set(first, start_pair(order)) {
-            return undo(first + 1..words.end);
+            self.persist(|| self.word(p));
         }
         true
     }
@@ -137,15 +119,19 @@ impl<W: WriteBack> Lower<W> {
             return false;
         }
         self.persist(|| start);
-        for p in first + 1..first + frames / 2 {
-            // Ours since the claim of the first word: no other operation changes it.
-            // `SeqCst`, as the undo of a claim.
+        // Ours since the claim of the first word: no other operation changes them.
+        self.clear_pairs((first + 1..first + frames / 2).chain([first]));
+        true
+    }
+
+    /// Makes the pair words `words` free, one after the other, each written back before the
+    /// next. `SeqCst`: a write that makes frames free, as the refusal memo's argument needs
+    /// them (`refusal.rs`).
+    fn clear_pairs(&self, words: impl Iterator<Item = usize>) {
+        for p in words {
             self.word(p).store(FREE_PAIR, Ordering::SeqCst);
             self.persist(|| self.word(p));
         }
-        start.store(FREE_PAIR, Ordering::SeqCst);
-        self.persist(|| start);
-        true
     }
 
     /// The live span that holds frame `h` (whose child entry has the span flag), as
