@@ -178,7 +178,7 @@ fn is_block(word: u64, p: usize, order: u32) -> bool {
 }
 
 /// The order of the in-word block (1..=5) that starts at slot `p` of `word`, if one does.
-#[inline]
+#[cfg(any(test, not(loom)))]
 fn in_word_order(word: u64, p: usize) -> Option<u32> {
     // Slot `p` `10` and slot `p + 1` `11`: the cheap part every order shares.
     if !p.is_multiple_of(2) || word >> (2 * p) & 0b1111 != 0b1110 {
@@ -662,17 +662,13 @@ impl<W: WriteBack> Lower<W> {
         while at < end {
             let h = HugeId(at / HUGE_UNITS);
             let child = self.child(h);
-            if child.huge() {
-                // A frame of a span being claimed or freed is no block: on past it.
-                match self.block_of(at) {
-                    Some(block) => return Some(block),
-                    None => {
-                        at = h.first_unit() + HUGE_UNITS;
-                        continue;
-                    }
+            // A frame taken whole starts a block (a frame of a span being claimed or freed
+            // none); a free one holds none.
+            if child.huge() || child.free() == HUGE_UNITS {
+                let block = child.huge().then(|| self.block_of(at)).flatten();
+                if block.is_some() {
+                    return block;
                 }
-            }
-            if child.free() == HUGE_UNITS {
                 at = h.first_unit() + HUGE_UNITS;
                 continue;
             }
@@ -702,7 +698,7 @@ impl<W: WriteBack> Lower<W> {
             _ => self.free_span(h, order),
         };
         if !freed {
-            return Err(self.wrong_free(h, index));
+            return Err(self.wrong_free(index));
         }
         if order <= BITS_ORDER {
             // Fig. 14b (3): the units are back in the bit field.
@@ -821,27 +817,13 @@ impl<W: WriteBack> Lower<W> {
     }
 
     /// The error for a free that found no block of its order at `index`: a block of another
-    /// order starts there (`OrderMismatch`) or none does (`NotAllocated`). Read after the
-    /// fact, so a racing change may tip it from one to the other, never to success.
-    fn wrong_free(&self, h: HugeId, index: usize) -> Error {
-        let child = self.child(h);
-        let starts = if child.span() {
-            // Only a span's first frame records its order; its others start nothing.
-            index == h.first_unit() && child.span_order().is_some()
-        } else if child.huge() {
-            // A whole frame starts at its first unit; the odd half of a pair starts nothing.
-            index == h.first_unit() && !(child.pair() && h.0 % 2 == 1)
-        } else {
-            let v = self.bit_of(index).0.get();
-            let p = index % SLOTS;
-            slot_in(v, p) == ORDER0_SLOT
-                || in_word_order(v, p).is_some()
-                || (p == 0 && multi_order(v).is_some())
-        };
-        if starts {
-            Error::OrderMismatch
-        } else {
-            Error::NotAllocated
+    /// order starts there (`OrderMismatch`: [`Lower::block_of`] names it) or none does
+    /// (`NotAllocated`). Read after the fact, so a racing change may tip it from one to the
+    /// other, never to success.
+    fn wrong_free(&self, index: usize) -> Error {
+        match self.block_of(index) {
+            Some((first, _)) if first == index => Error::OrderMismatch,
+            _ => Error::NotAllocated,
         }
     }
 

@@ -365,18 +365,14 @@ impl PersistentLLFree {
                 _ => Ok(Start::Init(Init::Recover)),
             }
         })?;
-        let allocated_units = zone.alloc.total_units() - zone.alloc.free_units();
-        let elapsed = started.elapsed();
+        let recovery = Recovery {
+            clean: state == CLEAN,
+            allocated_units: zone.alloc.total_units() - zone.alloc.free_units(),
+            elapsed: started.elapsed(),
+        };
         // From here on a crash must be seen as one.
         zone.write_header_word(STATE_AT, DIRTY)?;
-        Ok((
-            zone,
-            Recovery {
-                clean: state == CLEAN,
-                allocated_units,
-                elapsed,
-            },
-        ))
+        Ok((zone, recovery))
     }
 
     /// Opens a zone as [`open`](Self::open) does, but while it is [`PersistError::Locked`]
