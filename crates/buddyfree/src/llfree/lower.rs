@@ -315,8 +315,12 @@ impl<W: WriteBack> Lower<W> {
             let _ = self.update_child(h, |_| Some(Child::with_free(free)));
             for w in (0..WORDS).filter(|_| h.0 < self.huges) {
                 let padding = padding(real, w);
-                let taken = if fill == Fill::Free { 0 } else { LOW_BITS & !padding };
-                self.bits(h, w).store(padding & HIGH_BITS | taken, Ordering::Relaxed);
+                let order0 = match fill {
+                    Fill::Free => 0,
+                    Fill::Allocated => LOW_BITS & !padding,
+                };
+                let bits = padding & HIGH_BITS | order0;
+                self.bits(h, w).store(bits, Ordering::Relaxed);
             }
         }
     }
@@ -421,7 +425,9 @@ impl<W: WriteBack> Lower<W> {
                 .is_ok()
         } else {
             let g = (index % HUGE_UNITS) / SLOTS;
-            let free = with_span(order, |span| (g..g + span).all(|w| self.bits(h, w).get() == 0));
+            let free = with_span(order, |span| {
+                (g..g + span).all(|w| self.bits(h, w).get() == 0)
+            });
             free && self.claim_group(h, g, order, false)
         }
     }
@@ -486,11 +492,12 @@ impl<W: WriteBack> Lower<W> {
         // group free, and a word that is not is no longer ours to take.
         let set = |w: usize, value: u64| {
             let word = self.bits(h, w);
-            match plain {
-                true => word.store(value, Ordering::Release),
-                false => return word.compare_exchange(0, value, Ordering::SeqCst, Ordering::Acquire).is_ok(),
+            if plain {
+                word.store(value, Ordering::Release);
+                return true;
             }
-            true
+            word.compare_exchange(0, value, Ordering::SeqCst, Ordering::Acquire)
+                .is_ok()
         };
         let undo = |words: core::ops::Range<usize>| {
             for w in words {
@@ -519,14 +526,20 @@ impl<W: WriteBack> Lower<W> {
     /// aligned children (§4.2.1: one CAS for both), from free to taken (`take`) or back.
     fn flip_huge(&self, h: HugeId, order: u32, take: bool) -> bool {
         let taken = if order == 9 { Child::HUGE } else { Child::PAIR };
-        let (from, to) = if take { (Child::FREE, taken) } else { (taken, Child::FREE) };
+        let (from, to) = match take {
+            true => (Child::FREE, taken),
+            false => (taken, Child::FREE),
+        };
         let flipped = if order == 9 {
             self.update_child(h, |c| (c == from).then_some(to)).is_ok()
         } else {
             let (from, to) = (ChildPair::new(from, from).0, ChildPair::new(to, to).0);
             h.0.is_multiple_of(2)
                 && h.0 + 1 < self.huges
-                && self.pair_word(h).try_change(|p| (p == from).then_some(to)).is_ok()
+                && self
+                    .pair_word(h)
+                    .try_change(|p| (p == from).then_some(to))
+                    .is_ok()
         };
         if flipped {
             // The huge flags are the truth for orders 9 and 10 (§3.2.3).
@@ -799,7 +812,10 @@ impl<W: WriteBack> Lower<W> {
             start.store(FREEING, Ordering::Release);
         } else {
             window::pass();
-            if start.try_change(|v| (v == start_word(order)).then_some(FREEING)).is_err() {
+            if start
+                .try_change(|v| (v == start_word(order)).then_some(FREEING))
+                .is_err()
+            {
                 return false;
             }
         }

@@ -444,7 +444,15 @@ impl PersistentLLFree {
         // other zones, and moves into the zone together with the allocator, which is
         // dropped first.
         let alloc = unsafe {
-            LLFree::over_raw(config, options, Policy::single(), start, lower, write_back, None)
+            LLFree::over_raw(
+                config,
+                options,
+                Policy::single(),
+                start,
+                lower,
+                write_back,
+                None,
+            )
         };
         Ok(PersistentLLFree {
             alloc: alloc?,

@@ -97,8 +97,15 @@ impl<W: WriteBack> Lower<W> {
         }
         // The other words one after the other, then the first, which publishes the span.
         for (i, p) in (first + 1..end).chain([first]).enumerate() {
-            let value = if p == first { start_pair(order) } else { SPAN_PAIR };
-            if self.word(p).try_change(|v| (v == FREE_PAIR).then_some(value)).is_err() {
+            let value = match p == first {
+                true => start_pair(order),
+                false => SPAN_PAIR,
+            };
+            if self
+                .word(p)
+                .try_change(|v| (v == FREE_PAIR).then_some(value))
+                .is_err()
+            {
                 // The words set so far are ours: see the module documentation.
                 self.clear_pairs(first + 1..first + 1 + i);
                 return false;
@@ -115,7 +122,10 @@ impl<W: WriteBack> Lower<W> {
         let first = self.huges * WORDS + h.0 / 2;
         let start = self.word(first);
         window::pass();
-        if start.try_change(|v| (v == start_pair(order)).then_some(FREEING_PAIR)).is_err() {
+        if start
+            .try_change(|v| (v == start_pair(order)).then_some(FREEING_PAIR))
+            .is_err()
+        {
             return false;
         }
         self.persist(|| start);
