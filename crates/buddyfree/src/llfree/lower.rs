@@ -77,8 +77,6 @@ use crate::Error;
 mod recover;
 mod span;
 
-#[cfg(not(loom))]
-pub(crate) use span::Frames;
 pub(crate) use span::SPAN_MAX_ORDER;
 
 /// Units per bit-field word (two bits each).

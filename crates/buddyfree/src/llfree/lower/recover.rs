@@ -32,6 +32,27 @@
 use super::*;
 use crate::llfree::{RecoverError, HUGE_ORDER};
 
+/// What the child entries of a run of frames hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Frames {
+    /// A frame not taken whole: its bit field holds its blocks.
+    Bits,
+    /// A block of `order` (9, 10 or a span) taken whole, from this frame on. A frame taken
+    /// whole as part of no live block (what a claim or a free of a span cut off by a crash
+    /// leaves) is one of order 9 that nobody holds.
+    Whole(u32),
+}
+
+impl Frames {
+    /// The frames this covers.
+    fn frames(self) -> usize {
+        match self {
+            Frames::Whole(order) => 1 << (order - HUGE_ORDER),
+            _ => 1,
+        }
+    }
+}
+
 impl<W: WriteBack> Lower<W> {
     /// Rebuilds the child counters, and turns the slots no block names into order-0 blocks
     /// and the frames taken whole that no block names into order-9 blocks, from the bit
@@ -60,7 +81,7 @@ impl<W: WriteBack> Lower<W> {
                     }
                     // Frames taken whole get exactly their entries, with no counter or stray
                     // bits below the flags.
-                    Frames::Whole(HUGE_ORDER) | Frames::Orphan => {
+                    Frames::Whole(HUGE_ORDER) => {
                         let _ = self.update_child(h, |_| Some(Child::HUGE));
                     }
                     Frames::Whole(order) => {
@@ -78,6 +99,37 @@ impl<W: WriteBack> Lower<W> {
             }
         }
         Ok(allocated)
+    }
+
+    /// What the child entries from frame `h` on hold (quiescent state only), and the frames
+    /// that covers, read from their flags alone (the counters are rebuilt by recovery). A
+    /// state no run leaves is `Err` with what is wrong.
+    fn frames_at(&self, h: HugeId) -> Result<Frames, &'static str> {
+        let flags = |h: usize| self.child(HugeId(h)).flags();
+        let child = flags(h.0);
+        if !child.huge() {
+            return match child.pair() || child.span() {
+                true => Err("a pair or span flag without the huge flag"),
+                false => Ok(Frames::Bits),
+            };
+        }
+        if child.span() {
+            let named = child.span_order().filter(|&order| {
+                let frames = 1usize << (order - HUGE_ORDER);
+                h.0.is_multiple_of(frames)
+                    && h.0 + frames <= self.huges
+                    && (h.0 + 1..h.0 + frames).all(|f| flags(f) == Child::SPAN)
+            });
+            return Ok(Frames::Whole(named.unwrap_or(HUGE_ORDER)));
+        }
+        if !child.pair() {
+            return Ok(Frames::Whole(HUGE_ORDER));
+        }
+        let whole = h.0.is_multiple_of(2) && h.0 + 1 < self.huges && flags(h.0 + 1).pair();
+        match whole {
+            true => Ok(Frames::Whole(HUGE_ORDER + 1)),
+            false => Err("half of an order-10 block"),
+        }
     }
 
     /// Checks what recovery trusts in the frames from `h` on: the padding past the last unit
@@ -123,7 +175,6 @@ impl<W: WriteBack> Lower<W> {
         }
         let order = match frames {
             Frames::Whole(order) => Some(order),
-            Frames::Orphan => Some(HUGE_ORDER),
             Frames::Bits => largest,
         };
         if order.is_some_and(|o| o > max_order) {

@@ -57,30 +57,6 @@ const fn start_pair(order: u32) -> u64 {
     ChildPair::new(Child::span_start(order), Child::SPAN).0
 }
 
-/// What the child entries of a run of frames hold, for recovery and the walk over blocks.
-#[cfg_attr(loom, allow(dead_code))]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Frames {
-    /// A frame not taken whole: its bit field holds its blocks.
-    Bits,
-    /// A live block of `order` (9, 10 or a span) taken whole, from this frame on.
-    Whole(u32),
-    /// One frame taken whole as part of no live block: what a claim or a free of a span cut
-    /// off by a crash leaves.
-    Orphan,
-}
-
-#[cfg_attr(loom, allow(dead_code))]
-impl Frames {
-    /// The frames this covers.
-    pub(crate) fn frames(self) -> usize {
-        match self {
-            Frames::Whole(order) => 1 << (order - HUGE_ORDER),
-            _ => 1,
-        }
-    }
-}
-
 impl<W: WriteBack> Lower<W> {
     /// Allocates the span of `order` (11 and up) that starts at frame `h`, if every one of
     /// its frames is free: see the module documentation.
@@ -152,38 +128,6 @@ impl<W: WriteBack> Lower<W> {
             let g = HugeId(h.0 & !((1 << (order - HUGE_ORDER)) - 1));
             (self.child(g) == Child::span_start(order)).then(|| (g.first_unit(), order))
         })
-    }
-
-    #[cfg_attr(loom, allow(dead_code))]
-    /// What the child entries from frame `h` on hold (quiescent state only), and the frames
-    /// that covers, read from their flags alone (the counters are rebuilt by recovery). A
-    /// state no run leaves is `Err` with what is wrong.
-    pub(crate) fn frames_at(&self, h: HugeId) -> Result<Frames, &'static str> {
-        let flags = |h: usize| self.child(HugeId(h)).flags();
-        let child = flags(h.0);
-        if !child.huge() {
-            return match child.pair() || child.span() {
-                true => Err("a pair or span flag without the huge flag"),
-                false => Ok(Frames::Bits),
-            };
-        }
-        if child.span() {
-            let named = child.span_order().filter(|&order| {
-                let frames = 1usize << (order - HUGE_ORDER);
-                h.0.is_multiple_of(frames)
-                    && h.0 + frames <= self.huges
-                    && (h.0 + 1..h.0 + frames).all(|f| flags(f) == Child::SPAN)
-            });
-            return Ok(named.map_or(Frames::Orphan, Frames::Whole));
-        }
-        if !child.pair() {
-            return Ok(Frames::Whole(HUGE_ORDER));
-        }
-        let whole = h.0.is_multiple_of(2) && h.0 + 1 < self.huges && flags(h.0 + 1).pair();
-        match whole {
-            true => Ok(Frames::Whole(HUGE_ORDER + 1)),
-            false => Err("half of an order-10 block"),
-        }
     }
 }
 
