@@ -24,6 +24,7 @@ const HUGE: u32 = 1 << 19;
 const PAIR: u32 = 1 << 20;
 const SPAN: u32 = 1 << 21;
 const ORDER_SHIFT: u32 = 22;
+#[cfg(not(loom))]
 const ORDER_MASK: u32 = 0x1F << ORDER_SHIFT;
 /// The order field of a span's first frame while a free clears the span.
 const SPAN_FREEING: u32 = 0x1F;
@@ -49,6 +50,7 @@ impl Child {
     /// The entry without its counter and the unused bits below the flags: what recovery
     /// trusts of it (the counter is rebuilt from the bit field).
     #[inline]
+    #[cfg(not(loom))]
     pub(crate) const fn flags(self) -> Child {
         Child(self.0 & !(HUGE - 1))
     }
@@ -63,6 +65,7 @@ impl Child {
     /// The order of the block of order 11 and up that starts at this frame, if one does:
     /// exactly [`Child::span_start`], no other bit.
     #[inline]
+    #[cfg(not(loom))]
     pub(crate) fn span_order(self) -> Option<u32> {
         let order = (self.0 & ORDER_MASK) >> ORDER_SHIFT;
         (self.0 & !ORDER_MASK == HUGE | SPAN && (11..=30).contains(&order)).then_some(order)

@@ -310,15 +310,20 @@ impl<W: WriteBack> Lower<W> {
         for h in (0..self.huges.next_multiple_of(2)).map(HugeId) {
             let real = units.saturating_sub(h.first_unit()).min(HUGE_UNITS);
             let free = if fill == Fill::Free { real } else { 0 };
-            let _ = self.update_child(h, |_| Some(Child::with_free(free)));
+            let word = self.pair_word(h);
+            let pair = ChildPair(word.load(Ordering::Relaxed)).set(h.0 % 2, Child::with_free(free));
+            word.store(pair.0, Ordering::Relaxed);
             for w in (0..WORDS).filter(|_| h.0 < self.huges) {
                 let padding = padding(real, w);
                 let order0 = match fill {
                     Fill::Free => 0,
                     Fill::Allocated => LOW_BITS & !padding,
                 };
+                // Zero words stay as the clearing above left them (fewer steps in loom models).
                 let bits = padding & HIGH_BITS | order0;
-                self.bits(h, w).store(bits, Ordering::Relaxed);
+                if bits != 0 {
+                    self.bits(h, w).store(bits, Ordering::Relaxed);
+                }
             }
         }
     }
@@ -1017,14 +1022,8 @@ fn taken_slots(word: u64) -> u32 {
 /// The slots of word `w` of a frame with `real` units that lie past its end (a mask of both
 /// bits of each).
 fn padding(real: usize, w: usize) -> u64 {
-    let first = w * SLOTS;
-    if real <= first {
-        u64::MAX
-    } else if real >= first + SLOTS {
-        0
-    } else {
-        u64::MAX << (2 * (real - first))
-    }
+    let units = real.saturating_sub(w * SLOTS).min(SLOTS) as u32;
+    u64::MAX.checked_shl(2 * units).unwrap_or(0)
 }
 
 /// The order-0 slots (`01`) of the units whose bits are set in `units`.
