@@ -706,21 +706,24 @@ impl<W: WriteBack> Lower<W> {
     /// order-0 arm, with its constant order, compiles to its own one-slot check.
     pub(crate) fn free(&self, index: usize, order: u32) -> Result<(), Error> {
         let h = HugeId(index / HUGE_UNITS);
+        // Orders 0..=8: the units are back in the bit field (Fig. 14b (3)).
+        let counted = |cleared: bool| {
+            if cleared {
+                self.give_child(h, 1 << order);
+            }
+            cleared
+        };
         let freed = match order {
-            0 => self.clear_in_word(&[index], 0),
-            1..=WORD_ORDER => self.clear_in_word(&[index], order),
-            6..=8 => self.clear_words(h, index, order, false),
+            0 => counted(self.clear_in_word(&[index], 0)),
+            1..=WORD_ORDER => counted(self.clear_in_word(&[index], order)),
+            6..=8 => counted(self.clear_words(h, index, order, false)),
             9 | 10 => self.flip_huge(h, order, false),
             _ => self.free_span(h, order),
         };
-        if !freed {
-            return Err(self.wrong_free(index));
+        match freed {
+            true => Ok(()),
+            false => Err(self.wrong_free(index)),
         }
-        if order <= BITS_ORDER {
-            // Fig. 14b (3): the units are back in the bit field.
-            self.give_child(h, 1 << order);
-        }
-        Ok(())
     }
 
     /// Frees blocks of `order` (0..=8, checked for range and alignment) that all lie in one
