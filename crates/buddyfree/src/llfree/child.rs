@@ -17,13 +17,14 @@ use super::HUGE_UNITS;
 
 /// One child entry, by value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Child(u32);
+pub(crate) struct Child(pub(crate) u32);
 
 const FREE_MASK: u32 = 0x3FF;
 const HUGE: u32 = 1 << 19;
 const PAIR: u32 = 1 << 20;
 const SPAN: u32 = 1 << 21;
 const ORDER_SHIFT: u32 = 22;
+#[cfg(not(loom))]
 const ORDER_MASK: u32 = 0x1F << ORDER_SHIFT;
 /// The order field of a span's first frame while a free clears the span.
 const SPAN_FREEING: u32 = 0x1F;
@@ -49,6 +50,7 @@ impl Child {
     /// The entry without its counter and the unused bits below the flags: what recovery
     /// trusts of it (the counter is rebuilt from the bit field).
     #[inline]
+    #[cfg(not(loom))]
     pub(crate) const fn flags(self) -> Child {
         Child(self.0 & !(HUGE - 1))
     }
@@ -63,6 +65,7 @@ impl Child {
     /// The order of the block of order 11 and up that starts at this frame, if one does:
     /// exactly [`Child::span_start`], no other bit.
     #[inline]
+    #[cfg(not(loom))]
     pub(crate) fn span_order(self) -> Option<u32> {
         let order = (self.0 & ORDER_MASK) >> ORDER_SHIFT;
         (self.0 & !ORDER_MASK == HUGE | SPAN && (11..=30).contains(&order)).then_some(order)
@@ -102,17 +105,6 @@ impl Child {
         debug_assert!(!self.huge() && self.free() + n <= HUGE_UNITS);
         Child(self.0 + n as u32)
     }
-
-    #[inline]
-    /// The raw bits, for packing two children into one word.
-    pub(crate) const fn raw(self) -> u32 {
-        self.0
-    }
-
-    #[inline]
-    pub(crate) const fn from_raw(raw: u32) -> Child {
-        Child(raw)
-    }
 }
 
 /// Two adjacent children (an even one and the next) packed into one 64-bit word.
@@ -121,13 +113,13 @@ pub(crate) struct ChildPair(pub(crate) u64);
 
 impl ChildPair {
     pub(crate) const fn new(even: Child, odd: Child) -> ChildPair {
-        ChildPair(even.raw() as u64 | (odd.raw() as u64) << 32)
+        ChildPair(even.0 as u64 | (odd.0 as u64) << 32)
     }
 
     #[inline]
     /// The child `half` (0: even, 1: odd).
     pub(crate) const fn get(self, half: usize) -> Child {
-        Child::from_raw((self.0 >> (32 * half)) as u32)
+        Child((self.0 >> (32 * half)) as u32)
     }
 
     #[inline]
@@ -142,7 +134,7 @@ impl ChildPair {
     /// The pair with child `half` replaced.
     pub(crate) const fn set(self, half: usize, child: Child) -> ChildPair {
         let shift = 32 * half;
-        ChildPair(self.0 & !(0xFFFF_FFFFu64 << shift) | (child.raw() as u64) << shift)
+        ChildPair(self.0 & !(0xFFFF_FFFFu64 << shift) | (child.0 as u64) << shift)
     }
 }
 

@@ -4,7 +4,7 @@
 //! [`WriteBack`], see `recover.rs`).
 //!
 //! ```text
-//! line 0                        children_at / 8
+//! line 0                        huges * WORDS / 8
 //! | bit fields: 16 words per    | children: 2 per word, padded |
 //! | huge frame (2 lines)        | to a line (16 per line)      |
 //! ```
@@ -55,7 +55,7 @@
 //! a span of whole frames for orders 11 and up (`span.rs`); exactly one wins and the others
 //! see an error. Two paths write the words of orders 6..=8 with plain stores, in the
 //! order above, where no other thread can write them: a bulk claim in a frame whose every
-//! unit its caller holds ([`Lower::fill_group`]), and a bulk free by a caller that
+//! unit its caller holds ([`Lower::claim_group`]), and a bulk free by a caller that
 //! owns its blocks and promises that no free races it ([`Lower::free_owned`], behind
 //! `magazine::Backend::free_bulk_owned`). A bad free changes nothing: the compare-and-swap that
 //! would change slots is the one that classified them. Its error is read from the slots
@@ -77,8 +77,6 @@ use crate::Error;
 mod recover;
 mod span;
 
-#[cfg(not(loom))]
-pub(crate) use span::Frames;
 pub(crate) use span::SPAN_MAX_ORDER;
 
 /// Units per bit-field word (two bits each).
@@ -92,8 +90,6 @@ const ORDER0_SLOT: u64 = 0b01;
 /// The slot of the first unit of a block of order 1..=5 (and of the padding past the last
 /// unit, and the marker slots of [`start_word`] and [`FREEING`]).
 const START_SLOT: u64 = 0b10;
-/// The slot of every other unit of a block of order 1..=8.
-const LARGER_SLOT: u64 = 0b11;
 /// The low bit of every slot.
 const LOW_BITS: u64 = 0x5555_5555_5555_5555;
 /// The high bit of every slot (every slot `10`: padding).
@@ -109,14 +105,6 @@ const FREEING: u64 = !(1 << 2);
 /// Order-0 allocations retry their word search this often before giving the units back; the
 /// child counter promises a free slot, so only heavy contention in one frame gets this far.
 const ORDER0_PASSES: usize = 64;
-
-/// The first words of the groups of 2, 4 or 8 words that blocks of `order` (6..=8) take in
-/// a frame, from the group holding word `hint` on, wrapping around.
-fn groups_from(order: u32, hint: usize) -> impl Iterator<Item = usize> {
-    let span = 1 << (order - WORD_ORDER);
-    let groups = WORDS / span;
-    (0..groups).map(move |i| (hint / span + i) % groups * span)
-}
 
 /// Calls `f` with the words of a block of `order` (6..=8), 2, 4 or 8, as a constant in
 /// each arm, so that the compiler can unroll the loops over a block's words: under a mix of
@@ -156,8 +144,7 @@ fn multi_order(word: u64) -> Option<u32> {
 }
 
 /// Whether a live block of exactly `order` (0..=5) starts at every slot of `word` whose low
-/// bit is set in `starts` (slots at multiples of `2^order`): [`is_block`] for all of them
-/// at once.
+/// bit is set in `starts` (slots at multiples of `2^order`).
 #[inline(always)]
 fn are_blocks(word: u64, starts: u64, order: u32) -> bool {
     // The blocks are disjoint, so the products have no carries.
@@ -181,19 +168,15 @@ const fn slot_in(word: u64, p: usize) -> u64 {
 /// a slot that is not `11` (a larger block would go on with `11`). `p` is a multiple of
 /// `2^order`. Exact on every state the allocator leaves: a block of another order, a unit
 /// inside a block, a free unit, a multi-word start word or continuation word all fail.
+///
+/// [`are_blocks`] for one start.
 #[inline(always)]
 fn is_block(word: u64, p: usize, order: u32) -> bool {
-    let below = word >> (2 * p);
-    if order == 0 {
-        return below & 0b11 == ORDER0_SLOT;
-    }
-    let n = 1usize << order;
-    let mask = block_mask(order + 1);
-    below & mask == slots_of(order) && (p + n >= SLOTS || below >> (2 * n) & 0b11 != LARGER_SLOT)
+    are_blocks(word, 1 << (2 * p), order)
 }
 
 /// The order of the in-word block (1..=5) that starts at slot `p` of `word`, if one does.
-#[inline]
+#[cfg(any(test, not(loom)))]
 fn in_word_order(word: u64, p: usize) -> Option<u32> {
     // Slot `p` `10` and slot `p + 1` `11`: the cheap part every order shares.
     if !p.is_multiple_of(2) || word >> (2 * p) & 0b1111 != 0b1110 {
@@ -239,31 +222,17 @@ pub(crate) enum Fill {
 /// Bit fields and child entries of `units` units.
 pub(crate) struct Lower<W: WriteBack = Volatile> {
     lines: Lines,
+    /// Huge frames; their child entries start at word `huges * WORDS`.
     huges: usize,
-    children_at: usize,
     /// Called after every change that recovery reads (bits, huge flags); nothing at all for
     /// volatile memory.
     write_back: W,
 }
 
-/// Where the parts of a lower level of `units` units lie, in words.
-struct Layout {
-    huges: usize,
-    children_at: usize,
-    lines: usize,
-}
-
-impl Layout {
-    const fn of(units: usize) -> Layout {
-        let huges = units.div_ceil(HUGE_UNITS);
-        let children_at = huges * WORDS;
-        let words = children_at + huges.div_ceil(2).next_multiple_of(LINE_WORDS);
-        Layout {
-            huges,
-            children_at,
-            lines: words / LINE_WORDS,
-        }
-    }
+/// The cache lines of a lower level of `units` units.
+const fn lines_of(units: usize) -> usize {
+    let huges = units.div_ceil(HUGE_UNITS);
+    huges * WORDS / LINE_WORDS + huges.div_ceil(2).div_ceil(LINE_WORDS)
 }
 
 impl Lower {
@@ -276,7 +245,7 @@ impl Lower {
 
     /// Places the lower level of `units` units in `plan`.
     pub(crate) const fn plan(plan: &mut Plan, units: usize) -> Result<Part<Line>, Error> {
-        plan.add(Layout::of(units).lines)
+        plan.add(lines_of(units))
     }
 
     /// A lower level with every unit free at `part` of `meta`. Units past `units` in the last
@@ -290,7 +259,7 @@ impl Lower {
     /// Bytes the lower level of `units` units takes (a whole number of cache lines).
     #[cfg(not(loom))]
     pub(crate) const fn bytes(units: usize) -> usize {
-        Layout::of(units).lines * core::mem::size_of::<super::lines::Line>()
+        lines_of(units) * core::mem::size_of::<super::lines::Line>()
     }
 }
 
@@ -298,12 +267,10 @@ impl<W: WriteBack> Lower<W> {
     /// The lower level of `units` units on `lines` (of the size [`Lower::bytes`] gives),
     /// taken as it is.
     fn on(lines: Lines, units: usize, write_back: W) -> Lower<W> {
-        let layout = Layout::of(units);
-        debug_assert_eq!(lines.len(), layout.lines);
+        debug_assert_eq!(lines.len(), lines_of(units));
         Lower {
             lines,
-            huges: layout.huges,
-            children_at: layout.children_at,
+            huges: units.div_ceil(HUGE_UNITS),
             write_back,
         }
     }
@@ -322,7 +289,7 @@ impl<W: WriteBack> Lower<W> {
         write_back: W,
     ) -> Lower<W> {
         // SAFETY: passed on to our caller.
-        let lines = unsafe { Lines::borrowed(at, Layout::of(units).lines) };
+        let lines = unsafe { Lines::borrowed(at, lines_of(units)) };
         let lower = Lower::on(lines, units, write_back);
         if let Some(fill) = fill {
             lower.format(units, fill);
@@ -337,32 +304,25 @@ impl<W: WriteBack> Lower<W> {
     /// larger block going on. A missing odd frame has only its child entry, with nothing
     /// free.
     fn format(&self, units: usize, fill: Fill) {
-        for line in self.lines.iter() {
-            for word in &line.0 {
-                word.store(0, Ordering::Relaxed);
-            }
+        for word in self.lines.iter().flat_map(|line| &line.0) {
+            word.store(0, Ordering::Relaxed);
         }
-        for h in 0..self.huges.next_multiple_of(2) {
-            let real = units.saturating_sub(h * HUGE_UNITS).min(HUGE_UNITS);
-            let free = match fill {
-                Fill::Free => real,
-                Fill::Allocated => 0,
-            };
-            let half = h % 2;
-            let word = self.pair_word(HugeId(h));
-            let pair = ChildPair(word.load(Ordering::Relaxed)).set(half, Child::with_free(free));
+        for h in (0..self.huges.next_multiple_of(2)).map(HugeId) {
+            let real = units.saturating_sub(h.first_unit()).min(HUGE_UNITS);
+            let free = if fill == Fill::Free { real } else { 0 };
+            let word = self.pair_word(h);
+            let pair = ChildPair(word.load(Ordering::Relaxed)).set(h.0 % 2, Child::with_free(free));
             word.store(pair.0, Ordering::Relaxed);
-            if h < self.huges {
-                for w in 0..WORDS {
-                    let padding = padding(real, w);
-                    let taken = match fill {
-                        Fill::Free => 0,
-                        Fill::Allocated => LOW_BITS & !padding,
-                    };
-                    let bits = padding & HIGH_BITS | taken;
-                    if bits != 0 {
-                        self.bits(HugeId(h), w).store(bits, Ordering::Relaxed);
-                    }
+            for w in (0..WORDS).filter(|_| h.0 < self.huges) {
+                let padding = padding(real, w);
+                let order0 = match fill {
+                    Fill::Free => 0,
+                    Fill::Allocated => LOW_BITS & !padding,
+                };
+                // Zero words stay as the clearing above left them (fewer steps in loom models).
+                let bits = padding & HIGH_BITS | order0;
+                if bits != 0 {
+                    self.bits(h, w).store(bits, Ordering::Relaxed);
                 }
             }
         }
@@ -393,7 +353,7 @@ impl<W: WriteBack> Lower<W> {
     /// the `SeqCst` writes that make a frame free.
     pub(crate) fn any_free_frame(&self, frames: core::ops::Range<usize>) -> bool {
         (frames.start / 2..frames.end.div_ceil(2)).any(|p| {
-            let pair = ChildPair(self.word(self.children_at + p).load(Ordering::SeqCst));
+            let pair = ChildPair(self.word(self.huges * WORDS + p).load(Ordering::SeqCst));
             (0..2).any(|half| frames.contains(&(2 * p + half)) && pair.get(half) == Child::FREE)
         })
     }
@@ -402,11 +362,193 @@ impl<W: WriteBack> Lower<W> {
     /// frames starting at `h`), starting the bit-field search at word `hint`. Returns its
     /// first unit.
     pub(crate) fn alloc(&self, h: HugeId, order: u32, hint: usize) -> Option<usize> {
+        self.alloc_in(h, order, Search::From(hint))
+    }
+
+    /// Allocates the block of `order` at `index` (already checked for range and alignment)
+    /// if all its units are free.
+    pub(crate) fn alloc_at(&self, index: usize, order: u32) -> bool {
+        let h = HugeId(index / HUGE_UNITS);
+        self.alloc_in(h, order, Search::At(index)).is_some()
+    }
+
+    /// [`Lower::alloc`] and [`Lower::alloc_at`]. Orders 0..=8 follow Fig. 14a (2a): take the
+    /// units from the child counter first (this settles races for the last free units), then
+    /// claim the slots, else give them back.
+    fn alloc_in(&self, h: HugeId, order: u32, search: Search) -> Option<usize> {
+        let n = 1 << order;
         match order {
-            0..=8 => self.alloc_small(h, order, Search::From(hint)),
-            9 | 10 => self.take_huge(h, order).then(|| h.first_unit()),
-            _ => self.take_span(h, order).then(|| h.first_unit()),
+            0..=8 => self.update_child(h, |c| c.take(n)).ok()?,
+            9 | 10 => return self.flip_huge(h, order, true).then(|| h.first_unit()),
+            _ => return self.take_span(h, order).then(|| h.first_unit()),
+        };
+        let claimed = match search {
+            Search::At(index) => self.claim_at(h, index, order).then_some(index),
+            Search::From(hint) if order <= WORD_ORDER => self.claim_in_word(h, order, hint),
+            Search::From(hint) => self.claim_words(h, order, hint),
+        };
+        let Some(index) = claimed else {
+            self.give_child(h, n);
+            return None;
+        };
+        // The words of a multi-word block share the start word's cache line, so this one
+        // write-back takes the whole block to the medium.
+        self.persist(|| self.bit_of(index).0);
+        Some(index)
+    }
+
+    /// Orders 0..=5: one CAS on one word, writing the slots of an aligned run of free units
+    /// (`01` for order 0; `10` and then `11` for orders 1..=5).
+    fn claim_in_word(&self, h: HugeId, order: u32, hint: usize) -> Option<usize> {
+        let passes = if order == 0 { ORDER0_PASSES } else { 1 };
+        let slots = slots_of(order);
+        for _ in 0..passes {
+            for i in 0..WORDS {
+                let w = (hint + i) % WORDS;
+                let mut bit = 0;
+                // A run of `2^order` free slots is a run of `2^(order + 1)` zero bits.
+                let claim = |v: u64| {
+                    bit = find_run(v, order + 1)?;
+                    Some(v | slots << bit)
+                };
+                if self.bits(h, w).try_change(claim).is_ok() {
+                    return Some(h.first_unit() + w * SLOTS + bit as usize / 2);
+                }
+            }
         }
+        None
+    }
+
+    /// The block of `order` at `index` exactly, if all its units are free.
+    fn claim_at(&self, h: HugeId, index: usize, order: u32) -> bool {
+        if order <= WORD_ORDER {
+            let (word, shift) = self.bit_of(index);
+            let mask = block_mask(order + 1) << shift;
+            word.try_change(|v| (v & mask == 0).then_some(v | slots_of(order) << shift))
+                .is_ok()
+        } else {
+            let g = (index % HUGE_UNITS) / SLOTS;
+            let free = with_span(order, |span| {
+                (g..g + span).all(|w| self.bits(h, w).get() == 0)
+            });
+            free && self.claim_group(h, g, order, false)
+        }
+    }
+
+    /// Orders 6..=8: the first group of [`Lower::free_groups`] that [`Lower::claim_group`]
+    /// takes. Kept out of line, so that the order-0 path it shares `alloc_in` with stays
+    /// small.
+    #[inline(never)]
+    fn claim_words(&self, h: HugeId, order: u32, hint: usize) -> Option<usize> {
+        let mut groups = self.free_groups(h, order, hint);
+        let g = groups.find(|&g| self.claim_group(h, g, order, false))?;
+        Some(h.first_unit() + g * SLOTS)
+    }
+
+    /// The first words of the groups of 2, 4 or 8 whole free words that blocks of `order`
+    /// (6..=8) take in frame `h`, from the group holding word `hint` on (the frame's last
+    /// allocation: the groups before it are likely taken), wrapping around. The frame's
+    /// words are read once, the free groups found among them by shifts: a group taken
+    /// meanwhile fails its claim, one freed meanwhile is passed over, as a search that had
+    /// passed it already would.
+    #[inline(always)]
+    fn free_groups(&self, h: HugeId, order: u32, hint: usize) -> impl Iterator<Item = usize> {
+        with_span(order, |span| {
+            // Bit `w` set where word `w` is free, then where words `w..w + span` all are.
+            let words = self.frame(h);
+            let mut groups = (0..WORDS).fold(0u32, |free, w| {
+                free | u32::from(words[w / LINE_WORDS].0[w % LINE_WORDS].get() == 0) << w
+            });
+            let mut width = 1;
+            while width < span {
+                groups &= groups >> width;
+                width *= 2;
+            }
+            groups &= GROUP_FIRSTS[span.trailing_zeros() as usize];
+            // Rotated so that the group holding `hint` is bit 0.
+            let from = (hint % WORDS) & !(span - 1);
+            let mut rest = (groups >> from | groups << (WORDS - from)) & 0xFFFF;
+            core::iter::from_fn(move || {
+                let i = rest.trailing_zeros() as usize;
+                rest &= rest.wrapping_sub(1);
+                (i < WORDS).then(|| (from + i) % WORDS)
+            })
+        })
+    }
+
+    /// The words of a block of `order` (6..=8) from word `g`, a group just read free, set
+    /// one after the other: the continuation words, then the start word, which publishes the
+    /// block (a free matches only a start word, so none can take a block whose words are
+    /// not all set). If a racing allocation took a unit of a word not set yet, every word
+    /// set is cleared again and the group counts as taken (§4.2.1); success is reported
+    /// only once all words are ours.
+    ///
+    /// `plain`: the caller holds every unit of the frame (the counter it took was all that
+    /// was left, and the rest are blocks it has just allocated, which no one frees). No
+    /// other thread can then write a word of the frame (an allocation needs units of the
+    /// counter, a free a block it has), so the words are written with plain stores, in the
+    /// same order: two compare-and-swaps fewer per order-6 block, which is most of what a
+    /// magazine adds to a burst of them (docs/results.md, "The magazines' fast path").
+    #[inline]
+    fn claim_group(&self, h: HugeId, g: usize, order: u32, plain: bool) -> bool {
+        // One compare-and-swap from free, no read first: the caller has just read the
+        // group free, and a word that is not is no longer ours to take.
+        let set = |w: usize, value: u64| {
+            let word = self.bits(h, w);
+            if plain {
+                word.store(value, Ordering::Release);
+                return true;
+            }
+            word.compare_exchange(0, value, Ordering::SeqCst, Ordering::Acquire)
+                .is_ok()
+        };
+        let undo = |words: core::ops::Range<usize>| {
+            for w in words {
+                // We own these whole continuation words: nothing else writes a word it did
+                // not find with a free slot, and no free clears a continuation word without
+                // the start word we have not written.
+                self.bits(h, w).store(0, Ordering::Release);
+            }
+            self.persist(|| self.bits(h, g));
+            false
+        };
+        with_span(order, |span| {
+            for w in g + 1..g + span {
+                if !set(w, u64::MAX) {
+                    return undo(g + 1..w);
+                }
+            }
+            if !set(g, start_word(order)) {
+                return undo(g + 1..g + span);
+            }
+            true
+        })
+    }
+
+    /// Orders 9 and 10: the child entry, or for order 10 the pair word of two whole,
+    /// aligned children (§4.2.1: one CAS for both), from free to taken (`take`) or back.
+    fn flip_huge(&self, h: HugeId, order: u32, take: bool) -> bool {
+        let taken = if order == 9 { Child::HUGE } else { Child::PAIR };
+        let (from, to) = match take {
+            true => (Child::FREE, taken),
+            false => (taken, Child::FREE),
+        };
+        let flipped = if order == 9 {
+            self.update_child(h, |c| (c == from).then_some(to)).is_ok()
+        } else {
+            let (from, to) = (ChildPair::new(from, from).0, ChildPair::new(to, to).0);
+            h.0.is_multiple_of(2)
+                && h.0 + 1 < self.huges
+                && self
+                    .pair_word(h)
+                    .try_change(|p| (p == from).then_some(to))
+                    .is_ok()
+        };
+        if flipped {
+            // The huge flags are the truth for orders 9 and 10 (§3.2.3).
+            self.persist(|| self.pair_word(h));
+        }
+        flipped
     }
 
     /// Allocates up to `out.len()` blocks of `order` (0..=8) in huge frame `h`, writing
@@ -438,7 +580,16 @@ impl<W: WriteBack> Lower<W> {
         } else {
             // The counter taken was all the frame had left, and the rest is the caller's.
             let alone = before.free() == taken && taken + ours == HUGE_UNITS;
-            self.claim_groups(h, order, hint, out, alone)
+            let groups = self.free_groups(h, order, hint);
+            let claimed = groups.filter(|&g| self.claim_group(h, g, order, alone));
+            let mut got = 0;
+            for (slot, g) in out.iter_mut().zip(claimed) {
+                // The block's words share the start word's line (as in `alloc_in`).
+                self.persist(|| self.bits(h, g));
+                *slot = h.first_unit() + g * SLOTS;
+                got += 1;
+            }
+            got
         };
         if got < out.len() {
             self.give_child(h, (out.len() - got) * n);
@@ -474,71 +625,6 @@ impl<W: WriteBack> Lower<W> {
             }
         }
         got
-    }
-
-    /// [`Lower::alloc_many`]'s claims for orders 6..=8, the child counter taken: the groups
-    /// of 2, 4 or 8 words from the one holding word `hint` on, each by
-    /// [`Lower::claim_group`], or, `alone` (the frame is the caller's alone), by
-    /// [`Lower::fill_group`].
-    fn claim_groups(
-        &self,
-        h: HugeId,
-        order: u32,
-        hint: usize,
-        out: &mut [usize],
-        alone: bool,
-    ) -> usize {
-        let mut got = 0;
-        for g in groups_from(order, hint) {
-            if got == out.len() {
-                break;
-            }
-            let claimed = match alone {
-                true => self.fill_group(h, g, order),
-                false => self.claim_group(h, g, order),
-            };
-            if claimed {
-                // The block's words share the start word's line (as in `alloc_small`).
-                self.persist(|| self.bits(h, g));
-                out[got] = h.first_unit() + g * SLOTS;
-                got += 1;
-            }
-        }
-        got
-    }
-
-    /// Allocates the block of `order` at `index` (already checked for range and alignment)
-    /// if all its units are free.
-    pub(crate) fn alloc_at(&self, index: usize, order: u32) -> bool {
-        let h = HugeId(index / HUGE_UNITS);
-        match order {
-            0..=8 => self.alloc_small(h, order, Search::At(index)).is_some(),
-            9 | 10 => self.take_huge(h, order),
-            _ => self.take_span(h, order),
-        }
-    }
-
-    /// Orders 9 and 10: the child entry (§4.2.1: order 10 takes two whole, aligned children
-    /// in one CAS).
-    fn take_huge(&self, h: HugeId, order: u32) -> bool {
-        let taken = if order == 9 {
-            self.update_child(h, |c| (c == Child::FREE).then_some(Child::HUGE))
-                .is_ok()
-        } else {
-            let free = ChildPair::new(Child::FREE, Child::FREE).0;
-            let taken = ChildPair::new(Child::PAIR, Child::PAIR).0;
-            h.0.is_multiple_of(2)
-                && h.0 + 1 < self.huges
-                && self
-                    .pair_word(h)
-                    .try_change(|p| (p == free).then_some(taken))
-                    .is_ok()
-        };
-        if taken {
-            // The huge flags are the truth for orders 9 and 10 (§3.2.3).
-            self.persist(|| self.pair_word(h));
-        }
-        taken
     }
 
     /// The live block that contains unit `index` (in range), as `(first unit, order)`.
@@ -592,17 +678,13 @@ impl<W: WriteBack> Lower<W> {
         while at < end {
             let h = HugeId(at / HUGE_UNITS);
             let child = self.child(h);
-            if child.huge() {
-                // A frame of a span being claimed or freed is no block: on past it.
-                match self.block_of(at) {
-                    Some(block) => return Some(block),
-                    None => {
-                        at = h.first_unit() + HUGE_UNITS;
-                        continue;
-                    }
+            // A frame taken whole starts a block (a frame of a span being claimed or freed
+            // none); a free one holds none.
+            if child.huge() || child.free() == HUGE_UNITS {
+                let block = child.huge().then(|| self.block_of(at)).flatten();
+                if block.is_some() {
+                    return block;
                 }
-            }
-            if child.free() == HUGE_UNITS {
                 at = h.first_unit() + HUGE_UNITS;
                 continue;
             }
@@ -620,223 +702,28 @@ impl<W: WriteBack> Lower<W> {
         None
     }
 
-    /// Frees the block of `order` at `index` (already checked for range and alignment).
+    /// Frees the block of `order` at `index` (already checked for range and alignment). The
+    /// order-0 arm, with its constant order, compiles to its own one-slot check.
     pub(crate) fn free(&self, index: usize, order: u32) -> Result<(), Error> {
         let h = HugeId(index / HUGE_UNITS);
-        match order {
-            0 => self.free_in_word(h, index, 0),
-            1..=WORD_ORDER => self.free_in_word(h, index, order),
-            6..=8 => self.free_words(h, index, order),
-            9 => match self.update_child(h, |c| (c == Child::HUGE).then_some(Child::FREE)) {
-                Ok(_) => {
-                    self.persist(|| self.pair_word(h));
-                    Ok(())
-                }
-                Err(_) => Err(self.wrong_free(h, index)),
-            },
-            11.. => self.free_span(h, index, order),
-            _ => {
-                let free = ChildPair::new(Child::FREE, Child::FREE).0;
-                let taken = ChildPair::new(Child::PAIR, Child::PAIR).0;
-                match self
-                    .pair_word(h)
-                    .try_change(|p| (p == taken).then_some(free))
-                {
-                    Ok(_) => {
-                        self.persist(|| self.pair_word(h));
-                        Ok(())
-                    }
-                    Err(_) => Err(self.wrong_free(h, index)),
-                }
+        // Orders 0..=8: the units are back in the bit field (Fig. 14b (3)).
+        let counted = |cleared: bool| {
+            if cleared {
+                self.give_child(h, 1 << order);
             }
-        }
-    }
-
-    /// Fig. 14a (2a) for orders 0..=8: take the units from the child counter first (this
-    /// settles races for the last free units), then claim the slots, else give them back.
-    fn alloc_small(&self, h: HugeId, order: u32, search: Search) -> Option<usize> {
-        let n = 1 << order;
-        self.update_child(h, |c| c.take(n)).ok()?;
-        let claimed = match search {
-            Search::At(index) => self.claim_at(h, index, order).then_some(index),
-            Search::From(hint) if order <= WORD_ORDER => self.claim_in_word(h, order, hint),
-            Search::From(hint) => self.claim_words(h, order, hint),
+            cleared
         };
-        let Some(index) = claimed else {
-            self.give_child(h, n);
-            return None;
+        let freed = match order {
+            0 => counted(self.clear_in_word(&[index], 0)),
+            1..=WORD_ORDER => counted(self.clear_in_word(&[index], order)),
+            6..=8 => counted(self.clear_words(h, index, order, false)),
+            9 | 10 => self.flip_huge(h, order, false),
+            _ => self.free_span(h, order),
         };
-        // The words of a multi-word block share the start word's cache line, so this one
-        // write-back takes the whole block to the medium.
-        self.persist(|| self.bit_of(index).0);
-        Some(index)
-    }
-
-    /// Orders 0..=5: one CAS on one word, writing the slots of an aligned run of free units
-    /// (`01` for order 0; `10` and then `11` for orders 1..=5).
-    fn claim_in_word(&self, h: HugeId, order: u32, hint: usize) -> Option<usize> {
-        let passes = if order == 0 { ORDER0_PASSES } else { 1 };
-        let slots = slots_of(order);
-        for _ in 0..passes {
-            for i in 0..WORDS {
-                let w = (hint + i) % WORDS;
-                let mut bit = 0;
-                // A run of `2^order` free slots is a run of `2^(order + 1)` zero bits.
-                let claim = |v: u64| {
-                    bit = find_run(v, order + 1)?;
-                    Some(v | slots << bit)
-                };
-                if self.bits(h, w).try_change(claim).is_ok() {
-                    return Some(h.first_unit() + w * SLOTS + bit as usize / 2);
-                }
-            }
+        match freed {
+            true => Ok(()),
+            false => Err(self.wrong_free(index)),
         }
-        None
-    }
-
-    /// The block of `order` at `index` exactly, if all its units are free.
-    fn claim_at(&self, h: HugeId, index: usize, order: u32) -> bool {
-        if order <= WORD_ORDER {
-            let (word, shift) = self.bit_of(index);
-            let mask = block_mask(order + 1) << shift;
-            word.try_change(|v| (v & mask == 0).then_some(v | slots_of(order) << shift))
-                .is_ok()
-        } else {
-            self.claim_group(h, (index % HUGE_UNITS) / SLOTS, order)
-        }
-    }
-
-    /// Orders 6..=8: the first group of 2, 4 or 8 whole free words from the one holding word
-    /// `hint` on (the frame's last allocation: the groups before it are likely taken). The
-    /// frame's words are read once, the free groups found among them by shifts, and only
-    /// those are tried ([`Lower::claim_free_group`]): a group taken meanwhile fails there,
-    /// one freed meanwhile is passed over, as a search that had passed it already would.
-    /// Kept out of line, so that the order-0 path it shares `alloc_small` with stays small.
-    #[inline(never)]
-    fn claim_words(&self, h: HugeId, order: u32, hint: usize) -> Option<usize> {
-        with_span(order, |span| {
-            // Bit `w` set where word `w` is free, then where words `w..w + span` all are.
-            let words = self.frame(h);
-            let mut groups = (0..WORDS).fold(0u32, |free, w| {
-                free | u32::from(words[w / LINE_WORDS].0[w % LINE_WORDS].get() == 0) << w
-            });
-            let mut width = 1;
-            while width < span {
-                groups &= groups >> width;
-                width *= 2;
-            }
-            groups &= GROUP_FIRSTS[span.trailing_zeros() as usize];
-            // The groups from the one holding `hint` on, then those before it.
-            let from = (hint % WORDS) & !(span - 1);
-            let mut later = groups & (u32::MAX << from);
-            let mut earlier = groups & !(u32::MAX << from);
-            loop {
-                let next = match later {
-                    0 if earlier == 0 => return None,
-                    0 => &mut earlier,
-                    _ => &mut later,
-                };
-                let g = next.trailing_zeros() as usize;
-                *next &= *next - 1;
-                if self.claim_free_group(h, g, order) {
-                    return Some(h.first_unit() + g * SLOTS);
-                }
-            }
-        })
-    }
-
-    /// The words of a block of `order` (6..=8) from word `g`, set one after the other: the
-    /// continuation words, then the start word, which publishes the block (a free matches
-    /// only a start word, so none can take a block whose words are not all set). If a racing
-    /// allocation took a unit of a word not set yet, every word set is cleared again and the
-    /// group counts as taken (§4.2.1); success is reported only once all words are ours.
-    fn claim_group(&self, h: HugeId, g: usize, order: u32) -> bool {
-        self.group_is_free(h, g, order) && self.claim_free_group(h, g, order)
-    }
-
-    /// [`Lower::claim_group`] for a group just read free (a racing claim of one of its words
-    /// makes it fail and undo, as there).
-    #[inline]
-    fn claim_free_group(&self, h: HugeId, g: usize, order: u32) -> bool {
-        with_span(order, |span| self.claim_span(h, g, span, start_word(order)))
-    }
-
-    /// The words `g..g + span` set to a block whose start word is `start`: the continuation
-    /// words one after the other, then the start word (see [`Lower::claim_group`]).
-    #[inline(always)]
-    fn claim_span(&self, h: HugeId, g: usize, span: usize, start: u64) -> bool {
-        // One compare-and-swap from free, no read first: the caller has just read the
-        // group free, and a word that is not is no longer ours to take.
-        let set = |w: usize, value: u64| {
-            self.bits(h, w)
-                .compare_exchange(0, value, Ordering::SeqCst, Ordering::Acquire)
-                .is_ok()
-        };
-        let undo = |words: core::ops::Range<usize>| {
-            for w in words {
-                // We own these whole continuation words: nothing else writes a word it did
-                // not find with a free slot, and no free clears a continuation word without
-                // the start word we have not written.
-                self.bits(h, w).store(0, Ordering::Release);
-            }
-            self.persist(|| self.bits(h, g));
-            false
-        };
-        for w in g + 1..g + span {
-            if !set(w, u64::MAX) {
-                return undo(g + 1..w);
-            }
-        }
-        if !set(g, start) {
-            return undo(g + 1..g + span);
-        }
-        true
-    }
-
-    /// [`Lower::claim_group`] in a frame whose every unit the caller holds (the counter it
-    /// took was all that was left, and the rest are blocks it has just allocated, which no
-    /// one frees). No other thread can then write a word of the frame (an allocation needs
-    /// units of the counter, a free a block it has), so the words are written with plain
-    /// stores, in the same order: two compare-and-swaps fewer per order-6 block, which is
-    /// most of what a magazine adds to a burst of them (docs/results.md, "The magazines'
-    /// fast path").
-    #[inline]
-    fn fill_group(&self, h: HugeId, g: usize, order: u32) -> bool {
-        if !self.group_is_free(h, g, order) {
-            return false;
-        }
-        for w in g + 1..g + (1 << (order - WORD_ORDER)) {
-            self.bits(h, w).store(u64::MAX, Ordering::Release);
-        }
-        self.bits(h, g).store(start_word(order), Ordering::Release);
-        true
-    }
-
-    /// Whether the words of the group of `order` (6..=8) at word `g` are all free.
-    #[inline]
-    fn group_is_free(&self, h: HugeId, g: usize, order: u32) -> bool {
-        with_span(order, |span| {
-            (g..g + span).all(|w| self.bits(h, w).get() == 0)
-        })
-    }
-
-    /// Fig. 14b for orders 0..=5: the slots say whether a block of exactly `order` starts at
-    /// `index` ([`is_block`]) and are cleared in the same compare-and-swap, so the answer
-    /// cannot go stale before it takes effect. Inlined, so that order 0 (a constant at the
-    /// call) compiles to its own one-slot check.
-    #[inline(always)]
-    fn free_in_word(&self, h: HugeId, index: usize, order: u32) -> Result<(), Error> {
-        let (word, shift) = self.bit_of(index);
-        let p = index % SLOTS;
-        let clear = !(block_mask(order + 1) << shift);
-        word.try_change(|v| {
-            window::pass();
-            is_block(v, p, order).then_some(v & clear)
-        })
-        .map_err(|_| self.wrong_free(h, index))?;
-        self.persist(|| word);
-        self.give_child(h, 1 << order);
-        Ok(())
     }
 
     /// Frees blocks of `order` (0..=8, checked for range and alignment) that all lie in one
@@ -867,24 +754,17 @@ impl<W: WriteBack> Lower<W> {
     /// caller then keeps.
     fn free_blocks(&self, blocks: &[usize], order: u32, owned: bool) -> usize {
         debug_assert!(order <= BITS_ORDER);
+        let in_word = order <= WORD_ORDER;
         let mut done = 0;
-        if order <= WORD_ORDER {
-            for group in blocks.chunk_by(|a, b| a / SLOTS == b / SLOTS) {
-                if !self.clear_group(group, order) {
-                    break;
-                }
-                done += group.len();
+        for group in blocks.chunk_by(|a, b| in_word && a / SLOTS == b / SLOTS) {
+            let cleared = match in_word {
+                true => self.clear_in_word(group, order),
+                false => self.clear_words(HugeId(group[0] / HUGE_UNITS), group[0], order, owned),
+            };
+            if !cleared {
+                break;
             }
-        } else {
-            for &index in blocks {
-                if self
-                    .clear_words(HugeId(index / HUGE_UNITS), index, order, owned)
-                    .is_err()
-                {
-                    break;
-                }
-                done += 1;
-            }
+            done += group.len();
         }
         if done > 0 {
             self.give_child(HugeId(blocks[0] / HUGE_UNITS), done << order);
@@ -892,10 +772,13 @@ impl<W: WriteBack> Lower<W> {
         done
     }
 
-    /// Clears the blocks of `order`, all in one bit-field word, with one compare-and-swap
-    /// that checks each: false, and nothing changed, if one is not a live block of `order`
-    /// or one is named twice. The child counter is the caller's.
-    fn clear_group(&self, blocks: &[usize], order: u32) -> bool {
+    /// Fig. 14b for orders 0..=5: clears the blocks of `order`, all in one bit-field word,
+    /// with one compare-and-swap that checks each ([`are_blocks`]), so the answer cannot go
+    /// stale before it takes effect: false, and nothing changed, if one is not a live block
+    /// of `order` or one is named twice. The child counter is the caller's. Inlined, so that
+    /// a single block of order 0 compiles to its own one-slot check.
+    #[inline(always)]
+    fn clear_in_word(&self, blocks: &[usize], order: u32) -> bool {
         let (word, _) = self.bit_of(blocks[0]);
         // The low bits of the blocks' first slots (aligned blocks overlap only if equal).
         let mut starts = 0u64;
@@ -918,24 +801,16 @@ impl<W: WriteBack> Lower<W> {
         true
     }
 
-    /// Frees the block of `order` (6..=8) at `index`: [`Lower::clear_words`], then the child
-    /// counter. Out of line, so that the order-0 path it shares `free` with stays small.
-    #[inline(never)]
-    fn free_words(&self, h: HugeId, index: usize, order: u32) -> Result<(), Error> {
-        self.clear_words(h, index, order, false)?;
-        self.give_child(h, 1 << order);
-        Ok(())
-    }
-
     /// Fig. 14b (1)–(3) for orders 6..=8, but for the child counter, which is the caller's.
     /// The start word is the claim: of racing frees of one block exactly one turns it into
     /// [`FREEING`]. It stays FREEING (no free slot, no match for any free) until the
     /// continuation words are clear, so that a losing double free never sees the block as
     /// free yet taken, and no allocation can take the start word while a word of the block
     /// is still set. `owned`: the caller owns the block and no free races it
-    /// ([`Lower::free_owned`]), so a plain store makes the start word FREEING.
-    #[inline(always)]
-    fn clear_words(&self, h: HugeId, index: usize, order: u32, owned: bool) -> Result<(), Error> {
+    /// ([`Lower::free_owned`]), so a plain store makes the start word FREEING. Out of line,
+    /// so that the order-0 path it shares `free` with stays small.
+    #[inline(never)]
+    fn clear_words(&self, h: HugeId, index: usize, order: u32, owned: bool) -> bool {
         let g = (index % HUGE_UNITS) / SLOTS;
         let start = self.bits(h, g);
         if owned {
@@ -943,9 +818,12 @@ impl<W: WriteBack> Lower<W> {
             start.store(FREEING, Ordering::Release);
         } else {
             window::pass();
-            start
+            if start
                 .try_change(|v| (v == start_word(order)).then_some(FREEING))
-                .map_err(|_| self.wrong_free(h, index))?;
+                .is_err()
+            {
+                return false;
+            }
         }
         with_span(order, |span| {
             for w in g + 1..g + span {
@@ -957,31 +835,17 @@ impl<W: WriteBack> Lower<W> {
         // One line holds all the block's words (a crash before this write-back leaves the
         // block allocated, or its remaining words orphans: see `recover.rs`).
         self.persist(|| start);
-        Ok(())
+        true
     }
 
     /// The error for a free that found no block of its order at `index`: a block of another
-    /// order starts there (`OrderMismatch`) or none does (`NotAllocated`). Read after the
-    /// fact, so a racing change may tip it from one to the other, never to success.
-    fn wrong_free(&self, h: HugeId, index: usize) -> Error {
-        let child = self.child(h);
-        let starts = if child.span() {
-            // Only a span's first frame records its order; its others start nothing.
-            index == h.first_unit() && child.span_order().is_some()
-        } else if child.huge() {
-            // A whole frame starts at its first unit; the odd half of a pair starts nothing.
-            index == h.first_unit() && !(child.pair() && h.0 % 2 == 1)
-        } else {
-            let v = self.bit_of(index).0.get();
-            let p = index % SLOTS;
-            slot_in(v, p) == ORDER0_SLOT
-                || in_word_order(v, p).is_some()
-                || (p == 0 && multi_order(v).is_some())
-        };
-        if starts {
-            Error::OrderMismatch
-        } else {
-            Error::NotAllocated
+    /// order starts there (`OrderMismatch`: [`Lower::block_of`] names it) or none does
+    /// (`NotAllocated`). Read after the fact, so a racing change may tip it from one to the
+    /// other, never to success.
+    fn wrong_free(&self, index: usize) -> Error {
+        match self.block_of(index) {
+            Some((first, _)) if first == index => Error::OrderMismatch,
+            _ => Error::NotAllocated,
         }
     }
 
@@ -1031,7 +895,7 @@ impl<W: WriteBack> Lower<W> {
     }
 
     fn pair_word(&self, h: HugeId) -> &AtomicU64 {
-        self.word(self.children_at + h.0 / 2)
+        self.word(self.huges * WORDS + h.0 / 2)
     }
 
     /// The bit-field words of frame `h` (one read each: meaningful with no operation in
@@ -1088,7 +952,7 @@ impl<W: WriteBack> Lower<W> {
     }
 }
 
-/// Where [`Lower::alloc_small`] looks for a block.
+/// Where [`Lower::alloc_in`] looks for a block.
 #[derive(Clone, Copy)]
 enum Search {
     /// Anywhere in the frame, from this bit-field word on.
@@ -1135,30 +999,18 @@ fn frame_blocks(words: &[u64; WORDS], real: usize, mut f: impl FnMut(usize, u32,
         let taken = (v | v >> 1) & LOW_BITS;
         let mut p = 0;
         while p < end {
-            let rest = taken & (u64::MAX << (2 * p));
-            if rest == 0 {
-                break;
-            }
-            p = rest.trailing_zeros() as usize / 2;
+            p += (taken >> (2 * p)).trailing_zeros() as usize / 2;
             if p >= end {
                 break;
             }
-            match slot_in(v, p) {
-                ORDER0_SLOT => {
-                    f(first + p, 0, true);
-                    p += 1;
-                }
-                _ => match in_word_order(v, p).filter(|&o| p + (1 << o) <= end) {
-                    Some(order) => {
-                        f(first + p, order, true);
-                        p += 1 << order;
-                    }
-                    None => {
-                        f(first + p, 0, false);
-                        p += 1;
-                    }
-                },
-            }
+            // An orphan (a taken slot no block names) is reported as order 0.
+            let named = match slot_in(v, p) {
+                ORDER0_SLOT => Some(0),
+                _ => in_word_order(v, p).filter(|&o| p + (1 << o) <= end),
+            };
+            let order = named.unwrap_or(0);
+            f(first + p, order, named.is_some());
+            p += 1 << order;
         }
         w += 1;
     }
@@ -1173,14 +1025,8 @@ fn taken_slots(word: u64) -> u32 {
 /// The slots of word `w` of a frame with `real` units that lie past its end (a mask of both
 /// bits of each).
 fn padding(real: usize, w: usize) -> u64 {
-    let first = w * SLOTS;
-    if real <= first {
-        u64::MAX
-    } else if real >= first + SLOTS {
-        0
-    } else {
-        u64::MAX << (2 * (real - first))
-    }
+    let units = real.saturating_sub(w * SLOTS).min(SLOTS) as u32;
+    u64::MAX.checked_shl(2 * units).unwrap_or(0)
 }
 
 /// The order-0 slots (`01`) of the units whose bits are set in `units`.

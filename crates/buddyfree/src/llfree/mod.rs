@@ -750,7 +750,7 @@ impl<W: WriteBack> LLFree<W> {
         let room = |h: usize| reservation.free().min(self.lower.child(HugeId(h)).free());
         // Going on to the next frame here rather than through `alloc` lets a frame that is
         // free as a whole be taken whole, its words written with plain stores
-        // (`Lower::fill_group`); `alloc` would claim its first block with compare-and-swaps.
+        // (`Lower::claim_group`); `alloc` would claim its first block with compare-and-swaps.
         let Some((h, room)) = self
             .frames_from(t, hint, 1)
             .map(|h| (h, room(h)))

@@ -75,7 +75,7 @@ use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
 
-pub use flush::{Durability, FlushKind};
+pub use flush::Durability;
 pub use header::VERSION;
 use header::{lower_checksum, Header, CLEAN, DIRTY, LOWER_SUM_AT, PAGE, STATE_AT};
 
@@ -218,7 +218,6 @@ pub struct PersistentLLFree {
     base: NonNull<u8>,
     /// Holds the lock on the file while the zone is open.
     _file: File,
-    flush: FlushKind,
 }
 
 // SAFETY: `base` points into the mapping the zone owns, and is used only for the header
@@ -286,8 +285,9 @@ impl PersistentLLFree {
             lower_bytes: Lower::bytes(config.units),
         };
         file.set_len(header.file_bytes())?;
-        let zone =
-            Mapped::new(file, header, durability)?.into_zone(config, Start::Init(Init::Free))?;
+        let zone = PersistentLLFree::map(file, config, options, durability, |_| {
+            Ok(Start::Init(Init::Free))
+        })?;
         // The magic goes in last, after the formatted lower level is on the medium: a file
         // whose creation was cut short is not taken for a zone.
         zone.map.flush()?;
@@ -295,7 +295,7 @@ impl PersistentLLFree {
         // SAFETY: bytes 0..STATE_AT of the mapping are ours and nothing else views them
         // (the lower level starts at PAGE, the state word at STATE_AT).
         unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), zone.base.as_ptr(), STATE_AT) };
-        zone.set_state(DIRTY)?;
+        zone.write_header_word(STATE_AT, DIRTY)?;
         Ok(zone)
     }
 
@@ -354,29 +354,25 @@ impl PersistentLLFree {
             return Err(PersistError::BadHeader("shutdown marker"));
         }
         let started = Instant::now();
-        let mapped = Mapped::new(file, header, durability)?;
-        // Before anything is trusted or written: a clean zone is taken as it is, so it must
-        // be exactly as it was closed.
-        if state == CLEAN && lower_checksum(&mapped.map) != word_at(LOWER_SUM_AT) {
-            return Err(PersistError::LowerChecksum);
-        }
-        let start = match state {
-            CLEAN => Start::Clean,
-            _ => Start::Init(Init::Recover),
+        let zone = PersistentLLFree::map(file, config, header.options, durability, |map| {
+            // Before anything is trusted or written: a clean zone is taken as it is, so it
+            // must be exactly as it was closed.
+            match state {
+                CLEAN if lower_checksum(map) != word_at(LOWER_SUM_AT) => {
+                    Err(PersistError::LowerChecksum)
+                }
+                CLEAN => Ok(Start::Clean),
+                _ => Ok(Start::Init(Init::Recover)),
+            }
+        })?;
+        let recovery = Recovery {
+            clean: state == CLEAN,
+            allocated_units: zone.alloc.total_units() - zone.alloc.free_units(),
+            elapsed: started.elapsed(),
         };
-        let zone = mapped.into_zone(config, start)?;
-        let allocated_units = zone.alloc.total_units() - zone.alloc.free_units();
-        let elapsed = started.elapsed();
         // From here on a crash must be seen as one.
-        zone.set_state(DIRTY)?;
-        Ok((
-            zone,
-            Recovery {
-                clean: state == CLEAN,
-                allocated_units,
-                elapsed,
-            },
-        ))
+        zone.write_header_word(STATE_AT, DIRTY)?;
+        Ok((zone, recovery))
     }
 
     /// Opens a zone as [`open`](Self::open) does, but while it is [`PersistError::Locked`]
@@ -408,21 +404,11 @@ impl PersistentLLFree {
         // `self` is owned, so no operation runs: the lower level is still. Its checksum is
         // on the medium before the marker that makes the next open rely on it.
         self.write_header_word(LOWER_SUM_AT, lower_checksum(&self.map))?;
-        self.set_state(CLEAN)
+        self.write_header_word(STATE_AT, CLEAN)
     }
 
-    /// The write-back each operation does.
-    pub fn flush_kind(&self) -> FlushKind {
-        self.flush
-    }
-
-    /// Sets the shutdown marker and writes the header page to the file.
-    fn set_state(&self, state: u64) -> Result<(), PersistError> {
-        self.write_header_word(STATE_AT, state)
-    }
-
-    /// Sets the header word at `at` (the state or the lower level's checksum) and writes the
-    /// header page to the file.
+    /// Sets the header word at `at` (the shutdown marker or the lower level's checksum) and
+    /// writes the header page to the file.
     fn write_header_word(&self, at: usize, value: u64) -> Result<(), PersistError> {
         debug_assert!(at == STATE_AT || at == LOWER_SUM_AT);
         // SAFETY: both words are 8 bytes at an offset that is a multiple of 8 inside the
@@ -433,58 +419,37 @@ impl PersistentLLFree {
         self.map.flush_range(0, PAGE)?;
         Ok(())
     }
-}
 
-/// A mapped zone file, before the allocator is built over it.
-struct Mapped {
-    map: MmapMut,
-    base: NonNull<u8>,
-    file: File,
-    header: Header,
-    flush: FlushKind,
-}
-
-impl Mapped {
-    /// Maps `file` (locked, of the header's size).
-    fn new(file: File, header: Header, durability: Durability) -> Result<Mapped, PersistError> {
+    /// Maps `file` (locked, of the header's size) and builds LLFree over the lower level in
+    /// the mapping, taken as `start` says after reading the mapping, its upper level on the
+    /// heap.
+    fn map(
+        file: File,
+        config: Config,
+        options: Options,
+        durability: Durability,
+        start: impl FnOnce(&MmapMut) -> Result<Start, PersistError>,
+    ) -> Result<PersistentLLFree, PersistError> {
         // SAFETY: the file is locked against other zones, and its size was checked (or
         // set). Another process writing or truncating it regardless is outside what this
         // type can defend against (as for any `MAP_SHARED` mapping).
         let mut map = unsafe { MmapMut::map_mut(&file)? };
         let base = NonNull::new(map.as_mut_ptr()).expect("a mapping is never at null");
-        Ok(Mapped {
-            map,
-            base,
-            file,
-            header,
-            flush: FlushKind::select(durability),
-        })
-    }
-
-    /// Builds LLFree over the lower level in the mapping, taken as `start` says, its upper
-    /// level on the heap.
-    fn into_zone(self, config: Config, start: Start) -> Result<PersistentLLFree, PersistError> {
-        let write_back = Durable(self.flush.hook());
-        let lower = (
-            // SAFETY: the lower level starts at PAGE, inside the mapping.
-            unsafe { self.base.add(PAGE) },
-            self.map.len() - PAGE,
-        );
-        let settings = LLFree::builder(config)
-            .options(self.header.options)
-            .settings;
+        let start = start(&map)?;
+        // SAFETY: the lower level starts at PAGE, inside the mapping.
+        let lower = (unsafe { base.add(PAGE) }, map.len() - PAGE);
+        let write_back = Durable(durability.flush());
+        let settings = LLFree::builder(config).options(options).settings;
         // SAFETY: the mapping is page-aligned and `PAGE + Lower::bytes(units)` long, so the
         // lines past the header page are 64-aligned and in bounds; it is locked against
         // other zones, and moves into the zone together with the allocator, which is
         // dropped first.
         let alloc = unsafe { LLFree::over_raw(settings, start, lower, write_back, None) };
-        let alloc = alloc?;
         Ok(PersistentLLFree {
-            alloc,
-            map: self.map,
-            base: self.base,
-            _file: self.file,
-            flush: self.flush,
+            alloc: alloc?,
+            map,
+            base,
+            _file: file,
         })
     }
 }

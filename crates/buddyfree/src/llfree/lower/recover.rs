@@ -32,6 +32,27 @@
 use super::*;
 use crate::llfree::{RecoverError, HUGE_ORDER};
 
+/// What the child entries of a run of frames hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Frames {
+    /// A frame not taken whole: its bit field holds its blocks.
+    Bits,
+    /// A block of `order` (9, 10 or a span) taken whole, from this frame on. A frame taken
+    /// whole as part of no live block (what a claim or a free of a span cut off by a crash
+    /// leaves) is one of order 9 that nobody holds.
+    Whole(u32),
+}
+
+impl Frames {
+    /// The frames this covers.
+    fn frames(self) -> usize {
+        match self {
+            Frames::Whole(order) => 1 << (order - HUGE_ORDER),
+            _ => 1,
+        }
+    }
+}
+
 impl<W: WriteBack> Lower<W> {
     /// Rebuilds the child counters, and turns the slots no block names into order-0 blocks
     /// and the frames taken whole that no block names into order-9 blocks, from the bit
@@ -39,53 +60,76 @@ impl<W: WriteBack> Lower<W> {
     /// Returns the units allocated. Runs alone (no operation in flight). Every frame is
     /// checked before any is changed, so a damaged lower level is reported untouched.
     pub(crate) fn recover(&self, units: usize, max_order: u32) -> Result<usize, RecoverError> {
-        self.walk_frames(|h, frames| self.check_frames(h, frames, units, max_order).map(|_| ()))?;
         let mut allocated = 0;
-        self.walk_frames(|h, frames| {
-            let taken = self.check_frames(h, frames, units, max_order)?;
-            allocated += taken;
-            match frames {
-                Frames::Bits => {
-                    let real = units.saturating_sub(h.first_unit()).min(HUGE_UNITS);
-                    self.rebuild_slots(h, real);
-                    let _ = self.update_child(h, |_| Some(Child::with_free(real - taken)));
-                }
-                // Frames taken whole get exactly their entries, with no counter or stray
-                // bits below the flags.
-                Frames::Whole(HUGE_ORDER) | Frames::Orphan => {
-                    let _ = self.update_child(h, |_| Some(Child::HUGE));
-                }
-                Frames::Whole(order) => {
-                    let (first, rest) = match order {
-                        10 => (Child::PAIR, Child::PAIR),
-                        _ => (Child::span_start(order), Child::SPAN),
-                    };
-                    let _ = self.update_child(h, |_| Some(first));
-                    for f in h.0 + 1..h.0 + frames.frames() {
-                        let _ = self.update_child(HugeId(f), |_| Some(rest));
+        // Each run of frames [`Lower::frames_at`] tells apart, in address order: checked
+        // only in the first pass, rebuilt in the second.
+        for rebuild in [false, true] {
+            allocated = 0;
+            let mut h = HugeId(0);
+            while h.0 < self.huges {
+                let frames = self
+                    .frames_at(h)
+                    .map_err(|what| RecoverError::Corrupt { frame: h.0, what })?;
+                let taken = self.check_frames(h, frames, units, max_order)?;
+                allocated += taken;
+                match frames {
+                    _ if !rebuild => {}
+                    Frames::Bits => {
+                        let real = units.saturating_sub(h.first_unit()).min(HUGE_UNITS);
+                        self.rebuild_slots(h, real);
+                        let _ = self.update_child(h, |_| Some(Child::with_free(real - taken)));
+                    }
+                    // Frames taken whole get exactly their entries, with no counter or stray
+                    // bits below the flags.
+                    Frames::Whole(HUGE_ORDER) => {
+                        let _ = self.update_child(h, |_| Some(Child::HUGE));
+                    }
+                    Frames::Whole(order) => {
+                        let (first, rest) = match order {
+                            10 => (Child::PAIR, Child::PAIR),
+                            _ => (Child::span_start(order), Child::SPAN),
+                        };
+                        let _ = self.update_child(h, |_| Some(first));
+                        for f in h.0 + 1..h.0 + frames.frames() {
+                            let _ = self.update_child(HugeId(f), |_| Some(rest));
+                        }
                     }
                 }
+                h = HugeId(h.0 + frames.frames());
             }
-            Ok(())
-        })?;
+        }
         Ok(allocated)
     }
 
-    /// Calls `f` for each run of frames [`Lower::frames_at`] tells apart, in address order;
-    /// stops at the first error, of `f` or of a state no run leaves.
-    fn walk_frames(
-        &self,
-        mut f: impl FnMut(HugeId, Frames) -> Result<(), RecoverError>,
-    ) -> Result<(), RecoverError> {
-        let mut h = 0;
-        while h < self.huges {
-            let frames = self
-                .frames_at(HugeId(h))
-                .map_err(|what| RecoverError::Corrupt { frame: h, what })?;
-            f(HugeId(h), frames)?;
-            h += frames.frames();
+    /// What the child entries from frame `h` on hold (quiescent state only), and the frames
+    /// that covers, read from their flags alone (the counters are rebuilt by recovery). A
+    /// state no run leaves is `Err` with what is wrong.
+    fn frames_at(&self, h: HugeId) -> Result<Frames, &'static str> {
+        let flags = |h: usize| self.child(HugeId(h)).flags();
+        let child = flags(h.0);
+        if !child.huge() {
+            return match child.pair() || child.span() {
+                true => Err("a pair or span flag without the huge flag"),
+                false => Ok(Frames::Bits),
+            };
         }
-        Ok(())
+        if child.span() {
+            let named = child.span_order().filter(|&order| {
+                let frames = 1usize << (order - HUGE_ORDER);
+                h.0.is_multiple_of(frames)
+                    && h.0 + frames <= self.huges
+                    && (h.0 + 1..h.0 + frames).all(|f| flags(f) == Child::SPAN)
+            });
+            return Ok(Frames::Whole(named.unwrap_or(HUGE_ORDER)));
+        }
+        if !child.pair() {
+            return Ok(Frames::Whole(HUGE_ORDER));
+        }
+        let whole = h.0.is_multiple_of(2) && h.0 + 1 < self.huges && flags(h.0 + 1).pair();
+        match whole {
+            true => Ok(Frames::Whole(HUGE_ORDER + 1)),
+            false => Err("half of an order-10 block"),
+        }
     }
 
     /// Checks what recovery trusts in the frames from `h` on: the padding past the last unit
@@ -131,7 +175,6 @@ impl<W: WriteBack> Lower<W> {
         }
         let order = match frames {
             Frames::Whole(order) => Some(order),
-            Frames::Orphan => Some(HUGE_ORDER),
             Frames::Bits => largest,
         };
         if order.is_some_and(|o| o > max_order) {
@@ -335,8 +378,8 @@ mod span_tests {
         (28..32).for_each(|h| set(h, Child::SPAN));
         // Counters (below the flags) are rebuilt, not trusted: damaged ones in the frames of
         // the span at frame 8 leave it whole.
-        set(8, Child::from_raw(Child::span_start(11).raw() | 0x155));
-        set(9, Child::from_raw(Child::SPAN.raw() | 0x3_0000));
+        set(8, Child(Child::span_start(11).0 | 0x155));
+        set(9, Child(Child::SPAN.0 | 0x3_0000));
         // A first word of order 11 at frame 32 whose frame 34 is free.
         set(32, Child::span_start(11));
         set(33, Child::SPAN);

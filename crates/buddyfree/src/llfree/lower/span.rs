@@ -57,30 +57,6 @@ const fn start_pair(order: u32) -> u64 {
     ChildPair::new(Child::span_start(order), Child::SPAN).0
 }
 
-/// What the child entries of a run of frames hold, for recovery and the walk over blocks.
-#[cfg_attr(loom, allow(dead_code))]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Frames {
-    /// A frame not taken whole: its bit field holds its blocks.
-    Bits,
-    /// A live block of `order` (9, 10 or a span) taken whole, from this frame on.
-    Whole(u32),
-    /// One frame taken whole as part of no live block: what a claim or a free of a span cut
-    /// off by a crash leaves.
-    Orphan,
-}
-
-#[cfg_attr(loom, allow(dead_code))]
-impl Frames {
-    /// The frames this covers.
-    pub(crate) fn frames(self) -> usize {
-        match self {
-            Frames::Whole(order) => 1 << (order - HUGE_ORDER),
-            _ => 1,
-        }
-    }
-}
-
 impl<W: WriteBack> Lower<W> {
     /// Allocates the span of `order` (11 and up) that starts at frame `h`, if every one of
     /// its frames is free: see the module documentation.
@@ -89,63 +65,59 @@ impl<W: WriteBack> Lower<W> {
         if !h.0.is_multiple_of(frames) || h.0 + frames > self.huges {
             return false;
         }
-        let first = self.children_at + h.0 / 2;
-        let words = first..first + frames / 2;
+        let first = self.huges * WORDS + h.0 / 2;
+        let end = first + frames / 2;
         // Read first: a compare-and-swap on a taken group would only write its lines.
-        if !words.clone().all(|p| self.word(p).get() == FREE_PAIR) {
+        if !(first..end).all(|p| self.word(p).get() == FREE_PAIR) {
             return false;
         }
-        let set = |p: usize, value: u64| {
-            let taken = self
+        // The other words one after the other, then the first, which publishes the span.
+        for (i, p) in (first + 1..end).chain([first]).enumerate() {
+            let value = match p == first {
+                true => start_pair(order),
+                false => SPAN_PAIR,
+            };
+            if self
                 .word(p)
                 .try_change(|v| (v == FREE_PAIR).then_some(value))
-                .is_ok();
-            if taken {
-                self.persist(|| self.word(p));
+                .is_err()
+            {
+                // The words set so far are ours: see the module documentation.
+                self.clear_pairs(first + 1..first + 1 + i);
+                return false;
             }
-            taken
-        };
-        let undo = |set: core::ops::Range<usize>| {
-            for p in set {
-                // Ours since the claim set it: see the module documentation. `SeqCst`: a
-                // write that makes frames free, as the refusal memo's argument needs them
-                // (`refusal.rs`).
-                self.word(p).store(FREE_PAIR, Ordering::SeqCst);
-                self.persist(|| self.word(p));
-            }
-            false
-        };
-        for p in first + 1..words.end {
-            if !set(p, SPAN_PAIR) {
-                return undo(first + 1..p);
-            }
-        }
-        if !set(first, start_pair(order)) {
-            return undo(first + 1..words.end);
+            self.persist(|| self.word(p));
         }
         true
     }
 
-    /// Frees the span of `order` (11 and up) at `index` (checked for range and alignment):
-    /// see the module documentation.
-    pub(crate) fn free_span(&self, h: HugeId, index: usize, order: u32) -> Result<(), Error> {
+    /// Frees the span of `order` (11 and up) at frame `h` (checked for range and alignment):
+    /// see the module documentation. False, and nothing changed, if none is there.
+    pub(crate) fn free_span(&self, h: HugeId, order: u32) -> bool {
         let frames = 1usize << (order - HUGE_ORDER);
-        let first = self.children_at + h.0 / 2;
+        let first = self.huges * WORDS + h.0 / 2;
         let start = self.word(first);
         window::pass();
-        start
+        if start
             .try_change(|v| (v == start_pair(order)).then_some(FREEING_PAIR))
-            .map_err(|_| self.wrong_free(h, index))?;
+            .is_err()
+        {
+            return false;
+        }
         self.persist(|| start);
-        for p in first + 1..first + frames / 2 {
-            // Ours since the claim of the first word: no other operation changes it.
-            // `SeqCst`, as the undo of a claim.
+        // Ours since the claim of the first word: no other operation changes them.
+        self.clear_pairs((first + 1..first + frames / 2).chain([first]));
+        true
+    }
+
+    /// Makes the pair words `words` free, one after the other, each written back before the
+    /// next. `SeqCst`: a write that makes frames free, as the refusal memo's argument needs
+    /// them (`refusal.rs`).
+    fn clear_pairs(&self, words: impl Iterator<Item = usize>) {
+        for p in words {
             self.word(p).store(FREE_PAIR, Ordering::SeqCst);
             self.persist(|| self.word(p));
         }
-        start.store(FREE_PAIR, Ordering::SeqCst);
-        self.persist(|| start);
-        Ok(())
     }
 
     /// The live span that holds frame `h` (whose child entry has the span flag), as
@@ -156,38 +128,6 @@ impl<W: WriteBack> Lower<W> {
             let g = HugeId(h.0 & !((1 << (order - HUGE_ORDER)) - 1));
             (self.child(g) == Child::span_start(order)).then(|| (g.first_unit(), order))
         })
-    }
-
-    #[cfg_attr(loom, allow(dead_code))]
-    /// What the child entries from frame `h` on hold (quiescent state only), and the frames
-    /// that covers, read from their flags alone (the counters are rebuilt by recovery). A
-    /// state no run leaves is `Err` with what is wrong.
-    pub(crate) fn frames_at(&self, h: HugeId) -> Result<Frames, &'static str> {
-        let flags = |h: usize| self.child(HugeId(h)).flags();
-        let child = flags(h.0);
-        if !child.huge() {
-            return match child.pair() || child.span() {
-                true => Err("a pair or span flag without the huge flag"),
-                false => Ok(Frames::Bits),
-            };
-        }
-        if child.span() {
-            let named = child.span_order().filter(|&order| {
-                let frames = 1usize << (order - HUGE_ORDER);
-                h.0.is_multiple_of(frames)
-                    && h.0 + frames <= self.huges
-                    && (h.0 + 1..h.0 + frames).all(|f| flags(f) == Child::SPAN)
-            });
-            return Ok(named.map_or(Frames::Orphan, Frames::Whole));
-        }
-        if !child.pair() {
-            return Ok(Frames::Whole(HUGE_ORDER));
-        }
-        let whole = h.0.is_multiple_of(2) && h.0 + 1 < self.huges && flags(h.0 + 1).pair();
-        match whole {
-            true => Ok(Frames::Whole(HUGE_ORDER + 1)),
-            false => Err("half of an order-10 block"),
-        }
     }
 }
 

@@ -27,49 +27,19 @@ pub enum Durability {
     Msync,
 }
 
-/// The write-back instruction or call chosen for a [`Durability`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FlushKind {
-    /// No write-back.
-    None,
-    /// `clwb` + `sfence`.
-    Clwb,
-    /// `clflushopt` + `sfence`.
-    Clflushopt,
-    /// `clflush` (ordered by itself).
-    Clflush,
-    /// `msync(MS_SYNC)` of the page.
-    Msync,
-}
-
-impl FlushKind {
-    /// The best write-back this machine offers for `durability`.
-    pub fn select(durability: Durability) -> FlushKind {
-        match durability {
-            Durability::None => FlushKind::None,
-            Durability::Msync => FlushKind::Msync,
-            Durability::CacheLine => cache_line(),
-        }
-    }
-
-    pub(crate) fn hook(self) -> Option<Flush> {
+impl Durability {
+    /// The best write-back this machine offers for this durability, if any.
+    pub(crate) fn flush(self) -> Option<Flush> {
         match self {
-            FlushKind::None => None,
-            #[cfg(target_arch = "x86_64")]
-            FlushKind::Clwb => Some(x86::clwb),
-            #[cfg(target_arch = "x86_64")]
-            FlushKind::Clflushopt => Some(x86::clflushopt),
-            #[cfg(target_arch = "x86_64")]
-            FlushKind::Clflush => Some(x86::clflush),
-            #[cfg(not(target_arch = "x86_64"))]
-            FlushKind::Clwb | FlushKind::Clflushopt | FlushKind::Clflush => Some(msync_page),
-            FlushKind::Msync => Some(msync_page),
+            Durability::None => None,
+            Durability::Msync => Some(msync_page),
+            Durability::CacheLine => Some(cache_line()),
         }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
-fn cache_line() -> FlushKind {
+fn cache_line() -> Flush {
     use core::arch::x86_64::{__cpuid, __cpuid_count};
     // The maximum leaf is checked first, so an old CPU is never asked for a leaf it lacks.
     // Compilers before the intrinsics became safe (the MSRV among them) declare them `unsafe`.
@@ -78,16 +48,16 @@ fn cache_line() -> FlushKind {
     // registers; leaf 7 is asked for only when leaf 0 says it exists.
     let leaf7 = unsafe { (__cpuid(0).eax >= 7).then(|| __cpuid_count(7, 0)) };
     match leaf7.map(|l| l.ebx) {
-        Some(ebx) if ebx & 1 << 24 != 0 => FlushKind::Clwb,
-        Some(ebx) if ebx & 1 << 23 != 0 => FlushKind::Clflushopt,
+        Some(ebx) if ebx & 1 << 24 != 0 => x86::clwb,
+        Some(ebx) if ebx & 1 << 23 != 0 => x86::clflushopt,
         // clflush is part of SSE2, which every x86_64 has.
-        _ => FlushKind::Clflush,
+        _ => x86::clflush,
     }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn cache_line() -> FlushKind {
-    FlushKind::Msync
+fn cache_line() -> Flush {
+    msync_page
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -99,8 +69,8 @@ mod x86 {
 
     /// Only selected when CPUID reports `clwb`.
     pub(super) fn clwb(word: &AtomicU64) {
-        // SAFETY: `word` is a valid reference, so its line is mapped; `FlushKind::select`
-        // picks this function only on a CPU with clwb. The instruction changes no register.
+        // SAFETY: `word` is a valid reference, so its line is mapped; `cache_line` picks this
+        // function only on a CPU with clwb. The instruction changes no register.
         unsafe {
             asm!("clwb [{0}]", in(reg) word.as_ptr(), options(nostack, preserves_flags));
             _mm_sfence();
@@ -122,28 +92,15 @@ mod x86 {
     }
 }
 
-/// The system's page size, asked once. Threads that race to ask store the same value, so a
-/// relaxed cache is enough.
-fn page_size() -> usize {
-    static PAGE: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
-    match PAGE.load(core::sync::atomic::Ordering::Relaxed) {
-        0 => {
-            // SAFETY: sysconf has no preconditions.
-            let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-            let size = usize::try_from(size).unwrap_or(4096);
-            PAGE.store(size, core::sync::atomic::Ordering::Relaxed);
-            size
-        }
-        size => size,
-    }
-}
-
 /// Writes the page holding `word` to the file. An I/O error cannot be returned from inside an
 /// allocation; it shows again at [`close`](super::PersistentLLFree::close), whose `msync` of
 /// the whole mapping fails the same way.
 fn msync_page(word: &AtomicU64) {
-    let page = word.as_ptr() as usize & !(page_size() - 1);
+    // SAFETY: sysconf has no preconditions. (It reads a value the C library keeps: no
+    // system call, next to the msync.)
+    let size = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let page = word.as_ptr() as usize & !(size - 1);
     // SAFETY: `page` is the start of the mapped page holding `word` (the mapping is whole
     // pages); msync only writes it back.
-    let _ = unsafe { libc::msync(page as *mut libc::c_void, page_size(), libc::MS_SYNC) };
+    let _ = unsafe { libc::msync(page as *mut libc::c_void, size, libc::MS_SYNC) };
 }
