@@ -527,6 +527,7 @@ impl<W: WriteBack> Lower<W> {
 
     /// Orders 9 and 10: the child entry, or for order 10 the pair word of two whole,
     /// aligned children (§4.2.1: one CAS for both), from free to taken (`take`) or back.
+    #[inline(always)]
     fn flip_huge(&self, h: HugeId, order: u32, take: bool) -> bool {
         let taken = if order == 9 { Child::HUGE } else { Child::PAIR };
         let (from, to) = match take {

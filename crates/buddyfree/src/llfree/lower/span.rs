@@ -60,6 +60,7 @@ const fn start_pair(order: u32) -> u64 {
 impl<W: WriteBack> Lower<W> {
     /// Allocates the span of `order` (11 and up) that starts at frame `h`, if every one of
     /// its frames is free: see the module documentation.
+    #[inline(never)]
     pub(crate) fn take_span(&self, h: HugeId, order: u32) -> bool {
         let frames = 1usize << (order - HUGE_ORDER);
         if !h.0.is_multiple_of(frames) || h.0 + frames > self.huges {
@@ -93,6 +94,7 @@ impl<W: WriteBack> Lower<W> {
 
     /// Frees the span of `order` (11 and up) at frame `h` (checked for range and alignment):
     /// see the module documentation. False, and nothing changed, if none is there.
+    #[inline(never)]
     pub(crate) fn free_span(&self, h: HugeId, order: u32) -> bool {
         let frames = 1usize << (order - HUGE_ORDER);
         let first = self.huges * WORDS + h.0 / 2;
