@@ -36,9 +36,10 @@ use core::ptr::NonNull;
 #[cfg(feature = "alloc")]
 use alloc::vec::Vec;
 
+use super::build::Settings;
 use super::lines::Line;
 use super::lower::{Fill, Lower};
-use super::{LLFree, Settings, WriteBack};
+use super::{LLFree, WriteBack};
 use crate::table::{check_memory, Metadata};
 use crate::{Config, Error, MetadataMemory};
 

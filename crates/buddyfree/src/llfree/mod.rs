@@ -111,7 +111,6 @@ use crate::table::Table;
 use crate::{check_block, BlockAlloc, Capabilities, Class, Error};
 #[cfg(not(loom))]
 pub use build::Kept;
-use build::Settings;
 pub use build::{Builder, Fresh, Options};
 #[cfg(not(loom))]
 pub use caller::{Init, RecoverError};
