@@ -856,3 +856,48 @@ fn loom_a_stale_huge_mark_cleared_by_a_refusal_never_hides_a_free() {
         assert_eq!(alloc.alloc(9, 1), Err(Error::OutOfMemory));
     });
 }
+
+/// One tree of two huge frames, the first taken, two units of the second taken. They are
+/// freed one after the other (by core 0, which holds the tree's reservation, or, with
+/// `drained`, by core 1 into the entry of a tree nobody holds) while core 0 asks for a huge
+/// frame through the refusal memo: the first free leaves the tree's counters short of a huge
+/// frame and skips reading the frames (`refusal.rs`, "Short counts"); the second must not.
+/// Whatever the order, the frame is found by the request or by the next one.
+fn a_short_count_never_keeps_a_stale_refusal(drained: bool) {
+    check(move || {
+        let options = Options::default().with_tree_children(2);
+        let config = Config::new(1024, 9).with_cores(2);
+        let alloc = Arc::new(LLFree::builder(config).options(options).build().unwrap());
+        alloc.alloc(9, 0).unwrap();
+        let units = [alloc.alloc(0, 0).unwrap(), alloc.alloc(0, 0).unwrap()];
+        let frame = units[0] / 512 * 512;
+        if drained {
+            alloc.drain();
+        }
+        let other = {
+            let alloc = alloc.clone();
+            let core = usize::from(drained);
+            thread::spawn(move || units.map(|u| alloc.free(u, 0, core).unwrap()))
+        };
+        let got = alloc.alloc(9, 0);
+        other.join().unwrap();
+        alloc.assert_consistent();
+        match got {
+            Ok(index) => assert_eq!(index, frame),
+            Err(e) => {
+                assert_eq!(e, Error::OutOfMemory);
+                assert_eq!(alloc.alloc(9, 0), Ok(frame));
+            }
+        }
+    });
+}
+
+#[test]
+fn loom_a_short_count_in_a_reservation_never_keeps_a_stale_refusal() {
+    a_short_count_never_keeps_a_stale_refusal(false);
+}
+
+#[test]
+fn loom_a_short_count_in_a_tree_entry_never_keeps_a_stale_refusal() {
+    a_short_count_never_keeps_a_stale_refusal(true);
+}
