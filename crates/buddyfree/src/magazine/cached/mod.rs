@@ -699,11 +699,12 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
         match found {
             // Free blocks may sit in caches (this core's of other orders, or other cores'):
             // give them back so they merge, then ask once more. Where no cache holds any,
-            // the backend's refusal stands: its own allocation gives back what it keeps per
-            // core before it refuses (LLFree's complete fallback), so draining it would
-            // change nothing but the placement of later allocations.
+            // the backend's refusal stands. The backend is not drained: its own allocation
+            // gives back what it keeps per core before it refuses (LLFree's complete
+            // fallback), so that would change nothing but the placement of later
+            // allocations, and cost a reclaim loop a new reservation at every refusal.
             Err(Error::OutOfMemory) if self.may_hold_any() => {
-                self.drain_all(core);
+                self.drain_caches(core);
                 let index = self.backend.alloc(order, core)?;
                 self.record_live(slot, index);
                 Ok(index)
