@@ -775,14 +775,14 @@ impl<K: Kind> BlockAlloc for Forest<K> {
     }
 
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        self.reserved.check_free(index, order)?;
+        self.reserved.check_free(index, order, false)?;
         self.free_unreserved(index, order, core)
     }
 
     /// The same as `free`, which waits for no other thread (but for a range operation's
     /// update of the reservation, next to reserved units: [`Error::WouldBlock`]).
     fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        self.reserved.try_check_free(index, order)?;
+        self.reserved.check_free(index, order, true)?;
         self.free_unreserved(index, order, core)
     }
 

@@ -557,7 +557,7 @@ impl<A: Backend> Magazine<A> {
     /// `None` where the free is done (the backend's, for an order that is not cached).
     #[inline]
     fn cached_slot(&self, index: usize, order: u32, core: usize) -> Result<Option<usize>, Error> {
-        self.reserved.check_free(index, order)?;
+        self.reserved.check_free(index, order, false)?;
         if let Some(freed) = self.free_if_direct(index, order, core) {
             return freed.map(|()| None);
         }
@@ -839,7 +839,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
     /// `try_free` for the other orders.
     fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         check_block(index, order, self.max_order(), self.total_units())?;
-        self.reserved.try_check_free(index, order)?;
+        self.reserved.check_free(index, order, true)?;
         let Some(slot) = self.slot(order) else {
             let freed = self.backend.try_free(index, order, core);
             return self.uncached_answer(index, freed);
