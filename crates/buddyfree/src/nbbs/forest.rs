@@ -83,8 +83,6 @@ use crate::refusal::{Failure, Refusals};
 use crate::reserved::Reserved;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::CachePadded;
-#[cfg(feature = "alloc")]
-use crate::table::build_on_heap;
 use crate::table::{Metadata, Part, Plan, Table};
 use crate::{check_block, BlockAlloc, Config, ConfigRule, Error};
 
@@ -276,7 +274,7 @@ impl<K: Kind> Forest<K> {
     /// A forest managing `config.units` units, its tables on the heap.
     #[cfg(feature = "alloc")]
     pub fn new(config: Config) -> Result<Self, Error> {
-        build_on_heap(Self::plan(config), |parts, meta| {
+        crate::table::build(Self::plan(config), None, |parts, meta| {
             Self::build(config, parts, meta)
         })
     }

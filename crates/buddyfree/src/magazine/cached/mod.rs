@@ -977,7 +977,7 @@ mod subset {
     /// A [`Subset`] over `config`, with no streams: every free of a cached order parks.
     pub(crate) fn subset<R: RawMutex + Send + Sync>(config: Config) -> Subset<R> {
         let buddy = Locked::new(Knuth::new(config).unwrap());
-        crate::table::build_on_heap(plan(config, config.units), |parts, meta| {
+        crate::table::build(plan(config, config.units), None, |parts, meta| {
             Magazine::build(buddy, &SUBSET, parts, meta)
         })
         .unwrap()
