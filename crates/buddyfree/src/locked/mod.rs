@@ -141,12 +141,10 @@ impl<A: SeqBlockAlloc, R: RawMutex + Sync + Send> BlockAlloc for Locked<A, R> {
 
     /// The whole range under one lock: no other operation sees it half done.
     fn free_range(&self, start: usize, len: usize, _core: usize) -> Result<(), Error> {
-        let units = &mut range::Exclusive(&mut *self.inner.lock());
-        range::free_recorded(&self.reserved, units, start, len)
+        range::free_recorded(&self.reserved, &mut *self.inner.lock(), start, len)
     }
 
     fn reserve_range(&self, start: usize, len: usize, _core: usize) -> Result<(), Error> {
-        let units = &mut range::Exclusive(&mut *self.inner.lock());
-        range::reserve_recorded(&self.reserved, units, start, len)
+        range::reserve_recorded(&self.reserved, &mut *self.inner.lock(), start, len)
     }
 }
