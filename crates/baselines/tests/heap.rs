@@ -308,8 +308,8 @@ fn try_alloc_and_try_free_never_wait() {
         h.try_free(p.as_ptr(), l).unwrap();
         let gone = Err(Error::NotAllocated);
         assert_eq!(h.try_free(p.as_ptr(), l), gone, "{name}");
-        h.try_free_index(i, 0).unwrap();
-        assert_eq!(h.try_free_index(i, 0), gone, "{name}");
+        h.allocator().try_free(i, 0, 0).unwrap();
+        assert_eq!(h.allocator().try_free(i, 0, 0), gone, "{name}");
         // By address alone: the order found without waiting, as `free_at` finds it.
         let p = h.try_alloc(l).unwrap();
         let inside = p.as_ptr().wrapping_add(UNIT);

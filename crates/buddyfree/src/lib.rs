@@ -430,13 +430,13 @@ pub trait BlockAlloc: Sync {
     /// Frees every unit of `start..start + len`, which must all be allocated (reserved at
     /// boot, say), as the largest aligned blocks: see [`range`] for the rules and the cost.
     fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        range::free_range(&mut range::Shared(self, core), start, len)
+        range::free_range(&mut crate::OnCore(self, core), start, len)
     }
 
     /// Allocates every unit of `start..start + len` as the largest aligned blocks, if all are
     /// free; [`Error::Occupied`] and nothing changed otherwise. See [`range`].
     fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        range::reserve_range(&mut range::Shared(self, core), start, len)
+        range::reserve_range(&mut crate::OnCore(self, core), start, len)
     }
 
     /// Calls `f` once with `core` held for the caller: what `f` allocates and frees through
@@ -525,6 +525,41 @@ impl<A: BlockAlloc + ?Sized> HeldCore for OnCore<'_, A> {
 
     fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
         self.0.free(index, order, self.1)
+    }
+}
+
+/// The plain calls naming one core as a sequential allocator, so that code written once
+/// for both (the range operations) runs on shared allocators too.
+impl<A: BlockAlloc + ?Sized> SeqBlockAlloc for OnCore<'_, A> {
+    fn alloc(&mut self, order: u32) -> Result<usize, Error> {
+        self.0.alloc(order, self.1)
+    }
+    fn alloc_class(&mut self, order: u32, class: Class) -> Result<usize, Error> {
+        self.0.alloc_class(order, class, self.1)
+    }
+    fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        self.0.free(index, order, self.1)
+    }
+    fn free_units(&self) -> usize {
+        self.0.free_units()
+    }
+    fn total_units(&self) -> usize {
+        self.0.total_units()
+    }
+    fn max_order(&self) -> u32 {
+        self.0.max_order()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+    fn alloc_at(&mut self, index: usize, order: u32) -> Result<(), Error> {
+        self.0.alloc_at(index, order, self.1)
+    }
+    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        self.0.block_of(index)
+    }
+    fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
+        self.0.next_block(from)
     }
 }
 

@@ -118,9 +118,7 @@ use core::alloc::Layout;
 
 use crate::reserved::Reserved;
 use crate::sync::CachePadded;
-#[cfg(feature = "alloc")]
-use crate::table::build_on_heap;
-use crate::table::{build_in, unaligned_bytes, Table};
+use crate::table::{build, unaligned_bytes, Table};
 #[cfg(doc)]
 use crate::{BlockAlloc, ConfigRule};
 use crate::{Config, Error, MetadataMemory};
@@ -342,7 +340,7 @@ impl<A: Backend> Magazine<A> {
     #[cfg(feature = "alloc")]
     pub fn new(config: Config, inner: A) -> Result<Self, Error> {
         let policy = policy(config.units, config.cores);
-        build_on_heap(plan(config, inner.total_units()), |parts, meta| {
+        build(plan(config, inner.total_units()), None, |parts, meta| {
             Self::build(inner, policy, parts, meta)
         })
     }
@@ -443,9 +441,11 @@ impl<A: Backend> Magazine<A> {
     /// ```
     pub fn in_metadata(config: Config, inner: A, meta: MetadataMemory) -> Result<Self, Error> {
         let policy = policy(config.units, config.cores);
-        build_in(plan(config, inner.total_units()), meta, |parts, meta| {
-            Self::build(inner, policy, parts, meta)
-        })
+        build(
+            plan(config, inner.total_units()),
+            Some(meta),
+            |parts, meta| Self::build(inner, policy, parts, meta),
+        )
     }
 
     /// The allocator behind the magazines.

@@ -72,58 +72,7 @@ pub fn reserve_all(alloc: &(impl BlockAlloc + ?Sized)) -> Result<(), Error> {
     alloc.reserve_range(0, alloc.total_units(), 0)
 }
 
-/// What the range operations need of an allocator.
-pub(crate) trait Units {
-    fn total_units(&self) -> usize;
-    fn max_order(&self) -> u32;
-    fn take(&mut self, index: usize, order: u32) -> Result<(), Error>;
-    fn give(&mut self, index: usize, order: u32) -> Result<(), Error>;
-    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error>;
-}
-
-/// A shared allocator and the core hint its operations pass.
-pub(crate) use crate::OnCore as Shared;
-
-impl<A: BlockAlloc + ?Sized> Units for Shared<'_, A> {
-    fn total_units(&self) -> usize {
-        self.0.total_units()
-    }
-    fn max_order(&self) -> u32 {
-        self.0.max_order()
-    }
-    fn take(&mut self, index: usize, order: u32) -> Result<(), Error> {
-        self.0.alloc_at(index, order, self.1)
-    }
-    fn give(&mut self, index: usize, order: u32) -> Result<(), Error> {
-        self.0.free(index, order, self.1)
-    }
-    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
-        self.0.block_of(index)
-    }
-}
-
-/// A sequential allocator, borrowed exclusively (under a [`crate::Locked`]'s lock).
-pub(crate) struct Exclusive<'a, S: ?Sized>(pub(crate) &'a mut S);
-
-impl<S: SeqBlockAlloc + ?Sized> Units for Exclusive<'_, S> {
-    fn total_units(&self) -> usize {
-        self.0.total_units()
-    }
-    fn max_order(&self) -> u32 {
-        self.0.max_order()
-    }
-    fn take(&mut self, index: usize, order: u32) -> Result<(), Error> {
-        self.0.alloc_at(index, order)
-    }
-    fn give(&mut self, index: usize, order: u32) -> Result<(), Error> {
-        self.0.free(index, order)
-    }
-    fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
-        self.0.block_of(index)
-    }
-}
-
-fn check_range(units: &impl Units, start: usize, len: usize) -> Result<usize, Error> {
+fn check_range(units: &impl SeqBlockAlloc, start: usize, len: usize) -> Result<usize, Error> {
     start
         .checked_add(len)
         .filter(|&end| end <= units.total_units())
@@ -131,15 +80,19 @@ fn check_range(units: &impl Units, start: usize, len: usize) -> Result<usize, Er
 }
 
 /// See [`BlockAlloc::reserve_range`].
-pub(crate) fn reserve_range(units: &mut impl Units, start: usize, len: usize) -> Result<(), Error> {
+pub(crate) fn reserve_range(
+    units: &mut impl SeqBlockAlloc,
+    start: usize,
+    len: usize,
+) -> Result<(), Error> {
     check_range(units, start, len)?;
     let max_order = units.max_order();
     for (i, (index, order)) in aligned_blocks(start, len, max_order).enumerate() {
-        if let Err(e) = units.take(index, order) {
+        if let Err(e) = units.alloc_at(index, order) {
             // Give back what this call took, so that a refused range changes nothing.
             for (index, order) in aligned_blocks(start, len, max_order).take(i) {
                 units
-                    .give(index, order)
+                    .free(index, order)
                     .expect("a block this call just took");
             }
             return Err(e);
@@ -149,18 +102,18 @@ pub(crate) fn reserve_range(units: &mut impl Units, start: usize, len: usize) ->
 }
 
 /// See [`BlockAlloc::free_range`].
-pub(crate) fn free_range(units: &mut impl Units, start: usize, len: usize) -> Result<(), Error> {
+pub(crate) fn free_range(
+    units: &mut impl SeqBlockAlloc,
+    start: usize,
+    len: usize,
+) -> Result<(), Error> {
     let end = check_range(units, start, len)?;
     if len == 0 {
         // Nothing to free, so nothing to cut.
         return Ok(());
     }
     // Validate first: every unit allocated.
-    let mut at = start;
-    while at < end {
-        let (first, order) = units.block_of(at)?.ok_or(Error::NotAllocated)?;
-        at = first + (1 << order);
-    }
+    allocated_throughout(units, start, end)?;
     for edge in [start, end] {
         cut_at(units, edge)?;
     }
@@ -168,7 +121,21 @@ pub(crate) fn free_range(units: &mut impl Units, start: usize, len: usize) -> Re
     while at < end {
         let (first, order) = units.block_of(at)?.ok_or(Error::NotAllocated)?;
         debug_assert_eq!(first, at, "the ends were cut");
-        units.give(first, order)?;
+        units.free(first, order)?;
+        at = first + (1 << order);
+    }
+    Ok(())
+}
+
+/// [`Error::NotAllocated`] unless every unit of `start..end` is allocated.
+pub(crate) fn allocated_throughout(
+    units: &impl SeqBlockAlloc,
+    start: usize,
+    end: usize,
+) -> Result<(), Error> {
+    let mut at = start;
+    while at < end {
+        let (first, order) = units.block_of(at)?.ok_or(Error::NotAllocated)?;
         at = first + (1 << order);
     }
     Ok(())
@@ -178,7 +145,7 @@ pub(crate) fn free_range(units: &mut impl Units, start: usize, len: usize) -> Re
 /// refuse reserved units.
 pub(crate) fn reserve_recorded(
     reserved: &Reserved,
-    units: &mut impl Units,
+    units: &mut impl SeqBlockAlloc,
     start: usize,
     len: usize,
 ) -> Result<(), Error> {
@@ -190,7 +157,7 @@ pub(crate) fn reserve_recorded(
 /// from it while they are freed and taken again.
 pub(crate) fn free_recorded(
     reserved: &Reserved,
-    units: &mut impl Units,
+    units: &mut impl SeqBlockAlloc,
     start: usize,
     len: usize,
 ) -> Result<(), Error> {
@@ -213,7 +180,7 @@ pub(crate) fn free_recorded(
 
 /// Makes `edge` a block boundary: a live block that contains `edge` past its first unit is
 /// freed and its units allocated again as blocks that end at `edge` and start there.
-fn cut_at(units: &mut impl Units, edge: usize) -> Result<(), Error> {
+fn cut_at(units: &mut impl SeqBlockAlloc, edge: usize) -> Result<(), Error> {
     if edge >= units.total_units() {
         return Ok(());
     }
@@ -224,14 +191,14 @@ fn cut_at(units: &mut impl Units, edge: usize) -> Result<(), Error> {
         return Ok(());
     }
     let max_order = units.max_order();
-    units.give(first, order)?;
+    units.free(first, order)?;
     let pieces = aligned_blocks(first, edge - first, max_order).chain(aligned_blocks(
         edge,
         first + (1 << order) - edge,
         max_order,
     ));
     for (index, order) in pieces {
-        units.take(index, order)?;
+        units.alloc_at(index, order)?;
     }
     Ok(())
 }

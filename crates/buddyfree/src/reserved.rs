@@ -143,13 +143,20 @@ impl Reserved {
 
     /// [`Error::Reserved`] if a unit of the block `(index, order)` is reserved: for every
     /// free, before it changes anything. A request that is no block of the heap (out of
-    /// range, misaligned) passes, for the allocator to refuse with its own answer.
+    /// range, misaligned) passes, for the allocator to refuse with its own answer. With
+    /// `never_wait` (for a `try_free`), [`Error::WouldBlock`] while a range operation holds
+    /// the runs.
     #[inline(always)]
-    pub(crate) fn check_free(&self, index: usize, order: u32) -> Result<(), Error> {
+    pub(crate) fn check_free(
+        &self,
+        index: usize,
+        order: u32,
+        never_wait: bool,
+    ) -> Result<(), Error> {
         if !self.may_touch(index) {
             return Ok(());
         }
-        self.look_up(index, order, false)
+        self.look_up(index, order, never_wait)
     }
 
     /// Frees `blocks` of `order` with `free` up to the first that holds a reserved unit,
@@ -163,7 +170,7 @@ impl Reserved {
     ) -> Result<(), (usize, Error)> {
         match blocks
             .iter()
-            .position(|&b| self.check_free(b, order).is_err())
+            .position(|&b| self.check_free(b, order, false).is_err())
         {
             None => free(blocks),
             Some(i) => {
@@ -171,16 +178,6 @@ impl Reserved {
                 Err((i, Error::Reserved))
             }
         }
-    }
-
-    /// [`Reserved::check_free`] that never waits: [`Error::WouldBlock`] while a range
-    /// operation holds the runs.
-    #[inline(always)]
-    pub(crate) fn try_check_free(&self, index: usize, order: u32) -> Result<(), Error> {
-        if !self.may_touch(index) {
-            return Ok(());
-        }
-        self.look_up(index, order, true)
     }
 
     #[cold]
@@ -314,19 +311,19 @@ mod tests {
         let r = Reserved::new(1 << 20, 9);
         r.reserve(0, 1 << 20, || Ok(())).unwrap();
         r.release(0x2c1, 0x400, 0x200, 0x400, || Ok(())).unwrap();
-        assert_eq!(r.check_free(0x2c0, 0), Err(Error::Reserved));
-        assert_eq!(r.check_free(0x200, 7), Err(Error::Reserved));
-        assert_eq!(r.check_free(0x2c1, 0), Ok(()));
-        assert_eq!(r.check_free(0x300, 8), Ok(()));
-        assert_eq!(r.check_free(0x400, 0), Err(Error::Reserved));
-        assert_eq!(r.check_free(0, 9), Err(Error::Reserved));
+        assert_eq!(r.check_free(0x2c0, 0, false), Err(Error::Reserved));
+        assert_eq!(r.check_free(0x200, 7, false), Err(Error::Reserved));
+        assert_eq!(r.check_free(0x2c1, 0, false), Ok(()));
+        assert_eq!(r.check_free(0x300, 8, false), Ok(()));
+        assert_eq!(r.check_free(0x400, 0, false), Err(Error::Reserved));
+        assert_eq!(r.check_free(0, 9, false), Err(Error::Reserved));
         // A release of a range with no run, next to one (a chunk they share): its frees may
         // look the runs up, which must not wait for the release itself.
-        let looked = r.release(0x2c1, 0x2d1, 0x2c1, 0x2d1, || r.check_free(0x2c1, 0));
+        let looked = r.release(0x2c1, 0x2d1, 0x2c1, 0x2d1, || r.check_free(0x2c1, 0, false));
         assert_eq!(looked, Ok(()));
         // A failed release changes nothing.
         let failed = r.release(0x400, 0x800, 0x400, 0x800, || Err(Error::NotAllocated));
         assert_eq!(failed, Err(Error::NotAllocated));
-        assert_eq!(r.check_free(0x500, 0), Err(Error::Reserved));
+        assert_eq!(r.check_free(0x500, 0, false), Err(Error::Reserved));
     }
 }

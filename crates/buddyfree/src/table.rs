@@ -3,9 +3,9 @@
 //!
 //! An allocator's metadata is a few tables. A [`Plan`] lays them out one after another, each
 //! at its alignment, and yields the [`Layout`] the whole needs; the same plan then places
-//! the tables, either in the caller's memory ([`Metadata::caller`], lent as a
+//! the tables, either in the caller's memory ([`Metadata::new`], lent as a
 //! [`MetadataMemory`], the one type every `in_metadata` takes) or each in its own heap
-//! allocation ([`Metadata::heap`]). Size and placement come from one computation, so
+//! allocation (the same, given no memory). Size and placement come from one computation, so
 //! `metadata_layout` and the constructors cannot disagree.
 //!
 //! ```text
@@ -319,23 +319,29 @@ pub(crate) struct Metadata {
 }
 
 impl Metadata {
-    /// Each table in a heap allocation of its own.
-    #[cfg(feature = "alloc")]
+    /// Each table in a heap allocation of its own (for tests of one table).
+    #[cfg(test)]
     pub(crate) const fn heap() -> Metadata {
         Metadata { base: None }
     }
 
-    /// The caller's memory, if it holds `plan`'s layout once its start is aligned up within
-    /// it: [`Error::MetadataTooSmall`] if it is below the layout's size (no alignment would
-    /// do), [`Error::MetadataMisaligned`] if it holds the size but not the padding that
-    /// aligns it (as many bytes, aligned, or `align - 1` more would do). So a byte buffer of
+    /// The memory of `plan`'s tables: with `None`, a heap allocation per table, for the same
+    /// configurations as in caller memory (none whose metadata the address space cannot
+    /// hold, even though each table is allocated on its own); else the caller's memory, if
+    /// it holds the plan's layout once its start is aligned up within it:
+    /// [`Error::MetadataTooSmall`] if it is below the layout's size (no alignment would do),
+    /// [`Error::MetadataMisaligned`] if it holds the size but not the padding that aligns it
+    /// (as many bytes, aligned, or `align - 1` more would do). So a byte buffer of
     /// `metadata_bytes` at any address does.
     ///
-    /// The tables made in it take the memory for as long as they live, as
+    /// The tables made in the caller's memory take it for as long as they live, as
     /// [`MetadataMemory::from_raw`]'s contract lends it.
-    pub(crate) fn caller(plan: &Plan, memory: MetadataMemory) -> Result<Self, Error> {
-        let (base, len) = memory.into_raw();
+    pub(crate) fn new(plan: &Plan, memory: Option<MetadataMemory>) -> Result<Self, Error> {
         let layout = plan.layout()?;
+        let Some(memory) = memory else {
+            return Ok(Metadata { base: None });
+        };
+        let (base, len) = memory.into_raw();
         if len < layout.size() {
             return Err(Error::MetadataTooSmall);
         }
@@ -358,7 +364,7 @@ impl Metadata {
         match self.base {
             Some(base) => {
                 // SAFETY: `part` lies inside the plan's layout at an offset aligned for `T`,
-                // and `base` holds that layout (aligned up in `Metadata::caller`); the plan's
+                // and `base` holds that layout (aligned up in `Metadata::new`); the plan's
                 // parts do not overlap, so this table's memory is its own.
                 Ok(unsafe { Table::init(base.add(part.offset).cast::<T>(), part.len, make) })
             }
@@ -448,7 +454,7 @@ macro_rules! caller_metadata {
             /// # Ok::<(), buddyfree::Error>(())
             /// ```
             pub fn in_metadata(config: Config, meta: $crate::MetadataMemory) -> Result<Self, Error> {
-                $crate::table::build_in($plan(config), meta, |parts, meta| {
+                $crate::table::build($plan(config), Some(meta), |parts, meta| {
                     $build(config, parts, meta)
                 })
             }
@@ -456,30 +462,16 @@ macro_rules! caller_metadata {
     };
 }
 
-/// Builds an allocator by `build` from its `plan` (its tables' layout and places) in the
-/// caller's memory, once it is checked to hold the layout: the body of every `in_metadata`.
-pub(crate) fn build_in<P, A>(
+/// Builds an allocator by `build` from its `plan` (its tables' layout and places), its
+/// tables in the caller's `memory` once it is checked to hold the layout, or with `None`
+/// each on the heap: the body of every `in_metadata` and every convenience `new`.
+pub(crate) fn build<P, A>(
     plan: Result<(Plan, P), Error>,
-    memory: MetadataMemory,
+    memory: Option<MetadataMemory>,
     build: impl FnOnce(P, &Metadata) -> Result<A, Error>,
 ) -> Result<A, Error> {
     let (plan, parts) = plan?;
-    let meta = Metadata::caller(&plan, memory)?;
-    build(parts, &meta)
-}
-
-/// Builds an allocator by `build` from its `plan` with every table on the heap: the body of
-/// every convenience `new`.
-#[cfg(feature = "alloc")]
-pub(crate) fn build_on_heap<P, A>(
-    plan: Result<(Plan, P), Error>,
-    build: impl FnOnce(P, &Metadata) -> Result<A, Error>,
-) -> Result<A, Error> {
-    let (plan, parts) = plan?;
-    // The same configurations as in caller memory: none whose metadata the address space
-    // cannot hold, even though each table is allocated on its own.
-    plan.layout()?;
-    build(parts, &Metadata::heap())
+    build(parts, &Metadata::new(&plan, memory)?)
 }
 
 #[cfg(all(test, not(loom)))]
@@ -500,16 +492,16 @@ mod tests {
         // SAFETY: `memory` outlives every use below, `base + 31` is within it.
         let lent = |start: usize, len| unsafe { MetadataMemory::from_raw(base.add(start), len) };
         assert!(matches!(
-            Metadata::caller(&plan, lent(0, 23)),
+            Metadata::new(&plan, Some(lent(0, 23))),
             Err(Error::MetadataTooSmall)
         ));
         // 24 bytes hold the layout, but not once aligned up from `base + 1`: 7 more do.
         assert!(matches!(
-            Metadata::caller(&plan, lent(1, 30)),
+            Metadata::new(&plan, Some(lent(1, 30))),
             Err(Error::MetadataMisaligned)
         ));
         {
-            let meta = Metadata::caller(&plan, lent(0, 24)).unwrap();
+            let meta = Metadata::new(&plan, Some(lent(0, 24))).unwrap();
             let t = meta.table(words, |i| i as u64 + 7).unwrap();
             assert_eq!(*t, [7, 8]);
         }
@@ -530,10 +522,10 @@ mod tests {
             // SAFETY: `start + bytes` is within `memory`, which outlives every use below.
             let lent = |len| unsafe { MetadataMemory::from_raw(base.add(start), len) };
             {
-                let meta = Metadata::caller(&plan, lent(bytes)).unwrap();
+                let meta = Metadata::new(&plan, Some(lent(bytes))).unwrap();
                 let t = meta.table(words, |i| i as u64 + 1).unwrap();
                 assert_eq!(*t, [1, 2]);
-                let short = Metadata::caller(&plan, lent(23));
+                let short = Metadata::new(&plan, Some(lent(23)));
                 assert!(matches!(short, Err(Error::MetadataTooSmall)));
             }
             // The table is found at the next multiple of 8 from `start` (at `start` if it is one).

@@ -460,7 +460,7 @@ impl<A: BlockAlloc, const N: usize> BlockAlloc for Zones<A, N> {
         // could refuse only after the zones before it freed theirs, which no one can undo
         // (another thread may take those units at once). So those are checked here.
         for (zone, at, n) in parts.clone().skip(1) {
-            allocated_throughout(&zone.alloc, at, n)?;
+            crate::range::allocated_throughout(&crate::OnCore(&zone.alloc, core), at, at + n)?;
         }
         for (zone, at, n) in parts {
             zone.alloc.free_range(at, n, core)?;
@@ -556,17 +556,6 @@ impl<A: crate::magazine::Backend, const N: usize> crate::magazine::Backend for Z
     fn alloc_bulk_groups(&self, order: u32) -> bool {
         self.zones.iter().all(|z| z.alloc.alloc_bulk_groups(order))
     }
-}
-
-/// [`Error::NotAllocated`] unless every unit of `at..at + n` of `alloc` is allocated,
-/// walked a live block at a time as `free_range` checks its range.
-fn allocated_throughout<A: BlockAlloc>(alloc: &A, at: usize, n: usize) -> Result<(), Error> {
-    let mut unit = at;
-    while unit < at + n {
-        let (first, order) = alloc.block_of(unit)?.ok_or(Error::NotAllocated)?;
-        unit = first + (1 << order);
-    }
-    Ok(())
 }
 
 /// The more telling of two refusals of one request by different zones: a zone too small for

@@ -100,7 +100,7 @@ impl Estranged {
     /// ```
     #[cfg(feature = "alloc")]
     pub fn new(config: Config) -> Result<Self, Error> {
-        crate::table::build_on_heap(super::plan::<2>(config), |parts, meta| {
+        crate::table::build(super::plan::<2>(config), None, |parts, meta| {
             Estranged::build(config, parts, meta)
         })
     }

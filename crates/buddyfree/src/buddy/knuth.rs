@@ -47,7 +47,7 @@ impl Knuth {
     /// ```
     #[cfg(feature = "alloc")]
     pub fn new(config: Config) -> Result<Self, Error> {
-        crate::table::build_on_heap(super::plan::<1>(config), |parts, meta| {
+        crate::table::build(super::plan::<1>(config), None, |parts, meta| {
             Knuth::build(config, parts, meta)
         })
     }

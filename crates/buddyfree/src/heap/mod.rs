@@ -50,7 +50,7 @@ pub struct Heap<A> {
     /// Where the calling core's number comes from, if not from [`default_core`].
     core_hint: Option<fn() -> usize>,
     // Last, so the memory outlives nothing that points into it.
-    region: Region,
+    _region: Region,
 }
 
 // SAFETY: the heap hands out disjoint blocks of the region and never touches their contents;
@@ -93,7 +93,7 @@ impl<A: BlockAlloc> Heap<A> {
             base,
             bad_frees: AtomicUsize::new(0),
             core_hint: None,
-            region,
+            _region: region,
         })
     }
 
@@ -279,11 +279,6 @@ impl<A: BlockAlloc> Heap<A> {
         self.device.try_free(ptr as u64, layout, self.core())
     }
 
-    /// [`Heap::free_index`] that never waits, as [`Heap::try_free`].
-    pub fn try_free_index(&self, index: usize, order: u32) -> Result<(), Error> {
-        self.device.alloc.try_free(index, order, self.core())
-    }
-
     /// Frees the block that starts at `ptr`, whatever its size: the allocator knows its order
     /// ([`BlockAlloc::order_at`]). A pointer not at the start of a live block is an error
     /// and changes nothing, as for [`Heap::free`].
@@ -304,7 +299,7 @@ impl<A: BlockAlloc> Heap<A> {
     }
 
     /// [`Heap::free_at`] that never waits, for interrupt context: the order comes from
-    /// [`BlockAlloc::try_order_at`] and the free is [`Heap::try_free_index`], so the answer
+    /// [`BlockAlloc::try_order_at`] and the free is [`BlockAlloc::try_free`], so the answer
     /// is [`Error::WouldBlock`] (nothing changed) where either would wait for a lock.
     pub fn try_free_at(&self, ptr: *mut u8) -> Result<(), Error> {
         self.device.try_free_at(ptr as u64, self.core())
@@ -363,11 +358,6 @@ impl<A: BlockAlloc> Heap<A> {
     /// The block allocator.
     pub fn allocator(&self) -> &A {
         &self.device.alloc
-    }
-
-    /// The region the heap lives in.
-    pub fn region(&self) -> &Region {
-        &self.region
     }
 
     /// Frees that failed where no error could be returned (`GlobalAlloc::dealloc`, the

@@ -21,9 +21,7 @@ use crate::refusal::Refusals;
 use crate::reserved::Reserved;
 use crate::sync::atomic::{AtomicU32, AtomicU64};
 use crate::sync::CachePadded;
-#[cfg(feature = "alloc")]
-use crate::table::build_on_heap;
-use crate::table::{build_in, Metadata, Part, Plan};
+use crate::table::{build, Metadata, Part, Plan};
 use crate::{Config, ConfigRule, Error, MetadataMemory};
 #[cfg(not(loom))]
 use core::alloc::Layout;
@@ -434,7 +432,7 @@ impl Builder {
     #[cfg(feature = "alloc")]
     pub fn build(self) -> Result<LLFree, Error> {
         let config = self.settings.config;
-        build_on_heap(self.settings.plan(), |parts, meta| {
+        build(self.settings.plan(), None, |parts, meta| {
             LLFree::build(config, parts, meta)
         })
     }
@@ -443,7 +441,7 @@ impl Builder {
     /// [`Builder::metadata_bytes`] at any alignment).
     pub fn build_in(self, meta: MetadataMemory) -> Result<LLFree, Error> {
         let config = self.settings.config;
-        build_in(self.settings.plan(), meta, |parts, meta| {
+        build(self.settings.plan(), Some(meta), |parts, meta| {
             LLFree::build(config, parts, meta)
         })
     }

@@ -154,13 +154,7 @@ impl<W: WriteBack> LLFree<W> {
         let (plan, parts) = settings.plan_upper()?;
         let config = settings.config;
         check_memory(LLFree::lower_layout(config)?, lower, len)?;
-        let meta = match upper {
-            Some(memory) => Metadata::caller(&plan, memory)?,
-            #[cfg(feature = "alloc")]
-            None => Metadata::heap(),
-            #[cfg(not(feature = "alloc"))]
-            None => unreachable!("an upper level on the heap needs the `alloc` feature"),
-        };
+        let meta = Metadata::new(&plan, upper)?;
         let fill = match start {
             Start::Init(Init::Free) => Some(Fill::Free),
             Start::Init(Init::Allocated) => Some(Fill::Allocated),

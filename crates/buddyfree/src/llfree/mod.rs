@@ -541,17 +541,17 @@ impl<W: WriteBack> LLFree<W> {
         })
     }
 
-    /// [`BlockAlloc::free`] with `reserved`, the boot reservation's check (waiting or not).
+    /// [`BlockAlloc::free`], the boot reservation checked waiting or, with `never_wait`, not.
     #[inline(always)]
     fn free_checked(
         &self,
         index: usize,
         order: u32,
         core: usize,
-        reserved: fn(&Reserved, usize, u32) -> Result<(), Error>,
+        never_wait: bool,
     ) -> Result<(), Error> {
         check_block(index, order, self.max_order, self.units)?;
-        reserved(&self.reserved, index, order)?;
+        self.reserved.check_free(index, order, never_wait)?;
         self.lower.free(index, order)?;
         self.freed(index, 1 << order, core);
         Ok(())
@@ -997,13 +997,13 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
     }
 
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        self.free_checked(index, order, core, Reserved::check_free)
+        self.free_checked(index, order, core, false)
     }
 
     /// The same as `free`, which waits for no other core (but for a range operation's
     /// update of the reservation, next to reserved units: [`Error::WouldBlock`]).
     fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        self.free_checked(index, order, core, Reserved::try_check_free)
+        self.free_checked(index, order, core, true)
     }
 
     /// Blocks of orders 0..=8 that follow each other in `blocks` within one huge frame are
@@ -1045,11 +1045,11 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
     /// meanwhile (the count may be in a moving core's hands); it is retried, bounded as the
     /// fallback is.
     fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        range::reserve_recorded(&self.reserved, &mut range::Shared(self, core), start, len)
+        range::reserve_recorded(&self.reserved, &mut crate::OnCore(self, core), start, len)
     }
 
     fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        range::free_recorded(&self.reserved, &mut range::Shared(self, core), start, len)
+        range::free_recorded(&self.reserved, &mut crate::OnCore(self, core), start, len)
     }
 
     fn alloc_at(&self, index: usize, order: u32, _core: usize) -> Result<(), Error> {

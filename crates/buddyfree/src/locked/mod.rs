@@ -90,7 +90,7 @@ impl<A: SeqBlockAlloc, R: RawMutex + Sync + Send> BlockAlloc for Locked<A, R> {
     }
 
     fn free(&self, index: usize, order: u32, _core: usize) -> Result<(), Error> {
-        self.reserved.check_free(index, order)?;
+        self.reserved.check_free(index, order, false)?;
         self.inner.lock().free(index, order)
     }
 
@@ -117,7 +117,7 @@ impl<A: SeqBlockAlloc, R: RawMutex + Sync + Send> BlockAlloc for Locked<A, R> {
 
     /// Only if the lock is free at once, as `try_alloc`.
     fn try_free(&self, index: usize, order: u32, _core: usize) -> Result<(), Error> {
-        self.reserved.try_check_free(index, order)?;
+        self.reserved.check_free(index, order, true)?;
         self.try_lock()?.free(index, order)
     }
 
@@ -141,12 +141,10 @@ impl<A: SeqBlockAlloc, R: RawMutex + Sync + Send> BlockAlloc for Locked<A, R> {
 
     /// The whole range under one lock: no other operation sees it half done.
     fn free_range(&self, start: usize, len: usize, _core: usize) -> Result<(), Error> {
-        let units = &mut range::Exclusive(&mut *self.inner.lock());
-        range::free_recorded(&self.reserved, units, start, len)
+        range::free_recorded(&self.reserved, &mut *self.inner.lock(), start, len)
     }
 
     fn reserve_range(&self, start: usize, len: usize, _core: usize) -> Result<(), Error> {
-        let units = &mut range::Exclusive(&mut *self.inner.lock());
-        range::reserve_recorded(&self.reserved, units, start, len)
+        range::reserve_recorded(&self.reserved, &mut *self.inner.lock(), start, len)
     }
 }

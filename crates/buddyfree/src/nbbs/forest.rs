@@ -83,8 +83,6 @@ use crate::refusal::{Failure, Refusals};
 use crate::reserved::Reserved;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::CachePadded;
-#[cfg(feature = "alloc")]
-use crate::table::build_on_heap;
 use crate::table::{Metadata, Part, Plan, Table};
 use crate::{check_block, BlockAlloc, Config, ConfigRule, Error};
 
@@ -276,7 +274,7 @@ impl<K: Kind> Forest<K> {
     /// A forest managing `config.units` units, its tables on the heap.
     #[cfg(feature = "alloc")]
     pub fn new(config: Config) -> Result<Self, Error> {
-        build_on_heap(Self::plan(config), |parts, meta| {
+        crate::table::build(Self::plan(config), None, |parts, meta| {
             Self::build(config, parts, meta)
         })
     }
@@ -775,23 +773,23 @@ impl<K: Kind> BlockAlloc for Forest<K> {
     }
 
     fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        self.reserved.check_free(index, order)?;
+        self.reserved.check_free(index, order, false)?;
         self.free_unreserved(index, order, core)
     }
 
     /// The same as `free`, which waits for no other thread (but for a range operation's
     /// update of the reservation, next to reserved units: [`Error::WouldBlock`]).
     fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-        self.reserved.try_check_free(index, order)?;
+        self.reserved.check_free(index, order, true)?;
         self.free_unreserved(index, order, core)
     }
 
     fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        range::reserve_recorded(&self.reserved, &mut range::Shared(self, core), start, len)
+        range::reserve_recorded(&self.reserved, &mut crate::OnCore(self, core), start, len)
     }
 
     fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        range::free_recorded(&self.reserved, &mut range::Shared(self, core), start, len)
+        range::free_recorded(&self.reserved, &mut crate::OnCore(self, core), start, len)
     }
 
     fn free_units(&self) -> usize {

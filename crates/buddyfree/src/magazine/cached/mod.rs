@@ -557,7 +557,7 @@ impl<A: Backend> Magazine<A> {
     /// `None` where the free is done (the backend's, for an order that is not cached).
     #[inline]
     fn cached_slot(&self, index: usize, order: u32, core: usize) -> Result<Option<usize>, Error> {
-        self.reserved.check_free(index, order)?;
+        self.reserved.check_free(index, order, false)?;
         if let Some(freed) = self.free_if_direct(index, order, core) {
             return freed.map(|()| None);
         }
@@ -840,7 +840,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
     /// `try_free` for the other orders.
     fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         check_block(index, order, self.max_order(), self.total_units())?;
-        self.reserved.try_check_free(index, order)?;
+        self.reserved.check_free(index, order, true)?;
         let Some(slot) = self.slot(order) else {
             let freed = self.backend.try_free(index, order, core);
             return self.uncached_answer(index, freed);
@@ -920,11 +920,11 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
     }
 
     fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        range::reserve_recorded(&self.reserved, &mut range::Shared(self, core), start, len)
+        range::reserve_recorded(&self.reserved, &mut crate::OnCore(self, core), start, len)
     }
 
     fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        range::free_recorded(&self.reserved, &mut range::Shared(self, core), start, len)
+        range::free_recorded(&self.reserved, &mut crate::OnCore(self, core), start, len)
     }
 
     /// See [`BlockAlloc::block_of`]: the backend's answer, except that a cached block is
@@ -978,7 +978,7 @@ mod subset {
     /// A [`Subset`] over `config`, with no streams: every free of a cached order parks.
     pub(crate) fn subset<R: RawMutex + Send + Sync>(config: Config) -> Subset<R> {
         let buddy = Locked::new(Knuth::new(config).unwrap());
-        crate::table::build_on_heap(plan(config, config.units), |parts, meta| {
+        crate::table::build(plan(config, config.units), None, |parts, meta| {
             Magazine::build(buddy, &SUBSET, parts, meta)
         })
         .unwrap()
