@@ -86,13 +86,16 @@ use crate::sync::CachePadded;
 #[cfg(feature = "alloc")]
 use crate::table::build_on_heap;
 use crate::table::{Metadata, Part, Plan, Table};
-use crate::{check_block, BlockAlloc, Config, ConfigRule, Error};
+use crate::{check_block, BlockAlloc, Capabilities, Config, ConfigRule, Error};
 
-/// A cell height: the layout of its cells, each in an `AtomicU64`.
+/// A cell height: the layout of its cells, each in an `AtomicU64`. Sealed: [`OneLevel`] and
+/// [`FourLevel`] are the two kinds.
 pub trait Kind: Send + Sync + 'static {
     /// The layout of its cells.
+    #[doc(hidden)]
     const SHAPE: Shape;
     /// Cells per 64-byte cache line.
+    #[doc(hidden)]
     const LINE: usize = 8;
 }
 
@@ -273,7 +276,16 @@ impl<K: Kind> Forest<K> {
     /// invalidated by every update of the first roots.
     const FIRST_CELL: usize = K::LINE;
 
-    /// A forest managing `config.units` units, its tables on the heap.
+    /// An allocator of `config.units` free units, blocks up to `2^config.max_order` units,
+    /// with free-slot hints for `config.cores` cores; its metadata on the heap.
+    ///
+    /// ```
+    /// use buddyfree::{BlockAlloc, Config, Nbbs4};
+    /// let frames = Nbbs4::new(Config::new(1 << 12, 9).with_cores(2))?;
+    /// let huge = frames.alloc(9, 0)?;
+    /// frames.free(huge, 9, 1)?;
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
     #[cfg(feature = "alloc")]
     pub fn new(config: Config) -> Result<Self, Error> {
         build_on_heap(Self::plan(config), |parts, meta| {
@@ -711,11 +723,6 @@ impl<K: Kind> Forest<K> {
         self.count_free(1 << node.order, node, core);
         Ok(())
     }
-
-    /// Orders below the top row of their cell: several blocks under one node.
-    pub(crate) fn alloc_bulk_groups(&self, order: u32) -> bool {
-        self.group_rows(order) > 0
-    }
 }
 
 impl<K: Kind> BlockAlloc for Forest<K> {
@@ -725,7 +732,7 @@ impl<K: Kind> BlockAlloc for Forest<K> {
     ///
     /// Through the refusal memo (`refusal.rs`): a refusal after a scan during which no free
     /// completed is remembered until a free that may have made a block of the order free
-    /// there ([`Forest::covers`]), a refusal by the count of free units until any free,
+    /// there (`Forest::covers`), a refusal by the count of free units until any free,
     /// either until a rolled-back allocation.
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
         if order > self.max_order {
@@ -736,7 +743,7 @@ impl<K: Kind> BlockAlloc for Forest<K> {
     }
 
     /// Groups of `2^r` blocks under one node of their cell, each group taken by one TRYALLOC
-    /// of that node ([`Forest::try_alloc`]): one reservation and one climb for the group.
+    /// of that node (`Forest::try_alloc`): one reservation and one climb for the group.
     /// `r` is at most the order's row in its cell (with 4-level cells and `max_order` 10:
     /// 4 blocks of order 0, 8 of order 3; the 1-level tree has no groups). A group is taken
     /// only where `alloc` would look first, at the core's hint, if the group is free there
@@ -806,6 +813,21 @@ impl<K: Kind> BlockAlloc for Forest<K> {
         self.max_order
     }
 
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ALL
+    }
+
+    /// The same as `alloc`: NBBS never waits for another thread. Its scan is repeated only
+    /// when frees completed meanwhile (Alg. 2, A15), each of them progress of another thread.
+    fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        self.alloc(order, core)
+    }
+
+    /// The same as `block_of`, which reads the tree without waiting.
+    fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        self.block_of(index)
+    }
+
     /// TRYALLOC (Alg. 3) on the node of the block: it succeeds only if neither the node, nor
     /// a node below it, nor an ancestor is occupied.
     fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
@@ -848,6 +870,15 @@ impl<K: Kind> BlockAlloc for Forest<K> {
             }
         }
         Ok(None)
+    }
+}
+
+impl<K: Kind> crate::magazine::Sealed for Forest<K> {}
+
+impl<K: Kind> crate::magazine::Backend for Forest<K> {
+    /// Orders below the top row of their cell: several blocks under one node.
+    fn alloc_bulk_groups(&self, order: u32) -> bool {
+        self.group_rows(order) > 0
     }
 }
 
