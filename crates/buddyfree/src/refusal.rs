@@ -22,7 +22,7 @@
 //!
 //! # Protocol
 //!
-//! - **Allocation** ([`Refusals::alloc_sorted`]): a request of order `k` first loads the
+//! - **Allocation** ([`Refusals::alloc`]): a request of order `k` first loads the
 //!   word; a `REFUSED(k')` with `k' <= k` answers at once. Otherwise it runs its allocation;
 //!   if that fails it confirms the failure: it stores `PENDING(k, seq)` (the sequence number
 //!   makes every store distinct, so a stale compare-and-swap cannot succeed), issues a
@@ -121,8 +121,8 @@
 //!
 //! # What each allocator must do
 //!
-//! Route every allocation of the default class through [`Refusals::alloc`] (every refusal
-//! counted) or [`Refusals::alloc_sorted`], where the attempt answers a refusal only for a
+//! Route every allocation of the default class through [`Refusals::alloc`], where the
+//! attempt answers a refusal (a count's, or a search's) only for a
 //! failure that is complete (no free block of the order was found by a search that saw
 //! every counter; a failure while another core's reservation move was in flight is
 //! answered otherwise and not recorded), and call [`Refusals::freed`] (or
@@ -147,7 +147,7 @@ const TOUCHED: u64 = 1 << 9;
 /// Where the sequence number of a pending word starts.
 const SEQ_SHIFT: u32 = 10;
 
-/// Why an attempt of [`Refusals::alloc_sorted`] found no block.
+/// Why an attempt of [`Refusals::alloc`] found no block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Failure {
     /// A count of the free units, wherever they lie, is below the order's size: a free
@@ -158,17 +158,6 @@ pub(crate) enum Failure {
     Searched,
     /// Another answer than a refusal (never recorded).
     Error(Error),
-}
-
-impl From<Error> for Failure {
-    /// An allocator that does not say how it failed: `OutOfMemory` is taken as
-    /// [`Failure::Counted`], which every free ends.
-    fn from(e: Error) -> Failure {
-        match e {
-            Error::OutOfMemory => Failure::Counted,
-            e => Failure::Error(e),
-        }
-    }
 }
 
 impl Failure {
@@ -227,58 +216,28 @@ impl Refusals {
     }
 
     /// Runs `attempt` (an allocation of `order`) unless the memo already refuses `order`;
-    /// confirms an [`Error::OutOfMemory`] by a second attempt after [`Refusals::begin`], and
-    /// records it if that fails too. `attempt` answers `OutOfMemory` only for a complete
-    /// failure (module docs), which is recorded as [`Failure::Counted`]: every free ends it.
-    /// The protocol's plainest form, which the model tests below drive.
-    #[cfg(test)]
-    pub(crate) fn alloc(
-        &self,
-        order: u32,
-        mut attempt: impl FnMut() -> Result<usize, Error>,
-    ) -> Result<usize, Error> {
-        self.run(order, || (attempt().map_err(Failure::from), None))
-    }
-
-    /// [`Refusals::alloc`] for an attempt that says how it failed: a refusal after a
-    /// search is ended only by a free that covers its order.
-    #[inline]
-    pub(crate) fn alloc_sorted(
-        &self,
-        order: u32,
-        mut attempt: impl FnMut() -> Result<usize, Failure>,
-    ) -> Result<usize, Error> {
-        self.run(order, || (attempt(), None))
-    }
-
-    /// [`Refusals::alloc_sorted`] for an attempt that may give back units it took and could
-    /// not use (LLFree's counters) without telling the memo at each give-back: the attempt
-    /// says what its give-backs may have made findable (`None`: it gave nothing back;
-    /// `Some(k)`: blocks of orders up to `k`, read after the give-backs as a free's `covers`
-    /// is), and the memo is told once after it ([`Refusals::freed_if`]), which spares a
-    /// search its own give-backs. Telling it at the give-back itself would clear the
-    /// search's own pending word, and a search that takes and gives back units tree by tree
-    /// (a fragmented heap) would never record its refusal. Told after the attempt, a search
-    /// that missed those units while the attempt held them may record a refusal for the
-    /// moment until the attempt ends and clears it: the transient failure near exhaustion
-    /// such an allocator has anyway. An attempt that gave nothing back (an allocation served
-    /// from its core's counter) leaves the memo alone: it made nothing findable, so a
-    /// reclaim loop that frees a frame and takes it back keeps its refusal of a huge frame.
-    /// The attempt's give-backs must be `SeqCst` writes, as a free's are.
-    #[inline]
-    pub(crate) fn alloc_giving_back(
-        &self,
-        order: u32,
-        attempt: impl FnMut() -> (Result<usize, Failure>, Option<u32>),
-    ) -> Result<usize, Error> {
-        self.run(order, attempt)
-    }
-
-    /// Runs `attempt` through the memo; the attempt says what its give-backs may have made
-    /// findable ([`Refusals::alloc_giving_back`]). Always inlined, so that a refusal from the
-    /// memo costs its load and no call, however large the attempt.
+    /// confirms a refusal ([`Failure::Counted`] or [`Failure::Searched`]) by a second attempt
+    /// after [`Refusals::begin`], and records it if that fails too: a refusal after a search
+    /// is ended only by a free that covers its order, one by the count by any free. Always
+    /// inlined, so that a refusal from the memo costs its load and no call, however large
+    /// the attempt.
+    ///
+    /// The attempt also says what units it gave back may have made findable (`None`: it
+    /// gave nothing back; `Some(k)`: blocks of orders up to `k`, read after the give-backs
+    /// as a free's `covers` is), for an attempt that gives back units it took and could not
+    /// use (LLFree's counters) without telling the memo at each give-back: the memo is told
+    /// once after it ([`Refusals::freed_if`]), which spares a search its own give-backs.
+    /// Telling it at the give-back itself would clear the search's own pending word, and a
+    /// search that takes and gives back units tree by tree (a fragmented heap) would never
+    /// record its refusal. Told after the attempt, a search that missed those units while
+    /// the attempt held them may record a refusal for the moment until the attempt ends and
+    /// clears it: the transient failure near exhaustion such an allocator has anyway. An
+    /// attempt that gave nothing back (an allocation served from its core's counter) leaves
+    /// the memo alone: it made nothing findable, so a reclaim loop that frees a frame and
+    /// takes it back keeps its refusal of a huge frame. The attempt's give-backs must be
+    /// `SeqCst` writes, as a free's are.
     #[inline(always)]
-    fn run(
+    pub(crate) fn alloc(
         &self,
         order: u32,
         mut attempt: impl FnMut() -> (Result<usize, Failure>, Option<u32>),
@@ -294,6 +253,24 @@ impl Refusals {
             Err(Failure::Counted | Failure::Searched) => self.confirm(order, attempt),
             other => other.map_err(Failure::error),
         }
+    }
+
+    /// [`Refusals::alloc`] for an attempt that gives nothing back and takes every
+    /// `OutOfMemory` for [`Failure::Counted`], which every free ends: the protocol's plainest
+    /// form, which the model tests below drive.
+    #[cfg(test)]
+    pub(crate) fn alloc_counted(
+        &self,
+        order: u32,
+        mut attempt: impl FnMut() -> Result<usize, Error>,
+    ) -> Result<usize, Error> {
+        self.alloc(order, || {
+            let answer = attempt().map_err(|e| match e {
+                Error::OutOfMemory => Failure::Counted,
+                e => Failure::Error(e),
+            });
+            (answer, None)
+        })
     }
 
     /// The second attempt of [`Refusals::alloc`], after the pending store and the fence;
@@ -497,18 +474,24 @@ mod tests {
             *calls += 1;
             Err(Error::OutOfMemory)
         };
-        assert_eq!(r.alloc(1, || oom(&mut calls)), Err(Error::OutOfMemory));
+        assert_eq!(
+            r.alloc_counted(1, || oom(&mut calls)),
+            Err(Error::OutOfMemory)
+        );
         assert_eq!(calls, 2);
-        assert_eq!(r.alloc(1, || oom(&mut calls)), Err(Error::OutOfMemory));
+        assert_eq!(
+            r.alloc_counted(1, || oom(&mut calls)),
+            Err(Error::OutOfMemory)
+        );
         assert_eq!(calls, 2);
         // Other errors are not refusals.
         r.freed();
         assert_eq!(
-            r.alloc(1, || Err(Error::WouldBlock)),
+            r.alloc_counted(1, || Err(Error::WouldBlock)),
             Err(Error::WouldBlock)
         );
         assert!(!r.refuses(1));
-        assert_eq!(r.alloc(0, || Ok(7)), Ok(7));
+        assert_eq!(r.alloc_counted(0, || Ok(7)), Ok(7));
     }
 
     #[test]
@@ -632,7 +615,7 @@ mod loom_tests {
 
     #[test]
     fn loom_refusal_never_outlives_a_free() {
-        free_races_refusal(|toy| toy.memo.alloc(0, || toy.attempt()));
+        free_races_refusal(|toy| toy.memo.alloc_counted(0, || toy.attempt()));
     }
 
     /// Without the pending store (the failure recorded by a plain compare-and-swap from
@@ -674,11 +657,11 @@ mod loom_tests {
                     toy.free.swap(true, Ordering::SeqCst);
                 })
             };
-            let got = toy.memo.alloc(0, || toy.attempt());
+            let got = toy.memo.alloc_counted(0, || toy.attempt());
             freer.join().unwrap();
             if got.is_err() {
                 assert_eq!(
-                    toy.memo.alloc(0, || toy.attempt()),
+                    toy.memo.alloc_counted(0, || toy.attempt()),
                     Ok(0),
                     "a stale refusal outlived the free"
                 );
@@ -777,7 +760,7 @@ mod loom_tests {
         }
 
         fn alloc(&self) -> Result<usize, Error> {
-            self.memo.alloc_sorted(1, || self.attempt())
+            self.memo.alloc(1, || (self.attempt(), None))
         }
     }
 
@@ -869,11 +852,11 @@ mod loom_tests {
                     false => Err(kind),
                 }
             };
-            let got = unit.2.alloc_sorted(0, attempt);
+            let got = unit.2.alloc(0, || (attempt(), None));
             freer.join().unwrap();
             if got.is_err() {
                 assert_eq!(
-                    unit.2.alloc_sorted(0, attempt),
+                    unit.2.alloc(0, || (attempt(), None)),
                     Ok(0),
                     "a stale refusal outlived the free"
                 );

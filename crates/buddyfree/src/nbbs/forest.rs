@@ -641,7 +641,7 @@ impl<K: Kind> Forest<K> {
         true
     }
 
-    /// One NBALLOC (Alg. 2) of a checked `order`, for [`Refusals::alloc_sorted`]: a
+    /// One NBALLOC (Alg. 2) of a checked `order`, for [`Refusals::alloc`]: a
     /// failure by the count of free units is [`Failure::Counted`] (a free anywhere ends it),
     /// one after a scan [`Failure::Searched`].
     #[inline(always)]
@@ -739,7 +739,7 @@ impl<K: Kind> BlockAlloc for Forest<K> {
             return Err(Error::BadOrder);
         }
         self.refusals
-            .alloc_sorted(order, || self.alloc_once(order, core))
+            .alloc(order, || (self.alloc_once(order, core), None))
     }
 
     /// Groups of `2^r` blocks under one node of their cell, each group taken by one TRYALLOC
