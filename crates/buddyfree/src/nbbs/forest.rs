@@ -738,8 +738,12 @@ impl<K: Kind> BlockAlloc for Forest<K> {
         if order > self.max_order {
             return Err(Error::BadOrder);
         }
-        self.refusals
-            .alloc(order, || (self.alloc_once(order, core), None))
+        // Inlined here, as the memo's own load is: one call for the whole allocation.
+        self.refusals.alloc(
+            order,
+            #[inline(always)]
+            move || (self.alloc_once(order, core), None),
+        )
     }
 
     /// Groups of `2^r` blocks under one node of their cell, each group taken by one TRYALLOC
