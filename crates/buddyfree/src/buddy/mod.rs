@@ -96,12 +96,6 @@ macro_rules! seq_buddy {
 
         #[cfg(feature = "alloc")]
         impl $crate::buddy::Defrag for $buddy {
-            fn live_at(&self, index: usize) -> Option<u32> {
-                (index < self.lists.total_units)
-                    .then(|| self.lists.tags.get(index).used_order())
-                    .flatten()
-            }
-
             fn free_entry(&self, index: usize) -> Option<(usize, u32)> {
                 (index < self.lists.total_units)
                     .then(|| self.lists.entry_at(index))
