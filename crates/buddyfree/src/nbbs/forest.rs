@@ -68,7 +68,7 @@
 //! back down (rollbacks). Reservations and marks acquire (the units may have just been freed
 //! by another thread); the clear that ends a free releases (F20), so the next owner's writes
 //! follow the last owner's. A refusal of any CAS step is confirmed by an RMW, never by a
-//! plain read ([`Word::try_cas`]). The comments at each step give the paper's line.
+//! plain read ([`try_cas`]). The comments at each step give the paper's line.
 
 #[cfg(all(test, loom))]
 use alloc::vec::Vec;
@@ -77,7 +77,7 @@ use core::marker::PhantomData;
 use super::cell::Shape;
 use super::cell::State;
 use super::cores::{Cores, Slot};
-use super::word::Word;
+use super::word::try_cas;
 use crate::range;
 use crate::refusal::{Failure, Refusals};
 use crate::reserved::Reserved;
@@ -451,7 +451,7 @@ impl<K: Kind> Forest<K> {
         // T2. Acquire: the node, or an in-cell ancestor, may have just been freed by another
         // thread; its writes to those units must happen before the caller's. In a root cell
         // there is no climb: the reservation completes the allocation.
-        let r = home.try_cas(Ordering::Acquire, |w| {
+        let r = try_cas(home, Ordering::Acquire, |w| {
             let w = Self::S.reserve(w, at.j).ok()?;
             Some(if done {
                 Self::S.complete(w, at.j, rows)
@@ -468,9 +468,7 @@ impl<K: Kind> Forest<K> {
             // T8-T15. Acquire, as for T2: this ancestor may have been freed just now. Release:
             // an UNMARK that reads this mark's generation must also see the marks below it
             // (see `unmark`).
-            let r = up
-                .word
-                .try_cas(Ordering::AcqRel, |w| Self::S.mark(w, up.ch).ok());
+            let r = try_cas(up.word, Ordering::AcqRel, |w| Self::S.mark(w, up.ch).ok());
             trace!("mark {}/{} ch {} -> {r:x?}", up.level, up.cell, up.ch);
             if let Err(seen) = r {
                 let failed = Self::S.mark(seen, up.ch).unwrap_err();
@@ -482,7 +480,9 @@ impl<K: Kind> Forest<K> {
         if rows == 0 {
             home.fetch_or(Self::S.allocated_bit(at.j), Ordering::Relaxed);
         } else {
-            let _ = home.try_cas(Ordering::Relaxed, |w| Some(Self::S.complete(w, at.j, rows)));
+            let _ = try_cas(home, Ordering::Relaxed, |w| {
+                Some(Self::S.complete(w, at.j, rows))
+            });
         }
         trace!("allocated {node:?} rows {rows}");
         Ok(())

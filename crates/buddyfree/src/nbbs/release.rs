@@ -37,7 +37,7 @@
 //! The argument for the generation check is at [`Forest::unmark`], the guard's in the module
 //! docs of `nbbs`, the rollback's climb past its marks at [`Forest::release`]. Every step is
 //! one CAS or RMW on one cell; a step that refuses is confirmed by an RMW
-//! ([`Word::try_cas`]), never by a plain read.
+//! ([`try_cas`]), never by a plain read.
 //!
 //! [`Shape::keeps_climbing`]: super::cell::Shape::keeps_climbing
 
@@ -47,7 +47,7 @@ use super::cell::State;
 #[cfg(test)]
 use super::forest::Node;
 use super::forest::{Climb, Forest, Kind, Place, Up};
-use super::word::Word;
+use super::word::try_cas;
 use crate::sync::atomic::{AtomicU64, Ordering};
 
 /// The generations a free read at the cells where it set its coalescing bits (Alg. 4, F9),
@@ -198,8 +198,7 @@ impl<K: Kind> Forest<K> {
             // Acquire: the generation read here vouches for every mark before it
             // (`unmark`).
             if Self::S.is_guarded() {
-                here.try_cas(Ordering::Acquire, |w| Some(coalesce(w)))
-                    .unwrap_or_else(|w| w)
+                try_cas(here, Ordering::Acquire, |w| Some(coalesce(w))).unwrap_or_else(|w| w)
             } else {
                 registered = true;
                 here.fetch_or(coal, Ordering::Acquire)
@@ -210,7 +209,7 @@ impl<K: Kind> Forest<K> {
             // up to here), and a dead one is clear and stays so while its ancestor is
             // occupied: a free that reuses the branch after that sees our coalescing bits
             // below. Release: that free's mark then also sees those bits.
-            here.try_cas(Ordering::AcqRel, |w| {
+            try_cas(here, Ordering::AcqRel, |w| {
                 (Self::S.link_live(w, ch) && w & Self::S.child_bits(ch) != 0).then(|| coalesce(w))
             })
             .ok()?
@@ -309,7 +308,7 @@ impl<K: Kind> Forest<K> {
             // AcqRel: acquire the frees merged below (the buddy's release), release them,
             // with ours, to whoever allocates this larger block; acquire the marks whose
             // generation a refusal reads.
-            let r = here.try_cas(Ordering::AcqRel, |w| {
+            let r = try_cas(here, Ordering::AcqRel, |w| {
                 let (new, s) = Self::unmark_step(w, ch, reg);
                 step = s;
                 new
@@ -376,12 +375,11 @@ impl<K: Kind> Forest<K> {
     }
 
     /// The state of child `ch` of cell `cell` at `level`, confirmed current by an RMW (a
-    /// refused CAS): a plain load could be stale (`Word::try_cas`).
+    /// refused CAS): a plain load could be stale (`try_cas`).
     #[inline(always)]
     fn child_state(&self, level: usize, cell: usize, ch: u32) -> State {
-        self.cell(level + 1, cell << Self::LEVELS | ch as usize)
-            .try_cas(Ordering::Relaxed, |_| None)
-            .unwrap_or_else(|c| c)
+        let child = self.cell(level + 1, cell << Self::LEVELS | ch as usize);
+        try_cas(child, Ordering::Relaxed, |_| None).unwrap_or_else(|c| c)
     }
 
     /// Ends a registration at `cell` of `level` without unlinking; the last to leave an
@@ -389,14 +387,12 @@ impl<K: Kind> Forest<K> {
     fn leave(&self, level: usize, cell: usize) -> Option<State> {
         let mut sweeps = false;
         // AcqRel: a sweeper's reading, as `unlink`'s.
-        let w = self
-            .cell(level, cell)
-            .try_cas(Ordering::AcqRel, |w| {
-                let (new, s) = Self::S.leave(w);
-                sweeps = s;
-                Some(new)
-            })
-            .unwrap_or_else(|w| w);
+        let w = try_cas(self.cell(level, cell), Ordering::AcqRel, |w| {
+            let (new, s) = Self::S.leave(w);
+            sweeps = s;
+            Some(new)
+        })
+        .unwrap_or_else(|w| w);
         trace!("leave {level}/{cell} -> sweeps {sweeps} {w:x}");
         if sweeps {
             self.sweep(level, cell, w)
@@ -428,7 +424,7 @@ impl<K: Kind> Forest<K> {
                 }
             }
             let mut step = Step::GaveUp;
-            let r = here.try_cas(Ordering::AcqRel, |w| {
+            let r = try_cas(here, Ordering::AcqRel, |w| {
                 if Self::S.invalid(w) {
                     let (new, s) = Self::S.leave(w);
                     step = if s { Step::Sweep } else { Step::GaveUp };
@@ -461,13 +457,12 @@ impl<K: Kind> Forest<K> {
     pub(super) fn free_node(&self, at: Place, claim: impl Fn(State) -> Option<State>) -> bool {
         let home = self.cell(at.level, at.cell);
         if at.level == 0 {
-            return home
-                .try_cas(Ordering::Release, |w| {
-                    Some(claim(w)? & Self::S.clear_mask(at.j))
-                })
-                .is_ok();
+            return try_cas(home, Ordering::Release, |w| {
+                Some(claim(w)? & Self::S.clear_mask(at.j))
+            })
+            .is_ok();
         }
-        match home.try_cas(Ordering::Relaxed, claim) {
+        match try_cas(home, Ordering::Relaxed, claim) {
             Ok(now) => {
                 trace!("claim {at:?} -> {now:x}");
                 self.release(at, now, 0);
@@ -484,10 +479,10 @@ impl<K: Kind> Forest<K> {
         let node = Node::at(index, order);
         let at = self.place(node);
         assert!(at.level > 0, "a node in a root cell has no UNMARK");
-        let now = self
-            .cell(at.level, at.cell)
-            .try_cas(Ordering::Relaxed, |w| Self::S.claim(w, at.j))
-            .expect("the block is allocated");
+        let now = try_cas(self.cell(at.level, at.cell), Ordering::Relaxed, |w| {
+            Self::S.claim(w, at.j)
+        })
+        .expect("the block is allocated");
         let mut seen = Seen::new();
         self.mark_coalescing(self.climb(at), at.j, now, 0, &mut seen);
         let now = self.clear(at);
