@@ -294,12 +294,10 @@ impl<K: Kind> Forest<K> {
     }
 
     /// The metadata of a forest of `config`: its cells, the first cell of each cell level,
-    /// and the per-core slots. A `const fn` (for a `const` `metadata_layout`): `match` for `?`.
+    /// and the per-core slots. A `const fn` (for a `const` `metadata_layout`).
     pub(crate) const fn plan(config: Config) -> Result<(Plan, Parts), Error> {
         const OVERFLOW: Error = Error::InvalidConfig(ConfigRule::MetadataOverflow);
-        if let Err(e) = config.validate() {
-            return Err(e);
-        }
+        const_try!(config.validate());
         let roots = config.units.div_ceil(1 << config.max_order);
         if roots.checked_mul(1 << config.max_order).is_none() {
             return Err(OVERFLOW);
@@ -308,27 +306,19 @@ impl<K: Kind> Forest<K> {
         let mut total = Self::FIRST_CELL;
         let mut level = 0;
         while level < levels {
-            let Some(cells) = Self::level_cells(roots, level) else {
-                return Err(OVERFLOW);
-            };
-            let Some(sum) = total.checked_add(cells) else {
-                return Err(OVERFLOW);
-            };
-            total = sum;
+            match Self::level_cells(roots, level) {
+                Some(cells) if cells <= usize::MAX - total => total += cells,
+                _ => return Err(OVERFLOW),
+            }
             level += 1;
         }
         let mut plan = Plan::new();
-        match (plan.add(total), plan.add(levels), plan.add(config.cores)) {
-            (Ok(cells), Ok(level_start), Ok(slots)) => Ok((
-                plan,
-                Parts {
-                    cells,
-                    level_start,
-                    slots,
-                },
-            )),
-            (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => Err(e),
-        }
+        let parts = Parts {
+            cells: const_try!(plan.add(total)),
+            level_start: const_try!(plan.add(levels)),
+            slots: const_try!(plan.add(config.cores)),
+        };
+        Ok((plan, parts))
     }
 
     /// The cells of cell level `level`, with the cache line of unused cells after them.
