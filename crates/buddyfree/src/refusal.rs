@@ -284,14 +284,10 @@ impl Refusals {
         mut attempt: impl FnMut() -> (Result<usize, Failure>, Option<u32>),
     ) -> Result<usize, Error> {
         #[cfg(feature = "testing")]
-        probe::CONFIRMATIONS.with(|c| c.set(c.get() + 1));
+        CONFIRMATIONS.with(|c| c.set(c.get() + 1));
         let pending = self.begin(order);
         let (answer, gave) = attempt();
-        let settled = match answer {
-            Err(Failure::Counted) => self.refused(pending, true),
-            Err(Failure::Searched) => self.refused(pending, false),
-            _ => self.not_refused(pending),
-        };
+        let settled = self.end(pending, answer);
         if let Some(covered) = gave.filter(|_| !settled) {
             self.freed_if(|k| k <= covered);
         }
@@ -310,27 +306,22 @@ impl Refusals {
         Pending { word, replaced }
     }
 
-    /// Records the refusal of a search begun with `pending` (`counted`: one that rests on a
-    /// count, [`Failure::Counted`]), unless anything that covers its order was freed since
-    /// (such a free cleared the word) or another search began since (it records its own).
-    /// A counted refusal is not recorded either once any free has seen the pending word
-    /// ([`TOUCHED`]); the word is then cleared. Whether the word was still `pending`'s.
-    pub(crate) fn refused(&self, pending: Pending, counted: bool) -> bool {
-        let refused = REFUSED | (pending.word & ORDER) | if counted { COUNTED } else { 0 };
-        let touched = pending.word | TOUCHED;
-        self.replace(pending.word, refused)
-            || self.replace(touched, if counted { 0 } else { refused })
-    }
-
-    /// Ends a search begun with `pending` that did not end in a refusal: a refusal it
-    /// replaced is put back if no free has seen the word since, since allocations create no
-    /// blocks; else the word is cleared. Whether the word was still `pending`'s.
-    pub(crate) fn not_refused(&self, pending: Pending) -> bool {
-        let back = match pending.replaced & REFUSED != 0 {
-            true => pending.replaced,
-            false => 0,
+    /// Ends a search begun with `pending` whose second attempt answered `answer`: records its
+    /// refusal ([`Failure::Counted`]: one that rests on a count), or after any other answer
+    /// puts back a refusal that the pending word replaced, since allocations create no
+    /// blocks. Neither if anything that covers its order was freed since (such a free
+    /// cleared the word) or another search began since (it records its own); a counted
+    /// refusal, and a refusal put back, not either once any free has seen the pending word
+    /// ([`TOUCHED`]): the word is then cleared. Whether the word was still `pending`'s.
+    pub(crate) fn end(&self, pending: Pending, answer: Result<usize, Failure>) -> bool {
+        let refused = REFUSED | (pending.word & ORDER);
+        let (to, touched) = match answer {
+            Err(Failure::Counted) => (refused | COUNTED, 0),
+            Err(Failure::Searched) => (refused, refused),
+            _ if pending.replaced & REFUSED != 0 => (pending.replaced, 0),
+            _ => (0, 0),
         };
-        self.replace(pending.word, back) || self.replace(pending.word | TOUCHED, 0)
+        self.replace(pending.word, to) || self.replace(pending.word | TOUCHED, touched)
     }
 
     /// Puts `to` in the word if it holds `from`; whether it did: the end of a search, which
@@ -402,22 +393,18 @@ impl Refusals {
     }
 }
 
-/// How many confirming searches this thread has run, for tests that check that a memo was
-/// not cleared (feature `testing`: not API).
 #[cfg(feature = "testing")]
-mod probe {
-    use std::cell::Cell;
-
-    std::thread_local! {
-        pub(super) static CONFIRMATIONS: Cell<u64> = const { Cell::new(0) };
-    }
+std::thread_local! {
+    /// How many confirming searches this thread has run, for tests that check that a memo
+    /// was not cleared (feature `testing`: not API).
+    static CONFIRMATIONS: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
 }
 
 /// The number of refusals this thread has confirmed by a second search, through any memo
 /// (a refusal answered from a memo runs none). Test machinery (feature `testing`), not API.
 #[cfg(feature = "testing")]
 pub fn confirmations() -> u64 {
-    probe::CONFIRMATIONS.with(std::cell::Cell::get)
+    CONFIRMATIONS.with(std::cell::Cell::get)
 }
 
 #[cfg(all(test, not(loom)))]
@@ -429,7 +416,7 @@ mod tests {
         let r = Refusals::new();
         assert!(!r.refuses(0));
         let p = r.begin(3);
-        r.refused(p, false);
+        r.end(p, Err(Failure::Searched));
         assert!(!r.refuses(2));
         assert!(r.refuses(3) && r.refuses(9));
         r.freed();
@@ -441,13 +428,13 @@ mod tests {
         let r = Refusals::new();
         let p = r.begin(0);
         r.freed();
-        r.refused(p, false);
+        r.end(p, Err(Failure::Searched));
         assert!(!r.refuses(0));
         // A stale confirmation cannot land on a later search's pending word either.
         let q = r.begin(0);
-        r.refused(p, false);
+        r.end(p, Err(Failure::Searched));
         assert!(!r.refuses(0));
-        r.refused(q, false);
+        r.end(q, Err(Failure::Searched));
         assert!(r.refuses(0));
     }
 
@@ -455,14 +442,14 @@ mod tests {
     fn a_successful_search_puts_back_the_refusal_it_replaced() {
         let r = Refusals::new();
         let p = r.begin(5);
-        r.refused(p, false);
+        r.end(p, Err(Failure::Searched));
         let q = r.begin(2);
-        r.not_refused(q);
+        r.end(q, Ok(0));
         assert!(r.refuses(5) && !r.refuses(4));
         // Unless something was freed meanwhile.
         let q = r.begin(2);
         r.freed();
-        r.not_refused(q);
+        r.end(q, Ok(0));
         assert!(!r.refuses(5));
     }
 
@@ -498,14 +485,14 @@ mod tests {
     fn a_free_ends_a_searched_refusal_only_if_it_covers_its_order() {
         let r = Refusals::new();
         let p = r.begin(9);
-        assert!(r.refused(p, false));
+        assert!(r.end(p, Err(Failure::Searched)));
         r.freed_if(|k| k <= 8);
         assert!(r.refuses(9) && !r.refuses(8));
         r.freed_if(|k| k <= 9);
         assert!(!r.refuses(9));
         // A counted refusal ends at any free.
         let p = r.begin(9);
-        assert!(r.refused(p, true));
+        assert!(r.end(p, Err(Failure::Counted)));
         assert!(r.refuses(9));
         r.freed_if(|_| false);
         assert!(!r.refuses(9));
@@ -517,18 +504,18 @@ mod tests {
         // Seen by a free that covers nothing: a search still records its refusal...
         let p = r.begin(9);
         r.freed_if(|_| false);
-        assert!(r.refused(p, false));
+        assert!(r.end(p, Err(Failure::Searched)));
         assert!(r.refuses(9));
         // ...a count does not, and leaves nothing behind for the next free to look at.
         let q = r.begin(4);
         r.freed_if(|_| false);
-        assert!(r.refused(q, true));
+        assert!(r.end(q, Err(Failure::Counted)));
         assert!(!r.refuses(9));
         assert_eq!(r.word.load(Ordering::Relaxed), 0);
         // A free that covers the order clears the pending word: nothing is recorded.
         let p = r.begin(9);
         r.freed_if(|k| k == 9);
-        assert!(!r.refused(p, false));
+        assert!(!r.end(p, Err(Failure::Searched)));
         assert!(!r.refuses(9));
     }
 
@@ -536,20 +523,20 @@ mod tests {
     fn a_search_that_succeeds_after_a_free_puts_back_no_refusal() {
         let r = Refusals::new();
         let p = r.begin(9);
-        r.refused(p, true);
+        r.end(p, Err(Failure::Counted));
         let q = r.begin(2);
         r.freed_if(|_| false);
-        assert!(r.not_refused(q));
+        assert!(r.end(q, Ok(0)));
         assert_eq!(r.word.load(Ordering::Relaxed), 0);
         // Nothing freed: the refusal comes back, and a successful search leaves no word.
         let p = r.begin(9);
-        r.refused(p, false);
+        r.end(p, Err(Failure::Searched));
         let q = r.begin(2);
-        assert!(r.not_refused(q));
+        assert!(r.end(q, Ok(0)));
         assert!(r.refuses(9));
         r.freed();
         let q = r.begin(2);
-        assert!(r.not_refused(q));
+        assert!(r.end(q, Ok(0)));
         assert_eq!(r.word.load(Ordering::Relaxed), 0);
     }
 }
