@@ -203,7 +203,7 @@ impl<const N: usize> Lists<N> {
     fn unlink(&mut self, list: usize, index: usize, order: u32) {
         let head = &mut self.heads[order as usize * N + list];
         self.links.remove(head, index);
-        if head.is_empty() {
+        if head.len() == 0 {
             self.masks[list] &= !(1 << order);
         }
         self.tags.set(index, Tag::NONE);

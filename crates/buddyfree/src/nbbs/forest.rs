@@ -75,7 +75,6 @@ use alloc::vec::Vec;
 use core::marker::PhantomData;
 
 use super::cell::Shape;
-use super::cell::State;
 use super::cores::{Cores, Slot};
 use super::word::try_cas;
 use crate::range;
@@ -94,9 +93,6 @@ pub trait Kind: Send + Sync + 'static {
     /// The layout of its cells.
     #[doc(hidden)]
     const SHAPE: Shape;
-    /// Cells per 64-byte cache line.
-    #[doc(hidden)]
-    const LINE: usize = 8;
 }
 
 /// The paper's 1-level tree: one node per `AtomicU64` (5 state bits, 59 generation bits).
@@ -261,20 +257,15 @@ pub struct Forest<K: Kind> {
 }
 
 impl<K: Kind> Forest<K> {
-    pub(super) const S: Shape = {
-        assert!(
-            K::SHAPE.width() <= State::BITS,
-            "the cell does not fit its word"
-        );
-        K::SHAPE
-    };
+    /// The layout of a cell (every [`Shape`] fits its `AtomicU64`: a `State` is one).
+    pub(super) const S: Shape = K::SHAPE;
     pub(super) const LEVELS: u32 = K::SHAPE.levels;
-    /// The first root cell: a cache line of unused cells comes before it, as one comes after
-    /// each level ([`Forest::level_cells`]), so that nothing next to the table (its
-    /// neighbours in the plan, or whatever the system allocator puts there) shares a line
-    /// with a cell in use. A read-mostly neighbour such as `level_start` would otherwise be
-    /// invalidated by every update of the first roots.
-    const FIRST_CELL: usize = K::LINE;
+    /// Cells per 64-byte cache line, and the first root cell: a line of unused cells comes
+    /// before it, as one comes after each level ([`Forest::level_cells`]), so that nothing
+    /// next to the table (its neighbours in the plan, or whatever the system allocator puts
+    /// there) shares a line with a cell in use. A read-mostly neighbour such as `level_start`
+    /// would otherwise be invalidated by every update of the first roots.
+    pub(super) const LINE: usize = 8;
 
     /// An allocator of `config.units` free units, blocks up to `2^config.max_order` units,
     /// with free-slot hints for `config.cores` cores; its metadata on the heap.
@@ -303,7 +294,7 @@ impl<K: Kind> Forest<K> {
             return Err(OVERFLOW);
         }
         let levels = (config.max_order / Self::LEVELS) as usize + 1;
-        let mut total = Self::FIRST_CELL;
+        let mut total = Self::LINE;
         let mut level = 0;
         while level < levels {
             match Self::level_cells(roots, level) {
@@ -328,7 +319,7 @@ impl<K: Kind> Forest<K> {
     /// conflict miss per level on every climb).
     const fn level_cells(roots: usize, level: usize) -> Option<usize> {
         match roots.checked_mul(1usize << (level as u32 * Self::LEVELS)) {
-            Some(cells) => cells.checked_add(K::LINE),
+            Some(cells) => cells.checked_add(Self::LINE),
             None => None,
         }
     }
@@ -343,7 +334,7 @@ impl<K: Kind> Forest<K> {
         let roots = config.units.div_ceil(1 << max_order);
         // `plan` checked that neither this nor the level sizes below overflow.
         let span = roots << max_order;
-        let mut next = Self::FIRST_CELL;
+        let mut next = Self::LINE;
         let level_start = meta.table(parts.level_start, |level| {
             let start = next;
             next += Self::level_cells(roots, level).unwrap_or(0);
@@ -423,7 +414,7 @@ impl<K: Kind> Forest<K> {
     pub(super) fn parent(cell: usize) -> (usize, u32) {
         (
             cell >> Self::LEVELS,
-            (cell & (Self::S.children() as usize - 1)) as u32,
+            (cell & (Self::S.children as usize - 1)) as u32,
         )
     }
 
@@ -551,8 +542,8 @@ impl<K: Kind> Forest<K> {
 
     /// The cell states from the first root cell on, for failure reports.
     #[cfg(all(test, loom))]
-    pub fn dump(&self) -> Vec<State> {
-        self.cells[Self::FIRST_CELL..]
+    pub fn dump(&self) -> Vec<super::cell::State> {
+        self.cells[Self::LINE..]
             .iter()
             .map(|c| c.load(Ordering::Relaxed))
             .collect()
@@ -856,7 +847,7 @@ impl<K: Kind> BlockAlloc for Forest<K> {
             if Self::S.is_allocated(w, node.j) {
                 return Ok(Some((start, order)));
             }
-            if order == 0 || Self::S.is_subtree_free(w, node.j) {
+            if order == 0 || w & Self::S.node_bits(node.j) == 0 {
                 at = start + (1 << order);
                 order = self.max_order.min(at.trailing_zeros());
             } else {

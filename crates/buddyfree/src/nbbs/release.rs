@@ -329,11 +329,10 @@ impl<K: Kind> Forest<K> {
                     let c = self.child_state(level, cell, ch);
                     trace!("recheck child -> {c:x}");
                     if !Self::S.looks_free(c) {
-                        return if Self::S.is_guarded() {
-                            self.leave(level, cell)
-                        } else {
-                            None
-                        };
+                        return Self::S
+                            .is_guarded()
+                            .then(|| self.leave(level, cell))
+                            .flatten();
                     }
                 }
             }
@@ -394,11 +393,7 @@ impl<K: Kind> Forest<K> {
         })
         .unwrap_or_else(|w| w);
         trace!("leave {level}/{cell} -> sweeps {sweeps} {w:x}");
-        if sweeps {
-            self.sweep(level, cell, w)
-        } else {
-            None
-        }
+        sweeps.then(|| self.sweep(level, cell, w)).flatten()
     }
 
     /// The sweep of a guarded cell whose `INVALID` bit the caller cleared, registered, its
@@ -415,7 +410,7 @@ impl<K: Kind> Forest<K> {
         loop {
             let expect = Self::S.gen(w);
             let mut drop = 0;
-            for ch in 0..Self::S.children() {
+            for ch in 0..Self::S.children {
                 if Self::S.coalescing(w, ch) {
                     let c = self.child_state(level, cell, ch);
                     if Self::S.looks_free(c) {

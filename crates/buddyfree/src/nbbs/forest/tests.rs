@@ -155,9 +155,9 @@ fn edge_lines_stay_unused<K: Kind>(units: usize, max_order: u32) {
         while f.alloc(order, 0).is_ok() {}
         assert_eq!(f.free_units(), 0);
         let cells = states(&f);
-        let mut edges = cells[..K::LINE]
+        let mut edges = cells[..Forest::<K>::LINE]
             .iter()
-            .chain(&cells[cells.len() - K::LINE..]);
+            .chain(&cells[cells.len() - Forest::<K>::LINE..]);
         assert!(edges.all(|&c| c == 0), "order {order}: {cells:x?}");
     }
 }
