@@ -182,7 +182,9 @@ impl Failure {
 }
 
 /// A refusal memo (module docs). Shares the line of whatever it is placed beside: it is
-/// written only under memory pressure.
+/// written only under memory pressure. `default()` knows nothing (not a `const`: loom's
+/// atomics are not, and every allocator builds its memo at run time).
+#[derive(Default)]
 pub(crate) struct Refusals {
     word: AtomicU64,
     seq: AtomicU64,
@@ -197,15 +199,6 @@ pub(crate) struct Pending {
 }
 
 impl Refusals {
-    /// A memo that knows nothing. Not a `const fn`: loom's atomics are not `const`, and
-    /// every allocator builds its memo at run time.
-    pub(crate) fn new() -> Refusals {
-        Refusals {
-            word: AtomicU64::new(0),
-            seq: AtomicU64::new(0),
-        }
-    }
-
     /// Whether a request of `order` is known to fail: a refusal of `order` or less was
     /// recorded and nothing that could serve it was freed since. Relaxed: it publishes no
     /// data, and coherence alone orders it after any clear that happened before it.
@@ -413,7 +406,7 @@ mod tests {
 
     #[test]
     fn a_refusal_covers_its_order_and_larger_until_a_free() {
-        let r = Refusals::new();
+        let r = Refusals::default();
         assert!(!r.refuses(0));
         let p = r.begin(3);
         r.end(p, Err(Failure::Searched));
@@ -425,7 +418,7 @@ mod tests {
 
     #[test]
     fn a_free_between_begin_and_refusal_keeps_the_refusal_out() {
-        let r = Refusals::new();
+        let r = Refusals::default();
         let p = r.begin(0);
         r.freed();
         r.end(p, Err(Failure::Searched));
@@ -440,7 +433,7 @@ mod tests {
 
     #[test]
     fn a_successful_search_puts_back_the_refusal_it_replaced() {
-        let r = Refusals::new();
+        let r = Refusals::default();
         let p = r.begin(5);
         r.end(p, Err(Failure::Searched));
         let q = r.begin(2);
@@ -455,7 +448,7 @@ mod tests {
 
     #[test]
     fn alloc_confirms_before_recording_and_answers_from_the_memo_after() {
-        let r = Refusals::new();
+        let r = Refusals::default();
         let mut calls = 0;
         let oom = |calls: &mut i32| {
             *calls += 1;
@@ -483,7 +476,7 @@ mod tests {
 
     #[test]
     fn a_free_ends_a_searched_refusal_only_if_it_covers_its_order() {
-        let r = Refusals::new();
+        let r = Refusals::default();
         let p = r.begin(9);
         assert!(r.end(p, Err(Failure::Searched)));
         r.freed_if(|k| k <= 8);
@@ -500,7 +493,7 @@ mod tests {
 
     #[test]
     fn a_free_that_sees_a_pending_word_keeps_a_counted_refusal_out() {
-        let r = Refusals::new();
+        let r = Refusals::default();
         // Seen by a free that covers nothing: a search still records its refusal...
         let p = r.begin(9);
         r.freed_if(|_| false);
@@ -521,7 +514,7 @@ mod tests {
 
     #[test]
     fn a_search_that_succeeds_after_a_free_puts_back_no_refusal() {
-        let r = Refusals::new();
+        let r = Refusals::default();
         let p = r.begin(9);
         r.end(p, Err(Failure::Counted));
         let q = r.begin(2);
@@ -585,7 +578,7 @@ mod loom_tests {
         loom::model(move || {
             let toy = Arc::new(Toy {
                 free: AtomicBool::new(false),
-                memo: Refusals::new(),
+                memo: Refusals::default(),
             });
             let freer = {
                 let toy = toy.clone();
@@ -635,7 +628,7 @@ mod loom_tests {
         loom::model(|| {
             let toy = Arc::new(Toy {
                 free: AtomicBool::new(false),
-                memo: Refusals::new(),
+                memo: Refusals::default(),
             });
             let freer = {
                 let toy = toy.clone();
@@ -712,7 +705,7 @@ mod loom_tests {
                 units: free.map(AtomicBool::new),
                 child: AtomicUsize::new(n),
                 tree: AtomicUsize::new(n),
-                memo: Refusals::new(),
+                memo: Refusals::default(),
             }
         }
 
@@ -821,7 +814,11 @@ mod loom_tests {
     /// count's kind of refusal ([`Failure::Counted`]) keeps the refusal from outliving it.
     fn count_races_free(kind: Failure) {
         loom::model(move || {
-            let unit = Arc::new((AtomicBool::new(false), AtomicUsize::new(0), Refusals::new()));
+            let unit = Arc::new((
+                AtomicBool::new(false),
+                AtomicUsize::new(0),
+                Refusals::default(),
+            ));
             let freer = {
                 let unit = unit.clone();
                 thread::spawn(move || {

@@ -351,7 +351,7 @@ impl<K: Kind> Forest<K> {
                 let len = span >> order.min(max_order);
                 (len as u128 * core as u128 / cores as u128) as usize
             })?,
-            refusals: Refusals::new(),
+            refusals: Refusals::default(),
             reserved: Reserved::new(config.units, config.max_order),
             kind: PhantomData,
         };
@@ -693,13 +693,12 @@ impl<K: Kind> Forest<K> {
         let node = Node::at(index, order);
         let at = self.place(node);
         if !self.free_node(at, |w| Self::S.claim(w, at.j)) {
-            let other = (0..=self.max_order)
-                .any(|o| o != order && index.is_multiple_of(1 << o) && self.is_allocated(index, o));
-            return Err(if other {
-                Error::OrderMismatch
-            } else {
-                Error::NotAllocated
+            // Why: a block of another order allocated at `index`, or none (not this order,
+            // whose claim just failed).
+            let other = (0..=self.max_order).find(|&o| {
+                o != order && index.is_multiple_of(1 << o) && self.is_allocated(index, o)
             });
+            return crate::check_live(other, order);
         }
         self.count_free(1 << node.order, node, core);
         Ok(())

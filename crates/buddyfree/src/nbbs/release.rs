@@ -285,12 +285,10 @@ impl<K: Kind> Forest<K> {
                 self.unlink(&up, reg)
             } else if !Self::S.is_guarded() || !(reg.is_some() || seen.any()) {
                 return;
-            } else if reg.is_some() {
+            } else {
                 // Stopped below: leave the cells where the coalescing climb registered. The
                 // last to leave an `INVALID` cell sweeps it, and may climb on from there.
-                self.leave(up.level, up.cell)
-            } else {
-                None
+                reg.and_then(|_| self.leave(up.level, up.cell))
             }
             .filter(|&w| Self::S.looks_free(w));
         }
