@@ -86,9 +86,9 @@ mod defragmentation {
     use buddyfree::{Config, Error};
     use std::collections::BTreeMap;
 
-    /// What the allocator says about one unit: the live block starting there, the free entry
+    /// What the allocator says about one unit: the live block containing it, the free entry
     /// covering it.
-    type UnitView = (Option<u32>, Option<(usize, u32)>);
+    type UnitView = (Result<Option<(usize, u32)>, Error>, Option<(usize, u32)>);
 
     /// An allocator with a memory of one word per unit: every live block's units hold its
     /// stamp, free units hold 0. Moves copy the words, so lost or mixed contents show.
@@ -182,7 +182,7 @@ mod defragmentation {
         /// What the allocator says about every unit, to compare states.
         fn snapshot(&self) -> Vec<UnitView> {
             (0..self.memory.len())
-                .map(|u| (self.alloc.live_at(u), self.alloc.free_entry(u)))
+                .map(|u| (self.alloc.block_of(u), self.alloc.free_entry(u)))
                 .collect()
         }
     }

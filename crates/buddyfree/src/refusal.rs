@@ -22,7 +22,7 @@
 //!
 //! # Protocol
 //!
-//! - **Allocation** ([`Refusals::alloc_sorted`]): a request of order `k` first loads the
+//! - **Allocation** ([`Refusals::alloc`]): a request of order `k` first loads the
 //!   word; a `REFUSED(k')` with `k' <= k` answers at once. Otherwise it runs its allocation;
 //!   if that fails it confirms the failure: it stores `PENDING(k, seq)` (the sequence number
 //!   makes every store distinct, so a stale compare-and-swap cannot succeed), issues a
@@ -146,8 +146,8 @@
 //!
 //! # What each allocator must do
 //!
-//! Route every allocation of the default class through [`Refusals::alloc`] (every refusal
-//! counted) or [`Refusals::alloc_sorted`], where the attempt answers a refusal only for a
+//! Route every allocation of the default class through [`Refusals::alloc`], where the
+//! attempt answers a refusal (a count's, or a search's) only for a
 //! failure that is complete (no free block of the order was found by a search that saw
 //! every counter; a failure while another core's reservation move was in flight is
 //! answered otherwise and not recorded), and call [`Refusals::freed`] (or
@@ -172,7 +172,7 @@ const TOUCHED: u64 = 1 << 9;
 /// Where the sequence number of a pending word starts.
 const SEQ_SHIFT: u32 = 10;
 
-/// Why an attempt of [`Refusals::alloc_sorted`] found no block.
+/// Why an attempt of [`Refusals::alloc`] found no block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Failure {
     /// A count of the free units, wherever they lie, is below the order's size: a free
@@ -183,17 +183,6 @@ pub(crate) enum Failure {
     Searched,
     /// Another answer than a refusal (never recorded).
     Error(Error),
-}
-
-impl From<Error> for Failure {
-    /// An allocator that does not say how it failed: `OutOfMemory` is taken as
-    /// [`Failure::Counted`], which every free ends.
-    fn from(e: Error) -> Failure {
-        match e {
-            Error::OutOfMemory => Failure::Counted,
-            e => Failure::Error(e),
-        }
-    }
 }
 
 impl Failure {
@@ -218,7 +207,9 @@ impl Failure {
 }
 
 /// A refusal memo (module docs). Shares the line of whatever it is placed beside: it is
-/// written only under memory pressure.
+/// written only under memory pressure. `default()` knows nothing (not a `const`: loom's
+/// atomics are not, and every allocator builds its memo at run time).
+#[derive(Default)]
 pub(crate) struct Refusals {
     word: AtomicU64,
     seq: AtomicU64,
@@ -233,15 +224,6 @@ pub(crate) struct Pending {
 }
 
 impl Refusals {
-    /// A memo that knows nothing. Not a `const fn`: loom's atomics are not `const`, and
-    /// every allocator builds its memo at run time.
-    pub(crate) fn new() -> Refusals {
-        Refusals {
-            word: AtomicU64::new(0),
-            seq: AtomicU64::new(0),
-        }
-    }
-
     /// Whether a request of `order` is known to fail: a refusal of `order` or less was
     /// recorded and nothing that could serve it was freed since. Relaxed: it publishes no
     /// data, and coherence alone orders it after any clear that happened before it.
@@ -252,58 +234,28 @@ impl Refusals {
     }
 
     /// Runs `attempt` (an allocation of `order`) unless the memo already refuses `order`;
-    /// confirms an [`Error::OutOfMemory`] by a second attempt after [`Refusals::begin`], and
-    /// records it if that fails too. `attempt` answers `OutOfMemory` only for a complete
-    /// failure (module docs), which is recorded as [`Failure::Counted`]: every free ends it.
-    /// The protocol's plainest form, which the model tests below drive.
-    #[cfg(test)]
-    pub(crate) fn alloc(
-        &self,
-        order: u32,
-        mut attempt: impl FnMut() -> Result<usize, Error>,
-    ) -> Result<usize, Error> {
-        self.run(order, || (attempt().map_err(Failure::from), None))
-    }
-
-    /// [`Refusals::alloc`] for an attempt that says how it failed: a refusal after a
-    /// search is ended only by a free that covers its order.
-    #[inline]
-    pub(crate) fn alloc_sorted(
-        &self,
-        order: u32,
-        mut attempt: impl FnMut() -> Result<usize, Failure>,
-    ) -> Result<usize, Error> {
-        self.run(order, || (attempt(), None))
-    }
-
-    /// [`Refusals::alloc_sorted`] for an attempt that may give back units it took and could
-    /// not use (LLFree's counters) without telling the memo at each give-back: the attempt
-    /// says what its give-backs may have made findable (`None`: it gave nothing back;
-    /// `Some(k)`: blocks of orders up to `k`, read after the give-backs as a free's `covers`
-    /// is), and the memo is told once after it ([`Refusals::freed_if`]), which spares a
-    /// search its own give-backs. Telling it at the give-back itself would clear the
-    /// search's own pending word, and a search that takes and gives back units tree by tree
-    /// (a fragmented heap) would never record its refusal. Told after the attempt, a search
-    /// that missed those units while the attempt held them may record a refusal for the
-    /// moment until the attempt ends and clears it: the transient failure near exhaustion
-    /// such an allocator has anyway. An attempt that gave nothing back (an allocation served
-    /// from its core's counter) leaves the memo alone: it made nothing findable, so a
-    /// reclaim loop that frees a frame and takes it back keeps its refusal of a huge frame.
-    /// The attempt's give-backs must be `SeqCst` writes, as a free's are.
-    #[inline]
-    pub(crate) fn alloc_giving_back(
-        &self,
-        order: u32,
-        attempt: impl FnMut() -> (Result<usize, Failure>, Option<u32>),
-    ) -> Result<usize, Error> {
-        self.run(order, attempt)
-    }
-
-    /// Runs `attempt` through the memo; the attempt says what its give-backs may have made
-    /// findable ([`Refusals::alloc_giving_back`]). Always inlined, so that a refusal from the
-    /// memo costs its load and no call, however large the attempt.
+    /// confirms a refusal ([`Failure::Counted`] or [`Failure::Searched`]) by a second attempt
+    /// after [`Refusals::begin`], and records it if that fails too: a refusal after a search
+    /// is ended only by a free that covers its order, one by the count by any free. Always
+    /// inlined, so that a refusal from the memo costs its load and no call, however large
+    /// the attempt.
+    ///
+    /// The attempt also says what units it gave back may have made findable (`None`: it
+    /// gave nothing back; `Some(k)`: blocks of orders up to `k`, read after the give-backs
+    /// as a free's `covers` is), for an attempt that gives back units it took and could not
+    /// use (LLFree's counters) without telling the memo at each give-back: the memo is told
+    /// once after it ([`Refusals::freed_if`]), which spares a search its own give-backs.
+    /// Telling it at the give-back itself would clear the search's own pending word, and a
+    /// search that takes and gives back units tree by tree (a fragmented heap) would never
+    /// record its refusal. Told after the attempt, a search that missed those units while
+    /// the attempt held them may record a refusal for the moment until the attempt ends and
+    /// clears it: the transient failure near exhaustion such an allocator has anyway. An
+    /// attempt that gave nothing back (an allocation served from its core's counter) leaves
+    /// the memo alone: it made nothing findable, so a reclaim loop that frees a frame and
+    /// takes it back keeps its refusal of a huge frame. The attempt's give-backs must be
+    /// `SeqCst` writes, as a free's are.
     #[inline(always)]
-    fn run(
+    pub(crate) fn alloc(
         &self,
         order: u32,
         mut attempt: impl FnMut() -> (Result<usize, Failure>, Option<u32>),
@@ -321,6 +273,24 @@ impl Refusals {
         }
     }
 
+    /// [`Refusals::alloc`] for an attempt that gives nothing back and takes every
+    /// `OutOfMemory` for [`Failure::Counted`], which every free ends: the protocol's plainest
+    /// form, which the model tests below drive.
+    #[cfg(test)]
+    pub(crate) fn alloc_counted(
+        &self,
+        order: u32,
+        mut attempt: impl FnMut() -> Result<usize, Error>,
+    ) -> Result<usize, Error> {
+        self.alloc(order, || {
+            let answer = attempt().map_err(|e| match e {
+                Error::OutOfMemory => Failure::Counted,
+                e => Failure::Error(e),
+            });
+            (answer, None)
+        })
+    }
+
     /// The second attempt of [`Refusals::alloc`], after the pending store and the fence;
     /// if it gave back units, a word that is no longer this search's own is told after the
     /// attempt, since its give-backs may be what another search missed.
@@ -332,14 +302,10 @@ impl Refusals {
         mut attempt: impl FnMut() -> (Result<usize, Failure>, Option<u32>),
     ) -> Result<usize, Error> {
         #[cfg(feature = "testing")]
-        probe::CONFIRMATIONS.with(|c| c.set(c.get() + 1));
+        CONFIRMATIONS.with(|c| c.set(c.get() + 1));
         let pending = self.begin(order);
         let (answer, gave) = attempt();
-        let settled = match answer {
-            Err(Failure::Counted) => self.refused(pending, true),
-            Err(Failure::Searched) => self.refused(pending, false),
-            _ => self.not_refused(pending),
-        };
+        let settled = self.end(pending, answer);
         if let Some(covered) = gave.filter(|_| !settled) {
             self.freed_if(|k| k <= covered);
         }
@@ -358,27 +324,22 @@ impl Refusals {
         Pending { word, replaced }
     }
 
-    /// Records the refusal of a search begun with `pending` (`counted`: one that rests on a
-    /// count, [`Failure::Counted`]), unless anything that covers its order was freed since
-    /// (such a free cleared the word) or another search began since (it records its own).
-    /// A counted refusal is not recorded either once any free has seen the pending word
-    /// ([`TOUCHED`]); the word is then cleared. Whether the word was still `pending`'s.
-    pub(crate) fn refused(&self, pending: Pending, counted: bool) -> bool {
-        let refused = REFUSED | (pending.word & ORDER) | if counted { COUNTED } else { 0 };
-        let touched = pending.word | TOUCHED;
-        self.replace(pending.word, refused)
-            || self.replace(touched, if counted { 0 } else { refused })
-    }
-
-    /// Ends a search begun with `pending` that did not end in a refusal: a refusal it
-    /// replaced is put back if no free has seen the word since, since allocations create no
-    /// blocks; else the word is cleared. Whether the word was still `pending`'s.
-    pub(crate) fn not_refused(&self, pending: Pending) -> bool {
-        let back = match pending.replaced & REFUSED != 0 {
-            true => pending.replaced,
-            false => 0,
+    /// Ends a search begun with `pending` whose second attempt answered `answer`: records its
+    /// refusal ([`Failure::Counted`]: one that rests on a count), or after any other answer
+    /// puts back a refusal that the pending word replaced, since allocations create no
+    /// blocks. Neither if anything that covers its order was freed since (such a free
+    /// cleared the word) or another search began since (it records its own); a counted
+    /// refusal, and a refusal put back, not either once any free has seen the pending word
+    /// ([`TOUCHED`]): the word is then cleared. Whether the word was still `pending`'s.
+    pub(crate) fn end(&self, pending: Pending, answer: Result<usize, Failure>) -> bool {
+        let refused = REFUSED | (pending.word & ORDER);
+        let (to, touched) = match answer {
+            Err(Failure::Counted) => (refused | COUNTED, 0),
+            Err(Failure::Searched) => (refused, refused),
+            _ if pending.replaced & REFUSED != 0 => (pending.replaced, 0),
+            _ => (0, 0),
         };
-        self.replace(pending.word, back) || self.replace(pending.word | TOUCHED, 0)
+        self.replace(pending.word, to) || self.replace(pending.word | TOUCHED, touched)
     }
 
     /// Puts `to` in the word if it holds `from`; whether it did: the end of a search, which
@@ -450,22 +411,18 @@ impl Refusals {
     }
 }
 
-/// How many confirming searches this thread has run, for tests that check that a memo was
-/// not cleared (feature `testing`: not API).
 #[cfg(feature = "testing")]
-mod probe {
-    use std::cell::Cell;
-
-    std::thread_local! {
-        pub(super) static CONFIRMATIONS: Cell<u64> = const { Cell::new(0) };
-    }
+std::thread_local! {
+    /// How many confirming searches this thread has run, for tests that check that a memo
+    /// was not cleared (feature `testing`: not API).
+    static CONFIRMATIONS: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
 }
 
 /// The number of refusals this thread has confirmed by a second search, through any memo
 /// (a refusal answered from a memo runs none). Test machinery (feature `testing`), not API.
 #[cfg(feature = "testing")]
 pub fn confirmations() -> u64 {
-    probe::CONFIRMATIONS.with(std::cell::Cell::get)
+    CONFIRMATIONS.with(std::cell::Cell::get)
 }
 
 #[cfg(all(test, not(loom)))]
@@ -474,10 +431,10 @@ mod tests {
 
     #[test]
     fn a_refusal_covers_its_order_and_larger_until_a_free() {
-        let r = Refusals::new();
+        let r = Refusals::default();
         assert!(!r.refuses(0));
         let p = r.begin(3);
-        r.refused(p, false);
+        r.end(p, Err(Failure::Searched));
         assert!(!r.refuses(2));
         assert!(r.refuses(3) && r.refuses(9));
         r.freed();
@@ -486,68 +443,74 @@ mod tests {
 
     #[test]
     fn a_free_between_begin_and_refusal_keeps_the_refusal_out() {
-        let r = Refusals::new();
+        let r = Refusals::default();
         let p = r.begin(0);
         r.freed();
-        r.refused(p, false);
+        r.end(p, Err(Failure::Searched));
         assert!(!r.refuses(0));
         // A stale confirmation cannot land on a later search's pending word either.
         let q = r.begin(0);
-        r.refused(p, false);
+        r.end(p, Err(Failure::Searched));
         assert!(!r.refuses(0));
-        r.refused(q, false);
+        r.end(q, Err(Failure::Searched));
         assert!(r.refuses(0));
     }
 
     #[test]
     fn a_successful_search_puts_back_the_refusal_it_replaced() {
-        let r = Refusals::new();
+        let r = Refusals::default();
         let p = r.begin(5);
-        r.refused(p, false);
+        r.end(p, Err(Failure::Searched));
         let q = r.begin(2);
-        r.not_refused(q);
+        r.end(q, Ok(0));
         assert!(r.refuses(5) && !r.refuses(4));
         // Unless something was freed meanwhile.
         let q = r.begin(2);
         r.freed();
-        r.not_refused(q);
+        r.end(q, Ok(0));
         assert!(!r.refuses(5));
     }
 
     #[test]
     fn alloc_confirms_before_recording_and_answers_from_the_memo_after() {
-        let r = Refusals::new();
+        let r = Refusals::default();
         let mut calls = 0;
         let oom = |calls: &mut i32| {
             *calls += 1;
             Err(Error::OutOfMemory)
         };
-        assert_eq!(r.alloc(1, || oom(&mut calls)), Err(Error::OutOfMemory));
+        assert_eq!(
+            r.alloc_counted(1, || oom(&mut calls)),
+            Err(Error::OutOfMemory)
+        );
         assert_eq!(calls, 2);
-        assert_eq!(r.alloc(1, || oom(&mut calls)), Err(Error::OutOfMemory));
+        assert_eq!(
+            r.alloc_counted(1, || oom(&mut calls)),
+            Err(Error::OutOfMemory)
+        );
         assert_eq!(calls, 2);
         // Other errors are not refusals.
         r.freed();
         assert_eq!(
-            r.alloc(1, || Err(Error::WouldBlock)),
+            r.alloc_counted(1, || Err(Error::WouldBlock)),
             Err(Error::WouldBlock)
         );
         assert!(!r.refuses(1));
-        assert_eq!(r.alloc(0, || Ok(7)), Ok(7));
+        assert_eq!(r.alloc_counted(0, || Ok(7)), Ok(7));
     }
 
     #[test]
     fn a_free_ends_a_searched_refusal_only_if_it_covers_its_order() {
-        let r = Refusals::new();
+        let r = Refusals::default();
         let p = r.begin(9);
-        assert!(r.refused(p, false));
+        assert!(r.end(p, Err(Failure::Searched)));
         r.freed_if(|k| k <= 8);
         assert!(r.refuses(9) && !r.refuses(8));
         r.freed_if(|k| k <= 9);
         assert!(!r.refuses(9));
         // A counted refusal ends at any free.
         let p = r.begin(9);
-        assert!(r.refused(p, true));
+        assert!(r.end(p, Err(Failure::Counted)));
         assert!(r.refuses(9));
         r.freed_if(|_| false);
         assert!(!r.refuses(9));
@@ -555,43 +518,43 @@ mod tests {
 
     #[test]
     fn a_free_that_sees_a_pending_word_keeps_a_counted_refusal_out() {
-        let r = Refusals::new();
+        let r = Refusals::default();
         // Seen by a free that covers nothing: a search still records its refusal...
         let p = r.begin(9);
         r.freed_if(|_| false);
-        assert!(r.refused(p, false));
+        assert!(r.end(p, Err(Failure::Searched)));
         assert!(r.refuses(9));
         // ...a count does not, and leaves nothing behind for the next free to look at.
         let q = r.begin(4);
         r.freed_if(|_| false);
-        assert!(r.refused(q, true));
+        assert!(r.end(q, Err(Failure::Counted)));
         assert!(!r.refuses(9));
         assert_eq!(r.word.load(Ordering::Relaxed), 0);
         // A free that covers the order clears the pending word: nothing is recorded.
         let p = r.begin(9);
         r.freed_if(|k| k == 9);
-        assert!(!r.refused(p, false));
+        assert!(!r.end(p, Err(Failure::Searched)));
         assert!(!r.refuses(9));
     }
 
     #[test]
     fn a_search_that_succeeds_after_a_free_puts_back_no_refusal() {
-        let r = Refusals::new();
+        let r = Refusals::default();
         let p = r.begin(9);
-        r.refused(p, true);
+        r.end(p, Err(Failure::Counted));
         let q = r.begin(2);
         r.freed_if(|_| false);
-        assert!(r.not_refused(q));
+        assert!(r.end(q, Ok(0)));
         assert_eq!(r.word.load(Ordering::Relaxed), 0);
         // Nothing freed: the refusal comes back, and a successful search leaves no word.
         let p = r.begin(9);
-        r.refused(p, false);
+        r.end(p, Err(Failure::Searched));
         let q = r.begin(2);
-        assert!(r.not_refused(q));
+        assert!(r.end(q, Ok(0)));
         assert!(r.refuses(9));
         r.freed();
         let q = r.begin(2);
-        assert!(r.not_refused(q));
+        assert!(r.end(q, Ok(0)));
         assert_eq!(r.word.load(Ordering::Relaxed), 0);
     }
 }
@@ -640,7 +603,7 @@ mod loom_tests {
         loom::model(move || {
             let toy = Arc::new(Toy {
                 free: AtomicBool::new(false),
-                memo: Refusals::new(),
+                memo: Refusals::default(),
             });
             let freer = {
                 let toy = toy.clone();
@@ -657,7 +620,7 @@ mod loom_tests {
 
     #[test]
     fn loom_refusal_never_outlives_a_free() {
-        free_races_refusal(|toy| toy.memo.alloc(0, || toy.attempt()));
+        free_races_refusal(|toy| toy.memo.alloc_counted(0, || toy.attempt()));
     }
 
     /// Without the pending store (the failure recorded by a plain compare-and-swap from
@@ -690,7 +653,7 @@ mod loom_tests {
         loom::model(|| {
             let toy = Arc::new(Toy {
                 free: AtomicBool::new(false),
-                memo: Refusals::new(),
+                memo: Refusals::default(),
             });
             let freer = {
                 let toy = toy.clone();
@@ -699,11 +662,11 @@ mod loom_tests {
                     toy.free.swap(true, Ordering::SeqCst);
                 })
             };
-            let got = toy.memo.alloc(0, || toy.attempt());
+            let got = toy.memo.alloc_counted(0, || toy.attempt());
             freer.join().unwrap();
             if got.is_err() {
                 assert_eq!(
-                    toy.memo.alloc(0, || toy.attempt()),
+                    toy.memo.alloc_counted(0, || toy.attempt()),
                     Ok(0),
                     "a stale refusal outlived the free"
                 );
@@ -767,7 +730,7 @@ mod loom_tests {
                 units: free.map(AtomicBool::new),
                 child: AtomicUsize::new(n),
                 tree: AtomicUsize::new(n),
-                memo: Refusals::new(),
+                memo: Refusals::default(),
             }
         }
 
@@ -802,7 +765,7 @@ mod loom_tests {
         }
 
         fn alloc(&self) -> Result<usize, Error> {
-            self.memo.alloc_sorted(1, || self.attempt())
+            self.memo.alloc(1, || (self.attempt(), None))
         }
     }
 
@@ -876,7 +839,11 @@ mod loom_tests {
     /// count's kind of refusal ([`Failure::Counted`]) keeps the refusal from outliving it.
     fn count_races_free(kind: Failure) {
         loom::model(move || {
-            let unit = Arc::new((AtomicBool::new(false), AtomicUsize::new(0), Refusals::new()));
+            let unit = Arc::new((
+                AtomicBool::new(false),
+                AtomicUsize::new(0),
+                Refusals::default(),
+            ));
             let freer = {
                 let unit = unit.clone();
                 thread::spawn(move || {
@@ -894,11 +861,11 @@ mod loom_tests {
                     false => Err(kind),
                 }
             };
-            let got = unit.2.alloc_sorted(0, attempt);
+            let got = unit.2.alloc(0, || (attempt(), None));
             freer.join().unwrap();
             if got.is_err() {
                 assert_eq!(
-                    unit.2.alloc_sorted(0, attempt),
+                    unit.2.alloc(0, || (attempt(), None)),
                     Ok(0),
                     "a stale refusal outlived the free"
                 );

@@ -31,12 +31,10 @@ use alloc::vec::Vec;
 
 use crate::{Error, SeqBlockAlloc};
 
-/// A sequential buddy that can be defragmented: it shows which blocks are live and which
-/// free entries cover a unit, and hands out a chosen free block with
-/// [`alloc_at`](SeqBlockAlloc::alloc_at).
+/// A sequential buddy that can be defragmented: it shows which blocks are live
+/// ([`block_of`](SeqBlockAlloc::block_of)) and which free entries cover a unit, and hands out
+/// a chosen free block with [`alloc_at`](SeqBlockAlloc::alloc_at).
 pub trait Defrag: SeqBlockAlloc {
-    /// The order of the live block starting at `index`, if one does.
-    fn live_at(&self, index: usize) -> Option<u32>;
     /// The free list entry `(start, order)` that covers unit `index`, if the unit is free
     /// (an estranged pair of order `o` is one entry of order `o + 1`).
     fn free_entry(&self, index: usize) -> Option<(usize, u32)>;
@@ -136,12 +134,11 @@ impl Shadow {
         Ok(())
     }
 
-    /// Frees the live block `(index, order)`.
-    fn free(&mut self, index: usize, order: u32) -> Result<(), Error> {
-        crate::check_live(self.live.get(&index).copied(), order)?;
+    /// Frees the live block `(index, order)` (the planner frees only blocks it found live in
+    /// a block being emptied, which nothing else moves).
+    fn free(&mut self, index: usize, order: u32) {
         self.live.remove(&index);
         self.used[index..index + (1 << order)].fill(false);
-        Ok(())
     }
 }
 
@@ -163,10 +160,10 @@ impl Planner {
         };
         let mut index = 0;
         while index < units {
-            index = match (alloc.live_at(index), alloc.free_entry(index)) {
-                (Some(order), _) => {
-                    shadow.take(index, order)?;
-                    index + (1 << order)
+            index = match (alloc.block_of(index)?, alloc.free_entry(index)) {
+                (Some((start, order)), _) => {
+                    shadow.take(start, order)?;
+                    start + (1 << order)
                 }
                 (None, Some((start, order))) => start + (1 << order),
                 // Only block starts are visited; anything else is a `Defrag` implementation
@@ -210,7 +207,7 @@ impl Planner {
         self.emptying.push((target, order));
         for (from, o) in inside {
             let to = self.empty_block(o)?;
-            self.shadow.free(from, o).ok()?;
+            self.shadow.free(from, o);
             self.shadow.take(to, o).ok()?;
             self.moves.push(Move { from, to, order: o });
         }

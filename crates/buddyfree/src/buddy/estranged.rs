@@ -238,7 +238,7 @@ mod tests {
         e.alloc_at(0, 2).unwrap();
         assert_eq!(e.alloc_at(0, 0), Err(Error::Occupied));
         assert_eq!((e.list_lengths(0), e.free_units()), ((0, 0), 4));
-        assert_eq!(e.live_at(0), Some(2));
+        assert_eq!(e.block_of(0), Ok(Some((0, 2))));
         e.free(0, 2).unwrap();
         assert_eq!(e.alloc(3), Ok(0));
     }

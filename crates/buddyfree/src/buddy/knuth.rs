@@ -121,14 +121,15 @@ mod tests {
     fn defrag_view_rejects_bad_input() {
         use crate::buddy::Defrag;
         let mut k = Knuth::new(Config::new(12, 2)).unwrap();
-        assert_eq!((k.live_at(12), k.free_entry(99)), (None, None));
+        assert_eq!(k.block_of(12), Err(Error::OutOfRange));
+        assert_eq!(k.free_entry(99), None);
         assert_eq!(k.free_entry(5), Some((4, 2)));
         assert_eq!(k.alloc_at(12, 0), Err(Error::OutOfRange));
         assert_eq!(k.alloc_at(5, 1), Err(Error::Misaligned));
         assert_eq!(k.alloc_at(4, 3), Err(Error::BadOrder));
         k.alloc_at(5, 0).unwrap();
         assert_eq!(k.alloc_at(4, 1), Err(Error::Occupied));
-        assert_eq!((k.live_at(5), k.free_units()), (Some(0), 11));
+        assert_eq!((k.block_of(5), k.free_units()), (Ok(Some((5, 0))), 11));
         assert_eq!(k.free(5, 0), Ok(()));
         assert_eq!(k.free_blocks(2), 3);
     }

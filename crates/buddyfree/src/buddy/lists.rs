@@ -22,10 +22,6 @@ pub(crate) struct ListHead {
 impl ListHead {
     pub(crate) const EMPTY: ListHead = ListHead { first: NIL, len: 0 };
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     pub(crate) fn len(&self) -> usize {
         self.len
     }
@@ -105,6 +101,6 @@ mod tests {
         assert_eq!(head.first(), Some(5));
         links.remove(&mut head, 5);
         links.remove(&mut head, 1);
-        assert!(head.is_empty());
+        assert_eq!(head.len(), 0);
     }
 }

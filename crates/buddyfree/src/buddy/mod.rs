@@ -96,12 +96,6 @@ macro_rules! seq_buddy {
 
         #[cfg(feature = "alloc")]
         impl $crate::buddy::Defrag for $buddy {
-            fn live_at(&self, index: usize) -> Option<u32> {
-                (index < self.lists.total_units)
-                    .then(|| self.lists.tags.get(index).used_order())
-                    .flatten()
-            }
-
             fn free_entry(&self, index: usize) -> Option<(usize, u32)> {
                 (index < self.lists.total_units)
                     .then(|| self.lists.entry_at(index))
@@ -147,18 +141,16 @@ pub(crate) struct Parts {
 }
 
 /// Lays out the metadata of a sequential buddy of `config` with `N` free lists per order.
-/// A `const fn` (as every plan is, for a `const` `metadata_layout`): `match` for `?`.
+/// A `const fn`, as every plan is, for a `const` `metadata_layout`.
 pub(crate) const fn plan<const N: usize>(config: Config) -> Result<(Plan, Parts), Error> {
-    if let Err(e) = config.validate() {
-        return Err(e);
-    }
+    const_try!(config.validate());
     let mut plan = Plan::new();
-    let heads = plan.add(N * (config.max_order as usize + 1));
-    let links = plan.add_each(config.units);
-    match (heads, links, plan.add(config.units)) {
-        (Ok(heads), Ok(links), Ok(tags)) => Ok((plan, Parts { heads, links, tags })),
-        (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => Err(e),
-    }
+    let parts = Parts {
+        heads: const_try!(plan.add(N * (config.max_order as usize + 1))),
+        links: const_try!(plan.add_each(config.units)),
+        tags: const_try!(plan.add(config.units)),
+    };
+    Ok((plan, parts))
 }
 
 /// The list of free blocks, each tagged [`Tag::free`] at its start: Knuth's one list, the
@@ -211,7 +203,7 @@ impl<const N: usize> Lists<N> {
     fn unlink(&mut self, list: usize, index: usize, order: u32) {
         let head = &mut self.heads[order as usize * N + list];
         self.links.remove(head, index);
-        if head.is_empty() {
+        if head.len() == 0 {
             self.masks[list] &= !(1 << order);
         }
         self.tags.set(index, Tag::NONE);

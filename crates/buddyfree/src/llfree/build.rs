@@ -339,7 +339,7 @@ impl<W: WriteBack> LLFree<W> {
             tree_shift: tree_units.trailing_zeros(),
             reserve_on_free: options.reserve_on_free,
             moves: Moves::new(),
-            refusals: Refusals::new(),
+            refusals: Refusals::default(),
             reserved: Reserved::new(config.units, config.max_order),
         })
     }

@@ -262,7 +262,7 @@ impl<W: WriteBack> LLFree<W> {
         rounds: usize,
     ) -> Result<usize, Error> {
         let core = self.core(core);
-        self.refusals.alloc_giving_back(order, || {
+        self.refusals.alloc(order, || {
             let ask = Ask {
                 order,
                 core,
@@ -898,7 +898,7 @@ struct Ask {
     /// Rounds of the complete fallback ([`LLFree::until_quiet`]).
     rounds: usize,
     /// What the give-backs of units it took and could not use may have made findable, for
-    /// the refusal memo ([`Refusals::alloc_giving_back`]): nothing where the block came
+    /// the refusal memo ([`Refusals::alloc`]): nothing where the block came
     /// from the core's counter at once.
     gave: Cell<Option<u32>>,
 }

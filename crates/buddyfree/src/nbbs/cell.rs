@@ -58,7 +58,8 @@ pub struct Shape {
     /// Tree levels per cell (`K`).
     pub levels: u32,
     nodes: u32,
-    children: u32,
+    /// Child cells per cell, `2^K`.
+    pub children: u32,
     all_occ: State,
     all_occ_child: State,
     all_coal_child: State,
@@ -158,16 +159,6 @@ impl Shape {
         (1 << levels) - 1 + 2 * (1 << levels)
     }
 
-    /// The bits a word needs to hold the cell.
-    pub const fn width(&self) -> u32 {
-        State::BITS - self.gen_mask.leading_zeros()
-    }
-
-    /// Child cells per cell, `2^K`.
-    pub const fn children(&self) -> u32 {
-        self.children
-    }
-
     const fn occ(&self, j: u32) -> State {
         1 << (j - 1)
     }
@@ -198,13 +189,6 @@ impl Shape {
     #[inline]
     pub fn is_free(&self, w: State, j: u32) -> bool {
         w & (self.below[j as usize] | self.above[j as usize]) == 0
-    }
-
-    /// Whether nothing in node `j`'s sub-tree is taken: neither `j` nor a node below it in
-    /// the cell, nor anything in the child cells below it (their links). Its ancestors may
-    /// be.
-    pub fn is_subtree_free(&self, w: State, j: u32) -> bool {
-        w & self.below[j as usize] == 0
     }
 
     /// Alg. 3, T2: holds node `j` (occupied, not yet allocated: [`Shape::complete`] ends its
@@ -339,7 +323,10 @@ impl Shape {
         false
     }
 
-    /// The bits a free of node `j` owns in its cell (for [`Shape::keeps_climbing`]).
+    /// The bits of node `j`'s sub-tree in its cell: `j`, the nodes below it in the cell and
+    /// the links of the child cells below it. A free of `j` owns them (for
+    /// [`Shape::keeps_climbing`]); none of them is set where nothing in the sub-tree is taken
+    /// (its ancestors may be).
     #[inline]
     pub fn node_bits(&self, j: u32) -> State {
         self.below[j as usize]
@@ -471,7 +458,7 @@ mod tests {
         assert_eq!(s.above_child[0], 1);
         assert_eq!(s.above_child[1], 1);
         assert_eq!(s.gen_mask, 0xffff_ffff_ffff_ffe0);
-        assert_eq!(s.width(), 64);
+        assert_eq!(s.gen_mask.leading_zeros(), 0);
         let w = s.reserve(0, 1).unwrap();
         assert_eq!(s.reserve(w, 1), Err(1));
         assert_eq!(s.claim(w, 1), None);
@@ -491,7 +478,7 @@ mod tests {
         assert_eq!(s.invalid, 1 << 47);
         assert_eq!(s.count_one, 1 << 48);
         assert_eq!(s.gen_mask, 0x7ff << 53);
-        assert_eq!(s.width(), 64);
+        assert_eq!(s.gen_mask.leading_zeros(), 0);
         // Node 8 (bottom, leftmost) covers children 0 and 1; node 2 covers children 0..8.
         assert_eq!(s.below[8], 1 << 7 | s.child_bits(0) | s.child_bits(1));
         assert_eq!(s.above[8], 0b1011);

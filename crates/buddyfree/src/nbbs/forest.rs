@@ -68,30 +68,29 @@
 //! back down (rollbacks). Reservations and marks acquire (the units may have just been freed
 //! by another thread); the clear that ends a free releases (F20), so the next owner's writes
 //! follow the last owner's. A refusal of any CAS step is confirmed by an RMW, never by a
-//! plain read ([`Word::try_cas`]). The comments at each step give the paper's line.
+//! plain read ([`try_cas`]). The comments at each step give the paper's line.
 
 #[cfg(all(test, loom))]
 use alloc::vec::Vec;
 use core::marker::PhantomData;
 
 use super::cell::Shape;
-use super::cell::State;
 use super::cores::{Cores, Slot};
-use super::word::Word;
+use super::word::try_cas;
 use crate::range;
 use crate::refusal::{Failure, Refusals};
 use crate::reserved::Reserved;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::CachePadded;
 use crate::table::{Metadata, Part, Plan, Table};
-use crate::{check_block, BlockAlloc, Config, ConfigRule, Error};
+use crate::{check_block, BlockAlloc, Capabilities, Config, ConfigRule, Error};
 
-/// A cell height: the layout of its cells, each in an `AtomicU64`.
+/// A cell height: the layout of its cells, each in an `AtomicU64`. Sealed: [`OneLevel`] and
+/// [`FourLevel`] are the two kinds.
 pub trait Kind: Send + Sync + 'static {
     /// The layout of its cells.
+    #[doc(hidden)]
     const SHAPE: Shape;
-    /// Cells per 64-byte cache line.
-    const LINE: usize = 8;
 }
 
 /// The paper's 1-level tree: one node per `AtomicU64` (5 state bits, 59 generation bits).
@@ -256,22 +255,26 @@ pub struct Forest<K: Kind> {
 }
 
 impl<K: Kind> Forest<K> {
-    pub(super) const S: Shape = {
-        assert!(
-            K::SHAPE.width() <= State::BITS,
-            "the cell does not fit its word"
-        );
-        K::SHAPE
-    };
+    /// The layout of a cell (every [`Shape`] fits its `AtomicU64`: a `State` is one).
+    pub(super) const S: Shape = K::SHAPE;
     pub(super) const LEVELS: u32 = K::SHAPE.levels;
-    /// The first root cell: a cache line of unused cells comes before it, as one comes after
-    /// each level ([`Forest::level_cells`]), so that nothing next to the table (its
-    /// neighbours in the plan, or whatever the system allocator puts there) shares a line
-    /// with a cell in use. A read-mostly neighbour such as `level_start` would otherwise be
-    /// invalidated by every update of the first roots.
-    const FIRST_CELL: usize = K::LINE;
+    /// Cells per 64-byte cache line, and the first root cell: a line of unused cells comes
+    /// before it, as one comes after each level ([`Forest::level_cells`]), so that nothing
+    /// next to the table (its neighbours in the plan, or whatever the system allocator puts
+    /// there) shares a line with a cell in use. A read-mostly neighbour such as `level_start`
+    /// would otherwise be invalidated by every update of the first roots.
+    pub(super) const LINE: usize = 8;
 
-    /// A forest managing `config.units` units, its tables on the heap.
+    /// An allocator of `config.units` free units, blocks up to `2^config.max_order` units,
+    /// with free-slot hints for `config.cores` cores; its metadata on the heap.
+    ///
+    /// ```
+    /// use buddyfree::{BlockAlloc, Config, Nbbs4};
+    /// let frames = Nbbs4::new(Config::new(1 << 12, 9).with_cores(2))?;
+    /// let huge = frames.alloc(9, 0)?;
+    /// frames.free(huge, 9, 1)?;
+    /// # Ok::<(), buddyfree::Error>(())
+    /// ```
     #[cfg(feature = "alloc")]
     pub fn new(config: Config) -> Result<Self, Error> {
         crate::table::build(Self::plan(config), None, |parts, meta| {
@@ -280,41 +283,31 @@ impl<K: Kind> Forest<K> {
     }
 
     /// The metadata of a forest of `config`: its cells, the first cell of each cell level,
-    /// and the per-core slots. A `const fn` (for a `const` `metadata_layout`): `match` for `?`.
+    /// and the per-core slots. A `const fn` (for a `const` `metadata_layout`).
     pub(crate) const fn plan(config: Config) -> Result<(Plan, Parts), Error> {
         const OVERFLOW: Error = Error::InvalidConfig(ConfigRule::MetadataOverflow);
-        if let Err(e) = config.validate() {
-            return Err(e);
-        }
+        const_try!(config.validate());
         let roots = config.units.div_ceil(1 << config.max_order);
         if roots.checked_mul(1 << config.max_order).is_none() {
             return Err(OVERFLOW);
         }
         let levels = (config.max_order / Self::LEVELS) as usize + 1;
-        let mut total = Self::FIRST_CELL;
+        let mut total = Self::LINE;
         let mut level = 0;
         while level < levels {
-            let Some(cells) = Self::level_cells(roots, level) else {
-                return Err(OVERFLOW);
-            };
-            let Some(sum) = total.checked_add(cells) else {
-                return Err(OVERFLOW);
-            };
-            total = sum;
+            match Self::level_cells(roots, level) {
+                Some(cells) if cells <= usize::MAX - total => total += cells,
+                _ => return Err(OVERFLOW),
+            }
             level += 1;
         }
         let mut plan = Plan::new();
-        match (plan.add(total), plan.add(levels), plan.add(config.cores)) {
-            (Ok(cells), Ok(level_start), Ok(slots)) => Ok((
-                plan,
-                Parts {
-                    cells,
-                    level_start,
-                    slots,
-                },
-            )),
-            (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => Err(e),
-        }
+        let parts = Parts {
+            cells: const_try!(plan.add(total)),
+            level_start: const_try!(plan.add(levels)),
+            slots: const_try!(plan.add(config.cores)),
+        };
+        Ok((plan, parts))
     }
 
     /// The cells of cell level `level`, with the cache line of unused cells after them.
@@ -324,7 +317,7 @@ impl<K: Kind> Forest<K> {
     /// conflict miss per level on every climb).
     const fn level_cells(roots: usize, level: usize) -> Option<usize> {
         match roots.checked_mul(1usize << (level as u32 * Self::LEVELS)) {
-            Some(cells) => cells.checked_add(K::LINE),
+            Some(cells) => cells.checked_add(Self::LINE),
             None => None,
         }
     }
@@ -339,7 +332,7 @@ impl<K: Kind> Forest<K> {
         let roots = config.units.div_ceil(1 << max_order);
         // `plan` checked that neither this nor the level sizes below overflow.
         let span = roots << max_order;
-        let mut next = Self::FIRST_CELL;
+        let mut next = Self::LINE;
         let level_start = meta.table(parts.level_start, |level| {
             let start = next;
             next += Self::level_cells(roots, level).unwrap_or(0);
@@ -356,7 +349,7 @@ impl<K: Kind> Forest<K> {
                 let len = span >> order.min(max_order);
                 (len as u128 * core as u128 / cores as u128) as usize
             })?,
-            refusals: Refusals::new(),
+            refusals: Refusals::default(),
             reserved: Reserved::new(config.units, config.max_order),
             kind: PhantomData,
         };
@@ -419,7 +412,7 @@ impl<K: Kind> Forest<K> {
     pub(super) fn parent(cell: usize) -> (usize, u32) {
         (
             cell >> Self::LEVELS,
-            (cell & (Self::S.children() as usize - 1)) as u32,
+            (cell & (Self::S.children as usize - 1)) as u32,
         )
     }
 
@@ -437,7 +430,7 @@ impl<K: Kind> Forest<K> {
         // T2. Acquire: the node, or an in-cell ancestor, may have just been freed by another
         // thread; its writes to those units must happen before the caller's. In a root cell
         // there is no climb: the reservation completes the allocation.
-        let r = home.try_cas(Ordering::Acquire, |w| {
+        let r = try_cas(home, Ordering::Acquire, |w| {
             let w = Self::S.reserve(w, at.j).ok()?;
             Some(if done {
                 Self::S.complete(w, at.j, rows)
@@ -454,9 +447,7 @@ impl<K: Kind> Forest<K> {
             // T8-T15. Acquire, as for T2: this ancestor may have been freed just now. Release:
             // an UNMARK that reads this mark's generation must also see the marks below it
             // (see `unmark`).
-            let r = up
-                .word
-                .try_cas(Ordering::AcqRel, |w| Self::S.mark(w, up.ch).ok());
+            let r = try_cas(up.word, Ordering::AcqRel, |w| Self::S.mark(w, up.ch).ok());
             trace!("mark {}/{} ch {} -> {r:x?}", up.level, up.cell, up.ch);
             if let Err(seen) = r {
                 let failed = Self::S.mark(seen, up.ch).unwrap_err();
@@ -468,7 +459,9 @@ impl<K: Kind> Forest<K> {
         if rows == 0 {
             home.fetch_or(Self::S.allocated_bit(at.j), Ordering::Relaxed);
         } else {
-            let _ = home.try_cas(Ordering::Relaxed, |w| Some(Self::S.complete(w, at.j, rows)));
+            let _ = try_cas(home, Ordering::Relaxed, |w| {
+                Some(Self::S.complete(w, at.j, rows))
+            });
         }
         trace!("allocated {node:?} rows {rows}");
         Ok(())
@@ -547,8 +540,8 @@ impl<K: Kind> Forest<K> {
 
     /// The cell states from the first root cell on, for failure reports.
     #[cfg(all(test, loom))]
-    pub fn dump(&self) -> Vec<State> {
-        self.cells[Self::FIRST_CELL..]
+    pub fn dump(&self) -> Vec<super::cell::State> {
+        self.cells[Self::LINE..]
             .iter()
             .map(|c| c.load(Ordering::Relaxed))
             .collect()
@@ -627,7 +620,7 @@ impl<K: Kind> Forest<K> {
         true
     }
 
-    /// One NBALLOC (Alg. 2) of a checked `order`, for [`Refusals::alloc_sorted`]: a
+    /// One NBALLOC (Alg. 2) of a checked `order`, for [`Refusals::alloc`]: a
     /// failure by the count of free units is [`Failure::Counted`] (a free anywhere ends it),
     /// one after a scan [`Failure::Searched`].
     #[inline(always)]
@@ -698,21 +691,15 @@ impl<K: Kind> Forest<K> {
         let node = Node::at(index, order);
         let at = self.place(node);
         if !self.free_node(at, |w| Self::S.claim(w, at.j)) {
-            let other = (0..=self.max_order)
-                .any(|o| o != order && index.is_multiple_of(1 << o) && self.is_allocated(index, o));
-            return Err(if other {
-                Error::OrderMismatch
-            } else {
-                Error::NotAllocated
+            // Why: a block of another order allocated at `index`, or none (not this order,
+            // whose claim just failed).
+            let other = (0..=self.max_order).find(|&o| {
+                o != order && index.is_multiple_of(1 << o) && self.is_allocated(index, o)
             });
+            return crate::check_live(other, order);
         }
         self.count_free(1 << node.order, node, core);
         Ok(())
-    }
-
-    /// Orders below the top row of their cell: several blocks under one node.
-    pub(crate) fn alloc_bulk_groups(&self, order: u32) -> bool {
-        self.group_rows(order) > 0
     }
 }
 
@@ -723,18 +710,22 @@ impl<K: Kind> BlockAlloc for Forest<K> {
     ///
     /// Through the refusal memo (`refusal.rs`): a refusal after a scan during which no free
     /// completed is remembered until a free that may have made a block of the order free
-    /// there ([`Forest::covers`]), a refusal by the count of free units until any free,
+    /// there (`Forest::covers`), a refusal by the count of free units until any free,
     /// either until a rolled-back allocation.
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
         if order > self.max_order {
             return Err(Error::BadOrder);
         }
-        self.refusals
-            .alloc_sorted(order, || self.alloc_once(order, core))
+        // Inlined here, as the memo's own load is: one call for the whole allocation.
+        self.refusals.alloc(
+            order,
+            #[inline(always)]
+            move || (self.alloc_once(order, core), None),
+        )
     }
 
     /// Groups of `2^r` blocks under one node of their cell, each group taken by one TRYALLOC
-    /// of that node ([`Forest::try_alloc`]): one reservation and one climb for the group.
+    /// of that node (`Forest::try_alloc`): one reservation and one climb for the group.
     /// `r` is at most the order's row in its cell (with 4-level cells and `max_order` 10:
     /// 4 blocks of order 0, 8 of order 3; the 1-level tree has no groups). A group is taken
     /// only where `alloc` would look first, at the core's hint, if the group is free there
@@ -804,6 +795,21 @@ impl<K: Kind> BlockAlloc for Forest<K> {
         self.max_order
     }
 
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ALL
+    }
+
+    /// The same as `alloc`: NBBS never waits for another thread. Its scan is repeated only
+    /// when frees completed meanwhile (Alg. 2, A15), each of them progress of another thread.
+    fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
+        self.alloc(order, core)
+    }
+
+    /// The same as `block_of`, which reads the tree without waiting.
+    fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
+        self.block_of(index)
+    }
+
     /// TRYALLOC (Alg. 3) on the node of the block: it succeeds only if neither the node, nor
     /// a node below it, nor an ancestor is occupied.
     fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
@@ -838,7 +844,7 @@ impl<K: Kind> BlockAlloc for Forest<K> {
             if Self::S.is_allocated(w, node.j) {
                 return Ok(Some((start, order)));
             }
-            if order == 0 || Self::S.is_subtree_free(w, node.j) {
+            if order == 0 || w & Self::S.node_bits(node.j) == 0 {
                 at = start + (1 << order);
                 order = self.max_order.min(at.trailing_zeros());
             } else {
@@ -846,6 +852,15 @@ impl<K: Kind> BlockAlloc for Forest<K> {
             }
         }
         Ok(None)
+    }
+}
+
+impl<K: Kind> crate::magazine::Sealed for Forest<K> {}
+
+impl<K: Kind> crate::magazine::Backend for Forest<K> {
+    /// Orders below the top row of their cell: several blocks under one node.
+    fn alloc_bulk_groups(&self, order: u32) -> bool {
+        self.group_rows(order) > 0
     }
 }
 

@@ -23,18 +23,6 @@ trait Dump: BlockAlloc + Send {
     fn dump(&self) -> Vec<State>;
 }
 
-impl Dump for Nbbs {
-    fn dump(&self) -> Vec<State> {
-        self.0.dump()
-    }
-}
-
-impl Dump for Nbbs4 {
-    fn dump(&self) -> Vec<State> {
-        self.0.dump()
-    }
-}
-
 impl<K: Kind> Dump for Forest<K> {
     fn dump(&self) -> Vec<State> {
         Forest::dump(self)

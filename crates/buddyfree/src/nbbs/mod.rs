@@ -3,8 +3,9 @@
 //! CAS, with allocation by reserving a free node and marking its ancestors, and release by
 //! marking the ancestors coalescing, clearing the node and unmarking.
 //!
-//! Two layouts share one implementation (modules `forest`, the cells and the allocation, and
-//! `release`, the free's protocol, generic over a cell of `K` levels, module `cell`):
+//! Two layouts share one implementation, [`Forest`], generic over its cell [`Kind`] (modules
+//! `forest`, the cells and the allocation, `release`, the free's protocol, and `cell`, a cell
+//! of `K` levels):
 //! - [`Nbbs`]: the 1-level tree, one `AtomicU64` per node: 5 state bits and a 59-bit
 //!   generation, about 16 bytes per unit (2 nodes per unit; no reverse map: `free` takes the
 //!   order): 4 MiB per GiB of 4 KiB units.
@@ -139,131 +140,26 @@ mod loom_tests;
 mod release;
 mod word;
 
-use crate::table::Metadata;
-use crate::{BlockAlloc, Capabilities, Config, Error};
-use forest::{Forest, FourLevel, OneLevel};
+pub use forest::{Forest, FourLevel, Kind, OneLevel};
 
-macro_rules! nbbs_type {
-    ($(#[$doc:meta])* $name:ident, $kind:ty) => {
-        $(#[$doc])*
-        pub struct $name(Forest<$kind>);
+use crate::{Config, Error};
 
-        impl $name {
-            /// An allocator of `config.units` free units, blocks up to `2^config.max_order`
-            /// units, with free-slot hints for `config.cores` cores; its metadata on the heap.
-            ///
-            #[doc = concat!("```\nuse buddyfree::{BlockAlloc, Config, ", stringify!($name), "};\n")]
-            #[doc = concat!("let frames = ", stringify!($name), "::new(Config::new(1 << 12, 9).with_cores(2))?;")]
-            /// let huge = frames.alloc(9, 0)?;
-            /// frames.free(huge, 9, 1)?;
-            /// # Ok::<(), buddyfree::Error>(())
-            /// ```
-            #[cfg(feature = "alloc")]
-            pub fn new(config: Config) -> Result<Self, Error> {
-                Forest::new(config).map($name)
-            }
+/// NBBS over the 1-level tree: 8 bytes per node (its state and a 59-bit generation).
+pub type Nbbs = Forest<OneLevel>;
 
-            fn build(
-                config: Config,
-                parts: forest::Parts,
-                meta: &Metadata,
-            ) -> Result<Self, Error> {
-                Forest::build(config, parts, meta).map($name)
-            }
-        }
+/// NBBS over 4-level bunches: 15 nodes, a guard and an 11-bit generation per 64-bit cell, one
+/// CAS per four levels climbed.
+pub type Nbbs4 = Forest<FourLevel>;
 
-        caller_metadata!(
-            $name,
-            Forest::<$kind>::plan,
-            $name::build,
-            example: stringify!($name), "BlockAlloc", "let a", "alloc(3, 0)", "free(block, 3, 0)"
-        );
-
-        impl BlockAlloc for $name {
-            #[inline]
-            fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-                self.0.alloc(order, core)
-            }
-            #[inline]
-            fn free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-                self.0.free(index, order, core)
-            }
-            fn alloc_bulk(
-                &self,
-                order: u32,
-                core: usize,
-                out: &mut [usize],
-            ) -> Result<usize, Error> {
-                self.0.alloc_bulk(order, core, out)
-            }
-            fn free_bulk(
-                &self,
-                blocks: &[usize],
-                order: u32,
-                core: usize,
-            ) -> Result<(), (usize, Error)> {
-                self.0.free_bulk(blocks, order, core)
-            }
-            fn free_units(&self) -> usize {
-                self.0.free_units()
-            }
-            fn total_units(&self) -> usize {
-                self.0.total_units()
-            }
-            fn max_order(&self) -> u32 {
-                self.0.max_order()
-            }
-            fn capabilities(&self) -> Capabilities {
-                Capabilities::ALL
-            }
-            /// The same as `alloc`: NBBS never waits for another thread. Its scan is
-            /// repeated only when frees completed meanwhile (Alg. 2, A15), each of them
-            /// progress of another thread.
-            fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-                self.0.alloc(order, core)
-            }
-            fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-                self.0.try_free(index, order, core)
-            }
-            fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-                self.0.reserve_range(start, len, core)
-            }
-            fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-                self.0.free_range(start, len, core)
-            }
-            fn alloc_at(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
-                self.0.alloc_at(index, order, core)
-            }
-            fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
-                self.0.block_of(index)
-            }
-            /// The same as `block_of`, which reads the tree without waiting.
-            fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
-                self.0.block_of(index)
-            }
-            fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
-                self.0.next_block(from)
-            }
-        }
-
-        impl crate::magazine::Sealed for $name {}
-
-        impl crate::magazine::Backend for $name {
-            fn alloc_bulk_groups(&self, order: u32) -> bool {
-                self.0.alloc_bulk_groups(order)
-            }
-        }
-    };
-}
-
-nbbs_type!(
-    /// NBBS over the 1-level tree: 8 bytes per node (its state and a 59-bit generation).
+caller_metadata!(
     Nbbs,
-    OneLevel
+    Nbbs::plan,
+    Nbbs::build,
+    example: "Nbbs", "BlockAlloc", "let a", "alloc(3, 0)", "free(block, 3, 0)"
 );
-nbbs_type!(
-    /// NBBS over 4-level bunches: 15 nodes, a guard and an 11-bit generation per 64-bit
-    /// cell, one CAS per four levels climbed.
+caller_metadata!(
     Nbbs4,
-    FourLevel
+    Nbbs4::plan,
+    Nbbs4::build,
+    example: "Nbbs4", "BlockAlloc", "let a", "alloc(3, 0)", "free(block, 3, 0)"
 );

@@ -37,7 +37,7 @@
 //! The argument for the generation check is at [`Forest::unmark`], the guard's in the module
 //! docs of `nbbs`, the rollback's climb past its marks at [`Forest::release`]. Every step is
 //! one CAS or RMW on one cell; a step that refuses is confirmed by an RMW
-//! ([`Word::try_cas`]), never by a plain read.
+//! ([`try_cas`]), never by a plain read.
 //!
 //! [`Shape::keeps_climbing`]: super::cell::Shape::keeps_climbing
 
@@ -47,7 +47,7 @@ use super::cell::State;
 #[cfg(test)]
 use super::forest::Node;
 use super::forest::{Climb, Forest, Kind, Place, Up};
-use super::word::Word;
+use super::word::try_cas;
 use crate::sync::atomic::{AtomicU64, Ordering};
 
 /// The generations a free read at the cells where it set its coalescing bits (Alg. 4, F9),
@@ -198,8 +198,7 @@ impl<K: Kind> Forest<K> {
             // Acquire: the generation read here vouches for every mark before it
             // (`unmark`).
             if Self::S.is_guarded() {
-                here.try_cas(Ordering::Acquire, |w| Some(coalesce(w)))
-                    .unwrap_or_else(|w| w)
+                try_cas(here, Ordering::Acquire, |w| Some(coalesce(w))).unwrap_or_else(|w| w)
             } else {
                 registered = true;
                 here.fetch_or(coal, Ordering::Acquire)
@@ -210,7 +209,7 @@ impl<K: Kind> Forest<K> {
             // up to here), and a dead one is clear and stays so while its ancestor is
             // occupied: a free that reuses the branch after that sees our coalescing bits
             // below. Release: that free's mark then also sees those bits.
-            here.try_cas(Ordering::AcqRel, |w| {
+            try_cas(here, Ordering::AcqRel, |w| {
                 (Self::S.link_live(w, ch) && w & Self::S.child_bits(ch) != 0).then(|| coalesce(w))
             })
             .ok()?
@@ -286,12 +285,10 @@ impl<K: Kind> Forest<K> {
                 self.unlink(&up, reg)
             } else if !Self::S.is_guarded() || !(reg.is_some() || seen.any()) {
                 return;
-            } else if reg.is_some() {
+            } else {
                 // Stopped below: leave the cells where the coalescing climb registered. The
                 // last to leave an `INVALID` cell sweeps it, and may climb on from there.
-                self.leave(up.level, up.cell)
-            } else {
-                None
+                reg.and_then(|_| self.leave(up.level, up.cell))
             }
             .filter(|&w| Self::S.looks_free(w));
         }
@@ -309,7 +306,7 @@ impl<K: Kind> Forest<K> {
             // AcqRel: acquire the frees merged below (the buddy's release), release them,
             // with ours, to whoever allocates this larger block; acquire the marks whose
             // generation a refusal reads.
-            let r = here.try_cas(Ordering::AcqRel, |w| {
+            let r = try_cas(here, Ordering::AcqRel, |w| {
                 let (new, s) = Self::unmark_step(w, ch, reg);
                 step = s;
                 new
@@ -330,11 +327,10 @@ impl<K: Kind> Forest<K> {
                     let c = self.child_state(level, cell, ch);
                     trace!("recheck child -> {c:x}");
                     if !Self::S.looks_free(c) {
-                        return if Self::S.is_guarded() {
-                            self.leave(level, cell)
-                        } else {
-                            None
-                        };
+                        return Self::S
+                            .is_guarded()
+                            .then(|| self.leave(level, cell))
+                            .flatten();
                     }
                 }
             }
@@ -376,12 +372,11 @@ impl<K: Kind> Forest<K> {
     }
 
     /// The state of child `ch` of cell `cell` at `level`, confirmed current by an RMW (a
-    /// refused CAS): a plain load could be stale (`Word::try_cas`).
+    /// refused CAS): a plain load could be stale (`try_cas`).
     #[inline(always)]
     fn child_state(&self, level: usize, cell: usize, ch: u32) -> State {
-        self.cell(level + 1, cell << Self::LEVELS | ch as usize)
-            .try_cas(Ordering::Relaxed, |_| None)
-            .unwrap_or_else(|c| c)
+        let child = self.cell(level + 1, cell << Self::LEVELS | ch as usize);
+        try_cas(child, Ordering::Relaxed, |_| None).unwrap_or_else(|c| c)
     }
 
     /// Ends a registration at `cell` of `level` without unlinking; the last to leave an
@@ -389,20 +384,14 @@ impl<K: Kind> Forest<K> {
     fn leave(&self, level: usize, cell: usize) -> Option<State> {
         let mut sweeps = false;
         // AcqRel: a sweeper's reading, as `unlink`'s.
-        let w = self
-            .cell(level, cell)
-            .try_cas(Ordering::AcqRel, |w| {
-                let (new, s) = Self::S.leave(w);
-                sweeps = s;
-                Some(new)
-            })
-            .unwrap_or_else(|w| w);
+        let w = try_cas(self.cell(level, cell), Ordering::AcqRel, |w| {
+            let (new, s) = Self::S.leave(w);
+            sweeps = s;
+            Some(new)
+        })
+        .unwrap_or_else(|w| w);
         trace!("leave {level}/{cell} -> sweeps {sweeps} {w:x}");
-        if sweeps {
-            self.sweep(level, cell, w)
-        } else {
-            None
-        }
+        sweeps.then(|| self.sweep(level, cell, w)).flatten()
     }
 
     /// The sweep of a guarded cell whose `INVALID` bit the caller cleared, registered, its
@@ -419,7 +408,7 @@ impl<K: Kind> Forest<K> {
         loop {
             let expect = Self::S.gen(w);
             let mut drop = 0;
-            for ch in 0..Self::S.children() {
+            for ch in 0..Self::S.children {
                 if Self::S.coalescing(w, ch) {
                     let c = self.child_state(level, cell, ch);
                     if Self::S.looks_free(c) {
@@ -428,7 +417,7 @@ impl<K: Kind> Forest<K> {
                 }
             }
             let mut step = Step::GaveUp;
-            let r = here.try_cas(Ordering::AcqRel, |w| {
+            let r = try_cas(here, Ordering::AcqRel, |w| {
                 if Self::S.invalid(w) {
                     let (new, s) = Self::S.leave(w);
                     step = if s { Step::Sweep } else { Step::GaveUp };
@@ -461,13 +450,12 @@ impl<K: Kind> Forest<K> {
     pub(super) fn free_node(&self, at: Place, claim: impl Fn(State) -> Option<State>) -> bool {
         let home = self.cell(at.level, at.cell);
         if at.level == 0 {
-            return home
-                .try_cas(Ordering::Release, |w| {
-                    Some(claim(w)? & Self::S.clear_mask(at.j))
-                })
-                .is_ok();
+            return try_cas(home, Ordering::Release, |w| {
+                Some(claim(w)? & Self::S.clear_mask(at.j))
+            })
+            .is_ok();
         }
-        match home.try_cas(Ordering::Relaxed, claim) {
+        match try_cas(home, Ordering::Relaxed, claim) {
             Ok(now) => {
                 trace!("claim {at:?} -> {now:x}");
                 self.release(at, now, 0);
@@ -484,10 +472,10 @@ impl<K: Kind> Forest<K> {
         let node = Node::at(index, order);
         let at = self.place(node);
         assert!(at.level > 0, "a node in a root cell has no UNMARK");
-        let now = self
-            .cell(at.level, at.cell)
-            .try_cas(Ordering::Relaxed, |w| Self::S.claim(w, at.j))
-            .expect("the block is allocated");
+        let now = try_cas(self.cell(at.level, at.cell), Ordering::Relaxed, |w| {
+            Self::S.claim(w, at.j)
+        })
+        .expect("the block is allocated");
         let mut seen = Seen::new();
         self.mark_coalescing(self.climb(at), at.j, now, 0, &mut seen);
         let now = self.clear(at);

@@ -24,10 +24,10 @@ fn stale_unmark_races_realloc<K: Kind>(units: usize, max_order: u32, reallocs: u
     // V: allocates unit 0 and marks its free coalescing up to X's cell.
     assert_eq!(f.alloc(0, 0), Ok(0));
     let v = f.place(Node { order: 0, pos: 0 });
-    let now = f
-        .cell(v.level, v.cell)
-        .try_cas(Ordering::Relaxed, |w| s.claim(w, v.j))
-        .unwrap();
+    let now = try_cas(f.cell(v.level, v.cell), Ordering::Relaxed, |w| {
+        s.claim(w, v.j)
+    })
+    .unwrap();
     let mut v_seen = Seen::new();
     assert!(s.keeps_climbing(now, s.node_bits(v.j)));
     let (mut level, mut cell) = (v.level, v.cell);
@@ -71,12 +71,12 @@ fn rollback_after_reuse<K: Kind>(units: usize, max_order: u32, p_order: u32) {
     let at = f.place(Node { order: 0, pos: 0 });
     assert!(at.level >= 2, "unit 0 needs two cell levels above it");
     let home = f.cell(at.level, at.cell);
-    home.try_cas(Ordering::Relaxed, |w| s.reserve(w, at.j).ok())
-        .unwrap();
+    try_cas(home, Ordering::Relaxed, |w| s.reserve(w, at.j).ok()).unwrap();
     let (c, ch) = Forest::<K>::parent(at.cell);
-    f.cell(at.level - 1, c)
-        .try_cas(Ordering::Relaxed, |w| s.mark(w, ch).ok())
-        .unwrap();
+    try_cas(f.cell(at.level - 1, c), Ordering::Relaxed, |w| {
+        s.mark(w, ch).ok()
+    })
+    .unwrap();
     let (p, pch) = Forest::<K>::parent(c);
     let above = f.cell(at.level - 2, p).load(Ordering::Relaxed);
     assert!(s.mark(above, pch).is_err(), "P is occupied");
@@ -102,8 +102,7 @@ fn rollback_in_cell_after_reuse<K: Kind>(units: usize, max_order: u32, p_order: 
     f.alloc_at(0, p_order, 0).unwrap();
     let at = f.place(Node { order: 0, pos: 0 });
     let home = f.cell(at.level, at.cell);
-    home.try_cas(Ordering::Relaxed, |w| s.reserve(w, at.j).ok())
-        .unwrap();
+    try_cas(home, Ordering::Relaxed, |w| s.reserve(w, at.j).ok()).unwrap();
     let (p, pch) = Forest::<K>::parent(at.cell);
     let above = f.cell(at.level - 1, p).load(Ordering::Relaxed);
     assert!(s.mark(above, pch).is_err(), "P is occupied");
@@ -156,9 +155,9 @@ fn edge_lines_stay_unused<K: Kind>(units: usize, max_order: u32) {
         while f.alloc(order, 0).is_ok() {}
         assert_eq!(f.free_units(), 0);
         let cells = states(&f);
-        let mut edges = cells[..K::LINE]
+        let mut edges = cells[..Forest::<K>::LINE]
             .iter()
-            .chain(&cells[cells.len() - K::LINE..]);
+            .chain(&cells[cells.len() - Forest::<K>::LINE..]);
         assert!(edges.all(|&c| c == 0), "order {order}: {cells:x?}");
     }
 }
