@@ -5,7 +5,7 @@
 //! a fresh, a recovered and a reopened lower level take the same path.
 
 #[cfg(not(loom))]
-use super::caller::{Init, RecoverError, Start};
+use super::caller::{Init, RecoverError};
 use super::lines::Line;
 use super::local::Local;
 use super::lower::{self, Lower};
@@ -527,9 +527,16 @@ impl Builder<Kept> {
     /// The build over the kept lower level, the upper level in `upper` or on the heap.
     fn over(self, upper: Option<MetadataMemory>) -> Result<LLFree, RecoverError> {
         let Kept { memory, init } = self.lower;
-        let (start, lower) = (Start::Init(init), memory.into_raw());
         // SAFETY: the memory is lent by `MetadataMemory`'s contract, and initialised for
         // `Init::Recover` by `Builder::kept`'s.
-        unsafe { LLFree::over_raw(self.settings, start, lower, Volatile, upper) }
+        unsafe {
+            LLFree::over_raw(
+                self.settings,
+                Some(init),
+                memory.into_raw(),
+                Volatile,
+                upper,
+            )
+        }
     }
 }
