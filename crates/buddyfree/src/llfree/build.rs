@@ -6,9 +6,8 @@
 
 #[cfg(not(loom))]
 use super::caller::{Init, RecoverError};
-use super::lines::Line;
 use super::local::Local;
-use super::lower::{self, Lower};
+use super::lower::{self, Line, Lower};
 use super::moves::Moves;
 use super::summary::Summary;
 use super::trees::{self, Trees};
@@ -74,33 +73,27 @@ impl Options {
 
     /// The same tuning with trees of `huge_frames` huge frames ([`Options::tree_children`]).
     #[must_use]
-    pub const fn with_tree_children(self, huge_frames: usize) -> Options {
-        Options {
-            tree_children: huge_frames,
-            ..self
-        }
+    pub const fn with_tree_children(mut self, huge_frames: usize) -> Options {
+        self.tree_children = huge_frames;
+        self
     }
 
     /// The same tuning with trees "allocated" below `allocated_below` and "free" above
     /// `free_above` thousandths free ([`Options::allocated_below_permille`],
     /// [`Options::free_above_permille`]).
     #[must_use]
-    pub const fn with_thresholds(self, allocated_below: usize, free_above: usize) -> Options {
-        Options {
-            allocated_below_permille: allocated_below,
-            free_above_permille: free_above,
-            ..self
-        }
+    pub const fn with_thresholds(mut self, allocated_below: usize, free_above: usize) -> Options {
+        self.allocated_below_permille = allocated_below;
+        self.free_above_permille = free_above;
+        self
     }
 
     /// The same tuning with reserve-on-free after `frees` frees in a row into one tree (0:
     /// never; [`Options::reserve_on_free`]).
     #[must_use]
-    pub const fn with_reserve_on_free(self, frees: u32) -> Options {
-        Options {
-            reserve_on_free: frees,
-            ..self
-        }
+    pub const fn with_reserve_on_free(mut self, frees: u32) -> Options {
+        self.reserve_on_free = frees;
+        self
     }
 
     /// The largest order these trees serve: a whole tree (log2 of its units).
@@ -152,10 +145,7 @@ impl Options {
         while children > least && huges.div_ceil(children) < config.cores {
             children /= 2;
         }
-        Options {
-            tree_children: children,
-            ..paper
-        }
+        paper.with_tree_children(children)
     }
 }
 
@@ -394,23 +384,17 @@ pub struct Kept {
 
 impl Builder {
     /// The same builder with the tuning `options` (by default [`Options::for_config`]).
-    pub const fn options(self, options: Options) -> Builder {
-        let settings = Settings {
-            options,
-            ..self.settings
-        };
-        Builder { settings, ..self }
+    pub const fn options(mut self, options: Options) -> Builder {
+        self.settings.options = options;
+        self
     }
 
     /// The same builder with the classes of trees of `policy` (by default one class):
     /// [`BlockAlloc::alloc_class`](crate::BlockAlloc::alloc_class) places each class of
     /// request in trees of its own.
-    pub const fn policy(self, policy: Policy) -> Builder {
-        let settings = Settings {
-            policy,
-            ..self.settings
-        };
-        Builder { settings, ..self }
+    pub const fn policy(mut self, policy: Policy) -> Builder {
+        self.settings.policy = policy;
+        self
     }
 
     /// The bytes and alignment of the metadata [`Builder::build_in`] takes;

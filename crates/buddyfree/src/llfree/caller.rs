@@ -37,8 +37,7 @@ use core::ptr::NonNull;
 use alloc::vec::Vec;
 
 use super::build::Settings;
-use super::lines::Line;
-use super::lower::Lower;
+use super::lower::{Line, Lower};
 use super::{LLFree, WriteBack};
 use crate::table::{check_memory, Metadata};
 use crate::{Config, Error, MetadataMemory};

@@ -66,13 +66,12 @@
 use super::atomic::Atom;
 use super::bitfield::{block_mask, find_run, free_runs, lowest_bits};
 use super::child::{Child, ChildPair};
-use super::lines::{Line, Lines, LINE_WORDS};
 use super::writeback::{Volatile, WriteBack};
 use super::{HugeId, HUGE_UNITS};
 #[cfg(not(loom))]
 use super::{Init, RecoverError};
 use crate::sync::atomic::{AtomicU64, Ordering};
-use crate::table::{Metadata, Part, Plan};
+use crate::table::{Metadata, Part, Plan, Table};
 use crate::Error;
 
 #[cfg(not(loom))]
@@ -80,6 +79,24 @@ mod recover;
 mod span;
 
 pub(crate) use span::SPAN_MAX_ORDER;
+
+/// Words in a cache line.
+pub(crate) const LINE_WORDS: usize = 8;
+
+/// One cache line of the lower level.
+#[repr(C, align(64))]
+pub(crate) struct Line(pub(crate) [AtomicU64; LINE_WORDS]);
+
+impl Line {
+    pub(crate) fn zeroed() -> Line {
+        Line(core::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
+/// The cache lines of a lower level: a heap allocation it owns (volatile LLFree without
+/// caller metadata), the caller's metadata memory, or a file mapping that the persistent
+/// zone owns (`persist.rs`).
+pub(crate) type Lines = Table<Line>;
 
 /// Units per bit-field word (two bits each).
 pub(crate) const SLOTS: usize = 32;
@@ -251,7 +268,7 @@ impl Lower {
     /// Bytes the lower level of `units` units takes (a whole number of cache lines).
     #[cfg(not(loom))]
     pub(crate) const fn bytes(units: usize) -> usize {
-        lines_of(units) * core::mem::size_of::<super::lines::Line>()
+        lines_of(units) * core::mem::size_of::<Line>()
     }
 }
 
@@ -275,7 +292,7 @@ impl<W: WriteBack> Lower<W> {
     /// [`Lower::bytes`]`(units)` bytes at `at`, which hold atomics (any bit pattern).
     #[cfg(not(loom))]
     pub(crate) unsafe fn in_place(
-        at: core::ptr::NonNull<super::lines::Line>,
+        at: core::ptr::NonNull<Line>,
         (units, max_order): (usize, u32),
         init: Option<Init>,
         write_back: W,

@@ -83,7 +83,6 @@ mod build;
 mod caller;
 mod child;
 mod classes;
-mod lines;
 mod local;
 mod lower;
 mod moves;
