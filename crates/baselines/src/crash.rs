@@ -240,8 +240,7 @@ impl Injector {
         let config = config.with_cores(plan.threads);
         match form {
             Form::Zone => {
-                PersistentLLFree::create_with_options(&zone, config, options, Durability::None)?
-                    .close()?;
+                PersistentLLFree::create(&zone, config, options, Durability::None)?.close()?;
             }
             Form::CallerMemory => MappedLower::create(&zone, config, options)?,
         }
@@ -270,7 +269,7 @@ impl Injector {
     fn recover(&self) -> Result<(Opened, Recovery), PersistError> {
         match self.form {
             Form::Zone => {
-                let (zone, recovery) = PersistentLLFree::open_waiting(
+                let (zone, recovery) = PersistentLLFree::open(
                     &self.zone,
                     self.plan.threads,
                     Durability::None,
@@ -544,7 +543,7 @@ fn worker(spec: &str) -> Result<(), String> {
         }
         _ => {
             let (zone, recovery) =
-                PersistentLLFree::open_waiting(zone, plan.threads, durability, LOCK_WAIT)
+                PersistentLLFree::open(zone, plan.threads, durability, LOCK_WAIT)
                     .map_err(|e| e.to_string())?;
             if !recovery.clean {
                 return Err("the zone was not closed before the worker started".into());

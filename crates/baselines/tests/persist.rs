@@ -51,7 +51,7 @@ fn open_when_unlocked(
     cores: usize,
     durability: Durability,
 ) -> Result<(PersistentLLFree, Recovery), PersistError> {
-    PersistentLLFree::open_waiting(path, cores, durability, Duration::from_secs(10))
+    PersistentLLFree::open(path, cores, durability, Duration::from_secs(10))
 }
 
 /// Trees of 4 huge frames, so small zones have several.
@@ -61,7 +61,7 @@ fn options() -> Options {
 
 fn create(path: &Path, units: usize, durability: Durability) -> PersistentLLFree {
     let config = Config::new(units, 10).with_cores(2);
-    PersistentLLFree::create_with_options(path, config, options(), durability).unwrap()
+    PersistentLLFree::create(path, config, options(), durability).unwrap()
 }
 
 /// Magazines for two cores in front of `zone`, over its configuration.
@@ -224,15 +224,23 @@ fn create_never_overwrites_a_file() {
     let dir = TempDir::new("exists");
     let path = dir.file("zone");
     fs::write(&path, b"precious").unwrap();
-    let err = PersistentLLFree::create(&path, Config::new(4096, 9), Durability::None)
-        .err()
-        .unwrap();
+    let config = Config::new(4096, 9);
+    let err =
+        PersistentLLFree::create(&path, config, Options::for_config(config), Durability::None)
+            .err()
+            .unwrap();
     assert!(matches!(&err, PersistError::Io(e) if e.kind() == ErrorKind::AlreadyExists));
     assert_eq!(fs::read(&path).unwrap(), b"precious");
     // Above the whole tree of the paper's trees (14).
-    let err = PersistentLLFree::create(dir.file("z2"), Config::new(1 << 16, 15), Durability::None)
-        .err()
-        .unwrap();
+    let config = Config::new(1 << 16, 15);
+    let err = PersistentLLFree::create(
+        dir.file("z2"),
+        config,
+        Options::for_config(config),
+        Durability::None,
+    )
+    .err()
+    .unwrap();
     assert!(matches!(err, PersistError::Config(_)), "{err}");
 }
 
@@ -504,12 +512,12 @@ fn an_open_zone_is_locked() {
     let dir = TempDir::new("locked");
     let path = dir.file("zone");
     let zone = create(&path, 4096, Durability::None);
-    let err = PersistentLLFree::open(&path, 1, Durability::None)
+    let err = PersistentLLFree::open(&path, 1, Durability::None, Duration::ZERO)
         .err()
         .unwrap();
     assert!(matches!(err, PersistError::Locked), "{err}");
     let waited = Instant::now();
-    let err = PersistentLLFree::open_waiting(&path, 1, Durability::None, Duration::from_millis(50))
+    let err = PersistentLLFree::open(&path, 1, Durability::None, Duration::from_millis(50))
         .err()
         .unwrap();
     assert!(matches!(err, PersistError::Locked), "{err}");
@@ -521,8 +529,7 @@ fn an_open_zone_is_locked() {
         thread::sleep(Duration::from_millis(20));
         zone.close().unwrap();
     });
-    let opened =
-        PersistentLLFree::open_waiting(&path, 1, Durability::None, Duration::from_secs(60));
+    let opened = PersistentLLFree::open(&path, 1, Durability::None, Duration::from_secs(60));
     closer.join().unwrap();
     let (zone, recovery) = opened.unwrap();
     assert!(recovery.clean);
@@ -559,7 +566,7 @@ fn stress_on_zones_with_each_durability() {
 fn raced_double_frees_on_a_zone_never_free_a_block_of_another_order() {
     let dir = TempDir::new("double");
     let path = dir.file("zone");
-    let zone = PersistentLLFree::create_with_options(
+    let zone = PersistentLLFree::create(
         &path,
         Config::new(512, 4).with_cores(2),
         options(),
@@ -579,7 +586,7 @@ proptest! {
     fn a_zone_matches_the_model(ops in common::ops(3000, 10, 300)) {
         let dir = TempDir::new("model");
         let config = Config::new(3000, 10);
-        let zone = PersistentLLFree::create_with_options(dir.file("zone"), config, options(), Durability::None).unwrap();
+        let zone = PersistentLLFree::create(dir.file("zone"), config, options(), Durability::None).unwrap();
         common::check_against_model(&zone, config, &ops);
     }
 }

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use buddyfree::llfree::persist::{Durability, PersistError, PersistentLLFree};
+use buddyfree::llfree::Options;
 use buddyfree::{BlockAlloc, Config, Error};
 
 /// The most allocator calls of one run on an `msync` zone: each is a system call and a page
@@ -70,7 +71,7 @@ impl ZoneAlloc {
             std::process::id(),
             ZONES.fetch_add(1, Ordering::Relaxed)
         ));
-        match PersistentLLFree::create(&path, config, durability) {
+        match PersistentLLFree::create(&path, config, Options::for_config(config), durability) {
             Ok(zone) => Ok(ZoneAlloc {
                 zone: ManuallyDrop::new(zone),
                 path,

@@ -176,9 +176,13 @@ pub fn run(p: &CrashParams, mut progress: impl FnMut(usize)) -> Result<CrashRepo
         }
         got.zone.close().map_err(|e| e.to_string())?;
         if form == Form::Zone {
-            let (zone, clean) =
-                PersistentLLFree::open(injector.zone_path(), p.threads, Durability::None)
-                    .map_err(|e| format!("injection {i}: clean open: {e}"))?;
+            let (zone, clean) = PersistentLLFree::open(
+                injector.zone_path(),
+                p.threads,
+                Durability::None,
+                Duration::ZERO,
+            )
+            .map_err(|e| format!("injection {i}: clean open: {e}"))?;
             opens.push(clean.elapsed);
             zone.close().map_err(|e| e.to_string())?;
         }

@@ -5,10 +5,9 @@
 //! a fresh, a recovered and a reopened lower level take the same path.
 
 #[cfg(not(loom))]
-use super::caller::{Init, RecoverError, Start};
-use super::lines::Line;
+use super::caller::{Init, RecoverError};
 use super::local::Local;
-use super::lower::{self, Lower};
+use super::lower::{self, Line, Lower};
 use super::moves::Moves;
 use super::summary::Summary;
 use super::trees::{self, Trees};
@@ -72,33 +71,27 @@ impl Options {
 
     /// The same tuning with trees of `huge_frames` huge frames ([`Options::tree_children`]).
     #[must_use]
-    pub const fn with_tree_children(self, huge_frames: usize) -> Options {
-        Options {
-            tree_children: huge_frames,
-            ..self
-        }
+    pub const fn with_tree_children(mut self, huge_frames: usize) -> Options {
+        self.tree_children = huge_frames;
+        self
     }
 
     /// The same tuning with trees "allocated" below `allocated_below` and "free" above
     /// `free_above` thousandths free ([`Options::allocated_below_permille`],
     /// [`Options::free_above_permille`]).
     #[must_use]
-    pub const fn with_thresholds(self, allocated_below: usize, free_above: usize) -> Options {
-        Options {
-            allocated_below_permille: allocated_below,
-            free_above_permille: free_above,
-            ..self
-        }
+    pub const fn with_thresholds(mut self, allocated_below: usize, free_above: usize) -> Options {
+        self.allocated_below_permille = allocated_below;
+        self.free_above_permille = free_above;
+        self
     }
 
     /// The same tuning with reserve-on-free after `frees` frees in a row into one tree (0:
     /// never; [`Options::reserve_on_free`]).
     #[must_use]
-    pub const fn with_reserve_on_free(self, frees: u32) -> Options {
-        Options {
-            reserve_on_free: frees,
-            ..self
-        }
+    pub const fn with_reserve_on_free(mut self, frees: u32) -> Options {
+        self.reserve_on_free = frees;
+        self
     }
 
     /// The largest order these trees serve: a whole tree (log2 of its units).
@@ -150,10 +143,7 @@ impl Options {
         while children > least && huges.div_ceil(children) < config.cores {
             children /= 2;
         }
-        Options {
-            tree_children: children,
-            ..paper
-        }
+        paper.with_tree_children(children)
     }
 }
 
@@ -392,23 +382,17 @@ pub struct Kept {
 
 impl Builder {
     /// The same builder with the tuning `options` (by default [`Options::for_config`]).
-    pub const fn options(self, options: Options) -> Builder {
-        let settings = Settings {
-            options,
-            ..self.settings
-        };
-        Builder { settings, ..self }
+    pub const fn options(mut self, options: Options) -> Builder {
+        self.settings.options = options;
+        self
     }
 
     /// The same builder with the classes of trees of `policy` (by default one class):
     /// [`BlockAlloc::alloc_class`](crate::BlockAlloc::alloc_class) places each class of
     /// request in trees of its own.
-    pub const fn policy(self, policy: Policy) -> Builder {
-        let settings = Settings {
-            policy,
-            ..self.settings
-        };
-        Builder { settings, ..self }
+    pub const fn policy(mut self, policy: Policy) -> Builder {
+        self.settings.policy = policy;
+        self
     }
 
     /// The bytes and alignment of the metadata [`Builder::build_in`] takes;
@@ -525,9 +509,16 @@ impl Builder<Kept> {
     /// The build over the kept lower level, the upper level in `upper` or on the heap.
     fn over(self, upper: Option<MetadataMemory>) -> Result<LLFree, RecoverError> {
         let Kept { memory, init } = self.lower;
-        let (start, lower) = (Start::Init(init), memory.into_raw());
         // SAFETY: the memory is lent by `MetadataMemory`'s contract, and initialised for
         // `Init::Recover` by `Builder::kept`'s.
-        unsafe { LLFree::over_raw(self.settings, start, lower, Volatile, upper) }
+        unsafe {
+            LLFree::over_raw(
+                self.settings,
+                Some(init),
+                memory.into_raw(),
+                Volatile,
+                upper,
+            )
+        }
     }
 }

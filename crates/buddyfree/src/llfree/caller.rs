@@ -37,8 +37,7 @@ use core::ptr::NonNull;
 use alloc::vec::Vec;
 
 use super::build::Settings;
-use super::lines::Line;
-use super::lower::{Fill, Lower};
+use super::lower::{Line, Lower};
 use super::{LLFree, WriteBack};
 use crate::table::{check_memory, Metadata};
 use crate::{Config, Error, MetadataMemory};
@@ -57,15 +56,6 @@ pub enum Init {
     /// block of an operation in flight may be lost (listed by [`LLFree::blocks`] as order-0
     /// blocks, or order-9 blocks for frames taken whole, to be freed as such).
     Recover,
-}
-
-/// How the lower level is taken: an [`Init`], or (the file-backed zone's clean open, after
-/// its checksum matched) exactly as a clean shutdown left it, child counters trusted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Start {
-    Init(Init),
-    #[cfg_attr(not(feature = "persist"), allow(dead_code))]
-    Clean,
 }
 
 /// Why LLFree cannot be built over the caller's lower level.
@@ -136,17 +126,19 @@ impl LLFree {
 
 impl<W: WriteBack> LLFree<W> {
     /// The constructor behind [`Builder::kept`](super::Builder::kept) and the file-backed
-    /// zone: checks the configuration and the memory, takes the lower level as `start` says
-    /// (writing back through `write_back`), then builds the upper level in `upper` or,
-    /// `None`, on the heap. Nothing is written before every check passed.
+    /// zone: checks the configuration and the memory, takes the lower level as `init` says
+    /// (`None`: the file-backed zone's clean open, after its checksum matched: exactly as a
+    /// clean shutdown left it, child counters trusted; writing back through `write_back`),
+    /// then builds the upper level in `upper` or, `None`, on the heap. Nothing is written
+    /// before every check passed.
     ///
     /// # Safety
     /// `lower` must be valid for reads and writes of `len` bytes (initialised, unless
-    /// `start` overwrites them), and read or written by nothing else for as long as the
+    /// `init` overwrites them), and read or written by nothing else for as long as the
     /// allocator lives.
     pub(crate) unsafe fn over_raw(
         settings: Settings,
-        start: Start,
+        init: Option<Init>,
         (lower, len): (NonNull<u8>, usize),
         write_back: W,
         upper: Option<MetadataMemory>,
@@ -155,18 +147,11 @@ impl<W: WriteBack> LLFree<W> {
         let config = settings.config;
         check_memory(LLFree::lower_layout(config)?, lower, len)?;
         let meta = Metadata::new(&plan, upper)?;
-        let fill = match start {
-            Start::Init(Init::Free) => Some(Fill::Free),
-            Start::Init(Init::Allocated) => Some(Fill::Allocated),
-            Start::Init(Init::Recover) | Start::Clean => None,
-        };
+        let at = lower.cast::<Line>();
+        let units = (config.units, config.max_order);
         // SAFETY: checked above to be 64-aligned (as `Line` is) and at least
         // `Lower::bytes(units)` long; valid and ours alone by our caller's contract.
-        let lower =
-            unsafe { Lower::in_place(lower.cast::<Line>(), config.units, fill, write_back) };
-        if start == Start::Init(Init::Recover) {
-            lower.recover(config.units, config.max_order)?;
-        }
+        let lower = unsafe { Lower::in_place(at, units, init, write_back) }?;
         Ok(LLFree::on(lower, &meta, parts)?)
     }
 

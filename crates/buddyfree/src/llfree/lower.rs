@@ -66,11 +66,12 @@
 use super::atomic::Atom;
 use super::bitfield::{block_mask, find_run, free_runs, lowest_bits};
 use super::child::{Child, ChildPair};
-use super::lines::{Line, Lines, LINE_WORDS};
 use super::writeback::{Volatile, WriteBack};
 use super::{HugeId, HUGE_UNITS};
+#[cfg(not(loom))]
+use super::{Init, RecoverError};
 use crate::sync::atomic::{AtomicU64, Ordering};
-use crate::table::{Metadata, Part, Plan};
+use crate::table::{Metadata, Part, Plan, Table};
 use crate::Error;
 
 #[cfg(not(loom))]
@@ -78,6 +79,24 @@ mod recover;
 mod span;
 
 pub(crate) use span::SPAN_MAX_ORDER;
+
+/// Words in a cache line.
+pub(crate) const LINE_WORDS: usize = 8;
+
+/// One cache line of the lower level.
+#[repr(C, align(64))]
+pub(crate) struct Line(pub(crate) [AtomicU64; LINE_WORDS]);
+
+impl Line {
+    pub(crate) fn zeroed() -> Line {
+        Line(core::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
+/// The cache lines of a lower level: a heap allocation it owns (volatile LLFree without
+/// caller metadata), the caller's metadata memory, or a file mapping that the persistent
+/// zone owns (`persist.rs`).
+pub(crate) type Lines = Table<Line>;
 
 /// Units per bit-field word (two bits each).
 pub(crate) const SLOTS: usize = 32;
@@ -209,16 +228,6 @@ pub(crate) mod window {
     }
 }
 
-/// What [`Lower::in_place`] overwrites the memory with.
-#[cfg_attr(loom, allow(dead_code))]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Fill {
-    /// Every unit free.
-    Free,
-    /// Every unit an order-0 block.
-    Allocated,
-}
-
 /// Bit fields and child entries of `units` units.
 pub(crate) struct Lower<W: WriteBack = Volatile> {
     lines: Lines,
@@ -226,7 +235,7 @@ pub(crate) struct Lower<W: WriteBack = Volatile> {
     huges: usize,
     /// Called after every change that recovery reads (bits, huge flags); nothing at all for
     /// volatile memory.
-    write_back: W,
+    pub(super) write_back: W,
 }
 
 /// The cache lines of a lower level of `units` units.
@@ -252,14 +261,14 @@ impl Lower {
     /// huge frame are marked taken for good (and not counted free), so any `units` works.
     pub(crate) fn build(meta: &Metadata, part: Part<Line>, units: usize) -> Result<Lower, Error> {
         let lower = Lower::on(meta.table(part, |_| Line::zeroed())?, units, Volatile);
-        lower.format(units, Fill::Free);
+        lower.format(units, false);
         Ok(lower)
     }
 
     /// Bytes the lower level of `units` units takes (a whole number of cache lines).
     #[cfg(not(loom))]
     pub(crate) const fn bytes(units: usize) -> usize {
-        lines_of(units) * core::mem::size_of::<super::lines::Line>()
+        lines_of(units) * core::mem::size_of::<Line>()
     }
 }
 
@@ -275,49 +284,52 @@ impl<W: WriteBack> Lower<W> {
         }
     }
 
-    /// The lower level of `units` units in the memory at `at`: taken as it is (`fill`
-    /// `None`), or overwritten with every unit free or every unit allocated.
+    /// The lower level of `units` units (blocks up to `max_order`) in the memory at `at`,
+    /// taken as `init` says (`None`: as it is, counters trusted).
     ///
     /// # Safety
     /// As for [`Table::borrowed`](crate::table::Table::borrowed), for
     /// [`Lower::bytes`]`(units)` bytes at `at`, which hold atomics (any bit pattern).
     #[cfg(not(loom))]
     pub(crate) unsafe fn in_place(
-        at: core::ptr::NonNull<super::lines::Line>,
-        units: usize,
-        fill: Option<Fill>,
+        at: core::ptr::NonNull<Line>,
+        (units, max_order): (usize, u32),
+        init: Option<Init>,
         write_back: W,
-    ) -> Lower<W> {
+    ) -> Result<Lower<W>, RecoverError> {
         // SAFETY: passed on to our caller.
         let lines = unsafe { Lines::borrowed(at, lines_of(units)) };
         let lower = Lower::on(lines, units, write_back);
-        if let Some(fill) = fill {
-            lower.format(units, fill);
+        match init {
+            Some(Init::Recover) => _ = lower.recover(units, max_order)?,
+            Some(init) => lower.format(units, init == Init::Allocated),
+            None => {}
         }
-        lower
+        Ok(lower)
     }
 
-    /// Overwrites the whole lower level: every unit free, or every unit an order-0 block.
+    /// Overwrites the whole lower level: every unit free, or (`allocated`) every unit an
+    /// order-0 block.
     /// Units past `units` in the last huge frame are taken for good (and not counted free),
     /// as `10` slots that no free matches (a `10` followed by `10`), so that no free can
     /// clear them. Not `11`: the slot after a block of order 1..=4 would then read as a
     /// larger block going on. A missing odd frame has only its child entry, with nothing
     /// free.
-    fn format(&self, units: usize, fill: Fill) {
+    fn format(&self, units: usize, allocated: bool) {
         for word in self.lines.iter().flat_map(|line| &line.0) {
             word.store(0, Ordering::Relaxed);
         }
         for h in (0..self.huges.next_multiple_of(2)).map(HugeId) {
             let real = units.saturating_sub(h.first_unit()).min(HUGE_UNITS);
-            let free = if fill == Fill::Free { real } else { 0 };
+            let free = if allocated { 0 } else { real };
             let word = self.pair_word(h);
             let pair = ChildPair(word.load(Ordering::Relaxed)).set(h.0 % 2, Child::with_free(free));
             word.store(pair.0, Ordering::Relaxed);
             for w in (0..WORDS).filter(|_| h.0 < self.huges) {
                 let padding = padding(real, w);
-                let order0 = match fill {
-                    Fill::Free => 0,
-                    Fill::Allocated => LOW_BITS & !padding,
+                let order0 = match allocated {
+                    true => LOW_BITS & !padding,
+                    false => 0,
                 };
                 // Zero words stay as the clearing above left them (fewer steps in loom models).
                 let bits = padding & HIGH_BITS | order0;

@@ -83,7 +83,6 @@ mod build;
 mod caller;
 mod child;
 mod classes;
-mod lines;
 mod local;
 mod lower;
 mod moves;
@@ -200,33 +199,30 @@ impl<W: WriteBack> LLFree<W> {
     /// Free units per tree (its counter plus the counter of the core holding it).
     #[cfg(feature = "alloc")]
     pub fn free_per_tree(&self) -> Vec<usize> {
-        let mut free: Vec<usize> = (0..self.trees.len())
-            .map(|t| self.trees.get(TreeId(t)).free())
-            .collect();
-        for r in self.locals.iter().map(|l| l.get()) {
-            if let Some(t) = r.tree() {
-                free[t.0] += r.free();
-            }
+        let mut free = alloc::vec![0; self.trees.len()];
+        for (t, n) in self.counters() {
+            free[t.0] += n;
         }
         free
     }
 
-    /// Free units in the trees of class `class` (every tree for `None`): the trees' counters
-    /// and those of the reservations that may hold them (a reserved tree has the class of
-    /// the reservation holding it). An offline tree's counter is 0.
+    /// Every counter of free units with its tree: the tree entries' `cU`s (0 for an offline
+    /// tree) and the `cP`s of the reservations that hold a tree.
+    fn counters(&self) -> impl Iterator<Item = (TreeId, usize)> + '_ {
+        let trees = (0..self.trees.len()).map(|t| (TreeId(t), self.trees.get(TreeId(t)).free()));
+        let held = self.locals.iter().map(|l| l.get());
+        trees.chain(held.filter_map(|r| Some((r.tree()?, r.free()))))
+    }
+
+    /// Free units in the trees of class `class` (every tree for `None`): their counters and
+    /// those of the reservations holding them (a reserved tree has the class of the
+    /// reservation holding it).
     fn free_in(&self, class: Option<u8>) -> usize {
-        let locals = match class {
-            Some(c) => self.slot(0, usize::from(c))..self.slot(0, usize::from(c) + 1),
-            None => 0..self.locals.len(),
-        };
-        let in_trees: usize = (0..self.trees.len())
-            .map(|t| self.trees.get(TreeId(t)))
-            .filter(|e| class.is_none_or(|c| e.class() == c))
-            .map(|e| e.free())
-            .sum();
-        // A reservation without a tree has no units.
-        let reserved: usize = locals.map(|l| self.locals[l].get().free()).sum();
-        in_trees + reserved
+        let of_class = |t: TreeId| class.is_none_or(|c| self.trees.get(t).class() == c);
+        self.counters()
+            .filter(|&(t, _)| of_class(t))
+            .map(|(_, n)| n)
+            .sum()
     }
 
     /// The core hint, reduced to a core.

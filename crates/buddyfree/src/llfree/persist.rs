@@ -34,7 +34,7 @@
 //! - every block whose `free` returned is free;
 //! - the block of an operation in flight at the crash is either in its old state, in its new
 //!   state, or lost: its taken units are order-0 blocks no one holds, its frames taken whole
-//!   order-9 blocks (listed by [`LLFree::blocks`], which a zone derefs to). At most one
+//!   order-9 blocks (listed by [`LLFree::blocks`], as a zone is an LLFree). At most one
 //!   block per thread is lost (the paper: at most one frame per core), or the blocks of one
 //!   bulk call (`alloc_bulk`, `free_bulk`, which
 //!   commit a bit-field word at a time); recovery never frees a unit.
@@ -59,7 +59,7 @@
 //! again fails with [`PersistError::Locked`]. A child process shares its parent's open files,
 //! and with them the lock, from its fork until its exec: a program that starts processes on
 //! one thread while it closes and reopens a zone on another can see `Locked` for that moment
-//! ([`PersistentLLFree::open_waiting`] waits it out). Test harnesses fork unasked:
+//! ([`PersistentLLFree::open`] waits it out, given a wait). Test harnesses fork unasked:
 //! ThreadSanitizer starts `llvm-symbolizer` at its first report, suppressed ones included.
 
 #![cfg_attr(docsrs, doc(cfg(feature = "persist")))]
@@ -79,13 +79,13 @@ pub use flush::Durability;
 pub use header::VERSION;
 use header::{lower_checksum, Header, CLEAN, DIRTY, LOWER_SUM_AT, PAGE, STATE_AT};
 
-use super::caller::{Init, RecoverError, Start};
+use super::caller::{Init, RecoverError};
 use super::lower::Lower;
 use super::writeback::{sealed, WriteBack};
 use super::{LLFree, Options};
 use crate::config::check_cores;
 use crate::sync::atomic::{AtomicU64, Ordering};
-use crate::{BlockAlloc, Capabilities, Class, Config, ConfigRule, Error, HeldCore};
+use crate::{BlockAlloc, Config, ConfigRule, Error};
 
 /// The most units a zone may have (2^48 frames of 4 KiB, 1 EiB): sizes stay far from
 /// overflow.
@@ -209,10 +209,17 @@ pub struct Recovery {
     pub elapsed: Duration,
 }
 
-/// An LLFree zone over a file. See the [module documentation](self).
-pub struct PersistentLLFree {
-    // Declared before `map`: the lower level borrows the mapping and must go first.
-    alloc: LLFree<Durable>,
+/// An LLFree zone over a file: LLFree whose lower level lies in the file's mapping, which
+/// its write-back ([`Durable`]) holds open, and the file locked, while the zone lives. See
+/// the [module documentation](self).
+pub type PersistentLLFree = LLFree<Durable>;
+
+/// The write-back of a persistent zone's lower level, chosen at open (see [`Durability`]),
+/// and the file mapping that lower level lies in: dropped with the lower level, after its
+/// lines.
+#[derive(Debug)]
+pub struct Durable {
+    flush: Option<flush::Flush>,
     map: MmapMut,
     /// The start of the mapping, for the header's words (the lower level has its own view).
     base: NonNull<u8>,
@@ -222,47 +229,57 @@ pub struct PersistentLLFree {
 
 // SAFETY: `base` points into the mapping the zone owns, and is used only for the header
 // words, through atomics or while the zone is exclusively borrowed (`create`).
-unsafe impl Send for PersistentLLFree {}
+unsafe impl Send for Durable {}
 // SAFETY: as above; shared access to the mapping goes through atomics only.
-unsafe impl Sync for PersistentLLFree {}
+unsafe impl Sync for Durable {}
+
+impl sealed::Sealed for Durable {}
+
+impl WriteBack for Durable {
+    const ACTIVE: bool = true;
+
+    #[inline(always)]
+    fn write_back(&self, word: &AtomicU64) {
+        if let Some(flush) = self.flush {
+            flush(word);
+        }
+    }
+}
+
+impl Durable {
+    /// Sets the header word at `at` (the shutdown marker or the lower level's checksum) and
+    /// writes the header page to the file.
+    fn write_header_word(&self, at: usize, value: u64) -> Result<(), PersistError> {
+        debug_assert!(at == STATE_AT || at == LOWER_SUM_AT);
+        // SAFETY: both words are 8 bytes at an offset that is a multiple of 8 inside the
+        // page-aligned mapping's header page, so aligned and in bounds; they are only ever
+        // accessed through atomics (the bytes read at open come from the file, not here).
+        let word = unsafe { AtomicU64::from_ptr(self.base.as_ptr().add(at).cast::<u64>()) };
+        word.store(value, Ordering::Release);
+        self.map.flush_range(0, PAGE)?;
+        Ok(())
+    }
+}
 
 impl PersistentLLFree {
     /// Creates a zone file at `path` (which must not exist) with every unit free, with the
-    /// paper's tuning for `config` ([`Options::for_config`], kept in the header), and opens it.
-    ///
-    /// ```
-    /// use buddyfree::llfree::persist::{Durability, PersistentLLFree};
-    /// use buddyfree::Config;
-    ///
-    /// let path = std::env::temp_dir().join(format!("buddyfree-create-{}.zone", std::process::id()));
-    /// let zone = PersistentLLFree::create(&path, Config::new(1 << 14, 10), Durability::None)?;
-    /// zone.close()?;
-    /// std::fs::remove_file(&path)?;
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn create(
-        path: impl AsRef<Path>,
-        config: Config,
-        durability: Durability,
-    ) -> Result<PersistentLLFree, PersistError> {
-        PersistentLLFree::create_with_options(path, config, Options::for_config(config), durability)
-    }
-
-    /// [`create`](Self::create) with the given tuning (kept in the header).
+    /// tuning `options` (kept in the header; [`Options::for_config`] is the paper's tuning
+    /// for `config`), and opens it.
     ///
     /// ```
     /// use buddyfree::llfree::persist::{Durability, PersistentLLFree};
     /// use buddyfree::llfree::Options;
     /// use buddyfree::Config;
     ///
-    /// let path = std::env::temp_dir().join(format!("buddyfree-options-{}.zone", std::process::id()));
+    /// let path = std::env::temp_dir().join(format!("buddyfree-create-{}.zone", std::process::id()));
     /// let config = Config::new(1 << 14, 10);
-    /// let zone = PersistentLLFree::create_with_options(&path, config, Options::default(), Durability::None)?;
+    /// let options = Options::for_config(config);
+    /// let zone = PersistentLLFree::create(&path, config, options, Durability::None)?;
     /// zone.close()?;
     /// std::fs::remove_file(&path)?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn create_with_options(
+    pub fn create(
         path: impl AsRef<Path>,
         config: Config,
         options: Options,
@@ -285,30 +302,39 @@ impl PersistentLLFree {
             lower_bytes: Lower::bytes(config.units),
         };
         file.set_len(header.file_bytes())?;
-        let zone = PersistentLLFree::map(file, config, options, durability, |_| {
-            Ok(Start::Init(Init::Free))
-        })?;
+        let zone =
+            PersistentLLFree::mapped(file, config, options, durability, |_| Ok(Some(Init::Free)))?;
+        let file = &zone.lower.write_back;
         // The magic goes in last, after the formatted lower level is on the medium: a file
         // whose creation was cut short is not taken for a zone.
-        zone.map.flush()?;
+        file.map.flush()?;
         let bytes = header.to_bytes();
         // SAFETY: bytes 0..STATE_AT of the mapping are ours and nothing else views them
         // (the lower level starts at PAGE, the state word at STATE_AT).
-        unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), zone.base.as_ptr(), STATE_AT) };
-        zone.write_header_word(STATE_AT, DIRTY)?;
+        unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), file.base.as_ptr(), STATE_AT) };
+        file.write_header_word(STATE_AT, DIRTY)?;
         Ok(zone)
     }
 
     /// Opens the zone file at `path` with `cores` per-core reservations, recovering it if it
-    /// was not closed cleanly.
+    /// was not closed cleanly. While it is [`PersistError::Locked`] it tries again every
+    /// millisecond for up to `wait` ([`Duration::ZERO`]: not at all). For a program that
+    /// starts processes: a child holds its parent's lock from its fork until its exec, so a
+    /// zone this process has just closed can still read as locked for that moment. A zone
+    /// held open for longer (by another process) is still answered `Locked` once `wait` has
+    /// passed.
     ///
     /// ```
     /// use buddyfree::llfree::persist::{Durability, PersistentLLFree};
+    /// use buddyfree::llfree::Options;
     /// use buddyfree::Config;
+    /// use std::time::Duration;
     ///
     /// let path = std::env::temp_dir().join(format!("buddyfree-open-{}.zone", std::process::id()));
-    /// PersistentLLFree::create(&path, Config::new(1 << 14, 10), Durability::None)?.close()?;
-    /// let (zone, recovery) = PersistentLLFree::open(&path, 2, Durability::None)?;
+    /// let config = Config::new(1 << 14, 10);
+    /// let options = Options::for_config(config);
+    /// PersistentLLFree::create(&path, config, options, Durability::None)?.close()?;
+    /// let (zone, recovery) = PersistentLLFree::open(&path, 2, Durability::None, Duration::ZERO)?;
     /// assert!(recovery.clean);
     /// zone.close()?;
     /// std::fs::remove_file(&path)?;
@@ -316,6 +342,24 @@ impl PersistentLLFree {
     /// ```
     pub fn open(
         path: impl AsRef<Path>,
+        cores: usize,
+        durability: Durability,
+        wait: Duration,
+    ) -> Result<(PersistentLLFree, Recovery), PersistError> {
+        let deadline = Instant::now() + wait;
+        loop {
+            match PersistentLLFree::open_now(path.as_ref(), cores, durability) {
+                Err(PersistError::Locked) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                opened => return opened,
+            }
+        }
+    }
+
+    /// One try of [`open`](Self::open).
+    fn open_now(
+        path: &Path,
         cores: usize,
         durability: Durability,
     ) -> Result<(PersistentLLFree, Recovery), PersistError> {
@@ -354,120 +398,68 @@ impl PersistentLLFree {
             return Err(PersistError::BadHeader("shutdown marker"));
         }
         let started = Instant::now();
-        let zone = PersistentLLFree::map(file, config, header.options, durability, |map| {
+        let zone = PersistentLLFree::mapped(file, config, header.options, durability, |map| {
             // Before anything is trusted or written: a clean zone is taken as it is, so it
             // must be exactly as it was closed.
             match state {
                 CLEAN if lower_checksum(map) != word_at(LOWER_SUM_AT) => {
                     Err(PersistError::LowerChecksum)
                 }
-                CLEAN => Ok(Start::Clean),
-                _ => Ok(Start::Init(Init::Recover)),
+                CLEAN => Ok(None),
+                _ => Ok(Some(Init::Recover)),
             }
         })?;
         let recovery = Recovery {
             clean: state == CLEAN,
-            allocated_units: zone.alloc.total_units() - zone.alloc.free_units(),
+            allocated_units: zone.total_units() - zone.free_units(),
             elapsed: started.elapsed(),
         };
         // From here on a crash must be seen as one.
-        zone.write_header_word(STATE_AT, DIRTY)?;
+        zone.lower.write_back.write_header_word(STATE_AT, DIRTY)?;
         Ok((zone, recovery))
-    }
-
-    /// Opens a zone as [`open`](Self::open) does, but while it is [`PersistError::Locked`]
-    /// tries again every millisecond for up to `wait`. For a program that starts processes:
-    /// a child holds its parent's lock from its fork until its exec, so a zone this process
-    /// has just closed can still read as locked for that moment. A zone held open for
-    /// longer (by another process) is still answered `Locked` once `wait` has passed.
-    pub fn open_waiting(
-        path: impl AsRef<Path>,
-        cores: usize,
-        durability: Durability,
-        wait: Duration,
-    ) -> Result<(PersistentLLFree, Recovery), PersistError> {
-        let deadline = Instant::now() + wait;
-        loop {
-            match PersistentLLFree::open(path.as_ref(), cores, durability) {
-                Err(PersistError::Locked) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                opened => return opened,
-            }
-        }
     }
 
     /// Writes the whole zone back to the file, records the lower level's checksum and marks
     /// it clean. On an error it stays unclean, and the next open recovers it.
     pub fn close(self) -> Result<(), PersistError> {
-        self.map.flush()?;
+        let file = &self.lower.write_back;
+        file.map.flush()?;
         // `self` is owned, so no operation runs: the lower level is still. Its checksum is
         // on the medium before the marker that makes the next open rely on it.
-        self.write_header_word(LOWER_SUM_AT, lower_checksum(&self.map))?;
-        self.write_header_word(STATE_AT, CLEAN)
-    }
-
-    /// Sets the header word at `at` (the shutdown marker or the lower level's checksum) and
-    /// writes the header page to the file.
-    fn write_header_word(&self, at: usize, value: u64) -> Result<(), PersistError> {
-        debug_assert!(at == STATE_AT || at == LOWER_SUM_AT);
-        // SAFETY: both words are 8 bytes at an offset that is a multiple of 8 inside the
-        // page-aligned mapping's header page, so aligned and in bounds; they are only ever
-        // accessed through atomics (the bytes read at open come from the file, not here).
-        let word = unsafe { AtomicU64::from_ptr(self.base.as_ptr().add(at).cast::<u64>()) };
-        word.store(value, Ordering::Release);
-        self.map.flush_range(0, PAGE)?;
-        Ok(())
+        file.write_header_word(LOWER_SUM_AT, lower_checksum(&file.map))?;
+        file.write_header_word(STATE_AT, CLEAN)
     }
 
     /// Maps `file` (locked, of the header's size) and builds LLFree over the lower level in
-    /// the mapping, taken as `start` says after reading the mapping, its upper level on the
+    /// the mapping, taken as `init` says after reading the mapping, its upper level on the
     /// heap.
-    fn map(
+    fn mapped(
         file: File,
         config: Config,
         options: Options,
         durability: Durability,
-        start: impl FnOnce(&MmapMut) -> Result<Start, PersistError>,
+        init: impl FnOnce(&MmapMut) -> Result<Option<Init>, PersistError>,
     ) -> Result<PersistentLLFree, PersistError> {
         // SAFETY: the file is locked against other zones, and its size was checked (or
         // set). Another process writing or truncating it regardless is outside what this
         // type can defend against (as for any `MAP_SHARED` mapping).
         let mut map = unsafe { MmapMut::map_mut(&file)? };
         let base = NonNull::new(map.as_mut_ptr()).expect("a mapping is never at null");
-        let start = start(&map)?;
+        let init = init(&map)?;
         // SAFETY: the lower level starts at PAGE, inside the mapping.
         let lower = (unsafe { base.add(PAGE) }, map.len() - PAGE);
-        let write_back = Durable(durability.flush());
         let settings = LLFree::builder(config).options(options).settings;
-        // SAFETY: the mapping is page-aligned and `PAGE + Lower::bytes(units)` long, so the
-        // lines past the header page are 64-aligned and in bounds; it is locked against
-        // other zones, and moves into the zone together with the allocator, which is
-        // dropped first.
-        let alloc = unsafe { LLFree::over_raw(settings, start, lower, write_back, None) };
-        Ok(PersistentLLFree {
-            alloc: alloc?,
+        let write_back = Durable {
+            flush: durability.flush(),
             map,
             base,
             _file: file,
-        })
-    }
-}
-
-/// The write-back of a persistent zone's lower level, chosen at open (see [`Durability`]).
-#[derive(Clone, Copy, Debug)]
-pub struct Durable(Option<flush::Flush>);
-
-impl sealed::Sealed for Durable {}
-
-impl WriteBack for Durable {
-    const ACTIVE: bool = true;
-
-    #[inline(always)]
-    fn write_back(&self, word: &AtomicU64) {
-        if let Some(flush) = self.0 {
-            flush(word);
-        }
+        };
+        // SAFETY: the mapping is page-aligned and `PAGE + Lower::bytes(units)` long, so the
+        // lines past the header page are 64-aligned and in bounds; it is locked against
+        // other zones, and moves into the lower level as its write-back, which is dropped
+        // after the lines over it.
+        Ok(unsafe { LLFree::over_raw(settings, init, lower, write_back, None) }?)
     }
 }
 
@@ -476,40 +468,5 @@ fn lock(file: &File) -> Result<(), PersistError> {
         Ok(()) => Ok(()),
         Err(TryLockError::WouldBlock) => Err(PersistError::Locked),
         Err(TryLockError::Error(e)) => Err(PersistError::Io(e)),
-    }
-}
-
-/// A zone is its allocator, which lives as long as the zone holds the mapping open.
-impl core::ops::Deref for PersistentLLFree {
-    type Target = LLFree<Durable>;
-
-    fn deref(&self) -> &LLFree<Durable> {
-        &self.alloc
-    }
-}
-
-impl BlockAlloc for PersistentLLFree {
-    block_alloc_via_deref!();
-}
-
-impl crate::magazine::Sealed for PersistentLLFree {}
-
-impl crate::magazine::Backend for PersistentLLFree {
-    unsafe fn free_bulk_owned(
-        &self,
-        blocks: &[usize],
-        order: u32,
-        core: usize,
-    ) -> Result<(), (usize, Error)> {
-        // SAFETY: the caller's promise, for the allocator this zone is.
-        unsafe { self.alloc.free_bulk_owned(blocks, order, core) }
-    }
-
-    fn alloc_bulk_continues(&self) -> bool {
-        self.alloc.alloc_bulk_continues()
-    }
-
-    fn alloc_bulk_groups(&self, order: u32) -> bool {
-        self.alloc.alloc_bulk_groups(order)
     }
 }

@@ -127,23 +127,13 @@ impl Summary {
     }
 
     /// The trees whose bits of [`ANY`] are set, from tree `from` on, wrapping around to
-    /// those before it (each word read once, with acquire; the word of `from` twice, its
-    /// bits at and after `from` first, those before it last): the candidates of a walk that
-    /// starts where the last one ended, as the classes' steal (`classes.rs`).
+    /// those before it (two passes over the words, each word read once per pass, with
+    /// acquire): the candidates of a walk that starts where the last one ended, as the
+    /// classes' steal (`classes.rs`).
     pub(crate) fn marked_from(&self, from: TreeId) -> impl Iterator<Item = TreeId> + '_ {
-        let len = self.words.len() / 2;
-        let (first, bit) = (from.0 / BITS, from.0 % BITS);
-        let at = move |i: usize| {
-            let w = (first + i) % len;
-            let bits = self.words[w].load(Ordering::Acquire);
-            let bits = match i {
-                0 => bits & (u64::MAX << bit),
-                i if i == len => bits & !(u64::MAX << bit),
-                _ => bits,
-            };
-            (w, bits)
-        };
-        (0..=len).map(at).flat_map(|(w, bits)| trees_in(w, bits))
+        let trees = move || self.marked(ANY).flat_map(|(w, bits)| trees_in(w, bits));
+        let before = move |t: &TreeId| t.0 < from.0;
+        trees().skip_while(before).chain(trees().take_while(before))
     }
 
     /// Whether `t`'s bit of `level` is set (for consistency checks).

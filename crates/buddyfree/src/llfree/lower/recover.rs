@@ -81,11 +81,9 @@ impl<W: WriteBack> Lower<W> {
                     }
                     // Frames taken whole get exactly their entries, with no counter or stray
                     // bits below the flags.
-                    Frames::Whole(HUGE_ORDER) => {
-                        let _ = self.update_child(h, |_| Some(Child::HUGE));
-                    }
                     Frames::Whole(order) => {
                         let (first, rest) = match order {
+                            HUGE_ORDER => (Child::HUGE, Child::HUGE),
                             10 => (Child::PAIR, Child::PAIR),
                             _ => (Child::span_start(order), Child::SPAN),
                         };
