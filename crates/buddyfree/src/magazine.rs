@@ -123,7 +123,7 @@ use crate::table::{build, unaligned_bytes, Table};
 use crate::{BlockAlloc, ConfigRule};
 use crate::{Config, Error, MetadataMemory};
 pub use cached::PinnedCore;
-use cached::{plan, BlockStates, Front, ListLine, Policy};
+use cached::{plan, BlockStates, Front, ListLine, Policy, OWNERS};
 
 pub(crate) use backend::Sealed;
 pub use backend::{Backend, Plain};
@@ -367,9 +367,21 @@ impl<A: Backend> Magazine<A> {
     #[must_use]
     pub fn with_settings(mut self, settings: Settings) -> Self {
         if let Some(units) = settings.parking_limit {
-            self.set_policy(policy_within(units));
+            // Every step caches the same orders, so the state table's slots stay right; the
+            // lists move within each core's room, so they are emptied first.
+            let policy = policy_within(units);
+            assert_eq!(policy.orders, self.policy.orders);
+            self.drain_caches(0);
+            self.policy = policy.fitted(&self.backend);
+            for front in self.caches.iter_mut() {
+                front.lock.get_mut().lay_out(&self.policy);
+            }
         }
-        self.set_holding(!settings.interrupt_safe_frees);
+        // Blocks handed out before keep their state; either way their frees stay exact.
+        self.holders = match settings.interrupt_safe_frees {
+            true => 0,
+            false => self.caches.len().min(OWNERS),
+        };
         self
     }
 

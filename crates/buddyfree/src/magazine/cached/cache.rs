@@ -4,6 +4,8 @@
 
 use core::ptr::NonNull;
 
+use crate::magazine::Backend;
+
 /// The most orders one policy may cache.
 pub(crate) const MAX_SLOTS: usize = 10;
 
@@ -86,15 +88,18 @@ impl Policy {
         self
     }
 
-    /// The same, with every cached order for which `in_bulk` is false moved one block at a
-    /// time (its watermark kept).
-    pub(crate) fn one_at_a_time_unless(mut self, in_bulk: impl Fn(u32) -> bool) -> Self {
+    /// The same, with every cached order that `backend` takes in bulk no cheaper than block
+    /// by block ([`Backend::alloc_bulk_groups`]) moved one block at a time (its watermark
+    /// kept): batches of them would save no work, and a stream of them passes the caches by
+    /// (*Streams* in the [`cached`](super) module docs).
+    pub(crate) fn fitted(&self, backend: &impl Backend) -> Self {
+        let mut fitted = self.clone();
         for (slot, &order) in self.orders.iter().enumerate() {
-            if !in_bulk(order) {
-                self.batch[slot] = 1;
+            if !backend.alloc_bulk_groups(order) {
+                fitted.batch[slot] = 1;
             }
         }
-        self
+        fitted
     }
 
     /// The position of `order` among the cached orders, if it is cached.

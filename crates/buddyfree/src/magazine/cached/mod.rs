@@ -56,8 +56,8 @@ mod states;
 pub(super) use cache::Policy;
 pub(super) use cache::{CoreCache, ListLine, LINES, SPILL_BUFFER};
 pub use pinned::PinnedCore;
-pub(super) use states::BlockStates;
 use states::State;
+pub(super) use states::{BlockStates, OWNERS};
 
 use super::{Backend, Magazine};
 use crate::reserved::Reserved;
@@ -76,7 +76,7 @@ pub(crate) struct Parts {
 
 /// A core's cache behind its lock, with a hint that others read without the lock.
 pub(crate) struct Front {
-    lock: CacheLock,
+    pub(super) lock: CacheLock,
     /// Whether the cache may hold blocks: set under the lock by every operation that parks
     /// one, before the lock goes; cleared under the lock only when the cache is emptied into
     /// the backend (a pop that empties it leaves it set). So a reader that sees it clear
@@ -142,7 +142,7 @@ impl<A: Backend> Magazine<A> {
         }
         let mut lists = meta.table(parts.lists, |_| ListLine::EMPTY)?;
         let lines = lists.as_mut_ptr();
-        let policy = Self::fitted(&backend, policy);
+        let policy = policy.fitted(&backend);
         let caches = meta.table(parts.caches, |core| {
             // SAFETY: core `core`'s `LINES` lines of `lists` (`plan` made `cores * LINES`),
             // which only this cache uses, and which live as long as it (both in the magazine).
@@ -160,51 +160,13 @@ impl<A: Backend> Magazine<A> {
         Ok(Magazine {
             reserved: Reserved::new(backend.total_units(), backend.max_order()),
             states,
-            holders: caches.len().min(states::OWNERS),
+            holders: caches.len().min(OWNERS),
             streams: true,
             caches,
             _lists: lists,
             policy,
             backend,
         })
-    }
-
-    /// `policy` with the orders that `backend` takes in bulk no cheaper than block by block
-    /// moved one block at a time: batches of them would save no work, and a stream of
-    /// them passes the caches by (*Streams* in the module docs).
-    fn fitted(backend: &A, policy: &Policy) -> Policy {
-        policy
-            .clone()
-            .one_at_a_time_unless(|order| backend.alloc_bulk_groups(order))
-    }
-
-    /// Switches the caches to `policy` (fitted to the backend), which must cache the same
-    /// orders (so that the state table's records stay right), each cache emptied into the
-    /// backend first.
-    pub(super) fn set_policy(&mut self, policy: &Policy) {
-        assert_eq!(
-            policy.orders, self.policy.orders,
-            "a policy of other cached orders"
-        );
-        self.drain_caches(0);
-        let policy = Self::fitted(&self.backend, policy);
-        for front in self.caches.iter_mut() {
-            front.lock.get_mut().lay_out(&policy);
-        }
-        self.policy = policy;
-    }
-
-    /// Whether the caches hold the blocks they hand out, so that a free of one takes the
-    /// lock of the cache that handed it out and no compare-and-swap on its state (`true`,
-    /// the default), or every free of a cached order is decided by a compare-and-swap on
-    /// the state table (`false`): then `try_free` never answers `WouldBlock` because a
-    /// cache is held. Blocks handed out before keep their state; either way their frees
-    /// stay exact.
-    pub(super) fn set_holding(&mut self, holding: bool) {
-        self.holders = match holding {
-            true => self.caches.len().min(states::OWNERS),
-            false => 0,
-        };
     }
 
     /// The same magazines parking every free of a cached order, with no streams (see
