@@ -32,10 +32,10 @@ pub(crate) struct Policy {
     /// Each order's position in `orders`, or [`NOT_CACHED`]: the lookup on every operation.
     slot_of: [u8; ORDERS],
     /// Blocks moved per refill or spill, per slot.
-    batch: [usize; MAX_SLOTS],
+    pub(crate) batch: [usize; MAX_SLOTS],
     /// A list holding more than this many blocks spills one batch, oldest blocks first; per
     /// slot.
-    high: [usize; MAX_SLOTS],
+    pub(crate) high: [usize; MAX_SLOTS],
 }
 
 impl Policy {
@@ -111,12 +111,6 @@ impl Policy {
         }
     }
 
-    /// Blocks moved per refill or spill of the order at `slot`.
-    #[inline]
-    pub(crate) fn batch(&self, slot: usize) -> usize {
-        self.batch[slot]
-    }
-
     /// The most blocks any of the lists moves at once.
     #[cfg(all(test, not(loom)))]
     pub(crate) fn largest_batch(&self) -> usize {
@@ -125,12 +119,6 @@ impl Policy {
             .copied()
             .max()
             .unwrap_or(0)
-    }
-
-    /// Blocks a cache list at `slot` may hold.
-    #[inline]
-    pub(crate) fn high(&self, slot: usize) -> usize {
-        self.high[slot]
     }
 
     /// Units one cache holds at most between operations: every list at its watermark.
@@ -216,7 +204,7 @@ impl CoreCache {
             // A refill fills an empty list with one batch; a free pushes one block, then
             // spills if the list is above the watermark: a list holds at most `high + 1`.
             if slot < policy.orders.len() {
-                end += policy.high(slot) + 1;
+                end += policy.high[slot] + 1;
             }
         }
         assert!(
@@ -286,7 +274,7 @@ impl CoreCache {
         if self.streaming & (1 << slot) != 0 && !flagged {
             self.fed(slot);
         }
-        let on = usize::from(self.dry[slot]) > policy.high(slot);
+        let on = usize::from(self.dry[slot]) > policy.high[slot];
         if on {
             self.streaming |= 1 << slot;
         }
@@ -299,11 +287,12 @@ impl CoreCache {
         self.streaming & (1 << slot) != 0
     }
 
-    /// Notes a refill of `blocks` blocks of the list at `slot`.
+    /// Notes a refill of the empty list at `slot` that handed out one block and left the
+    /// rest in the list.
     #[inline]
-    pub(crate) fn refilled(&mut self, slot: usize, blocks: usize) {
-        let dry = &mut self.dry[slot];
-        *dry = dry.saturating_add(u16::try_from(blocks).unwrap_or(u16::MAX));
+    pub(crate) fn refilled(&mut self, slot: usize) {
+        let blocks = u16::try_from(self.len(slot) + 1).unwrap_or(u16::MAX);
+        self.dry[slot] = self.dry[slot].saturating_add(blocks);
     }
 
     /// Whether a refill of the list at `slot` has come since a free last parked a block in
@@ -323,13 +312,13 @@ impl CoreCache {
     /// Whether the list at `slot` takes one more block without a spill.
     #[inline]
     pub(crate) fn has_room(&self, policy: &Policy, slot: usize) -> bool {
-        self.len(slot) < policy.high(slot)
+        self.len(slot) < policy.high[slot]
     }
 
     /// Whether the list at `slot` is above `policy`'s watermark: a batch to spill.
     #[inline]
     pub(crate) fn is_over(&self, policy: &Policy, slot: usize) -> bool {
-        self.len(slot) > policy.high(slot)
+        self.len(slot) > policy.high[slot]
     }
 
     /// If the list at `slot` is above `policy`'s watermark, passes one batch of its oldest
@@ -346,7 +335,7 @@ impl CoreCache {
     #[inline(never)]
     fn spill_batch(&mut self, policy: &Policy, slot: usize, give: impl FnOnce(&[usize])) {
         let len = self.len(slot);
-        let n = policy.batch(slot).min(len);
+        let n = policy.batch[slot].min(len);
         if n == 1 {
             // One block a batch (the large orders): the newest goes back, which leaves the
             // rest of the list in place instead of moving it down; for blocks this large,

@@ -196,20 +196,6 @@ impl<A: Backend> Magazine<A> {
         self.states.set(index, state);
     }
 
-    /// Whether the order at `slot` may be handed out `Direct` in a stream.
-    ///
-    /// Streams cover the orders moved one block at a time, whose spills group nothing: the
-    /// huge frames, and the orders the backend takes in bulk no cheaper than block by block
-    /// (NBBS-4's on the top row of a cell, every order of the 1-level NBBS). The others keep
-    /// parking: over NBBS-4 a burst freed in address order goes back far cheaper in grouped
-    /// spills than block by block, and over LLFree streams of them cost the bursts
-    /// (`linux-scalability`, `thread-test`) and grouped frees more than they saved on
-    /// shuffled frees.
-    #[inline]
-    fn streams_for(&self, slot: usize) -> bool {
-        self.streams && self.policy.batch(slot) == 1
-    }
-
     /// Whether cache `at` hands out the blocks of the order at `slot` `Direct`.
     #[inline]
     fn in_stream(&self, at: usize, slot: usize) -> bool {
@@ -336,18 +322,23 @@ impl<A: Backend> Magazine<A> {
         core: usize,
     ) -> Result<usize, Error> {
         let at = self.cache_index(core);
-        if self.streams_for(slot) && cache.streams_on(&self.policy, slot, self.in_stream(at, slot))
-        {
+        let more = self.policy.batch[slot] - 1;
+        // Streams cover the orders moved one block at a time, whose spills group nothing:
+        // the huge frames, and the orders the backend takes in bulk no cheaper than block by
+        // block (NBBS-4's on the top row of a cell, every order of the 1-level NBBS). The
+        // others keep parking: over NBBS-4 a burst freed in address order goes back far
+        // cheaper in grouped spills than block by block, and over LLFree streams of them cost
+        // the bursts (`linux-scalability`, `thread-test`) and grouped frees more than they
+        // saved on shuffled frees.
+        let stream = self.streams && more == 0;
+        if stream && cache.streams_on(&self.policy, slot, self.in_stream(at, slot)) {
             self.set_stream(at, slot, true);
         }
-        let more = self.policy.batch(slot) - 1;
-        let mut got = 1;
         let first = self.alloc_batch(order, core, more, |index| {
             self.states.set(index, State::Cached(slot));
             cache.push(slot, index);
-            got += 1;
         })?;
-        cache.refilled(slot, got);
+        cache.refilled(slot);
         if more > 0 {
             self.parks(at);
         }
@@ -364,7 +355,7 @@ impl<A: Backend> Magazine<A> {
         // The stream's flag first: almost always clear, it predicts well, where a test of the
         // batch first would follow the orders of the calls (one block a batch at some, not
         // at others) and mispredict on a mix of them.
-        if self.in_stream(at, slot) && self.policy.batch(slot) == 1 {
+        if self.in_stream(at, slot) && self.policy.batch[slot] == 1 {
             let index = self.backend.alloc(order, core)?;
             self.states.set(index, State::Direct(slot));
             return Ok(index);
@@ -381,9 +372,9 @@ impl<A: Backend> Magazine<A> {
 
     /// Returns every cached block to the backend.
     pub(super) fn drain_caches(&self, core: usize) {
-        self.caches
-            .iter()
-            .for_each(|front| self.empty_cache(front, core));
+        for front in self.caches.iter() {
+            self.empty_cache(front, core);
+        }
     }
 
     /// Gives every block of the cache `front` back to the backend for `core`.
@@ -400,15 +391,14 @@ impl<A: Backend> Magazine<A> {
     /// parked, with the rest of its list. Whether any block went back.
     fn try_drain_caches(&self, core: usize) -> bool {
         let mut any = false;
-        for cache in self.caches.iter() {
-            let Some(mut cache) = cache.try_lock() else {
-                continue;
-            };
+        for mut cache in self.caches.iter().filter_map(|front| front.try_lock()) {
             for (slot, &order) in self.policy.orders.iter().enumerate() {
                 while let Some(index) = cache.pop(slot) {
                     self.states.set(index, State::Free);
-                    let back = State::Cached(slot);
-                    if self.try_give_back(index, order, core, back).is_err() {
+                    if self
+                        .try_give_back(index, order, core, State::Cached(slot))
+                        .is_err()
+                    {
                         cache.push(slot, index);
                         break;
                     }
@@ -776,17 +766,11 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
         if found == Err(Error::OutOfMemory) && self.try_drain_caches(core) {
             found = self.backend.try_alloc(order, core);
         }
+        // A cache that is busy or holds blocks may have some for the backend soon.
+        let busy = |c: &CachePadded<Front>| c.try_lock().is_none_or(|c| c.units(&self.policy) != 0);
         let index = match found {
-            Err(Error::OutOfMemory) => {
-                let holding = self
-                    .caches
-                    .iter()
-                    .any(|c| c.try_lock().is_none_or(|c| c.units(&self.policy) != 0));
-                return Err(if holding {
-                    Error::WouldBlock
-                } else {
-                    Error::OutOfMemory
-                });
+            Err(Error::OutOfMemory) if self.caches.iter().any(busy) => {
+                return Err(Error::WouldBlock)
             }
             other => other?,
         };
@@ -906,9 +890,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
         let mut at = from;
         loop {
             match self.backend.next_block(at)? {
-                Some((start, order)) if self.is_parked(start, order) => {
-                    at = start + (1 << order);
-                }
+                Some((start, order)) if self.is_parked(start, order) => at = start + (1 << order),
                 other => return Ok(other),
             }
         }
