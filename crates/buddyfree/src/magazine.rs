@@ -257,11 +257,9 @@ impl Settings {
     /// # Ok::<(), buddyfree::Error>(())
     /// ```
     #[must_use]
-    pub const fn with_parking_limit(self, units: usize) -> Self {
-        Settings {
-            parking_limit: Some(units),
-            ..self
-        }
+    pub const fn with_parking_limit(mut self, units: usize) -> Self {
+        self.parking_limit = Some(units);
+        self
     }
 
     /// The same settings with per-core caches whose frees never wait for the cache that
@@ -286,11 +284,9 @@ impl Settings {
     /// # Ok::<(), buddyfree::Error>(())
     /// ```
     #[must_use]
-    pub const fn with_interrupt_safe_frees(self) -> Self {
-        Settings {
-            interrupt_safe_frees: true,
-            ..self
-        }
+    pub const fn with_interrupt_safe_frees(mut self) -> Self {
+        self.interrupt_safe_frees = true;
+        self
     }
 }
 
@@ -339,9 +335,8 @@ impl<A: Backend> Magazine<A> {
     /// ```
     #[cfg(feature = "alloc")]
     pub fn new(config: Config, inner: A) -> Result<Self, Error> {
-        let policy = policy(config.units, config.cores);
         build(plan(config, inner.total_units()), None, |parts, meta| {
-            Self::build(inner, policy, parts, meta)
+            Self::build(inner, policy(config.units, config.cores), parts, meta)
         })
     }
 
@@ -452,11 +447,10 @@ impl<A: Backend> Magazine<A> {
     /// # Ok::<(), buddyfree::Error>(())
     /// ```
     pub fn in_metadata(config: Config, inner: A, meta: MetadataMemory) -> Result<Self, Error> {
-        let policy = policy(config.units, config.cores);
         build(
             plan(config, inner.total_units()),
             Some(meta),
-            |parts, meta| Self::build(inner, policy, parts, meta),
+            |parts, meta| Self::build(inner, policy(config.units, config.cores), parts, meta),
         )
     }
 

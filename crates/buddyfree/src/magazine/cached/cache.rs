@@ -281,12 +281,6 @@ impl CoreCache {
         on
     }
 
-    /// Whether this cache started a stream of the order at `slot` that it has not seen end.
-    #[inline]
-    pub(crate) fn in_stream(&self, slot: usize) -> bool {
-        self.streaming & (1 << slot) != 0
-    }
-
     /// Notes a refill of the empty list at `slot` that handed out one block and left the
     /// rest in the list.
     #[inline]

@@ -233,9 +233,7 @@ impl<A: Backend> Magazine<A> {
     #[cold]
     #[inline(never)]
     fn end_dry_run(&self, cache: &mut CoreCache, at: usize, slot: usize) {
-        if cache.in_stream(slot) {
-            self.set_stream(at, slot, false);
-        }
+        self.set_stream(at, slot, false);
         cache.fed(slot);
     }
 

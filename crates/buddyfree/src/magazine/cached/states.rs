@@ -176,17 +176,12 @@ impl BlockStates {
     /// lock).
     #[inline]
     pub(crate) fn release(&self, index: usize, slot: usize, to: State) -> Result<(), State> {
-        let live = State::Live(slot);
-        match self.get(index) {
-            found if found != live => Err(found),
-            _ => self.0[index]
-                .compare_exchange(
-                    live.encode(),
-                    to.encode(),
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .map(|_| ())
+        let (live, byte) = (State::Live(slot).encode(), &self.0[index]);
+        match byte.load(Ordering::Acquire) {
+            found if found != live => Err(State::decode(found)),
+            _ => byte
+                .compare_exchange(live, to.encode(), Ordering::AcqRel, Ordering::Acquire)
+                .map(drop)
                 .map_err(State::decode),
         }
     }
