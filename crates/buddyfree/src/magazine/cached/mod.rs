@@ -457,14 +457,12 @@ impl<A: Backend> Magazine<A> {
     #[cold]
     #[inline(never)]
     fn end_held_elsewhere(&self, index: usize, slot: usize, owner: usize) -> Result<(), Error> {
-        let mut at = owner;
-        loop {
+        let mut held_by = Some(owner);
+        while let Some(at) = held_by {
             let _held = self.caches[at].lock();
-            match self.end_in(index, slot, at)? {
-                None => return Ok(()),
-                Some(next) => at = next,
-            }
+            held_by = self.end_in(index, slot, at)?;
         }
+        Ok(())
     }
 
     /// Ends the caller's block at `index` of the cached order at `slot` for a free that
