@@ -123,7 +123,7 @@ use crate::table::{build, unaligned_bytes, Table};
 use crate::{BlockAlloc, ConfigRule};
 use crate::{Config, Error, MetadataMemory};
 pub use cached::PinnedCore;
-use cached::{plan, BlockStates, Front, ListLine, Policy};
+use cached::{plan, BlockStates, Front, ListLine, Policy, OWNERS};
 
 pub(crate) use backend::Sealed;
 pub use backend::{Backend, Plain};
@@ -257,11 +257,9 @@ impl Settings {
     /// # Ok::<(), buddyfree::Error>(())
     /// ```
     #[must_use]
-    pub const fn with_parking_limit(self, units: usize) -> Self {
-        Settings {
-            parking_limit: Some(units),
-            ..self
-        }
+    pub const fn with_parking_limit(mut self, units: usize) -> Self {
+        self.parking_limit = Some(units);
+        self
     }
 
     /// The same settings with per-core caches whose frees never wait for the cache that
@@ -286,11 +284,9 @@ impl Settings {
     /// # Ok::<(), buddyfree::Error>(())
     /// ```
     #[must_use]
-    pub const fn with_interrupt_safe_frees(self) -> Self {
-        Settings {
-            interrupt_safe_frees: true,
-            ..self
-        }
+    pub const fn with_interrupt_safe_frees(mut self) -> Self {
+        self.interrupt_safe_frees = true;
+        self
     }
 }
 
@@ -339,9 +335,8 @@ impl<A: Backend> Magazine<A> {
     /// ```
     #[cfg(feature = "alloc")]
     pub fn new(config: Config, inner: A) -> Result<Self, Error> {
-        let policy = policy(config.units, config.cores);
         build(plan(config, inner.total_units()), None, |parts, meta| {
-            Self::build(inner, policy, parts, meta)
+            Self::build(inner, policy(config.units, config.cores), parts, meta)
         })
     }
 
@@ -367,9 +362,21 @@ impl<A: Backend> Magazine<A> {
     #[must_use]
     pub fn with_settings(mut self, settings: Settings) -> Self {
         if let Some(units) = settings.parking_limit {
-            self.set_policy(policy_within(units));
+            // Every step caches the same orders, so the state table's slots stay right; the
+            // lists move within each core's room, so they are emptied first.
+            let policy = policy_within(units);
+            assert_eq!(policy.orders, self.policy.orders);
+            self.drain_caches(0);
+            self.policy = policy.fitted(&self.backend);
+            for front in self.caches.iter_mut() {
+                front.lock.get_mut().lay_out(&self.policy);
+            }
         }
-        self.set_holding(!settings.interrupt_safe_frees);
+        // Blocks handed out before keep their state; either way their frees stay exact.
+        self.holders = match settings.interrupt_safe_frees {
+            true => 0,
+            false => self.caches.len().min(OWNERS),
+        };
         self
     }
 
@@ -440,11 +447,10 @@ impl<A: Backend> Magazine<A> {
     /// # Ok::<(), buddyfree::Error>(())
     /// ```
     pub fn in_metadata(config: Config, inner: A, meta: MetadataMemory) -> Result<Self, Error> {
-        let policy = policy(config.units, config.cores);
         build(
             plan(config, inner.total_units()),
             Some(meta),
-            |parts, meta| Self::build(inner, policy, parts, meta),
+            |parts, meta| Self::build(inner, policy(config.units, config.cores), parts, meta),
         )
     }
 

@@ -110,7 +110,7 @@ fn fill_every_list(m: &Magazine<LLFree>) {
     let policy = &m.policy;
     let blocks: Vec<Vec<usize>> = (policy.orders.iter().enumerate())
         .map(|(slot, &order)| {
-            let n = policy.high(slot) + 1;
+            let n = policy.high[slot] + 1;
             (0..n).map(|_| m.alloc(order, 0).unwrap()).collect()
         })
         .collect();
@@ -422,7 +422,7 @@ fn orders_without_bulk_groups_move_one_block_at_a_time() {
             .with_settings(Settings::new().with_parking_limit(usize::MAX));
         let policy = &magazine.policy;
         (0..policy.orders.len())
-            .map(|slot| policy.batch(slot))
+            .map(|slot| policy.batch[slot])
             .collect()
     }
     let config = Config::new(1 << 12, 10);

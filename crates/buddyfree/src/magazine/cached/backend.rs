@@ -51,25 +51,21 @@ impl<A: Backend> Magazine<A> {
 
     /// Frees `blocks` of `order`, which left every cache and which the backend has
     /// allocated, in bulk.
-    pub(super) fn free_owned(&self, blocks: &[usize], order: u32, core: usize) {
-        let mut rest = blocks;
-        loop {
-            // SAFETY: the backend handed out each block at `order` (to a refill, or to a caller
-            // whose free the state table let through) and has it allocated; each left its cache
-            // once, and `states` has it `Free` (or never recorded it, when a refill was cut),
-            // so every free of it by a caller stops at the table, an order the caches keep.
-            let Err((k, e)) = (unsafe { self.backend.free_bulk_owned(rest, order, core) }) else {
-                return;
-            };
+    pub(super) fn free_owned(&self, mut blocks: &[usize], order: u32, core: usize) {
+        // SAFETY: the backend handed out each block at `order` (to a refill, or to a caller
+        // whose free the state table let through) and has it allocated; each left its cache
+        // once, and `states` has it `Free` (or never recorded it, when a refill was cut), so
+        // every free of it by a caller stops at the table, an order the caches keep.
+        while let Err((k, e)) = unsafe { self.backend.free_bulk_owned(blocks, order, core) } {
             // A block the backend's own boot reservation holds, adopted by caches built
             // over it afterwards (reserve through the caches instead): it stays reserved.
             assert_eq!(
                 e,
                 Error::Reserved,
                 "the backend refused block {} the per-core caches owned",
-                rest[k]
+                blocks[k]
             );
-            rest = &rest[k + 1..];
+            blocks = &blocks[k + 1..];
         }
     }
 }

@@ -4,6 +4,8 @@
 
 use core::ptr::NonNull;
 
+use crate::magazine::Backend;
+
 /// The most orders one policy may cache.
 pub(crate) const MAX_SLOTS: usize = 10;
 
@@ -30,10 +32,10 @@ pub(crate) struct Policy {
     /// Each order's position in `orders`, or [`NOT_CACHED`]: the lookup on every operation.
     slot_of: [u8; ORDERS],
     /// Blocks moved per refill or spill, per slot.
-    batch: [usize; MAX_SLOTS],
+    pub(crate) batch: [usize; MAX_SLOTS],
     /// A list holding more than this many blocks spills one batch, oldest blocks first; per
     /// slot.
-    high: [usize; MAX_SLOTS],
+    pub(crate) high: [usize; MAX_SLOTS],
 }
 
 impl Policy {
@@ -86,15 +88,18 @@ impl Policy {
         self
     }
 
-    /// The same, with every cached order for which `in_bulk` is false moved one block at a
-    /// time (its watermark kept).
-    pub(crate) fn one_at_a_time_unless(mut self, in_bulk: impl Fn(u32) -> bool) -> Self {
+    /// The same, with every cached order that `backend` takes in bulk no cheaper than block
+    /// by block ([`Backend::alloc_bulk_groups`]) moved one block at a time (its watermark
+    /// kept): batches of them would save no work, and a stream of them passes the caches by
+    /// (*Streams* in the [`cached`](super) module docs).
+    pub(crate) fn fitted(&self, backend: &impl Backend) -> Self {
+        let mut fitted = self.clone();
         for (slot, &order) in self.orders.iter().enumerate() {
-            if !in_bulk(order) {
-                self.batch[slot] = 1;
+            if !backend.alloc_bulk_groups(order) {
+                fitted.batch[slot] = 1;
             }
         }
-        self
+        fitted
     }
 
     /// The position of `order` among the cached orders, if it is cached.
@@ -106,12 +111,6 @@ impl Policy {
         }
     }
 
-    /// Blocks moved per refill or spill of the order at `slot`.
-    #[inline]
-    pub(crate) fn batch(&self, slot: usize) -> usize {
-        self.batch[slot]
-    }
-
     /// The most blocks any of the lists moves at once.
     #[cfg(all(test, not(loom)))]
     pub(crate) fn largest_batch(&self) -> usize {
@@ -120,12 +119,6 @@ impl Policy {
             .copied()
             .max()
             .unwrap_or(0)
-    }
-
-    /// Blocks a cache list at `slot` may hold.
-    #[inline]
-    pub(crate) fn high(&self, slot: usize) -> usize {
-        self.high[slot]
     }
 
     /// Units one cache holds at most between operations: every list at its watermark.
@@ -211,7 +204,7 @@ impl CoreCache {
             // A refill fills an empty list with one batch; a free pushes one block, then
             // spills if the list is above the watermark: a list holds at most `high + 1`.
             if slot < policy.orders.len() {
-                end += policy.high(slot) + 1;
+                end += policy.high[slot] + 1;
             }
         }
         assert!(
@@ -281,24 +274,19 @@ impl CoreCache {
         if self.streaming & (1 << slot) != 0 && !flagged {
             self.fed(slot);
         }
-        let on = usize::from(self.dry[slot]) > policy.high(slot);
+        let on = usize::from(self.dry[slot]) > policy.high[slot];
         if on {
             self.streaming |= 1 << slot;
         }
         on
     }
 
-    /// Whether this cache started a stream of the order at `slot` that it has not seen end.
+    /// Notes a refill of the empty list at `slot` that handed out one block and left the
+    /// rest in the list.
     #[inline]
-    pub(crate) fn in_stream(&self, slot: usize) -> bool {
-        self.streaming & (1 << slot) != 0
-    }
-
-    /// Notes a refill of `blocks` blocks of the list at `slot`.
-    #[inline]
-    pub(crate) fn refilled(&mut self, slot: usize, blocks: usize) {
-        let dry = &mut self.dry[slot];
-        *dry = dry.saturating_add(u16::try_from(blocks).unwrap_or(u16::MAX));
+    pub(crate) fn refilled(&mut self, slot: usize) {
+        let blocks = u16::try_from(self.len(slot) + 1).unwrap_or(u16::MAX);
+        self.dry[slot] = self.dry[slot].saturating_add(blocks);
     }
 
     /// Whether a refill of the list at `slot` has come since a free last parked a block in
@@ -318,13 +306,13 @@ impl CoreCache {
     /// Whether the list at `slot` takes one more block without a spill.
     #[inline]
     pub(crate) fn has_room(&self, policy: &Policy, slot: usize) -> bool {
-        self.len(slot) < policy.high(slot)
+        self.len(slot) < policy.high[slot]
     }
 
     /// Whether the list at `slot` is above `policy`'s watermark: a batch to spill.
     #[inline]
     pub(crate) fn is_over(&self, policy: &Policy, slot: usize) -> bool {
-        self.len(slot) > policy.high(slot)
+        self.len(slot) > policy.high[slot]
     }
 
     /// If the list at `slot` is above `policy`'s watermark, passes one batch of its oldest
@@ -341,7 +329,7 @@ impl CoreCache {
     #[inline(never)]
     fn spill_batch(&mut self, policy: &Policy, slot: usize, give: impl FnOnce(&[usize])) {
         let len = self.len(slot);
-        let n = policy.batch(slot).min(len);
+        let n = policy.batch[slot].min(len);
         if n == 1 {
             // One block a batch (the large orders): the newest goes back, which leaves the
             // rest of the list in place instead of moving it down; for blocks this large,

@@ -56,8 +56,8 @@ mod states;
 pub(super) use cache::Policy;
 pub(super) use cache::{CoreCache, ListLine, LINES, SPILL_BUFFER};
 pub use pinned::PinnedCore;
-pub(super) use states::BlockStates;
 use states::State;
+pub(super) use states::{BlockStates, OWNERS};
 
 use super::{Backend, Magazine};
 use crate::reserved::Reserved;
@@ -76,7 +76,7 @@ pub(crate) struct Parts {
 
 /// A core's cache behind its lock, with a hint that others read without the lock.
 pub(crate) struct Front {
-    lock: CacheLock,
+    pub(super) lock: CacheLock,
     /// Whether the cache may hold blocks: set under the lock by every operation that parks
     /// one, before the lock goes; cleared under the lock only when the cache is emptied into
     /// the backend (a pop that empties it leaves it set). So a reader that sees it clear
@@ -142,7 +142,7 @@ impl<A: Backend> Magazine<A> {
         }
         let mut lists = meta.table(parts.lists, |_| ListLine::EMPTY)?;
         let lines = lists.as_mut_ptr();
-        let policy = Self::fitted(&backend, policy);
+        let policy = policy.fitted(&backend);
         let caches = meta.table(parts.caches, |core| {
             // SAFETY: core `core`'s `LINES` lines of `lists` (`plan` made `cores * LINES`),
             // which only this cache uses, and which live as long as it (both in the magazine).
@@ -160,51 +160,13 @@ impl<A: Backend> Magazine<A> {
         Ok(Magazine {
             reserved: Reserved::new(backend.total_units(), backend.max_order()),
             states,
-            holders: caches.len().min(states::OWNERS),
+            holders: caches.len().min(OWNERS),
             streams: true,
             caches,
             _lists: lists,
             policy,
             backend,
         })
-    }
-
-    /// `policy` with the orders that `backend` takes in bulk no cheaper than block by block
-    /// moved one block at a time: batches of them would save no work, and a stream of
-    /// them passes the caches by (*Streams* in the module docs).
-    fn fitted(backend: &A, policy: &Policy) -> Policy {
-        policy
-            .clone()
-            .one_at_a_time_unless(|order| backend.alloc_bulk_groups(order))
-    }
-
-    /// Switches the caches to `policy` (fitted to the backend), which must cache the same
-    /// orders (so that the state table's records stay right), each cache emptied into the
-    /// backend first.
-    pub(super) fn set_policy(&mut self, policy: &Policy) {
-        assert_eq!(
-            policy.orders, self.policy.orders,
-            "a policy of other cached orders"
-        );
-        self.drain_caches(0);
-        let policy = Self::fitted(&self.backend, policy);
-        for front in self.caches.iter_mut() {
-            front.lock.get_mut().lay_out(&policy);
-        }
-        self.policy = policy;
-    }
-
-    /// Whether the caches hold the blocks they hand out, so that a free of one takes the
-    /// lock of the cache that handed it out and no compare-and-swap on its state (`true`,
-    /// the default), or every free of a cached order is decided by a compare-and-swap on
-    /// the state table (`false`): then `try_free` never answers `WouldBlock` because a
-    /// cache is held. Blocks handed out before keep their state; either way their frees
-    /// stay exact.
-    pub(super) fn set_holding(&mut self, holding: bool) {
-        self.holders = match holding {
-            true => self.caches.len().min(states::OWNERS),
-            false => 0,
-        };
     }
 
     /// The same magazines parking every free of a cached order, with no streams (see
@@ -232,20 +194,6 @@ impl<A: Backend> Magazine<A> {
             State::Live(slot)
         };
         self.states.set(index, state);
-    }
-
-    /// Whether the order at `slot` may be handed out `Direct` in a stream.
-    ///
-    /// Streams cover the orders moved one block at a time, whose spills group nothing: the
-    /// huge frames, and the orders the backend takes in bulk no cheaper than block by block
-    /// (NBBS-4's on the top row of a cell, every order of the 1-level NBBS). The others keep
-    /// parking: over NBBS-4 a burst freed in address order goes back far cheaper in grouped
-    /// spills than block by block, and over LLFree streams of them cost the bursts
-    /// (`linux-scalability`, `thread-test`) and grouped frees more than they saved on
-    /// shuffled frees.
-    #[inline]
-    fn streams_for(&self, slot: usize) -> bool {
-        self.streams && self.policy.batch(slot) == 1
     }
 
     /// Whether cache `at` hands out the blocks of the order at `slot` `Direct`.
@@ -285,9 +233,7 @@ impl<A: Backend> Magazine<A> {
     #[cold]
     #[inline(never)]
     fn end_dry_run(&self, cache: &mut CoreCache, at: usize, slot: usize) {
-        if cache.in_stream(slot) {
-            self.set_stream(at, slot, false);
-        }
+        self.set_stream(at, slot, false);
         cache.fed(slot);
     }
 
@@ -374,18 +320,23 @@ impl<A: Backend> Magazine<A> {
         core: usize,
     ) -> Result<usize, Error> {
         let at = self.cache_index(core);
-        if self.streams_for(slot) && cache.streams_on(&self.policy, slot, self.in_stream(at, slot))
-        {
+        let more = self.policy.batch[slot] - 1;
+        // Streams cover the orders moved one block at a time, whose spills group nothing:
+        // the huge frames, and the orders the backend takes in bulk no cheaper than block by
+        // block (NBBS-4's on the top row of a cell, every order of the 1-level NBBS). The
+        // others keep parking: over NBBS-4 a burst freed in address order goes back far
+        // cheaper in grouped spills than block by block, and over LLFree streams of them cost
+        // the bursts (`linux-scalability`, `thread-test`) and grouped frees more than they
+        // saved on shuffled frees.
+        let stream = self.streams && more == 0;
+        if stream && cache.streams_on(&self.policy, slot, self.in_stream(at, slot)) {
             self.set_stream(at, slot, true);
         }
-        let more = self.policy.batch(slot) - 1;
-        let mut got = 1;
         let first = self.alloc_batch(order, core, more, |index| {
             self.states.set(index, State::Cached(slot));
             cache.push(slot, index);
-            got += 1;
         })?;
-        cache.refilled(slot, got);
+        cache.refilled(slot);
         if more > 0 {
             self.parks(at);
         }
@@ -402,7 +353,7 @@ impl<A: Backend> Magazine<A> {
         // The stream's flag first: almost always clear, it predicts well, where a test of the
         // batch first would follow the orders of the calls (one block a batch at some, not
         // at others) and mispredict on a mix of them.
-        if self.in_stream(at, slot) && self.policy.batch(slot) == 1 {
+        if self.in_stream(at, slot) && self.policy.batch[slot] == 1 {
             let index = self.backend.alloc(order, core)?;
             self.states.set(index, State::Direct(slot));
             return Ok(index);
@@ -419,9 +370,9 @@ impl<A: Backend> Magazine<A> {
 
     /// Returns every cached block to the backend.
     pub(super) fn drain_caches(&self, core: usize) {
-        self.caches
-            .iter()
-            .for_each(|front| self.empty_cache(front, core));
+        for front in self.caches.iter() {
+            self.empty_cache(front, core);
+        }
     }
 
     /// Gives every block of the cache `front` back to the backend for `core`.
@@ -438,15 +389,14 @@ impl<A: Backend> Magazine<A> {
     /// parked, with the rest of its list. Whether any block went back.
     fn try_drain_caches(&self, core: usize) -> bool {
         let mut any = false;
-        for cache in self.caches.iter() {
-            let Some(mut cache) = cache.try_lock() else {
-                continue;
-            };
+        for mut cache in self.caches.iter().filter_map(|front| front.try_lock()) {
             for (slot, &order) in self.policy.orders.iter().enumerate() {
                 while let Some(index) = cache.pop(slot) {
                     self.states.set(index, State::Free);
-                    let back = State::Cached(slot);
-                    if self.try_give_back(index, order, core, back).is_err() {
+                    if self
+                        .try_give_back(index, order, core, State::Cached(slot))
+                        .is_err()
+                    {
                         cache.push(slot, index);
                         break;
                     }
@@ -507,14 +457,12 @@ impl<A: Backend> Magazine<A> {
     #[cold]
     #[inline(never)]
     fn end_held_elsewhere(&self, index: usize, slot: usize, owner: usize) -> Result<(), Error> {
-        let mut at = owner;
-        loop {
+        let mut held_by = Some(owner);
+        while let Some(at) = held_by {
             let _held = self.caches[at].lock();
-            match self.end_in(index, slot, at)? {
-                None => return Ok(()),
-                Some(next) => at = next,
-            }
+            held_by = self.end_in(index, slot, at)?;
         }
+        Ok(())
     }
 
     /// Ends the caller's block at `index` of the cached order at `slot` for a free that
@@ -814,17 +762,11 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
         if found == Err(Error::OutOfMemory) && self.try_drain_caches(core) {
             found = self.backend.try_alloc(order, core);
         }
+        // A cache that is busy or holds blocks may have some for the backend soon.
+        let busy = |c: &CachePadded<Front>| c.try_lock().is_none_or(|c| c.units(&self.policy) != 0);
         let index = match found {
-            Err(Error::OutOfMemory) => {
-                let holding = self
-                    .caches
-                    .iter()
-                    .any(|c| c.try_lock().is_none_or(|c| c.units(&self.policy) != 0));
-                return Err(if holding {
-                    Error::WouldBlock
-                } else {
-                    Error::OutOfMemory
-                });
+            Err(Error::OutOfMemory) if self.caches.iter().any(busy) => {
+                return Err(Error::WouldBlock)
             }
             other => other?,
         };
@@ -944,9 +886,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
         let mut at = from;
         loop {
             match self.backend.next_block(at)? {
-                Some((start, order)) if self.is_parked(start, order) => {
-                    at = start + (1 << order);
-                }
+                Some((start, order)) if self.is_parked(start, order) => at = start + (1 << order),
                 other => return Ok(other),
             }
         }

@@ -94,9 +94,7 @@ impl<A> PinnedCore<'_, A> {
         // guard stays the one owner of the lock.
         unsafe { lock_api::MutexGuard::mutex(&self.cache).raw() }
     }
-}
 
-impl<A: Backend> PinnedCore<'_, A> {
     /// Runs `f` on the magazines and the pinned core with the pinned cache let go: an
     /// allocation the backend refused (the shared path, which drains every cache, ours
     /// included, before it answers `OutOfMemory`), or the end of a block that another cache
@@ -128,11 +126,10 @@ impl<A: Backend> HeldCore for PinnedCore<'_, A> {
         if order > magazine.max_order() {
             return Err(Error::BadOrder);
         }
-        let slot = magazine.slot(order);
         // An uncached order goes to the backend with the cache still held, as the shared
         // path sends it there without the cache (every path takes a core's cache before the
         // backend, never after); only a refusal needs the cache let go, to drain it.
-        let found = match slot {
+        let found = match magazine.slot(order) {
             Some(slot) => magazine.take(&mut self.cache, slot, order, self.core),
             None => magazine.backend.alloc(order, self.core),
         };

@@ -74,17 +74,15 @@ impl State {
 
     #[inline]
     fn decode(byte: u8) -> State {
-        match usize::from(byte) {
-            0 => State::Free,
-            code => {
-                let (kind, slot) = ((code - 1) / MAX_SLOTS, (code - 1) % MAX_SLOTS);
-                match kind {
-                    0 => State::Cached(slot),
-                    1 => State::Live(slot),
-                    2 => State::Direct(slot),
-                    _ => State::Owned(slot, kind - 3),
-                }
-            }
+        let Some(code) = usize::from(byte).checked_sub(1) else {
+            return State::Free;
+        };
+        let slot = code % MAX_SLOTS;
+        match code / MAX_SLOTS {
+            0 => State::Cached(slot),
+            1 => State::Live(slot),
+            2 => State::Direct(slot),
+            kind => State::Owned(slot, kind - 3),
         }
     }
 }
@@ -176,17 +174,12 @@ impl BlockStates {
     /// lock).
     #[inline]
     pub(crate) fn release(&self, index: usize, slot: usize, to: State) -> Result<(), State> {
-        let live = State::Live(slot);
-        match self.get(index) {
-            found if found != live => Err(found),
-            _ => self.0[index]
-                .compare_exchange(
-                    live.encode(),
-                    to.encode(),
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .map(|_| ())
+        let (live, byte) = (State::Live(slot).encode(), &self.0[index]);
+        match byte.load(Ordering::Acquire) {
+            found if found != live => Err(State::decode(found)),
+            _ => byte
+                .compare_exchange(live, to.encode(), Ordering::AcqRel, Ordering::Acquire)
+                .map(drop)
                 .map_err(State::decode),
         }
     }
