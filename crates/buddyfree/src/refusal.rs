@@ -94,7 +94,7 @@
 //!     M that credited the tree after F* completed B (and a counter's units belong to no
 //!     frame: another allocation may have taken F's frame's units meanwhile). So
 //!     `covers(k)` for a huge frame reads every frame of the tree, after the credit, with
-//!     `SeqCst` loads (`r`). If F's `r` reads B's child entry before `w*`, a `SeqCst` write:
+//!     `SeqCst` loads (`r`), unless the tree's counters are short ("Short counts" below). If F's `r` reads B's child entry before `w*`, a `SeqCst` write:
 //!     `Y` precedes F's credit (S missed it), which precedes `r`, which precedes `w*`, which
 //!     precedes F*'s load `b*` in S; so `b*` follows `Y` and reads the pending word or
 //!     later, and F* is in M after all. Else `r` sees B whole and F clears. LLFree's count
