@@ -17,8 +17,10 @@
 use std::fs;
 use std::path::PathBuf;
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use buddyfree::llfree::persist::{Durability, PersistentLLFree};
+use buddyfree::llfree::Options;
 use buddyfree::{BlockAlloc, Config};
 use libfuzzer_sys::fuzz_target;
 
@@ -33,13 +35,15 @@ fn bases() -> &'static (Vec<u8>, Vec<u8>) {
         let path = scratch("base");
         let _ = fs::remove_file(&path);
         let config = Config::new(1 << 14, 10);
-        let zone = PersistentLLFree::create(&path, config, Durability::None).unwrap();
+        let zone =
+            PersistentLLFree::create(&path, config, Options::for_config(config), Durability::None)
+                .unwrap();
         for order in [0, 3, 9, 10, 0, 1] {
             zone.alloc(order, 0).unwrap();
         }
         zone.close().unwrap();
         let clean = fs::read(&path).unwrap();
-        let (zone, _) = PersistentLLFree::open(&path, 1, Durability::None).unwrap();
+        let (zone, _) = PersistentLLFree::open(&path, 1, Durability::None, Duration::ZERO).unwrap();
         let index = zone.alloc(5, 0).unwrap();
         zone.free(index, 5, 0).unwrap();
         zone.alloc(2, 0).unwrap();
@@ -95,7 +99,8 @@ fuzz_target!(|data: &[u8]| {
     }
     let path = scratch("zone");
     fs::write(&path, &bytes).unwrap();
-    if let Ok((zone, recovery)) = PersistentLLFree::open(&path, 2, Durability::None) {
+    if let Ok((zone, recovery)) = PersistentLLFree::open(&path, 2, Durability::None, Duration::ZERO)
+    {
         // Only a recovery may take a damaged lower level (a state word patched to dirty
         // makes one); a clean open trusts the counters, which the damage may contradict.
         assert!(
