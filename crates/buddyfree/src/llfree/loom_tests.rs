@@ -855,8 +855,8 @@ fn loom_a_stale_huge_mark_cleared_by_a_refusal_never_hides_a_free() {
 /// freed one after the other (by core 0, which holds the tree's reservation, or, with
 /// `drained`, by core 1 into the entry of a tree nobody holds) while core 0 asks for a huge
 /// frame through the refusal memo: the first free leaves the tree's counters short of a huge
-/// frame and skips reading the frames (`refusal.rs`, "Short counts"); the second must not.
-/// Whatever the order, the frame is found by the request or by the next one.
+/// frame, the second completes it. Whatever the order, the frame is found by the request or
+/// by the next one.
 fn a_short_count_never_keeps_a_stale_refusal(drained: bool) {
     check(move || {
         let options = Options::default().with_tree_children(2);

@@ -364,7 +364,7 @@ impl<W: WriteBack> LLFree<W> {
         if ask.gave.get() == Some(u32::MAX) {
             return;
         }
-        let covered = match self.covers(t, n, HUGE_ORDER, None) {
+        let covered = match self.covers(t, n, HUGE_ORDER) {
             true => u32::MAX,
             false => lower::BITS_ORDER,
         };
@@ -560,21 +560,20 @@ impl<W: WriteBack> LLFree<W> {
     fn freed(&self, index: usize, n: usize, core: usize) {
         let core = self.core(core);
         let t = self.tree_of(index);
-        let (slot, local) = match self.classes.count {
-            1 => (core, self.locals[core].add(t, n)),
+        let local = match self.classes.count {
+            1 => self.locals[core].add(t, n),
             // Only the reservation of the tree's class can hold it, and none an unreserved
             // one (`classes.rs`): a tree read unreserved that this core reserves meanwhile
             // gets the units in `cU`, where the holder's sync finds them.
             _ => {
                 let e = self.trees.get(t);
-                let slot = self.slot(core, usize::from(e.class()));
-                (slot, e.reserved() && self.locals[slot].add(t, n))
+                e.reserved() && self.locals[self.slot(core, usize::from(e.class()))].add(t, n)
             }
         };
         if !local {
             self.add_to_tree(t, n);
         }
-        self.refusals.freed_if(|k| self.covers(t, n, k, Some(slot)));
+        self.refusals.freed_if(|k| self.covers(t, n, k));
         if !local {
             self.free_elsewhere(core, t);
         }
@@ -590,34 +589,8 @@ impl<W: WriteBack> LLFree<W> {
     /// from the tree's counter before it looks at frames, and a counter's units are no
     /// frame's in particular, so a search may miss a free frame of `t` for want of this
     /// free's units in the counter (another allocation having taken those of the frame).
-    ///
-    /// Unless, read after the free's credit, `t`'s counters hold less than a huge frame
-    /// ([`LLFree::short_of_huge`], with `slot` the reservation the free would credit): then
-    /// no search can take one there before a later credit, which reads the frames itself
-    /// (`refusal.rs`, "Short counts"). That spares a reclaim loop on a fragmented heap the
-    /// read of every frame of the tree at every free.
-    fn covers(&self, t: TreeId, n: usize, order: u32, slot: Option<usize>) -> bool {
-        order <= lower::BITS_ORDER
-            || n >= HUGE_UNITS
-            || (!slot.is_some_and(|slot| self.short_of_huge(t, slot))
-                && self.lower.any_free_frame(self.children(t)))
-    }
-
-    /// Whether `t`'s counters hold fewer units than a huge frame: its entry's `cU` and, if
-    /// it is reserved, the `cP` of reservation `slot`, read with `SeqCst` loads while no
-    /// count was in a core's hands (`moves.rs`). False where that cannot be told: another
-    /// reservation holds `t`, or a move ran.
-    fn short_of_huge(&self, t: TreeId, slot: usize) -> bool {
-        let before = self.moves.snapshot();
-        let entry = self.trees.get_now(t);
-        let held = match entry.reserved() {
-            false => 0,
-            true => match self.locals[slot].get_now() {
-                r if r.tree() == Some(t) => r.free(),
-                _ => return false,
-            },
-        };
-        entry.free() + held < HUGE_UNITS && self.moves.quiet_since(before)
+    fn covers(&self, t: TreeId, n: usize, order: u32) -> bool {
+        order <= lower::BITS_ORDER || n >= HUGE_UNITS || self.lower.any_free_frame(self.children(t))
     }
 
     /// Puts `n` units of `t` back: into `cP` of the reservation `local` if it is `t`, else

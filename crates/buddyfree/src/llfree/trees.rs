@@ -126,11 +126,6 @@ impl Trees {
         Tree(self.entries[t.0].get())
     }
 
-    /// [`Trees::get`] with a `SeqCst` load, for the refusal memo's reads after a free.
-    pub(crate) fn get_now(&self, t: TreeId) -> Tree {
-        Tree(self.entries[t.0].load(Ordering::SeqCst))
-    }
-
     /// The units of tree `t` (those of the last tree may be fewer than a whole tree's).
     #[inline]
     pub(crate) fn capacity(&self, t: TreeId) -> usize {
