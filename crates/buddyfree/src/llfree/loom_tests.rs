@@ -3,8 +3,9 @@
 //! 11 and up (overlapping claims, a claim against an order-0 allocation, racing frees), the
 //! claims that serialise racing double frees, the reservation, sync and steal protocol of
 //! the upper level, and the classes and states of trees (a steal or a demotion racing a
-//! reservation or a free, offlining racing a reservation), and stale summary marks (of a
-//! unit, of a huge frame) cleared by a refusal.
+//! reservation or a free, offlining racing a reservation), and the summary's marks (stale
+//! ones of a unit or a huge frame cleared by a refusal, a raise in flight while a
+//! reservation is given back).
 
 use loom::sync::Arc;
 use loom::thread;
@@ -848,6 +849,29 @@ fn loom_a_stale_huge_mark_cleared_by_a_refusal_never_hides_a_free() {
         alloc.assert_consistent();
         found_now_or_next(&alloc, got, frame);
         assert_eq!(alloc.alloc(9, 1), Err(Error::OutOfMemory));
+    });
+}
+
+/// One tree of two huge frames, held by core 0 (its entry's count went to 0 and its marks
+/// were cleared when core 0 reserved it). Core 1 frees a unit into the entry, raising it
+/// from 0, while core 0 gives its reservation back, raising it by its whole count: once core
+/// 0 is done, core 2, which holds nothing, finds a unit through the summary, whether or not
+/// core 1's free has reached its mark yet.
+#[test]
+fn loom_a_reservation_given_back_is_marked_whatever_a_raise_in_flight_does() {
+    check(|| {
+        let options = Options::default().with_tree_children(2);
+        let config = Config::new(1024, 9).with_cores(3);
+        let alloc = Arc::new(LLFree::builder(config).options(options).build().unwrap());
+        let unit = alloc.alloc(0, 0).unwrap();
+        let other = {
+            let alloc = alloc.clone();
+            thread::spawn(move || alloc.free(unit, 0, 1).unwrap())
+        };
+        alloc.drain_core(0);
+        assert!(alloc.alloc(0, 2).is_ok(), "1022 units free, none found");
+        other.join().unwrap();
+        alloc.assert_consistent();
     });
 }
 

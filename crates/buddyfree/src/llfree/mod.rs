@@ -620,7 +620,7 @@ impl<W: WriteBack> LLFree<W> {
     /// summary's levels it reached, and tells the classes' memo.
     #[inline]
     fn credited(&self, t: TreeId, old: trees::Tree, n: usize) {
-        self.summary.raised(t, old.free(), old.free() + n);
+        self.summary.raised(t, old.free() + n);
         if self.classes.count > 1 {
             let now = trees::Tree::new(old.free() + n, old.class());
             self.classes.credited(now, self.trees.capacity(t));

@@ -136,7 +136,7 @@ impl<W: WriteBack> LLFree<W> {
                 // A tree back online holds units its entry did not: mark it for refusals
                 // (`summary.rs`), as every raise of a count from 0 does.
                 if to.is_some() {
-                    self.summary.raised(t, 0, usize::MAX);
+                    self.summary.raised(t, usize::MAX);
                     self.refusals.freed();
                 }
             })

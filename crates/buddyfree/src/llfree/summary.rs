@@ -16,18 +16,21 @@
 //!
 //! - **Raising `cU` to the level or above** (a free from a core not holding the tree, a
 //!   reservation given back, units an allocation gives back): the read-modify-write that
-//!   raised it returns the old count, and the writer then sets the bit of each level it
-//!   crossed with a read-modify-write of its own ([`Summary::raised`]), never after a plain
-//!   read of the bit. Inside a reservation move the bit is set before the move ends, so a
-//!   scanner that finds the move counter quiet sees it.
+//!   raised it returns the old count (so the writer knows the new one), and the writer then reads the bit of each level the
+//!   count reaches and sets it where it is clear ([`Summary::raised`]). Every raise does,
+//!   not only the one that crossed the level: the crossing writer may be preempted before
+//!   its bit, and the units of a later raise (a whole reservation given back) must not wait
+//!   for it. Inside a reservation move the bit is set before the move ends, so a scanner
+//!   that finds the move counter quiet sees it.
 //! - **Lowering `cU`** (an allocation's take, a reservation, a sync): the bits stay.
 //! - **Clearing** ([`LLFree::clear_stale`], as one reservation move): clear the bit, read
-//!   `cU` again, set the bit again if it is at the level. A writer that raised `cU` set the
-//!   bit by a read-modify-write; either that comes after the clear (the bit ends set) or the
-//!   clear read it (acquire-release: the raise happened before, and the second read sees
-//!   it). Between the clear and the setting again the bit may be 0 with `cU` at the level:
-//!   the move brackets that window, so a concurrent refusal that read the bitmap then is not
-//!   quiet and takes the complete path.
+//!   `cU` again, set the bit again if it is at the level. All four accesses (the raise, the
+//!   writer's read of the bit, the clear, the second read) are `SeqCst`: in their single
+//!   order either the writer's read comes after the clear (it sees the bit clear, or set
+//!   again, and sets it) or the raise comes before the second read (which sees it and sets
+//!   the bit again). Between the clear and the setting again the bit may be 0 with `cU` at
+//!   the level: the move brackets that window, so a concurrent refusal that read the bitmap
+//!   then is not quiet and takes the complete path.
 //!
 //! So a refusal that read the move counter quiet before and after it summed the cores'
 //! counters and the marked trees' entries saw every unit that was in a counter, as the
@@ -102,18 +105,26 @@ impl Summary {
         &self.words[level * (self.words.len() / 2) + t.0 / BITS]
     }
 
-    /// After `t`'s `cU` was raised from `old` to `new` units: the bit of each level it
-    /// reached from below is set (a read-modify-write, see the module docs). `SeqCst` (the
-    /// same instruction as `AcqRel` on x86-64 and AArch64): a credit's writes are in the
-    /// single order that the refusal memo's argument needs (`refusal.rs`).
+    /// After `t`'s `cU` was raised to `new` units: the bit of each level it reaches is set,
+    /// by a read-modify-write where a `SeqCst` load finds it clear (module docs). Every
+    /// raise, not only the one that crossed the level: that one may still be on its way to
+    /// its bit (a core preempted between its credit and this), and a later raise, a
+    /// reservation's whole count given back, must not leave its units unmarked meanwhile.
+    /// `SeqCst` (the same instructions as `Acquire`/`AcqRel` on x86-64 and AArch64): a
+    /// credit's writes are in the single order that the refusal memo's argument needs
+    /// (`refusal.rs`).
     #[inline]
-    pub(crate) fn raised(&self, t: TreeId, old: usize, new: usize) {
+    pub(crate) fn raised(&self, t: TreeId, new: usize) {
+        // Loom models SeqCst accesses as acquire/release: the fence gives its model the
+        // order that the SeqCst credit and load give in a real build (module docs).
+        #[cfg(loom)]
+        crate::sync::atomic::fence(Ordering::SeqCst);
         let bit = 1 << (t.0 % BITS);
-        if old == 0 && new > 0 {
-            self.word(ANY, t).fetch_or(bit, Ordering::SeqCst);
-        }
-        if old < HUGE_UNITS && new >= HUGE_UNITS {
-            self.word(HUGE, t).fetch_or(bit, Ordering::SeqCst);
+        for level in [ANY, HUGE].into_iter().filter(|&l| new >= least(l)) {
+            let word = self.word(level, t);
+            if word.load(Ordering::SeqCst) & bit == 0 {
+                word.fetch_or(bit, Ordering::SeqCst);
+            }
         }
     }
 
@@ -150,9 +161,11 @@ impl<W: WriteBack> LLFree<W> {
     /// stale. Only inside a reservation move.
     fn clear_stale(&self, level: usize, w: usize, stale: u64) {
         let word = self.summary.word(level, TreeId(w * BITS));
-        word.fetch_and(!stale, Ordering::AcqRel);
+        word.fetch_and(!stale, Ordering::SeqCst);
+        #[cfg(loom)]
+        crate::sync::atomic::fence(Ordering::SeqCst);
         let back = trees_in(w, stale)
-            .filter(|&t| self.trees.get(t).free() >= least(level))
+            .filter(|&t| self.trees.get_seq_cst(t).free() >= least(level))
             .fold(0, |bits, t| bits | 1 << (t.0 % BITS));
         if back != 0 {
             word.fetch_or(back, Ordering::SeqCst);

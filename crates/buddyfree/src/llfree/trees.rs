@@ -126,6 +126,12 @@ impl Trees {
         Tree(self.entries[t.0].get())
     }
 
+    /// The entry of `t`, read in the single order of `SeqCst` accesses (the summary's
+    /// second read after a clear: `summary.rs`).
+    pub(crate) fn get_seq_cst(&self, t: TreeId) -> Tree {
+        Tree(self.entries[t.0].load(Ordering::SeqCst))
+    }
+
     /// The units of tree `t` (those of the last tree may be fewer than a whole tree's).
     #[inline]
     pub(crate) fn capacity(&self, t: TreeId) -> usize {
