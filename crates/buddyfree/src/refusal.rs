@@ -94,7 +94,8 @@
 //!     M that credited the tree after F* completed B (and a counter's units belong to no
 //!     frame: another allocation may have taken F's frame's units meanwhile). So
 //!     `covers(k)` for a huge frame reads every frame of the tree, after the credit, with
-//!     `SeqCst` loads (`r`). If F's `r` reads B's child entry before `w*`, a `SeqCst` write:
+//!     `SeqCst` loads (`r`), unless the tree's counters are short ("Short counts" below).
+//!     If F's `r` reads B's child entry before `w*`, a `SeqCst` write:
 //!     `Y` precedes F's credit (S missed it), which precedes `r`, which precedes `w*`, which
 //!     precedes F*'s load `b*` in S; so `b*` follows `Y` and reads the pending word or
 //!     later, and F* is in M after all. Else `r` sees B whole and F clears. LLFree's count
@@ -103,6 +104,34 @@
 //!     between its holder's counter and the tree entry are gathered before the search
 //!     passes the tree (`LLFree::take_gathered`). Orders below a huge frame are always
 //!     covered.
+//!
+//! ## Short counts
+//!
+//! An LLFree free may skip reading the frames when its tree's counters, read after its
+//! credit, hold fewer units than a huge frame (`LLFree::short_of_huge`): the entry's `cU`
+//! and, if the tree is reserved, the `cP` of the reservation the free would credit (any
+//! other holder: no skip), read with `SeqCst` loads between two readings of the move
+//! counter that show no count in a core's hands (`llfree/moves.rs`). Those counters rise
+//! only by credits (frees and give-backs); allocations' takes lower them, and moves keep
+//! their sum. Let B, in tree `t`, be free when the reader reads the refusal, S have passed
+//! `t`, and C be the last credit to `t` in the single total order among the frees and
+//! give-backs that happened before the reader (the refusal is linearised before those in
+//! flight).
+//!
+//! - C read the frames. Its reads follow its credit, which follows F*'s (or is F*'s),
+//!   which follows `w*`: C sees B whole and clears if it is in M. If it is not, S saw C's
+//!   credit and all before it (the cycle above), so S read at `t` at least what the
+//!   counters held at the reader; S passed `t`, so that was short of B's units, and the
+//!   next case applies.
+//! - C skipped, or the counters at the reader are short of a huge frame: nothing but takes
+//!   and moves followed C, so what C read (its loads read the last values in the order) is
+//!   at least what they hold at the reader. With B free, the units missing are held by
+//!   allocations in flight, so a search at the reader fails there too (the transient
+//!   failure near exhaustion above). Each of those ends by claiming them (from B: then B
+//!   is no longer free) or by giving them back: a credit followed by a read of the frames,
+//!   which comes after C's read of the counters (that missed the credit) and so after
+//!   `w*`, sees B whole, and tells the memo ([`Refusals::alloc`]), whatever it says of
+//!   the give-backs of a search that recorded its own refusal.
 //!
 //! A pending word that replaced a refusal of a larger order puts it back after a search
 //! that succeeded only if no free touched the word meanwhile: a free that saw a pending
@@ -268,7 +297,10 @@ impl Refusals {
 
     /// The second attempt of [`Refusals::alloc`], after the pending store and the fence;
     /// if it gave back units, a word that is no longer this search's own is told after the
-    /// attempt, since its give-backs may be what another search missed.
+    /// attempt, since its give-backs may be what another search missed, and so is any word
+    /// where they covered every order (a whole frame free as they were read): a free that
+    /// found its counters short while this search held them read no frames ("Short
+    /// counts"), and that whole frame may be what this search's own refusal missed.
     #[cold]
     #[inline(never)]
     fn confirm(
@@ -281,7 +313,7 @@ impl Refusals {
         let pending = self.begin(order);
         let (answer, gave) = attempt();
         let settled = self.end(pending, answer);
-        if let Some(covered) = gave.filter(|_| !settled) {
+        if let Some(covered) = gave.filter(|&c| !settled || c == u32::MAX) {
             self.freed_if(|k| k <= covered);
         }
         answer.map_err(Failure::error)

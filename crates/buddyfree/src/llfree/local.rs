@@ -60,6 +60,11 @@ impl Local {
         Reservation(self.reservation.get())
     }
 
+    /// [`Local::get`] with a `SeqCst` load, for the refusal memo's reads after a free.
+    pub(crate) fn get_seq_cst(&self) -> Reservation {
+        Reservation(self.reservation.load(Ordering::SeqCst))
+    }
+
     #[inline]
     /// Fig. 14a (1): takes `n` units from `cP` if this core holds a tree (`t`, where one is
     /// named) with enough; returns the tree, or the reservation that had too few.

@@ -914,6 +914,35 @@ fn loom_a_short_count_in_a_tree_entry_never_keeps_a_stale_refusal() {
     a_short_count_never_keeps_a_stale_refusal(true);
 }
 
+/// One tree of two huge frames, nobody holding it, with a huge frame's worth of free units
+/// but no frame free as a whole: one unit free in the first frame, one unit `last` taken in
+/// the second. Core 1 frees `last` while core 0 asks for a huge frame, whose searches take
+/// the tree's units from its entry, find no frame, and give them back: a free while they
+/// hold them finds the counters short and reads no frames ("Short counts" in
+/// `refusal.rs`), so the search's own give-back, seeing the frame whole, must end its
+/// refusal. The frame is found by the request or by the next one.
+#[test]
+fn loom_a_search_holding_the_units_of_a_frame_freed_meanwhile_keeps_no_refusal() {
+    check(|| {
+        let options = Options::default().with_tree_children(2);
+        let config = Config::new(1024, 9).with_cores(2);
+        let alloc = Arc::new(LLFree::builder(config).options(options).build().unwrap());
+        let first = [8, 7, 6, 5, 4, 3, 2, 1, 0, 0].map(|order| alloc.alloc(order, 0).unwrap());
+        let last = alloc.alloc(0, 0).unwrap();
+        assert!(first.iter().all(|&b| b < 512) && last >= 512);
+        alloc.free(first[9], 0, 0).unwrap();
+        alloc.drain();
+        let other = {
+            let alloc = alloc.clone();
+            thread::spawn(move || alloc.free(last, 0, 1).unwrap())
+        };
+        let got = alloc.alloc(9, 0);
+        other.join().unwrap();
+        alloc.assert_consistent();
+        found_now_or_next(&alloc, got, 512);
+    });
+}
+
 /// A request of a huge frame that raced the free of `frame` either got it or was refused,
 /// and then the next request gets it: no refusal outlives the free.
 fn found_now_or_next(alloc: &LLFree, got: Result<usize, Error>, frame: usize) {

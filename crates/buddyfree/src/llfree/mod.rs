@@ -291,7 +291,7 @@ impl<W: WriteBack> LLFree<W> {
                     }
                     // Too fragmented for this order: give the units back, move on.
                     self.credit_local(slot, t, n);
-                    self.gave_back(ask, t, n);
+                    self.gave_back(ask, t);
                     t.0
                 }
                 Err(r) => match r.tree() {
@@ -356,15 +356,16 @@ impl<W: WriteBack> LLFree<W> {
         None
     }
 
-    /// Notes in the ask what a give-back of `n` units to `t` may have made findable, read
-    /// after it as a free's [`LLFree::covers`] is: a huge frame or more where `n` is one or a
-    /// frame of `t` is free as a whole, else the orders of the bit fields.
-    fn gave_back(&self, ask: &Ask, t: TreeId, n: usize) {
+    /// Notes in the ask what a give-back of units to `t` may have made findable, read after
+    /// it as a free's [`LLFree::covers`] is: every order where a frame of `t` is free as a
+    /// whole, else the orders of the bit fields. Not the size given back: units a search
+    /// held for a huge frame it did not find are no frame.
+    fn gave_back(&self, ask: &Ask, t: TreeId) {
         // A scan gives back to tree after tree: once every order is covered, no more reads.
         if ask.gave.get() == Some(u32::MAX) {
             return;
         }
-        let covered = match self.covers(t, n, HUGE_ORDER) {
+        let covered = match self.lower.any_free_frame(self.children(t)) {
             true => u32::MAX,
             false => lower::BITS_ORDER,
         };
@@ -494,7 +495,7 @@ impl<W: WriteBack> LLFree<W> {
             Some(_) => self.classes.stole(ask.class, t.0),
             None => {
                 self.give_back(source, t, 1 << ask.order);
-                self.gave_back(ask, t, 1 << ask.order);
+                self.gave_back(ask, t);
             }
         }
         index
@@ -560,20 +561,21 @@ impl<W: WriteBack> LLFree<W> {
     fn freed(&self, index: usize, n: usize, core: usize) {
         let core = self.core(core);
         let t = self.tree_of(index);
-        let local = match self.classes.count {
-            1 => self.locals[core].add(t, n),
+        let (slot, local) = match self.classes.count {
+            1 => (core, self.locals[core].add(t, n)),
             // Only the reservation of the tree's class can hold it, and none an unreserved
             // one (`classes.rs`): a tree read unreserved that this core reserves meanwhile
             // gets the units in `cU`, where the holder's sync finds them.
             _ => {
                 let e = self.trees.get(t);
-                e.reserved() && self.locals[self.slot(core, usize::from(e.class()))].add(t, n)
+                let slot = self.slot(core, usize::from(e.class()));
+                (slot, e.reserved() && self.locals[slot].add(t, n))
             }
         };
         if !local {
             self.add_to_tree(t, n);
         }
-        self.refusals.freed_if(|k| self.covers(t, n, k));
+        self.refusals.freed_if(|k| self.covers(t, n, k, slot));
         if !local {
             self.free_elsewhere(core, t);
         }
@@ -589,8 +591,33 @@ impl<W: WriteBack> LLFree<W> {
     /// from the tree's counter before it looks at frames, and a counter's units are no
     /// frame's in particular, so a search may miss a free frame of `t` for want of this
     /// free's units in the counter (another allocation having taken those of the frame).
-    fn covers(&self, t: TreeId, n: usize, order: u32) -> bool {
-        order <= lower::BITS_ORDER || n >= HUGE_UNITS || self.lower.any_free_frame(self.children(t))
+    ///
+    /// Unless, read after the free's credit, `t`'s counters hold less than a huge frame
+    /// ([`LLFree::short_of_huge`], with `slot` the reservation the free would credit): then
+    /// no search can take one there before a later credit, which reads the frames itself
+    /// (`refusal.rs`, "Short counts"). That spares a reclaim loop on a fragmented heap the
+    /// read of every frame of the tree at every free.
+    fn covers(&self, t: TreeId, n: usize, order: u32, slot: usize) -> bool {
+        order <= lower::BITS_ORDER
+            || n >= HUGE_UNITS
+            || (!self.short_of_huge(t, slot) && self.lower.any_free_frame(self.children(t)))
+    }
+
+    /// Whether `t`'s counters hold fewer units than a huge frame: its entry's `cU` and, if
+    /// it is reserved, the `cP` of reservation `slot`, read with `SeqCst` loads while no
+    /// count was in a core's hands (`moves.rs`). False where that cannot be told: another
+    /// reservation holds `t`, or a move ran.
+    fn short_of_huge(&self, t: TreeId, slot: usize) -> bool {
+        let before = self.moves.snapshot();
+        let entry = self.trees.get_seq_cst(t);
+        let held = match entry.reserved() {
+            false => 0,
+            true => match self.locals[slot].get_seq_cst() {
+                r if r.tree() == Some(t) => r.free(),
+                _ => return false,
+            },
+        };
+        entry.free() + held < HUGE_UNITS && self.moves.quiet_since(before)
     }
 
     /// Puts `n` units of `t` back: into `cP` of the reservation `local` if it is `t`, else

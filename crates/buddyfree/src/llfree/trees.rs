@@ -127,7 +127,7 @@ impl Trees {
     }
 
     /// The entry of `t`, read in the single order of `SeqCst` accesses (the summary's
-    /// second read after a clear: `summary.rs`).
+    /// second read after a clear, `summary.rs`; the refusal memo's reads after a free).
     pub(crate) fn get_seq_cst(&self, t: TreeId) -> Tree {
         Tree(self.entries[t.0].load(Ordering::SeqCst))
     }
