@@ -561,21 +561,20 @@ impl<W: WriteBack> LLFree<W> {
     fn freed(&self, index: usize, n: usize, core: usize) {
         let core = self.core(core);
         let t = self.tree_of(index);
-        let (slot, local) = match self.classes.count {
-            1 => (core, self.locals[core].add(t, n)),
+        let local = match self.classes.count {
+            1 => self.locals[core].add(t, n),
             // Only the reservation of the tree's class can hold it, and none an unreserved
             // one (`classes.rs`): a tree read unreserved that this core reserves meanwhile
             // gets the units in `cU`, where the holder's sync finds them.
             _ => {
                 let e = self.trees.get(t);
-                let slot = self.slot(core, usize::from(e.class()));
-                (slot, e.reserved() && self.locals[slot].add(t, n))
+                e.reserved() && self.locals[self.slot(core, usize::from(e.class()))].add(t, n)
             }
         };
         if !local {
             self.add_to_tree(t, n);
         }
-        self.refusals.freed_if(|k| self.covers(t, n, k, slot));
+        self.refusals.freed_if(move |k| self.covers(t, n, k, core));
         if !local {
             self.free_elsewhere(core, t);
         }
@@ -593,26 +592,26 @@ impl<W: WriteBack> LLFree<W> {
     /// free's units in the counter (another allocation having taken those of the frame).
     ///
     /// Unless, read after the free's credit, `t`'s counters hold less than a huge frame
-    /// ([`LLFree::short_of_huge`], with `slot` the reservation the free would credit): then
+    /// ([`LLFree::short_of_huge`], with the reservation of `core` the free would credit): then
     /// no search can take one there before a later credit, which reads the frames itself
     /// (`refusal.rs`, "Short counts"). That spares a reclaim loop on a fragmented heap the
     /// read of every frame of the tree at every free.
-    fn covers(&self, t: TreeId, n: usize, order: u32, slot: usize) -> bool {
+    fn covers(&self, t: TreeId, n: usize, order: u32, core: usize) -> bool {
         order <= lower::BITS_ORDER
             || n >= HUGE_UNITS
-            || (!self.short_of_huge(t, slot) && self.lower.any_free_frame(self.children(t)))
+            || (!self.short_of_huge(t, core) && self.lower.any_free_frame(self.children(t)))
     }
 
     /// Whether `t`'s counters hold fewer units than a huge frame: its entry's `cU` and, if
-    /// it is reserved, the `cP` of reservation `slot`, read with `SeqCst` loads while no
-    /// count was in a core's hands (`moves.rs`). False where that cannot be told: another
-    /// reservation holds `t`, or a move ran.
-    fn short_of_huge(&self, t: TreeId, slot: usize) -> bool {
+    /// it is reserved, the `cP` of `core`'s reservation of its class, read with `SeqCst`
+    /// loads while no count was in a core's hands (`moves.rs`). False where that cannot be
+    /// told: another reservation holds `t`, or a move ran.
+    fn short_of_huge(&self, t: TreeId, core: usize) -> bool {
         let before = self.moves.snapshot();
         let entry = self.trees.get_seq_cst(t);
         let held = match entry.reserved() {
             false => 0,
-            true => match self.locals[slot].get_seq_cst() {
+            true => match self.locals[self.slot(core, usize::from(entry.class()))].get_seq_cst() {
                 r if r.tree() == Some(t) => r.free(),
                 _ => return false,
             },

@@ -120,11 +120,17 @@ impl Summary {
         #[cfg(loom)]
         crate::sync::atomic::fence(Ordering::SeqCst);
         let bit = 1 << (t.0 % BITS);
-        for level in [ANY, HUGE].into_iter().filter(|&l| new >= least(l)) {
+        let mark = |level| {
             let word = self.word(level, t);
             if word.load(Ordering::SeqCst) & bit == 0 {
                 word.fetch_or(bit, Ordering::SeqCst);
             }
+        };
+        if new >= least(ANY) {
+            mark(ANY);
+        }
+        if new >= least(HUGE) {
+            mark(HUGE);
         }
     }
 
