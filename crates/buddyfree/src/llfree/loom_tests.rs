@@ -840,14 +840,7 @@ fn loom_a_stale_huge_mark_cleared_by_a_refusal_never_hides_a_free() {
         let frame = alloc.alloc(9, 0).unwrap();
         alloc.free(frame, 9, 1).unwrap();
         assert_eq!(alloc.alloc(9, 0), Ok(frame));
-        let other = {
-            let alloc = alloc.clone();
-            thread::spawn(move || alloc.free(frame, 9, 1).unwrap())
-        };
-        let got = alloc.alloc(9, 0);
-        other.join().unwrap();
-        alloc.assert_consistent();
-        found_now_or_next(&alloc, got, frame);
+        found_now_or_next(&alloc, frame, move |alloc| alloc.free(frame, 9, 1).unwrap());
         assert_eq!(alloc.alloc(9, 1), Err(Error::OutOfMemory));
     });
 }
@@ -892,15 +885,10 @@ fn a_short_count_never_keeps_a_stale_refusal(drained: bool) {
         if drained {
             alloc.drain();
         }
-        let other = {
-            let alloc = alloc.clone();
-            let core = usize::from(drained);
-            thread::spawn(move || units.map(|u| alloc.free(u, 0, core).unwrap()))
-        };
-        let got = alloc.alloc(9, 0);
-        other.join().unwrap();
-        alloc.assert_consistent();
-        found_now_or_next(&alloc, got, frame);
+        let core = usize::from(drained);
+        found_now_or_next(&alloc, frame, move |alloc| {
+            units.map(|u| alloc.free(u, 0, core).unwrap());
+        });
     });
 }
 
@@ -932,20 +920,25 @@ fn loom_a_search_holding_the_units_of_a_frame_freed_meanwhile_keeps_no_refusal()
         assert!(first.iter().all(|&b| b < 512) && last >= 512);
         alloc.free(first[9], 0, 0).unwrap();
         alloc.drain();
-        let other = {
-            let alloc = alloc.clone();
-            thread::spawn(move || alloc.free(last, 0, 1).unwrap())
-        };
-        let got = alloc.alloc(9, 0);
-        other.join().unwrap();
-        alloc.assert_consistent();
-        found_now_or_next(&alloc, got, 512);
+        found_now_or_next(&alloc, 512, move |alloc| alloc.free(last, 0, 1).unwrap());
     });
 }
 
-/// A request of a huge frame that raced the free of `frame` either got it or was refused,
-/// and then the next request gets it: no refusal outlives the free.
-fn found_now_or_next(alloc: &LLFree, got: Result<usize, Error>, frame: usize) {
+/// Core 0 asks for a huge frame while another thread runs `free`, which makes `frame` free:
+/// the request either got it or was refused, and then the next request gets it (no refusal
+/// outlives the free).
+fn found_now_or_next(
+    alloc: &Arc<LLFree>,
+    frame: usize,
+    free: impl FnOnce(&LLFree) + Send + 'static,
+) {
+    let other = {
+        let alloc = alloc.clone();
+        thread::spawn(move || free(&alloc))
+    };
+    let got = alloc.alloc(9, 0);
+    other.join().unwrap();
+    alloc.assert_consistent();
     match got {
         Ok(index) => assert_eq!(index, frame),
         Err(e) => {
