@@ -267,7 +267,8 @@ fn a_free_that_completes_no_huge_frame_keeps_the_refusal() {
 /// a refusal recorded meanwhile must not outlive the free that completed a frame. Either
 /// every frame keeps units 0 and 1 and the threads free those of frames 1 and 2, or frames
 /// 1 and 2 are wholly taken and the threads free all their units (half each): then the
-/// first half of the frees leaves the heap's counters short of a huge frame.
+/// first half of the frees leaves the heap's counters short of a huge frame (LLFree's frees
+/// skip reading the frames there: `refusal.rs`, "Short counts").
 #[test]
 fn no_refusal_of_a_huge_frame_outlives_the_free_that_completes_it() {
     const ROUNDS: usize = 40;

@@ -170,11 +170,10 @@ fn alloc_retry(alloc: &LLFree, order: u32, core: usize) -> usize {
     }
 }
 
-fn one_tree_of_two_frames(cores: usize) -> LLFree {
-    let options = Options {
-        tree_children: 2,
-        ..Options::default()
-    };
+/// Two huge frames in trees of `tree_children` frames (one tree of both, or two), for
+/// `cores` cores.
+fn two_frames(tree_children: usize, cores: usize) -> LLFree {
+    let options = Options::default().with_tree_children(tree_children);
     LLFree::builder(Config::new(1024, 9).with_cores(cores))
         .options(options)
         .build()
@@ -186,7 +185,7 @@ fn one_tree_of_two_frames(cores: usize) -> LLFree {
 #[test]
 fn loom_steal_a_reserved_tree() {
     check(|| {
-        let alloc = Arc::new(one_tree_of_two_frames(2));
+        let alloc = Arc::new(two_frames(2, 2));
         let small = alloc.alloc(0, 0).unwrap();
         let other = {
             let alloc = alloc.clone();
@@ -214,7 +213,7 @@ fn loom_steal_a_reserved_tree() {
 #[test]
 fn loom_drain_a_core_while_it_allocates() {
     check(|| {
-        let alloc = Arc::new(one_tree_of_two_frames(2));
+        let alloc = Arc::new(two_frames(2, 2));
         let first = alloc.alloc(0, 0).unwrap();
         let other = {
             let alloc = alloc.clone();
@@ -305,7 +304,7 @@ fn loom_order0_reuse_of_a_block_start_being_freed() {
 #[test]
 fn loom_fallback_waits_for_a_reservation_in_flight() {
     check(|| {
-        let alloc = Arc::new(one_tree_of_two_frames(2));
+        let alloc = Arc::new(two_frames(2, 2));
         let first = alloc.alloc(0, 0).unwrap();
         let other = {
             let alloc = alloc.clone();
@@ -833,9 +832,7 @@ fn loom_a_stale_mark_cleared_by_a_refusal_never_hides_a_free() {
 #[test]
 fn loom_a_stale_huge_mark_cleared_by_a_refusal_never_hides_a_free() {
     check(|| {
-        let options = Options::default().with_tree_children(1);
-        let config = Config::new(1024, 9).with_cores(2);
-        let alloc = Arc::new(LLFree::builder(config).options(options).build().unwrap());
+        let alloc = Arc::new(two_frames(1, 2));
         alloc.alloc(9, 0).unwrap();
         let frame = alloc.alloc(9, 0).unwrap();
         alloc.free(frame, 9, 1).unwrap();
@@ -853,9 +850,7 @@ fn loom_a_stale_huge_mark_cleared_by_a_refusal_never_hides_a_free() {
 #[test]
 fn loom_a_reservation_given_back_is_marked_whatever_a_raise_in_flight_does() {
     check(|| {
-        let options = Options::default().with_tree_children(2);
-        let config = Config::new(1024, 9).with_cores(3);
-        let alloc = Arc::new(LLFree::builder(config).options(options).build().unwrap());
+        let alloc = Arc::new(two_frames(2, 3));
         let unit = alloc.alloc(0, 0).unwrap();
         let other = {
             let alloc = alloc.clone();
@@ -876,9 +871,7 @@ fn loom_a_reservation_given_back_is_marked_whatever_a_raise_in_flight_does() {
 /// by the next one.
 fn a_short_count_never_keeps_a_stale_refusal(drained: bool) {
     check(move || {
-        let options = Options::default().with_tree_children(2);
-        let config = Config::new(1024, 9).with_cores(2);
-        let alloc = Arc::new(LLFree::builder(config).options(options).build().unwrap());
+        let alloc = Arc::new(two_frames(2, 2));
         alloc.alloc(9, 0).unwrap();
         let units = [alloc.alloc(0, 0).unwrap(), alloc.alloc(0, 0).unwrap()];
         let frame = units[0] / 512 * 512;
@@ -912,9 +905,7 @@ fn loom_a_short_count_in_a_tree_entry_never_keeps_a_stale_refusal() {
 #[test]
 fn loom_a_search_holding_the_units_of_a_frame_freed_meanwhile_keeps_no_refusal() {
     check(|| {
-        let options = Options::default().with_tree_children(2);
-        let config = Config::new(1024, 9).with_cores(2);
-        let alloc = Arc::new(LLFree::builder(config).options(options).build().unwrap());
+        let alloc = Arc::new(two_frames(2, 2));
         let first = [8, 7, 6, 5, 4, 3, 2, 1, 0, 0].map(|order| alloc.alloc(order, 0).unwrap());
         let last = alloc.alloc(0, 0).unwrap();
         assert!(first.iter().all(|&b| b < 512) && last >= 512);

@@ -15,9 +15,9 @@
 //! on the refusing path, clears it. Kept by:
 //!
 //! - **Raising `cU` to the level or above** (a free from a core not holding the tree, a
-//!   reservation given back, units an allocation gives back): the read-modify-write that
-//!   raised it returns the old count (so the writer knows the new one), and the writer then reads the bit of each level the
-//!   count reaches and sets it where it is clear ([`Summary::raised`]). Every raise does,
+//!   reservation given back, units an allocation gives back): the writer reads, after the
+//!   read-modify-write that raised it, the bit of each level the new count reaches, and
+//!   sets it where it is clear ([`Summary::raised`]). Every raise does,
 //!   not only the one that crossed the level: the crossing writer may be preempted before
 //!   its bit, and the units of a later raise (a whole reservation given back) must not wait
 //!   for it. Inside a reservation move the bit is set before the move ends, so a scanner
