@@ -63,10 +63,9 @@ pub struct Shape {
     all_occ: State,
     all_occ_child: State,
     all_coal_child: State,
-    /// The `GEN` field, its first bit and its unit.
+    /// The `GEN` field and its first bit.
     gen_mask: State,
     gen_at: u32,
-    gen_one: State,
     /// The guard (module docs): the `INVALID` bit, the unit of `COUNT` and its largest value
     /// (0: no guard).
     invalid: State,
@@ -114,7 +113,6 @@ impl Shape {
             all_coal_child: ((1 << children) - 1) << (nodes + children),
             gen_mask: ((1 << gen_bits) - 1) << gen_at,
             gen_at,
-            gen_one: 1 << gen_at,
             invalid: 0,
             count_one: 0,
             count_max: 0,
@@ -262,9 +260,9 @@ impl Shape {
         let w = (w & !self.coal_bit(ch)) | self.occ_child(ch);
         // A generation in the top bits wraps by itself: the carry leaves the word.
         let w = if self.gen_mask >> (State::BITS - 1) != 0 {
-            w.wrapping_add(self.gen_one)
+            w.wrapping_add(1 << self.gen_at)
         } else {
-            (w & !self.gen_mask) | (w.wrapping_add(self.gen_one) & self.gen_mask)
+            (w & !self.gen_mask) | (w.wrapping_add(1 << self.gen_at) & self.gen_mask)
         };
         // A wrap while an UNMARK is registered could bring the generation back to the value
         // it read: it can no longer trust any generation it read before.
@@ -368,14 +366,10 @@ impl Shape {
         w & self.invalid != 0
     }
 
-    /// How many UNMARKs are registered (`COUNT`).
+    /// How many UNMARKs are registered (`COUNT`; 0 in an unguarded cell, whose `count_max` is 0).
     #[inline]
     fn count(&self, w: State) -> u64 {
-        if self.is_guarded() {
-            (w / self.count_one) & self.count_max
-        } else {
-            0
-        }
+        (w / self.count_one.max(1)) & self.count_max
     }
 
     /// Registers an UNMARK that reads this cell's generation, if it may: `(state, whether
