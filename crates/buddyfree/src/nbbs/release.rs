@@ -302,16 +302,10 @@ impl<K: Kind> Forest<K> {
     fn unlink(&self, up: &Up<'_>, mut reg: Option<u64>) -> Option<State> {
         let (here, level, cell, ch) = (up.word, up.level, up.cell, up.ch);
         loop {
-            let mut step = Step::GaveUp;
-            // AcqRel: acquire the frees merged below (the buddy's release), release them,
-            // with ours, to whoever allocates this larger block; acquire the marks whose
+            // AcqRel (`step`): acquire the frees merged below (the buddy's release), release
+            // them, with ours, to whoever allocates this larger block; acquire the marks whose
             // generation a refusal reads.
-            let r = try_cas(here, Ordering::AcqRel, |w| {
-                let (new, s) = Self::unmark_step(w, ch, reg);
-                step = s;
-                new
-            });
-            let w = r.unwrap_or_else(|w| w);
+            let (w, step) = Self::step(here, |w| Self::unmark_step(w, ch, reg));
             trace!("unmark {level}/{cell} ch {ch} gen {reg:?} -> {step:?} {w:x}");
             match step {
                 // U8-U9 return when the coalescing bit is gone. We go on while this cell is
@@ -343,32 +337,47 @@ impl<K: Kind> Forest<K> {
     #[inline]
     fn unmark_step(w: State, ch: u32, reg: Option<u64>) -> (Option<State>, Step) {
         let s = Self::S;
-        let leave = |w, otherwise| {
-            let (new, sweeps) = s.leave(w);
-            (Some(new), if sweeps { Step::Sweep } else { otherwise })
-        };
-        if !s.coalescing(w, ch) {
-            return match reg {
-                Some(_) if s.is_guarded() => leave(w, Step::Consumed),
-                _ => (None, Step::Consumed),
-            };
-        }
-        if s.invalid(w) {
-            return match reg {
-                Some(_) => leave(w, Step::GaveUp),
-                None => (None, Step::GaveUp),
-            };
-        }
-        if let Some(new) = s.unmark(w, ch, reg) {
+        // Stops here: the coalescing bit is gone, or the cell `INVALID` (only a guarded one
+        // is); a registered caller leaves.
+        let stop = if !s.coalescing(w, ch) {
+            Step::Consumed
+        } else if s.invalid(w) {
+            Step::GaveUp
+        } else if let Some(new) = s.unmark(w, ch, reg) {
             return (Some(new), Step::Unlinked);
-        }
-        if reg.is_some() || !s.is_guarded() {
+        } else if reg.is_some() || !s.is_guarded() {
             return (None, Step::Recheck);
+        } else {
+            return match s.register(w) {
+                (new, true) => (Some(new), Step::Recheck),
+                (new, false) => (Some(new), Step::GaveUp),
+            };
+        };
+        match reg {
+            Some(_) if s.is_guarded() => Self::leave_step(w, stop),
+            _ => (None, stop),
         }
-        match s.register(w) {
-            (new, true) => (Some(new), Step::Recheck),
-            (new, false) => (Some(new), Step::GaveUp),
-        }
+    }
+
+    /// Leaves a registration on state `w`: the new state and `otherwise`, or [`Step::Sweep`]
+    /// for the last to leave an `INVALID` cell.
+    #[inline(always)]
+    fn leave_step(w: State, otherwise: Step) -> (Option<State>, Step) {
+        let (new, sweeps) = Self::S.leave(w);
+        (Some(new), if sweeps { Step::Sweep } else { otherwise })
+    }
+
+    /// [`try_cas`] (AcqRel) of a step that also says what it did: the state after (installed
+    /// or confirmed) and what the last try did.
+    #[inline(always)]
+    fn step(here: &AtomicU64, mut f: impl FnMut(State) -> (Option<State>, Step)) -> (State, Step) {
+        let mut step = Step::GaveUp;
+        let r = try_cas(here, Ordering::AcqRel, |w| {
+            let (new, s) = f(w);
+            step = s;
+            new
+        });
+        (r.unwrap_or_else(|w| w), step)
     }
 
     /// The state of child `ch` of cell `cell` at `level`, confirmed current by an RMW (a
@@ -382,16 +391,14 @@ impl<K: Kind> Forest<K> {
     /// Ends a registration at `cell` of `level` without unlinking; the last to leave an
     /// `INVALID` cell sweeps it. The cell's state after the sweep, or `None`.
     fn leave(&self, level: usize, cell: usize) -> Option<State> {
-        let mut sweeps = false;
         // AcqRel: a sweeper's reading, as `unlink`'s.
-        let w = try_cas(self.cell(level, cell), Ordering::AcqRel, |w| {
-            let (new, s) = Self::S.leave(w);
-            sweeps = s;
-            Some(new)
-        })
-        .unwrap_or_else(|w| w);
-        trace!("leave {level}/{cell} -> sweeps {sweeps} {w:x}");
-        sweeps.then(|| self.sweep(level, cell, w)).flatten()
+        let (w, step) = Self::step(self.cell(level, cell), |w| {
+            Self::leave_step(w, Step::GaveUp)
+        });
+        trace!("leave {level}/{cell} -> {step:?} {w:x}");
+        (step == Step::Sweep)
+            .then(|| self.sweep(level, cell, w))
+            .flatten()
     }
 
     /// The sweep of a guarded cell whose `INVALID` bit the caller cleared, registered, its
@@ -416,21 +423,12 @@ impl<K: Kind> Forest<K> {
                     }
                 }
             }
-            let mut step = Step::GaveUp;
-            let r = try_cas(here, Ordering::AcqRel, |w| {
-                if Self::S.invalid(w) {
-                    let (new, s) = Self::S.leave(w);
-                    step = if s { Step::Sweep } else { Step::GaveUp };
-                    Some(new)
-                } else if let Some(new) = Self::S.sweep(w, expect, drop) {
-                    step = Step::Unlinked;
-                    Some(new)
-                } else {
-                    step = Step::Recheck;
-                    None
-                }
+            let step;
+            (w, step) = Self::step(here, |w| match Self::S.sweep(w, expect, drop) {
+                _ if Self::S.invalid(w) => Self::leave_step(w, Step::GaveUp),
+                Some(new) => (Some(new), Step::Unlinked),
+                None => (None, Step::Recheck),
             });
-            w = r.unwrap_or_else(|w| w);
             trace!("sweep {level}/{cell} drop {drop:x} -> {step:?} {w:x}");
             match step {
                 Step::Unlinked => return Some(w),
@@ -455,14 +453,12 @@ impl<K: Kind> Forest<K> {
             })
             .is_ok();
         }
-        match try_cas(home, Ordering::Relaxed, claim) {
-            Ok(now) => {
-                trace!("claim {at:?} -> {now:x}");
-                self.release(at, now, 0);
-                true
-            }
-            Err(_) => false,
-        }
+        let Ok(now) = try_cas(home, Ordering::Relaxed, claim) else {
+            return false;
+        };
+        trace!("claim {at:?} -> {now:x}");
+        self.release(at, now, 0);
+        true
     }
 
     /// Frees the allocated block (`index`, `order`), which must not lie in a root cell, up
