@@ -170,12 +170,14 @@ pub(super) struct Place {
 /// start ([`Forest::climb`]), and each step keeps it: the level goes down, and the index
 /// does not grow, since `starts` increases with the level ([`Forest::build`]) and a parent's
 /// number is its child's shifted right.
-pub(super) struct Climb<'a, K: Kind> {
+#[derive(Clone)]
+pub(super) struct Climb<'a> {
     cells: &'a [AtomicU64],
     starts: &'a [usize],
     level: usize,
     cell: usize,
-    kind: PhantomData<K>,
+    /// Levels per cell (`K`): a parent's number is its child's shifted right by this.
+    levels: u32,
 }
 
 /// A step of a [`Climb`]: cell `cell` of cell level `level`, its word, and which of its
@@ -187,13 +189,7 @@ pub(super) struct Up<'a> {
     pub(super) word: &'a AtomicU64,
 }
 
-impl<K: Kind> Clone for Climb<'_, K> {
-    fn clone(&self) -> Self {
-        Climb { ..*self }
-    }
-}
-
-impl<'a, K: Kind> Climb<'a, K> {
+impl<'a> Climb<'a> {
     /// The word of the cell the climb is at: its start, before the first step.
     #[inline(always)]
     pub(super) fn here(&self) -> &'a AtomicU64 {
@@ -205,7 +201,7 @@ impl<'a, K: Kind> Climb<'a, K> {
     }
 }
 
-impl<'a, K: Kind> Iterator for Climb<'a, K> {
+impl<'a> Iterator for Climb<'a> {
     type Item = Up<'a>;
 
     #[inline(always)]
@@ -213,14 +209,14 @@ impl<'a, K: Kind> Iterator for Climb<'a, K> {
         if self.level == 0 {
             return None;
         }
-        let (cell, ch) = Forest::<K>::parent(self.cell);
+        let ch = (self.cell & ((1 << self.levels) - 1)) as u32;
         self.level -= 1;
-        self.cell = cell;
+        self.cell >>= self.levels;
         // Keeps the invariant (see `Climb`).
         let word = self.here();
         Some(Up {
             level: self.level,
-            cell,
+            cell: self.cell,
             ch,
             word,
         })
@@ -393,7 +389,7 @@ impl<K: Kind> Forest<K> {
     /// If the cell is not in the table, as [`Forest::cell`] (a node out of range: never, for
     /// a checked block).
     #[inline(always)]
-    pub(super) fn climb(&self, at: Place) -> Climb<'_, K> {
+    pub(super) fn climb(&self, at: Place) -> Climb<'_> {
         assert!(
             self.level_start[at.level] + at.cell < self.cells.len(),
             "cell {at:?} out of the table"
@@ -403,17 +399,8 @@ impl<K: Kind> Forest<K> {
             starts: &self.level_start,
             level: at.level,
             cell: at.cell,
-            kind: PhantomData,
+            levels: Self::LEVELS,
         }
-    }
-
-    /// The parent cell of `cell` and which of its children `cell` is.
-    #[inline]
-    pub(super) fn parent(cell: usize) -> (usize, u32) {
-        (
-            cell >> Self::LEVELS,
-            (cell & (Self::S.children as usize - 1)) as u32,
-        )
     }
 
     /// Alg. 3 (TRYALLOC): reserves `node`, then climbs marking the ancestors occupied up to

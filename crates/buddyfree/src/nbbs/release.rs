@@ -155,7 +155,7 @@ impl<K: Kind> Forest<K> {
     #[inline(always)]
     fn mark_coalescing(
         &self,
-        climb: Climb<'_, K>,
+        climb: Climb<'_>,
         j: u32,
         now: State,
         marked: usize,
@@ -276,7 +276,7 @@ impl<K: Kind> Forest<K> {
     /// sweep of the last UNMARK to leave it ([`Forest::sweep`]); one that stops below a cell
     /// where its coalescing climb registered leaves that cell on the way up.
     #[inline(always)]
-    pub(super) fn unmark(&self, climb: Climb<'_, K>, now: State, seen: &mut Seen) {
+    pub(super) fn unmark(&self, climb: Climb<'_>, now: State, seen: &mut Seen) {
         // `Some(state)` while climbing: the state of the cell below after our last step.
         let mut below = Self::S.looks_free(now).then_some(now);
         for up in climb {

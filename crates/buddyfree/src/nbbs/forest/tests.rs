@@ -3,6 +3,12 @@ use crate::nbbs::cell::State;
 use crate::nbbs::release::Seen;
 use core::ops::RangeInclusive;
 
+/// The parent cell of `cell` and which of its children `cell` is (a [`Climb`]'s step).
+fn parent<K: Kind>(cell: usize) -> (usize, u32) {
+    let levels = Forest::<K>::LEVELS;
+    (cell >> levels, (cell & ((1 << levels) - 1)) as u32)
+}
+
 /// A free's UNMARK stalls after its clear while its units are allocated again: V takes
 /// unit 0 and starts freeing it, Y takes unit 1 and completes, then V's coalescing mark
 /// lands above Y's marks and the stalled UNMARK finds it. The published UNMARK clears
@@ -30,19 +36,15 @@ fn stale_unmark_races_realloc<K: Kind>(units: usize, max_order: u32, reallocs: u
     .unwrap();
     let mut v_seen = Seen::new();
     assert!(s.keeps_climbing(now, s.node_bits(v.j)));
-    let (mut level, mut cell) = (v.level, v.cell);
-    while level > x.level {
-        let ch;
-        (cell, ch) = Forest::<K>::parent(cell);
-        level -= 1;
-        let old = Forest::<K>::coalesce(f.cell(level, cell), level, ch, true, &mut v_seen).unwrap();
-        assert!(s.keeps_climbing(old, s.child_bits(ch)));
+    for up in f.climb(v).take(v.level - x.level) {
+        let old = Forest::<K>::coalesce(up.word, up.level, up.ch, true, &mut v_seen).unwrap();
+        assert!(s.keeps_climbing(old, s.child_bits(up.ch)));
     }
     // Y: allocates unit 1, marking the whole path.
     assert_eq!(f.alloc(0, 0), Ok(1));
     // V: marks the link above X's cell coalescing, after Y's mark there, and finishes.
-    let (up, ch) = Forest::<K>::parent(x.cell);
-    Forest::<K>::coalesce(f.cell(x.level - 1, up), x.level - 1, ch, true, &mut v_seen).unwrap();
+    let up = f.climb(x).next().unwrap();
+    Forest::<K>::coalesce(up.word, up.level, up.ch, true, &mut v_seen).unwrap();
     let now = f.clear(v);
     f.unmark(f.climb(v), now, &mut v_seen);
     f.count_free(1, Node { order: 0, pos: 0 }, 0);
@@ -72,18 +74,18 @@ fn rollback_after_reuse<K: Kind>(units: usize, max_order: u32, p_order: u32) {
     assert!(at.level >= 2, "unit 0 needs two cell levels above it");
     let home = f.cell(at.level, at.cell);
     try_cas(home, Ordering::Relaxed, |w| s.reserve(w, at.j).ok()).unwrap();
-    let (c, ch) = Forest::<K>::parent(at.cell);
+    let (c, ch) = parent::<K>(at.cell);
     try_cas(f.cell(at.level - 1, c), Ordering::Relaxed, |w| {
         s.mark(w, ch).ok()
     })
     .unwrap();
-    let (p, pch) = Forest::<K>::parent(c);
+    let (p, pch) = parent::<K>(c);
     let above = f.cell(at.level - 2, p).load(Ordering::Relaxed);
     assert!(s.mark(above, pch).is_err(), "P is occupied");
     // P is freed; unit 1 is allocated below C's other link, and freed.
     f.free(0, p_order, 0).unwrap();
     let one = f.place(Node { order: 0, pos: 1 });
-    assert_eq!(Forest::<K>::parent(one.cell), (c, ch ^ 1));
+    assert_eq!(parent::<K>(one.cell), (c, ch ^ 1));
     f.alloc_at(1, 0, 0).unwrap();
     f.free(1, 0, 0).unwrap();
     // The rollback (T11), as `try_alloc` does it.
@@ -103,7 +105,7 @@ fn rollback_in_cell_after_reuse<K: Kind>(units: usize, max_order: u32, p_order: 
     let at = f.place(Node { order: 0, pos: 0 });
     let home = f.cell(at.level, at.cell);
     try_cas(home, Ordering::Relaxed, |w| s.reserve(w, at.j).ok()).unwrap();
-    let (p, pch) = Forest::<K>::parent(at.cell);
+    let (p, pch) = parent::<K>(at.cell);
     let above = f.cell(at.level - 1, p).load(Ordering::Relaxed);
     assert!(s.mark(above, pch).is_err(), "P is occupied");
     f.free(0, p_order, 0).unwrap();
