@@ -592,18 +592,16 @@ impl<K: Kind> Forest<K> {
             }
             seen |= 1 << (k >> order);
         }
-        if seen.count_ones() as usize != group.len() {
-            return false;
-        }
         let node = Node::at(base, top);
         let at = self.place(node);
-        if !self.free_node(at, |w| Self::S.join(w, at.j, rows)) {
+        if seen.count_ones() as usize != group.len()
+            || !self.free_node(at, |w| Self::S.join(w, at.j, rows))
+        {
             return false;
         }
         trace!("freed group {node:?} rows {rows}");
         // The hint single frees of the blocks would leave, for the next group or block.
-        let first = Node::at(base, order);
-        self.count_free(1 << top, first, core);
+        self.count_free(1 << top, Node::at(base, order), core);
         true
     }
 

@@ -143,30 +143,24 @@ impl<K: Kind> Forest<K> {
     pub(super) fn release(&self, at: Place, now: State, marked: usize) {
         let mut seen = Seen::new();
         let climb = self.climb(at);
-        self.mark_coalescing(climb.clone(), at.j, now, marked, &mut seen);
+        if Self::S.keeps_climbing(now, Self::S.node_bits(at.j)) {
+            self.mark_coalescing(climb.clone(), marked, &mut seen);
+        }
         let now = self.clear(at);
         self.unmark(climb, now, &mut seen);
     }
 
-    /// F6-F19: marks the ancestors coalescing along `climb`, from the cell of the held node
-    /// `j` (whose state is `now`), as far as the merge may reach, recording the generation of
-    /// each cell marked. Above cell level `marked` (see `release`) only links that are set
-    /// and live.
+    /// F6-F19: marks the ancestors coalescing along `climb`, from the cell of a held node
+    /// whose free keeps climbing there ([`Shape::keeps_climbing`], the caller's check), as far
+    /// as the merge may reach, recording the generation of each cell marked. Above cell level
+    /// `marked` (see `release`) only links that are set and live.
+    ///
+    /// [`Shape::keeps_climbing`]: super::cell::Shape::keeps_climbing
     #[inline(always)]
-    fn mark_coalescing(
-        &self,
-        climb: Climb<'_>,
-        j: u32,
-        now: State,
-        marked: usize,
-        seen: &mut Seen,
-    ) {
-        if !Self::S.keeps_climbing(now, Self::S.node_bits(j)) {
-            return;
-        }
+    fn mark_coalescing(&self, climb: Climb<'_>, marked: usize, seen: &mut Seen) {
         for up in climb {
             let own = up.level >= marked;
-            let Some(old) = Self::coalesce(up.word, up.level, up.ch, own, seen) else {
+            let Some(old) = Self::coalesce(&up, own, seen) else {
                 return;
             };
             if !Self::S.keeps_climbing(old, Self::S.child_bits(up.ch)) {
@@ -175,18 +169,14 @@ impl<K: Kind> Forest<K> {
         }
     }
 
-    /// F9 at one cell: sets the coalescing bit of child `ch` of `here` (at `level`) and, where
-    /// the cell is guarded, registers (module docs); records the generation read. `own`: the link carries the caller's own mark; otherwise (a rollback
-    /// above its marks, see `release`) only a link that is set and live, and `None` if it is
-    /// not. The cell's state after.
+    /// F9 at one cell: sets the coalescing bit of child `up.ch` of the cell at `up` and, where
+    /// the cell is guarded, registers (module docs); records the generation read. `own`: the
+    /// link carries the caller's own mark; otherwise (a rollback above its marks, see
+    /// `release`) only a link that is set and live, and `None` if it is not. The cell's state
+    /// after.
     #[inline(always)]
-    pub(super) fn coalesce(
-        here: &AtomicU64,
-        level: usize,
-        ch: u32,
-        own: bool,
-        seen: &mut Seen,
-    ) -> Option<State> {
+    pub(super) fn coalesce(up: &Up<'_>, own: bool, seen: &mut Seen) -> Option<State> {
+        let (here, level, ch) = (up.word, up.level, up.ch);
         let coal = Self::S.coal_bit(ch);
         let mut registered = false;
         let mut coalesce = |w: State| {
@@ -473,7 +463,9 @@ impl<K: Kind> Forest<K> {
         })
         .expect("the block is allocated");
         let mut seen = Seen::new();
-        self.mark_coalescing(self.climb(at), at.j, now, 0, &mut seen);
+        if Self::S.keeps_climbing(now, Self::S.node_bits(at.j)) {
+            self.mark_coalescing(self.climb(at), 0, &mut seen);
+        }
         let now = self.clear(at);
         Stalled {
             node,

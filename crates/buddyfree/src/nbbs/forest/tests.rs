@@ -37,14 +37,14 @@ fn stale_unmark_races_realloc<K: Kind>(units: usize, max_order: u32, reallocs: u
     let mut v_seen = Seen::new();
     assert!(s.keeps_climbing(now, s.node_bits(v.j)));
     for up in f.climb(v).take(v.level - x.level) {
-        let old = Forest::<K>::coalesce(up.word, up.level, up.ch, true, &mut v_seen).unwrap();
+        let old = Forest::<K>::coalesce(&up, true, &mut v_seen).unwrap();
         assert!(s.keeps_climbing(old, s.child_bits(up.ch)));
     }
     // Y: allocates unit 1, marking the whole path.
     assert_eq!(f.alloc(0, 0), Ok(1));
     // V: marks the link above X's cell coalescing, after Y's mark there, and finishes.
     let up = f.climb(x).next().unwrap();
-    Forest::<K>::coalesce(up.word, up.level, up.ch, true, &mut v_seen).unwrap();
+    Forest::<K>::coalesce(&up, true, &mut v_seen).unwrap();
     let now = f.clear(v);
     f.unmark(f.climb(v), now, &mut v_seen);
     f.count_free(1, Node { order: 0, pos: 0 }, 0);
