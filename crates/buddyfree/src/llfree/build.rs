@@ -207,13 +207,11 @@ impl LLFree {
     /// ([`Builder::policy`]) or a lower level the caller keeps ([`Builder::kept`]); built
     /// on the heap ([`Builder::build`]) or in caller memory ([`Builder::build_in`]).
     pub const fn builder(config: Config) -> Builder {
-        let options = Options::for_config(config);
-        let policy = Policy::single();
         Builder {
             settings: Settings {
                 config,
-                options,
-                policy,
+                options: Options::for_config(config),
+                policy: Policy::single(),
             },
             lower: Fresh,
         }
@@ -282,46 +280,39 @@ impl<W: WriteBack> LLFree<W> {
             options,
             policy,
         } = upper.settings;
-        let children = options.tree_children;
-        let tree_units = children * HUGE_UNITS;
+        let tree_units = options.tree_children * HUGE_UNITS;
         let permille = |p: usize| tree_units * p / 1000;
-        let huges = lower.huges();
-        let classes = Classes::new(policy);
-        let trees = Trees::new(
-            meta,
-            upper.trees,
-            (tree_units, config.units),
-            |t| {
-                (t * children..((t + 1) * children).min(huges))
-                    .map(|h| lower.child(HugeId(h)).free())
-                    .sum()
-            },
-            policy.initial().number(),
-            (
-                permille(options.allocated_below_permille),
-                permille(options.free_above_permille),
-            ),
-        )?;
-        let summary = Summary::new(meta, upper.summary)?;
-        for t in (0..trees.len()).map(TreeId) {
-            summary.raised(t, trees.get(t).free());
-        }
-        Ok(LLFree {
+        let thresholds = (
+            permille(options.allocated_below_permille),
+            permille(options.free_above_permille),
+        );
+        let class = policy.initial().number();
+        let units = (tree_units, config.units);
+        let llfree = LLFree {
             lower,
-            trees,
-            summary,
+            trees: Trees::new(meta, upper.trees, units, class, thresholds)?,
+            summary: Summary::new(meta, upper.summary)?,
             locals: meta.table(upper.locals, |_| CachePadded::new(Local::new()))?,
             cores: config.cores,
-            classes,
+            classes: Classes::new(policy),
             units: config.units,
             max_order: config.max_order,
-            tree_children: children,
+            tree_children: options.tree_children,
             tree_shift: tree_units.trailing_zeros(),
             reserve_on_free: options.reserve_on_free,
             moves: Moves::new(),
             refusals: Refusals::default(),
             reserved: Reserved::new(config.units, config.max_order),
-        })
+        };
+        // Each tree's free units are its frames', credited as a free credits them (its
+        // summary marks set with them).
+        for t in (0..llfree.trees.len()).map(TreeId) {
+            let frames = llfree
+                .children(t)
+                .map(|h| llfree.lower.child(HugeId(h)).free());
+            llfree.add_to_tree(t, frames.sum());
+        }
+        Ok(llfree)
     }
 }
 
