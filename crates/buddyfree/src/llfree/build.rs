@@ -357,7 +357,7 @@ pub struct Fresh;
 #[cfg(not(loom))]
 #[derive(Debug)]
 pub struct Kept {
-    memory: MetadataMemory,
+    lower: MetadataMemory,
     init: Init,
 }
 
@@ -454,13 +454,9 @@ impl Builder {
     /// once it is dropped they hold the lower level as it left it.
     #[cfg(not(loom))]
     pub unsafe fn kept(self, lower: MetadataMemory, init: Init) -> Builder<Kept> {
-        let lower = Kept {
-            memory: lower,
-            init,
-        };
         Builder {
             settings: self.settings,
-            lower,
+            lower: Kept { lower, init },
         }
     }
 }
@@ -489,17 +485,9 @@ impl Builder<Kept> {
 
     /// The build over the kept lower level, the upper level in `upper` or on the heap.
     fn over(self, upper: Option<MetadataMemory>) -> Result<LLFree, RecoverError> {
-        let Kept { memory, init } = self.lower;
+        let Kept { lower, init } = self.lower;
         // SAFETY: the memory is lent by `MetadataMemory`'s contract, and initialised for
         // `Init::Recover` by `Builder::kept`'s.
-        unsafe {
-            LLFree::over_raw(
-                self.settings,
-                Some(init),
-                memory.into_raw(),
-                Volatile,
-                upper,
-            )
-        }
+        unsafe { LLFree::over_raw(self.settings, Some(init), lower.into_raw(), Volatile, upper) }
     }
 }
