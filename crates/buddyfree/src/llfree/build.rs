@@ -103,10 +103,8 @@ impl Options {
     /// ```
     pub const fn max_order(&self) -> u32 {
         match self.tree_children.checked_mul(HUGE_UNITS) {
-            Some(units) => match units.checked_ilog2() {
-                Some(order) => order,
-                None => 0,
-            },
+            Some(0) => 0,
+            Some(units) => units.ilog2(),
             None => usize::BITS - 1,
         }
     }
