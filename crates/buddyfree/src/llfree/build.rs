@@ -22,8 +22,6 @@ use crate::sync::atomic::{AtomicU32, AtomicU64};
 use crate::sync::CachePadded;
 use crate::table::{build, Metadata, Part, Plan};
 use crate::{Config, ConfigRule, Error, MetadataMemory};
-#[cfg(not(loom))]
-use core::alloc::Layout;
 
 /// Tuning of the upper level, given to [`Builder::options`]. It may grow fields, so it is
 /// made by [`Options::for_config`] (or `default`) and the `with_*` methods, not by a struct
@@ -463,7 +461,7 @@ impl Builder {
 impl Builder<Kept> {
     /// The bytes and alignment of the upper level (tree entries, per-core reservations)
     /// that [`Builder::build_in`] takes: the kept lower level is not part of it.
-    pub fn metadata_layout(&self) -> Result<Layout, Error> {
+    pub fn metadata_layout(&self) -> Result<core::alloc::Layout, Error> {
         self.settings.plan(true)?.0.layout()
     }
 
