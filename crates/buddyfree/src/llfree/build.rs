@@ -22,8 +22,6 @@ use crate::sync::atomic::{AtomicU32, AtomicU64};
 use crate::sync::CachePadded;
 use crate::table::{build, Metadata, Part, Plan};
 use crate::{Config, ConfigRule, Error, MetadataMemory};
-#[cfg(not(loom))]
-use core::alloc::Layout;
 
 /// Tuning of the upper level, given to [`Builder::options`]. It may grow fields, so it is
 /// made by [`Options::for_config`] (or `default`) and the `with_*` methods, not by a struct
@@ -103,10 +101,8 @@ impl Options {
     /// ```
     pub const fn max_order(&self) -> u32 {
         match self.tree_children.checked_mul(HUGE_UNITS) {
-            Some(units) => match units.checked_ilog2() {
-                Some(order) => order,
-                None => 0,
-            },
+            Some(0) => 0,
+            Some(units) => units.ilog2(),
             None => usize::BITS - 1,
         }
     }
@@ -156,55 +152,41 @@ pub(crate) struct Settings {
     pub(crate) policy: Policy,
 }
 
-/// Where the tables of LLFree lie in its metadata.
+/// Where the tables of LLFree lie in its metadata, and what it is built with.
 pub(crate) struct Parts {
-    lower: Part<Line>,
-    upper: Upper,
-}
-
-/// Where the upper level's tables lie, and what it was built with.
-pub(crate) struct Upper {
     settings: Settings,
+    /// The lower level's lines; `None` where the caller keeps them (`caller.rs`).
+    lower: Option<Part<Line>>,
     trees: Part<AtomicU32>,
     locals: Part<CachePadded<Local>>,
     summary: Part<AtomicU64>,
 }
 
 impl Settings {
-    /// Lays out the metadata of LLFree: the lower level's lines, the tree entries and the
-    /// per-core state. A `const fn`, for a `const` `metadata_layout`.
-    const fn plan(&self) -> Result<(Plan, Parts), Error> {
+    /// Lays out the metadata of LLFree, after the checks of the whole: the lower level's
+    /// lines (unless the caller keeps them: `kept`), the tree entries, a reservation per core
+    /// and class, and the summary. A `const fn`, for a `const` `metadata_layout`.
+    pub(super) const fn plan(&self, kept: bool) -> Result<(Plan, Parts), Error> {
         const_try!(LLFree::check(self.config, self.options));
         let mut plan = Plan::new();
-        let lower = const_try!(Lower::plan(&mut plan, self.config.units));
-        let upper = const_try!(self.upper(&mut plan));
-        Ok((plan, Parts { lower, upper }))
-    }
-
-    /// The upper level alone, over a lower level kept elsewhere (`caller.rs`), after the
-    /// checks of the whole.
-    #[cfg(not(loom))]
-    pub(super) fn plan_upper(&self) -> Result<(Plan, Upper), Error> {
-        LLFree::check(self.config, self.options)?;
-        let mut plan = Plan::new();
-        let upper = self.upper(&mut plan)?;
-        Ok((plan, upper))
-    }
-
-    /// Places the upper level in `plan`: a reservation per core and class.
-    const fn upper(&self, plan: &mut Plan) -> Result<Upper, Error> {
+        let lower = match kept {
+            true => None,
+            false => Some(const_try!(plan.add(lower::lines_of(self.config.units)))),
+        };
         let huges = self.config.units.div_ceil(HUGE_UNITS);
         let classes = self.policy.classes() as usize;
         let Some(locals) = self.config.cores.checked_mul(classes) else {
             return Err(Error::InvalidConfig(ConfigRule::MetadataOverflow));
         };
-        let trees_len = huges.div_ceil(self.options.tree_children);
-        Ok(Upper {
+        let trees = huges.div_ceil(self.options.tree_children);
+        let parts = Parts {
             settings: *self,
-            trees: const_try!(plan.add(trees_len)),
+            lower,
+            trees: const_try!(plan.add(trees)),
             locals: const_try!(plan.add(locals)),
-            summary: const_try!(plan.add(Summary::words(trees_len))),
-        })
+            summary: const_try!(plan.add(Summary::words(trees))),
+        };
+        Ok((plan, parts))
     }
 }
 
@@ -221,13 +203,11 @@ impl LLFree {
     /// ([`Builder::policy`]) or a lower level the caller keeps ([`Builder::kept`]); built
     /// on the heap ([`Builder::build`]) or in caller memory ([`Builder::build_in`]).
     pub const fn builder(config: Config) -> Builder {
-        let options = Options::for_config(config);
-        let policy = Policy::single();
         Builder {
             settings: Settings {
                 config,
-                options,
-                policy,
+                options: Options::for_config(config),
+                policy: Policy::single(),
             },
             lower: Fresh,
         }
@@ -236,13 +216,16 @@ impl LLFree {
     /// Lays out the metadata of LLFree over `config` with the paper's tuning for it
     /// ([`Options::for_config`]) and one class of trees.
     const fn default_plan(config: Config) -> Result<(Plan, Parts), Error> {
-        LLFree::builder(config).settings.plan()
+        LLFree::builder(config).settings.plan(false)
     }
 
-    /// LLFree with every unit free, its tables made in `meta` at `parts`.
+    /// LLFree with every unit free, its tables made in `meta` at `parts` (a plan with the
+    /// lower level).
     fn build(config: Config, parts: Parts, meta: &Metadata) -> Result<LLFree, Error> {
-        let lower = Lower::build(meta, parts.lower, config.units)?;
-        LLFree::on(lower, meta, parts.upper)
+        let Some(part) = parts.lower else {
+            unreachable!("a plan of a lower level not kept places it");
+        };
+        LLFree::on(Lower::build(meta, part, config.units)?, meta, parts)
     }
 
     /// Rejects configurations LLFree cannot serve.
@@ -285,53 +268,47 @@ caller_metadata!(
 
 impl<W: WriteBack> LLFree<W> {
     /// LLFree over a checked configuration and a lower level (fresh, recovered or reopened):
-    /// the upper level is built at `upper` of `meta` from its child counters, with no
-    /// reservations. Fails only when the upper level's memory cannot be had.
-    pub(super) fn on(lower: Lower<W>, meta: &Metadata, upper: Upper) -> Result<LLFree<W>, Error> {
+    /// the upper level is built at `upper`'s places in `meta` from its child counters, with
+    /// no reservations. Fails only when the upper level's memory cannot be had.
+    pub(super) fn on(lower: Lower<W>, meta: &Metadata, upper: Parts) -> Result<LLFree<W>, Error> {
         let Settings {
             config,
             options,
             policy,
         } = upper.settings;
-        let children = options.tree_children;
-        let tree_units = children * HUGE_UNITS;
+        let tree_units = options.tree_children * HUGE_UNITS;
         let permille = |p: usize| tree_units * p / 1000;
-        let huges = lower.huges();
-        let classes = Classes::new(policy);
-        let trees = Trees::new(
-            meta,
-            upper.trees,
-            (tree_units, config.units),
-            |t| {
-                (t * children..((t + 1) * children).min(huges))
-                    .map(|h| lower.child(HugeId(h)).free())
-                    .sum()
-            },
-            policy.initial().number(),
-            (
-                permille(options.allocated_below_permille),
-                permille(options.free_above_permille),
-            ),
-        )?;
-        let summary = Summary::new(meta, upper.summary, trees.len(), |t| {
-            trees.get(TreeId(t)).free()
-        })?;
-        Ok(LLFree {
+        let thresholds = (
+            permille(options.allocated_below_permille),
+            permille(options.free_above_permille),
+        );
+        let class = policy.initial().number();
+        let units = (tree_units, config.units);
+        let llfree = LLFree {
             lower,
-            trees,
-            summary,
+            trees: Trees::new(meta, upper.trees, units, class, thresholds)?,
+            summary: Summary::new(meta, upper.summary)?,
             locals: meta.table(upper.locals, |_| CachePadded::new(Local::new()))?,
             cores: config.cores,
-            classes,
+            classes: Classes::new(policy),
             units: config.units,
             max_order: config.max_order,
-            tree_children: children,
+            tree_children: options.tree_children,
             tree_shift: tree_units.trailing_zeros(),
             reserve_on_free: options.reserve_on_free,
             moves: Moves::new(),
             refusals: Refusals::default(),
             reserved: Reserved::new(config.units, config.max_order),
-        })
+        };
+        // Each tree's free units are its frames', credited as a free credits them (its
+        // summary marks set with them).
+        for t in (0..llfree.trees.len()).map(TreeId) {
+            let frames = llfree
+                .children(t)
+                .map(|h| llfree.lower.child(HugeId(h)).free());
+            llfree.add_to_tree(t, frames.sum());
+        }
+        Ok(llfree)
     }
 }
 
@@ -376,7 +353,7 @@ pub struct Fresh;
 #[cfg(not(loom))]
 #[derive(Debug)]
 pub struct Kept {
-    memory: MetadataMemory,
+    lower: MetadataMemory,
     init: Init,
 }
 
@@ -399,7 +376,7 @@ impl Builder {
     /// [`Error::InvalidConfig`] for a configuration that cannot be built. A `const fn`, as
     /// is [`Builder::metadata_bytes`].
     pub const fn metadata_layout(&self) -> Result<core::alloc::Layout, Error> {
-        const_try!(self.settings.plan()).0.layout()
+        const_try!(self.settings.plan(false)).0.layout()
     }
 
     /// The bytes of metadata memory, at any alignment, that [`Builder::build_in`] takes: as
@@ -416,7 +393,7 @@ impl Builder {
     #[cfg(feature = "alloc")]
     pub fn build(self) -> Result<LLFree, Error> {
         let config = self.settings.config;
-        build(self.settings.plan(), None, |parts, meta| {
+        build(self.settings.plan(false), None, |parts, meta| {
             LLFree::build(config, parts, meta)
         })
     }
@@ -425,7 +402,7 @@ impl Builder {
     /// [`Builder::metadata_bytes`] at any alignment).
     pub fn build_in(self, meta: MetadataMemory) -> Result<LLFree, Error> {
         let config = self.settings.config;
-        build(self.settings.plan(), Some(meta), |parts, meta| {
+        build(self.settings.plan(false), Some(meta), |parts, meta| {
             LLFree::build(config, parts, meta)
         })
     }
@@ -473,13 +450,9 @@ impl Builder {
     /// once it is dropped they hold the lower level as it left it.
     #[cfg(not(loom))]
     pub unsafe fn kept(self, lower: MetadataMemory, init: Init) -> Builder<Kept> {
-        let lower = Kept {
-            memory: lower,
-            init,
-        };
         Builder {
             settings: self.settings,
-            lower,
+            lower: Kept { lower, init },
         }
     }
 }
@@ -488,8 +461,8 @@ impl Builder {
 impl Builder<Kept> {
     /// The bytes and alignment of the upper level (tree entries, per-core reservations)
     /// that [`Builder::build_in`] takes: the kept lower level is not part of it.
-    pub fn metadata_layout(&self) -> Result<Layout, Error> {
-        self.settings.plan_upper()?.0.layout()
+    pub fn metadata_layout(&self) -> Result<core::alloc::Layout, Error> {
+        self.settings.plan(true)?.0.layout()
     }
 
     /// Builds it over the kept lower level, its upper level on the heap, built from the
@@ -508,17 +481,9 @@ impl Builder<Kept> {
 
     /// The build over the kept lower level, the upper level in `upper` or on the heap.
     fn over(self, upper: Option<MetadataMemory>) -> Result<LLFree, RecoverError> {
-        let Kept { memory, init } = self.lower;
+        let Kept { lower, init } = self.lower;
         // SAFETY: the memory is lent by `MetadataMemory`'s contract, and initialised for
         // `Init::Recover` by `Builder::kept`'s.
-        unsafe {
-            LLFree::over_raw(
-                self.settings,
-                Some(init),
-                memory.into_raw(),
-                Volatile,
-                upper,
-            )
-        }
+        unsafe { LLFree::over_raw(self.settings, Some(init), lower.into_raw(), Volatile, upper) }
     }
 }

@@ -143,7 +143,7 @@ impl<W: WriteBack> LLFree<W> {
         write_back: W,
         upper: Option<MetadataMemory>,
     ) -> Result<LLFree<W>, RecoverError> {
-        let (plan, parts) = settings.plan_upper()?;
+        let (plan, parts) = settings.plan(true)?;
         let config = settings.config;
         check_memory(LLFree::lower_layout(config)?, lower, len)?;
         let meta = Metadata::new(&plan, upper)?;

@@ -71,7 +71,7 @@ use super::{HugeId, HUGE_UNITS};
 #[cfg(not(loom))]
 use super::{Init, RecoverError};
 use crate::sync::atomic::{AtomicU64, Ordering};
-use crate::table::{Metadata, Part, Plan, Table};
+use crate::table::{Metadata, Part, Table};
 use crate::Error;
 
 #[cfg(not(loom))]
@@ -86,12 +86,6 @@ pub(crate) const LINE_WORDS: usize = 8;
 /// One cache line of the lower level.
 #[repr(C, align(64))]
 pub(crate) struct Line(pub(crate) [AtomicU64; LINE_WORDS]);
-
-impl Line {
-    pub(crate) fn zeroed() -> Line {
-        Line(core::array::from_fn(|_| AtomicU64::new(0)))
-    }
-}
 
 /// The cache lines of a lower level: a heap allocation it owns (volatile LLFree without
 /// caller metadata), the caller's metadata memory, or a file mapping that the persistent
@@ -238,8 +232,8 @@ pub(crate) struct Lower<W: WriteBack = Volatile> {
     pub(super) write_back: W,
 }
 
-/// The cache lines of a lower level of `units` units.
-const fn lines_of(units: usize) -> usize {
+/// The cache lines of a lower level of `units` units (the lower level's part of a plan).
+pub(crate) const fn lines_of(units: usize) -> usize {
     let huges = units.div_ceil(HUGE_UNITS);
     huges * WORDS / LINE_WORDS + huges.div_ceil(2).div_ceil(LINE_WORDS)
 }
@@ -248,19 +242,17 @@ impl Lower {
     /// A lower level with every unit free, on the heap.
     #[cfg(test)]
     pub(crate) fn new(units: usize) -> Lower {
-        let part = Lower::plan(&mut Plan::new(), units).expect("a test's lower level");
+        let part = crate::table::Plan::new()
+            .add(lines_of(units))
+            .expect("a test's lower level");
         Lower::build(&Metadata::heap(), part, units).expect("a test's lower level")
-    }
-
-    /// Places the lower level of `units` units in `plan`.
-    pub(crate) const fn plan(plan: &mut Plan, units: usize) -> Result<Part<Line>, Error> {
-        plan.add(lines_of(units))
     }
 
     /// A lower level with every unit free at `part` of `meta`. Units past `units` in the last
     /// huge frame are marked taken for good (and not counted free), so any `units` works.
     pub(crate) fn build(meta: &Metadata, part: Part<Line>, units: usize) -> Result<Lower, Error> {
-        let lower = Lower::on(meta.table(part, |_| Line::zeroed())?, units, Volatile);
+        let lines = meta.table(part, |_| Line(core::array::from_fn(|_| AtomicU64::new(0))))?;
+        let lower = Lower::on(lines, units, Volatile);
         lower.format(units, false);
         Ok(lower)
     }

@@ -425,26 +425,19 @@ impl<W: WriteBack> LLFree<W> {
     ///
     /// [`Error::WouldBlock`] when the last of the ask's rounds still met a move in flight.
     fn alloc_anywhere(&self, ask: &Ask) -> Result<usize, Error> {
-        let scan = || self.scan(ask);
-        self.until_quiet(ask.rounds, || self.drain(), scan)
-            .map_err(|quiet| {
-                if quiet {
-                    Error::OutOfMemory
-                } else {
-                    Error::WouldBlock
-                }
-            })
+        self.until_quiet(ask.rounds, || self.drain(), || self.scan(ask))
     }
 
     /// Runs `attempt` (after `prepare`) until it gives an answer, or fails in a round during
     /// which no reservation move was in flight; at most `rounds` rounds, with a growing pause
-    /// between them. If every round failed, says whether the last one was quiet.
+    /// between them. If every round failed: [`Error::OutOfMemory`] where the last one was
+    /// quiet, else [`Error::WouldBlock`].
     fn until_quiet<T>(
         &self,
         rounds: usize,
         prepare: impl Fn(),
         mut attempt: impl FnMut() -> Option<T>,
-    ) -> Result<T, bool> {
+    ) -> Result<T, Error> {
         let mut pause = 1;
         for round in 1..=rounds {
             prepare();
@@ -453,7 +446,7 @@ impl<W: WriteBack> LLFree<W> {
                 return Ok(answer);
             }
             if self.moves.quiet_since(before) {
-                return Err(true);
+                return Err(Error::OutOfMemory);
             }
             if round < rounds {
                 for _ in 0..pause {
@@ -462,7 +455,7 @@ impl<W: WriteBack> LLFree<W> {
                 pause = (pause * 2).min(MAX_PAUSE);
             }
         }
-        Err(false)
+        Err(Error::WouldBlock)
     }
 
     /// One round of the complete fallback over every tree, from the one the last steal or
@@ -504,9 +497,7 @@ impl<W: WriteBack> LLFree<W> {
     /// Returns `n` units taken by [`LLFree::take_gathered`] to the counter they came from.
     fn give_back(&self, source: Counter, t: TreeId, n: usize) {
         match source {
-            Counter::Local(local) => {
-                self.credit_local(local, t, n);
-            }
+            Counter::Local(local) => _ = self.credit_local(local, t, n),
             Counter::Tree => self.add_to_tree(t, n),
         }
     }
@@ -669,24 +660,18 @@ impl<W: WriteBack> LLFree<W> {
     /// Swaps every reservation out (except those of core `keep`) and gives it back to its
     /// tree; says whether any was there. Only inside a move.
     fn release_all(&self, keep: Option<usize>) -> bool {
-        let mut moved = false;
-        for core in 0..self.cores {
-            if Some(core) != keep {
-                moved |= self.release_core(core);
-            }
-        }
-        moved
+        let cores = (0..self.cores).filter(|&core| Some(core) != keep);
+        cores.fold(false, |moved, core| self.release_core(core) | moved)
     }
 
     /// Swaps `core`'s reservations out and gives them back to their trees; says whether
     /// there was one. Only inside a move.
     fn release_core(&self, core: usize) -> bool {
-        let mut moved = false;
         // One per class, `cores` apart.
-        for local in (core..self.locals.len()).step_by(self.cores) {
-            moved |= self.release(self.locals[local].swap(Reservation::NONE));
-        }
-        moved
+        let locals = (core..self.locals.len()).step_by(self.cores);
+        locals.fold(false, |moved, l| {
+            self.release(self.locals[l].swap(Reservation::NONE)) | moved
+        })
     }
 
     /// Reserve-on-free (§3.2.2): a core that freed F times in a row into the partial tree
@@ -704,14 +689,13 @@ impl<W: WriteBack> LLFree<W> {
             return;
         }
         let keep_class = |e: trees::Tree| partial(e).then_some(e.class());
-        self.moves
-            .bracket(|| match self.trees.reserve(t, keep_class) {
-                Some(old) => {
-                    self.install(self.slot(core, usize::from(old.class())), t, old.free());
-                    ((), true)
-                }
-                None => ((), false),
-            });
+        self.moves.bracket(|| {
+            let old = self.trees.reserve(t, keep_class);
+            if let Some(old) = old {
+                self.install(self.slot(core, usize::from(old.class())), t, old.free());
+            }
+            ((), old.is_some())
+        });
     }
 
     /// [`BlockAlloc::free_bulk`] with `free_group` freeing the blocks of one huge frame in

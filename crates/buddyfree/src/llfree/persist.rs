@@ -289,12 +289,7 @@ impl PersistentLLFree {
             return Err(PersistError::Config(ConfigRule::TooManyUnits.into()));
         }
         LLFree::check(config, options).map_err(PersistError::Config)?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(path)?;
-        lock(&file)?;
+        let file = open_locked(path.as_ref(), true)?;
         let header = Header {
             units: config.units,
             max_order: config.max_order,
@@ -364,15 +359,12 @@ impl PersistentLLFree {
         durability: Durability,
     ) -> Result<(PersistentLLFree, Recovery), PersistError> {
         check_cores(cores).map_err(PersistError::Config)?;
-        let mut file = OpenOptions::new().read(true).write(true).open(path)?;
-        lock(&file)?;
+        let mut file = open_locked(path, false)?;
         let found = file.metadata()?.len();
+        let truncated = |expected| PersistError::Truncated { expected, found };
         let mut page = [0; PAGE];
         if found < PAGE as u64 {
-            return Err(PersistError::Truncated {
-                expected: PAGE as u64,
-                found,
-            });
+            return Err(truncated(PAGE as u64));
         }
         file.read_exact(&mut page)?;
         let header = Header::parse(&page)?;
@@ -387,7 +379,7 @@ impl PersistentLLFree {
         }
         let expected = header.file_bytes();
         if found < expected {
-            return Err(PersistError::Truncated { expected, found });
+            return Err(truncated(expected));
         }
         if found > expected {
             return Err(PersistError::WrongSize { expected, found });
@@ -463,9 +455,16 @@ impl PersistentLLFree {
     }
 }
 
-fn lock(file: &File) -> Result<(), PersistError> {
+/// Opens the zone file at `path` (a new one, which must not exist, for `create`) and locks
+/// it against other zones.
+fn open_locked(path: &Path, create: bool) -> Result<File, PersistError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(create)
+        .open(path)?;
     match file.try_lock() {
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(file),
         Err(TryLockError::WouldBlock) => Err(PersistError::Locked),
         Err(TryLockError::Error(e)) => Err(PersistError::Io(e)),
     }

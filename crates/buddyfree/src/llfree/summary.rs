@@ -79,23 +79,11 @@ impl Summary {
         2 * trees.div_ceil(BITS)
     }
 
-    /// The bitmap at `part` of `meta` for `trees` trees, the bits of each tree set for the
-    /// levels its `free(t)` units reach.
-    pub(crate) fn new(
-        meta: &Metadata,
-        part: Part<AtomicU64>,
-        trees: usize,
-        free: impl Fn(usize) -> usize,
-    ) -> Result<Summary, Error> {
-        let per_level = trees.div_ceil(BITS);
-        let word = |w: usize| {
-            let (level, w) = (w / per_level, w % per_level);
-            (w * BITS..((w + 1) * BITS).min(trees))
-                .filter(|&t| free(t) >= least(level))
-                .fold(0, |bits, t| bits | 1 << (t % BITS))
-        };
+    /// The bitmap at `part` of `meta`, every bit clear: the builder marks each tree
+    /// ([`Summary::raised`]).
+    pub(crate) fn new(meta: &Metadata, part: Part<AtomicU64>) -> Result<Summary, Error> {
         Ok(Summary {
-            words: meta.table(part, |w| AtomicU64::new(word(w)))?,
+            words: meta.table(part, |_| AtomicU64::new(0))?,
         })
     }
 

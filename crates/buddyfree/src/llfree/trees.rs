@@ -97,18 +97,17 @@ pub(crate) struct Trees {
 }
 
 impl Trees {
-    /// Trees of `tree_units` over `units` at `part` of `meta` with the free counts
-    /// `free(tree)`, none reserved, all of class `class`; thresholds in units.
+    /// Trees of `tree_units` over `units` at `part` of `meta` with no free units (the
+    /// builder credits them), none reserved, all of class `class`; thresholds in units.
     pub(crate) fn new(
         meta: &Metadata,
         part: Part<AtomicU32>,
         (tree_units, units): (usize, usize),
-        free: impl Fn(usize) -> usize,
         class: u8,
         thresholds: (usize, usize),
     ) -> Result<Trees, Error> {
         Ok(Trees {
-            entries: meta.table(part, |t| AtomicU32::new(Tree::new(free(t), class).0))?,
+            entries: meta.table(part, |_| AtomicU32::new(Tree::new(0, class).0))?,
             tree_units,
             units,
             allocated_below: thresholds.0,
@@ -279,7 +278,11 @@ mod tests {
     fn trees(free: &[usize]) -> Trees {
         let part = crate::table::Plan::new().add(free.len()).unwrap();
         let units = (1000, 1000 * free.len());
-        Trees::new(&Metadata::heap(), part, units, |t| free[t], 0, (125, 875)).unwrap()
+        let trees = Trees::new(&Metadata::heap(), part, units, 0, (125, 875)).unwrap();
+        for (t, &free) in free.iter().enumerate() {
+            trees.add(TreeId(t), free);
+        }
+        trees
     }
 
     /// 48 trees, all full but the given ones; the search starts on the first cache line
