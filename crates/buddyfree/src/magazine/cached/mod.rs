@@ -53,8 +53,7 @@ mod cache;
 mod pinned;
 mod states;
 
-pub(super) use cache::Policy;
-pub(super) use cache::{CoreCache, ListLine, LINES, SPILL_BUFFER};
+pub(super) use cache::{CoreCache, ListLine, Policy, LINES, SPILL_BUFFER};
 pub use pinned::PinnedCore;
 use states::State;
 pub(super) use states::{BlockStates, OWNERS};
@@ -106,6 +105,9 @@ impl core::ops::Deref for Front {
 /// its core a whole time slice of spinning. Where threads outnumber cores, plain spinning
 /// would let the drains on out-of-memory answers take most of a magazine's time.
 type CacheLock = lock_api::Mutex<YieldMutex, CoreCache>;
+
+/// A core's cache, held.
+type CacheGuard<'a> = lock_api::MutexGuard<'a, YieldMutex, CoreCache>;
 
 /// The layout of the metadata of magazines for `config`: the state table (a byte per
 /// unit), the caches (a cache line per core) and their lists; [`Error::InvalidConfig`] for
@@ -292,16 +294,10 @@ impl<A: Backend> Magazine<A> {
     /// refilling it with one batch from the backend if it is empty, and records it as the
     /// caller's, held by that cache.
     #[inline]
-    fn take(
-        &self,
-        cache: &mut CoreCache,
-        slot: usize,
-        order: u32,
-        core: usize,
-    ) -> Result<usize, Error> {
+    fn take(&self, cache: &mut CoreCache, slot: usize, core: usize) -> Result<usize, Error> {
         let index = match cache.pop(slot) {
             Some(index) => index,
-            None => self.refill(cache, slot, order, core)?,
+            None => self.refill(cache, slot, core)?,
         };
         self.hand_out(index, slot, core);
         Ok(index)
@@ -312,14 +308,8 @@ impl<A: Backend> Magazine<A> {
     /// small enough to be inlined whole wherever the allocation is.
     #[cold]
     #[inline(never)]
-    fn refill(
-        &self,
-        cache: &mut CoreCache,
-        slot: usize,
-        order: u32,
-        core: usize,
-    ) -> Result<usize, Error> {
-        let at = self.cache_index(core);
+    fn refill(&self, cache: &mut CoreCache, slot: usize, core: usize) -> Result<usize, Error> {
+        let (at, order) = (self.cache_index(core), self.policy.orders[slot]);
         let more = self.policy.batch[slot] - 1;
         // Streams cover the orders moved one block at a time, whose spills group nothing:
         // the huge frames, and the orders the backend takes in bulk no cheaper than block by
@@ -358,7 +348,7 @@ impl<A: Backend> Magazine<A> {
             self.states.set(index, State::Direct(slot));
             return Ok(index);
         }
-        self.take(&mut self.caches[at].lock(), slot, order, core)
+        self.take(&mut self.caches[at].lock(), slot, core)
     }
 
     /// Gives every cached block back to the backend, then what the backend keeps per core
@@ -428,13 +418,7 @@ impl<A: Backend> Magazine<A> {
     /// ([`Policy::with_units`]).
     #[cold]
     #[inline(never)]
-    fn spill_unlocked(
-        &self,
-        mut cache: lock_api::MutexGuard<'_, YieldMutex, CoreCache>,
-        slot: usize,
-        order: u32,
-        core: usize,
-    ) {
+    fn spill_unlocked(&self, mut cache: CacheGuard<'_>, slot: usize, order: u32, core: usize) {
         let mut batch = [0usize; SPILL_BUFFER];
         let mut taken = 0;
         cache.spill(&self.policy, slot, |blocks| {
@@ -653,9 +637,8 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
             // allocations, and cost a reclaim loop a new reservation at every refusal.
             Err(Error::OutOfMemory) if self.may_hold_any() => {
                 self.drain_caches(core);
-                let index = self.backend.alloc(order, core)?;
-                self.record_live(slot, index);
-                Ok(index)
+                let found = self.backend.alloc(order, core);
+                found.inspect(|&index| self.record_live(slot, index))
             }
             other => other,
         }
@@ -672,15 +655,14 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
             return Err(Error::BadOrder);
         }
         let backend = || self.backend.alloc_class(order, class, core);
-        let index = match backend() {
+        let found = match backend() {
             Err(Error::OutOfMemory) => {
                 self.drain_all(core);
-                backend()?
+                backend()
             }
-            other => other?,
+            other => other,
         };
-        self.record_live(self.slot(order), index);
-        Ok(index)
+        found.inspect(|&index| self.record_live(self.slot(order), index))
     }
 
     /// See [`BlockAlloc::free`]. A block is ended under the lock of the cache that holds it
@@ -696,9 +678,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
         let mut cache = self.caches[own].lock();
         if let Some(owner) = self.end_in(index, slot, own)? {
             // Never two caches held: ours is let go while the holder's is taken.
-            drop(cache);
-            self.end_held_elsewhere(index, slot, owner)?;
-            cache = self.caches[own].lock();
+            CacheGuard::unlocked(&mut cache, || self.end_held_elsewhere(index, slot, owner))?;
         }
         self.put(&mut cache, own, slot, index);
         if cache.is_over(&self.policy, slot) {
@@ -764,14 +744,10 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
         }
         // A cache that is busy or holds blocks may have some for the backend soon.
         let busy = |c: &CachePadded<Front>| c.try_lock().is_none_or(|c| c.units(&self.policy) != 0);
-        let index = match found {
-            Err(Error::OutOfMemory) if self.caches.iter().any(busy) => {
-                return Err(Error::WouldBlock)
-            }
-            other => other?,
-        };
-        self.record_live(self.slot(order), index);
-        Ok(index)
+        match found {
+            Err(Error::OutOfMemory) if self.caches.iter().any(busy) => Err(Error::WouldBlock),
+            other => other.inspect(|&index| self.record_live(self.slot(order), index)),
+        }
     }
 
     /// See [`BlockAlloc::try_free`]. A block of a cached order that a cache holds goes into
