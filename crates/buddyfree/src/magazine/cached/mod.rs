@@ -239,35 +239,6 @@ impl<A: Backend> Magazine<A> {
         cache.fed(slot);
     }
 
-    /// Frees the caller's block `(index, order)` straight to the backend if the state table
-    /// has it `Direct` (ending it there first), else `None`, with nothing done: the backend's
-    /// free decides it. First on every free, before the block is checked: a `Direct` state
-    /// of the order vouches for the block (see [`BlockStates::direct_at`]). A free of a
-    /// `Direct` block by `core` ends `core`'s stream of the order.
-    #[inline]
-    fn free_if_direct(&self, index: usize, order: u32, core: usize) -> Option<Result<(), Error>> {
-        let slot = self.states.direct_at(index)?;
-        if self.policy.slot(order) != Some(slot) {
-            // Another order's block, or none of a cached order: the full check answers.
-            return None;
-        }
-        // Recorded `Free` before the backend has it, so that no later free of it stops
-        // anywhere but at the table; a racing free of the same block may do the same, and
-        // the backend lets one of the two through.
-        self.states.set(index, State::Free);
-        let freed = self.backend.free(index, order, core);
-        self.set_stream(self.cache_index(core), slot, false);
-        Some(freed)
-    }
-
-    /// The cache slot of `order`, if it is cached.
-    #[inline]
-    fn slot(&self, order: u32) -> Option<usize> {
-        self.policy
-            .slot(order)
-            .filter(|_| order <= self.max_order())
-    }
-
     /// The index of `core`'s cache.
     #[inline]
     fn cache_index(&self, core: usize) -> usize {
@@ -398,7 +369,7 @@ impl<A: Backend> Magazine<A> {
     }
 
     /// Records a block that the backend handed to a caller, no cache held, in the state
-    /// table (`Live`) if its order is cached (`slot` is its order's, from [`Self::slot`]).
+    /// table (`Live`) if its order is cached (`slot` is its order's, from [`Policy::slot`]).
     /// Blocks of the other orders never enter a cache, so the backend alone answers their
     /// frees (exactly, as it does without caches) and the table is not touched for them.
     #[inline]
@@ -484,17 +455,31 @@ impl<A: Backend> Magazine<A> {
     }
 
     /// What every free of `(index, order)` by `core` does before it takes a cache: the
-    /// reservation's check, a `Direct` block's free ([`Self::free_if_direct`]) and the
-    /// block's check; then the slot of `order`, whose block the caller ends and parks, or
-    /// `None` where the free is done (the backend's, for an order that is not cached).
+    /// reservation's check; a `Direct` block's free, straight to the backend, which ends
+    /// `core`'s stream of the order; else the block's check. Then the slot of `order`, whose
+    /// block the caller ends and parks, or `None` where the free is done (the backend's, for
+    /// a `Direct` block or an order that is not cached).
+    ///
+    /// The `Direct` test comes first on every free, before the block is checked: a `Direct`
+    /// state of the order vouches for the block (see [`BlockStates::direct_at`]), and any
+    /// other state costs the free only that load.
     #[inline]
     fn cached_slot(&self, index: usize, order: u32, core: usize) -> Result<Option<usize>, Error> {
         self.reserved.check_free(index, order, false)?;
-        if let Some(freed) = self.free_if_direct(index, order, core) {
+        // Only a `Direct` block of `order` goes straight back; another order's, or none of a
+        // cached order, gets the full check.
+        let direct = self.states.direct_at(index);
+        if let Some(slot) = direct.filter(|&s| self.policy.slot(order) == Some(s)) {
+            // Recorded `Free` before the backend has it, so that no later free of it stops
+            // anywhere but at the table; a racing free of the same block may do the same,
+            // and the backend lets one of the two through.
+            self.states.set(index, State::Free);
+            let freed = self.backend.free(index, order, core);
+            self.set_stream(self.cache_index(core), slot, false);
             return freed.map(|()| None);
         }
         check_block(index, order, self.max_order(), self.total_units())?;
-        match self.slot(order) {
+        match self.policy.slot(order) {
             Some(slot) => Ok(Some(slot)),
             None => self
                 .uncached_answer(index, self.backend.free(index, order, core))
@@ -593,7 +578,7 @@ impl<A: Backend> Magazine<A> {
     fn starts_uncached_block(&self, index: usize) -> bool {
         matches!(
             self.backend.block_of(index),
-            Ok(Some((start, order))) if start == index && self.slot(order).is_none()
+            Ok(Some((start, order))) if start == index && self.policy.slot(order).is_none()
         )
     }
 
@@ -611,7 +596,8 @@ impl<A: Backend> Magazine<A> {
 
     /// Whether the block `(start, order)` sits in a cache.
     fn is_parked(&self, start: usize, order: u32) -> bool {
-        self.slot(order)
+        self.policy
+            .slot(order)
             .is_some_and(|slot| self.states.get(start) == State::Cached(slot))
     }
 }
@@ -623,7 +609,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
         if order > self.max_order() {
             return Err(Error::BadOrder);
         }
-        let slot = self.slot(order);
+        let slot = self.policy.slot(order);
         let found = match slot {
             Some(slot) => self.take_shared(slot, order, core),
             None => self.backend.alloc(order, core),
@@ -662,7 +648,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
             }
             other => other,
         };
-        found.inspect(|&index| self.record_live(self.slot(order), index))
+        found.inspect(|&index| self.record_live(self.policy.slot(order), index))
     }
 
     /// See [`BlockAlloc::free`]. A block is ended under the lock of the cache that holds it
@@ -678,7 +664,9 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
         let mut cache = self.caches[own].lock();
         if let Some(owner) = self.end_in(index, slot, own)? {
             // Never two caches held: ours is let go while the holder's is taken.
-            CacheGuard::unlocked(&mut cache, || self.end_held_elsewhere(index, slot, owner))?;
+            drop(cache);
+            self.end_held_elsewhere(index, slot, owner)?;
+            cache = self.caches[own].lock();
         }
         self.put(&mut cache, own, slot, index);
         if cache.is_over(&self.policy, slot) {
@@ -732,7 +720,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
         if order > self.max_order() {
             return Err(Error::BadOrder);
         }
-        if let Some(slot) = self.slot(order) {
+        if let Some(slot) = self.policy.slot(order) {
             if let Some(index) = self.cache(core).try_lock().and_then(|mut c| c.pop(slot)) {
                 self.hand_out(index, slot, core);
                 return Ok(index);
@@ -746,7 +734,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
         let busy = |c: &CachePadded<Front>| c.try_lock().is_none_or(|c| c.units(&self.policy) != 0);
         match found {
             Err(Error::OutOfMemory) if self.caches.iter().any(busy) => Err(Error::WouldBlock),
-            other => other.inspect(|&index| self.record_live(self.slot(order), index)),
+            other => other.inspect(|&index| self.record_live(self.policy.slot(order), index)),
         }
     }
 
@@ -759,7 +747,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
     fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         check_block(index, order, self.max_order(), self.total_units())?;
         self.reserved.check_free(index, order, true)?;
-        let Some(slot) = self.slot(order) else {
+        let Some(slot) = self.policy.slot(order) else {
             let freed = self.backend.try_free(index, order, core);
             return self.uncached_answer(index, freed);
         };
@@ -833,7 +821,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
             }
             other => other?,
         }
-        self.record_live(self.slot(order), index);
+        self.record_live(self.policy.slot(order), index);
         Ok(())
     }
 

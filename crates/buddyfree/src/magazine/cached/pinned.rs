@@ -129,7 +129,7 @@ impl<A: Backend> HeldCore for PinnedCore<'_, A> {
         // An uncached order goes to the backend with the cache still held, as the shared
         // path sends it there without the cache (every path takes a core's cache before the
         // backend, never after); only a refusal needs the cache let go, to drain it.
-        let found = match magazine.slot(order) {
+        let found = match magazine.policy.slot(order) {
             Some(slot) => magazine.take(&mut self.cache, slot, self.core),
             None => magazine.backend.alloc(order, self.core),
         };
