@@ -157,7 +157,7 @@ impl<A: Backend> Magazine<A> {
         })?;
         let states = BlockStates(meta.table(parts.states, |_| AtomicU8::new(0))?);
         if in_use {
-            states.adopt(&backend, |order| policy.slot(order))?;
+            states.adopt(&backend, &policy)?;
         }
         Ok(Magazine {
             reserved: Reserved::new(backend.total_units(), backend.max_order()),
@@ -772,18 +772,15 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
             if let State::Owned(held, owner) = self.states.get(index) {
                 if held == slot {
                     let mut cache = self.caches[owner].try_lock().ok_or(Error::WouldBlock)?;
-                    let parks = cache.has_room(&self.policy, slot);
-                    let to = if parks {
-                        State::Cached(slot)
-                    } else {
-                        State::Free
-                    };
-                    if !self.end_owned(index, slot, owner, to) {
-                        continue;
-                    }
-                    if parks {
+                    if cache.has_room(&self.policy, slot) {
+                        if !self.end_owned(index, slot, owner, State::Cached(slot)) {
+                            continue;
+                        }
                         self.put(&mut cache, owner, slot, index);
                         return Ok(());
+                    }
+                    if !self.end_owned(index, slot, owner, State::Free) {
+                        continue;
                     }
                     return self
                         .try_give_back(index, order, owner, State::Owned(slot, owner))
