@@ -48,7 +48,6 @@
 //! without the cache's lock. The flag per order ([`Front::streams`]) lies on the line of
 //! the core's lock, which each operation touches anyway.
 
-mod backend;
 mod cache;
 mod pinned;
 mod states;
