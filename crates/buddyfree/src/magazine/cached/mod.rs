@@ -542,12 +542,8 @@ impl<A: Backend> Magazine<A> {
     #[inline]
     fn end_owned(&self, index: usize, slot: usize, owner: usize, to: State) -> bool {
         // Only the holder of `owner`'s lock moves the state out of `Owned(_, owner)`, so it
-        // cannot change between this check and the store.
-        let held = self.states.is(index, State::Owned(slot, owner));
-        if held {
-            self.states.set(index, to);
-        }
-        held
+        // cannot change between the check and the store.
+        self.states.end(index, State::Owned(slot, owner), to)
     }
 
     /// Parks the released block `(index, order)` in `cache` (`core`'s, held by the caller),
@@ -754,7 +750,8 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
             Error::Unsupported => Error::WouldBlock,
             e => e,
         };
-        if self.states.end_direct(index, slot) {
+        // Recorded `Free` before the backend has it back: its free decides racing frees.
+        if self.states.end(index, State::Direct(slot), State::Free) {
             // Back to `Direct` only where the backend did nothing (it would have waited).
             return self
                 .backend
