@@ -156,7 +156,7 @@ impl<A: Backend> Magazine<A> {
         })?;
         let states = BlockStates(meta.table(parts.states, |_| AtomicU8::new(0))?);
         if in_use {
-            states.adopt(&backend, &policy)?;
+            states.adopt(&backend, |order| policy.slot(order))?;
         }
         Ok(Magazine {
             reserved: Reserved::new(backend.total_units(), backend.max_order()),
