@@ -839,11 +839,10 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
     }
 
     /// The backend's next block that is not parked in a cache.
-    fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
-        let mut at = from;
+    fn next_block(&self, mut from: usize) -> Result<Option<(usize, u32)>, Error> {
         loop {
-            match self.backend.next_block(at)? {
-                Some((start, order)) if self.is_parked(start, order) => at = start + (1 << order),
+            match self.backend.next_block(from)? {
+                Some((start, order)) if self.is_parked(start, order) => from = start + (1 << order),
                 other => return Ok(other),
             }
         }
