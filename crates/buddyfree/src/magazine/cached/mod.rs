@@ -48,13 +48,11 @@
 //! without the cache's lock. The flag per order ([`Front::streams`]) lies on the line of
 //! the core's lock, which each operation touches anyway.
 
-mod backend;
 mod cache;
 mod pinned;
 mod states;
 
-pub(super) use cache::Policy;
-pub(super) use cache::{CoreCache, ListLine, LINES, SPILL_BUFFER};
+pub(super) use cache::{CoreCache, ListLine, Policy, LINES, SPILL_BUFFER};
 pub use pinned::PinnedCore;
 use states::State;
 pub(super) use states::{BlockStates, OWNERS};
@@ -106,6 +104,9 @@ impl core::ops::Deref for Front {
 /// its core a whole time slice of spinning. Where threads outnumber cores, plain spinning
 /// would let the drains on out-of-memory answers take most of a magazine's time.
 type CacheLock = lock_api::Mutex<YieldMutex, CoreCache>;
+
+/// A core's cache, held.
+type CacheGuard<'a> = lock_api::MutexGuard<'a, YieldMutex, CoreCache>;
 
 /// The layout of the metadata of magazines for `config`: the state table (a byte per
 /// unit), the caches (a cache line per core) and their lists; [`Error::InvalidConfig`] for
@@ -237,35 +238,6 @@ impl<A: Backend> Magazine<A> {
         cache.fed(slot);
     }
 
-    /// Frees the caller's block `(index, order)` straight to the backend if the state table
-    /// has it `Direct` (ending it there first), else `None`, with nothing done: the backend's
-    /// free decides it. First on every free, before the block is checked: a `Direct` state
-    /// of the order vouches for the block (see [`BlockStates::direct_at`]). A free of a
-    /// `Direct` block by `core` ends `core`'s stream of the order.
-    #[inline]
-    fn free_if_direct(&self, index: usize, order: u32, core: usize) -> Option<Result<(), Error>> {
-        let slot = self.states.direct_at(index)?;
-        if self.policy.slot(order) != Some(slot) {
-            // Another order's block, or none of a cached order: the full check answers.
-            return None;
-        }
-        // Recorded `Free` before the backend has it, so that no later free of it stops
-        // anywhere but at the table; a racing free of the same block may do the same, and
-        // the backend lets one of the two through.
-        self.states.set(index, State::Free);
-        let freed = self.backend.free(index, order, core);
-        self.set_stream(self.cache_index(core), slot, false);
-        Some(freed)
-    }
-
-    /// The cache slot of `order`, if it is cached.
-    #[inline]
-    fn slot(&self, order: u32) -> Option<usize> {
-        self.policy
-            .slot(order)
-            .filter(|_| order <= self.max_order())
-    }
-
     /// The index of `core`'s cache.
     #[inline]
     fn cache_index(&self, core: usize) -> usize {
@@ -292,16 +264,10 @@ impl<A: Backend> Magazine<A> {
     /// refilling it with one batch from the backend if it is empty, and records it as the
     /// caller's, held by that cache.
     #[inline]
-    fn take(
-        &self,
-        cache: &mut CoreCache,
-        slot: usize,
-        order: u32,
-        core: usize,
-    ) -> Result<usize, Error> {
+    fn take(&self, cache: &mut CoreCache, slot: usize, core: usize) -> Result<usize, Error> {
         let index = match cache.pop(slot) {
             Some(index) => index,
-            None => self.refill(cache, slot, order, core)?,
+            None => self.refill(cache, slot, core)?,
         };
         self.hand_out(index, slot, core);
         Ok(index)
@@ -312,14 +278,8 @@ impl<A: Backend> Magazine<A> {
     /// small enough to be inlined whole wherever the allocation is.
     #[cold]
     #[inline(never)]
-    fn refill(
-        &self,
-        cache: &mut CoreCache,
-        slot: usize,
-        order: u32,
-        core: usize,
-    ) -> Result<usize, Error> {
-        let at = self.cache_index(core);
+    fn refill(&self, cache: &mut CoreCache, slot: usize, core: usize) -> Result<usize, Error> {
+        let (at, order) = (self.cache_index(core), self.policy.orders[slot]);
         let more = self.policy.batch[slot] - 1;
         // Streams cover the orders moved one block at a time, whose spills group nothing:
         // the huge frames, and the orders the backend takes in bulk no cheaper than block by
@@ -358,7 +318,7 @@ impl<A: Backend> Magazine<A> {
             self.states.set(index, State::Direct(slot));
             return Ok(index);
         }
-        self.take(&mut self.caches[at].lock(), slot, order, core)
+        self.take(&mut self.caches[at].lock(), slot, core)
     }
 
     /// Gives every cached block back to the backend, then what the backend keeps per core
@@ -408,7 +368,7 @@ impl<A: Backend> Magazine<A> {
     }
 
     /// Records a block that the backend handed to a caller, no cache held, in the state
-    /// table (`Live`) if its order is cached (`slot` is its order's, from [`Self::slot`]).
+    /// table (`Live`) if its order is cached (`slot` is its order's, from [`Policy::slot`]).
     /// Blocks of the other orders never enter a cache, so the backend alone answers their
     /// frees (exactly, as it does without caches) and the table is not touched for them.
     #[inline]
@@ -428,13 +388,7 @@ impl<A: Backend> Magazine<A> {
     /// ([`Policy::with_units`]).
     #[cold]
     #[inline(never)]
-    fn spill_unlocked(
-        &self,
-        mut cache: lock_api::MutexGuard<'_, YieldMutex, CoreCache>,
-        slot: usize,
-        order: u32,
-        core: usize,
-    ) {
+    fn spill_unlocked(&self, mut cache: CacheGuard<'_>, slot: usize, order: u32, core: usize) {
         let mut batch = [0usize; SPILL_BUFFER];
         let mut taken = 0;
         cache.spill(&self.policy, slot, |blocks| {
@@ -500,17 +454,31 @@ impl<A: Backend> Magazine<A> {
     }
 
     /// What every free of `(index, order)` by `core` does before it takes a cache: the
-    /// reservation's check, a `Direct` block's free ([`Self::free_if_direct`]) and the
-    /// block's check; then the slot of `order`, whose block the caller ends and parks, or
-    /// `None` where the free is done (the backend's, for an order that is not cached).
+    /// reservation's check; a `Direct` block's free, straight to the backend, which ends
+    /// `core`'s stream of the order; else the block's check. Then the slot of `order`, whose
+    /// block the caller ends and parks, or `None` where the free is done (the backend's, for
+    /// a `Direct` block or an order that is not cached).
+    ///
+    /// The `Direct` test comes first on every free, before the block is checked: a `Direct`
+    /// state of the order vouches for the block (see [`BlockStates::direct_at`]), and any
+    /// other state costs the free only that load.
     #[inline]
     fn cached_slot(&self, index: usize, order: u32, core: usize) -> Result<Option<usize>, Error> {
         self.reserved.check_free(index, order, false)?;
-        if let Some(freed) = self.free_if_direct(index, order, core) {
+        // Only a `Direct` block of `order` goes straight back; another order's, or none of a
+        // cached order, gets the full check.
+        let direct = self.states.direct_at(index);
+        if let Some(slot) = direct.filter(|&s| self.policy.slot(order) == Some(s)) {
+            // Recorded `Free` before the backend has it, so that no later free of it stops
+            // anywhere but at the table; a racing free of the same block may do the same,
+            // and the backend lets one of the two through.
+            self.states.set(index, State::Free);
+            let freed = self.backend.free(index, order, core);
+            self.set_stream(self.cache_index(core), slot, false);
             return freed.map(|()| None);
         }
         check_block(index, order, self.max_order(), self.total_units())?;
-        match self.slot(order) {
+        match self.policy.slot(order) {
             Some(slot) => Ok(Some(slot)),
             None => self
                 .uncached_answer(index, self.backend.free(index, order, core))
@@ -574,12 +542,8 @@ impl<A: Backend> Magazine<A> {
     #[inline]
     fn end_owned(&self, index: usize, slot: usize, owner: usize, to: State) -> bool {
         // Only the holder of `owner`'s lock moves the state out of `Owned(_, owner)`, so it
-        // cannot change between this check and the store.
-        let held = self.states.is(index, State::Owned(slot, owner));
-        if held {
-            self.states.set(index, to);
-        }
-        held
+        // cannot change between the check and the store.
+        self.states.end(index, State::Owned(slot, owner), to)
     }
 
     /// Parks the released block `(index, order)` in `cache` (`core`'s, held by the caller),
@@ -609,7 +573,7 @@ impl<A: Backend> Magazine<A> {
     fn starts_uncached_block(&self, index: usize) -> bool {
         matches!(
             self.backend.block_of(index),
-            Ok(Some((start, order))) if start == index && self.slot(order).is_none()
+            Ok(Some((start, order))) if start == index && self.policy.slot(order).is_none()
         )
     }
 
@@ -627,7 +591,8 @@ impl<A: Backend> Magazine<A> {
 
     /// Whether the block `(start, order)` sits in a cache.
     fn is_parked(&self, start: usize, order: u32) -> bool {
-        self.slot(order)
+        self.policy
+            .slot(order)
             .is_some_and(|slot| self.states.get(start) == State::Cached(slot))
     }
 }
@@ -639,7 +604,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
         if order > self.max_order() {
             return Err(Error::BadOrder);
         }
-        let slot = self.slot(order);
+        let slot = self.policy.slot(order);
         let found = match slot {
             Some(slot) => self.take_shared(slot, order, core),
             None => self.backend.alloc(order, core),
@@ -653,9 +618,8 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
             // allocations, and cost a reclaim loop a new reservation at every refusal.
             Err(Error::OutOfMemory) if self.may_hold_any() => {
                 self.drain_caches(core);
-                let index = self.backend.alloc(order, core)?;
-                self.record_live(slot, index);
-                Ok(index)
+                let found = self.backend.alloc(order, core);
+                found.inspect(|&index| self.record_live(slot, index))
             }
             other => other,
         }
@@ -672,15 +636,14 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
             return Err(Error::BadOrder);
         }
         let backend = || self.backend.alloc_class(order, class, core);
-        let index = match backend() {
+        let found = match backend() {
             Err(Error::OutOfMemory) => {
                 self.drain_all(core);
-                backend()?
+                backend()
             }
-            other => other?,
+            other => other,
         };
-        self.record_live(self.slot(order), index);
-        Ok(index)
+        found.inspect(|&index| self.record_live(self.policy.slot(order), index))
     }
 
     /// See [`BlockAlloc::free`]. A block is ended under the lock of the cache that holds it
@@ -752,7 +715,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
         if order > self.max_order() {
             return Err(Error::BadOrder);
         }
-        if let Some(slot) = self.slot(order) {
+        if let Some(slot) = self.policy.slot(order) {
             if let Some(index) = self.cache(core).try_lock().and_then(|mut c| c.pop(slot)) {
                 self.hand_out(index, slot, core);
                 return Ok(index);
@@ -764,14 +727,10 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
         }
         // A cache that is busy or holds blocks may have some for the backend soon.
         let busy = |c: &CachePadded<Front>| c.try_lock().is_none_or(|c| c.units(&self.policy) != 0);
-        let index = match found {
-            Err(Error::OutOfMemory) if self.caches.iter().any(busy) => {
-                return Err(Error::WouldBlock)
-            }
-            other => other?,
-        };
-        self.record_live(self.slot(order), index);
-        Ok(index)
+        match found {
+            Err(Error::OutOfMemory) if self.caches.iter().any(busy) => Err(Error::WouldBlock),
+            other => other.inspect(|&index| self.record_live(self.policy.slot(order), index)),
+        }
     }
 
     /// See [`BlockAlloc::try_free`]. A block of a cached order that a cache holds goes into
@@ -783,7 +742,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
     fn try_free(&self, index: usize, order: u32, core: usize) -> Result<(), Error> {
         check_block(index, order, self.max_order(), self.total_units())?;
         self.reserved.check_free(index, order, true)?;
-        let Some(slot) = self.slot(order) else {
+        let Some(slot) = self.policy.slot(order) else {
             let freed = self.backend.try_free(index, order, core);
             return self.uncached_answer(index, freed);
         };
@@ -791,7 +750,8 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
             Error::Unsupported => Error::WouldBlock,
             e => e,
         };
-        if self.states.end_direct(index, slot) {
+        // Recorded `Free` before the backend has it back: its free decides racing frees.
+        if self.states.end(index, State::Direct(slot), State::Free) {
             // Back to `Direct` only where the backend did nothing (it would have waited).
             return self
                 .backend
@@ -808,18 +768,15 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
             if let State::Owned(held, owner) = self.states.get(index) {
                 if held == slot {
                     let mut cache = self.caches[owner].try_lock().ok_or(Error::WouldBlock)?;
-                    let parks = cache.has_room(&self.policy, slot);
-                    let to = if parks {
-                        State::Cached(slot)
-                    } else {
-                        State::Free
-                    };
-                    if !self.end_owned(index, slot, owner, to) {
-                        continue;
-                    }
-                    if parks {
+                    if cache.has_room(&self.policy, slot) {
+                        if !self.end_owned(index, slot, owner, State::Cached(slot)) {
+                            continue;
+                        }
                         self.put(&mut cache, owner, slot, index);
                         return Ok(());
+                    }
+                    if !self.end_owned(index, slot, owner, State::Free) {
+                        continue;
                     }
                     return self
                         .try_give_back(index, order, owner, State::Owned(slot, owner))
@@ -857,7 +814,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
             }
             other => other?,
         }
-        self.record_live(self.slot(order), index);
+        self.record_live(self.policy.slot(order), index);
         Ok(())
     }
 
@@ -882,11 +839,10 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
     }
 
     /// The backend's next block that is not parked in a cache.
-    fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
-        let mut at = from;
+    fn next_block(&self, mut from: usize) -> Result<Option<(usize, u32)>, Error> {
         loop {
-            match self.backend.next_block(at)? {
-                Some((start, order)) if self.is_parked(start, order) => at = start + (1 << order),
+            match self.backend.next_block(from)? {
+                Some((start, order)) if self.is_parked(start, order) => from = start + (1 << order),
                 other => return Ok(other),
             }
         }

@@ -3,7 +3,7 @@
 
 use core::marker::PhantomData;
 
-use super::cache::CoreCache;
+use super::CacheGuard;
 use crate::magazine::{Backend, Magazine};
 use crate::yield_mutex::{pins, YieldMutex};
 use crate::{BlockAlloc, Error, HeldCore};
@@ -29,7 +29,7 @@ use crate::{BlockAlloc, Error, HeldCore};
 pub struct PinnedCore<'a, A> {
     magazine: &'a Magazine<A>,
     /// The held cache, whose lock notes the pin on this thread ([`pins::pin`]).
-    cache: lock_api::MutexGuard<'a, YieldMutex, CoreCache>,
+    cache: CacheGuard<'a>,
     core: usize,
     on_this_thread: PhantomData<*const ()>,
 }
@@ -105,7 +105,7 @@ impl<A> PinnedCore<'_, A> {
     fn unpinned<R>(&mut self, f: impl FnOnce(&Magazine<A>, usize) -> R) -> R {
         let (magazine, core) = (self.magazine, self.core);
         pins::unpin(self.lock());
-        let answer = lock_api::MutexGuard::unlocked(&mut self.cache, || f(magazine, core));
+        let answer = CacheGuard::unlocked(&mut self.cache, || f(magazine, core));
         pins::pin(self.lock());
         answer
     }
@@ -129,8 +129,8 @@ impl<A: Backend> HeldCore for PinnedCore<'_, A> {
         // An uncached order goes to the backend with the cache still held, as the shared
         // path sends it there without the cache (every path takes a core's cache before the
         // backend, never after); only a refusal needs the cache let go, to drain it.
-        let found = match magazine.slot(order) {
-            Some(slot) => magazine.take(&mut self.cache, slot, order, self.core),
+        let found = match magazine.policy.slot(order) {
+            Some(slot) => magazine.take(&mut self.cache, slot, self.core),
             None => magazine.backend.alloc(order, self.core),
         };
         match found {

@@ -105,11 +105,18 @@ impl BlockStates {
         State::decode(self.0[index].load(Ordering::Acquire))
     }
 
-    /// Whether the state recorded at `index` is `state` (a snapshot): one comparison of the
-    /// byte, without decoding it.
+    /// Moves the block at `index` from `from` to `to` with a plain load and store; false
+    /// (nothing changed) if the state is anything else. Only for a state that no one but the
+    /// caller leaves meanwhile: a block `Owned` by the cache whose lock the caller holds, or
+    /// the caller's `Direct` block, whose free the backend decides next (see the module
+    /// docs). One comparison of the byte, without decoding it.
     #[inline]
-    pub(crate) fn is(&self, index: usize, state: State) -> bool {
-        self.0[index].load(Ordering::Acquire) == state.encode()
+    pub(crate) fn end(&self, index: usize, from: State, to: State) -> bool {
+        let found = self.0[index].load(Ordering::Acquire) == from.encode();
+        if found {
+            self.set(index, to);
+        }
+        found
     }
 
     /// Records the blocks `alloc` has out whose order is cached (`slot` gives its slot) as
@@ -153,19 +160,6 @@ impl BlockStates {
             .load(Ordering::Acquire)
             .wrapping_sub(State::Direct(0).encode());
         (usize::from(slot) < MAX_SLOTS).then_some(usize::from(slot))
-    }
-
-    /// Ends the caller's `Direct` block at `index` of the order at `slot`, recording it
-    /// `Free` before the backend has it back; false (nothing changed) if the state is
-    /// anything else. A plain load and store: the backend's free, which the caller makes
-    /// next, decides racing frees (see the module docs).
-    #[inline]
-    pub(crate) fn end_direct(&self, index: usize, slot: usize) -> bool {
-        let direct = self.direct_at(index) == Some(slot);
-        if direct {
-            self.set(index, State::Free);
-        }
-        direct
     }
 
     /// Ends the caller's `Live` block at `index` of the order at `slot` by moving it to
@@ -293,7 +287,7 @@ pub(super) mod loom_tests {
         index: usize,
         slot: usize,
     ) -> Result<(), Error> {
-        if states.end_direct(index, slot) {
+        if states.end(index, State::Direct(slot), State::Free) {
             return match backend.swap(false, Ordering::AcqRel) {
                 true => Ok(()),
                 false => Err(Error::NotAllocated),

@@ -9,7 +9,7 @@ use crate::{BlockAlloc, Config, Error};
 /// region's end; any other is kept whole.
 #[test]
 fn a_batch_is_cut_where_it_would_start_a_region_it_cannot_finish() {
-    use super::backend::batch_in_regions;
+    use crate::magazine::backend::batch_in_regions;
     // Order 6 in batches of 8: a region is a huge frame of 512 units.
     let rest_and_next: Vec<usize> = (1..8).map(|b| b * 64).chain([512]).collect();
     assert_eq!(batch_in_regions(&rest_and_next, 6, 8), 7);
