@@ -72,10 +72,11 @@ pub fn reserve_all(alloc: &(impl BlockAlloc + ?Sized)) -> Result<(), Error> {
     alloc.reserve_range(0, alloc.total_units(), 0)
 }
 
-fn check_range(units: &impl SeqBlockAlloc, start: usize, len: usize) -> Result<usize, Error> {
+/// The end of `start..start + len`, if it lies within `units`: [`Error::OutOfRange`] if not.
+pub(crate) fn check_range(units: usize, start: usize, len: usize) -> Result<usize, Error> {
     start
         .checked_add(len)
-        .filter(|&end| end <= units.total_units())
+        .filter(|&end| end <= units)
         .ok_or(Error::OutOfRange)
 }
 
@@ -85,7 +86,7 @@ pub(crate) fn reserve_range(
     start: usize,
     len: usize,
 ) -> Result<(), Error> {
-    check_range(units, start, len)?;
+    check_range(units.total_units(), start, len)?;
     let max_order = units.max_order();
     for (i, (index, order)) in aligned_blocks(start, len, max_order).enumerate() {
         if let Err(e) = units.alloc_at(index, order) {
@@ -107,7 +108,7 @@ pub(crate) fn free_range(
     start: usize,
     len: usize,
 ) -> Result<(), Error> {
-    let end = check_range(units, start, len)?;
+    let end = check_range(units.total_units(), start, len)?;
     if len == 0 {
         // Nothing to free, so nothing to cut.
         return Ok(());
@@ -149,7 +150,7 @@ pub(crate) fn reserve_recorded(
     start: usize,
     len: usize,
 ) -> Result<(), Error> {
-    let end = check_range(units, start, len)?;
+    let end = check_range(units.total_units(), start, len)?;
     reserved.reserve(start, end, || reserve_range(units, start, len))
 }
 
@@ -161,7 +162,7 @@ pub(crate) fn free_recorded(
     start: usize,
     len: usize,
 ) -> Result<(), Error> {
-    let end = check_range(units, start, len)?;
+    let end = check_range(units.total_units(), start, len)?;
     if len == 0 {
         return Ok(());
     }

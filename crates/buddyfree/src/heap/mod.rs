@@ -420,8 +420,7 @@ pub struct HeldHeap<'a, A> {
 impl<A: BlockAlloc> HeldHeap<'_, A> {
     /// [`Heap::alloc_index`] on the held core.
     pub fn alloc_index(&mut self, order: u32) -> Result<(usize, NonNull<u8>), Error> {
-        let index = self.held.alloc(order)?;
-        self.heap.placed(index)
+        self.heap.placed(self.held.alloc(order)?)
     }
 
     /// [`Heap::free_index`] on the held core.
