@@ -105,9 +105,7 @@ impl Config {
         if self.units == 0 {
             return Err(Error::InvalidConfig(ConfigRule::NoUnits));
         }
-        if let Err(e) = check_cores(self.cores) {
-            return Err(e);
-        }
+        const_try!(check_cores(self.cores));
         let fits = self.max_order < usize::BITS && (1usize << self.max_order) <= self.units;
         if !fits {
             return Err(Error::InvalidConfig(ConfigRule::OrderAboveUnits));

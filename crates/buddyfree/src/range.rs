@@ -72,10 +72,11 @@ pub fn reserve_all(alloc: &(impl BlockAlloc + ?Sized)) -> Result<(), Error> {
     alloc.reserve_range(0, alloc.total_units(), 0)
 }
 
-fn check_range(units: &impl SeqBlockAlloc, start: usize, len: usize) -> Result<usize, Error> {
+/// The end of `start..start + len`, if it lies within `units`: [`Error::OutOfRange`] if not.
+pub(crate) fn check_range(units: usize, start: usize, len: usize) -> Result<usize, Error> {
     start
         .checked_add(len)
-        .filter(|&end| end <= units.total_units())
+        .filter(|&end| end <= units)
         .ok_or(Error::OutOfRange)
 }
 
@@ -85,7 +86,7 @@ pub(crate) fn reserve_range(
     start: usize,
     len: usize,
 ) -> Result<(), Error> {
-    check_range(units, start, len)?;
+    check_range(units.total_units(), start, len)?;
     let max_order = units.max_order();
     for (i, (index, order)) in aligned_blocks(start, len, max_order).enumerate() {
         if let Err(e) = units.alloc_at(index, order) {
@@ -107,7 +108,7 @@ pub(crate) fn free_range(
     start: usize,
     len: usize,
 ) -> Result<(), Error> {
-    let end = check_range(units, start, len)?;
+    let end = check_range(units.total_units(), start, len)?;
     if len == 0 {
         // Nothing to free, so nothing to cut.
         return Ok(());
@@ -149,7 +150,7 @@ pub(crate) fn reserve_recorded(
     start: usize,
     len: usize,
 ) -> Result<(), Error> {
-    let end = check_range(units, start, len)?;
+    let end = check_range(units.total_units(), start, len)?;
     reserved.reserve(start, end, || reserve_range(units, start, len))
 }
 
@@ -161,35 +162,31 @@ pub(crate) fn free_recorded(
     start: usize,
     len: usize,
 ) -> Result<(), Error> {
-    let end = check_range(units, start, len)?;
+    let end = check_range(units.total_units(), start, len)?;
     if len == 0 {
         return Ok(());
     }
-    let cut_start = units.block_of(start)?.map_or(start, |(first, _)| first);
-    let cut_end = match end < units.total_units() {
-        true => match units.block_of(end)? {
-            Some((first, order)) if first < end => first + (1 << order),
-            _ => end,
-        },
-        false => end,
-    };
+    let cut_start = block_across(units, start)?.map_or(start, |(first, _)| first);
+    let cut_end = block_across(units, end)?.map_or(end, |(first, order)| first + (1 << order));
     reserved.release(start, end, cut_start, cut_end, || {
         free_range(units, start, len)
     })
 }
 
+/// The live block that contains `edge` past its first unit, if any: what [`cut_at`] cuts.
+fn block_across(units: &impl SeqBlockAlloc, edge: usize) -> Result<Option<(usize, u32)>, Error> {
+    if edge >= units.total_units() {
+        return Ok(None);
+    }
+    Ok(units.block_of(edge)?.filter(|&(first, _)| first < edge))
+}
+
 /// Makes `edge` a block boundary: a live block that contains `edge` past its first unit is
 /// freed and its units allocated again as blocks that end at `edge` and start there.
 fn cut_at(units: &mut impl SeqBlockAlloc, edge: usize) -> Result<(), Error> {
-    if edge >= units.total_units() {
-        return Ok(());
-    }
-    let Some((first, order)) = units.block_of(edge)? else {
+    let Some((first, order)) = block_across(units, edge)? else {
         return Ok(());
     };
-    if first == edge {
-        return Ok(());
-    }
     let max_order = units.max_order();
     units.free(first, order)?;
     let pieces = aligned_blocks(first, edge - first, max_order).chain(aligned_blocks(

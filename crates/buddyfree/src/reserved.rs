@@ -131,21 +131,15 @@ impl Reserved {
         }
     }
 
-    /// Whether the block `(index, order)` may hold a reserved unit: the one load of the free
-    /// path. A block of the heap (aligned, `order` at most the heap's largest) lies in one
-    /// chunk; any other request is answered by the allocator's own checks, which refuse it
-    /// before it changes anything.
-    #[inline(always)]
-    fn may_touch(&self, index: usize) -> bool {
-        let chunk = index >> self.shift;
-        chunk < CHUNKS && self.chunks[chunk / 64].load(Ordering::Relaxed) & (1 << (chunk % 64)) != 0
-    }
-
     /// [`Error::Reserved`] if a unit of the block `(index, order)` is reserved: for every
     /// free, before it changes anything. A request that is no block of the heap (out of
     /// range, misaligned) passes, for the allocator to refuse with its own answer. With
     /// `never_wait` (for a `try_free`), [`Error::WouldBlock`] while a range operation holds
     /// the runs.
+    ///
+    /// The one load of the free path is the chunk bit of `index`: a block of the heap
+    /// (aligned, `order` at most the heap's largest) lies in one chunk; any other request is
+    /// answered by the allocator's own checks, which refuse it before it changes anything.
     #[inline(always)]
     pub(crate) fn check_free(
         &self,
@@ -153,10 +147,13 @@ impl Reserved {
         order: u32,
         never_wait: bool,
     ) -> Result<(), Error> {
-        if !self.may_touch(index) {
-            return Ok(());
+        let chunk = index >> self.shift;
+        if chunk < CHUNKS
+            && self.chunks[chunk / 64].load(Ordering::Relaxed) & (1 << (chunk % 64)) != 0
+        {
+            return self.look_up(index, order, never_wait);
         }
-        self.look_up(index, order, never_wait)
+        Ok(())
     }
 
     /// Frees `blocks` of `order` with `free` up to the first that holds a reserved unit,

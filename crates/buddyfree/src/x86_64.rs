@@ -112,19 +112,18 @@ impl<'a, A: BlockAlloc + ?Sized> PhysFrames<'a, A> {
         if !base.is_aligned(UNIT_BYTES) {
             return Err(Error::Misaligned);
         }
-        let end = u64::try_from(alloc.total_units())
+        u64::try_from(alloc.total_units())
             .ok()
             .and_then(|units| units.checked_mul(UNIT_BYTES))
-            .and_then(|bytes| bytes.checked_add(base.as_u64()));
-        match end {
-            Some(end) if end <= PHYS_ADDR_END => Ok(PhysFrames {
-                alloc,
-                base,
-                core,
-                bad_frees: 0,
-            }),
-            _ => Err(Error::OutOfRange),
-        }
+            .and_then(|bytes| bytes.checked_add(base.as_u64()))
+            .filter(|&end| end <= PHYS_ADDR_END)
+            .ok_or(Error::OutOfRange)?;
+        Ok(PhysFrames {
+            alloc,
+            base,
+            core,
+            bad_frees: 0,
+        })
     }
 
     /// The block allocator.

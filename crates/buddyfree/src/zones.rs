@@ -330,10 +330,7 @@ impl<A: BlockAlloc, const N: usize> Zones<A, N> {
         start: usize,
         len: usize,
     ) -> Result<impl Iterator<Item = (&Zone<A>, usize, usize)> + Clone, Error> {
-        let end = start
-            .checked_add(len)
-            .filter(|&end| end <= self.total_units())
-            .ok_or(Error::OutOfRange)?;
+        let end = crate::range::check_range(self.total_units(), start, len)?;
         let parts = self.zones.iter().filter_map(move |zone| {
             let from = start.max(zone.first);
             let to = end.min(zone.first + zone.alloc.total_units());

@@ -187,10 +187,8 @@ impl Planner {
             .step_by(size)
             .filter(|&p| !self.emptying.iter().any(|&e| overlap((p, order), e)))
             .map(|p| (p, (p..p + size).filter(|&u| !self.shadow.used[u]).count()))
-            .fold(None, |best: Option<(usize, usize)>, c| match best {
-                Some(b) if b.1 >= c.1 => Some(b),
-                _ => Some(c),
-            })?;
+            // The first of those with the most free units.
+            .min_by_key(|&(_, free)| core::cmp::Reverse(free))?;
         if free == size {
             return Some(target);
         }

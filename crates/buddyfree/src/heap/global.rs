@@ -121,26 +121,19 @@ impl<A: BlockAlloc> GlobalHeap<A> {
     }
 }
 
-/// Marks the calling thread as inside the block allocator until dropped.
-struct Inside {
-    was: bool,
-}
+/// Marks the calling thread as inside the block allocator until dropped; holds what the
+/// mark was before.
+struct Inside(bool);
 
 impl Inside {
     fn enter() -> Self {
-        Inside {
-            was: INSIDE.replace(true),
-        }
-    }
-
-    fn active() -> bool {
-        INSIDE.get()
+        Inside(INSIDE.replace(true))
     }
 }
 
 impl Drop for Inside {
     fn drop(&mut self) {
-        INSIDE.set(self.was);
+        INSIDE.set(self.0);
     }
 }
 
@@ -151,7 +144,7 @@ unsafe impl<A: BlockAlloc> GlobalAlloc for GlobalHeap<A> {
     /// # Safety
     /// The contract of [`GlobalAlloc::alloc`].
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if Inside::active() {
+        if INSIDE.get() {
             // SAFETY: forwarded with the caller's guarantees (non-zero size).
             return unsafe { self.system_alloc(layout) };
         }

@@ -130,10 +130,7 @@ impl<A: BlockAlloc> Heap<A> {
     /// The `core` passed to the allocator for the calling thread.
     #[inline]
     fn core(&self) -> usize {
-        match self.core_hint {
-            Some(hint) => hint(),
-            None => default_core(),
-        }
+        self.core_hint.map_or_else(default_core, |hint| hint())
     }
 
     /// A heap filling `region` with as many units as fit, its allocator built by `build`
@@ -156,10 +153,9 @@ impl<A: BlockAlloc> Heap<A> {
         cores: usize,
         build: impl FnOnce(Config) -> Result<A, Error>,
     ) -> Result<Self, Error> {
-        let units = Self::units_fitting(&region, unit).ok_or(Error::BadRegion)?;
-        if units == 0 {
-            return Err(Error::BadRegion);
-        }
+        let units = Self::units_fitting(&region, unit)
+            .filter(|&units| units > 0)
+            .ok_or(Error::BadRegion)?;
         let alloc = build(Config::new(units, max_order).with_cores(cores))?;
         Self::new(region, unit, alloc)
     }
@@ -424,8 +420,7 @@ pub struct HeldHeap<'a, A> {
 impl<A: BlockAlloc> HeldHeap<'_, A> {
     /// [`Heap::alloc_index`] on the held core.
     pub fn alloc_index(&mut self, order: u32) -> Result<(usize, NonNull<u8>), Error> {
-        let index = self.held.alloc(order)?;
-        self.heap.placed(index)
+        self.heap.placed(self.held.alloc(order)?)
     }
 
     /// [`Heap::free_index`] on the held core.

@@ -90,14 +90,6 @@ impl<A, F> StaticHeap<A, F> {
     pub fn heap(&self) -> Option<&Heap<A>> {
         self.heap.get()
     }
-
-    /// The installed heap if `ptr` lies in it.
-    fn owner_of(&self, ptr: *mut u8) -> Option<&Heap<A>>
-    where
-        A: BlockAlloc,
-    {
-        self.heap.get().filter(|h| h.contains(ptr))
-    }
 }
 
 // SAFETY: heap blocks are as `Heap`'s `GlobalAlloc` guarantees; everything else comes from and
@@ -118,7 +110,8 @@ unsafe impl<A: BlockAlloc, F: GlobalAlloc> GlobalAlloc for StaticHeap<A, F> {
     /// # Safety
     /// The contract of [`GlobalAlloc::dealloc`].
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        match self.owner_of(ptr) {
+        // Only a pointer in the installed heap's region is the heap's.
+        match self.heap.get().filter(|h| h.contains(ptr)) {
             Some(heap) => heap.free_or_count(ptr, layout),
             // SAFETY: not the heap's, so the fallback handed it out, with this layout.
             None => unsafe { self.fallback.dealloc(ptr, layout) },
