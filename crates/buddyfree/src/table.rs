@@ -139,7 +139,7 @@ pub(crate) struct Part<T> {
     kind: PhantomData<fn() -> T>,
 }
 
-// Not derived: a part is two numbers whatever `T` is (`add_each` copies it in `const`).
+// Not derived: a part is two numbers whatever `T` is.
 impl<T> Clone for Part<T> {
     fn clone(&self) -> Self {
         *self
@@ -192,26 +192,6 @@ impl Plan {
             len,
             kind: PhantomData,
         })
-    }
-
-    /// `N` tables of `len` values each, one after another.
-    pub(crate) const fn add_each<T, const N: usize>(
-        &mut self,
-        len: usize,
-    ) -> Result<[Part<T>; N], Error> {
-        let Some(total) = len.checked_mul(N) else {
-            return Err(OVERFLOW);
-        };
-        let all = const_try!(self.add::<T>(total));
-        let mut parts = [all; N];
-        let mut i = 0;
-        while i < N {
-            // Within the table just placed, so no overflow.
-            parts[i].offset = all.offset + i * len * core::mem::size_of::<T>();
-            parts[i].len = len;
-            i += 1;
-        }
-        Ok(parts)
     }
 
     /// The bytes and alignment the tables need in caller memory.
@@ -407,10 +387,8 @@ macro_rules! caller_metadata {
             /// that cannot be built. A `const fn`, as is
             /// [`metadata_bytes`](Self::metadata_bytes), which sizes a static buffer.
             pub const fn metadata_layout(config: Config) -> Result<core::alloc::Layout, Error> {
-                match $plan(config) {
-                    Ok((plan, _)) => plan.layout(),
-                    Err(e) => Err(e),
-                }
+                let (plan, _) = const_try!($plan(config));
+                plan.layout()
             }
 
             /// The bytes of metadata memory, at any alignment, that

@@ -52,13 +52,12 @@ impl Links {
     /// The links of `units` units, on the heap.
     #[cfg(all(test, not(loom)))]
     pub(crate) fn on_heap(units: usize) -> Result<Self, Error> {
-        Links::new(
-            &Metadata::heap(),
-            crate::table::Plan::new().add_each(units)?,
-        )
+        let mut plan = crate::table::Plan::new();
+        Links::new(&Metadata::heap(), [plan.add(units)?, plan.add(units)?])
     }
 
     /// Puts `index` at the front of `head`'s list. It must be on no list.
+    #[inline(always)]
     pub(crate) fn push(&self, head: &mut ListHead, index: usize) {
         self.prev[index].set(NIL);
         self.next[index].set(head.first);
@@ -70,6 +69,7 @@ impl Links {
     }
 
     /// Unlinks `index`, which must be on `head`'s list.
+    #[inline(always)]
     pub(crate) fn remove(&self, head: &mut ListHead, index: usize) {
         let (prev, next) = (self.prev[index].get(), self.next[index].get());
         if prev == NIL {

@@ -147,7 +147,10 @@ pub(crate) const fn plan<const N: usize>(config: Config) -> Result<(Plan, Parts)
     let mut plan = Plan::new();
     let parts = Parts {
         heads: const_try!(plan.add(N * (config.max_order as usize + 1))),
-        links: const_try!(plan.add_each(config.units)),
+        links: [
+            const_try!(plan.add(config.units)),
+            const_try!(plan.add(config.units)),
+        ],
         tags: const_try!(plan.add(config.units)),
     };
     Ok((plan, parts))
@@ -190,7 +193,7 @@ impl<const N: usize> Lists<N> {
         })
     }
 
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, list: usize, index: usize, order: u32) {
         self.links
             .push(&mut self.heads[order as usize * N + list], index);
@@ -199,7 +202,7 @@ impl<const N: usize> Lists<N> {
         self.tags.set(index, tag(order));
     }
 
-    #[inline]
+    #[inline(always)]
     fn unlink(&mut self, list: usize, index: usize, order: u32) {
         let head = &mut self.heads[order as usize * N + list];
         self.links.remove(head, index);
