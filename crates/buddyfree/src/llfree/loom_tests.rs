@@ -880,7 +880,9 @@ fn a_short_count_never_keeps_a_stale_refusal(drained: bool) {
         }
         let core = usize::from(drained);
         found_now_or_next(&alloc, frame, move |alloc| {
-            units.map(|u| alloc.free(u, 0, core).unwrap());
+            for u in units {
+                alloc.free(u, 0, core).unwrap();
+            }
         });
     });
 }
