@@ -414,10 +414,14 @@ impl<K: Kind> Forest<K> {
                 }
             }
             let step;
-            (w, step) = Self::step(here, |w| match Self::S.sweep(w, expect, drop) {
-                _ if Self::S.invalid(w) => Self::leave_step(w, Step::GaveUp),
-                Some(new) => (Some(new), Step::Unlinked),
-                None => (None, Step::Recheck),
+            (w, step) = Self::step(here, |w| {
+                if Self::S.invalid(w) {
+                    return Self::leave_step(w, Step::GaveUp);
+                }
+                match Self::S.sweep(w, expect, drop) {
+                    Some(new) => (Some(new), Step::Unlinked),
+                    None => (None, Step::Recheck),
+                }
             });
             trace!("sweep {level}/{cell} drop {drop:x} -> {step:?} {w:x}");
             match step {
