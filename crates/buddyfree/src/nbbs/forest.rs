@@ -546,31 +546,26 @@ impl<K: Kind> Forest<K> {
             })
         };
         let at = |i: usize, l: u32| ((first + i) << ROW | l.trailing_zeros() as usize).min(to);
+        let find = |i: usize, cells: &[AtomicU64]| {
+            (i..)
+                .zip(cells)
+                .find_map(|(i, c)| Some(looks(c)).filter(|&l| l != 0).map(|l| at(i, l)))
+        };
         // The nodes of the first cell before `from` are not the scan's.
         let head = looks(&cells[0]) & (!0 << (from & ((1 << ROW) - 1)));
         if head != 0 {
             return at(0, head);
         }
-        let eights = cells[1..].chunks_exact(8);
-        let tail = eights.remainder();
-        for (n, eight) in eights.enumerate() {
+        let mut i = 1;
+        for eight in cells[1..].chunks_exact(8) {
             if eight.iter().any(|c| looks(c) != 0) {
-                for (i, c) in eight.iter().enumerate() {
-                    let l = looks(c);
-                    if l != 0 {
-                        return at(1 + n * 8 + i, l);
-                    }
+                if let Some(pos) = find(i, eight) {
+                    return pos;
                 }
             }
+            i += 8;
         }
-        let rest = cells.len() - tail.len();
-        for (i, c) in tail.iter().enumerate() {
-            let l = looks(c);
-            if l != 0 {
-                return at(rest + i, l);
-            }
-        }
-        to
+        find(i, &cells[i..]).unwrap_or(to)
     }
 
     /// F4: counts a completed free of `units` units (the block that starts with `node`)
