@@ -28,7 +28,9 @@
 //!   makes every store distinct, so a stale compare-and-swap cannot succeed), issues a
 //!   `SeqCst` fence, allocates again from scratch and, if that fails too, swaps
 //!   `PENDING(k, seq)` for `REFUSED(k)` by a compare-and-swap. The first failure is never
-//!   recorded: only an allocation that began after the fence is. The attempt says how it
+//!   recorded: only an allocation that began after the fence is, or one whose reads after
+//!   the fence show that the first search stands for one made after it (NBBS, below:
+//!   "Searched"). The attempt says how it
 //!   failed ([`Failure`]): after a complete search of the places a block of the order can
 //!   be ([`Failure::Searched`]), or because a count of free units, wherever they lie, is
 //!   below the order's size ([`Failure::Counted`]); the latter is recorded with `COUNTED`,
@@ -87,7 +89,18 @@
 //!     scan that misses B (it read B's node before `w*`) missed F*'s count, and F* is in M
 //!     by the cycle above. Its only other refusal, by the count of free units, is counted.
 //!     `covers(k)`: the node of order `k` above the freed block looks free, as a scan reads
-//!     it.
+//!     it. Its confirmation scans again only if the counts changed: it reads, after the
+//!     fence, the count of releases and a count of rollbacks, each raised by a `SeqCst`
+//!     read-modify-write after the writes that make units findable and before the memo's
+//!     load (a rollback's is [`Refusals::released`]), and takes the scan before the fence
+//!     for one after it if both are what they were, with acquire, before that scan. A free
+//!     or rollback whose load misses the pending word raised its count before the read
+//!     after the fence (the cycle above, with that raise for `w`); the counts only rise,
+//!     so it had raised it before the read before the scan, whose acquire made its writes
+//!     visible to the scan. So the scan saw every write that a scan after the fence must
+//!     see, and the argument above holds for it. The loom models
+//!     `loom_nbbs_refusal_confirmation_*` check it, and fail without the count of
+//!     rollbacks or without the read after the fence.
 //!   - LLFree (`llfree/mod.rs`): a search takes a block's units from the counter of its
 //!     tree before it reads the frames, and a free raises its frame's child counter before
 //!     the tree's; so S may read B's frame whole and its tree's counter short of a free F in

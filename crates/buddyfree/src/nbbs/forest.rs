@@ -17,6 +17,7 @@
 //!  ├── level_start: [usize]      first cell of each cell level
 //!  ├── cores:       Cores        per core: free-slot hints per order, free-unit counters
 //!  ├── refusals:    Refusals     refusals remembered until a free or rollback (refusal.rs)
+//!  ├── rollbacks:   AtomicUsize  rolled-back allocations, for a refusal's confirmation
 //!  └── reserved:    Reserved     the boot reservation, which every free checks first
 //! ```
 //!
@@ -36,7 +37,7 @@
 //!   mark of a link bumps its cell's generation.
 //! - The counters of [`Cores`] change after the tree: an allocation is counted once its climb
 //!   succeeded, a free once its UNMARK ended, so the count of releases changes exactly when a
-//!   free completes (A4, A15).
+//!   free completes (A4, A15). `rollbacks` counts a rollback once its release ended.
 //! - The units past `units` in the last tree are occupied at construction and never freed.
 //!
 //! # Protocol
@@ -45,7 +46,10 @@
 //!   first ([`Forest::attempt`]: one load, then TRYALLOC if the node looks free); if that
 //!   fails, unless the count of free units rules the order out, a scan of the order's nodes
 //!   from the hint that skips the sub-tree of each node that made a try fail, repeated while
-//!   frees complete during it.
+//!   frees complete during it. The scan passes the nodes that look taken a cell at a time
+//!   ([`Forest::pass_taken`]: a load and a mask test per cell) and tries the others. The
+//!   memo's confirmation of a refusal scans again only if a free or a rollback completed
+//!   since that scan began ([`Forest::alloc_once`]).
 //! - **TRYALLOC** (Alg. 3, [`Forest::try_alloc`]): a CAS reserves the node (T2), holding it
 //!   (occupied, not allocated); then one CAS per cell up to the roots marks the link to the
 //!   cell below occupied (T8-T15) and bumps the generation; then an RMW on the node's cell
@@ -80,7 +84,7 @@ use super::word::try_cas;
 use crate::range;
 use crate::refusal::{Failure, Refusals};
 use crate::reserved::Reserved;
-use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use crate::sync::CachePadded;
 use crate::table::{Metadata, Part, Plan, Table};
 use crate::{check_block, BlockAlloc, Capabilities, Config, ConfigRule, Error};
@@ -123,6 +127,9 @@ pub struct Guarded<const LEVELS: u32, const COUNT: u32, const GEN: u32>;
 impl<const LEVELS: u32, const COUNT: u32, const GEN: u32> Kind for Guarded<LEVELS, COUNT, GEN> {
     const SHAPE: Shape = Shape::guarded(LEVELS, COUNT, GEN);
 }
+
+/// A [`Forest::stamp`]: the count of releases and the count of rollbacks.
+pub(super) type Stamp = (usize, usize);
 
 /// Where the tables of a forest lie in its metadata ([`Forest::plan`]).
 pub(crate) struct Parts {
@@ -245,6 +252,9 @@ pub struct Forest<K: Kind> {
     cores: Cores,
     /// Refusals remembered until the next free or rollback (`refusal.rs`).
     refusals: Refusals,
+    /// Rolled-back allocations so far: with the count of releases, what a refusal's
+    /// confirmation re-reads ([`Forest::alloc_once`]).
+    rollbacks: AtomicUsize,
     /// Units of the boot reservation, which frees refuse (`reserved.rs`).
     reserved: Reserved,
     kind: PhantomData<K>,
@@ -346,6 +356,7 @@ impl<K: Kind> Forest<K> {
                 (len as u128 * core as u128 / cores as u128) as usize
             })?,
             refusals: Refusals::default(),
+            rollbacks: AtomicUsize::new(0),
             reserved: Reserved::new(config.units, config.max_order),
             kind: PhantomData,
         };
@@ -461,7 +472,10 @@ impl<K: Kind> Forest<K> {
     fn roll_back(&self, at: Place, level: usize, cell: usize, failed: u32) -> Node {
         let now = self.cell(at.level, at.cell).fetch_or(0, Ordering::Relaxed);
         self.release(at, now, level + 1);
-        // Units a search may have passed over while this held them.
+        // Units a search may have passed over while this held them: a refusal's confirmation
+        // that reads this count sees the release (`SeqCst`, as a free's count; `alloc_once`),
+        // and the memo is told.
+        self.rollbacks.fetch_add(1, Ordering::SeqCst);
         self.refusals.released();
         self.node(level, cell, failed)
     }
@@ -484,12 +498,23 @@ impl<K: Kind> Forest<K> {
         Err((failed.pos + 1) << (failed.order - node.order))
     }
 
-    /// Alg. 2, A6-A14: scans the positions of `order` from `start`, wrapping around.
+    /// Alg. 2, A6-A14: scans the positions of `order` from `start`, wrapping around. The
+    /// nodes that look taken are passed cell by cell ([`Forest::pass_taken`]); each that
+    /// looks free is tried ([`Forest::attempt`]).
     fn scan(&self, order: u32, start: usize) -> Option<usize> {
         let len = self.span >> order;
         for (from, to) in [(start, len), (0, start)] {
             let mut pos = from;
-            while pos < to {
+            loop {
+                pos = match (self.max_order - order) % Self::LEVELS {
+                    0 => self.pass_taken::<0>(order, pos, to),
+                    1 => self.pass_taken::<1>(order, pos, to),
+                    2 => self.pass_taken::<2>(order, pos, to),
+                    _ => self.pass_taken::<3>(order, pos, to),
+                };
+                if pos == to {
+                    break;
+                }
                 match self.attempt(Node { order, pos }, 0) {
                     Ok(()) => return Some(pos),
                     Err(next) => pos = next,
@@ -497,6 +522,50 @@ impl<K: Kind> Forest<K> {
             }
         }
         None
+    }
+
+    /// The first position in `from..to` of `order` (whose nodes are in row `ROW` of their
+    /// cells) whose node looks free, or `to`: the positions `attempt` would pass, each read
+    /// as `attempt` reads it (one relaxed load of its cell; a try confirms by its CAS), the
+    /// cells eight at a time, so that a level of taken nodes costs a load and a mask test
+    /// per cell and no taken branch.
+    #[inline(always)]
+    fn pass_taken<const ROW: u32>(&self, order: u32, from: usize, to: usize) -> usize {
+        if from >= to {
+            return to;
+        }
+        let level = self.place(Node { order, pos: from }).level;
+        let first = from >> ROW;
+        let base = self.level_start[level] + first;
+        let cells = &self.cells[base..=base + ((to - 1) >> ROW) - first];
+        // Bit k: node k of the row looks free.
+        let looks = |cell: &AtomicU64| {
+            let w = cell.load(Ordering::Relaxed);
+            (0..1 << ROW).fold(0u32, |l, k| {
+                l | u32::from(Self::S.is_free(w, (1 << ROW) | k)) << k
+            })
+        };
+        let at = |i: usize, l: u32| ((first + i) << ROW | l.trailing_zeros() as usize).min(to);
+        let find = |i: usize, cells: &[AtomicU64]| {
+            (i..)
+                .zip(cells)
+                .find_map(|(i, c)| Some(looks(c)).filter(|&l| l != 0).map(|l| at(i, l)))
+        };
+        // The nodes of the first cell before `from` are not the scan's.
+        let head = looks(&cells[0]) & (!0 << (from & ((1 << ROW) - 1)));
+        if head != 0 {
+            return at(0, head);
+        }
+        let mut i = 1;
+        for eight in cells[1..].chunks_exact(8) {
+            if eight.iter().any(|c| looks(c) != 0) {
+                if let Some(pos) = find(i, eight) {
+                    return pos;
+                }
+            }
+            i += 8;
+        }
+        find(i, &cells[i..]).unwrap_or(to)
     }
 
     /// F4: counts a completed free of `units` units (the block that starts with `node`)
@@ -605,11 +674,58 @@ impl<K: Kind> Forest<K> {
         true
     }
 
+    /// The counts that change when units become findable: releases (completed frees) and
+    /// rollbacks, each read with acquire after the writes they follow.
+    #[inline]
+    fn stamp(&self) -> Stamp {
+        (
+            self.cores.releases(),
+            self.rollbacks.load(Ordering::Acquire),
+        )
+    }
+
+    /// NBALLOC through the refusal memo, its confirmation of a scan's refusal by
+    /// `still(stamp before the scan, stamp after the memo's fence)` ([`Forest::alloc_once`]):
+    /// `alloc` passes equality; loom models pass weaker checks, which must fail.
+    #[inline(always)]
+    pub(super) fn alloc_with(
+        &self,
+        order: u32,
+        core: usize,
+        still: impl Fn(Stamp, Stamp) -> bool,
+    ) -> Result<usize, Error> {
+        let mut refused = None;
+        self.refusals.alloc(
+            order,
+            #[inline(always)]
+            move || (self.alloc_once(order, core, &mut refused, &still), None),
+        )
+    }
+
     /// One NBALLOC (Alg. 2) of a checked `order`, for [`Refusals::alloc`]: a
     /// failure by the count of free units is [`Failure::Counted`] (a free anywhere ends it),
-    /// one after a scan [`Failure::Searched`].
+    /// one after a scan [`Failure::Searched`], with the [`Forest::stamp`] read before that
+    /// scan in `refused`.
+    ///
+    /// The memo's confirmation (the second call, after its fence) of such a refusal does not
+    /// scan again if the stamp is still the same: every free and rollback that completed
+    /// before the fence without seeing the memo's pending word is in the stamp read after the
+    /// fence (the cycle in the module docs of `refusal.rs`), so it was in the one read before
+    /// the scan, whose acquire made its writes visible to the scan. So the scan saw all that
+    /// a scan after the fence would have to see (`refusal.rs`, "Searched").
     #[inline(always)]
-    fn alloc_once(&self, order: u32, core: usize) -> Result<usize, Failure> {
+    fn alloc_once(
+        &self,
+        order: u32,
+        core: usize,
+        refused: &mut Option<Stamp>,
+        still: impl Fn(Stamp, Stamp) -> bool,
+    ) -> Result<usize, Failure> {
+        if let Some(stamp) = refused.take() {
+            if still(stamp, self.stamp()) {
+                return Err(Failure::Searched);
+            }
+        }
         let slot = self.cores.slot(core);
         let start = self.start(slot, order, core);
         let pos = match self.attempt(Node { order, pos: start }, 0) {
@@ -619,11 +735,13 @@ impl<K: Kind> Forest<K> {
                 if self.free_units() < 1 << order {
                     return Err(Failure::Counted);
                 }
-                let releases = self.cores.releases();
+                let stamp = self.stamp();
                 if let Some(pos) = self.scan(order, start) {
                     break pos;
                 }
-                if self.cores.releases() == releases {
+                // Rollbacks do not repeat the scan: its own would make it repeat forever.
+                if self.cores.releases() == stamp.0 {
+                    *refused = Some(stamp);
                     return Err(Failure::Searched);
                 }
             },
@@ -702,11 +820,7 @@ impl<K: Kind> BlockAlloc for Forest<K> {
             return Err(Error::BadOrder);
         }
         // Inlined here, as the memo's own load is: one call for the whole allocation.
-        self.refusals.alloc(
-            order,
-            #[inline(always)]
-            move || (self.alloc_once(order, core), None),
-        )
+        self.alloc_with(order, core, |before, after| before == after)
     }
 
     /// Groups of `2^r` blocks under one node of their cell, each group taken by one TRYALLOC

@@ -12,7 +12,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use super::cell::State;
-use super::forest::{Forest, FourLevel, Guarded, Kind, Narrow, OneLevel};
+use super::forest::{Forest, FourLevel, Guarded, Kind, Narrow, OneLevel, Stamp};
 use super::{Nbbs, Nbbs4};
 use crate::{BlockAlloc, Config, Error};
 
@@ -505,5 +505,90 @@ fn sweep_races_unlink_and_alloc<K: Kind>() {
         assert_eq!(f.free_units(), 32);
         let top = f.alloc(5, 0).unwrap();
         f.free(top, 5, 0).unwrap();
+    });
+}
+
+/// The confirmation of a refusal that `alloc` uses: no scan again if nothing was freed or
+/// rolled back since the refusing scan began.
+fn unchanged(before: Stamp, after: Stamp) -> bool {
+    before == after
+}
+
+#[test]
+fn loom_nbbs_refusal_confirmation_sees_a_free() {
+    free_after_a_refusing_scan::<OneLevel>(unchanged);
+    free_after_a_refusing_scan::<FourLevel>(unchanged);
+}
+
+/// A confirmation that trusts the first scan without reading the counts again records the
+/// refusal of a free it missed.
+#[test]
+#[should_panic(expected = "stale refusal")]
+fn loom_nbbs_refusal_confirmation_without_a_recount_fails() {
+    free_after_a_refusing_scan::<OneLevel>(|_, _| true);
+}
+
+/// Units 0 and 2 are allocated (two free units, no free block of order 1); X frees unit 0
+/// while the main thread asks for order 1. The bad schedule: the main thread's scan finds
+/// both order-1 nodes taken, X's free completes (its memo load finds nothing pending), and
+/// the confirmation records the refusal: after both, block 0 is free and refused.
+fn free_after_a_refusing_scan<K: Kind>(still: fn(Stamp, Stamp) -> bool) {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(2);
+    model.check(move || {
+        super::TRACE.lock().unwrap().clear();
+        let f = Arc::new(Forest::<K>::new(Config::new(4, 2).with_cores(2)).unwrap());
+        f.alloc_at(0, 0, 0).unwrap();
+        f.alloc_at(2, 0, 0).unwrap();
+        let fx = f.clone();
+        let x = thread::spawn(move || fx.free(0, 0, 1).unwrap());
+        let got = f.alloc_with(1, 0, still);
+        x.join().unwrap();
+        match got {
+            Ok(i) => f.free(i, 1, 0).unwrap(),
+            Err(_) => assert_eq!(f.alloc(1, 0), Ok(0), "stale refusal"),
+        }
+    });
+}
+
+#[test]
+fn loom_nbbs_refusal_confirmation_sees_a_rollback() {
+    rollback_after_a_refusing_scan(unchanged);
+}
+
+/// A confirmation that reads the count of releases again but not the count of rollbacks
+/// records the refusal of a node that a rollback gave back.
+#[test]
+#[should_panic(expected = "stale refusal")]
+fn loom_nbbs_refusal_confirmation_without_the_rollbacks_fails() {
+    rollback_after_a_refusing_scan(|before, after| before.0 == after.0);
+}
+
+/// In `Nbbs` (a rollback needs the held node and the ancestor that fails it in different
+/// cells) the order-2 block is allocated; X allocates unit 0 (`alloc_at`), the main thread
+/// frees the order-2 block, takes units 1 to 3 and asks for a unit. The bad schedule: X
+/// reserves unit 0 and finds the order-2 block taken; the main thread's scan finds every
+/// unit taken (X holds unit 0); X rolls back before the memo's pending word, and the
+/// confirmation records the refusal: unit 0 is then free and refused. Three preemptions:
+/// to X and back before the free, to X again after the scan.
+fn rollback_after_a_refusing_scan(still: fn(Stamp, Stamp) -> bool) {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(3);
+    model.check(move || {
+        super::TRACE.lock().unwrap().clear();
+        let f = Arc::new(Nbbs::new(Config::new(4, 2).with_cores(2)).unwrap());
+        f.alloc_at(0, 2, 0).unwrap();
+        let fx = f.clone();
+        let x = thread::spawn(move || fx.alloc_at(0, 0, 1).is_ok());
+        f.free(0, 2, 0).unwrap();
+        for unit in 1..4 {
+            f.alloc_at(unit, 0, 0).unwrap();
+        }
+        let got = f.alloc_with(0, 0, still);
+        if x.join().unwrap() {
+            f.free(0, 0, 1).unwrap();
+        } else if got.is_err() {
+            assert_eq!(f.alloc(0, 0), Ok(0), "stale refusal");
+        }
     });
 }

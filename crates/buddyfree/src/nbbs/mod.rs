@@ -86,11 +86,13 @@
 //! - Full-heap fast path: per-core unit counters (also the `release_count`) answer "fewer
 //!   than `2^order` free units" in O(cores) loads after the hinted node fails, instead of a
 //!   scan of the level. A heap with enough free units that are all fragmented scans
-//!   (skipping occupied sub-trees), once: a refusal, by the count or by a scan during which
-//!   no free completed, is remembered, and answers requests of its order or larger with one
-//!   load (`refusal.rs`), until a rolled-back allocation or a free (any free for a refusal
-//!   by the count; for one by a scan, a free after which the node of the refused order
-//!   above the freed block looks free).
+//!   (skipping occupied sub-trees, and passing taken nodes a cell at a time), once: the
+//!   memo's confirmation of the refusal re-reads the counts instead of scanning again, and
+//!   the refusal, by the count or by a scan during which no free completed, is remembered,
+//!   and answers requests of its order or larger with one load (`refusal.rs`), until a
+//!   rolled-back allocation or a free (any free for a refusal by the count; for one by a
+//!   scan, a free after which the node of the refused order above the freed block looks
+//!   free).
 //! - Bulk operations in groups (`alloc_bulk`, `free_bulk`, what per-core magazines refill
 //!   and spill with). `2^r` blocks of one order under one node `j` of their cell (`r` up to
 //!   the order's row in the cell: with 4-level cells and `max_order` 10, four blocks of

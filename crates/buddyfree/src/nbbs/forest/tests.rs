@@ -171,6 +171,34 @@ fn cells_in_use_own_their_cache_lines() {
     edge_lines_stay_unused::<FourLevel>(3 << 8, 8);
 }
 
+/// With every unit taken but one block of one order, an allocation of that order finds it
+/// wherever it lies in its cell and wherever the scan starts (before it, after it, across
+/// the wrap), and the next is refused: the scan passes taken cells without missing a node.
+fn scan_finds_the_one_free_block<K: Kind>(units: usize, max_order: u32) {
+    for order in 0..=max_order {
+        for pos in 0..units >> order {
+            for core in 0..3 {
+                let f = Forest::<K>::new(Config::new(units, max_order).with_cores(3)).unwrap();
+                for unit in 0..units {
+                    f.alloc_at(unit, 0, 0).unwrap();
+                }
+                for unit in pos << order..(pos + 1) << order {
+                    f.free(unit, 0, 0).unwrap();
+                }
+                assert_eq!(f.alloc(order, core), Ok(pos << order), "order {order}");
+                assert_eq!(f.alloc(order, core), Err(Error::OutOfMemory));
+            }
+        }
+    }
+}
+
+#[test]
+fn scans_pass_taken_cells_without_missing_a_node() {
+    scan_finds_the_one_free_block::<OneLevel>(80, 5);
+    scan_finds_the_one_free_block::<FourLevel>(80, 5);
+    scan_finds_the_one_free_block::<FourLevel>(200, 6);
+}
+
 /// A bulk allocation of a group leaves the cells as single allocations of its blocks
 /// would, and a bulk free of it as single frees would: in a root cell, in a cell below
 /// one, and with groups of 2, 4 and 8.
