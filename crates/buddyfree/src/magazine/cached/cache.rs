@@ -167,6 +167,9 @@ pub(crate) struct CoreCache {
     /// Per slot (a bit each): whether this cache started a stream of the order and has not
     /// seen it end since (its front's flag may have been cleared meanwhile by a free).
     streaming: u16,
+    /// Whether the last give-back for a refusal kept blocks here ([`Self::take_all_but`]):
+    /// the next gives them all back.
+    kept: bool,
 }
 
 // SAFETY: `blocks` is memory this cache alone uses (`CoreCache::new`'s contract), so the
@@ -186,6 +189,7 @@ impl CoreCache {
             blocks: blocks.cast(),
             dry: [0; MAX_SLOTS],
             streaming: 0,
+            kept: false,
         };
         cache.lay_out(policy);
         cache
@@ -214,6 +218,7 @@ impl CoreCache {
         self.start[MAX_SLOTS] = end as u32;
         self.dry = [0; MAX_SLOTS];
         self.streaming = 0;
+        self.kept = false;
     }
 
     /// The blocks in the list at `slot`, oldest first.
@@ -351,13 +356,60 @@ impl CoreCache {
     }
 
     /// Passes every list to `give`, with its order, and empties them.
-    pub(crate) fn take_all(&mut self, policy: &Policy, mut give: impl FnMut(&[usize], u32)) {
+    pub(crate) fn take_all(&mut self, policy: &Policy, give: impl FnMut(&[usize], u32)) {
+        self.take_all_but(policy, |_, _| false, give);
+    }
+
+    /// Passes every list to `give`, with its order, but for the blocks `keep` picks (by
+    /// block and order), which stay, oldest first; unless the last call kept blocks: then
+    /// all. Whether blocks stay. What it passes is in address order where blocks stay, so
+    /// that the backend still meets the blocks of a region together.
+    pub(crate) fn take_all_but(
+        &mut self,
+        policy: &Policy,
+        mut keep: impl FnMut(usize, u32) -> bool,
+        mut give: impl FnMut(&[usize], u32),
+    ) -> bool {
+        let mut kept = false;
         for (slot, &order) in policy.orders.iter().enumerate() {
             if self.len(slot) != 0 {
-                give(self.list(slot), order);
-                self.top[slot] = self.start[slot];
+                kept |= self.take_list(slot, order, &mut keep, &mut give);
             }
         }
+        self.kept = kept;
+        kept
+    }
+
+    /// [`Self::take_all_but`] for the list at `slot`, of `order`, which holds blocks;
+    /// whether blocks stay. Out of line: a refusal mostly finds the lists empty.
+    #[inline(never)]
+    fn take_list(
+        &mut self,
+        slot: usize,
+        order: u32,
+        keep: &mut impl FnMut(usize, u32) -> bool,
+        give: &mut impl FnMut(&[usize], u32),
+    ) -> bool {
+        let (start, len, screen) = (self.start[slot] as usize, self.len(slot), !self.kept);
+        // SAFETY: the list, `start..start + len`, lies inside the cache's own blocks (the
+        // type's invariant); `&mut self` makes this the only access.
+        let list = unsafe { core::slice::from_raw_parts_mut(self.blocks.as_ptr().add(start), len) };
+        let mut stay = 0;
+        for at in 0..len {
+            if screen && keep(list[at], order) {
+                list.swap(stay, at);
+                stay += 1;
+            }
+        }
+        let out = &mut list[stay..];
+        if stay > 0 {
+            out.sort_unstable();
+        }
+        if !out.is_empty() {
+            give(out, order);
+        }
+        self.top[slot] = (start + stay) as u32;
+        stay > 0
     }
 
     /// Units held, under `policy`'s orders.
