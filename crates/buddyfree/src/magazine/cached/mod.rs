@@ -377,6 +377,7 @@ impl<A: Backend> Magazine<A> {
     /// that may make a block of `order` free: each of a smaller order stays where a caller's
     /// block starts at its buddy (*Refusals* in the module docs), unless its cache kept
     /// blocks at the last such call.
+    #[inline]
     fn drain_for(&self, order: u32, core: usize) {
         let keep = |index: usize, of: u32| of < order && self.states.is_held(index ^ (1 << of));
         for front in self.caches.iter() {
