@@ -220,8 +220,9 @@ fn out_of_memory_only_after_draining_every_magazine() {
 
 /// A refusal gives back every parked block that may complete a block of the order asked
 /// for, wherever it is parked, and keeps only those whose buddy a caller holds (they cannot
-/// complete one while the caller holds it); the next refusal gives those back too. Keeping
-/// every parked block of a smaller order would refuse the region made whole here.
+/// complete one while the caller holds it); the same core's next refusal gives those back
+/// too. Keeping every parked block of a smaller order would refuse the region made whole
+/// here.
 #[test]
 fn a_refusal_keeps_only_blocks_whose_buddy_a_caller_holds() {
     let alloc = nbbs4(1024, 2);
@@ -243,7 +244,10 @@ fn a_refusal_keeps_only_blocks_whose_buddy_a_caller_holds() {
         starts,
         "kept, as their buddies are out"
     );
-    // The blocks kept last time all go back at the next refusal.
+    // Another core's first refusal tests them again, and keeps them.
+    assert_eq!(alloc.alloc(6, 0), Err(Error::OutOfMemory));
+    assert_eq!(alloc.parked_units(0), starts);
+    // The blocks a core kept all go back at its next refusal.
     assert_eq!(alloc.alloc(6, 1), Err(Error::OutOfMemory));
     assert_eq!((alloc.parked_units(0), alloc.parked_units(1)), (0, 0));
     alloc.free(0, 6, 1).unwrap();

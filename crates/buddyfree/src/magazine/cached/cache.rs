@@ -167,9 +167,9 @@ pub(crate) struct CoreCache {
     /// Per slot (a bit each): whether this cache started a stream of the order and has not
     /// seen it end since (its front's flag may have been cleared meanwhile by a free).
     streaming: u16,
-    /// Whether the last give-back for a refusal kept blocks here ([`Self::take_all_but`]):
-    /// the next gives them all back.
-    kept: bool,
+    /// The cores (a bit each, modulo 64) whose refusals kept blocks here since the cache
+    /// last kept none ([`Self::take_all_but`]): the next refusal of one gives all back.
+    screened: u64,
 }
 
 // SAFETY: `blocks` is memory this cache alone uses (`CoreCache::new`'s contract), so the
@@ -189,7 +189,7 @@ impl CoreCache {
             blocks: blocks.cast(),
             dry: [0; MAX_SLOTS],
             streaming: 0,
-            kept: false,
+            screened: 0,
         };
         cache.lay_out(policy);
         cache
@@ -218,7 +218,7 @@ impl CoreCache {
         self.start[MAX_SLOTS] = end as u32;
         self.dry = [0; MAX_SLOTS];
         self.streaming = 0;
-        self.kept = false;
+        self.screened = 0;
     }
 
     /// The blocks in the list at `slot`, oldest first.
@@ -357,26 +357,29 @@ impl CoreCache {
 
     /// Passes every list to `give`, with its order, and empties them.
     pub(crate) fn take_all(&mut self, policy: &Policy, give: impl FnMut(&[usize], u32)) {
-        self.take_all_but(policy, |_, _| false, give);
+        self.take_all_but(policy, 0, |_, _| false, give);
     }
 
     /// Passes every list to `give`, with its order, but for the blocks `keep` picks (by
-    /// block and order), which stay, oldest first; unless the last call kept blocks: then
-    /// all. Whether blocks stay. What it passes is in address order where blocks stay, so
-    /// that the backend still meets the blocks of a region together.
+    /// block and order), which stay, oldest first; all, where a call for the same `core`
+    /// kept blocks since the cache last kept none. Whether blocks stay. What it passes is
+    /// in address order where blocks stay, so that the backend still meets the blocks of a
+    /// region together.
     pub(crate) fn take_all_but(
         &mut self,
         policy: &Policy,
+        core: usize,
         mut keep: impl FnMut(usize, u32) -> bool,
         mut give: impl FnMut(&[usize], u32),
     ) -> bool {
-        let mut kept = false;
+        let (bit, mut kept) = (1u64 << (core % 64), false);
+        let screen = self.screened & bit == 0;
         for (slot, &order) in policy.orders.iter().enumerate() {
             if self.len(slot) != 0 {
-                kept |= self.take_list(slot, order, &mut keep, &mut give);
+                kept |= self.take_list(slot, order, screen, &mut keep, &mut give);
             }
         }
-        self.kept = kept;
+        self.screened = if kept { self.screened | bit } else { 0 };
         kept
     }
 
@@ -387,10 +390,11 @@ impl CoreCache {
         &mut self,
         slot: usize,
         order: u32,
+        screen: bool,
         keep: &mut impl FnMut(usize, u32) -> bool,
         give: &mut impl FnMut(&[usize], u32),
     ) -> bool {
-        let (start, len, screen) = (self.start[slot] as usize, self.len(slot), !self.kept);
+        let (start, len) = (self.start[slot] as usize, self.len(slot));
         // SAFETY: the list, `start..start + len`, lies inside the cache's own blocks (the
         // type's invariant); `&mut self` makes this the only access.
         let list = unsafe { core::slice::from_raw_parts_mut(self.blocks.as_ptr().add(start), len) };

@@ -58,14 +58,15 @@
 //! under its cache's lock, before the backend is asked again, and the backend then finds
 //! `R` free. Without concurrent calls, this is all of the premise: a refusal is exact.
 //!
-//! A cache that kept blocks at a refusal gives back everything it holds at the next one, so
-//! no block is kept twice in a row. A kept block may stop being hopeless when its buddy's
-//! caller frees the buddy (into another cache, or straight to the backend); a memo of the
-//! blocks once screened would have to hear of every such free, a store and a fence on frees
-//! that have neither now. Testing them again at every refusal would cost a loop of refusals
-//! (a kernel's reclaim loop on a fragmented heap) a pass over every kept block per try.
-//! Given back at the next refusal instead, they cost such a loop one drain, at its second
-//! try, and a lone refusal none.
+//! A cache that kept blocks at a core's refusal gives back everything it holds at that
+//! core's next one (cores told apart modulo 64), so a core never keeps a block twice in a
+//! row. A kept block may stop being hopeless when its buddy's caller frees the buddy (into
+//! another cache, or straight to the backend); a memo of the blocks once screened would
+//! have to hear of every such free, a store and a fence on frees that have neither now.
+//! Testing them again at every refusal would cost a loop of refusals (a kernel's reclaim
+//! loop on a fragmented heap) a pass over every kept block per try. Given back at the
+//! loop's next refusal instead, they cost it one drain, at its second try, and a lone
+//! refusal, or the first of each core in a storm of them, none.
 //!
 //! # Streams
 //!
@@ -376,13 +377,14 @@ impl<A: Backend> Magazine<A> {
     /// Gives back, for an allocation of `order` that the backend refused, the cached blocks
     /// that may make a block of `order` free: each of a smaller order stays where a caller's
     /// block starts at its buddy (*Refusals* in the module docs), unless its cache kept
-    /// blocks at the last such call.
+    /// blocks at `core`'s last such call.
     #[inline]
     fn drain_for(&self, order: u32, core: usize) {
         let keep = |index: usize, of: u32| of < order && self.states.is_held(index ^ (1 << of));
+        let at = self.cache_index(core);
         for front in self.caches.iter() {
             let mut cache = front.lock();
-            let kept = cache.take_all_but(&self.policy, keep, |blocks, of| {
+            let kept = cache.take_all_but(&self.policy, at, keep, |blocks, of| {
                 self.give_back(blocks, of, core)
             });
             front.may_hold.store(kept, Ordering::Relaxed);
