@@ -373,9 +373,9 @@ impl CoreCache {
         mut give: impl FnMut(&[usize], u32),
     ) -> bool {
         let (bit, mut kept) = (1u64 << (core % 64), false);
-        let screen = self.screened & bit == 0;
         for (slot, &order) in policy.orders.iter().enumerate() {
             if self.len(slot) != 0 {
+                let screen = self.screened & bit == 0;
                 kept |= self.take_list(slot, order, screen, &mut keep, &mut give);
             }
         }

@@ -381,10 +381,9 @@ impl<A: Backend> Magazine<A> {
     #[inline]
     fn drain_for(&self, order: u32, core: usize) {
         let keep = |index: usize, of: u32| of < order && self.states.is_held(index ^ (1 << of));
-        let at = self.cache_index(core);
         for front in self.caches.iter() {
             let mut cache = front.lock();
-            let kept = cache.take_all_but(&self.policy, at, keep, |blocks, of| {
+            let kept = cache.take_all_but(&self.policy, core, keep, |blocks, of| {
                 self.give_back(blocks, of, core)
             });
             front.may_hold.store(kept, Ordering::Relaxed);
