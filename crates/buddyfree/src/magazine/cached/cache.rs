@@ -167,8 +167,9 @@ pub(crate) struct CoreCache {
     /// Per slot (a bit each): whether this cache started a stream of the order and has not
     /// seen it end since (its front's flag may have been cleared meanwhile by a free).
     streaming: u16,
-    /// The cores (a bit each, modulo 64) whose refusals kept blocks here since the cache
-    /// last kept none ([`Self::take_all_but`]): the next refusal of one gives all back.
+    /// The cores (a bit each, modulo 64) whose refusals kept blocks here since one last
+    /// found blocks and kept none ([`Self::take_all_but`]): the next refusal of one gives
+    /// all back.
     screened: u64,
 }
 
@@ -362,7 +363,7 @@ impl CoreCache {
 
     /// Passes every list to `give`, with its order, but for the blocks `keep` picks (by
     /// block and order), which stay, oldest first; all, where a call for the same `core`
-    /// kept blocks since the cache last kept none. Whether blocks stay. What it passes is
+    /// kept blocks since one last found blocks and kept none. Whether blocks stay. What it passes is
     /// in address order where blocks stay, so that the backend still meets the blocks of a
     /// region together.
     pub(crate) fn take_all_but(
@@ -372,14 +373,19 @@ impl CoreCache {
         mut keep: impl FnMut(usize, u32) -> bool,
         mut give: impl FnMut(&[usize], u32),
     ) -> bool {
-        let (bit, mut kept) = (1u64 << (core % 64), false);
+        let (bit, mut held, mut kept) = (1u64 << (core % 64), false, false);
         for (slot, &order) in policy.orders.iter().enumerate() {
             if self.len(slot) != 0 {
                 let screen = self.screened & bit == 0;
                 kept |= self.take_list(slot, order, screen, &mut keep, &mut give);
+                held = true;
             }
         }
-        self.screened = if kept { self.screened | bit } else { 0 };
+        // Left as it is where the lists were empty (a refusal's usual find): no block to
+        // keep, and the next refusal that finds some starts from the same bits.
+        if held {
+            self.screened = if kept { self.screened | bit } else { 0 };
+        }
         kept
     }
 
