@@ -33,10 +33,13 @@
 //!   byte there and parks the block, so the lock decides racing frees, with no
 //!   compare-and-swap on the byte. Any other block's free is decided by one compare-and-swap
 //!   on the byte. The `cached` module gives the state machine.
-//! - **Refusals.** An allocation the backend refuses drains every magazine and asks once
-//!   more (the backend gathers its own per-core state before it refuses), so it fails only if
-//!   no free aligned block exists; where every magazine's hint (a flag per core, read without
-//!   its lock) says it holds nothing, the backend's refusal stands at once.
+//! - **Refusals.** An allocation the backend refuses gives back every parked block that
+//!   may complete a free block of its order (all but those whose buddy a caller holds; a
+//!   magazine that kept blocks at the core's last refusal gives all back) and asks once
+//!   more (the backend gathers its own per-core state before it refuses), so it fails only
+//!   if no free aligned block exists; where every magazine's hint (a flag per core, read
+//!   without its lock) says it holds nothing, the backend's refusal stands at once. The
+//!   `cached` module's *Refusals* gives the argument.
 //! - **Streams.** A core that allocates more blocks of an order than its list holds, with no
 //!   free parking one between, hands the rest of that stream out `Direct` for the orders
 //!   moved one block at a time (the `cached` module's *Streams*): their frees skip the

@@ -218,6 +218,103 @@ fn out_of_memory_only_after_draining_every_magazine() {
     }
 }
 
+/// A refusal gives back every parked block that may complete a block of the order asked
+/// for, wherever it is parked, and keeps only those whose buddy a caller holds (they cannot
+/// complete one while the caller holds it); the same core's next refusal gives those back
+/// too. Keeping every parked block of a smaller order would refuse the region made whole
+/// here.
+#[test]
+fn a_refusal_keeps_only_blocks_whose_buddy_a_caller_holds() {
+    let alloc = nbbs4(1024, 2);
+    let blocks: Vec<usize> = (0..1024).map(|_| alloc.alloc(0, 0).unwrap()).collect();
+    // The first unit of every other region of order 6, parked in core 0's magazine, each
+    // with its buddy out.
+    let starts = blocks.iter().filter(|&&b| b % 64 == 0 && b > 0).count();
+    for &b in blocks.iter().filter(|&&b| b % 64 == 0 && b > 0) {
+        alloc.free(b, 0, 0).unwrap();
+    }
+    // Region 0, all parked: half in core 0's magazine and half in core 1's.
+    for &b in blocks.iter().filter(|&&b| b < 64) {
+        alloc.free(b, 0, b % 2).unwrap();
+    }
+    assert_eq!(alloc.inner().free_units(), 0, "all parked");
+    assert_eq!(alloc.alloc(6, 1), Ok(0));
+    assert_eq!(
+        alloc.parked_units(0),
+        starts,
+        "kept, as their buddies are out"
+    );
+    // Another core's first refusal tests them again, and keeps them.
+    assert_eq!(alloc.alloc(6, 0), Err(Error::OutOfMemory));
+    assert_eq!(alloc.parked_units(0), starts);
+    // The blocks a core kept all go back at its next refusal.
+    assert_eq!(alloc.alloc(6, 1), Err(Error::OutOfMemory));
+    assert_eq!((alloc.parked_units(0), alloc.parked_units(1)), (0, 0));
+    alloc.free(0, 6, 1).unwrap();
+    for &b in blocks.iter().filter(|&&b| b >= 64 && b % 64 != 0) {
+        alloc.free(b, 0, 0).unwrap();
+    }
+    alloc.drain();
+    assert_eq!(alloc.inner().free_units(), 1024);
+}
+
+/// Threads free their blocks, a few held back, then all ask for a huge frame at once: every
+/// frame whose units were all freed before is found, though its first unit is parked in
+/// some magazine and the refusals screen the magazines concurrently; the frames with a
+/// block held back are not. Keeping every parked block of a smaller order would refuse
+/// frames that are free.
+#[test]
+fn concurrent_refusals_find_every_frame_freed_before_them() {
+    use std::sync::Barrier;
+    const THREADS: usize = 4;
+    const FRAMES: usize = 6;
+    let config = Config::new(FRAMES * 512, 10).with_cores(THREADS);
+    let alloc = Magazine::new(config, LLFree::new(config).unwrap())
+        .unwrap()
+        .with_settings(Settings::new().with_parking_limit(usize::MAX));
+    let barrier = Barrier::new(THREADS);
+    for round in 0..40 {
+        // Frames whose second unit stays out this round.
+        let held = |b: usize| b % 512 == 1 && (b / 512 + round).is_multiple_of(3);
+        let whole = (0..FRAMES)
+            .filter(|f| !(f + round).is_multiple_of(3))
+            .count();
+        let found: usize = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..THREADS)
+                .map(|core| {
+                    let (alloc, barrier) = (&alloc, &barrier);
+                    s.spawn(move || {
+                        let mut mine = Vec::new();
+                        while let Ok(b) = alloc.alloc(0, core) {
+                            mine.push(b);
+                        }
+                        barrier.wait();
+                        // The first units last, so that they stay parked.
+                        mine.sort_by_key(|&b| core::cmp::Reverse(b % 512));
+                        mine.retain(|&b| {
+                            held(b) || alloc.free(b, 0, core).map(|()| false).unwrap()
+                        });
+                        barrier.wait();
+                        let got = alloc.alloc(9, core).ok();
+                        barrier.wait();
+                        for b in mine.drain(..) {
+                            alloc.free(b, 0, core).unwrap();
+                        }
+                        got.inspect(|&b| alloc.free(b, 9, core).unwrap()).is_some()
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| usize::from(w.join().unwrap()))
+                .sum()
+        });
+        assert_eq!(found, whole.min(THREADS), "round {round}");
+        alloc.drain();
+        assert_eq!(alloc.free_units(), FRAMES * 512);
+    }
+}
+
 /// On a full heap with nothing parked, a refused allocation takes no other cache's
 /// lock: it answers while another cache is held (here by this very thread, which
 /// waiting for it would report as a bug); a block parked afterwards is found by the

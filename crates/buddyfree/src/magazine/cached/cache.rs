@@ -167,6 +167,10 @@ pub(crate) struct CoreCache {
     /// Per slot (a bit each): whether this cache started a stream of the order and has not
     /// seen it end since (its front's flag may have been cleared meanwhile by a free).
     streaming: u16,
+    /// The cores (a bit each, modulo 64) whose refusals kept blocks here since one last
+    /// found blocks and kept none ([`Self::take_all_but`]): the next refusal of one gives
+    /// all back.
+    screened: u64,
 }
 
 // SAFETY: `blocks` is memory this cache alone uses (`CoreCache::new`'s contract), so the
@@ -186,6 +190,7 @@ impl CoreCache {
             blocks: blocks.cast(),
             dry: [0; MAX_SLOTS],
             streaming: 0,
+            screened: 0,
         };
         cache.lay_out(policy);
         cache
@@ -214,6 +219,7 @@ impl CoreCache {
         self.start[MAX_SLOTS] = end as u32;
         self.dry = [0; MAX_SLOTS];
         self.streaming = 0;
+        self.screened = 0;
     }
 
     /// The blocks in the list at `slot`, oldest first.
@@ -351,13 +357,69 @@ impl CoreCache {
     }
 
     /// Passes every list to `give`, with its order, and empties them.
-    pub(crate) fn take_all(&mut self, policy: &Policy, mut give: impl FnMut(&[usize], u32)) {
+    pub(crate) fn take_all(&mut self, policy: &Policy, give: impl FnMut(&[usize], u32)) {
+        self.take_all_but(policy, 0, |_, _| false, give);
+    }
+
+    /// Passes every list to `give`, with its order, but for the blocks `keep` picks (by
+    /// block and order), which stay, oldest first; all, where a call for the same `core`
+    /// kept blocks since one last found blocks and kept none. Whether blocks stay. What it passes is
+    /// in address order where blocks stay, so that the backend still meets the blocks of a
+    /// region together.
+    pub(crate) fn take_all_but(
+        &mut self,
+        policy: &Policy,
+        core: usize,
+        mut keep: impl FnMut(usize, u32) -> bool,
+        mut give: impl FnMut(&[usize], u32),
+    ) -> bool {
+        let (bit, mut held, mut kept) = (1u64 << (core % 64), false, false);
         for (slot, &order) in policy.orders.iter().enumerate() {
             if self.len(slot) != 0 {
-                give(self.list(slot), order);
-                self.top[slot] = self.start[slot];
+                let screen = self.screened & bit == 0;
+                kept |= self.take_list(slot, order, screen, &mut keep, &mut give);
+                held = true;
             }
         }
+        // Left as it is where the lists were empty (a refusal's usual find): no block to
+        // keep, and the next refusal that finds some starts from the same bits.
+        if held {
+            self.screened = if kept { self.screened | bit } else { 0 };
+        }
+        kept
+    }
+
+    /// [`Self::take_all_but`] for the list at `slot`, of `order`, which holds blocks;
+    /// whether blocks stay. Out of line: a refusal mostly finds the lists empty.
+    #[inline(never)]
+    fn take_list(
+        &mut self,
+        slot: usize,
+        order: u32,
+        screen: bool,
+        keep: &mut impl FnMut(usize, u32) -> bool,
+        give: &mut impl FnMut(&[usize], u32),
+    ) -> bool {
+        let (start, len) = (self.start[slot] as usize, self.len(slot));
+        // SAFETY: the list, `start..start + len`, lies inside the cache's own blocks (the
+        // type's invariant); `&mut self` makes this the only access.
+        let list = unsafe { core::slice::from_raw_parts_mut(self.blocks.as_ptr().add(start), len) };
+        let mut stay = 0;
+        for at in 0..len {
+            if screen && keep(list[at], order) {
+                list.swap(stay, at);
+                stay += 1;
+            }
+        }
+        let out = &mut list[stay..];
+        if stay > 0 {
+            out.sort_unstable();
+        }
+        if !out.is_empty() {
+            give(out, order);
+        }
+        self.top[slot] = (start + stay) as u32;
+        stay > 0
     }
 
     /// Units held, under `policy`'s orders.

@@ -1,7 +1,8 @@
 //! The frees of blocks that a cache holds, model-checked through caches whose
 //! locks loom sees ([`YieldMutex`] under loom): racing frees from the holder's core and
-//! another, a `try_free` racing a free, a free racing the holder's allocations, and pinned
-//! cores freeing each other's blocks (which must not hold two caches at once).
+//! another, a `try_free` racing a free, a free racing the holder's allocations, a refusal
+//! after a free of a parked block's buddy, and pinned cores freeing each other's blocks
+//! (which must not hold two caches at once).
 
 use alloc::vec::Vec;
 
@@ -85,6 +86,40 @@ fn loom_a_free_from_another_core_races_the_holders_allocation() {
         remote.join().unwrap().unwrap();
         assert_ne!(got, kept, "handed out twice");
         whole(&linux, &[got, kept]);
+    });
+}
+
+/// A refusal keeps a parked block whose buddy a caller holds, but not once that caller's
+/// free happened before it (here through a flag the free sets after): it sees the buddy's
+/// state change and finds the pair, the buddy parked in another core's cache. One that
+/// races the free may refuse; the next gives back what it kept and finds the pair.
+#[test]
+fn loom_a_refusal_sees_a_buddys_free_that_happened_before_it() {
+    use loom::sync::atomic::{AtomicBool, Ordering};
+    loom::model(|| {
+        let (linux, held) = with_held_blocks(16);
+        // Unit 0 parked in core 0's cache, its buddy (unit 1) out.
+        linux.free(0, 0, 0).unwrap();
+        let freed = Arc::new(AtomicBool::new(false));
+        let flag = freed.clone();
+        let remote = on_another_thread(&linux, move |l| {
+            l.free(1, 0, 1).unwrap();
+            flag.store(true, Ordering::Release);
+        });
+        let seen = freed.load(Ordering::Acquire);
+        let got = linux.alloc(1, 0);
+        if seen {
+            assert_eq!(
+                got,
+                Ok(0),
+                "a refusal missed a free that happened before it"
+            );
+        }
+        remote.join().unwrap();
+        assert_eq!(got.or_else(|_| linux.alloc(1, 0)), Ok(0));
+        linux.free(0, 1, 0).unwrap();
+        let rest: Vec<usize> = held.into_iter().filter(|&b| b > 1).collect();
+        whole(&linux, &rest);
     });
 }
 

@@ -26,9 +26,47 @@
 //! once: a pinned core that frees a block another cache holds lets its own go meanwhile.
 //!
 //! A refusal is the backend's (with its own memo of refusals, `refusal.rs`), given only where
-//! every cache is seen empty or was drained. The caches keep no memo of their own: a memo
-//! above the backend would miss what the backend makes findable by itself (a tree given back
-//! by a whole-tree claim that failed, a bulk allocation's rollback) and go on refusing.
+//! every cache is seen empty or gave back what could help (*Refusals* below). The caches keep
+//! no memo of their own: a memo above the backend would miss what the backend makes findable
+//! by itself (a tree given back by a whole-tree claim that failed, a bulk allocation's
+//! rollback) and go on refusing.
+//!
+//! # Refusals
+//!
+//! An allocation of order `k` that the backend refuses takes every cache's lock in turn and
+//! gives back, under it, the parked blocks that may make a block of order `k` free; then it
+//! asks the backend once more. A parked block `b` of a smaller order `j` stays where a
+//! caller's block starts at its buddy, `b ^ 2^j` (a `Live`, `Owned` or `Direct` state):
+//! the buddy lies in the block of order `k` around `b`, which cannot be free while the
+//! caller holds it. The test reads one state byte per parked block, beside `b`'s own, and
+//! none of the backend's metadata. On a fragmented heap, whose parked blocks each lie among
+//! allocated neighbours (a huge frame each, after a reclaim), a refusal of a huge frame so
+//! gives nothing back, where a drain would free every parked block into the backend, each a
+//! cold frame's metadata and a search's worth of counters; other cores keep their warm
+//! lists.
+//!
+//! The refusal stays true. Let `R` be a block of order `k` whose units are all free (parked
+//! or free in the backend) while the refusal runs, every free that made them so having
+//! happened before it, and none taken meanwhile. Each block parked in `R` was parked before
+//! the refusal took its cache's lock, so the refusal sees it. One of order `k` or more is
+//! never kept. One of a smaller order `j` has its buddy `u` in `R`, and the byte at `u`
+//! reads as a caller's block only while one is out there: it is written after the block
+//! leaves the backend or a cache, and a free ends it before the block reaches a cache or the
+//! backend. The free that ended the last block out at `u` happened before the refusal, whose
+//! read of the byte therefore sees that end or a later state (coherence), and no later state
+//! is a caller's block, since nothing in `R` is taken. So every parked block of `R` goes back,
+//! under its cache's lock, before the backend is asked again, and the backend then finds
+//! `R` free. Without concurrent calls, this is all of the premise: a refusal is exact.
+//!
+//! A cache that kept blocks at a core's refusal gives back everything it holds at that
+//! core's next one (cores told apart modulo 64), so a core never keeps a block twice in a
+//! row. A kept block may stop being hopeless when its buddy's caller frees the buddy (into
+//! another cache, or straight to the backend); a memo of the blocks once screened would
+//! have to hear of every such free, a store and a fence on frees that have neither now.
+//! Testing them again at every refusal would cost a loop of refusals (a kernel's reclaim
+//! loop on a fragmented heap) a pass over every kept block per try. Given back at the
+//! loop's next refusal instead, they cost it one drain, at its second try, and a lone
+//! refusal, or the first of each core in a storm of them, none.
 //!
 //! # Streams
 //!
@@ -77,10 +115,11 @@ pub(crate) struct Front {
     pub(super) lock: CacheLock,
     /// Whether the cache may hold blocks: set under the lock by every operation that parks
     /// one, before the lock goes; cleared under the lock only when the cache is emptied into
-    /// the backend (a pop that empties it leaves it set). So a reader that sees it clear
-    /// (with no park in flight) knows the cache holds nothing, and an allocation the backend
-    /// refuses drains nothing, and asks nothing again, where every cache is seen clear: the
-    /// refusal on a full heap costs the backend's own, the own cache's lock and a read per core.
+    /// the backend, or a refusal gave back all it held (a pop that empties it leaves it
+    /// set). So a reader that sees it clear (with no park in flight) knows the cache holds
+    /// nothing, and an allocation the backend refuses drains nothing, and asks nothing
+    /// again, where every cache is seen clear: the refusal on a full heap costs the
+    /// backend's own, the own cache's lock and a read per core.
     may_hold: AtomicBool,
     /// Per cached order's slot (a bit each): whether the cache hands that order's blocks out
     /// `Direct` (see *Streams* in the module docs). Set under the lock by a refill that
@@ -332,6 +371,22 @@ impl<A: Backend> Magazine<A> {
     pub(super) fn drain_caches(&self, core: usize) {
         for front in self.caches.iter() {
             self.empty_cache(front, core);
+        }
+    }
+
+    /// Gives back, for an allocation of `order` that the backend refused, the cached blocks
+    /// that may make a block of `order` free: each of a smaller order stays where a caller's
+    /// block starts at its buddy (*Refusals* in the module docs), unless its cache kept
+    /// blocks at `core`'s last such call.
+    #[inline]
+    fn drain_for(&self, order: u32, core: usize) {
+        let keep = |index: usize, of: u32| of < order && self.states.is_held(index ^ (1 << of));
+        for front in self.caches.iter() {
+            let mut cache = front.lock();
+            let kept = cache.take_all_but(&self.policy, core, keep, |blocks, of| {
+                self.give_back(blocks, of, core)
+            });
+            front.may_hold.store(kept, Ordering::Relaxed);
         }
     }
 
@@ -617,7 +672,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
             // fallback), so that would change nothing but the placement of later
             // allocations, and cost a reclaim loop a new reservation at every refusal.
             Err(Error::OutOfMemory) if self.may_hold_any() => {
-                self.drain_caches(core);
+                self.drain_for(order, core);
                 let found = self.backend.alloc(order, core);
                 found.inspect(|&index| self.record_live(slot, index))
             }

@@ -105,6 +105,16 @@ impl BlockStates {
         State::decode(self.0[index].load(Ordering::Acquire))
     }
 
+    /// Whether a caller's block starts at `index` (`Live`, `Owned` or `Direct`; false past
+    /// the table): a state that is set only once the block is the caller's and left before
+    /// it reaches a cache or the backend.
+    #[inline]
+    pub(crate) fn is_held(&self, index: usize) -> bool {
+        self.0.get(index).is_some_and(|byte| {
+            byte.load(Ordering::Acquire) > State::Cached(MAX_SLOTS - 1).encode()
+        })
+    }
+
     /// Moves the block at `index` from `from` to `to` with a plain load and store; false
     /// (nothing changed) if the state is anything else. Only for a state that no one but the
     /// caller leaves meanwhile: a block `Owned` by the cache whose lock the caller holds, or
