@@ -31,10 +31,11 @@ export CARGO_PROFILE_TEST_OPT_LEVEL=0
 
 # Slow under Miri (20-45 s each), and their unsafe paths are those of the tests that run:
 # give-backs across whole small heaps, every parking limit, every registry entry built on
-# the heap (the caller-memory builds run).
+# the heap (the caller-memory builds run); and a four-thread refusal stress (loom models it).
 slow=(
   cached::tests::try_alloc_gives_back_the_blocks_of_caches_it_can_take
   magazine::tests::a_configured_parking_limit_chooses_the_lists
+  magazine::tests::concurrent_refusals_find_every_frame_freed_before_them
   magazine::tests::drain_returns_everything
   magazine::tests::each_order_parks_at_most_its_watermark
   magazine::tests::lists_scale_with_the_heap_per_core
