@@ -356,11 +356,6 @@ impl CoreCache {
         self.top[slot] -= n as u32;
     }
 
-    /// Passes every list to `give`, with its order, and empties them.
-    pub(crate) fn take_all(&mut self, policy: &Policy, give: impl FnMut(&[usize], u32)) {
-        self.take_all_but(policy, 0, |_, _| false, give);
-    }
-
     /// Passes every list to `give`, with its order, but for the blocks `keep` picks (by
     /// block and order), which stay, oldest first; all, where a call for the same `core`
     /// kept blocks since one last found blocks and kept none. Whether blocks stay. What it passes is
@@ -445,7 +440,7 @@ mod tests {
     }
 
     /// Each list holds its watermark and one more in its own stretch of the array, spills
-    /// its oldest batch, and is emptied by `take_all`, without touching its neighbour.
+    /// its oldest batch, and is emptied by `take_all_but`, without touching its neighbour.
     #[test]
     fn lists_keep_to_their_stretch_and_spill_the_oldest_batch() {
         let mut lines = [ListLine::EMPTY; LINES];
@@ -471,7 +466,12 @@ mod tests {
         cache.spill(&SMALL, two, |b| newest.extend_from_slice(b));
         assert_eq!(newest, [1012]);
         let mut all = Vec::new();
-        cache.take_all(&SMALL, |b, order| all.push((b.to_vec(), order)));
+        cache.take_all_but(
+            &SMALL,
+            0,
+            |_, _| false,
+            |b, order| all.push((b.to_vec(), order)),
+        );
         assert_eq!(
             all,
             [((8..16).collect(), 0), (alloc::vec![1000, 1004, 1008], 2)]

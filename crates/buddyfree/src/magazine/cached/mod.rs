@@ -367,36 +367,31 @@ impl<A: Backend> Magazine<A> {
         self.backend.drain();
     }
 
-    /// Returns every cached block to the backend.
+    /// Returns every cached block to the backend (no block is of an order below 0).
     pub(super) fn drain_caches(&self, core: usize) {
-        for front in self.caches.iter() {
-            self.empty_cache(front, core);
-        }
+        self.drain_for(0, core);
     }
 
     /// Gives back, for an allocation of `order` that the backend refused, the cached blocks
-    /// that may make a block of `order` free: each of a smaller order stays where a caller's
-    /// block starts at its buddy (*Refusals* in the module docs), unless its cache kept
-    /// blocks at `core`'s last such call.
+    /// that may make a block of `order` free ([`Magazine::empty_cache`]), cache by cache.
     #[inline]
     fn drain_for(&self, order: u32, core: usize) {
-        let keep = |index: usize, of: u32| of < order && self.states.is_held(index ^ (1 << of));
         for front in self.caches.iter() {
-            let mut cache = front.lock();
-            let kept = cache.take_all_but(&self.policy, core, keep, |blocks, of| {
-                self.give_back(blocks, of, core)
-            });
-            front.may_hold.store(kept, Ordering::Relaxed);
+            self.empty_cache(front, order, core);
         }
     }
 
-    /// Gives every block of the cache `front` back to the backend for `core`.
-    fn empty_cache(&self, front: &Front, core: usize) {
+    /// Gives the blocks of the cache `front` that may make a block of `order` free back to the
+    /// backend for `core`: each of a smaller order stays where a caller's block starts at its
+    /// buddy (*Refusals* in the module docs), unless the cache kept blocks at `core`'s last
+    /// such call; every block, for `order` 0.
+    fn empty_cache(&self, front: &Front, order: u32, core: usize) {
+        let keep = |index: usize, of: u32| of < order && self.states.is_held(index ^ (1 << of));
         let mut cache = front.lock();
-        front.may_hold.store(false, Ordering::Relaxed);
-        cache.take_all(&self.policy, |blocks, order| {
-            self.give_back(blocks, order, core)
+        let kept = cache.take_all_but(&self.policy, core, keep, |blocks, of| {
+            self.give_back(blocks, of, core)
         });
+        front.may_hold.store(kept, Ordering::Relaxed);
     }
 
     /// Gives the blocks of every cache whose lock is free at once back to the backend, each
@@ -756,7 +751,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
     /// See [`BlockAlloc::drain_core`]: `core`'s cache, then what the backend keeps for
     /// `core`.
     fn drain_core(&self, core: usize) {
-        self.empty_cache(self.cache(core), core);
+        self.empty_cache(self.cache(core), 0, core);
         self.backend.drain_core(core);
     }
 
