@@ -204,8 +204,7 @@ impl<A: BlockAlloc> Heap<A> {
     fn placed(&self, index: usize) -> Result<(usize, NonNull<u8>), Error> {
         // An allocator keeps its indices below its units; anything else is its bug, reported
         // rather than turned into a wild pointer.
-        let ptr = self.ptr_of(index).ok_or(Error::OutOfRange)?;
-        Ok((index, ptr))
+        Ok((index, self.ptr_of(index).ok_or(Error::OutOfRange)?))
     }
 
     /// Calls `f` with `core` held ([`BlockAlloc::with_core`]: over a magazine, a pair
