@@ -97,12 +97,11 @@ impl<A: BlockAlloc> GlobalHeap<A> {
     }
 
     fn init(&self) -> Option<Heap<A>> {
-        let unit = self.unit;
-        let bytes = self.config.units.checked_mul(unit)?;
-        let largest = super::block_bytes(unit, self.config.max_order)?;
+        let bytes = self.config.units.checked_mul(self.unit)?;
+        let largest = super::block_bytes(self.unit, self.config.max_order)?;
         let region = Region::mmap(bytes, largest).ok()?;
         let alloc = (self.build)(self.config).ok()?;
-        Heap::new(region, unit, alloc).ok()
+        Heap::new(region, self.unit, alloc).ok()
     }
 
     /// Serves a request from [`System`], counted.

@@ -313,9 +313,7 @@ impl<A: BlockAlloc> Heap<A> {
         }
         // SAFETY: `index` is below the units, all of which `new` checked lie inside the
         // region, so the offset stays inside that allocation.
-        let addr = unsafe { self.base.as_ptr().add(index << self.device.unit_shift) };
-        // Inside the region, so not null (the region does not wrap around zero).
-        NonNull::new(addr)
+        Some(unsafe { self.base.add(index << self.device.unit_shift) })
     }
 
     /// The unit index of `ptr`: [`Error::Foreign`] if it is null or outside the heap,
