@@ -382,15 +382,13 @@ impl<A> fmt::Debug for Heap<A> {
 /// whole units fit from there (the region's end and no units if it holds no aligned address);
 /// `None` if `unit` is not a power of two.
 fn first_unit(region: &Region, unit: usize) -> Option<(usize, usize)> {
-    if !unit.is_power_of_two() {
-        return None;
-    }
     let start = region.as_ptr() as usize;
     let skip = start
         .checked_next_multiple_of(unit)
         .map_or(usize::MAX, |aligned| aligned - start)
         .min(region.len());
-    Some((skip, (region.len() - skip) / unit))
+    unit.is_power_of_two()
+        .then(|| (skip, (region.len() - skip) / unit))
 }
 
 /// The bytes in a block of `2^order` units of `unit` bytes, if that fits in a `usize`.
