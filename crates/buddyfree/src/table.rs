@@ -170,20 +170,17 @@ impl Plan {
     /// [`ConfigRule::MetadataOverflow`] if the metadata would not fit in the address space.
     pub(crate) const fn add<T>(&mut self, len: usize) -> Result<Part<T>, Error> {
         let align = core::mem::align_of::<T>();
-        // As `Layout::array`: the table's bytes within `isize::MAX`.
-        let Some(bytes) = core::mem::size_of::<T>().checked_mul(len) else {
+        let (Some(bytes), Some(offset)) = (
+            core::mem::size_of::<T>().checked_mul(len),
+            self.size.checked_next_multiple_of(align),
+        ) else {
             return Err(OVERFLOW);
         };
-        let Some(offset) = self.size.checked_next_multiple_of(align) else {
-            return Err(OVERFLOW);
-        };
-        let Some(end) = offset.checked_add(bytes) else {
-            return Err(OVERFLOW);
-        };
-        if bytes > isize::MAX as usize {
-            return Err(OVERFLOW);
+        match offset.checked_add(bytes) {
+            // As `Layout::array`: the table's bytes within `isize::MAX`.
+            Some(end) if bytes <= isize::MAX as usize => self.size = end,
+            _ => return Err(OVERFLOW),
         }
-        self.size = end;
         if align > self.align {
             self.align = align;
         }

@@ -151,10 +151,9 @@ impl<'a, A: BlockAlloc + ?Sized> PhysFrames<'a, A> {
     /// The `S` frame of the block of `2^order` units at `index`, if the block lies within
     /// the allocator's units and its start is aligned to `S`.
     fn frame_of_block<S: PageSize>(&self, index: usize, order: u32) -> Option<PhysFrame<S>> {
-        let end = index.checked_add(1usize.checked_shl(order)?)?;
-        if end > self.alloc.total_units() {
-            return None;
-        }
+        index
+            .checked_add(1usize.checked_shl(order)?)
+            .filter(|&end| end <= self.alloc.total_units())?;
         let offset = u64::try_from(index).ok()?.checked_mul(UNIT_BYTES)?;
         let start = PhysAddr::try_new(self.base.as_u64().checked_add(offset)?).ok()?;
         PhysFrame::from_start_address(start).ok()

@@ -54,26 +54,48 @@ unsafe impl<A: BlockAlloc> GlobalAlloc for Heap<A> {
     /// # Safety
     /// The contract of [`GlobalAlloc::realloc`].
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let Ok(new_layout) = Layout::from_size_align(new_size, layout.align()) else {
-            return ptr::null_mut();
-        };
-        let Ok(new_order) = self.order_of(new_layout) else {
-            return ptr::null_mut();
-        };
-        // The block already serves the new size: nothing to move.
-        if self.order_of(layout) == Ok(new_order) {
-            return ptr;
-        }
-        let Ok((_, new)) = self.alloc_index(new_order) else {
-            return ptr::null_mut();
-        };
-        // SAFETY: the caller guarantees `ptr` is a live block of at least `layout.size()`
-        // bytes; `new` is a fresh block of at least `new_size` bytes, so both ranges are
-        // valid and, being distinct live blocks, do not overlap.
-        unsafe { ptr::copy_nonoverlapping(ptr, new.as_ptr(), layout.size().min(new_size)) };
-        self.free_or_count(ptr, layout);
-        new.as_ptr()
+        // SAFETY: forwarded with the caller's guarantees; `ptr` is a block of this heap.
+        unsafe { realloc_block(self, self, ptr, layout, new_size) }
     }
+}
+
+/// `GlobalAlloc::realloc` of a block of `heap` through `through` (the heap itself, or a
+/// global allocator in front of it that may serve the new size elsewhere): the block stays
+/// where the new size needs its order; else a new block from `through`, the contents
+/// copied and the old block freed through it; null, nothing changed, where there is none.
+///
+/// # Safety
+/// The contract of [`GlobalAlloc::realloc`] on `through`, for a block `ptr` of `heap`.
+pub(super) unsafe fn realloc_block<A: BlockAlloc>(
+    heap: &Heap<A>,
+    through: &impl GlobalAlloc,
+    ptr: *mut u8,
+    layout: Layout,
+    new_size: usize,
+) -> *mut u8 {
+    let Ok(new_layout) = Layout::from_size_align(new_size, layout.align()) else {
+        return ptr::null_mut();
+    };
+    // The block already serves the new size: nothing to move.
+    if heap
+        .order_of(new_layout)
+        .is_ok_and(|new| heap.order_of(layout) == Ok(new))
+    {
+        return ptr;
+    }
+    // SAFETY: the caller's guarantees (a non-zero `new_size`) hold for `new_layout`.
+    let new = unsafe { through.alloc(new_layout) };
+    if !new.is_null() {
+        // SAFETY: the caller guarantees `ptr` is a live block of at least `layout.size()`
+        // bytes; `new` is a fresh allocation of at least `new_size` bytes, so both ranges
+        // are valid and, being distinct live allocations, do not overlap. Then the old
+        // block is returned to the allocator it came from, with its layout.
+        unsafe {
+            ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
+            through.dealloc(ptr, layout);
+        }
+    }
+    new
 }
 
 /// The `Allocator` trait of `$module` (allocator-api2's, `core`'s) on [`Heap`]: the two

@@ -178,13 +178,10 @@ impl<A: BlockAlloc> DeviceHeap<A> {
         if layout.align() > self.max_align {
             return Err(Error::BadAlign);
         }
+        // At least one unit (the size is not 0); `ceil(log2(units))`, up to `usize::BITS`
+        // for an absurd request, which is then too large for any heap.
         let units = layout.size().div_ceil(1 << self.unit_shift);
-        // `units <= usize::MAX / unit`, so the next power of two cannot overflow unless the
-        // request is absurd; then it is too large for any heap.
-        let by_size = units
-            .checked_next_power_of_two()
-            .ok_or(Error::TooLarge)?
-            .trailing_zeros();
+        let by_size = usize::BITS - (units - 1).leading_zeros();
         let by_align = (layout.align() >> self.unit_shift).max(1).trailing_zeros();
         let order = by_size.max(by_align);
         if order > self.max_order {

@@ -97,12 +97,11 @@ impl<A: BlockAlloc> GlobalHeap<A> {
     }
 
     fn init(&self) -> Option<Heap<A>> {
-        let unit = self.unit;
-        let bytes = self.config.units.checked_mul(unit)?;
-        let largest = super::block_bytes(unit, self.config.max_order)?;
+        let bytes = self.config.units.checked_mul(self.unit)?;
+        let largest = super::block_bytes(self.unit, self.config.max_order)?;
         let region = Region::mmap(bytes, largest).ok()?;
         let alloc = (self.build)(self.config).ok()?;
-        Heap::new(region, unit, alloc).ok()
+        Heap::new(region, self.unit, alloc).ok()
     }
 
     /// Serves a request from [`System`], counted.
@@ -178,34 +177,13 @@ unsafe impl<A: BlockAlloc> GlobalAlloc for GlobalHeap<A> {
     /// # Safety
     /// The contract of [`GlobalAlloc::realloc`].
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let Some(heap) = self.owner_of(ptr) else {
+        match self.owner_of(ptr) {
+            // SAFETY: forwarded with the caller's guarantees, for a block of the heap; a
+            // new block comes from `self.alloc` (the heap, or `System` where the heap
+            // refuses and that is configured), and the old one goes back to the heap.
+            Some(heap) => unsafe { super::api::realloc_block(heap, self, ptr, layout, new_size) },
             // SAFETY: not in the heap, so `System` allocated it; metadata stays there.
-            return unsafe { System.realloc(ptr, layout, new_size) };
-        };
-        let moved = {
-            let _inside = Inside::enter();
-            // SAFETY: forwarded with the caller's guarantees; the heap moves the block within
-            // itself (or keeps it in place when the order does not change), and on failure
-            // leaves it where it was.
-            unsafe { GlobalAlloc::realloc(heap, ptr, layout, new_size) }
-        };
-        if !moved.is_null() || !self.refused_to_system {
-            return moved;
+            None => unsafe { System.realloc(ptr, layout, new_size) },
         }
-        // The heap cannot hold the new size: move the block out to `System`.
-        let Ok(new_layout) = Layout::from_size_align(new_size, layout.align()) else {
-            return ptr::null_mut();
-        };
-        // SAFETY: the caller guarantees a non-zero `new_size`.
-        let new = unsafe { self.system_alloc(new_layout) };
-        if !new.is_null() {
-            // SAFETY: `ptr` is live with `layout.size()` bytes, `new` is a distinct live
-            // allocation of `new_size` bytes; then the old block is returned.
-            unsafe {
-                ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
-                self.dealloc(ptr, layout);
-            }
-        }
-        new
     }
 }

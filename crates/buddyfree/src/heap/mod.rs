@@ -204,8 +204,7 @@ impl<A: BlockAlloc> Heap<A> {
     fn placed(&self, index: usize) -> Result<(usize, NonNull<u8>), Error> {
         // An allocator keeps its indices below its units; anything else is its bug, reported
         // rather than turned into a wild pointer.
-        let ptr = self.ptr_of(index).ok_or(Error::OutOfRange)?;
-        Ok((index, ptr))
+        Ok((index, self.ptr_of(index).ok_or(Error::OutOfRange)?))
     }
 
     /// Calls `f` with `core` held ([`BlockAlloc::with_core`]: over a magazine, a pair
@@ -314,9 +313,7 @@ impl<A: BlockAlloc> Heap<A> {
         }
         // SAFETY: `index` is below the units, all of which `new` checked lie inside the
         // region, so the offset stays inside that allocation.
-        let addr = unsafe { self.base.as_ptr().add(index << self.device.unit_shift) };
-        // Inside the region, so not null (the region does not wrap around zero).
-        NonNull::new(addr)
+        Some(unsafe { self.base.add(index << self.device.unit_shift) })
     }
 
     /// The unit index of `ptr`: [`Error::Foreign`] if it is null or outside the heap,
@@ -385,15 +382,13 @@ impl<A> fmt::Debug for Heap<A> {
 /// whole units fit from there (the region's end and no units if it holds no aligned address);
 /// `None` if `unit` is not a power of two.
 fn first_unit(region: &Region, unit: usize) -> Option<(usize, usize)> {
-    if !unit.is_power_of_two() {
-        return None;
-    }
     let start = region.as_ptr() as usize;
     let skip = start
         .checked_next_multiple_of(unit)
         .map_or(usize::MAX, |aligned| aligned - start)
         .min(region.len());
-    Some((skip, (region.len() - skip) / unit))
+    unit.is_power_of_two()
+        .then(|| (skip, (region.len() - skip) / unit))
 }
 
 /// The bytes in a block of `2^order` units of `unit` bytes, if that fits in a `usize`.
