@@ -116,7 +116,6 @@ macro_rules! seq_buddy {
 pub mod defrag;
 pub mod estranged;
 pub mod knuth;
-pub(crate) mod lists;
 pub(crate) mod tags;
 
 #[cfg(feature = "alloc")]
@@ -129,14 +128,14 @@ use core::cell::Cell;
 use crate::check_block;
 use crate::table::{Metadata, Part, Plan, Table};
 use crate::{Config, Error};
-use lists::{Links, ListHead};
 use tags::{Tag, Tags};
 
 /// Where the tables of a sequential buddy lie in its metadata: the heads of its free lists,
 /// and the links and tag of every unit.
 pub(crate) struct Parts {
     heads: Part<ListHead>,
-    links: [Part<Cell<usize>>; 2],
+    next: Part<Cell<usize>>,
+    prev: Part<Cell<usize>>,
     tags: Part<Cell<u8>>,
 }
 
@@ -147,10 +146,8 @@ pub(crate) const fn plan<const N: usize>(config: Config) -> Result<(Plan, Parts)
     let mut plan = Plan::new();
     let parts = Parts {
         heads: const_try!(plan.add(N * (config.max_order as usize + 1))),
-        links: [
-            const_try!(plan.add(config.units)),
-            const_try!(plan.add(config.units)),
-        ],
+        next: const_try!(plan.add(config.units)),
+        prev: const_try!(plan.add(config.units)),
         tags: const_try!(plan.add(config.units)),
     };
     Ok((plan, parts))
@@ -163,11 +160,36 @@ pub(crate) const SINGLES: usize = 0;
 /// its left block.
 pub(crate) const PAIRS: usize = 1;
 
+/// "No element": the end of a list.
+const NIL: usize = usize::MAX;
+
+/// The head of one free list: its first block and its length.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ListHead {
+    first: usize,
+    len: usize,
+}
+
+impl ListHead {
+    const EMPTY: ListHead = ListHead { first: NIL, len: 0 };
+
+    fn first(&self) -> Option<usize> {
+        (self.first != NIL).then_some(self.first)
+    }
+}
+
 /// The free lists, tags and unit counts of a sequential buddy, `N` lists per order
 /// ([`SINGLES`], then [`PAIRS`]): the state Knuth's buddy (one list) and the estranged buddy
 /// (two) share.
+///
+/// The lists are Knuth's segregated free lists ([Donahue et al. 2001](crate#references)
+/// §2.4), doubly linked through index arrays: `next[i]`/`prev[i]` link the block starting at
+/// unit `i` into the one list it is on, so that insertion, removal of a known block and pop
+/// are O(1) and no operation allocates. The links are `Cell`s: the tables may lie in caller
+/// memory, seen only through `&`.
 pub(crate) struct Lists<const N: usize> {
-    links: Links,
+    next: Table<Cell<usize>>,
+    prev: Table<Cell<usize>>,
     tags: Tags,
     /// The head of list `list` of order `k` at `k * N + list`.
     heads: Table<ListHead>,
@@ -183,7 +205,8 @@ impl<const N: usize> Lists<N> {
     /// blocks), their tables made in `meta` at `parts`.
     fn new(config: Config, parts: Parts, meta: &Metadata) -> Result<Self, Error> {
         Ok(Lists {
-            links: Links::new(meta, parts.links)?,
+            next: meta.table(parts.next, |_| Cell::new(NIL))?,
+            prev: meta.table(parts.prev, |_| Cell::new(NIL))?,
             tags: Tags::new(meta, parts.tags)?,
             heads: meta.table(parts.heads, |_| ListHead::EMPTY)?,
             masks: [0; N],
@@ -193,20 +216,37 @@ impl<const N: usize> Lists<N> {
         })
     }
 
+    /// Puts `index`, on no list, at the front of list `list` of `order`, tagged as its entry.
     #[inline(always)]
     fn push(&mut self, list: usize, index: usize, order: u32) {
-        self.links
-            .push(&mut self.heads[order as usize * N + list], index);
+        let head = &mut self.heads[order as usize * N + list];
+        self.prev[index].set(NIL);
+        self.next[index].set(head.first);
+        if head.first != NIL {
+            self.prev[head.first].set(index);
+        }
+        head.first = index;
+        head.len += 1;
         self.masks[list] |= 1 << order;
         let tag = if list == PAIRS { Tag::pair } else { Tag::free };
         self.tags.set(index, tag(order));
     }
 
+    /// Takes `index` off list `list` of `order`, which it must be on, and untags it.
     #[inline(always)]
     fn unlink(&mut self, list: usize, index: usize, order: u32) {
         let head = &mut self.heads[order as usize * N + list];
-        self.links.remove(head, index);
-        if head.len() == 0 {
+        let (prev, next) = (self.prev[index].get(), self.next[index].get());
+        if prev == NIL {
+            head.first = next;
+        } else {
+            self.next[prev].set(next);
+        }
+        if next != NIL {
+            self.prev[next].set(prev);
+        }
+        head.len -= 1;
+        if head.len == 0 {
             self.masks[list] &= !(1 << order);
         }
         self.tags.set(index, Tag::NONE);
@@ -224,7 +264,7 @@ impl<const N: usize> Lists<N> {
     fn len(&self, list: usize, order: u32) -> usize {
         self.heads
             .get(order as usize * N + list)
-            .map_or(0, ListHead::len)
+            .map_or(0, |head| head.len)
     }
 
     /// Tags `(index, order)` as held by a caller and counts its units as used.
@@ -328,7 +368,27 @@ pub(crate) fn buddy_of(index: usize, order: u32) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use alloc::vec::Vec;
+
+    #[test]
+    fn push_unlink_keep_the_list_consistent() {
+        let config = Config::new(8, 3);
+        let mut lists = crate::table::build(plan::<1>(config), None, |parts, meta| {
+            Lists::<1>::new(config, parts, meta)
+        })
+        .unwrap();
+        for i in [1, 3, 5, 7] {
+            lists.push(SINGLES, i, 0);
+        }
+        lists.unlink(SINGLES, 3, 0);
+        lists.unlink(SINGLES, 7, 0);
+        assert_eq!(lists.len(SINGLES, 0), 2);
+        assert_eq!(lists.first(SINGLES, 0), Some(5));
+        lists.unlink(SINGLES, 5, 0);
+        lists.unlink(SINGLES, 1, 0);
+        assert_eq!((lists.len(SINGLES, 0), lists.masks[SINGLES]), (0, 0));
+    }
 
     #[test]
     fn initial_blocks_cover_the_region_aligned() {
