@@ -18,7 +18,7 @@
 //! aligned block of order `m <= k` lies inside one list entry of at least `2^m` units; so
 //! when all five steps fail, no free aligned block of order `k` exists.
 
-use super::{buddy_of, carve, Lists, PAIRS, SINGLES as BUSY};
+use super::{carve, Lists, PAIRS, SINGLES as BUSY};
 use crate::{Config, Error};
 
 /// Which step of the allocation heuristic served a request (§2.7).
@@ -113,8 +113,7 @@ impl Estranged {
     /// Lists a block that just became free: paired with its buddy if the buddy is free at
     /// the same order (then on buddy-busy), otherwise buddy-busy. No merging (§2.7).
     fn release(&mut self, index: usize, order: u32) {
-        let buddy = buddy_of(index, order);
-        if order < self.lists.max_order && self.lists.tags.is_free(buddy, order) {
+        if let Some(buddy) = self.lists.free_buddy(index, order) {
             self.lists.unlink(BUSY, buddy, order);
             self.lists.push(PAIRS, index.min(buddy), order);
         } else {

@@ -128,7 +128,7 @@ use core::cell::Cell;
 use crate::check_block;
 use crate::table::{Metadata, Part, Plan, Table};
 use crate::{Config, Error};
-use tags::{Tag, Tags};
+use tags::Tag;
 
 /// Where the tables of a sequential buddy lie in its metadata: the heads of its free lists,
 /// and the links and tag of every unit.
@@ -136,7 +136,7 @@ pub(crate) struct Parts {
     heads: Part<ListHead>,
     next: Part<Cell<usize>>,
     prev: Part<Cell<usize>>,
-    tags: Part<Cell<u8>>,
+    tags: Part<Cell<Tag>>,
 }
 
 /// Lays out the metadata of a sequential buddy of `config` with `N` free lists per order.
@@ -190,7 +190,8 @@ impl ListHead {
 pub(crate) struct Lists<const N: usize> {
     next: Table<Cell<usize>>,
     prev: Table<Cell<usize>>,
-    tags: Tags,
+    /// Per unit, what starts there ([`Tag`]).
+    tags: Table<Cell<Tag>>,
     /// The head of list `list` of order `k` at `k * N + list`.
     heads: Table<ListHead>,
     /// Bit `k` of `masks[list]` set iff that list of order `k` is non-empty.
@@ -207,7 +208,7 @@ impl<const N: usize> Lists<N> {
         Ok(Lists {
             next: meta.table(parts.next, |_| Cell::new(NIL))?,
             prev: meta.table(parts.prev, |_| Cell::new(NIL))?,
-            tags: Tags::new(meta, parts.tags)?,
+            tags: meta.table(parts.tags, |_| Cell::new(Tag::NONE))?,
             heads: meta.table(parts.heads, |_| ListHead::EMPTY)?,
             masks: [0; N],
             free_units: config.units,
@@ -229,7 +230,7 @@ impl<const N: usize> Lists<N> {
         head.len += 1;
         self.masks[list] |= 1 << order;
         let tag = if list == PAIRS { Tag::pair } else { Tag::free };
-        self.tags.set(index, tag(order));
+        self.tags[index].set(tag(order));
     }
 
     /// Takes `index` off list `list` of `order`, which it must be on, and untags it.
@@ -249,7 +250,7 @@ impl<const N: usize> Lists<N> {
         if head.len == 0 {
             self.masks[list] &= !(1 << order);
         }
-        self.tags.set(index, Tag::NONE);
+        self.tags[index].set(Tag::NONE);
     }
 
     /// The first block on list `list` of `order`, if that list exists and is not empty.
@@ -267,10 +268,19 @@ impl<const N: usize> Lists<N> {
             .map_or(0, |head| head.len)
     }
 
+    /// The buddy of the block `(index, order)` if it is free at exactly that order, on a list
+    /// (a block of `max_order` has none; a tail block's lies past the units).
+    #[inline]
+    fn free_buddy(&self, index: usize, order: u32) -> Option<usize> {
+        let buddy = buddy_of(index, order);
+        let listed = order < self.max_order && buddy < self.total_units;
+        (listed && self.tags[buddy].get() == Tag::free(order)).then_some(buddy)
+    }
+
     /// Tags `(index, order)` as held by a caller and counts its units as used.
     #[inline]
     fn set_used(&mut self, index: usize, order: u32) {
-        self.tags.set(index, Tag::used(order));
+        self.tags[index].set(Tag::used(order));
         self.free_units -= 1 << order;
     }
 
@@ -278,8 +288,8 @@ impl<const N: usize> Lists<N> {
     #[inline]
     fn untag_live(&mut self, index: usize, order: u32) -> Result<(), Error> {
         check_block(index, order, self.max_order, self.total_units)?;
-        crate::check_live(self.tags.get(index).used_order(), order)?;
-        self.tags.set(index, Tag::NONE);
+        crate::check_live(self.tags[index].get().used_order(), order)?;
+        self.tags[index].set(Tag::NONE);
         self.free_units += 1 << order;
         Ok(())
     }
@@ -293,7 +303,7 @@ impl<const N: usize> Lists<N> {
         Ok(crate::live_block_at(
             index,
             self.max_order,
-            |start, order| self.tags.get(start).used_order() == Some(order),
+            |start, order| self.tags[start].get().used_order() == Some(order),
         ))
     }
 
@@ -303,7 +313,7 @@ impl<const N: usize> Lists<N> {
     fn entry_at(&self, index: usize) -> Option<(usize, u32)> {
         (0..=self.max_order).find_map(|k| {
             let start = index & !((1 << k) - 1);
-            let tag = self.tags.get(start);
+            let tag = self.tags[start].get();
             (tag == Tag::free(k) || (k > 0 && tag == Tag::pair(k - 1))).then_some((start, k))
         })
     }
@@ -324,7 +334,7 @@ impl<const N: usize> Lists<N> {
             // Pieces carved off lie outside `index..end`, so the walk ahead is unchanged.
             let (start, from) = self.entry_at(unit).expect("checked above");
             unit = start + (1 << from);
-            if self.tags.get(start) == Tag::free(from) {
+            if self.tags[start].get() == Tag::free(from) {
                 self.unlink(SINGLES, start, from);
             } else {
                 self.unlink(PAIRS, start, from - 1);
