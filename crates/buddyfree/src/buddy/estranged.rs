@@ -18,7 +18,7 @@
 //! aligned block of order `m <= k` lies inside one list entry of at least `2^m` units; so
 //! when all five steps fail, no free aligned block of order `k` exists.
 
-use super::{carve, Lists, PAIRS, SINGLES as BUSY};
+use super::{Lists, PAIRS, SINGLES as BUSY};
 use crate::{Config, Error};
 
 /// Which step of the allocation heuristic served a request (§2.7).
@@ -149,9 +149,7 @@ impl Estranged {
             .filter(|&above| above != 0)?;
         let from = order + 1 + above.trailing_zeros();
         let (index, _) = self.pop(from)?;
-        carve(index, from, index, order, |piece, k| {
-            self.lists.push(BUSY, piece, k)
-        });
+        self.lists.carve(index, from, index, order);
         Some(index)
     }
 

@@ -7,7 +7,7 @@
 //! With eager merging, an allocation fails only when no aligned free block of the order
 //! exists at all.
 
-use super::{carve, Lists, SINGLES};
+use super::{Lists, SINGLES};
 use crate::{Config, Error};
 
 /// Counters of Knuth's buddy, to compare with [`super::EstrangedStats`].
@@ -70,9 +70,7 @@ impl Knuth {
             self.stats.split += 1;
         }
         self.lists.unlink(SINGLES, index, from);
-        carve(index, from, index, order, |piece, k| {
-            self.lists.push(SINGLES, piece, k)
-        });
+        self.lists.carve(index, from, index, order);
         self.lists.set_used(index, order);
         Ok(index)
     }

@@ -340,35 +340,28 @@ impl<const N: usize> Lists<N> {
                 self.unlink(PAIRS, start, from - 1);
             }
             if start < index || start + (1 << from) > end {
-                // Each piece's buddy is about to be busy: a single free block.
-                carve(start, from, index, order, |piece, k| {
-                    self.push(SINGLES, piece, k)
-                });
+                self.carve(start, from, index, order);
             }
         }
         self.set_used(index, order);
         Ok(())
     }
+
+    /// Lists the pieces of the free block `(start, from)`, on no list, that lie outside its
+    /// sub-block `(index, order)`, largest first, each a single free block ([`SINGLES`]): the
+    /// bisection of §2.2, step 3–4, aimed at any sub-block. Each piece's buddy contains
+    /// `index`, which is about to be busy, so no piece has a free buddy.
+    #[inline]
+    fn carve(&mut self, start: usize, from: u32, index: usize, order: u32) {
+        debug_assert!(start <= index && index + (1 << order) <= start + (1 << from));
+        for k in (order..from).rev() {
+            self.push(SINGLES, buddy_of(index & !((1 << k) - 1), k), k);
+        }
+    }
 }
 
 // Per-order bit masks are `u64`s, and `Config::validate` keeps `max_order` below `usize::BITS`.
 const _: () = assert!(usize::BITS <= u64::BITS);
-
-/// Pushes, through `push`, the pieces of the free block `(start, from)` that lie outside its
-/// sub-block `(index, order)`, largest first: the bisection of §2.2, step 3–4, aimed at any
-/// sub-block. Each piece's buddy contains `index`, so it is never free when the piece is pushed.
-pub(crate) fn carve(
-    start: usize,
-    from: u32,
-    index: usize,
-    order: u32,
-    mut push: impl FnMut(usize, u32),
-) {
-    debug_assert!(start <= index && index + (1 << order) <= start + (1 << from));
-    for k in (order..from).rev() {
-        push(buddy_of(index & !((1 << k) - 1), k), k);
-    }
-}
 
 /// The buddy of the block of `2^order` units at `index`.
 #[inline]
