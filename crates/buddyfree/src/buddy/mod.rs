@@ -97,9 +97,7 @@ macro_rules! seq_buddy {
         #[cfg(feature = "alloc")]
         impl $crate::buddy::Defrag for $buddy {
             fn free_entry(&self, index: usize) -> Option<(usize, u32)> {
-                (index < self.lists.total_units)
-                    .then(|| self.lists.entry_at(index))
-                    .flatten()
+                self.lists.entry_at(index)
             }
         }
 
@@ -309,11 +307,12 @@ impl<const N: usize> Lists<N> {
 
     /// The list entry covering `index`: the first aligned start at or below it, from order 0
     /// up, that starts an entry of order `k`, a free block of order `k` or an estranged pair of
-    /// order `k - 1` (Knuth's lists have no pairs); its start and order.
+    /// order `k - 1` (Knuth's lists have no pairs); its start and order. None past the
+    /// units, where no entry reaches.
     fn entry_at(&self, index: usize) -> Option<(usize, u32)> {
         (0..=self.max_order).find_map(|k| {
             let start = index & !((1 << k) - 1);
-            let tag = self.tags[start].get();
+            let tag = self.tags.get(start)?.get();
             (tag == Tag::free(k) || (k > 0 && tag == Tag::pair(k - 1))).then_some((start, k))
         })
     }
