@@ -343,12 +343,6 @@ impl<A: BlockAlloc, const N: usize> Zones<A, N> {
         }
         Ok(parts)
     }
-
-    /// Runs `f` on the zone of `index` with the index inside it.
-    fn routed<T>(&self, index: usize, f: impl FnOnce(&Zone<A>, usize) -> T) -> Result<T, Error> {
-        let (z, inner) = self.zone_of(index)?;
-        Ok(f(&self.zones[z], inner))
-    }
 }
 
 impl<A: BlockAlloc, const N: usize> BlockAlloc for Zones<A, N> {
@@ -510,13 +504,13 @@ impl<A: BlockAlloc, const N: usize> BlockAlloc for Zones<A, N> {
     }
 
     fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
-        self.routed(index, |zone, inner| zone.placed(zone.alloc.block_of(inner)))?
+        let (z, inner) = self.zone_of(index)?;
+        self.zones[z].placed(self.zones[z].alloc.block_of(inner))
     }
 
     fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
-        self.routed(index, |zone, inner| {
-            zone.placed(zone.alloc.try_block_of(inner))
-        })?
+        let (z, inner) = self.zone_of(index)?;
+        self.zones[z].placed(self.zones[z].alloc.try_block_of(inner))
     }
 }
 

@@ -112,13 +112,40 @@ pub fn alloc_or_defrag<A: Defrag + ?Sized>(
     }
 }
 
-/// The planner's copy of the unit map: which units are in use, and the live blocks.
-struct Shadow {
+/// Plans the moves on a copy of the unit map: which units are in use, and the live blocks.
+struct Planner {
     used: Vec<bool>,
     live: BTreeMap<usize, u32>,
+    /// The blocks being emptied, outermost first: never a source or a destination.
+    emptying: Vec<(usize, u32)>,
+    moves: Vec<Move>,
 }
 
-impl Shadow {
+impl Planner {
+    fn new<A: Defrag + ?Sized>(alloc: &A) -> Result<Self, Error> {
+        let units = alloc.total_units();
+        let mut planner = Planner {
+            used: crate::config::filled(units, |_| false)?.into_vec(),
+            live: BTreeMap::new(),
+            emptying: Vec::new(),
+            moves: Vec::new(),
+        };
+        let mut index = 0;
+        while index < units {
+            index = match (alloc.block_of(index)?, alloc.free_entry(index)) {
+                (Some((start, order)), _) => {
+                    planner.take(start, order)?;
+                    start + (1 << order)
+                }
+                (None, Some((start, order))) => start + (1 << order),
+                // Only block starts are visited; anything else is a `Defrag` implementation
+                // that breaks its contract, and no room can be planned in it.
+                (None, None) => return Err(Error::OutOfMemory),
+            };
+        }
+        Ok(planner)
+    }
+
     /// Makes the wholly free block `(index, order)` live; [`Error::Occupied`] if a unit of
     /// it is in use or lies past the end.
     fn take(&mut self, index: usize, order: u32) -> Result<(), Error> {
@@ -140,53 +167,16 @@ impl Shadow {
         self.live.remove(&index);
         self.used[index..index + (1 << order)].fill(false);
     }
-}
-
-/// Plans the moves on a copy of the unit map.
-struct Planner {
-    shadow: Shadow,
-    /// The blocks being emptied, outermost first: never a source or a destination.
-    emptying: Vec<(usize, u32)>,
-    moves: Vec<Move>,
-    units: usize,
-}
-
-impl Planner {
-    fn new<A: Defrag + ?Sized>(alloc: &A) -> Result<Self, Error> {
-        let units = alloc.total_units();
-        let mut shadow = Shadow {
-            used: crate::config::filled(units, |_| false)?.into_vec(),
-            live: BTreeMap::new(),
-        };
-        let mut index = 0;
-        while index < units {
-            index = match (alloc.block_of(index)?, alloc.free_entry(index)) {
-                (Some((start, order)), _) => {
-                    shadow.take(start, order)?;
-                    start + (1 << order)
-                }
-                (None, Some((start, order))) => start + (1 << order),
-                // Only block starts are visited; anything else is a `Defrag` implementation
-                // that breaks its contract, and no room can be planned in it.
-                (None, None) => return Err(Error::OutOfMemory),
-            };
-        }
-        Ok(Planner {
-            shadow,
-            emptying: Vec::new(),
-            moves: Vec::new(),
-            units,
-        })
-    }
 
     /// Empties an aligned block of `order` that overlaps no block being emptied, recording
     /// the moves, and returns its index.
     fn empty_block(&mut self, order: u32) -> Option<usize> {
         let size = 1usize << order;
-        let (target, free) = (0..=self.units.checked_sub(size)?)
+        let overlaps = |p: usize, (e, o): (usize, u32)| p < e + (1 << o) && e < p + size;
+        let (target, free) = (0..=self.used.len().checked_sub(size)?)
             .step_by(size)
-            .filter(|&p| !self.emptying.iter().any(|&e| overlap((p, order), e)))
-            .map(|p| (p, (p..p + size).filter(|&u| !self.shadow.used[u]).count()))
+            .filter(|&p| !self.emptying.iter().any(|&e| overlaps(p, e)))
+            .map(|p| (p, self.used[p..p + size].iter().filter(|&&u| !u).count()))
             // The first of those with the most free units.
             .min_by_key(|&(_, free)| core::cmp::Reverse(free))?;
         if free == size {
@@ -196,7 +186,6 @@ impl Planner {
             return None;
         }
         let mut inside: Vec<(usize, u32)> = self
-            .shadow
             .live
             .range(target..target + size)
             .map(|(&i, &o)| (i, o))
@@ -205,15 +194,11 @@ impl Planner {
         self.emptying.push((target, order));
         for (from, o) in inside {
             let to = self.empty_block(o)?;
-            self.shadow.free(from, o);
-            self.shadow.take(to, o).ok()?;
+            self.free(from, o);
+            self.take(to, o).ok()?;
             self.moves.push(Move { from, to, order: o });
         }
         self.emptying.pop();
         Some(target)
     }
-}
-
-fn overlap((a, ao): (usize, u32), (b, bo): (usize, u32)) -> bool {
-    a < b + (1 << bo) && b < a + (1 << ao)
 }

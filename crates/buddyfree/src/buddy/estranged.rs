@@ -18,7 +18,7 @@
 //! aligned block of order `m <= k` lies inside one list entry of at least `2^m` units; so
 //! when all five steps fail, no free aligned block of order `k` exists.
 
-use super::{buddy_of, carve, Lists, PAIRS, SINGLES as BUSY};
+use super::{Lists, PAIRS, SINGLES as BUSY};
 use crate::{Config, Error};
 
 /// Which step of the allocation heuristic served a request (§2.7).
@@ -113,19 +113,12 @@ impl Estranged {
     /// Lists a block that just became free: paired with its buddy if the buddy is free at
     /// the same order (then on buddy-busy), otherwise buddy-busy. No merging (§2.7).
     fn release(&mut self, index: usize, order: u32) {
-        let buddy = buddy_of(index, order);
-        if order < self.lists.max_order && self.lists.tags.is_free(buddy, order) {
+        if let Some(buddy) = self.lists.free_buddy(index, order) {
             self.lists.unlink(BUSY, buddy, order);
             self.lists.push(PAIRS, index.min(buddy), order);
         } else {
             self.lists.push(BUSY, index, order);
         }
-    }
-
-    fn serve(&mut self, index: usize, order: u32, step: Step) -> Result<usize, Error> {
-        self.lists.set_used(index, order);
-        self.stats.count(step);
-        Ok(index)
     }
 
     /// Steps 1 and 2: a listed block of `order`, buddy-busy if there is one, else one of a
@@ -141,28 +134,23 @@ impl Estranged {
         Some((index, Step::BuddyFree))
     }
 
-    /// Step 3: the pair of order `order - 1` at `index` is the block of `order` at `index`.
-    fn glue_halves(&mut self, order: u32, step: Step) -> Option<Result<usize, Error>> {
+    /// Step 3: the pair of order `order - 1` at `index`, taken as the block of `order` there.
+    fn glue_halves(&mut self, order: u32) -> Option<usize> {
         let half = order.checked_sub(1)?;
         let index = self.lists.first(PAIRS, half)?;
         self.lists.unlink(PAIRS, index, half);
-        Some(self.serve(index, order, step))
+        Some(index)
     }
 
-    /// Step 4: the smallest listed block above `order`, split down.
-    fn split(&mut self, order: u32) -> Option<Result<usize, Error>> {
+    /// Step 4: the smallest listed block above `order`, split down to a block of `order`.
+    fn split(&mut self, order: u32) -> Option<usize> {
         let above = (self.lists.masks[BUSY] | self.lists.masks[PAIRS])
             .checked_shr(order + 1)
-            .unwrap_or(0);
-        if above == 0 {
-            return None;
-        }
+            .filter(|&above| above != 0)?;
         let from = order + 1 + above.trailing_zeros();
         let (index, _) = self.pop(from)?;
-        carve(index, from, index, order, |piece, k| {
-            self.lists.push(BUSY, piece, k)
-        });
-        Some(self.serve(index, order, Step::Split))
+        self.lists.carve(index, from, index, order);
+        Some(index)
     }
 
     /// Step 5: glues every pair below `order - 1` into a block of the next order, lowest
@@ -177,23 +165,23 @@ impl Estranged {
         }
     }
 
-    /// Allocates a block of a checked `order` by the five steps of the heuristic.
+    /// Allocates a block of a checked `order` by the five steps of the heuristic, in turn.
     fn take(&mut self, order: u32) -> Result<usize, Error> {
-        if let Some((index, step)) = self.pop(order) {
-            return self.serve(index, order, step);
-        }
-        if let Some(served) = self.glue_halves(order, Step::GlueHalves) {
-            return served;
-        }
-        if let Some(served) = self.split(order) {
-            return served;
-        }
-        self.glue_below(order);
-        if let Some(served) = self.glue_halves(order, Step::GlueUp) {
-            return served;
-        }
-        self.stats.failed += 1;
-        Err(Error::OutOfMemory)
+        let found = self
+            .pop(order)
+            .or_else(|| Some((self.glue_halves(order)?, Step::GlueHalves)))
+            .or_else(|| Some((self.split(order)?, Step::Split)))
+            .or_else(|| {
+                self.glue_below(order);
+                Some((self.glue_halves(order)?, Step::GlueUp))
+            });
+        let Some((index, step)) = found else {
+            self.stats.failed += 1;
+            return Err(Error::OutOfMemory);
+        };
+        self.lists.set_used(index, order);
+        self.stats.count(step);
+        Ok(index)
     }
 }
 

@@ -7,7 +7,7 @@
 //! With eager merging, an allocation fails only when no aligned free block of the order
 //! exists at all.
 
-use super::{buddy_of, carve, Lists, SINGLES};
+use super::{Lists, SINGLES};
 use crate::{Config, Error};
 
 /// Counters of Knuth's buddy, to compare with [`super::EstrangedStats`].
@@ -70,20 +70,14 @@ impl Knuth {
             self.stats.split += 1;
         }
         self.lists.unlink(SINGLES, index, from);
-        carve(index, from, index, order, |piece, k| {
-            self.lists.push(SINGLES, piece, k)
-        });
+        self.lists.carve(index, from, index, order);
         self.lists.set_used(index, order);
         Ok(index)
     }
 
     /// Returns the block at `index` to the lists, merging it with free buddies (§2.3).
     fn release(&mut self, mut index: usize, mut order: u32) {
-        while order < self.lists.max_order {
-            let buddy = buddy_of(index, order);
-            if !self.lists.tags.is_free(buddy, order) {
-                break;
-            }
+        while let Some(buddy) = self.lists.free_buddy(index, order) {
             self.lists.unlink(SINGLES, buddy, order);
             self.stats.merges += 1;
             index = index.min(buddy);

@@ -97,9 +97,7 @@ macro_rules! seq_buddy {
         #[cfg(feature = "alloc")]
         impl $crate::buddy::Defrag for $buddy {
             fn free_entry(&self, index: usize) -> Option<(usize, u32)> {
-                (index < self.lists.total_units)
-                    .then(|| self.lists.entry_at(index))
-                    .flatten()
+                self.lists.entry_at(index)
             }
         }
 
@@ -116,7 +114,6 @@ macro_rules! seq_buddy {
 pub mod defrag;
 pub mod estranged;
 pub mod knuth;
-pub(crate) mod lists;
 pub(crate) mod tags;
 
 #[cfg(feature = "alloc")]
@@ -129,15 +126,15 @@ use core::cell::Cell;
 use crate::check_block;
 use crate::table::{Metadata, Part, Plan, Table};
 use crate::{Config, Error};
-use lists::{Links, ListHead};
-use tags::{Tag, Tags};
+use tags::Tag;
 
 /// Where the tables of a sequential buddy lie in its metadata: the heads of its free lists,
 /// and the links and tag of every unit.
 pub(crate) struct Parts {
     heads: Part<ListHead>,
-    links: [Part<Cell<usize>>; 2],
-    tags: Part<Cell<u8>>,
+    next: Part<Cell<usize>>,
+    prev: Part<Cell<usize>>,
+    tags: Part<Cell<Tag>>,
 }
 
 /// Lays out the metadata of a sequential buddy of `config` with `N` free lists per order.
@@ -147,10 +144,8 @@ pub(crate) const fn plan<const N: usize>(config: Config) -> Result<(Plan, Parts)
     let mut plan = Plan::new();
     let parts = Parts {
         heads: const_try!(plan.add(N * (config.max_order as usize + 1))),
-        links: [
-            const_try!(plan.add(config.units)),
-            const_try!(plan.add(config.units)),
-        ],
+        next: const_try!(plan.add(config.units)),
+        prev: const_try!(plan.add(config.units)),
         tags: const_try!(plan.add(config.units)),
     };
     Ok((plan, parts))
@@ -163,12 +158,38 @@ pub(crate) const SINGLES: usize = 0;
 /// its left block.
 pub(crate) const PAIRS: usize = 1;
 
+/// "No element": the end of a list.
+const NIL: usize = usize::MAX;
+
+/// The head of one free list: its first block and its length.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ListHead {
+    first: usize,
+    len: usize,
+}
+
+impl ListHead {
+    const EMPTY: ListHead = ListHead { first: NIL, len: 0 };
+
+    fn first(&self) -> Option<usize> {
+        (self.first != NIL).then_some(self.first)
+    }
+}
+
 /// The free lists, tags and unit counts of a sequential buddy, `N` lists per order
 /// ([`SINGLES`], then [`PAIRS`]): the state Knuth's buddy (one list) and the estranged buddy
 /// (two) share.
+///
+/// The lists are Knuth's segregated free lists ([Donahue et al. 2001](crate#references)
+/// §2.4), doubly linked through index arrays: `next[i]`/`prev[i]` link the block starting at
+/// unit `i` into the one list it is on, so that insertion, removal of a known block and pop
+/// are O(1) and no operation allocates. The links are `Cell`s: the tables may lie in caller
+/// memory, seen only through `&`.
 pub(crate) struct Lists<const N: usize> {
-    links: Links,
-    tags: Tags,
+    next: Table<Cell<usize>>,
+    prev: Table<Cell<usize>>,
+    /// Per unit, what starts there ([`Tag`]).
+    tags: Table<Cell<Tag>>,
     /// The head of list `list` of order `k` at `k * N + list`.
     heads: Table<ListHead>,
     /// Bit `k` of `masks[list]` set iff that list of order `k` is non-empty.
@@ -183,8 +204,9 @@ impl<const N: usize> Lists<N> {
     /// blocks), their tables made in `meta` at `parts`.
     fn new(config: Config, parts: Parts, meta: &Metadata) -> Result<Self, Error> {
         Ok(Lists {
-            links: Links::new(meta, parts.links)?,
-            tags: Tags::new(meta, parts.tags)?,
+            next: meta.table(parts.next, |_| Cell::new(NIL))?,
+            prev: meta.table(parts.prev, |_| Cell::new(NIL))?,
+            tags: meta.table(parts.tags, |_| Cell::new(Tag::NONE))?,
             heads: meta.table(parts.heads, |_| ListHead::EMPTY)?,
             masks: [0; N],
             free_units: config.units,
@@ -193,23 +215,40 @@ impl<const N: usize> Lists<N> {
         })
     }
 
+    /// Puts `index`, on no list, at the front of list `list` of `order`, tagged as its entry.
     #[inline(always)]
     fn push(&mut self, list: usize, index: usize, order: u32) {
-        self.links
-            .push(&mut self.heads[order as usize * N + list], index);
+        let head = &mut self.heads[order as usize * N + list];
+        self.prev[index].set(NIL);
+        self.next[index].set(head.first);
+        if head.first != NIL {
+            self.prev[head.first].set(index);
+        }
+        head.first = index;
+        head.len += 1;
         self.masks[list] |= 1 << order;
         let tag = if list == PAIRS { Tag::pair } else { Tag::free };
-        self.tags.set(index, tag(order));
+        self.tags[index].set(tag(order));
     }
 
+    /// Takes `index` off list `list` of `order`, which it must be on, and untags it.
     #[inline(always)]
     fn unlink(&mut self, list: usize, index: usize, order: u32) {
         let head = &mut self.heads[order as usize * N + list];
-        self.links.remove(head, index);
-        if head.len() == 0 {
+        let (prev, next) = (self.prev[index].get(), self.next[index].get());
+        if prev == NIL {
+            head.first = next;
+        } else {
+            self.next[prev].set(next);
+        }
+        if next != NIL {
+            self.prev[next].set(prev);
+        }
+        head.len -= 1;
+        if head.len == 0 {
             self.masks[list] &= !(1 << order);
         }
-        self.tags.set(index, Tag::NONE);
+        self.tags[index].set(Tag::NONE);
     }
 
     /// The first block on list `list` of `order`, if that list exists and is not empty.
@@ -224,13 +263,22 @@ impl<const N: usize> Lists<N> {
     fn len(&self, list: usize, order: u32) -> usize {
         self.heads
             .get(order as usize * N + list)
-            .map_or(0, ListHead::len)
+            .map_or(0, |head| head.len)
+    }
+
+    /// The buddy of the block `(index, order)` if it is free at exactly that order, on a list
+    /// (a block of `max_order` has none; a tail block's lies past the units).
+    #[inline]
+    fn free_buddy(&self, index: usize, order: u32) -> Option<usize> {
+        let buddy = buddy_of(index, order);
+        let listed = order < self.max_order && buddy < self.total_units;
+        (listed && self.tags[buddy].get() == Tag::free(order)).then_some(buddy)
     }
 
     /// Tags `(index, order)` as held by a caller and counts its units as used.
     #[inline]
     fn set_used(&mut self, index: usize, order: u32) {
-        self.tags.set(index, Tag::used(order));
+        self.tags[index].set(Tag::used(order));
         self.free_units -= 1 << order;
     }
 
@@ -238,8 +286,8 @@ impl<const N: usize> Lists<N> {
     #[inline]
     fn untag_live(&mut self, index: usize, order: u32) -> Result<(), Error> {
         check_block(index, order, self.max_order, self.total_units)?;
-        crate::check_live(self.tags.get(index).used_order(), order)?;
-        self.tags.set(index, Tag::NONE);
+        crate::check_live(self.tags[index].get().used_order(), order)?;
+        self.tags[index].set(Tag::NONE);
         self.free_units += 1 << order;
         Ok(())
     }
@@ -253,17 +301,18 @@ impl<const N: usize> Lists<N> {
         Ok(crate::live_block_at(
             index,
             self.max_order,
-            |start, order| self.tags.get(start).used_order() == Some(order),
+            |start, order| self.tags[start].get().used_order() == Some(order),
         ))
     }
 
     /// The list entry covering `index`: the first aligned start at or below it, from order 0
     /// up, that starts an entry of order `k`, a free block of order `k` or an estranged pair of
-    /// order `k - 1` (Knuth's lists have no pairs); its start and order.
+    /// order `k - 1` (Knuth's lists have no pairs); its start and order. None past the
+    /// units, where no entry reaches.
     fn entry_at(&self, index: usize) -> Option<(usize, u32)> {
         (0..=self.max_order).find_map(|k| {
             let start = index & !((1 << k) - 1);
-            let tag = self.tags.get(start);
+            let tag = self.tags.get(start)?.get();
             (tag == Tag::free(k) || (k > 0 && tag == Tag::pair(k - 1))).then_some((start, k))
         })
     }
@@ -284,41 +333,34 @@ impl<const N: usize> Lists<N> {
             // Pieces carved off lie outside `index..end`, so the walk ahead is unchanged.
             let (start, from) = self.entry_at(unit).expect("checked above");
             unit = start + (1 << from);
-            if self.tags.get(start) == Tag::free(from) {
+            if self.tags[start].get() == Tag::free(from) {
                 self.unlink(SINGLES, start, from);
             } else {
                 self.unlink(PAIRS, start, from - 1);
             }
             if start < index || start + (1 << from) > end {
-                // Each piece's buddy is about to be busy: a single free block.
-                carve(start, from, index, order, |piece, k| {
-                    self.push(SINGLES, piece, k)
-                });
+                self.carve(start, from, index, order);
             }
         }
         self.set_used(index, order);
         Ok(())
     }
+
+    /// Lists the pieces of the free block `(start, from)`, on no list, that lie outside its
+    /// sub-block `(index, order)`, largest first, each a single free block ([`SINGLES`]): the
+    /// bisection of §2.2, step 3–4, aimed at any sub-block. Each piece's buddy contains
+    /// `index`, which is about to be busy, so no piece has a free buddy.
+    #[inline]
+    fn carve(&mut self, start: usize, from: u32, index: usize, order: u32) {
+        debug_assert!(start <= index && index + (1 << order) <= start + (1 << from));
+        for k in (order..from).rev() {
+            self.push(SINGLES, buddy_of(index & !((1 << k) - 1), k), k);
+        }
+    }
 }
 
 // Per-order bit masks are `u64`s, and `Config::validate` keeps `max_order` below `usize::BITS`.
 const _: () = assert!(usize::BITS <= u64::BITS);
-
-/// Pushes, through `push`, the pieces of the free block `(start, from)` that lie outside its
-/// sub-block `(index, order)`, largest first: the bisection of §2.2, step 3–4, aimed at any
-/// sub-block. Each piece's buddy contains `index`, so it is never free when the piece is pushed.
-pub(crate) fn carve(
-    start: usize,
-    from: u32,
-    index: usize,
-    order: u32,
-    mut push: impl FnMut(usize, u32),
-) {
-    debug_assert!(start <= index && index + (1 << order) <= start + (1 << from));
-    for k in (order..from).rev() {
-        push(buddy_of(index & !((1 << k) - 1), k), k);
-    }
-}
 
 /// The buddy of the block of `2^order` units at `index`.
 #[inline]
@@ -328,7 +370,27 @@ pub(crate) fn buddy_of(index: usize, order: u32) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use alloc::vec::Vec;
+
+    #[test]
+    fn push_unlink_keep_the_list_consistent() {
+        let config = Config::new(8, 3);
+        let mut lists = crate::table::build(plan::<1>(config), None, |parts, meta| {
+            Lists::<1>::new(config, parts, meta)
+        })
+        .unwrap();
+        for i in [1, 3, 5, 7] {
+            lists.push(SINGLES, i, 0);
+        }
+        lists.unlink(SINGLES, 3, 0);
+        lists.unlink(SINGLES, 7, 0);
+        assert_eq!(lists.len(SINGLES, 0), 2);
+        assert_eq!(lists.first(SINGLES, 0), Some(5));
+        lists.unlink(SINGLES, 5, 0);
+        lists.unlink(SINGLES, 1, 0);
+        assert_eq!((lists.len(SINGLES, 0), lists.masks[SINGLES]), (0, 0));
+    }
 
     #[test]
     fn initial_blocks_cover_the_region_aligned() {

@@ -8,11 +8,6 @@
 //! entry of its buddy-free list, and none otherwise (inner units of blocks, the right half of
 //! a pair, and blocks in transit inside one operation).
 
-use core::cell::Cell;
-
-use crate::table::{Metadata, Part, Table};
-use crate::Error;
-
 /// One unit's tag.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Tag(u8);
@@ -41,32 +36,5 @@ impl Tag {
 
     pub(crate) fn used_order(self) -> Option<u32> {
         (self.0 & KIND == USED).then_some((self.0 & ORDER) as u32)
-    }
-}
-
-/// One tag per unit.
-pub(crate) struct Tags(Table<Cell<u8>>);
-
-impl Tags {
-    /// The tags at `part` of `meta`, every unit untagged.
-    pub(crate) fn new(meta: &Metadata, part: Part<Cell<u8>>) -> Result<Self, Error> {
-        meta.table(part, |_| Cell::new(Tag::NONE.0)).map(Tags)
-    }
-
-    #[inline]
-    pub(crate) fn get(&self, index: usize) -> Tag {
-        Tag(self.0[index].get())
-    }
-
-    #[inline]
-    pub(crate) fn set(&self, index: usize, tag: Tag) {
-        self.0[index].set(tag.0)
-    }
-
-    /// Whether the block of `2^order` units at `index` (in range or not) is free at exactly
-    /// that order.
-    #[inline]
-    pub(crate) fn is_free(&self, index: usize, order: u32) -> bool {
-        index < self.0.len() && self.get(index) == Tag::free(order)
     }
 }
