@@ -681,16 +681,20 @@ pub(crate) fn check_live(live: Option<u32>, order: u32) -> Result<(), Error> {
     }
 }
 
-/// The live block holding `index`: of the aligned starts at or below it, order 0 up to
-/// `max_order`, the first that `live(start, order)` says starts a held block of that order.
+/// [`BlockAlloc::block_of`] over `units` units: of the aligned starts at or below `index`,
+/// order 0 up to `max_order`, the first that `live(start, order)` says starts a held block
+/// of that order.
 pub(crate) fn live_block_at(
     index: usize,
-    max_order: u32,
+    (units, max_order): (usize, u32),
     live: impl Fn(usize, u32) -> bool,
-) -> Option<(usize, u32)> {
-    (0..=max_order)
+) -> Result<Option<(usize, u32)>, Error> {
+    if index >= units {
+        return Err(Error::OutOfRange);
+    }
+    Ok((0..=max_order)
         .map(|order| (index & !((1 << order) - 1), order))
-        .find(|&(start, order)| live(start, order))
+        .find(|&(start, order)| live(start, order)))
 }
 
 /// The slot of `core` hint among `cores` per-core slots: the hint modulo `cores`, with no

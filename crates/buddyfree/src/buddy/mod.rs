@@ -295,14 +295,9 @@ impl<const N: usize> Lists<N> {
     /// The live block containing `index`: the aligned start at or below it tagged as held at
     /// that order.
     fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
-        if index >= self.total_units {
-            return Err(Error::OutOfRange);
-        }
-        Ok(crate::live_block_at(
-            index,
-            self.max_order,
-            |start, order| self.tags[start].get().used_order() == Some(order),
-        ))
+        crate::live_block_at(index, (self.total_units, self.max_order), |start, order| {
+            self.tags[start].get().used_order() == Some(order)
+        })
     }
 
     /// The list entry covering `index`: the first aligned start at or below it, from order 0

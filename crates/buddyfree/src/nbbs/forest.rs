@@ -920,14 +920,9 @@ impl<K: Kind> BlockAlloc for Forest<K> {
     }
 
     fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
-        if index >= self.units {
-            return Err(Error::OutOfRange);
-        }
-        Ok(crate::live_block_at(
-            index,
-            self.max_order,
-            |start, order| self.is_allocated(start, order),
-        ))
+        crate::live_block_at(index, (self.units, self.max_order), |start, order| {
+            self.is_allocated(start, order)
+        })
     }
 
     /// A descent from the root over `from` towards it, which passes a free sub-tree in one
