@@ -1024,11 +1024,11 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
     /// meanwhile (the count may be in a moving core's hands); it is retried, bounded as the
     /// fallback is.
     fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        range::reserve_recorded(&self.reserved, &mut crate::OnCore(self, core), start, len)
+        range::reserve_range(&self.reserved, &mut crate::OnCore(self, core), start, len)
     }
 
     fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        range::free_recorded(&self.reserved, &mut crate::OnCore(self, core), start, len)
+        range::free_range(&self.reserved, &mut crate::OnCore(self, core), start, len)
     }
 
     fn alloc_at(&self, index: usize, order: u32, _core: usize) -> Result<(), Error> {
