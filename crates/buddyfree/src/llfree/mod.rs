@@ -271,6 +271,17 @@ impl<W: WriteBack> LLFree<W> {
         })
     }
 
+    /// [`LLFree::alloc_remembered`] with every round of the fallback, for `alloc`: a failure
+    /// that met reservation moves in every round ([`Error::WouldBlock`]) is out of memory, as
+    /// before the memo, but not remembered.
+    #[inline]
+    fn alloc_waiting(&self, order: u32, core: usize, class: usize) -> Result<usize, Error> {
+        match self.alloc_remembered(order, core, class, FALLBACK_ROUNDS) {
+            Err(Error::WouldBlock) => Err(Error::OutOfMemory),
+            answer => answer,
+        }
+    }
+
     /// The allocation of `ask`: from its core's reservation of its class (Fig. 14a), else
     /// from a renewed one or what the classes allow (`classes.rs`), else from any tree (the
     /// complete fallback).
@@ -404,10 +415,8 @@ impl<W: WriteBack> LLFree<W> {
         }
         self.moves.bracket(|| {
             let synced = self.trees.take_all_reserved(t);
-            (
-                synced > 0 && self.credit_local(local, t, synced),
-                synced > 0,
-            )
+            let held = synced > 0 && self.credit_local(local, t, synced);
+            (held, synced > 0)
         })
     }
 
@@ -718,10 +727,7 @@ impl<W: WriteBack> LLFree<W> {
                     && group
                         .iter()
                         .all(|&i| check_block(i, order, self.max_order, self.units).is_ok());
-                let freed = match checked {
-                    true => free_group(group),
-                    false => 0,
-                };
+                let freed = if checked { free_group(group) } else { 0 };
                 if freed > 0 {
                     self.freed(group[0], freed << order, core);
                 }
@@ -744,15 +750,13 @@ impl<W: WriteBack> LLFree<W> {
         let slot = self.slot(self.core(core), self.classes.default);
         let local = &self.locals[slot];
         let reservation = local.get();
+        let free = reservation.free();
         // Too few units in the core's counter for a block: no frame can have room.
-        let Some(t) = reservation
-            .tree()
-            .filter(|_| reservation.free() >> order > 0)
-        else {
+        let Some(t) = reservation.tree().filter(|_| free >> order > 0) else {
             return 0;
         };
         let hint = local.last.load(Ordering::Relaxed) as usize;
-        let room = |h: usize| reservation.free().min(self.lower.child(HugeId(h)).free());
+        let room = |h: usize| free.min(self.lower.child(HugeId(h)).free());
         // Going on to the next frame here rather than through `alloc` lets a frame that is
         // free as a whole be taken whole, its words written with plain stores
         // (`Lower::claim_group`); `alloc` would claim its first block with compare-and-swaps.
@@ -892,16 +896,6 @@ enum Renewal {
     Failed,
 }
 
-/// `alloc`'s answer for a failure that met reservation moves in every round of the fallback
-/// ([`LLFree::alloc_remembered`] says [`Error::WouldBlock`]): out of memory, as before the
-/// memo, but not remembered.
-fn out_of_memory_when_busy(e: Error) -> Error {
-    match e {
-        Error::WouldBlock => Error::OutOfMemory,
-        e => e,
-    }
-}
-
 /// Tries to reserve a new tree this often before falling back to the complete scan.
 const RESERVE_ATTEMPTS: usize = 4;
 /// Rounds of the complete scan, while reservation changes of other cores keep getting in the
@@ -921,9 +915,7 @@ const MAX_PAUSE: usize = 1;
 
 impl<W: WriteBack> BlockAlloc for LLFree<W> {
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        let class = self.classes.default;
-        self.alloc_remembered(order, core, class, FALLBACK_ROUNDS)
-            .map_err(out_of_memory_when_busy)
+        self.alloc_waiting(order, core, self.classes.default)
     }
 
     /// In the trees of the class the [`Policy`] gives `class` (stealing from or demoting
@@ -931,9 +923,7 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
     /// Its refusals are the complete fallback's, which ignores classes, so they share the
     /// memo of `alloc`.
     fn alloc_class(&self, order: u32, class: Class, core: usize) -> Result<usize, Error> {
-        let class = self.classes.home(class);
-        self.alloc_remembered(order, core, class, FALLBACK_ROUNDS)
-            .map_err(out_of_memory_when_busy)
+        self.alloc_waiting(order, core, self.classes.home(class))
     }
 
     /// Blocks of orders 0..=8 come frame by frame from the core's tree, from the frame of
