@@ -165,16 +165,12 @@ impl Reserved {
         order: u32,
         free: impl FnOnce(&[usize]) -> Result<(), (usize, Error)>,
     ) -> Result<(), (usize, Error)> {
-        match blocks
-            .iter()
-            .position(|&b| self.check_free(b, order, false).is_err())
-        {
-            None => free(blocks),
-            Some(i) => {
-                free(&blocks[..i])?;
-                Err((i, Error::Reserved))
-            }
-        }
+        let reserved = |&b: &usize| self.check_free(b, order, false).is_err();
+        let Some(i) = blocks.iter().position(reserved) else {
+            return free(blocks);
+        };
+        free(&blocks[..i])?;
+        Err((i, Error::Reserved))
     }
 
     #[cold]

@@ -380,10 +380,10 @@ impl<W: WriteBack> LLFree<W> {
                 && self.classes.access(ask.class, e, self.trees.capacity(t)) == Access::Demote
         };
         self.classes.unless_short(SEARCH, ask, || {
-            (self
+            let own_trees = self
                 .trees
-                .search(n, near, huge, |_, e| e.class() == own, own))
-            .or_else(|| self.trees.search(n, near, huge, demotable, own))
+                .search(n, near, huge, |_, e| e.class() == own, own);
+            own_trees.or_else(|| self.trees.search(n, near, huge, demotable, own))
         })
     }
 

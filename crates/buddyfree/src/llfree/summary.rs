@@ -108,17 +108,11 @@ impl Summary {
         #[cfg(loom)]
         crate::sync::atomic::fence(Ordering::SeqCst);
         let bit = 1 << (t.0 % BITS);
-        let mark = |level| {
+        for level in [ANY, HUGE] {
             let word = self.word(level, t);
-            if word.load(Ordering::SeqCst) & bit == 0 {
+            if new >= least(level) && word.load(Ordering::SeqCst) & bit == 0 {
                 word.fetch_or(bit, Ordering::SeqCst);
             }
-        };
-        if new >= least(ANY) {
-            mark(ANY);
-        }
-        if new >= least(HUGE) {
-            mark(HUGE);
         }
     }
 
