@@ -187,13 +187,9 @@ impl<W: WriteBack> LLFree<W> {
     /// Free units per huge frame (512 units; the last one may be smaller), in address order;
     /// 0 for the frames of offline trees, which nothing can allocate.
     pub fn free_per_huge(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..self.lower.huges()).map(|h| {
-            let t = TreeId(h / self.tree_children);
-            match self.trees.get(t).offline() {
-                true => 0,
-                false => self.lower.child(HugeId(h)).free(),
-            }
-        })
+        let online = |h: usize| !self.trees.get(TreeId(h / self.tree_children)).offline();
+        let free = |h: usize| self.lower.child(HugeId(h)).free();
+        (0..self.lower.huges()).map(move |h| if online(h) { free(h) } else { 0 })
     }
 
     /// Free units per tree (its counter plus the counter of the core holding it).
@@ -219,10 +215,8 @@ impl<W: WriteBack> LLFree<W> {
     /// reservation holding it).
     fn free_in(&self, class: Option<u8>) -> usize {
         let of_class = |t: TreeId| class.is_none_or(|c| self.trees.get(t).class() == c);
-        self.counters()
-            .filter(|&(t, _)| of_class(t))
-            .map(|(_, n)| n)
-            .sum()
+        let counters = self.counters().filter(|&(t, _)| of_class(t));
+        counters.map(|(_, n)| n).sum()
     }
 
     /// The core hint, reduced to a core.
@@ -398,11 +392,10 @@ impl<W: WriteBack> LLFree<W> {
                 stole = self.release_all(Some(ask.core));
                 stole.then(|| self.search(ask, near))?
             });
-            let local = self.slot(ask.core, ask.class);
-            let found = found
-                .map(|(t, free)| self.install(local, t, free))
-                .is_some();
-            (found, found || stole)
+            if let Some((t, free)) = found {
+                self.install(self.slot(ask.core, ask.class), t, free);
+            }
+            (found.is_some(), found.is_some() || stole)
         })
     }
 
