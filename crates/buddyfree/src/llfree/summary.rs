@@ -109,9 +109,8 @@ impl Summary {
         crate::sync::atomic::fence(Ordering::SeqCst);
         let bit = 1 << (t.0 % BITS);
         for level in [ANY, HUGE] {
-            let word = self.word(level, t);
-            if new >= least(level) && word.load(Ordering::SeqCst) & bit == 0 {
-                word.fetch_or(bit, Ordering::SeqCst);
+            if new >= least(level) && self.word(level, t).load(Ordering::SeqCst) & bit == 0 {
+                self.word(level, t).fetch_or(bit, Ordering::SeqCst);
             }
         }
     }
