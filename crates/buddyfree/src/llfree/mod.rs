@@ -270,10 +270,11 @@ impl<W: WriteBack> LLFree<W> {
     /// before the memo, but not remembered.
     #[inline]
     fn alloc_waiting(&self, order: u32, core: usize, class: usize) -> Result<usize, Error> {
-        match self.alloc_remembered(order, core, class, FALLBACK_ROUNDS) {
-            Err(Error::WouldBlock) => Err(Error::OutOfMemory),
-            answer => answer,
-        }
+        self.alloc_remembered(order, core, class, FALLBACK_ROUNDS)
+            .map_err(|e| match e {
+                Error::WouldBlock => Error::OutOfMemory,
+                e => e,
+            })
     }
 
     /// The allocation of `ask`: from its core's reservation of its class (Fig. 14a), else
