@@ -100,8 +100,7 @@ impl Runs {
     }
 
     fn push(&mut self, start: usize, end: usize) -> Result<(), Error> {
-        let slot = self.at.get_mut(self.len).ok_or(Error::Unsupported)?;
-        *slot = (start, end);
+        *self.at.get_mut(self.len).ok_or(Error::Unsupported)? = (start, end);
         self.len += 1;
         Ok(())
     }
