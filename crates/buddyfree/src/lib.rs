@@ -433,13 +433,13 @@ pub trait BlockAlloc: Sync {
     /// Frees every unit of `start..start + len`, which must all be allocated (reserved at
     /// boot, say), as the largest aligned blocks: see [`range`] for the rules and the cost.
     fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        range::free_range(&mut crate::OnCore(self, core), start, len)
+        range::free_range(None, &mut crate::OnCore(self, core), start, len)
     }
 
     /// Allocates every unit of `start..start + len` as the largest aligned blocks, if all are
     /// free; [`Error::Occupied`] and nothing changed otherwise. See [`range`].
     fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        range::reserve_range(&mut crate::OnCore(self, core), start, len)
+        range::reserve_range(None, &mut crate::OnCore(self, core), start, len)
     }
 
     /// Calls `f` once with `core` held for the caller: what `f` allocates and frees through

@@ -80,13 +80,18 @@ pub(crate) fn check_range(units: usize, start: usize, len: usize) -> Result<usiz
         .ok_or(Error::OutOfRange)
 }
 
-/// See [`BlockAlloc::reserve_range`].
-pub(crate) fn reserve_range(
+/// See [`BlockAlloc::reserve_range`]; the range recorded in `reserved`, if given, for
+/// allocators whose frees refuse reserved units.
+pub(crate) fn reserve_range<'a>(
+    reserved: impl Into<Option<&'a Reserved>>,
     units: &mut impl SeqBlockAlloc,
     start: usize,
     len: usize,
 ) -> Result<(), Error> {
-    check_range(units.total_units(), start, len)?;
+    let end = check_range(units.total_units(), start, len)?;
+    if let Some(reserved) = reserved.into() {
+        return reserved.reserve(start, end, || reserve_range(None, units, start, len));
+    }
     let max_order = units.max_order();
     for (i, (index, order)) in aligned_blocks(start, len, max_order).enumerate() {
         if let Err(e) = units.alloc_at(index, order) {
@@ -102,8 +107,10 @@ pub(crate) fn reserve_range(
     Ok(())
 }
 
-/// See [`BlockAlloc::free_range`].
-pub(crate) fn free_range(
+/// See [`BlockAlloc::free_range`]; the range taken out of `reserved`, if given, the blocks
+/// cut at its ends lifted from it while they are freed and taken again.
+pub(crate) fn free_range<'a>(
+    reserved: impl Into<Option<&'a Reserved>>,
     units: &mut impl SeqBlockAlloc,
     start: usize,
     len: usize,
@@ -112,6 +119,12 @@ pub(crate) fn free_range(
     if len == 0 {
         // Nothing to free, so nothing to cut.
         return Ok(());
+    }
+    if let Some(reserved) = reserved.into() {
+        let cut_start = block_across(units, start)?.map_or(start, |(first, _)| first);
+        let cut_end = block_across(units, end)?.map_or(end, |(first, order)| first + (1 << order));
+        let give = || free_range(None, units, start, len);
+        return reserved.release(start, end, cut_start, cut_end, give);
     }
     // Validate first: every unit allocated.
     allocated_throughout(units, start, end)?;
@@ -140,37 +153,6 @@ pub(crate) fn allocated_throughout(
         at = first + (1 << order);
     }
     Ok(())
-}
-
-/// [`reserve_range`] that records the range in `reserved`, for allocators whose frees
-/// refuse reserved units.
-pub(crate) fn reserve_recorded(
-    reserved: &Reserved,
-    units: &mut impl SeqBlockAlloc,
-    start: usize,
-    len: usize,
-) -> Result<(), Error> {
-    let end = check_range(units.total_units(), start, len)?;
-    reserved.reserve(start, end, || reserve_range(units, start, len))
-}
-
-/// [`free_range`] that takes the range out of `reserved`, the blocks cut at its ends lifted
-/// from it while they are freed and taken again.
-pub(crate) fn free_recorded(
-    reserved: &Reserved,
-    units: &mut impl SeqBlockAlloc,
-    start: usize,
-    len: usize,
-) -> Result<(), Error> {
-    let end = check_range(units.total_units(), start, len)?;
-    if len == 0 {
-        return Ok(());
-    }
-    let cut_start = block_across(units, start)?.map_or(start, |(first, _)| first);
-    let cut_end = block_across(units, end)?.map_or(end, |(first, order)| first + (1 << order));
-    reserved.release(start, end, cut_start, cut_end, || {
-        free_range(units, start, len)
-    })
 }
 
 /// The live block that contains `edge` past its first unit, if any: what [`cut_at`] cuts.

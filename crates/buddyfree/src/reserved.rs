@@ -100,8 +100,7 @@ impl Runs {
     }
 
     fn push(&mut self, start: usize, end: usize) -> Result<(), Error> {
-        let slot = self.at.get_mut(self.len).ok_or(Error::Unsupported)?;
-        *slot = (start, end);
+        *self.at.get_mut(self.len).ok_or(Error::Unsupported)? = (start, end);
         self.len += 1;
         Ok(())
     }
@@ -165,16 +164,12 @@ impl Reserved {
         order: u32,
         free: impl FnOnce(&[usize]) -> Result<(), (usize, Error)>,
     ) -> Result<(), (usize, Error)> {
-        match blocks
-            .iter()
-            .position(|&b| self.check_free(b, order, false).is_err())
-        {
-            None => free(blocks),
-            Some(i) => {
-                free(&blocks[..i])?;
-                Err((i, Error::Reserved))
-            }
-        }
+        let reserved = |&b: &usize| self.check_free(b, order, false).is_err();
+        let Some(i) = blocks.iter().position(reserved) else {
+            return free(blocks);
+        };
+        free(&blocks[..i])?;
+        Err((i, Error::Reserved))
     }
 
     #[cold]

@@ -222,9 +222,7 @@ impl LLFree {
     /// LLFree with every unit free, its tables made in `meta` at `parts` (a plan with the
     /// lower level).
     fn build(config: Config, parts: Parts, meta: &Metadata) -> Result<LLFree, Error> {
-        let Some(part) = parts.lower else {
-            unreachable!("a plan of a lower level not kept places it");
-        };
+        let part = parts.lower.expect("a plan places a lower level not kept");
         LLFree::on(Lower::build(meta, part, config.units)?, meta, parts)
     }
 
@@ -233,22 +231,17 @@ impl LLFree {
     pub(crate) const fn check(config: Config, options: Options) -> Result<(), Error> {
         // Before the rest: a largest order above the trees' (and above the paper's trees')
         // is the allocator's limit, even where the units could not hold such a block either.
-        let trees = match options.max_order() {
-            order if order < lower::SPAN_MAX_ORDER => order,
-            _ => lower::SPAN_MAX_ORDER,
-        };
-        if config.max_order > trees && config.max_order > MAX_ORDER {
+        let order = config.max_order;
+        if (order > options.max_order() || order > lower::SPAN_MAX_ORDER) && order > MAX_ORDER {
             return Err(Error::InvalidConfig(ConfigRule::OrderAboveAllocator));
         }
         const_try!(config.validate());
         let children = options.tree_children;
         // Tree counters are 27 bits (the bits above are the flags and the class); every block
         // lies within one tree, so trees smaller than the paper's are too small for order 14.
-        let fits = match children.checked_mul(HUGE_UNITS) {
-            Some(units) => units < trees::TREE_UNITS_LIMIT,
-            None => false,
-        };
-        if !children.is_power_of_two() || !fits || config.max_order > options.max_order() {
+        // Compared in huge frames (the limit is a whole number of them): no product to wrap.
+        let fits = children < trees::TREE_UNITS_LIMIT / HUGE_UNITS;
+        if !children.is_power_of_two() || !fits || order > options.max_order() {
             return Err(Error::InvalidConfig(ConfigRule::TreeChildren));
         }
         // The thresholds are scaled by the tree's units (`LLFree::on`), which must not wrap.
@@ -271,18 +264,12 @@ impl<W: WriteBack> LLFree<W> {
     /// the upper level is built at `upper`'s places in `meta` from its child counters, with
     /// no reservations. Fails only when the upper level's memory cannot be had.
     pub(super) fn on(lower: Lower<W>, meta: &Metadata, upper: Parts) -> Result<LLFree<W>, Error> {
-        let Settings {
-            config,
-            options,
-            policy,
-        } = upper.settings;
+        let (config, options) = (upper.settings.config, upper.settings.options);
         let tree_units = options.tree_children * HUGE_UNITS;
         let permille = |p: usize| tree_units * p / 1000;
-        let thresholds = (
-            permille(options.allocated_below_permille),
-            permille(options.free_above_permille),
-        );
-        let class = policy.initial().number();
+        let allocated_below = permille(options.allocated_below_permille);
+        let thresholds = (allocated_below, permille(options.free_above_permille));
+        let class = upper.settings.policy.initial().number();
         let units = (tree_units, config.units);
         let llfree = LLFree {
             lower,
@@ -290,7 +277,7 @@ impl<W: WriteBack> LLFree<W> {
             summary: Summary::new(meta, upper.summary)?,
             locals: meta.table(upper.locals, |_| CachePadded::new(Local::new()))?,
             cores: config.cores,
-            classes: Classes::new(policy),
+            classes: Classes::new(upper.settings.policy),
             units: config.units,
             max_order: config.max_order,
             tree_children: options.tree_children,

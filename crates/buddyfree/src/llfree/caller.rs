@@ -86,12 +86,10 @@ impl core::fmt::Display for RecoverError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             RecoverError::Config(e) => write!(f, "LLFree over caller memory: {e}"),
-            RecoverError::Corrupt { frame, what } => {
-                write!(
-                    f,
-                    "LLFree lower level damaged at huge frame {frame}: {what}"
-                )
-            }
+            RecoverError::Corrupt { frame, what } => write!(
+                f,
+                "LLFree lower level damaged at huge frame {frame}: {what}"
+            ),
         }
     }
 }

@@ -78,7 +78,8 @@ pub struct Policy {
 /// caller's function.
 #[derive(Clone, Copy, Debug)]
 enum Rule {
-    /// [`demote_free_else_steal`].
+    /// The ready policies' rule: a tree that is entirely free costs no placement, so any
+    /// class may take it over; one in use keeps its class, and gives single blocks only.
     DemoteFreeElseSteal,
     Custom(fn(Class, Class, usize, usize) -> Access),
 }
@@ -185,19 +186,10 @@ impl Policy {
     #[inline]
     pub fn access(&self, request: Class, tree: Class, free: usize, capacity: usize) -> Access {
         match self.access {
-            Rule::DemoteFreeElseSteal => demote_free_else_steal(request, tree, free, capacity),
+            Rule::DemoteFreeElseSteal if free == capacity => Access::Demote,
+            Rule::DemoteFreeElseSteal => Access::Steal,
             Rule::Custom(access) => access(request, tree, free, capacity),
         }
-    }
-}
-
-/// The ready policies' rule: a tree that is entirely free costs no placement, so any class
-/// may take it over; one in use keeps its class, and gives single blocks only.
-#[inline]
-fn demote_free_else_steal(_: Class, _: Class, free: usize, capacity: usize) -> Access {
-    match free == capacity {
-        true => Access::Demote,
-        false => Access::Steal,
     }
 }
 
@@ -257,18 +249,13 @@ impl Classes {
         byte != 0 && u64::from(order) + 1 >= byte
     }
 
-    /// `find`, a search (`step` [`SEARCH`]) or steal ([`STEAL`]) for `ask`, unless the
-    /// memo knows it finds nothing; noted there if it does.
-    fn unless_short<T>(
-        &self,
-        step: usize,
-        ask: &Ask,
-        find: impl FnOnce() -> Option<T>,
-    ) -> Option<T> {
+    /// `f`, a search (`step` [`SEARCH`]) or steal ([`STEAL`]) for `ask`, unless the memo
+    /// knows it finds nothing; noted there if it does.
+    fn unless_short<T>(&self, step: usize, ask: &Ask, f: impl FnOnce() -> Option<T>) -> Option<T> {
         if self.short_of(step, ask.class, ask.order) {
             return None;
         }
-        let found = find();
+        let found = f();
         if found.is_none() {
             let shift = 8 * ask.class;
             let new = u64::from(ask.order) + 1;
@@ -380,10 +367,10 @@ impl<W: WriteBack> LLFree<W> {
                 && self.classes.access(ask.class, e, self.trees.capacity(t)) == Access::Demote
         };
         self.classes.unless_short(SEARCH, ask, || {
-            (self
+            let own_trees = self
                 .trees
-                .search(n, near, huge, |_, e| e.class() == own, own))
-            .or_else(|| self.trees.search(n, near, huge, demotable, own))
+                .search(n, near, huge, |_, e| e.class() == own, own);
+            own_trees.or_else(|| self.trees.search(n, near, huge, demotable, own))
         })
     }
 

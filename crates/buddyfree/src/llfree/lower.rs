@@ -319,10 +319,7 @@ impl<W: WriteBack> Lower<W> {
             word.store(pair.0, Ordering::Relaxed);
             for w in (0..WORDS).filter(|_| h.0 < self.huges) {
                 let padding = padding(real, w);
-                let order0 = match allocated {
-                    true => LOW_BITS & !padding,
-                    false => 0,
-                };
+                let order0 = if allocated { LOW_BITS & !padding } else { 0 };
                 // Zero words stay as the clearing above left them (fewer steps in loom models).
                 let bits = padding & HIGH_BITS | order0;
                 if bits != 0 {

@@ -187,13 +187,9 @@ impl<W: WriteBack> LLFree<W> {
     /// Free units per huge frame (512 units; the last one may be smaller), in address order;
     /// 0 for the frames of offline trees, which nothing can allocate.
     pub fn free_per_huge(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..self.lower.huges()).map(|h| {
-            let t = TreeId(h / self.tree_children);
-            match self.trees.get(t).offline() {
-                true => 0,
-                false => self.lower.child(HugeId(h)).free(),
-            }
-        })
+        let online = |h: usize| !self.trees.get(TreeId(h / self.tree_children)).offline();
+        let free = |h: usize| self.lower.child(HugeId(h)).free();
+        (0..self.lower.huges()).map(move |h| if online(h) { free(h) } else { 0 })
     }
 
     /// Free units per tree (its counter plus the counter of the core holding it).
@@ -219,10 +215,8 @@ impl<W: WriteBack> LLFree<W> {
     /// reservation holding it).
     fn free_in(&self, class: Option<u8>) -> usize {
         let of_class = |t: TreeId| class.is_none_or(|c| self.trees.get(t).class() == c);
-        self.counters()
-            .filter(|&(t, _)| of_class(t))
-            .map(|(_, n)| n)
-            .sum()
+        let counters = self.counters().filter(|&(t, _)| of_class(t));
+        counters.map(|(_, n)| n).sum()
     }
 
     /// The core hint, reduced to a core.
@@ -269,6 +263,18 @@ impl<W: WriteBack> LLFree<W> {
             let answer = self.alloc_with(&ask).map_err(Failure::searched);
             (answer, ask.gave.get())
         })
+    }
+
+    /// [`LLFree::alloc_remembered`] with every round of the fallback, for `alloc`: a failure
+    /// that met reservation moves in every round ([`Error::WouldBlock`]) is out of memory, as
+    /// before the memo, but not remembered.
+    #[inline]
+    fn alloc_waiting(&self, order: u32, core: usize, class: usize) -> Result<usize, Error> {
+        self.alloc_remembered(order, core, class, FALLBACK_ROUNDS)
+            .map_err(|e| match e {
+                Error::WouldBlock => Error::OutOfMemory,
+                e => e,
+            })
     }
 
     /// The allocation of `ask`: from its core's reservation of its class (Fig. 14a), else
@@ -387,11 +393,10 @@ impl<W: WriteBack> LLFree<W> {
                 stole = self.release_all(Some(ask.core));
                 stole.then(|| self.search(ask, near))?
             });
-            let local = self.slot(ask.core, ask.class);
-            let found = found
-                .map(|(t, free)| self.install(local, t, free))
-                .is_some();
-            (found, found || stole)
+            if let Some((t, free)) = found {
+                self.install(self.slot(ask.core, ask.class), t, free);
+            }
+            (found.is_some(), found.is_some() || stole)
         })
     }
 
@@ -404,10 +409,8 @@ impl<W: WriteBack> LLFree<W> {
         }
         self.moves.bracket(|| {
             let synced = self.trees.take_all_reserved(t);
-            (
-                synced > 0 && self.credit_local(local, t, synced),
-                synced > 0,
-            )
+            let held = synced > 0 && self.credit_local(local, t, synced);
+            (held, synced > 0)
         })
     }
 
@@ -718,10 +721,7 @@ impl<W: WriteBack> LLFree<W> {
                     && group
                         .iter()
                         .all(|&i| check_block(i, order, self.max_order, self.units).is_ok());
-                let freed = match checked {
-                    true => free_group(group),
-                    false => 0,
-                };
+                let freed = if checked { free_group(group) } else { 0 };
                 if freed > 0 {
                     self.freed(group[0], freed << order, core);
                 }
@@ -744,15 +744,13 @@ impl<W: WriteBack> LLFree<W> {
         let slot = self.slot(self.core(core), self.classes.default);
         let local = &self.locals[slot];
         let reservation = local.get();
+        let free = reservation.free();
         // Too few units in the core's counter for a block: no frame can have room.
-        let Some(t) = reservation
-            .tree()
-            .filter(|_| reservation.free() >> order > 0)
-        else {
+        let Some(t) = reservation.tree().filter(|_| free >> order > 0) else {
             return 0;
         };
         let hint = local.last.load(Ordering::Relaxed) as usize;
-        let room = |h: usize| reservation.free().min(self.lower.child(HugeId(h)).free());
+        let room = |h: usize| free.min(self.lower.child(HugeId(h)).free());
         // Going on to the next frame here rather than through `alloc` lets a frame that is
         // free as a whole be taken whole, its words written with plain stores
         // (`Lower::claim_group`); `alloc` would claim its first block with compare-and-swaps.
@@ -892,16 +890,6 @@ enum Renewal {
     Failed,
 }
 
-/// `alloc`'s answer for a failure that met reservation moves in every round of the fallback
-/// ([`LLFree::alloc_remembered`] says [`Error::WouldBlock`]): out of memory, as before the
-/// memo, but not remembered.
-fn out_of_memory_when_busy(e: Error) -> Error {
-    match e {
-        Error::WouldBlock => Error::OutOfMemory,
-        e => e,
-    }
-}
-
 /// Tries to reserve a new tree this often before falling back to the complete scan.
 const RESERVE_ATTEMPTS: usize = 4;
 /// Rounds of the complete scan, while reservation changes of other cores keep getting in the
@@ -921,9 +909,7 @@ const MAX_PAUSE: usize = 1;
 
 impl<W: WriteBack> BlockAlloc for LLFree<W> {
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        let class = self.classes.default;
-        self.alloc_remembered(order, core, class, FALLBACK_ROUNDS)
-            .map_err(out_of_memory_when_busy)
+        self.alloc_waiting(order, core, self.classes.default)
     }
 
     /// In the trees of the class the [`Policy`] gives `class` (stealing from or demoting
@@ -931,9 +917,7 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
     /// Its refusals are the complete fallback's, which ignores classes, so they share the
     /// memo of `alloc`.
     fn alloc_class(&self, order: u32, class: Class, core: usize) -> Result<usize, Error> {
-        let class = self.classes.home(class);
-        self.alloc_remembered(order, core, class, FALLBACK_ROUNDS)
-            .map_err(out_of_memory_when_busy)
+        self.alloc_waiting(order, core, self.classes.home(class))
     }
 
     /// Blocks of orders 0..=8 come frame by frame from the core's tree, from the frame of
@@ -1024,11 +1008,11 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
     /// meanwhile (the count may be in a moving core's hands); it is retried, bounded as the
     /// fallback is.
     fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        range::reserve_recorded(&self.reserved, &mut crate::OnCore(self, core), start, len)
+        range::reserve_range(&self.reserved, &mut crate::OnCore(self, core), start, len)
     }
 
     fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        range::free_recorded(&self.reserved, &mut crate::OnCore(self, core), start, len)
+        range::free_range(&self.reserved, &mut crate::OnCore(self, core), start, len)
     }
 
     fn alloc_at(&self, index: usize, order: u32, _core: usize) -> Result<(), Error> {

@@ -97,12 +97,10 @@ impl<W: WriteBack> LLFree<W> {
     /// ```
     pub fn set_tree_state(
         &self,
-        trees: Range<usize>,
+        mut trees: Range<usize>,
         state: TreeState,
     ) -> Result<(), (usize, Error)> {
-        trees
-            .into_iter()
-            .try_for_each(|t| self.set_state(TreeId(t), state).map_err(|e| (t, e)))
+        trees.try_for_each(|t| self.set_state(TreeId(t), state).map_err(|e| (t, e)))
     }
 
     /// [`LLFree::set_tree_state`] of one tree.

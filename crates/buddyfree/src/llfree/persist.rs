@@ -256,8 +256,7 @@ impl Durable {
         // accessed through atomics (the bytes read at open come from the file, not here).
         let word = unsafe { AtomicU64::from_ptr(self.base.as_ptr().add(at).cast::<u64>()) };
         word.store(value, Ordering::Release);
-        self.map.flush_range(0, PAGE)?;
-        Ok(())
+        Ok(self.map.flush_range(0, PAGE)?)
     }
 }
 

@@ -108,17 +108,10 @@ impl Summary {
         #[cfg(loom)]
         crate::sync::atomic::fence(Ordering::SeqCst);
         let bit = 1 << (t.0 % BITS);
-        let mark = |level| {
-            let word = self.word(level, t);
-            if word.load(Ordering::SeqCst) & bit == 0 {
-                word.fetch_or(bit, Ordering::SeqCst);
+        for level in [ANY, HUGE] {
+            if new >= least(level) && self.word(level, t).load(Ordering::SeqCst) & bit == 0 {
+                self.word(level, t).fetch_or(bit, Ordering::SeqCst);
             }
-        };
-        if new >= least(ANY) {
-            mark(ANY);
-        }
-        if new >= least(HUGE) {
-            mark(HUGE);
         }
     }
 
@@ -189,12 +182,9 @@ impl<W: WriteBack> LLFree<W> {
     pub(super) fn too_few_free(&self, n: usize) -> bool {
         // A reservation's `cP`s; the tree's `cU` is added where it is marked or held.
         let held = |t: TreeId| -> usize {
-            self.locals
-                .iter()
-                .map(|l| l.get())
-                .filter(|r| r.tree() == Some(t))
-                .map(|r| r.free())
-                .sum()
+            let reservations = self.locals.iter().map(|l| l.get());
+            let holding = reservations.filter(|r| r.tree() == Some(t));
+            holding.map(|r| r.free()).sum()
         };
         // The level a tree needs to have a block of `n` units in `cU`. Trees whose `cU` alone
         // has fewer units than a huge frame's are not marked at the huge level: on a

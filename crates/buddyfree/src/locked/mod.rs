@@ -141,10 +141,10 @@ impl<A: SeqBlockAlloc, R: RawMutex + Sync + Send> BlockAlloc for Locked<A, R> {
 
     /// The whole range under one lock: no other operation sees it half done.
     fn free_range(&self, start: usize, len: usize, _core: usize) -> Result<(), Error> {
-        range::free_recorded(&self.reserved, &mut *self.inner.lock(), start, len)
+        range::free_range(&self.reserved, &mut *self.inner.lock(), start, len)
     }
 
     fn reserve_range(&self, start: usize, len: usize, _core: usize) -> Result<(), Error> {
-        range::reserve_recorded(&self.reserved, &mut *self.inner.lock(), start, len)
+        range::reserve_range(&self.reserved, &mut *self.inner.lock(), start, len)
     }
 }

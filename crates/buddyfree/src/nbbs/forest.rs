@@ -875,11 +875,11 @@ impl<K: Kind> BlockAlloc for Forest<K> {
     }
 
     fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        range::reserve_recorded(&self.reserved, &mut crate::OnCore(self, core), start, len)
+        range::reserve_range(&self.reserved, &mut crate::OnCore(self, core), start, len)
     }
 
     fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        range::free_recorded(&self.reserved, &mut crate::OnCore(self, core), start, len)
+        range::free_range(&self.reserved, &mut crate::OnCore(self, core), start, len)
     }
 
     fn free_units(&self) -> usize {

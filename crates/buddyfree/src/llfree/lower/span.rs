@@ -73,11 +73,8 @@ impl<W: WriteBack> Lower<W> {
             return false;
         }
         // The other words one after the other, then the first, which publishes the span.
-        for (i, p) in (first + 1..end).chain([first]).enumerate() {
-            let value = match p == first {
-                true => start_pair(order),
-                false => SPAN_PAIR,
-            };
+        let pairs = (first + 1..end).map(|p| (p, SPAN_PAIR));
+        for (i, (p, value)) in pairs.chain([(first, start_pair(order))]).enumerate() {
             if self
                 .word(p)
                 .try_change(|v| (v == FREE_PAIR).then_some(value))

@@ -869,11 +869,11 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
     }
 
     fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        range::reserve_recorded(&self.reserved, &mut crate::OnCore(self, core), start, len)
+        range::reserve_range(&self.reserved, &mut crate::OnCore(self, core), start, len)
     }
 
     fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        range::free_recorded(&self.reserved, &mut crate::OnCore(self, core), start, len)
+        range::free_range(&self.reserved, &mut crate::OnCore(self, core), start, len)
     }
 
     /// See [`BlockAlloc::block_of`]: the backend's answer, except that a cached block is
