@@ -245,14 +245,12 @@ impl<A: BlockAlloc, const N: usize> Zones<A, N> {
 
     /// The zone holding unit `index` and the unit's index inside it.
     pub fn zone_of(&self, index: usize) -> Result<(usize, usize), Error> {
-        let z = self.zones.partition_point(|z| z.first <= index);
-        let zone = z.checked_sub(1).map(|z| (z, &self.zones[z]));
-        match zone {
-            Some((z, zone)) if index - zone.first < zone.alloc.total_units() => {
-                Ok((z, index - zone.first))
-            }
-            _ => Err(Error::OutOfRange),
-        }
+        // The last zone starting at or before `index`, if it reaches that far.
+        let after = self.zones.partition_point(|z| z.first <= index);
+        let z = after.checked_sub(1).ok_or(Error::OutOfRange)?;
+        let inner = index - self.zones[z].first;
+        let inside = inner < self.zones[z].alloc.total_units();
+        inside.then_some((z, inner)).ok_or(Error::OutOfRange)
     }
 
     /// Every zone's counters.
