@@ -169,15 +169,11 @@ fn cut_at(units: &mut impl SeqBlockAlloc, edge: usize) -> Result<(), Error> {
     let Some((first, order)) = block_across(units, edge)? else {
         return Ok(());
     };
-    let max_order = units.max_order();
     units.free(first, order)?;
-    let pieces = aligned_blocks(first, edge - first, max_order).chain(aligned_blocks(
-        edge,
-        first + (1 << order) - edge,
-        max_order,
-    ));
-    for (index, order) in pieces {
-        units.alloc_at(index, order)?;
+    for (from, len) in [(first, edge - first), (edge, first + (1 << order) - edge)] {
+        for (index, order) in aligned_blocks(from, len, units.max_order()) {
+            units.alloc_at(index, order)?;
+        }
     }
     Ok(())
 }

@@ -353,21 +353,6 @@ impl Metadata {
     }
 }
 
-/// Whether the caller's `len` bytes at `base` hold `layout` where they start:
-/// [`Error::MetadataMisaligned`] or [`Error::MetadataTooSmall`] if not. For memory that must
-/// be found at the same place again (LLFree's kept lower level), which no alignment inside
-/// may shift.
-#[cfg(not(loom))]
-pub(crate) fn check_memory(layout: Layout, base: NonNull<u8>, len: usize) -> Result<(), Error> {
-    if !(base.as_ptr() as usize).is_multiple_of(layout.align()) {
-        return Err(Error::MetadataMisaligned);
-    }
-    if len < layout.size() {
-        return Err(Error::MetadataTooSmall);
-    }
-    Ok(())
-}
-
 /// The constructor over caller memory of an allocator `$name`, written once: an associated
 /// `metadata_layout`, `metadata_bytes` and `in_metadata`, from the allocator's
 /// `$plan(config) -> Result<(Plan, Parts), Error>` and `$build(config, parts, &Metadata)`.

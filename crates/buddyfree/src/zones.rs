@@ -90,11 +90,8 @@ impl<A> Zone<A> {
     }
 
     /// A block the zone's allocator named, placed in the whole index space.
-    fn placed(
-        &self,
-        block: Result<Option<(usize, u32)>, Error>,
-    ) -> Result<Option<(usize, u32)>, Error> {
-        block.map(|b| b.map(|(start, order)| (self.first + start, order)))
+    fn placed(&self, block: Option<(usize, u32)>) -> Option<(usize, u32)> {
+        block.map(|(start, order)| (self.first + start, order))
     }
 }
 
@@ -236,23 +233,19 @@ impl<A: BlockAlloc, const N: usize> Zones<A, N> {
                 Err(e) => last = telling(last, e),
             }
         }
-        Err(if order > self.max_order {
-            Error::BadOrder
-        } else {
-            last
-        })
+        // Every zone refused an order above all of theirs.
+        let too_large = order > self.max_order;
+        Err(if too_large { Error::BadOrder } else { last })
     }
 
     /// The zone holding unit `index` and the unit's index inside it.
     pub fn zone_of(&self, index: usize) -> Result<(usize, usize), Error> {
-        let z = self.zones.partition_point(|z| z.first <= index);
-        let zone = z.checked_sub(1).map(|z| (z, &self.zones[z]));
-        match zone {
-            Some((z, zone)) if index - zone.first < zone.alloc.total_units() => {
-                Ok((z, index - zone.first))
-            }
-            _ => Err(Error::OutOfRange),
-        }
+        // The last zone starting at or before `index`, if it reaches that far.
+        let after = self.zones.partition_point(|z| z.first <= index);
+        let z = after.checked_sub(1).ok_or(Error::OutOfRange)?;
+        let inner = index - self.zones[z].first;
+        let inside = inner < self.zones[z].alloc.total_units();
+        inside.then_some((z, inner)).ok_or(Error::OutOfRange)
     }
 
     /// Every zone's counters.
@@ -496,7 +489,7 @@ impl<A: BlockAlloc, const N: usize> BlockAlloc for Zones<A, N> {
                 continue;
             }
             let inner = from.saturating_sub(zone.first);
-            if let Some(block) = zone.placed(zone.alloc.next_block(inner))? {
+            if let Some(block) = zone.placed(zone.alloc.next_block(inner)?) {
                 return Ok(Some(block));
             }
         }
@@ -505,12 +498,12 @@ impl<A: BlockAlloc, const N: usize> BlockAlloc for Zones<A, N> {
 
     fn block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
         let (z, inner) = self.zone_of(index)?;
-        self.zones[z].placed(self.zones[z].alloc.block_of(inner))
+        Ok(self.zones[z].placed(self.zones[z].alloc.block_of(inner)?))
     }
 
     fn try_block_of(&self, index: usize) -> Result<Option<(usize, u32)>, Error> {
         let (z, inner) = self.zone_of(index)?;
-        self.zones[z].placed(self.zones[z].alloc.try_block_of(inner))
+        Ok(self.zones[z].placed(self.zones[z].alloc.try_block_of(inner)?))
     }
 }
 

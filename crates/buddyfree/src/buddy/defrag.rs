@@ -161,13 +161,6 @@ impl Planner {
         Ok(())
     }
 
-    /// Frees the live block `(index, order)` (the planner frees only blocks it found live in
-    /// a block being emptied, which nothing else moves).
-    fn free(&mut self, index: usize, order: u32) {
-        self.live.remove(&index);
-        self.used[index..index + (1 << order)].fill(false);
-    }
-
     /// Empties an aligned block of `order` that overlaps no block being emptied, recording
     /// the moves, and returns its index.
     fn empty_block(&mut self, order: u32) -> Option<usize> {
@@ -194,7 +187,10 @@ impl Planner {
         self.emptying.push((target, order));
         for (from, o) in inside {
             let to = self.empty_block(o)?;
-            self.free(from, o);
+            // Moved out: it was found live in the block being emptied, which nothing else
+            // moves, so it is live here.
+            self.live.remove(&from);
+            self.used[from..from + (1 << o)].fill(false);
             self.take(to, o).ok()?;
             self.moves.push(Move { from, to, order: o });
         }

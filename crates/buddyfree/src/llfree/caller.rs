@@ -39,7 +39,7 @@ use alloc::vec::Vec;
 use super::build::Settings;
 use super::lower::{Line, Lower};
 use super::{LLFree, WriteBack};
-use crate::table::{check_memory, Metadata};
+use crate::table::Metadata;
 use crate::{Config, Error, MetadataMemory};
 
 /// How [`Builder::kept`](super::Builder::kept) takes the caller's lower level.
@@ -143,7 +143,15 @@ impl<W: WriteBack> LLFree<W> {
     ) -> Result<LLFree<W>, RecoverError> {
         let (plan, parts) = settings.plan(true)?;
         let config = settings.config;
-        check_memory(LLFree::lower_layout(config)?, lower, len)?;
+        // The lower level must hold its layout where it starts: it is found at the same
+        // place again, so no alignment inside may shift it.
+        let layout = LLFree::lower_layout(config)?;
+        if !(lower.as_ptr() as usize).is_multiple_of(layout.align()) {
+            return Err(Error::MetadataMisaligned.into());
+        }
+        if len < layout.size() {
+            return Err(Error::MetadataTooSmall.into());
+        }
         let meta = Metadata::new(&plan, upper)?;
         let at = lower.cast::<Line>();
         let units = (config.units, config.max_order);
