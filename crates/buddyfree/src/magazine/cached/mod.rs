@@ -477,7 +477,7 @@ impl<A: Backend> Magazine<A> {
     fn end_in(&self, index: usize, slot: usize, at: usize) -> Result<Option<usize>, Error> {
         match self.end_owned(index, slot, at, State::Cached(slot)) {
             true => Ok(None),
-            false => self.end_not_held_by(index, slot, at),
+            false => self.end_not_in(index, slot, at),
         }
     }
 
@@ -485,12 +485,7 @@ impl<A: Backend> Magazine<A> {
     /// `Live`. Out of line, to keep the usual free small.
     #[cold]
     #[inline(never)]
-    fn end_not_held_by(
-        &self,
-        index: usize,
-        slot: usize,
-        at: usize,
-    ) -> Result<Option<usize>, Error> {
+    fn end_not_in(&self, index: usize, slot: usize, at: usize) -> Result<Option<usize>, Error> {
         loop {
             match self.end_live(index, slot, State::Cached(slot))? {
                 None => return Ok(None),
