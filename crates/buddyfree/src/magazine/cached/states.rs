@@ -164,12 +164,9 @@ impl BlockStates {
     /// range and aligned for it.
     #[inline]
     pub(crate) fn direct_at(&self, index: usize) -> Option<usize> {
-        let slot = self
-            .0
-            .get(index)?
-            .load(Ordering::Acquire)
-            .wrapping_sub(State::Direct(0).encode());
-        (usize::from(slot) < MAX_SLOTS).then_some(usize::from(slot))
+        let byte = self.0.get(index)?.load(Ordering::Acquire);
+        let slot = usize::from(byte.wrapping_sub(State::Direct(0).encode()));
+        (slot < MAX_SLOTS).then_some(slot)
     }
 
     /// Ends the caller's `Live` block at `index` of the order at `slot` by moving it to
