@@ -403,10 +403,8 @@ impl<A: Backend> Magazine<A> {
             for (slot, &order) in self.policy.orders.iter().enumerate() {
                 while let Some(index) = cache.pop(slot) {
                     self.states.set(index, State::Free);
-                    if self
-                        .try_give_back(index, order, core, State::Cached(slot))
-                        .is_err()
-                    {
+                    let given = self.try_give_back(index, order, core, State::Cached(slot));
+                    if given.is_err() {
                         cache.push(slot, index);
                         break;
                     }
