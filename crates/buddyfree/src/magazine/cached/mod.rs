@@ -195,7 +195,7 @@ impl<A: Backend> Magazine<A> {
         })?;
         let states = BlockStates(meta.table(parts.states, |_| AtomicU8::new(0))?);
         if in_use {
-            states.adopt(&backend, |order| policy.slot(order))?;
+            states.adopt(&backend, &policy)?;
         }
         Ok(Magazine {
             reserved: Reserved::new(backend.total_units(), backend.max_order()),
