@@ -338,7 +338,13 @@ impl<A: Backend> Magazine<A> {
     /// ```
     #[cfg(feature = "alloc")]
     pub fn new(config: Config, inner: A) -> Result<Self, Error> {
-        build(plan(config, inner.total_units()), None, |parts, meta| {
+        Self::assemble(config, inner, None)
+    }
+
+    /// The body of [`Magazine::new`] (`meta` `None`: the tables on the heap) and
+    /// [`Magazine::in_metadata`].
+    fn assemble(config: Config, inner: A, meta: Option<MetadataMemory>) -> Result<Self, Error> {
+        build(plan(config, inner.total_units()), meta, |parts, meta| {
             Self::build(inner, policy(config.units, config.cores), parts, meta)
         })
     }
@@ -450,11 +456,7 @@ impl<A: Backend> Magazine<A> {
     /// # Ok::<(), buddyfree::Error>(())
     /// ```
     pub fn in_metadata(config: Config, inner: A, meta: MetadataMemory) -> Result<Self, Error> {
-        build(
-            plan(config, inner.total_units()),
-            Some(meta),
-            |parts, meta| Self::build(inner, policy(config.units, config.cores), parts, meta),
-        )
+        Self::assemble(config, inner, Some(meta))
     }
 
     /// The allocator behind the magazines.

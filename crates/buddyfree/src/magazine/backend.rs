@@ -231,12 +231,9 @@ pub(super) fn batch_in_regions(got: &[usize], order: u32, batch: usize) -> usize
         .count();
     let rest_of_region = batch - ((first >> order) & (batch - 1));
     let tail = &got[head..];
+    let in_one_region = |&next| tail.iter().all(|&b| region(b) == region(next));
     match tail.first() {
-        Some(&next)
-            if head == rest_of_region && tail.iter().all(|&b| region(b) == region(next)) =>
-        {
-            head
-        }
+        Some(next) if head == rest_of_region && in_one_region(next) => head,
         _ => got.len(),
     }
 }

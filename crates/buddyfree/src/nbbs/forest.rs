@@ -344,7 +344,6 @@ impl<K: Kind> Forest<K> {
             next += Self::level_cells(roots, level).unwrap_or(0);
             start
         })?;
-        let cores = config.cores;
         let forest = Forest {
             cells: meta.table(parts.cells, |_| AtomicU64::new(0))?,
             level_start,
@@ -353,7 +352,7 @@ impl<K: Kind> Forest<K> {
             max_order,
             cores: Cores::new(meta, parts.slots, |core, order| {
                 let len = span >> order.min(max_order);
-                (len as u128 * core as u128 / cores as u128) as usize
+                (len as u128 * core as u128 / config.cores as u128) as usize
             })?,
             refusals: Refusals::default(),
             rollbacks: AtomicUsize::new(0),

@@ -72,19 +72,12 @@ impl Policy {
     ) -> Self {
         let slot = self.slot_of[order as usize];
         assert!(slot != NOT_CACHED, "not a cached order");
-        let batch = batch_units >> order;
-        let high = high_units >> order;
-        let slot = slot as usize;
-        self.batch[slot] = if batch > 1 { batch } else { 1 };
-        self.high[slot] = if high > 2 { high } else { 2 };
-        assert!(
-            self.batch[slot] <= self.high[slot],
-            "a batch above the watermark"
-        );
-        assert!(
-            self.batch[slot] <= SPILL_BUFFER,
-            "a batch above the spill buffer"
-        );
+        let (batch, high) = (batch_units >> order, high_units >> order);
+        let batch = if batch > 1 { batch } else { 1 };
+        let high = if high > 2 { high } else { 2 };
+        assert!(batch <= high, "a batch above the watermark");
+        assert!(batch <= SPILL_BUFFER, "a batch above the spill buffer");
+        (self.batch[slot as usize], self.high[slot as usize]) = (batch, high);
         self
     }
 

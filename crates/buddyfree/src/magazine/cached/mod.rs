@@ -195,7 +195,7 @@ impl<A: Backend> Magazine<A> {
         })?;
         let states = BlockStates(meta.table(parts.states, |_| AtomicU8::new(0))?);
         if in_use {
-            states.adopt(&backend, |order| policy.slot(order))?;
+            states.adopt(&backend, &policy)?;
         }
         Ok(Magazine {
             reserved: Reserved::new(backend.total_units(), backend.max_order()),
@@ -403,10 +403,8 @@ impl<A: Backend> Magazine<A> {
             for (slot, &order) in self.policy.orders.iter().enumerate() {
                 while let Some(index) = cache.pop(slot) {
                     self.states.set(index, State::Free);
-                    if self
-                        .try_give_back(index, order, core, State::Cached(slot))
-                        .is_err()
-                    {
+                    let given = self.try_give_back(index, order, core, State::Cached(slot));
+                    if given.is_err() {
                         cache.push(slot, index);
                         break;
                     }
@@ -477,7 +475,7 @@ impl<A: Backend> Magazine<A> {
     fn end_in(&self, index: usize, slot: usize, at: usize) -> Result<Option<usize>, Error> {
         match self.end_owned(index, slot, at, State::Cached(slot)) {
             true => Ok(None),
-            false => self.end_not_held_by(index, slot, at),
+            false => self.end_not_in(index, slot, at),
         }
     }
 
@@ -485,12 +483,7 @@ impl<A: Backend> Magazine<A> {
     /// `Live`. Out of line, to keep the usual free small.
     #[cold]
     #[inline(never)]
-    fn end_not_held_by(
-        &self,
-        index: usize,
-        slot: usize,
-        at: usize,
-    ) -> Result<Option<usize>, Error> {
+    fn end_not_in(&self, index: usize, slot: usize, at: usize) -> Result<Option<usize>, Error> {
         loop {
             match self.end_live(index, slot, State::Cached(slot))? {
                 None => return Ok(None),

@@ -27,7 +27,7 @@
 //! a byte has room for the holders: `Free`, then per slot `Cached`, `Live`, `Direct` and
 //! `Owned` by each of [`OWNERS`] caches.
 
-use super::cache::MAX_SLOTS;
+use super::cache::{Policy, MAX_SLOTS};
 use crate::sync::atomic::{AtomicU8, Ordering};
 use crate::table::Table;
 use crate::{BlockAlloc, Error};
@@ -129,23 +129,18 @@ impl BlockStates {
         found
     }
 
-    /// Records the blocks `alloc` has out whose order is cached (`slot` gives its slot) as
-    /// live, so that their frees are decided here as those of blocks handed out through the
-    /// caches: one [`BlockAlloc::next_block`] per block, in address order, until every
-    /// allocated unit is accounted for. Only while no one else can reach `alloc` (its
-    /// answers must hold).
-    pub(crate) fn adopt(
-        &self,
-        alloc: &(impl BlockAlloc + ?Sized),
-        slot: impl Fn(u32) -> Option<usize>,
-    ) -> Result<(), Error> {
+    /// Records the blocks `alloc` has out whose order `policy` caches as live, so that their
+    /// frees are decided here as those of blocks handed out through the caches: one
+    /// [`BlockAlloc::next_block`] per block, in address order, until every allocated unit is
+    /// accounted for. Only while no one else can reach `alloc` (its answers must hold).
+    pub(crate) fn adopt(&self, alloc: &impl BlockAlloc, policy: &Policy) -> Result<(), Error> {
         let mut out = alloc.total_units().saturating_sub(alloc.free_units());
         let mut at = 0;
         while out > 0 {
             let Some((start, order)) = alloc.next_block(at)? else {
                 break;
             };
-            if let Some(slot) = slot(order).filter(|_| start >= at) {
+            if let Some(slot) = policy.slot(order).filter(|_| start >= at) {
                 self.set(start, State::Live(slot));
             }
             // A block never starts before the walk; `max` only keeps a wrong answer from
@@ -164,12 +159,9 @@ impl BlockStates {
     /// range and aligned for it.
     #[inline]
     pub(crate) fn direct_at(&self, index: usize) -> Option<usize> {
-        let slot = self
-            .0
-            .get(index)?
-            .load(Ordering::Acquire)
-            .wrapping_sub(State::Direct(0).encode());
-        (usize::from(slot) < MAX_SLOTS).then_some(usize::from(slot))
+        let byte = self.0.get(index)?.load(Ordering::Acquire);
+        let slot = usize::from(byte.wrapping_sub(State::Direct(0).encode()));
+        (slot < MAX_SLOTS).then_some(slot)
     }
 
     /// Ends the caller's `Live` block at `index` of the order at `slot` by moving it to
