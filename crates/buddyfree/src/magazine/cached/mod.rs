@@ -530,19 +530,14 @@ impl<A: Backend> Magazine<A> {
     }
 
     /// Gives the block `(index, order)`, already `Free` in the table, to the backend with
-    /// its `try_free`; where that refuses, the block's state goes back to `back` and it stays
+    /// its `try_free`; where that refuses, the block's state goes back to `to` and it stays
     /// the caller's. The block is the caller's alone until the backend has it: no racing free
     /// passes the table, and the backend holds it as allocated.
-    fn try_give_back(
-        &self,
-        index: usize,
-        order: u32,
-        core: usize,
-        back: State,
-    ) -> Result<(), Error> {
+    fn try_give_back(&self, index: usize, order: u32, core: usize, to: State) -> Result<(), Error> {
+        let refused = |_: &Error| self.states.set(index, to);
         self.backend
             .try_free(index, order, core)
-            .inspect_err(|_| self.states.set(index, back))
+            .inspect_err(refused)
     }
 
     /// The backend's answer `freed` to a free of the checked block `(index, order)` of an
