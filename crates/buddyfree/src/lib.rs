@@ -647,6 +647,16 @@ pub trait SeqBlockAlloc: Send {
     }
 }
 
+/// [`Error::BadOrder`] for an order above `max_order`: the first check of every call that
+/// names an order.
+#[inline]
+pub(crate) fn check_order(order: u32, max_order: u32) -> Result<(), Error> {
+    if order > max_order {
+        return Err(Error::BadOrder);
+    }
+    Ok(())
+}
+
 /// Checks the arguments of a `free` that every allocator rejects the same way: an order
 /// above `max_order`, a block reaching past `total_units`, or an index not aligned to
 /// `2^order`.
@@ -656,9 +666,7 @@ pub(crate) fn check_block(
     max_order: u32,
     total_units: usize,
 ) -> Result<(), Error> {
-    if order > max_order {
-        return Err(Error::BadOrder);
-    }
+    check_order(order, max_order)?;
     let size = 1usize << order;
     if index >= total_units || total_units - index < size {
         return Err(Error::OutOfRange);

@@ -60,9 +60,7 @@ pub fn defrag<A: Defrag + ?Sized>(
     order: u32,
     mut relocate: impl FnMut(usize, usize, u32),
 ) -> Result<Vec<Move>, Error> {
-    if order > alloc.max_order() {
-        return Err(Error::BadOrder);
-    }
+    crate::check_order(order, alloc.max_order())?;
     if alloc.free_units() < 1 << order {
         return Err(Error::OutOfMemory);
     }

@@ -281,9 +281,7 @@ impl<W: WriteBack> LLFree<W> {
     /// from a renewed one or what the classes allow (`classes.rs`), else from any tree (the
     /// complete fallback).
     fn alloc_with(&self, ask: &Ask) -> Result<usize, Error> {
-        if ask.order > self.max_order {
-            return Err(Error::BadOrder);
-        }
+        crate::check_order(ask.order, self.max_order)?;
         let slot = self.slot(ask.core, ask.class);
         let local = &self.locals[slot];
         let n = 1 << ask.order;

@@ -815,9 +815,7 @@ impl<K: Kind> BlockAlloc for Forest<K> {
     /// there (`Forest::covers`), a refusal by the count of free units until any free,
     /// either until a rolled-back allocation.
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        if order > self.max_order {
-            return Err(Error::BadOrder);
-        }
+        crate::check_order(order, self.max_order)?;
         // Inlined here, as the memo's own load is: one call for the whole allocation.
         self.alloc_with(order, core, |before, after| before == after)
     }
@@ -829,9 +827,7 @@ impl<K: Kind> BlockAlloc for Forest<K> {
     /// only where `alloc` would look first, at the core's hint, if the group is free there
     /// (one load when it is not); otherwise the next block comes from `alloc`.
     fn alloc_bulk(&self, order: u32, core: usize, out: &mut [usize]) -> Result<usize, Error> {
-        if order > self.max_order {
-            return Err(Error::BadOrder);
-        }
+        crate::check_order(order, self.max_order)?;
         let rows = self.group_rows(order);
         let mut n = 0;
         while n < out.len() {

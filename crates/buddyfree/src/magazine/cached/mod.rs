@@ -639,9 +639,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
     /// See [`BlockAlloc::alloc`].
     #[inline]
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        if order > self.max_order() {
-            return Err(Error::BadOrder);
-        }
+        crate::check_order(order, self.max_order())?;
         let slot = self.policy.slot(order);
         let found = match slot {
             Some(slot) => self.take_shared(slot, order, core),
@@ -670,9 +668,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
         if class == Class::default() {
             return self.alloc(order, core);
         }
-        if order > self.max_order() {
-            return Err(Error::BadOrder);
-        }
+        crate::check_order(order, self.max_order())?;
         let backend = || self.backend.alloc_class(order, class, core);
         let found = match backend() {
             Err(Error::OutOfMemory) => {
@@ -750,9 +746,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
     /// takes back, stays parked. So the answer is [`Error::WouldBlock`] while any cache holds
     /// a block or is busy, and [`Error::OutOfMemory`] only when every cache was seen empty.
     fn try_alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        if order > self.max_order() {
-            return Err(Error::BadOrder);
-        }
+        crate::check_order(order, self.max_order())?;
         if let Some(slot) = self.policy.slot(order) {
             if let Some(index) = self.cache(core).try_lock().and_then(|mut c| c.pop(slot)) {
                 self.hand_out(index, slot, core);

@@ -123,9 +123,7 @@ impl<A: Backend> HeldCore for PinnedCore<'_, A> {
     #[inline]
     fn alloc(&mut self, order: u32) -> Result<usize, Error> {
         let magazine = self.magazine;
-        if order > magazine.max_order() {
-            return Err(Error::BadOrder);
-        }
+        crate::check_order(order, magazine.max_order())?;
         // An uncached order goes to the backend with the cache still held, as the shared
         // path sends it there without the cache (every path takes a core's cache before the
         // backend, never after); only a refusal needs the cache let go, to drain it.
