@@ -639,7 +639,10 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
     /// See [`BlockAlloc::alloc`].
     #[inline]
     fn alloc(&self, order: u32, core: usize) -> Result<usize, Error> {
-        crate::check_order(order, self.max_order())?;
+        // Not `check_order`: its `?` costs this fast path an instruction (callgrind).
+        if order > self.max_order() {
+            return Err(Error::BadOrder);
+        }
         let slot = self.policy.slot(order);
         let found = match slot {
             Some(slot) => self.take_shared(slot, order, core),

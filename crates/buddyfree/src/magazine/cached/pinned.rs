@@ -123,7 +123,10 @@ impl<A: Backend> HeldCore for PinnedCore<'_, A> {
     #[inline]
     fn alloc(&mut self, order: u32) -> Result<usize, Error> {
         let magazine = self.magazine;
-        crate::check_order(order, magazine.max_order())?;
+        // Not `check_order`: its `?` costs this fast path an instruction (callgrind).
+        if order > magazine.max_order() {
+            return Err(Error::BadOrder);
+        }
         // An uncached order goes to the backend with the cache still held, as the shared
         // path sends it there without the cache (every path takes a core's cache before the
         // backend, never after); only a refusal needs the cache let go, to drain it.
