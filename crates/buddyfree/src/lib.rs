@@ -160,6 +160,21 @@ macro_rules! block_alloc_via_deref {
     };
 }
 
+/// [`BlockAlloc::reserve_range`] and [`BlockAlloc::free_range`] for an allocator whose frees
+/// refuse the units of its boot reservation, `self.reserved`: the range operations record
+/// the ranges there ([`range`]).
+macro_rules! ranges_recorded {
+    () => {
+        fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
+            crate::range::reserve_range(&self.reserved, &mut crate::OnCore(self, core), start, len)
+        }
+
+        fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
+            crate::range::free_range(&self.reserved, &mut crate::OnCore(self, core), start, len)
+        }
+    };
+}
+
 // First: its macro is used by the allocators' modules.
 #[macro_use]
 mod table;

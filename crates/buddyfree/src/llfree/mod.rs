@@ -101,7 +101,6 @@ use alloc::vec::Vec;
 
 use core::cell::Cell;
 
-use crate::range;
 use crate::refusal::{Failure, Refusals};
 use crate::reserved::Reserved;
 use crate::sync::atomic::Ordering;
@@ -1001,18 +1000,12 @@ impl<W: WriteBack> BlockAlloc for LLFree<W> {
         self.moves.bracket(|| ((), self.release_core(core)));
     }
 
+    ranges_recorded!();
+
     /// Takes the units from whichever counter holds the tree's (as the fallback scan does),
     /// then the block itself. A failed take counts only if no reservation move was in flight
     /// meanwhile (the count may be in a moving core's hands); it is retried, bounded as the
     /// fallback is.
-    fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        range::reserve_range(&self.reserved, &mut crate::OnCore(self, core), start, len)
-    }
-
-    fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        range::free_range(&self.reserved, &mut crate::OnCore(self, core), start, len)
-    }
-
     fn alloc_at(&self, index: usize, order: u32, _core: usize) -> Result<(), Error> {
         check_block(index, order, self.max_order, self.units)?;
         let t = self.tree_of(index);

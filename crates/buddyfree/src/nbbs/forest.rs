@@ -872,13 +872,7 @@ impl<K: Kind> BlockAlloc for Forest<K> {
         self.free_unreserved(index, order, core)
     }
 
-    fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        range::reserve_range(&self.reserved, &mut crate::OnCore(self, core), start, len)
-    }
-
-    fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        range::free_range(&self.reserved, &mut crate::OnCore(self, core), start, len)
-    }
+    ranges_recorded!();
 
     fn free_units(&self) -> usize {
         self.units.wrapping_add(self.cores.net_freed())

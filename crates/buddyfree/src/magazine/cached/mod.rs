@@ -101,7 +101,7 @@ use crate::sync::atomic::{AtomicBool, AtomicU16, AtomicU8, Ordering};
 use crate::sync::CachePadded;
 use crate::table::{Metadata, Part, Plan};
 use crate::yield_mutex::YieldMutex;
-use crate::{check_block, range, BlockAlloc, Class, Config, ConfigRule, Error, HeldCore};
+use crate::{check_block, BlockAlloc, Class, Config, ConfigRule, Error, HeldCore};
 
 /// Where a [`Magazine`]'s tables lie in its metadata.
 pub(crate) struct Parts {
@@ -853,13 +853,7 @@ impl<A: Backend> BlockAlloc for Magazine<A> {
         Ok(())
     }
 
-    fn reserve_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        range::reserve_range(&self.reserved, &mut crate::OnCore(self, core), start, len)
-    }
-
-    fn free_range(&self, start: usize, len: usize, core: usize) -> Result<(), Error> {
-        range::free_range(&self.reserved, &mut crate::OnCore(self, core), start, len)
-    }
+    ranges_recorded!();
 
     /// See [`BlockAlloc::block_of`]: the backend's answer, except that a cached block is
     /// free.
