@@ -427,10 +427,7 @@ pub trait BlockAlloc: Sync {
     /// word at a time), so that a walk over every live block (the adoption of an
     /// allocator's blocks by magazines) costs steps per block rather than per unit.
     fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
-        // The first unit whose answer is a block or an error.
-        (from..self.total_units())
-            .find_map(|index| self.block_of(index).transpose())
-            .transpose()
+        next_by_units(from, self.total_units(), |index| self.block_of(index))
     }
 
     /// The order of the live block that starts at `index`, for a free without the order
@@ -581,6 +578,19 @@ impl<A: BlockAlloc + ?Sized> SeqBlockAlloc for OnCore<'_, A> {
     }
 }
 
+/// [`BlockAlloc::next_block`] and [`SeqBlockAlloc::next_block`] by one `block_of` per unit
+/// from `from` up to `total`.
+fn next_by_units(
+    from: usize,
+    total: usize,
+    block_of: impl Fn(usize) -> Result<Option<(usize, u32)>, Error>,
+) -> Result<Option<(usize, u32)>, Error> {
+    // The first unit whose answer is a block or an error.
+    (from..total)
+        .find_map(|index| block_of(index).transpose())
+        .transpose()
+}
+
 /// The order of the block that `block_of` finds starting at `index` (of `units`):
 /// [`Error::NotAllocated`] when none starts there.
 fn order_starting_at(
@@ -655,10 +665,7 @@ pub trait SeqBlockAlloc: Send {
     }
     /// See [`BlockAlloc::next_block`].
     fn next_block(&self, from: usize) -> Result<Option<(usize, u32)>, Error> {
-        // The first unit whose answer is a block or an error.
-        (from..self.total_units())
-            .find_map(|index| self.block_of(index).transpose())
-            .transpose()
+        next_by_units(from, self.total_units(), |index| self.block_of(index))
     }
 }
 

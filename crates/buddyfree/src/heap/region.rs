@@ -82,15 +82,17 @@ impl Region {
     /// Never allocates on the heap, so it may be called from inside a global allocator.
     #[cfg(all(feature = "std", unix))]
     pub fn mmap(len: usize, align: usize) -> Result<Self, Error> {
+        if len == 0 {
+            return Err(ConfigRule::RegionLength.into());
+        }
+        if !align.is_power_of_two() {
+            return Err(ConfigRule::NotPowerOfTwo.into());
+        }
         // Over-map by `align` so an aligned start exists inside the mapping; the slack is
         // address space only (never touched, so never backed).
         let map_len = len
             .checked_add(align)
-            .filter(|_| len > 0)
-            .ok_or(ConfigRule::RegionLength)?;
-        if !align.is_power_of_two() {
-            return Err(ConfigRule::NotPowerOfTwo.into());
-        }
+            .ok_or(Error::InvalidConfig(ConfigRule::RegionLength))?;
         // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches
         // no existing memory; the result is checked before use.
         let addr = unsafe {
