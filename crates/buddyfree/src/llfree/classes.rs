@@ -382,18 +382,18 @@ impl<W: WriteBack> LLFree<W> {
         // The memo read first: a search it skips needs no move either.
         let short = self.classes.short_of(SEARCH, ask.class, ask.order);
         if !short && self.reserve(ask, near, false) {
-            return Renewal::Reserved;
+            return Renewal::Continue(());
         }
         if let Some(index) = self.steal(ask) {
-            return Renewal::Stole(index);
+            return Renewal::Break(Ok(index));
         }
         // Step 4 only where another core holds a reservation to take.
         let others = (0..self.locals.len())
             .filter(|l| l % self.cores != ask.core)
             .any(|l| self.locals[l].get().tree().is_some());
         match others && self.reserve(ask, near, true) {
-            true => Renewal::Reserved,
-            false => Renewal::Failed,
+            true => Renewal::Continue(()),
+            false => Renewal::Break(self.alloc_anywhere(ask)),
         }
     }
 

@@ -369,20 +369,27 @@ impl<W: WriteBack> Lower<W> {
     /// Allocates the block of `order` at `index` (already checked for range and alignment)
     /// if all its units are free.
     pub(crate) fn alloc_at(&self, index: usize, order: u32) -> bool {
-        let h = HugeId(index / HUGE_UNITS);
-        self.alloc_in(h, order, Search::At(index)).is_some()
+        self.alloc_in(HugeId(index / HUGE_UNITS), order, Search::At(index))
+            .is_some()
     }
 
-    /// [`Lower::alloc`] and [`Lower::alloc_at`]. Orders 0..=8 follow Fig. 14a (2a): take the
-    /// units from the child counter first (this settles races for the last free units), then
-    /// claim the slots, else give them back.
+    /// [`Lower::alloc`] and [`Lower::alloc_at`]: a huge frame or more in the child entries,
+    /// inline (one CAS), smaller blocks in the bit field ([`Lower::alloc_bits`]).
+    #[inline(always)]
     fn alloc_in(&self, h: HugeId, order: u32, search: Search) -> Option<usize> {
-        let n = 1 << order;
         match order {
-            0..=8 => self.update_child(h, |c| c.take(n)).ok()?,
-            9 | 10 => return self.flip_huge(h, order, true).then(|| h.first_unit()),
-            _ => return self.take_span(h, order).then(|| h.first_unit()),
-        };
+            0..=8 => self.alloc_bits(h, order, search),
+            9 | 10 => self.flip_huge(h, order, true).then(|| h.first_unit()),
+            _ => self.take_span(h, order).then(|| h.first_unit()),
+        }
+    }
+
+    /// Orders 0..=8, Fig. 14a (2a): take the units from the child counter first (this settles
+    /// races for the last free units), then claim the slots, else give them back.
+    #[inline(never)]
+    fn alloc_bits(&self, h: HugeId, order: u32, search: Search) -> Option<usize> {
+        let n = 1 << order;
+        self.update_child(h, |c| c.take(n)).ok()?;
         let claimed = match search {
             Search::At(index) => self.claim_at(h, index, order).then_some(index),
             Search::From(hint) if order <= WORD_ORDER => self.claim_in_word(h, order, hint),

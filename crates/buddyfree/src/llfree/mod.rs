@@ -100,6 +100,7 @@ mod loom_tests;
 use alloc::vec::Vec;
 
 use core::cell::Cell;
+use core::ops::ControlFlow;
 
 use crate::refusal::{Failure, Refusals};
 use crate::reserved::Reserved;
@@ -277,50 +278,59 @@ impl<W: WriteBack> LLFree<W> {
     }
 
     /// The allocation of `ask`: from its core's reservation of its class (Fig. 14a), else
-    /// from a renewed one or what the classes allow (`classes.rs`), else from any tree (the
-    /// complete fallback).
+    /// from a renewed one or what the classes allow ([`LLFree::renew`]), else from any tree
+    /// (the complete fallback).
     fn alloc_with(&self, ask: &Ask) -> Result<usize, Error> {
         crate::check_order(ask.order, self.max_order)?;
         let slot = self.slot(ask.core, ask.class);
         let local = &self.locals[slot];
-        let n = 1 << ask.order;
         for _ in 0..RESERVE_ATTEMPTS {
-            let near = match local.take(None, n) {
-                Ok(t) => {
-                    let hint = local.last.load(Ordering::Relaxed) as usize;
-                    if let Some(index) = self.alloc_in(t, ask.order, hint) {
-                        local.last.store(index as u64, Ordering::Relaxed);
-                        return Ok(index);
-                    }
-                    // Too fragmented for this order: give the units back, move on.
-                    self.credit_local(slot, t, n);
-                    self.gave_back(ask, t);
-                    t.0
+            let taken = local.take(None, 1 << ask.order);
+            if let Ok(t) = taken {
+                let hint = local.last.load(Ordering::Relaxed) as usize;
+                if let Some(index) = self.alloc_in(t, ask.order, hint) {
+                    local.last.store(index as u64, Ordering::Relaxed);
+                    return Ok(index);
                 }
-                Err(r) => match r.tree() {
-                    Some(t) if self.sync(slot, t) => continue,
-                    Some(t) => t.0,
-                    None => match self.steal_again(ask) {
-                        Some(index) => return Ok(index),
-                        None => ask.core * self.trees.len() / self.cores,
-                    },
-                },
-            };
-            if self.too_few_free(n) {
-                return Err(Error::OutOfMemory);
             }
-            let renewal = match self.classes.count {
-                1 if self.reserve(ask, near, true) => Renewal::Reserved,
-                1 => Renewal::Failed,
-                _ => self.renew_classed(ask, near),
-            };
-            match renewal {
-                Renewal::Reserved => {}
-                Renewal::Stole(index) => return Ok(index),
-                Renewal::Failed => break,
+            if let ControlFlow::Break(answer) = self.renew(ask, slot, taken) {
+                return answer;
             }
         }
         self.alloc_anywhere(ask)
+    }
+
+    /// After the reservation `slot` of `ask` had no block (`taken`: the tree it took the
+    /// units from, or the reservation that was short): gives the units back and syncs or
+    /// renews the reservation (`classes.rs` where there are classes), or answers. Out of
+    /// line, so that the allocation's fast path carries none of this.
+    #[inline(never)]
+    fn renew(&self, ask: &Ask, slot: usize, taken: Result<TreeId, Reservation>) -> Renewal {
+        let n = 1 << ask.order;
+        let near = match taken {
+            Ok(t) => {
+                // Too fragmented for this order: give the units back, move on.
+                self.credit_local(slot, t, n);
+                self.gave_back(ask, t);
+                t.0
+            }
+            Err(r) => match r.tree() {
+                Some(t) if self.sync(slot, t) => return ControlFlow::Continue(()),
+                Some(t) => t.0,
+                None => match self.steal_again(ask) {
+                    Some(index) => return ControlFlow::Break(Ok(index)),
+                    None => ask.core * self.trees.len() / self.cores,
+                },
+            },
+        };
+        if self.too_few_free(n) {
+            return ControlFlow::Break(Err(Error::OutOfMemory));
+        }
+        match self.classes.count {
+            1 if self.reserve(ask, near, true) => ControlFlow::Continue(()),
+            1 => ControlFlow::Break(self.alloc_anywhere(ask)),
+            _ => self.renew_classed(ask, near),
+        }
     }
 
     /// The children of `t`, every `step`th (counted from the tree's first), from the one
@@ -360,7 +370,7 @@ impl<W: WriteBack> LLFree<W> {
     }
 
     /// Notes in the ask what a give-back of units to `t` may have made findable, read after
-    /// it as a free's [`LLFree::covers`] is: every order where a frame of `t` is free as a
+    /// it as a free's [`LLFree::freed_covers`] is: every order where a frame of `t` is free as a
     /// whole, else the orders of the bit fields. Not the size given back: units a search
     /// held for a huge frame it did not find are no frame.
     fn gave_back(&self, ask: &Ask, t: TreeId) {
@@ -424,8 +434,15 @@ impl<W: WriteBack> LLFree<W> {
     /// `FALLBACK_ROUNDS * MAX_PAUSE` spins.
     ///
     /// [`Error::WouldBlock`] when the last of the ask's rounds still met a move in flight.
+    ///
+    /// A round scans every tree from the one the last steal or fallback of the ask's class
+    /// took a block from on (wrapping around): a class that only the fallback serves finds
+    /// its next block there, not after every tree before it.
     fn alloc_anywhere(&self, ask: &Ask) -> Result<usize, Error> {
-        self.until_quiet(ask.rounds, || self.drain(), || self.scan(ask))
+        let (len, from) = (self.trees.len(), self.classes.stole_at(ask.class));
+        let take = |t| self.take_from(ask, TreeId(t));
+        let scan = || (from..len).chain(0..from).find_map(take);
+        self.until_quiet(ask.rounds, || self.drain(), scan)
     }
 
     /// Runs `attempt` (after `prepare`) until it gives an answer, or fails in a round during
@@ -456,15 +473,6 @@ impl<W: WriteBack> LLFree<W> {
             }
         }
         Err(Error::WouldBlock)
-    }
-
-    /// One round of the complete fallback over every tree, from the one the last steal or
-    /// fallback of the ask's class took a block from on (wrapping around): a class that
-    /// only the fallback serves finds its next block there, not after every tree before it.
-    fn scan(&self, ask: &Ask) -> Option<usize> {
-        let (len, from) = (self.trees.len(), self.classes.stole_at(ask.class));
-        let mut trees = (from..len).chain(0..from);
-        trees.find_map(|t| self.take_from(ask, TreeId(t)))
     }
 
     /// A block for the fallback from `t`, whatever the tree's class: its units from
@@ -548,7 +556,7 @@ impl<W: WriteBack> LLFree<W> {
     /// Counts `n` units freed at `index` (taken off the bit field) as free, for `core`:
     /// into `cP` of `core` if one of its reservations is their tree, else into `cU` (and
     /// then perhaps reserve-on-free); tells the refusal memo what the free may have made
-    /// findable ([`LLFree::covers`]).
+    /// findable ([`LLFree::freed_covers`]).
     fn freed(&self, index: usize, n: usize, core: usize) {
         let core = self.core(core);
         let t = self.tree_of(index);
@@ -563,17 +571,14 @@ impl<W: WriteBack> LLFree<W> {
             }
         };
         if !local {
-            self.add_to_tree(t, n);
+            return self.free_elsewhere(core, t, n);
         }
-        self.refusals.freed_if(move |k| self.covers(t, n, k, core));
-        if !local {
-            self.free_elsewhere(core, t);
-        }
+        self.freed_covers(t, n, core);
     }
 
-    /// Whether, after a free of `n` units in tree `t` (all its writes done), a block of
-    /// `order` may be free for a search to find, for the refusal memo (`refusal.rs`, "Frees
-    /// that cover"): a block of a huge frame or more freed (`n` is at least a frame), or a
+    /// Tells the refusal memo of a free of `n` units in tree `t` (all its writes done) whether
+    /// a block of an order may now be free for a search to find (`refusal.rs`, "Frees that
+    /// cover"): a block of a huge frame or more freed (`n` is at least a frame), or a
     /// frame of `t` free as a whole, read now with `SeqCst` loads ([`Lower::any_free_frame`]).
     /// Orders 0..=8 always: a block of them may lie anywhere in a frame's bit field.
     ///
@@ -587,10 +592,12 @@ impl<W: WriteBack> LLFree<W> {
     /// no search can take one there before a later credit, which reads the frames itself
     /// (`refusal.rs`, "Short counts"). That spares a reclaim loop on a fragmented heap the
     /// read of every frame of the tree at every free.
-    fn covers(&self, t: TreeId, n: usize, order: u32, core: usize) -> bool {
-        order <= lower::BITS_ORDER
-            || n >= HUGE_UNITS
-            || (!self.short_of_huge(t, core) && self.lower.any_free_frame(self.children(t)))
+    fn freed_covers(&self, t: TreeId, n: usize, core: usize) {
+        self.refusals.freed_if(|order| {
+            order <= lower::BITS_ORDER
+                || n >= HUGE_UNITS
+                || (!self.short_of_huge(t, core) && self.lower.any_free_frame(self.children(t)))
+        });
     }
 
     /// Whether `t`'s counters hold fewer units than a huge frame: its entry's `cU` and, if
@@ -674,9 +681,14 @@ impl<W: WriteBack> LLFree<W> {
         })
     }
 
-    /// Reserve-on-free (§3.2.2): a core that freed F times in a row into the partial tree
-    /// `t` (held by nobody) makes it its own, as its reservation of the tree's class.
-    fn free_elsewhere(&self, core: usize, t: TreeId) {
+    /// A free of `n` units into `t` that no reservation of `core` holds: credits `cU`, tells
+    /// the memo, then reserve-on-free (§3.2.2): a core that freed F times in a row into the
+    /// partial tree `t` (held by nobody) makes it its own, as its reservation of the tree's
+    /// class. Out of line, so that a free into the core's own tree makes no call.
+    #[inline(never)]
+    fn free_elsewhere(&self, core: usize, t: TreeId, n: usize) {
+        self.add_to_tree(t, n);
+        self.freed_covers(t, n, core);
         let threshold = self.reserve_on_free;
         if threshold == 0 || !self.locals[core].count_free(t, threshold) {
             return;
@@ -877,15 +889,9 @@ struct Ask {
     gave: Cell<Option<u32>>,
 }
 
-/// What renewing an ask's reservation got.
-enum Renewal {
-    /// A new reservation.
-    Reserved,
-    /// No reservation, but a block taken from a tree of another class (`classes.rs`).
-    Stole(usize),
-    /// Neither: the complete fallback is next.
-    Failed,
-}
+/// What renewing an ask's reservation got: `Continue` to try it again, or `Break` with the
+/// allocation's answer.
+type Renewal = ControlFlow<Result<usize, Error>>;
 
 /// Tries to reserve a new tree this often before falling back to the complete scan.
 const RESERVE_ATTEMPTS: usize = 4;
