@@ -445,10 +445,10 @@ impl<W: WriteBack> LLFree<W> {
     /// that the policy lets neither demote nor steal a tree in use (on a fragmented heap,
     /// every class but the one that took the trees) lives on the fallback, and would
     /// otherwise give back every core's reservations on each allocation.
-    #[inline]
+    #[inline(never)]
     pub(super) fn steal_again(&self, ask: &Ask) -> Option<usize> {
         let short = |step| self.classes.short_of(step, ask.class, ask.order);
-        if self.classes.count == 1 || !short(SEARCH) {
+        if !short(SEARCH) {
             return None;
         }
         let t = TreeId(self.classes.stole_at(ask.class));

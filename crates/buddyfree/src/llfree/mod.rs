@@ -286,12 +286,21 @@ impl<W: WriteBack> LLFree<W> {
         let local = &self.locals[slot];
         for _ in 0..RESERVE_ATTEMPTS {
             let taken = local.take(None, 1 << ask.order);
-            if let Ok(t) = taken {
-                let hint = local.last.load(Ordering::Relaxed) as usize;
-                if let Some(index) = self.alloc_in(t, ask.order, hint) {
-                    local.last.store(index as u64, Ordering::Relaxed);
-                    return Ok(index);
+            let found = match taken {
+                Ok(t) => {
+                    let hint = local.last.load(Ordering::Relaxed) as usize;
+                    if let Some(index) = self.alloc_in(t, ask.order, hint) {
+                        local.last.store(index as u64, Ordering::Relaxed);
+                        return Ok(index);
+                    }
+                    None
                 }
+                // A class living on steals: from the tree of its last one.
+                Err(r) if r.tree().is_none() && self.classes.count > 1 => self.steal_again(ask),
+                Err(_) => None,
+            };
+            if let Some(index) = found {
+                return Ok(index);
             }
             if let ControlFlow::Break(answer) = self.renew(ask, slot, taken) {
                 return answer;
@@ -317,10 +326,7 @@ impl<W: WriteBack> LLFree<W> {
             Err(r) => match r.tree() {
                 Some(t) if self.sync(slot, t) => return ControlFlow::Continue(()),
                 Some(t) => t.0,
-                None => match self.steal_again(ask) {
-                    Some(index) => return ControlFlow::Break(Ok(index)),
-                    None => ask.core * self.trees.len() / self.cores,
-                },
+                None => ask.core * self.trees.len() / self.cores,
             },
         };
         if self.too_few_free(n) {
