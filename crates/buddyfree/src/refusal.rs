@@ -387,14 +387,22 @@ impl Refusals {
     /// the state that the allocator's search would find a block of order `k` in.
     #[inline]
     pub(crate) fn freed_if(&self, covers: impl Fn(u32) -> bool) {
+        let w = self.remembered();
+        if w != 0 {
+            self.settle(w, covers);
+        }
+    }
+
+    /// The word, read as [`Refusals::freed_if`] reads it: not 0 where a refusal or a search
+    /// may be remembered. A free that reads 0 here (after its writes) need not call
+    /// `freed_if`, nor build its `covers`.
+    #[inline]
+    pub(crate) fn remembered(&self) -> u64 {
         // Loom models SeqCst accesses as acquire/release: the fence gives its model the
         // order that the SeqCst write and load give in a real build (module docs).
         #[cfg(loom)]
         fence(Ordering::SeqCst);
-        let w = self.word.load(Ordering::SeqCst);
-        if w != 0 {
-            self.settle(w, covers);
-        }
+        self.word.load(Ordering::SeqCst)
     }
 
     /// After a give-back whose writes are not `SeqCst` (a rolled-back allocation): a fence,

@@ -576,10 +576,12 @@ impl<W: WriteBack> LLFree<W> {
                 e.reserved() && self.locals[self.slot(core, usize::from(e.class()))].add(t, n)
             }
         };
-        if !local {
-            return self.free_elsewhere(core, t, n);
+        match local {
+            false => self.free_elsewhere(core, t, n),
+            // Only a memo that remembers something needs `freed_covers` (out of line).
+            true if self.refusals.remembered() != 0 => self.freed_covers(t, n, core),
+            true => {}
         }
-        self.freed_covers(t, n, core);
     }
 
     /// Tells the refusal memo of a free of `n` units in tree `t` (all its writes done) whether
@@ -598,6 +600,7 @@ impl<W: WriteBack> LLFree<W> {
     /// no search can take one there before a later credit, which reads the frames itself
     /// (`refusal.rs`, "Short counts"). That spares a reclaim loop on a fragmented heap the
     /// read of every frame of the tree at every free.
+    #[inline(never)]
     fn freed_covers(&self, t: TreeId, n: usize, core: usize) {
         self.refusals.freed_if(|order| {
             order <= lower::BITS_ORDER
