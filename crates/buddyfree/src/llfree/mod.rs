@@ -697,7 +697,9 @@ impl<W: WriteBack> LLFree<W> {
     #[inline(never)]
     fn free_elsewhere(&self, core: usize, t: TreeId, n: usize) {
         self.add_to_tree(t, n);
-        self.freed_covers(t, n, core);
+        if self.refusals.remembered() != 0 {
+            self.freed_covers(t, n, core);
+        }
         let threshold = self.reserve_on_free;
         if threshold == 0 || !self.locals[core].count_free(t, threshold) {
             return;
