@@ -369,8 +369,8 @@ impl<W: WriteBack> Lower<W> {
     /// Allocates the block of `order` at `index` (already checked for range and alignment)
     /// if all its units are free.
     pub(crate) fn alloc_at(&self, index: usize, order: u32) -> bool {
-        self.alloc_in(HugeId(index / HUGE_UNITS), order, Search::At(index))
-            .is_some()
+        let h = HugeId(index / HUGE_UNITS);
+        self.alloc_in(h, order, Search::At(index)).is_some()
     }
 
     /// [`Lower::alloc`] and [`Lower::alloc_at`]: a huge frame or more in the child entries,

@@ -576,12 +576,10 @@ impl<W: WriteBack> LLFree<W> {
                 e.reserved() && self.locals[self.slot(core, usize::from(e.class()))].add(t, n)
             }
         };
-        match local {
-            false => self.free_elsewhere(core, t, n),
-            // Only a memo that remembers something needs `freed_covers` (out of line).
-            true if self.refusals.remembered() != 0 => self.freed_covers(t, n, core),
-            true => {}
+        if !local {
+            return self.free_elsewhere(core, t, n);
         }
+        self.freed_covers(t, n, core);
     }
 
     /// Tells the refusal memo of a free of `n` units in tree `t` (all its writes done) whether
@@ -600,8 +598,18 @@ impl<W: WriteBack> LLFree<W> {
     /// no search can take one there before a later credit, which reads the frames itself
     /// (`refusal.rs`, "Short counts"). That spares a reclaim loop on a fragmented heap the
     /// read of every frame of the tree at every free.
-    #[inline(never)]
+    #[inline]
     fn freed_covers(&self, t: TreeId, n: usize, core: usize) {
+        // The memo's load first: a free that finds it empty builds nothing for `freed_if`,
+        // whose closure the compiler would otherwise write out before the load.
+        if self.refusals.remembered() != 0 {
+            self.settle_freed(t, n, core);
+        }
+    }
+
+    /// [`LLFree::freed_covers`] where the memo remembers something.
+    #[inline(never)]
+    fn settle_freed(&self, t: TreeId, n: usize, core: usize) {
         self.refusals.freed_if(|order| {
             order <= lower::BITS_ORDER
                 || n >= HUGE_UNITS
@@ -697,9 +705,7 @@ impl<W: WriteBack> LLFree<W> {
     #[inline(never)]
     fn free_elsewhere(&self, core: usize, t: TreeId, n: usize) {
         self.add_to_tree(t, n);
-        if self.refusals.remembered() != 0 {
-            self.freed_covers(t, n, core);
-        }
+        self.freed_covers(t, n, core);
         let threshold = self.reserve_on_free;
         if threshold == 0 || !self.locals[core].count_free(t, threshold) {
             return;
