@@ -133,9 +133,7 @@ fn with_span<R>(order: u32, f: impl FnOnce(usize) -> R) -> R {
     }
 }
 
-/// Per log2 of a group's words (1..=3), a bit at the first word of every group of that
-/// many words in a frame's 16 (a frame's words fit a `u32` mask).
-const GROUP_FIRSTS: [u32; 4] = [0xFFFF, 0x5555, 0x1111, 0x0101];
+// A frame's words fit the 16-bit masks of `Lower::free_groups`.
 const _: () = assert!(WORDS == 16);
 
 /// The start word of a live block of order 6..=8: slots 0 and 1 `10` (no in-word block
@@ -456,23 +454,18 @@ impl<W: WriteBack> Lower<W> {
     /// The first words of the groups of 2, 4 or 8 whole free words that blocks of `order`
     /// (6..=8) take in frame `h`, from the group holding word `hint` on (the frame's last
     /// allocation: the groups before it are likely taken), wrapping around. The frame's
-    /// words are read once, the free groups found among them by shifts: a group taken
+    /// words are read once, each group's tested as one union: a group taken
     /// meanwhile fails its claim, one freed meanwhile is passed over, as a search that had
     /// passed it already would.
     #[inline(always)]
     fn free_groups(&self, h: HugeId, order: u32, hint: usize) -> impl Iterator<Item = usize> {
         with_span(order, |span| {
-            // Bit `w` set where word `w` is free, then where words `w..w + span` all are.
+            // Bit `g` set where the words `g..g + span` of a group are all free.
             let words = self.frame(h);
-            let mut groups = (0..WORDS).fold(0u32, |free, w| {
-                free | u32::from(words[w / LINE_WORDS].0[w % LINE_WORDS].get() == 0) << w
+            let word = |w: usize| words[w / LINE_WORDS].0[w % LINE_WORDS].get();
+            let groups = (0..WORDS).step_by(span).fold(0u32, |free, g| {
+                free | u32::from((g..g + span).fold(0, |any, w| any | word(w)) == 0) << g
             });
-            let mut width = 1;
-            while width < span {
-                groups &= groups >> width;
-                width *= 2;
-            }
-            groups &= GROUP_FIRSTS[span.trailing_zeros() as usize];
             // Rotated so that the group holding `hint` is bit 0.
             let from = (hint % WORDS) & !(span - 1);
             let mut rest = (groups >> from | groups << (WORDS - from)) & 0xFFFF;
