@@ -462,9 +462,9 @@ impl<W: WriteBack> Lower<W> {
         with_span(order, |span| {
             // Bit `g` set where the words `g..g + span` of a group are all free.
             let words = self.frame(h);
-            let word = |w: usize| words[w / LINE_WORDS].0[w % LINE_WORDS].get();
             let groups = (0..WORDS).step_by(span).fold(0u32, |free, g| {
-                free | u32::from((g..g + span).fold(0, |any, w| any | word(w)) == 0) << g
+                let any = (g..g + span).fold(0, |any, w| any | frame_word(words, w).get());
+                free | u32::from(any == 0) << g
             });
             // Rotated so that the group holding `hint` is bit 0.
             let from = (hint % WORDS) & !(span - 1);
@@ -494,8 +494,9 @@ impl<W: WriteBack> Lower<W> {
     fn claim_group(&self, h: HugeId, g: usize, order: u32, plain: bool) -> bool {
         // One compare-and-swap from free, no read first: the caller has just read the
         // group free, and a word that is not is no longer ours to take.
+        let words = self.frame(h);
         let set = |w: usize, value: u64| {
-            let word = self.bits(h, w);
+            let word = frame_word(words, w);
             if plain {
                 word.store(value, Ordering::Release);
                 return true;
@@ -503,14 +504,14 @@ impl<W: WriteBack> Lower<W> {
             word.compare_exchange(0, value, Ordering::SeqCst, Ordering::Acquire)
                 .is_ok()
         };
-        let undo = |words: core::ops::Range<usize>| {
-            for w in words {
+        let undo = |taken: core::ops::Range<usize>| {
+            for w in taken {
                 // We own these whole continuation words: nothing else writes a word it did
                 // not find with a free slot, and no free clears a continuation word without
                 // the start word we have not written.
-                self.bits(h, w).store(0, Ordering::Release);
+                frame_word(words, w).store(0, Ordering::Release);
             }
-            self.persist(|| self.bits(h, g));
+            self.persist(|| frame_word(words, g));
             false
         };
         with_span(order, |span| {
@@ -814,7 +815,8 @@ impl<W: WriteBack> Lower<W> {
     #[inline(never)]
     fn clear_words(&self, h: HugeId, index: usize, order: u32, owned: bool) -> bool {
         let g = (index % HUGE_UNITS) / SLOTS;
-        let start = self.bits(h, g);
+        let words = self.frame(h);
+        let start = frame_word(words, g);
         if owned {
             debug_assert_eq!(start.get(), start_word(order), "not a live block");
             start.store(FREEING, Ordering::Release);
@@ -830,7 +832,7 @@ impl<W: WriteBack> Lower<W> {
         with_span(order, |span| {
             for w in g + 1..g + span {
                 // Ours since the claim: a continuation word is changed by nothing else.
-                self.bits(h, w).store(0, Ordering::Release);
+                frame_word(words, w).store(0, Ordering::Release);
             }
         });
         start.store(0, Ordering::Release);
@@ -961,6 +963,13 @@ enum Search {
     From(usize),
     /// Exactly at this unit.
     At(usize),
+}
+
+/// Word `w` (0..16) of a frame's bit field ([`Lower::frame`]): a block's words read and
+/// written with one bounds check for the frame, not one per word.
+#[inline(always)]
+fn frame_word(frame: &[Line; WORDS / LINE_WORDS], w: usize) -> &AtomicU64 {
+    &frame[w / LINE_WORDS].0[w % LINE_WORDS]
 }
 
 /// The slots of a block of `order` (0..=5) at bit 0 of a word: `01` for order 0, else `10`
