@@ -490,7 +490,7 @@ impl<W: WriteBack> Lower<W> {
     /// counter, a free a block it has), so the words are written with plain stores, in the
     /// same order: two compare-and-swaps fewer per order-6 block, which is most of what a
     /// magazine adds to a burst of them (docs/results.md, "The magazines' fast path").
-    #[inline]
+    #[inline(always)]
     fn claim_group(&self, h: HugeId, g: usize, order: u32, plain: bool) -> bool {
         // One compare-and-swap from free, no read first: the caller has just read the
         // group free, and a word that is not is no longer ours to take.
@@ -514,17 +514,22 @@ impl<W: WriteBack> Lower<W> {
             self.persist(|| frame_word(words, g));
             false
         };
-        with_span(order, |span| {
-            for w in g + 1..g + span {
-                if !set(w, u64::MAX) {
-                    return undo(g + 1..w);
+        // Inlined into each span's arm, so that the words are set by unrolled code.
+        with_span(
+            order,
+            #[inline(always)]
+            |span| {
+                for w in g + 1..g + span {
+                    if !set(w, u64::MAX) {
+                        return undo(g + 1..w);
+                    }
                 }
-            }
-            if !set(g, start_word(order)) {
-                return undo(g + 1..g + span);
-            }
-            true
-        })
+                if !set(g, start_word(order)) {
+                    return undo(g + 1..g + span);
+                }
+                true
+            },
+        )
     }
 
     /// Orders 9 and 10: the child entry, or for order 10 the pair word of two whole,
