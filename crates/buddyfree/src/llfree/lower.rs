@@ -434,10 +434,8 @@ impl<W: WriteBack> Lower<W> {
                 .is_ok()
         } else {
             let g = (index % HUGE_UNITS) / SLOTS;
-            let free = with_span(order, |span| {
-                (g..g + span).all(|w| self.bits(h, w).get() == 0)
-            });
-            free && self.claim_group(h, g, order, false)
+            with_span(order, |span| group_free(self.frame(h), g, span))
+                && self.claim_group(h, g, order, false)
         }
     }
 
@@ -463,8 +461,7 @@ impl<W: WriteBack> Lower<W> {
             // Bit `g` set where the words `g..g + span` of a group are all free.
             let words = self.frame(h);
             let groups = (0..WORDS).step_by(span).fold(0u32, |free, g| {
-                let any = (g..g + span).fold(0, |any, w| any | frame_word(words, w).get());
-                free | u32::from(any == 0) << g
+                free | u32::from(group_free(words, g, span)) << g
             });
             // Rotated so that the group holding `hint` is bit 0.
             let from = (hint % WORDS) & !(span - 1);
@@ -895,7 +892,7 @@ impl<W: WriteBack> Lower<W> {
     }
 
     fn bits(&self, h: HugeId, w: usize) -> &AtomicU64 {
-        self.word(h.0 * WORDS + w)
+        frame_word(self.frame(h), w)
     }
 
     /// The bit-field word of unit `index` and the shift of its slot.
@@ -975,6 +972,12 @@ enum Search {
 #[inline(always)]
 fn frame_word(frame: &[Line; WORDS / LINE_WORDS], w: usize) -> &AtomicU64 {
     &frame[w / LINE_WORDS].0[w % LINE_WORDS]
+}
+
+/// Whether the words `g..g + span` of `frame` are all free: one test of their union.
+#[inline(always)]
+fn group_free(frame: &[Line; WORDS / LINE_WORDS], g: usize, span: usize) -> bool {
+    (g..g + span).fold(0, |any, w| any | frame_word(frame, w).get()) == 0
 }
 
 /// The slots of a block of `order` (0..=5) at bit 0 of a word: `01` for order 0, else `10`
